@@ -1,0 +1,20 @@
+/* err: the error convention of libgem. A function that can fail takes `char *err` (room for
+ * GEM_ERRMAX bytes, may be NULL) and returns 0 on success or a negative code after writing a
+ * one-line message the caller can print. Library code never prints and never exits. */
+#ifndef GEM_ERR_H
+#define GEM_ERR_H
+
+#define GEM_ERRMAX 512
+
+enum {
+	GEM_EFAIL = -1,  /* generic failure (I/O, corrupt data) */
+	GEM_EUSAGE = -2, /* bad input from the user: a spec, an option value */
+	GEM_ENOMEM = -3,
+};
+
+/* Write a printf-style message into err (if non-NULL) and return code. */
+int gem_errf(char *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Prefix an existing message in err with printf-style context ("file.json: " + old). */
+void gem_errprefix(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#endif

@@ -1,0 +1,24 @@
+/* layout: how a model's parameters lie in one flat float32 vector θ. Every module that moves
+ * or updates parameters (model, blobs, rules, server) sees θ as one contiguous vector and uses
+ * this table when it needs the tensors (per-tensor statistics, shapes on the wire). */
+#ifndef GEM_LAYOUT_H
+#define GEM_LAYOUT_H
+#include <stddef.h>
+
+#define LAYOUT_MAX_TENSORS 64
+#define LAYOUT_NAME_MAX 32
+
+struct layout_tensor {
+	char name[LAYOUT_NAME_MAX]; /* "0.weight", "0.bias", ... (layer index . kind) */
+	int ndim;
+	int shape[4];
+	size_t offset; /* first element in θ */
+	size_t size;   /* number of elements */
+};
+
+struct layout {
+	int ntensors;
+	size_t total; /* elements in θ: the sum of the sizes */
+	struct layout_tensor t[LAYOUT_MAX_TENSORS];
+};
+#endif

@@ -1,0 +1,14 @@
+/* log: the one place libgem and the programs write diagnostics (stderr). Messages are
+ * prefixed with the program name; GEM_LOG=debug|info|warn|error sets the threshold. */
+#ifndef GEM_LOG_H
+#define GEM_LOG_H
+
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+
+void log_init(const char *progname);
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+#endif

@@ -1,0 +1,15 @@
+#!/bin/sh
+# Install the Debian packages gem needs to build, test and run; only those missing.
+set -e
+pkgs="build-essential libcurl4-openssl-dev libjansson-dev zlib1g-dev libblis-dev libmicrohttpd-dev
+pkg-config gnuplot-nox dataset-fashion-mnist perl curl"
+missing=
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+done
+[ -z "$missing" ] && { echo "deps: all installed"; exit 0; }
+sudo=
+[ "$(id -u)" = 0 ] || sudo=sudo
+echo "deps: installing$missing"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing

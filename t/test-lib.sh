@@ -1,0 +1,81 @@
+# test-lib.sh: gem's shell test library (in the manner of git's t/test-lib.sh).
+# A test sources it, calls test_expect_success 'title' 'commands' as often as it needs,
+# then test_done. Each test runs in a fresh trash directory; programs come from $GEM_BIN.
+# Processes a test starts in the background are registered with test_bg and killed at exit,
+# also when the test fails.
+
+: "${GEM_SRC:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${GEM_BIN:=$GEM_SRC/bin}"
+export GEM_SRC GEM_BIN
+PATH="$GEM_BIN:$PATH"
+export PATH
+GEM_SHARE_DIR="$GEM_SRC/share/gem"
+export GEM_SHARE_DIR
+
+test_count=0
+test_failures=0
+test_bg_pids=
+TEST_NAME=$(basename "$0" .sh)
+TRASH="${TMPDIR:-/tmp}/gem-test.$TEST_NAME.$$"
+rm -rf "$TRASH" && mkdir -p "$TRASH" || exit 1
+cd "$TRASH" || exit 1
+
+test_cleanup() {
+	for p in $test_bg_pids; do kill -9 "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	cd / && rm -rf "$TRASH"
+}
+trap test_cleanup EXIT
+trap 'exit 130' INT TERM
+
+# test_bg PID: kill PID when the test script exits.
+test_bg() { test_bg_pids="$test_bg_pids $1"; }
+
+test_expect_success() {
+	test_count=$((test_count + 1))
+	if ( set -e; eval "$2" ) >"$TRASH/.out" 2>&1; then
+		echo "ok $test_count - $1"
+	else
+		test_failures=$((test_failures + 1))
+		echo "not ok $test_count - $1"
+		sed 's/^/#   /' "$TRASH/.out"
+	fi
+}
+
+# test_expect_code CODE 'title' 'commands': the commands' exit status must be CODE.
+test_expect_code() {
+	test_count=$((test_count + 1))
+	( eval "$3" ) >"$TRASH/.out" 2>&1
+	rc=$?
+	if [ "$rc" = "$1" ]; then
+		echo "ok $test_count - $2"
+	else
+		test_failures=$((test_failures + 1))
+		echo "not ok $test_count - $2 (exit $rc, want $1)"
+		sed 's/^/#   /' "$TRASH/.out"
+	fi
+}
+
+test_skip_all() { echo "1..0 # SKIP $1"; exit 0; }
+
+# test_have_dataset: skip the whole test when Fashion-MNIST is not installed.
+test_have_dataset() {
+	[ -f "${GEM_DATA_PATH:-/usr/share/datasets}/fashion-mnist/train-labels-idx1-ubyte.gz" ] ||
+		test_skip_all "fashion-mnist not installed (make deps)"
+}
+
+# wait_for_file FILE [SECONDS]: wait until FILE exists and is not empty.
+wait_for_file() {
+	i=0
+	while [ ! -s "$1" ]; do
+		i=$((i + 1))
+		[ $i -gt $((${2:-20} * 10)) ] && return 1
+		sleep 0.1
+	done
+}
+
+test_done() {
+	echo "1..$test_count"
+	[ "$test_failures" = 0 ]
+	exit $?
+}
