@@ -1,0 +1,370 @@
+/* t1001: every layer's backward agrees with central finite differences of its forward.
+ * For y = f(x) we take the scalar L = Σ y ⊙ R (R random, summed in double) and compare
+ * ∂L/∂x (and ∂L/∂W, ∂L/∂b) from backward(dy = R) with (L(x+ε) − L(x−ε)) / 2ε, ε = 1e-2.
+ * Bound: max over elements of |num − ana| / max(1e-2, |num| + |ana|) < 5e-3. The layers are
+ * piecewise linear or smooth, so what differs is float32 rounding of the forward (~1e-6 in L,
+ * ~5e-5 after dividing by 2ε; we see up to 2e-3 against the 1e-2 floor); a wrong index or a
+ * missing term gives errors of order 1.
+ * Inputs of relu and maxpool stay at least 0.05 away from their kinks, so ±ε never crosses one. */
+#include <blis.h>
+#include <string.h>
+
+#include "layers.h"
+#include "tap.h"
+
+#define EPS 1e-2f
+#define BOUND 5e-3
+
+static struct rng r;
+
+static void fill(float *p, size_t n, float lo, float hi)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = lo + (hi - lo) * rng_float(&r);
+}
+
+/* values k·0.1 + 0.05 for a random permutation of k, shifted: distinct by 0.1, none near 0 */
+static void fill_distinct(float *p, size_t n)
+{
+	uint32_t *idx = malloc(n * sizeof *idx);
+	for (size_t i = 0; i < n; i++)
+		idx[i] = (uint32_t)i;
+	rng_shuffle(&r, idx, n);
+	for (size_t i = 0; i < n; i++)
+		p[i] = ((float)idx[i] - (float)n / 2) * 0.1f + 0.05f;
+	free(idx);
+}
+
+static double dot(const float *y, const float *R, size_t n)
+{
+	double s = 0;
+	for (size_t i = 0; i < n; i++)
+		s += (double)y[i] * R[i];
+	return s;
+}
+
+static double relerr(double num, double ana)
+{
+	double d = fabs(num) + fabs(ana);
+	return fabs(num - ana) / (d > 1e-2 ? d : 1e-2);
+}
+
+/* A layer under test: run(ctx) computes y from the current inputs. */
+struct probe {
+	void (*run)(void *ctx);
+	void *ctx;
+	const float *y, *R;
+	size_t ny;
+};
+
+static double loss(struct probe *p)
+{
+	p->run(p->ctx);
+	return dot(p->y, p->R, p->ny);
+}
+
+/* the worst relative error of grad against finite differences over the n values of v */
+static double check(struct probe *p, float *v, const float *grad, size_t n)
+{
+	double worst = 0;
+	for (size_t i = 0; i < n; i++) {
+		float keep = v[i];
+		v[i] = keep + EPS;
+		double lp = loss(p);
+		v[i] = keep - EPS;
+		double lm = loss(p);
+		v[i] = keep;
+		double e = relerr((lp - lm) / (2.0 * EPS), grad[i]);
+		if (e > worst)
+			worst = e;
+	}
+	return worst;
+}
+
+/* ---- dense ---- */
+struct dense_ctx {
+	int B, in, out;
+	float *x, *W, *b, *y;
+};
+
+static void dense_run(void *c)
+{
+	struct dense_ctx *d = c;
+	dense_forward(d->y, d->x, d->W, d->b, d->B, d->in, d->out);
+}
+
+static void test_dense(void)
+{
+	struct dense_ctx d = {3, 7, 5, 0, 0, 0, 0};
+	size_t nx = 21, nw = 35, ny = 15;
+	float x[21], W[35], b[5], y[15], R[15], dx[21], dW[35], db[5], y0;
+	d.x = x, d.W = W, d.b = b, d.y = y;
+	fill(x, nx, -1, 1), fill(W, nw, -1, 1), fill(b, 5, -1, 1), fill(R, ny, -1, 1);
+	dense_run(&d);
+	y0 = b[1];
+	for (int k = 0; k < 7; k++)
+		y0 += x[7 + k] * W[7 + k];
+	is_near(y[5 + 1], y0, 1e-5, "dense: y[1][1] = x[1]·W[1] + b[1]");
+	dense_backward(dx, dW, db, R, x, W, d.B, d.in, d.out);
+	struct probe p = {dense_run, &d, y, R, ny};
+	double ex = check(&p, x, dx, nx), ew = check(&p, W, dW, nw), eb = check(&p, b, db, 5);
+	ok(ex < BOUND, "dense: dx matches finite differences (max rel err %.2g)", ex);
+	ok(ew < BOUND, "dense: dW matches finite differences (max rel err %.2g)", ew);
+	ok(eb < BOUND, "dense: db matches finite differences (max rel err %.2g)", eb);
+	float dW2[35], db2[5];
+	dense_backward(NULL, dW2, db2, R, x, W, d.B, d.in, d.out);
+	ok(!memcmp(dW, dW2, sizeof dW) && !memcmp(db, db2, sizeof db), "dense: dx = NULL skips only dx");
+}
+
+/* ---- conv2d ---- */
+struct conv_ctx {
+	int B;
+	struct conv2d_shape s;
+	float *x, *W, *b, *y, *col;
+};
+
+static void conv_run(void *c)
+{
+	struct conv_ctx *d = c;
+	conv2d_forward(d->y, d->col, d->x, d->W, d->b, d->B, &d->s);
+}
+
+static void test_conv(int B, int c, int h, int w, int oc, int k, int stride, int pad)
+{
+	struct conv_ctx d = {.B = B};
+	ok(conv2d_shape_init(&d.s, c, h, w, oc, k, stride, pad) == 0, "conv2d %dx%dx%d k%d s%d p%d: shape ok",
+	   c, h, w, k, stride, pad);
+	size_t nx = (size_t)c * B * h * w, nw = (size_t)oc * c * k * k, ny = (size_t)oc * B * d.s.oh * d.s.ow;
+	size_t ncol = conv2d_col_size(&d.s, B);
+	float *x = malloc(nx * 4), *W = malloc(nw * 4), *b = malloc(oc * 4), *y = malloc(ny * 4);
+	float *R = malloc(ny * 4), *dx = malloc(nx * 4), *dW = malloc(nw * 4), *db = malloc(oc * 4);
+	float *col = malloc(ncol * 4), *dcol = malloc(ncol * 4);
+	d.x = x, d.W = W, d.b = b, d.y = y, d.col = col;
+	fill(x, nx, -1, 1), fill(W, nw, -1, 1), fill(b, oc, -1, 1), fill(R, ny, -1, 1);
+	conv_run(&d);
+	/* one output by the definition: y[o][bb][i][j] = b[o] + Σ W[o][ch][ki][kj]·x[ch][bb][i·S−P+ki][j·S−P+kj] */
+	int o = oc - 1, bb = B - 1, i = d.s.oh - 1, j = d.s.ow / 2;
+	double want = b[o];
+	for (int ch = 0; ch < c; ch++)
+		for (int ki = 0; ki < k; ki++)
+			for (int kj = 0; kj < k; kj++) {
+				int ih = i * stride - pad + ki, iw = j * stride - pad + kj;
+				if (ih >= 0 && ih < h && iw >= 0 && iw < w)
+					want += (double)W[((o * c + ch) * k + ki) * k + kj] *
+						x[(((size_t)ch * B + bb) * h + ih) * w + iw];
+			}
+	is_near(y[(((size_t)o * B + bb) * d.s.oh + i) * d.s.ow + j], want, 1e-4, "conv2d: an output by definition");
+	conv2d_backward(dx, dW, db, dcol, R, col, W, B, &d.s);
+	struct probe p = {conv_run, &d, y, R, ny};
+	double ex = check(&p, x, dx, nx), ew = check(&p, W, dW, nw), eb = check(&p, b, db, oc);
+	ok(ex < BOUND, "conv2d: dx matches finite differences (max rel err %.2g)", ex);
+	ok(ew < BOUND, "conv2d: dW matches finite differences (max rel err %.2g)", ew);
+	ok(eb < BOUND, "conv2d: db matches finite differences (max rel err %.2g)", eb);
+	free(x), free(W), free(b), free(y), free(R), free(dx), free(dW), free(db), free(col), free(dcol);
+}
+
+/* ---- maxpool2d ---- */
+struct pool_ctx {
+	size_t planes;
+	int h, w, k;
+	float *x, *y;
+	uint8_t *arg;
+};
+
+static void pool_run(void *c)
+{
+	struct pool_ctx *d = c;
+	maxpool2d_forward(d->y, d->arg, d->x, d->planes, d->h, d->w, d->k);
+}
+
+static void test_pool(size_t planes, int h, int w, int k)
+{
+	struct pool_ctx d = {planes, h, w, k, 0, 0, 0};
+	size_t nx = planes * h * w, ny = planes * (h / k) * (w / k);
+	float *x = malloc(nx * 4), *y = malloc(ny * 4), *R = malloc(ny * 4), *dx = malloc(nx * 4);
+	d.x = x, d.y = y, d.arg = malloc(ny);
+	fill_distinct(x, nx);
+	fill(R, ny, -1, 1);
+	pool_run(&d);
+	int good = 1;
+	for (size_t p = 0; p < planes; p++)
+		for (int i = 0; i < h / k; i++)
+			for (int j = 0; j < w / k; j++) {
+				float m = -INFINITY;
+				for (int di = 0; di < k; di++)
+					for (int dj = 0; dj < k; dj++)
+						m = fmaxf(m, x[(p * h + i * k + di) * w + j * k + dj]);
+				good &= y[(p * (h / k) + i) * (w / k) + j] == m;
+			}
+	ok(good, "maxpool2d %dx%d k%d: y is the window maximum", h, w, k);
+	for (size_t i = 0; i < nx; i++)
+		dx[i] = NAN; /* backward must write every element */
+	maxpool2d_backward(dx, R, d.arg, planes, h, w, k);
+	struct probe p = {pool_run, &d, y, R, ny};
+	double ex = check(&p, x, dx, nx);
+	ok(ex < BOUND, "maxpool2d %dx%d k%d: dx matches finite differences (max rel err %.2g)", h, w, k, ex);
+	/* ties: a constant window sends its gradient to its first element only */
+	float cx[16] = {0}, cy[4], cg[4] = {1, 2, 3, 4}, cdx[16];
+	uint8_t carg[4];
+	maxpool2d_forward(cy, carg, cx, 1, 4, 4, 2);
+	maxpool2d_backward(cdx, cg, carg, 1, 4, 4, 2);
+	ok(cdx[0] == 1 && cdx[1] == 0 && cdx[4] == 0 && cdx[5] == 0 && cdx[2] == 2 && cdx[10] == 4,
+	   "maxpool2d: a tie goes to the first element");
+	free(x), free(y), free(R), free(dx), free(d.arg);
+}
+
+/* ---- relu, dropout, dropout2d ---- */
+struct ew_ctx {
+	int kind; /* 0 relu, 1 dropout, 2 dropout2d */
+	size_t n, planes, plane;
+	float p, *x, *y, *mask;
+	uint64_t seed;
+};
+
+static void ew_run(void *c)
+{
+	struct ew_ctx *d = c;
+	struct rng dr;
+	rng_seed(&dr, d->seed, 7); /* the same masks on every call */
+	if (d->kind == 0)
+		relu_forward(d->y, d->x, d->n);
+	else if (d->kind == 1)
+		dropout_forward(d->y, d->mask, d->x, d->n, d->p, &dr);
+	else
+		dropout2d_forward(d->y, d->mask, d->x, d->planes, d->plane, d->p, &dr);
+}
+
+static void test_elementwise(int kind, const char *name)
+{
+	struct ew_ctx d = {kind, 300, 12, 25, 0.4f, 0, 0, 0, 99};
+	float x[300], y[300], R[300], dx[300], mask[300], g[300];
+	d.x = x, d.y = y, d.mask = mask;
+	fill_distinct(x, 300);
+	fill(R, 300, -1, 1);
+	ew_run(&d);
+	if (kind == 0)
+		relu_backward(dx, R, y, 300);
+	else if (kind == 1)
+		dropout_backward(dx, R, mask, 300);
+	else
+		dropout2d_backward(dx, R, mask, 12, 25);
+	struct probe p = {ew_run, &d, y, R, 300};
+	double ex = check(&p, x, dx, 300);
+	ok(ex < BOUND, "%s: dx matches finite differences (max rel err %.2g)", name, ex);
+	memcpy(g, R, sizeof g);
+	if (kind == 0)
+		relu_backward(g, g, y, 300);
+	else if (kind == 1)
+		dropout_backward(g, g, mask, 300);
+	else
+		dropout2d_backward(g, g, mask, 12, 25);
+	ok(!memcmp(g, dx, sizeof g), "%s: backward in place gives the same dx", name);
+}
+
+static void test_dropout_stats(void)
+{
+	size_t n = 100000, zeros = 0, bad = 0;
+	float *x = malloc(n * 4), *y = malloc(n * 4), *mask = malloc(n * 4);
+	for (size_t i = 0; i < n; i++)
+		x[i] = 1;
+	dropout_forward(y, mask, x, n, 0.3f, &r);
+	for (size_t i = 0; i < n; i++) {
+		zeros += y[i] == 0;
+		bad += y[i] != 0 && fabsf(y[i] - 1 / 0.7f) > 1e-6f;
+	}
+	is_near((double)zeros / n, 0.3, 0.01, "dropout: a fraction p of the elements is zeroed");
+	ok(!bad, "dropout: kept elements are scaled by 1/(1-p)");
+	dropout2d_forward(y, mask, x, 1000, 100, 0.5f, &r);
+	bad = zeros = 0;
+	for (size_t q = 0; q < 1000; q++) {
+		zeros += y[q * 100] == 0;
+		for (size_t i = 1; i < 100; i++)
+			bad += y[q * 100 + i] != y[q * 100];
+	}
+	ok(!bad, "dropout2d: a plane is kept or dropped whole");
+	is_near((double)zeros / 1000, 0.5, 0.06, "dropout2d: a fraction p of the planes is zeroed");
+	free(x), free(y), free(mask);
+}
+
+/* ---- flatten ---- */
+static void test_flatten(void)
+{
+	int B = 3, c = 4, hw = 5, good = 1;
+	float x[60], y[60], back[60];
+	for (int i = 0; i < 60; i++)
+		x[i] = (float)i;
+	flatten_forward(y, x, B, c, hw);
+	for (int b = 0; b < B; b++)
+		for (int ch = 0; ch < c; ch++)
+			for (int i = 0; i < hw; i++)
+				good &= y[(b * c + ch) * hw + i] == x[(ch * B + b) * hw + i];
+	ok(good, "flatten: (C,B,HW) → (B,C·HW)");
+	flatten_backward(back, y, B, c, hw);
+	ok(!memcmp(back, x, sizeof x), "flatten: backward is the inverse permutation");
+}
+
+/* ---- log-softmax + NLL ---- */
+struct lsm_ctx {
+	int B, K;
+	float *x, *logp;
+	const uint8_t *label;
+	double loss;
+};
+
+static void lsm_run(void *c)
+{
+	struct lsm_ctx *d = c;
+	d->loss = logsoftmax_nll_forward(d->logp, d->x, d->label, d->B, d->K);
+}
+
+static void test_logsoftmax(void)
+{
+	float x[4 * 6], logp[24], dx[24];
+	uint8_t label[4] = {0, 5, 2, 2};
+	struct lsm_ctx d = {4, 6, x, logp, label, 0};
+	fill(x, 24, -3, 3);
+	x[0] = 80; /* large logits must not overflow */
+	lsm_run(&d);
+	double s = 0;
+	for (int k = 0; k < 6; k++)
+		s += exp(logp[6 + k]);
+	is_near(s, 1.0, 1e-6, "logsoftmax: probabilities sum to 1");
+	is_near(logp[0], 0.0, 1e-6, "logsoftmax: a dominant logit has log-probability 0");
+	logsoftmax_nll_backward(dx, logp, label, 4, 6, 1.0f / 4);
+	/* here L is the mean NLL itself, computed in double */
+	double worst = 0;
+	for (int i = 0; i < 24; i++) {
+		float keep = x[i];
+		x[i] = keep + EPS;
+		lsm_run(&d);
+		double lp = d.loss / 4;
+		x[i] = keep - EPS;
+		lsm_run(&d);
+		double lm = d.loss / 4;
+		x[i] = keep;
+		double e = relerr((lp - lm) / (2.0 * EPS), dx[i]);
+		worst = e > worst ? e : worst;
+	}
+	ok(worst < 1e-2, "logsoftmax+nll: dx matches finite differences of the mean loss (max rel err %.2g)",
+	   worst);
+}
+
+int main(void)
+{
+	bli_thread_set_num_threads(1);
+	rng_seed(&r, 1001, 0);
+	test_dense();
+	test_conv(2, 3, 7, 6, 4, 3, 1, 0);
+	test_conv(3, 2, 9, 8, 3, 3, 2, 1);
+	test_conv(2, 1, 8, 11, 2, 5, 1, 2);
+	test_pool(3, 6, 18, 2); /* four-at-a-time path and a tail */
+	test_pool(2, 5, 11, 2); /* odd height and width */
+	test_pool(2, 7, 9, 3);
+	test_elementwise(0, "relu");
+	test_elementwise(1, "dropout");
+	test_elementwise(2, "dropout2d");
+	test_dropout_stats();
+	test_flatten();
+	test_logsoftmax();
+	return done_testing();
+}
