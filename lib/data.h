@@ -1,0 +1,66 @@
+/* data: image classification datasets in IDX format (the MNIST family, gzip'd or plain), and
+ * the batches training and evaluation read from them: normalised float inputs, sharded across
+ * workers, shuffled per epoch in an order that a resumed run can recompute from (epoch, pos). */
+#ifndef GEM_DATA_H
+#define GEM_DATA_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define DATA_DIR_DEFAULT "/usr/share/datasets"
+
+struct dataset {
+	int n;          /* samples */
+	int rows, cols; /* image shape */
+	int dim;        /* rows * cols */
+	int classes;    /* largest label + 1 */
+	uint8_t *images; /* n × dim pixels, row-major */
+	uint8_t *labels; /* n */
+};
+
+/* Batches of one worker's shard: epoch e visits the shard in an order fixed by (seed, stream,
+ * e). Read epoch and pos (samples of this epoch already returned) to checkpoint; seek back. */
+struct batcher {
+	const struct dataset *d;
+	int batch;
+	uint64_t seed, stream;
+	int shard_i, shard_n;
+	uint32_t *shard; /* this worker's sample indices, in their fixed (unshuffled) order */
+	uint32_t *order; /* the shard shuffled for the current epoch */
+	size_t count;    /* samples in the shard */
+	long epoch;      /* current epoch, from 0 */
+	size_t pos;      /* next sample of the epoch's order */
+	float lut[256];  /* pixel byte → (byte/255 − mean)/std */
+};
+
+/* Find a dataset: a directory path is used as is; a name is looked up as <dir>/<name>/ in each
+ * directory of $GEM_DATA_PATH (colon-separated), then DATA_DIR_DEFAULT/<name>/. Writes the
+ * directory to dir (cap bytes); the error lists every place looked in. */
+int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err);
+/* Read one IDX file (gzip'd or plain) of unsigned bytes: magic must be want_magic (0x803
+ * images, 0x801 labels); dims[0..ndims) gets the sizes, *data (malloc'ed) the payload. */
+int idx_load(const char *path, uint32_t want_magic, uint32_t dims[3], uint8_t **data,
+	     char *err);
+/* Load split "train" or "test" ("t10k") of the dataset in dir: <prefix>-images-idx3-ubyte
+ * and <prefix>-labels-idx1-ubyte, each with or without .gz. */
+int dataset_load(const char *dir, const char *split, struct dataset *out, char *err);
+/* Release the arrays; d can be loaded again. */
+void dataset_free(struct dataset *d);
+/* Mean and standard deviation of all pixels scaled to [0, 1]. */
+void dataset_stats(const struct dataset *d, double *mean, double *std);
+/* Normalised samples for evaluation: sample idx[start+k] (or start+k when idx is NULL) for k
+ * in [0, n) into x (n × dim) and y (n labels; y may be NULL). */
+void dataset_fill(const struct dataset *d, const uint32_t *idx, size_t start, size_t n,
+		  float mean, float std, float *x, uint8_t *y);
+
+/* Worker shard_i of shard_n gets a disjoint, near-equal part of a permutation fixed by seed
+ * (the parts cover the dataset); inputs become (pixel/255 − mean)/std. Starts at epoch 0. */
+int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t seed,
+		 uint64_t stream, int shard_i, int shard_n, float mean, float std, char *err);
+/* Fill up to batch samples into x (batch × dim) and y; return how many. The last batch of an
+ * epoch may be partial; the call after it starts the next epoch. */
+int batcher_next(struct batcher *b, float *x, uint8_t *y);
+/* Continue at sample pos of epoch's order, as a run checkpointed there would. */
+void batcher_seek(struct batcher *b, long epoch, size_t pos);
+/* Release the index arrays. */
+void batcher_free(struct batcher *b);
+#endif

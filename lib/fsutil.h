@@ -1,0 +1,16 @@
+/* fsutil: whole-file reads and crash-safe writes. A file written here is either the old one or
+ * the complete new one, never half of either: data goes to a temporary file in the same
+ * directory, is fsync'ed, renamed over the target, and the directory is fsync'ed. */
+#ifndef GEM_FSUTIL_H
+#define GEM_FSUTIL_H
+#include <stddef.h>
+#include <sys/uio.h>
+
+/* Replace path with len bytes of buf atomically (mode 0644); the temporary goes on failure. */
+int fs_write_atomic(const char *path, const void *buf, size_t len, char *err);
+/* Same with the concatenation of n buffers (a message header and its blobs, unconcatenated). */
+int fs_write_atomicv(const char *path, const struct iovec *iov, int n, char *err);
+/* Read a whole file into *buf (malloc'ed, one extra NUL byte after the data, so text is a C
+ * string); files longer than max bytes are an error. The caller frees *buf. */
+int fs_read_all(const char *path, void **buf, size_t *len, size_t max, char *err);
+#endif

@@ -1,0 +1,231 @@
+/* t2002: IDX files, plain and gzip'd, load right; truncated, corrupt, wrong-magic, garbage,
+ * empty and mismatched files are errors that name the file; datasets are found by name. */
+#include "data.h"
+#include "err.h"
+#include "tap.h"
+
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static char dir[256];
+
+static void be32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16);
+	p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
+}
+
+/* An IDX file in memory: magic, dims, then payload; caller frees. */
+static unsigned char *make_idx(uint32_t magic, int ndims, const uint32_t *dims,
+			       const unsigned char *payload, size_t plen, size_t *len)
+{
+	unsigned char *b = malloc(4 + 4 * (size_t)ndims + plen);
+	be32(b, magic);
+	for (int i = 0; i < ndims; i++)
+		be32(b + 4 + 4 * i, dims[i]);
+	memcpy(b + 4 + 4 * ndims, payload, plen);
+	*len = 4 + 4 * (size_t)ndims + plen;
+	return b;
+}
+
+static const char *put(const char *name, const void *buf, size_t len, int gz)
+{
+	static char path[512];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	if (gz) {
+		gzFile f = gzopen(path, "wb");
+		gzwrite(f, buf, (unsigned)len);
+		gzclose(f);
+	} else {
+		FILE *f = fopen(path, "wb");
+		fwrite(buf, 1, len, f);
+		fclose(f);
+	}
+	return path;
+}
+
+static void *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char *b = malloc(1 << 20);
+	*len = fread(b, 1, 1 << 20, f);
+	fclose(f);
+	return b;
+}
+
+int main(void)
+{
+	enum { N = 50, R = 4, C = 3 };
+	char err[GEM_ERRMAX] = "", path[512], sub[512], found[512];
+	unsigned char pix[N * R * C], lab[N], *img, *lbl, *gz;
+	uint32_t idims[3] = {N, R, C}, ldims[1] = {N}, dims[3];
+	uint8_t *data;
+	size_t ilen, llen, glen;
+	struct dataset d;
+	double mean, std;
+	float x[2 * R * C];
+	uint8_t y[2];
+	uint32_t pick[2] = {7, 3};
+
+	snprintf(dir, sizeof dir, "%s/gem-t2002.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(dir))
+		skip_all("cannot make a temporary directory");
+	for (int i = 0; i < N * R * C; i++)
+		pix[i] = (unsigned char)(i * 37 % 256);
+	for (int i = 0; i < N; i++)
+		lab[i] = (unsigned char)(i % 7);
+	img = make_idx(0x803, 3, idims, pix, sizeof pix, &ilen);
+	lbl = make_idx(0x801, 1, ldims, lab, sizeof lab, &llen);
+
+	/* train gzip'd, test plain */
+	put("train-images-idx3-ubyte.gz", img, ilen, 1);
+	put("train-labels-idx1-ubyte.gz", lbl, llen, 1);
+	put("t10k-images-idx3-ubyte", img, ilen, 0);
+	put("t10k-labels-idx1-ubyte", lbl, llen, 0);
+	ok(dataset_load(dir, "train", &d, err) == 0, "gzip'd train split loads: %s", err);
+	ok(d.n == N && d.rows == R && d.cols == C && d.dim == R * C && d.classes == 7,
+	   "shape %d×%d×%d, %d classes", d.n, d.rows, d.cols, d.classes);
+	ok(d.images && !memcmp(d.images, pix, sizeof pix) && !memcmp(d.labels, lab, sizeof lab),
+	   "pixels and labels as written");
+	dataset_stats(&d, &mean, &std);
+	{
+		double s = 0, s2 = 0;
+		for (int i = 0; i < N * R * C; i++)
+			s += pix[i] / 255.0;
+		s /= N * R * C;
+		for (int i = 0; i < N * R * C; i++)
+			s2 += (pix[i] / 255.0 - s) * (pix[i] / 255.0 - s);
+		is_near(mean, s, 1e-12, "mean");
+		is_near(std, sqrt(s2 / (N * R * C)), 1e-12, "std");
+	}
+	dataset_fill(&d, pick, 0, 2, 0.5f, 0.25f, x, y);
+	ok(y[0] == lab[7] && y[1] == lab[3], "dataset_fill takes labels through idx");
+	is_near(x[R * C + 5], (pix[3 * R * C + 5] / 255.0 - 0.5) / 0.25, 1e-6,
+		"dataset_fill normalises");
+	dataset_fill(&d, NULL, 10, 1, 0.f, 1.f, x, NULL);
+	is_near(x[0], pix[10 * R * C] / 255.0, 1e-7, "dataset_fill over a range, y NULL");
+	dataset_free(&d);
+	ok(dataset_load(dir, "test", &d, err) == 0 && d.n == N && !memcmp(d.images, pix, sizeof pix),
+	   "plain test split loads: %s", err);
+	dataset_free(&d);
+	ok(dataset_load(dir, "valid", &d, err) == GEM_EUSAGE, "unknown split: %s", err);
+
+	/* Bad files, each one an error naming the file. */
+	ok(idx_load(put("a", img, ilen - 7, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:") &&
+		   strstr(err, "truncated") && !data,
+	   "truncated plain: %s", err);
+	ok(idx_load(put("a", img, 10, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:"),
+	   "truncated header: %s", err);
+	ok(idx_load(put("a", img, 0, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:") &&
+		   strstr(err, "empty"),
+	   "empty file: %s", err);
+	ok(idx_load(put("a", lbl, llen, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:") &&
+		   strstr(err, "magic"),
+	   "wrong magic: %s", err);
+	{
+		unsigned char junk[4000];
+		for (size_t i = 0; i < sizeof junk; i++)
+			junk[i] = (unsigned char)(i * 2654435761u >> 13);
+		ok(idx_load(put("a", junk, sizeof junk, 0), 0x803, dims, &data, err) < 0 &&
+			   strstr(err, "/a:"),
+		   "garbage: %s", err);
+		junk[0] = 0x1f, junk[1] = 0x8b; /* gzip magic, then garbage */
+		ok(idx_load(put("a", junk, sizeof junk, 0), 0x803, dims, &data, err) < 0 &&
+			   strstr(err, "/a:"),
+		   "garbage behind a gzip magic: %s", err);
+	}
+	{
+		unsigned char *more = malloc(ilen + 3);
+		memcpy(more, img, ilen);
+		memset(more + ilen, 0, 3);
+		ok(idx_load(put("a", more, ilen + 3, 0), 0x803, dims, &data, err) < 0 &&
+			   strstr(err, "after"),
+		   "trailing data: %s", err);
+		free(more);
+	}
+	{
+		/* A header claiming 2^31-1 images of 32768² is refused or truncated, cheaply. */
+		uint32_t huge[3] = {0x7fffffff, 28, 28};
+		size_t hl;
+		unsigned char *h = make_idx(0x803, 3, huge, pix, sizeof pix, &hl);
+		ok(idx_load(put("a", h, hl, 1), 0x803, dims, &data, err) < 0 &&
+			   strstr(err, "truncated"),
+		   "lying header: %s", err);
+		huge[0] = 0;
+		free(h);
+		h = make_idx(0x803, 3, huge, pix, 0, &hl);
+		ok(idx_load(put("a", h, hl, 0), 0x803, dims, &data, err) < 0, "zero samples: %s",
+		   err);
+		free(h);
+	}
+	/* gzip'd: cut short, and a flipped byte in the middle */
+	put("a", img, ilen, 1);
+	snprintf(path, sizeof path, "%s/a", dir);
+	gz = slurp(path, &glen);
+	ok(idx_load(put("a", gz, glen - 12, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:"),
+	   "truncated gzip: %s", err);
+	ok(idx_load(put("a", gz, glen - 4, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:"),
+	   "gzip without its length trailer: %s", err);
+	gz[glen / 2] ^= 0x55;
+	ok(idx_load(put("a", gz, glen, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:"),
+	   "corrupt gzip: %s", err);
+	gz[glen / 2] ^= 0x55;
+	gz[glen - 6] ^= 1; /* the CRC32 trailer */
+	ok(idx_load(put("a", gz, glen, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:"),
+	   "bad gzip CRC: %s", err);
+	free(gz);
+
+	/* Mismatched counts: 49 labels for 50 images. */
+	free(lbl);
+	ldims[0] = N - 1;
+	lbl = make_idx(0x801, 1, ldims, lab, N - 1, &llen);
+	put("t10k-labels-idx1-ubyte", lbl, llen, 0);
+	ok(dataset_load(dir, "test", &d, err) < 0 && strstr(err, "t10k-labels-idx1-ubyte") &&
+		   strstr(err, "t10k-images-idx3-ubyte") && !d.images,
+	   "count mismatch: %s", err);
+	snprintf(path, sizeof path, "%s/t10k-images-idx3-ubyte", dir);
+	unlink(path);
+	ok(dataset_load(dir, "test", &d, err) < 0 && strstr(err, "t10k-images-idx3-ubyte"),
+	   "missing file: %s", err);
+	put("t10k-images-idx3-ubyte", img, ilen - 1, 0);
+	ok(dataset_load(dir, "test", &d, err) < 0 && strstr(err, "t10k-images-idx3-ubyte"),
+	   "truncated images in a split: %s", err);
+
+	/* Finding datasets */
+	ok(dataset_resolve(dir, found, sizeof found, err) == 0 && !strcmp(found, dir),
+	   "a directory is used as is");
+	snprintf(sub, sizeof sub, "%s/sets/toy", dir);
+	snprintf(path, sizeof path, "%s/sets", dir);
+	mkdir(path, 0755);
+	mkdir(sub, 0755);
+	{
+		char env[1200];
+		snprintf(env, sizeof env, "::%s/nowhere:%s", dir, path);
+		setenv("GEM_DATA_PATH", env, 1);
+	}
+	ok(dataset_resolve("toy", found, sizeof found, err) == 0 && !strcmp(found, sub),
+	   "a name is found in $GEM_DATA_PATH: %s", found);
+	ok(dataset_resolve("toy", found, 8, err) < 0, "too small a buffer is an error");
+	ok(dataset_resolve("nosuchset", found, sizeof found, err) < 0 &&
+		   strstr(err, "nowhere/nosuchset") && strstr(err, "sets/nosuchset") &&
+		   strstr(err, "/usr/share/datasets/nosuchset"),
+	   "not found lists where it looked: %s", err);
+	ok(dataset_resolve("./no/such", found, sizeof found, err) < 0, "a missing path: %s", err);
+	unsetenv("GEM_DATA_PATH");
+	if (access("/usr/share/datasets/fashion-mnist", F_OK) == 0)
+		ok(dataset_resolve("fashion-mnist", found, sizeof found, err) == 0 &&
+			   !strcmp(found, "/usr/share/datasets/fashion-mnist"),
+		   "the system directory is the fallback");
+
+	free(img);
+	free(lbl);
+	{
+		char cmd[600];
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+		if (system(cmd) != 0)
+			diag("could not remove %s", dir);
+	}
+	return done_testing();
+}
