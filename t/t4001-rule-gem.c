@@ -1,0 +1,180 @@
+/* t4001: GEM's server side, worked by hand: π element-wise, the clamps at 0 and π_max, Δθ = 0,
+ * s_w after a commit, momentum over two commits, staleness, per-tensor statistics. */
+#include "err.h"
+#include "rule.h"
+#include "tap.h"
+
+#include <string.h>
+
+static struct layout layout_of(const size_t *sizes, int n)
+{
+	struct layout l;
+	memset(&l, 0, sizeof l);
+	l.ntensors = n;
+	for (int i = 0; i < n; i++) {
+		snprintf(l.t[i].name, sizeof l.t[i].name, "%d.weight", i);
+		l.t[i].ndim = 1;
+		l.t[i].shape[0] = (int)sizes[i];
+		l.t[i].offset = l.total;
+		l.t[i].size = sizes[i];
+		l.total += sizes[i];
+	}
+	return l;
+}
+
+static struct rule *gem_new(const struct layout *l, float momentum)
+{
+	struct rule_config c;
+	struct rule *r = NULL;
+	char err[GEM_ERRMAX];
+	rule_config_default("gem", &c, err);
+	c.momentum = momentum;
+	if (rule_create(&c, l, &r, err) < 0)
+		diag("rule_create: %s", err);
+	return r;
+}
+
+int main(void)
+{
+	size_t sizes[2] = {2, 1}, one[1] = {1};
+	struct layout l = layout_of(sizes, 2), l1 = layout_of(one, 1);
+	struct rule_stats st;
+	struct rule *r;
+	char err[GEM_ERRMAX];
+	uint64_t ver = 0;
+	float theta[3] = {1, 2, 3};
+	float da[3] = {0.5f, -0.25f, 0}, db[3] = {1.0f, 0.125f, -0.5f}, dc[3] = {0.25f, 0.25f, 0.25f};
+
+	r = gem_new(&l, 0.9f);
+	ok(r, "gem rule created");
+	ok(rule_join(r, 0, theta, err) == 0 && rule_join(r, 1, theta, err) == 0, "workers 0 and 1 join");
+
+	/* A (worker 0) commits first: m_A = Δ_A, θ − s_A = 0, so π = |Δ|/(|Δ| + ε) = 1 in float
+	 * where Δ ≠ 0, and π = 0/(0 + ε) = 0 where Δ = 0 (the ε case: no NaN, θ stays). */
+	ok(rule_commit(r, 0, da, 0, theta, &ver, NULL, &st, err) == RULE_APPLIED, "A commits");
+	ok(st.staleness == 0 && ver == 1 && st.version == 1, "A: τ = 0, version 1");
+	ok(theta[0] == 1.5f && theta[1] == 1.75f && theta[2] == 3, "A: θ = θ + Δ_A = (1.5, 1.75, 3)");
+	is_near(st.t[1].pi_mean, 0, 0, "A: π = 0 where Δθ = 0");
+
+	/* B (worker 1) commits at base version 0 (τ = 1). By hand:
+	 *   m_B = 0.9·0 + Δ_B = (1, 0.125, −0.5)
+	 *   |θ − s_B| = |(1.5, 1.75, 3) − (1, 2, 3)| = (0.5, 0.25, 0)
+	 *   π = ((1 − 0.5)/1, (0.125 − 0.25)/0.125, (0.5 − 0)/0.5) = (0.5, −1 → 0, 1)
+	 *   θ = (1.5 + 0.5·1, 1.75 + 0·0.125, 3 + 1·(−0.5)) = (2, 1.75, 2.5)
+	 * Tensor 0 is (π0, π1) = (0.5, 0): median 0.25, mean 0.25, clamped0 1/2, scale 0.5/1.125.
+	 * Tensor 1 is π2 = 1. Overall: median 0.5, mean 0.5, clamped0 1/3, scale 1/1.625. */
+	ok(rule_commit(r, 1, db, 0, theta, &ver, NULL, &st, err) == RULE_APPLIED, "B commits");
+	ok(st.staleness == 1 && ver == 2, "B: τ = 1 (A's commit came between), version 2");
+	is_near(theta[0], 2.0, 1e-6, "B: θ0 moved by π = 0.5");
+	ok(theta[1] == 1.75f, "B: θ1 unchanged, π clamped to 0");
+	is_near(theta[2], 2.5, 1e-6, "B: θ2 moved by π = 1");
+	ok(st.ntensors == 2, "stats for 2 tensors");
+	is_near(st.t[0].pi_median, 0.25, 1e-6, "tensor 0: median of an even count is the mean of the middle two");
+	is_near(st.t[0].pi_mean, 0.25, 1e-6, "tensor 0: mean π");
+	is_near(st.t[0].clamped0, 0.5, 1e-6, "tensor 0: half clamped to 0");
+	is_near(st.t[0].scale, 0.5 / 1.125, 1e-6, "tensor 0: |π⊙Δθ|₁/|Δθ|₁");
+	is_near(st.t[1].pi_median, 1, 1e-6, "tensor 1: median π = 1");
+	is_near(st.all.pi_median, 0.5, 1e-6, "overall median π");
+	is_near(st.all.pi_mean, 0.5, 1e-6, "overall mean π");
+	is_near(st.all.clamped0, 1.0 / 3, 1e-6, "overall fraction clamped to 0");
+	is_near(st.all.clampedmax, 0, 0, "nothing clamped to π_max");
+	is_near(st.all.scale, 1 / 1.625, 1e-6, "overall effective scale");
+
+	/* B again at version 2 (τ = 0): s_B was set to θ by its commit, so |θ − s_B| = 0:
+	 *   m_B = 0.9·(1, 0.125, −0.5) + 0.25 = (1.15, 0.3625, −0.2)
+	 *   π = |m_B|/0.25 = (4.6, 1.45, 0.8)
+	 * (had s_B stayed at θ0, |θ − s_B| = (1, 0.25, 0.5) would give (0.6, 0.45, 0)). */
+	ok(rule_commit(r, 1, dc, 2, theta, &ver, NULL, &st, err) == RULE_APPLIED && st.staleness == 0,
+	   "B commits again, τ = 0");
+	is_near(theta[0], 2.0 + 4.6 * 0.25, 1e-5, "s_w ← θ after B's commit: π0 = 4.6");
+	is_near(theta[1], 1.75 + 1.45 * 0.25, 1e-5, "π1 = 1.45 (momentum of B's unscaled updates)");
+	is_near(theta[2], 2.5 + 0.8 * 0.25, 1e-5, "π2 = 0.8");
+
+	/* A at base 1, version 3: τ = 2 */
+	ok(rule_commit(r, 0, dc, 1, theta, &ver, NULL, &st, err) == RULE_APPLIED && st.staleness == 2,
+	   "A at base 1 after two of B's commits: τ = 2");
+	ok(rule_commit(r, 0, dc, 9, theta, &ver, NULL, &st, err) == GEM_EUSAGE,
+	   "a base version ahead of θ is refused: %s", err);
+	rule_destroy(r);
+
+	/* One worker: GEM is sequential momentum SGD while no clamp acts:
+	 * commit 1: m = 1, π = 1, θ = 1;  commit 2: m = 0.9 + 0.5 = 1.4, π = 1.4/0.5 = 2.8,
+	 * θ = 1 + 2.8·0.5 = 2.4 = 1 + m, as momentum SGD's θ += v. */
+	{
+		float t[1] = {0}, d1[1] = {1}, d2[1] = {0.5f}, d3[1] = {0.01f}, z[1] = {0};
+		ver = 0;
+		r = gem_new(&l1, 0.9f);
+		rule_join(r, 7, t, err);
+		rule_commit(r, 7, d1, 0, t, &ver, NULL, &st, err);
+		is_near(t[0], 1, 1e-6, "single worker: first commit π = 1");
+		rule_commit(r, 7, d2, 1, t, &ver, NULL, &st, err);
+		is_near(st.all.pi_mean, 2.8, 1e-5, "momentum accumulates over two commits: π = 2.8");
+		is_near(t[0], 2.4, 1e-5, "θ = θ + μ·m + Δ as sequential momentum SGD");
+		/* m = 0.9·1.4 + 0.01 = 1.27, π = 127 → π_max = 5 */
+		rule_commit(r, 7, d3, 2, t, &ver, NULL, &st, err);
+		is_near(st.all.pi_mean, 5, 0, "π clamped at π_max = 5");
+		is_near(st.all.clampedmax, 1, 0, "fraction clamped to π_max = 1");
+		is_near(t[0], 2.4 + 0.05, 1e-5, "θ moved by π_max·Δθ");
+		/* Δθ = 0 with m ≠ 0: κ|m|/ε is huge, clamps to π_max, θ += 5·0 */
+		{
+			float before = t[0];
+			rule_commit(r, 7, z, 3, t, &ver, NULL, &st, err);
+			ok(t[0] == before, "Δθ = 0 leaves θ as it was");
+		}
+		ok(isfinite(st.all.pi_mean) && isfinite(st.all.scale), "Δθ = 0: finite statistics");
+		rule_destroy(r);
+	}
+
+	/* ε = 0: Δθ = 0, m = 0, θ = s gives 0/0; π must be 0, not NaN */
+	{
+		struct rule_config c;
+		float t[1] = {1}, z[1] = {0};
+		ver = 0;
+		rule_config_default("gem", &c, err);
+		c.eps = 0;
+		ok(rule_create(&c, &l1, &r, err) == 0, "ε = 0 is allowed");
+		rule_join(r, 0, t, err);
+		rule_commit(r, 0, z, 0, t, &ver, NULL, &st, err);
+		ok(t[0] == 1 && st.all.pi_mean == 0, "ε = 0 and 0/0: π = 0, θ unchanged");
+		rule_destroy(r);
+	}
+
+	/* rule_sent: a pull resets s_w. Worker 0 and 1 join at 0; worker 1 moves θ to 1; worker 0
+	 * pulls; its commit then sees |θ − s_0| = 0 and π = 1. Without the pull π = (1−1)/1 = 0. */
+	{
+		float t[1] = {0}, d[1] = {1};
+		ver = 0;
+		r = gem_new(&l1, 0.9f);
+		rule_join(r, 0, t, err);
+		rule_join(r, 1, t, err);
+		rule_commit(r, 1, d, 0, t, &ver, NULL, &st, err);
+		rule_sent(r, 0, t);
+		rule_commit(r, 0, d, 1, t, &ver, NULL, &st, err);
+		is_near(st.all.pi_mean, 1, 1e-6, "after rule_sent, s_w is the θ pulled");
+		rule_destroy(r);
+	}
+
+	/* tensor_stats off: no medians, the cheap statistics stay */
+	{
+		struct rule_config c;
+		float t[3] = {1, 2, 3};
+		ver = 0;
+		rule_config_default("gem", &c, err);
+		c.tensor_stats = 0;
+		rule_create(&c, &l, &r, err);
+		rule_join(r, 0, t, err);
+		st.t[0].pi_median = 42;
+		rule_commit(r, 0, db, 0, t, &ver, NULL, &st, err);
+		ok(st.t[0].pi_median == 0 && st.all.pi_median == 0, "tensor_stats off: no medians");
+		is_near(st.all.pi_mean, 1, 1e-6, "tensor_stats off: mean π still there (first commit: π = 1)");
+		ok(rule_commit(r, 3, db, 0, t, &ver, NULL, &st, err) == GEM_EUSAGE,
+		   "a worker that never joined is refused: %s", err);
+		ok(rule_join(r, 0, t, err) == GEM_EUSAGE, "joining twice is refused: %s", err);
+		ok(rule_leave(r, 0, t, &ver, NULL, err) == 0 &&
+			   rule_commit(r, 0, db, 1, t, &ver, NULL, &st, err) == GEM_EUSAGE,
+		   "a worker that left is refused");
+		ok(rule_join(r, 0, t, err) == 0, "and may join again");
+		rule_destroy(r);
+	}
+	return done_testing();
+}
