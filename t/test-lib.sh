@@ -33,7 +33,9 @@ test_bg() { test_bg_pids="$test_bg_pids $1"; }
 
 test_expect_success() {
 	test_count=$((test_count + 1))
-	if ( set -e; eval "$2" ) >"$TRASH/.out" 2>&1; then
+	# evaluated in this shell (as git's test-lib does), so a test can set variables and
+	# start servers that later tests use and wait for; chain commands with &&.
+	if eval "$2" >"$TRASH/.out" 2>&1; then
 		echo "ok $test_count - $1"
 	else
 		test_failures=$((test_failures + 1))
@@ -72,6 +74,52 @@ wait_for_file() {
 		[ $i -gt $((${2:-20} * 10)) ] && return 1
 		sleep 0.1
 	done
+}
+
+# make_tiny_data DIR: a small learnable IDX dataset (class = the bright quarter of an 8x8
+# image; 2000 training and 500 test samples) and tiny.json, a 64-16-4 model for it.
+make_tiny_data() {
+	python3 - "$1" <<'PY'
+import gzip, random, struct, sys, os
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+random.seed(7)
+def write(split, n):
+    imgs, labs = bytearray(), bytearray()
+    for _ in range(n):
+        c = random.randrange(4); px = bytearray(64)
+        for r in range(8):
+            for q in range(8):
+                inq = (r // 4) * 2 + (q // 4) == c
+                px[r * 8 + q] = random.randrange(150, 256) if inq else random.randrange(0, 100)
+        imgs += px; labs.append(c)
+    with gzip.open(f"{d}/{split}-images-idx3-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 8, 8) + imgs)
+    with open(f"{d}/{split}-labels-idx1-ubyte", "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + labs)
+write("train", 2000); write("t10k", 500)
+PY
+	cat >tiny.json <<'JSON'
+{"name":"tiny","input":[64],"classes":4,"layers":[
+ {"type":"dense","out":16},{"type":"relu"},{"type":"dense","out":4},{"type":"logsoftmax"}]}
+JSON
+}
+
+# start_server RUNDIR [gem-serve options]: start gem-serve on a free port; sets URL and
+# SERVER_PID; the server is killed when the test exits.
+start_server() {
+	_dir=$1; shift
+	rm -f "$_dir/server.url"
+	gem-serve --listen 127.0.0.1:0 "$@" "$_dir" >"$_dir/serve.out" 2>"$_dir/serve.err" &
+	SERVER_PID=$!
+	test_bg $SERVER_PID
+	wait_for_file "$_dir/server.url" 20 || { cat "$_dir/serve.err"; return 1; }
+	URL=$(cat "$_dir/server.url")
+}
+
+# stop_server: POST /v1/stop and wait for the server to exit; its status is returned.
+stop_server() {
+	curl -s -X POST ${TOKEN:+-H "Authorization: Bearer $TOKEN"} "$URL/v1/stop" >/dev/null
+	wait $SERVER_PID
 }
 
 test_done() {

@@ -1,0 +1,290 @@
+/* gem-init: make a run directory: model, data, rule, hyper-parameters, initial θ. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "data.h"
+#include "err.h"
+#include "log.h"
+#include "model.h"
+#include "rule.h"
+#include "run.h"
+
+static const char usage_line[] = "usage: gem-init [options] RUNDIR";
+
+static void usage(FILE *f)
+{
+	fprintf(f, "%s\n", usage_line);
+	fputs("Make a training run: model, data, update rule, hyper-parameters, initial parameters.\n"
+	      "\n"
+	      "  -m, --model NAME|FILE   model spec (share/gem/models/NAME.json); default cnn\n"
+	      "  -d, --data NAME|DIR     IDX dataset; default fashion-mnist\n"
+	      "  -r, --rule NAME         update rule for gem-serve: gem downpour dynsgd easgd dcasgd sync;\n"
+	      "                          default gem\n"
+	      "      --lr X              learning rate η; default 0.05\n"
+	      "      --momentum X        momentum μ; default 0.9\n"
+	      "      --nesterov          Nesterov momentum (local training)\n"
+	      "      --weight-decay X    L2 weight decay; default 0\n"
+	      "  -b, --batch N           minibatch size; default 64\n"
+	      "  -e, --epochs N          budget: epochs per worker; default 1\n"
+	      "  -s, --seed N            seed of initialisation and data order; default 1\n"
+	      "      --kappa X           gem: κ; default 1\n"
+	      "      --pi-max X          gem: π_max; default 5\n"
+	      "      --eps X             gem: ε; default 1e-12\n"
+	      "      --window N          downpour, easgd: λ local steps per commit; default 1\n"
+	      "      --alpha X           easgd: α; default 0.9/workers\n"
+	      "      --lambda-dc X       dcasgd: λ; default 0.04\n"
+	      "  -n, --workers N         workers the rule expects (sync, easgd); default 1\n"
+	      "  -f, --force             overwrite an existing run\n"
+	      "  -q, --quiet             print nothing on success\n"
+	      "  -h, --help              show this help\n"
+	      "  -V, --version           show the version\n",
+	      f);
+}
+
+static void bad_usage(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "gem-init: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n%s\n", usage_line);
+	exit(EXIT_USAGE);
+}
+
+enum { O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_WINDOW, O_ALPHA, O_LDC };
+
+static const struct option longopts[] = {
+	{"model", required_argument, 0, 'm'},   {"data", required_argument, 0, 'd'},
+	{"rule", required_argument, 0, 'r'},    {"lr", required_argument, 0, O_LR},
+	{"momentum", required_argument, 0, O_MOM}, {"nesterov", no_argument, 0, O_NEST},
+	{"weight-decay", required_argument, 0, O_WD}, {"batch", required_argument, 0, 'b'},
+	{"epochs", required_argument, 0, 'e'},  {"seed", required_argument, 0, 's'},
+	{"kappa", required_argument, 0, O_KAPPA}, {"pi-max", required_argument, 0, O_PIMAX},
+	{"eps", required_argument, 0, O_EPS},   {"window", required_argument, 0, O_WINDOW},
+	{"alpha", required_argument, 0, O_ALPHA}, {"lambda-dc", required_argument, 0, O_LDC},
+	{"workers", required_argument, 0, 'n'}, {"force", no_argument, 0, 'f'},
+	{"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
+	{"version", no_argument, 0, 'V'},       {0, 0, 0, 0},
+};
+
+/* A model argument is a file when it names one, else share/gem/models/NAME.json. */
+static int resolve_model(const char *arg, char *path, size_t cap, char *err)
+{
+	char rel[300];
+	FILE *f = fopen(arg, "r");
+	if (f) {
+		fclose(f);
+		snprintf(path, cap, "%s", arg);
+		return 0;
+	}
+	if (strchr(arg, '/') || strlen(arg) > 200)
+		return gem_errf(err, GEM_EUSAGE, "model file %s: cannot be read", arg);
+	snprintf(rel, sizeof rel, "models/%s.json", arg);
+	if (cli_share_path(rel, path, cap))
+		return gem_errf(err, GEM_EUSAGE,
+				"unknown model \"%s\" (no file of that name, no share/gem/%s)", arg, rel);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *model_arg = "cnn", *data_arg = "fashion-mnist", *rule_name = "gem";
+	char err[GEM_ERRMAX], model_path[4096], data_dir[4096], base[300];
+	struct run_train tr = {.batch = 64, .epochs = 1, .seed = 1};
+	double lr = 0.05, momentum = 0.9, wd = 0;
+	struct rule_config rc;
+	/* rule options are applied after --rule is known, in the order given */
+	struct { int opt; const char *arg; } ruleopts[32];
+	int nruleopts = 0, force = 0, quiet = 0, c, rc_create, nsamples;
+	long v;
+	json_t *spec = NULL, *runjson, *rulejson;
+	struct model *m = NULL;
+	struct dataset ds;
+	struct run run;
+	struct run_progress prog = {0};
+	double mean, std;
+	time_t now;
+	char created[32];
+
+	log_init("gem-init");
+	while ((c = getopt_long(argc, argv, "m:d:r:b:e:s:n:fqhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'm': model_arg = optarg; break;
+		case 'd': data_arg = optarg; break;
+		case 'r': rule_name = optarg; break;
+		case O_LR:
+			if (cli_double(optarg, 1e-12, 1e6, &lr))
+				bad_usage("--lr: not a positive number: %s", optarg);
+			break;
+		case O_MOM:
+			if (cli_double(optarg, 0, 0.999999, &momentum))
+				bad_usage("--momentum: not in [0, 1): %s", optarg);
+			break;
+		case O_NEST: tr.nesterov = 1; break;
+		case O_WD:
+			if (cli_double(optarg, 0, 1e6, &wd))
+				bad_usage("--weight-decay: not a number >= 0: %s", optarg);
+			break;
+		case 'b':
+			if (cli_long(optarg, 1, 1 << 16, &v))
+				bad_usage("--batch: not an integer in [1, 65536]: %s", optarg);
+			tr.batch = (int)v;
+			break;
+		case 'e':
+			if (cli_long(optarg, 1, 1 << 20, &v))
+				bad_usage("--epochs: not a positive integer: %s", optarg);
+			tr.epochs = (int)v;
+			break;
+		case 's':
+			if (cli_u64(optarg, &tr.seed))
+				bad_usage("--seed: not an unsigned integer: %s", optarg);
+			break;
+		case O_KAPPA: case O_PIMAX: case O_EPS: case O_WINDOW: case O_ALPHA: case O_LDC: case 'n':
+			if (nruleopts == (int)(sizeof ruleopts / sizeof *ruleopts))
+				bad_usage("too many rule options%s", "");
+			ruleopts[nruleopts].opt = c;
+			ruleopts[nruleopts++].arg = optarg;
+			break;
+		case 'f': force = 1; break;
+		case 'q': quiet = 1; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': cli_print_version("gem-init"); return 0;
+		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
+		}
+	}
+	if (optind != argc - 1) {
+		fprintf(stderr, "gem-init: %s\n%s\n", optind == argc ? "no RUNDIR given" : "too many arguments",
+			usage_line);
+		return EXIT_USAGE;
+	}
+	if (rule_config_default(rule_name, &rc, err) < 0) {
+		fprintf(stderr, "gem-init: --rule: %s\n", err);
+		return EXIT_USAGE;
+	}
+	tr.lr = (float)lr;
+	tr.momentum = (float)momentum;
+	tr.weight_decay = (float)wd;
+	rc.lr = tr.lr;
+	rc.momentum = tr.momentum;
+	for (int i = 0; i < nruleopts; i++) {
+		const char *a = ruleopts[i].arg;
+		switch (ruleopts[i].opt) {
+		case O_KAPPA:
+			if (cli_float(a, 0, 1e6, &rc.kappa)) bad_usage("--kappa: not a number >= 0: %s", a);
+			break;
+		case O_PIMAX:
+			if (cli_float(a, 0, 1e6, &rc.pi_max)) bad_usage("--pi-max: not a number >= 0: %s", a);
+			break;
+		case O_EPS:
+			if (cli_float(a, 0, 1, &rc.eps)) bad_usage("--eps: not in [0, 1]: %s", a);
+			break;
+		case O_WINDOW:
+			if (cli_long(a, 1, 1 << 20, &v)) bad_usage("--window: not a positive integer: %s", a);
+			rc.window = (int)v;
+			break;
+		case O_ALPHA:
+			if (cli_float(a, 0, 1, &rc.alpha)) bad_usage("--alpha: not in [0, 1]: %s", a);
+			break;
+		case O_LDC:
+			if (cli_float(a, 0, 1e6, &rc.lambda_dc)) bad_usage("--lambda-dc: not a number >= 0: %s", a);
+			break;
+		case 'n':
+			if (cli_long(a, 1, 4096, &v)) bad_usage("--workers: not an integer in [1, 4096]: %s", a);
+			rc.nworkers = (int)v;
+			break;
+		}
+	}
+
+	if (rule_config_check(&rc, err) < 0) {
+		fprintf(stderr, "gem-init: %s\n", err);
+		return EXIT_USAGE;
+	}
+	rulejson = rule_config_to_json(&rc);
+	for (int i = 0; i < nruleopts && rulejson; i++) {
+		const struct option *lo = longopts;
+		const char *key;
+		while (lo->name && lo->val != ruleopts[i].opt)
+			lo++;
+		key = ruleopts[i].opt == 'n' ? "nworkers" : !strcmp(lo->name, "pi-max") ? "pi_max"
+			: !strcmp(lo->name, "lambda-dc") ? "lambda_dc" : lo->name;
+		if (!json_object_get(rulejson, key)) {
+			fprintf(stderr, "gem-init: --%s: rule %s does not use it\n%s\n", lo->name, rc.name,
+				usage_line);
+			return EXIT_USAGE;
+		}
+	}
+	cli_blas_init();
+	if (resolve_model(model_arg, model_path, sizeof model_path, err) < 0 ||
+	    model_from_file(model_path, &spec, &m, err) < 0) {
+		fprintf(stderr, "gem-init: %s\n", err);
+		return EXIT_USAGE;
+	}
+	if (dataset_resolve(data_arg, data_dir, sizeof data_dir, err) < 0) {
+		fprintf(stderr, "gem-init: %s\n", err);
+		return EXIT_USAGE;
+	}
+	if (dataset_load(data_dir, "train", &ds, err) < 0) {
+		fprintf(stderr, "gem-init: %s\n", err);
+		return EXIT_JOB;
+	}
+	if ((size_t)ds.dim != model_input_size(m) || ds.classes > model_classes(m)) {
+		fprintf(stderr, "gem-init: the data (%d values, %d classes per sample) does not fit the "
+				"model %s (%zu inputs, %d classes)\n",
+			ds.dim, ds.classes, model_path, model_input_size(m), model_classes(m));
+		return EXIT_USAGE;
+	}
+	dataset_stats(&ds, &mean, &std);
+	nsamples = ds.n;
+	dataset_free(&ds);
+
+	/* the model's name: the name given, or the file's base name without .json */
+	{
+		const char *b = strrchr(model_arg, '/');
+		snprintf(base, sizeof base, "%s", b ? b + 1 : model_arg);
+		char *dot = strrchr(base, '.');
+		if (dot && !strcmp(dot, ".json"))
+			*dot = 0;
+	}
+	now = time(NULL);
+	strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+	if (!rulejson) {
+		fprintf(stderr, "gem-init: out of memory\n");
+		return EXIT_JOB;
+	}
+	runjson = json_pack("{s:i, s:s, s:s, s:O, s:{s:s, s:s, s:f, s:f}, s:{s:f, s:f, s:b, s:f, s:i, s:i, s:I},"
+			    " s:o, s:I}",
+			    "gem_run", RUN_FORMAT, "created", created, "model_name", base, "model", spec,
+			    "data", "name", data_arg, "dir", data_dir, "mean", (double)mean, "std", (double)std,
+			    "train", "lr", lr, "momentum", momentum, "nesterov",
+			    tr.nesterov, "weight_decay", wd, "batch", tr.batch,
+			    "epochs", tr.epochs, "seed", (json_int_t)tr.seed, "rule", rulejson, "nparams",
+			    (json_int_t)model_nparams(m));
+	if (!runjson) {
+		fprintf(stderr, "gem-init: cannot build run.json\n");
+		return EXIT_JOB;
+	}
+	if ((rc_create = run_create(argv[optind], runjson, force, err)) < 0) {
+		fprintf(stderr, "gem-init: %s\n", err);
+		return rc_create == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	}
+	if (run_open(argv[optind], &run, err) < 0) {
+		fprintf(stderr, "gem-init: %s\n", err);
+		return EXIT_JOB;
+	}
+	model_init_params(m, tr.seed);
+	if (run_params_save(&run, model_params(m), model_nparams(m), &prog, err) < 0) {
+		fprintf(stderr, "gem-init: %s\n", err);
+		return EXIT_JOB;
+	}
+	if (!quiet)
+		printf("%s: model %s (%zu parameters), data %s (%d samples, mean %.4f, std %.4f), rule %s\n",
+		       run.dir, base, model_nparams(m), data_dir, nsamples, (double)mean, (double)std, rc.name);
+	run_close(&run);
+	json_decref(runjson);
+	json_decref(spec);
+	model_free(m);
+	return 0;
+}

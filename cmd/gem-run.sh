@@ -1,0 +1,147 @@
+#!/bin/bash
+# gem-run: make a run, serve it, train it with N workers, evaluate it, stop the server.
+# Killing gem-run (Ctrl-C) stops everything it started.
+set -u
+
+usage_line="usage: gem-run -n N [--hosts FILE] [--resume] [gem-init options] RUNDIR"
+usage() {
+	cat <<USAGE
+$usage_line
+Make a run with gem-init, start gem-serve on a free port, start N gem-work workers
+(locally, or over ssh on the hosts of --hosts), wait for them, evaluate the result with
+gem-eval, stop the server and print gem-eval's TSV.
+
+  -n, --workers N     number of workers; default 4
+      --hosts FILE    start the workers over ssh: one "host [slots]" per line; the server
+                      listens on this host's name (--public) and the hosts must reach it
+      --listen H:P    where gem-serve listens; default 127.0.0.1:0 (with --hosts: 0.0.0.0:0)
+      --resume        continue the run in RUNDIR instead of making a new one
+      --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2
+  -q, --quiet         no progress
+  -h, --help          show this help
+  -V, --version       show the version
+Every other option goes to gem-init (see gem-init --help); --workers N is passed on too.
+USAGE
+}
+
+die_usage() { echo "gem-run: $*" >&2; echo "$usage_line" >&2; exit 2; }
+
+workers=4 hosts= listen= resume=0 quiet=0 initopts=() workopts=() rundir=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; shift ;;
+	--workers=*) workers=${1#*=} ;;
+	--hosts) [ $# -ge 2 ] || die_usage "$1 needs a value"; hosts=$2; shift ;;
+	--hosts=*) hosts=${1#*=} ;;
+	--listen) [ $# -ge 2 ] || die_usage "$1 needs a value"; listen=$2; shift ;;
+	--listen=*) listen=${1#*=} ;;
+	--resume) resume=1 ;;
+	--work-opt) [ $# -ge 2 ] || die_usage "$1 needs a value"; workopts+=("$2"); shift ;;
+	--work-opt=*) workopts+=("${1#*=}") ;;
+	-q|--quiet) quiet=1 ;;
+	-h|--help) usage; exit 0 ;;
+	-V|--version) echo "gem-run @GEM_VERSION@"; exit 0 ;;
+	--) shift; break ;;
+	-*)
+		# a gem-init option, with its value when it takes one
+		case "$1" in
+		--nesterov|--force|-f) initopts+=("$1") ;;
+		--*=*) initopts+=("$1") ;;
+		*) [ $# -ge 2 ] || die_usage "$1 needs a value"; initopts+=("$1" "$2"); shift ;;
+		esac ;;
+	*) [ -z "$rundir" ] || die_usage "more than one RUNDIR"; rundir=$1 ;;
+	esac
+	shift
+done
+[ $# -eq 0 ] || { [ -z "$rundir" ] && [ $# -eq 1 ] && rundir=$1; } || die_usage "unexpected arguments: $*"
+[ -n "$rundir" ] || die_usage "no RUNDIR given"
+case "$workers" in ''|*[!0-9]*|0) die_usage "-n: not a positive integer: $workers" ;; esac
+
+bindir=$(cd "$(dirname "$0")" && pwd)
+PATH="$bindir:$PATH"
+
+# The hosts, one entry per worker slot; with --hosts, N defaults to the slots in the file.
+slots=()
+if [ -n "$hosts" ]; then
+	[ -r "$hosts" ] || die_usage "--hosts: cannot read $hosts"
+	while read -r h n _; do
+		case "$h" in ''|'#'*) continue ;; esac
+		for ((i = 0; i < ${n:-1}; i++)); do slots+=("$h"); done
+	done <"$hosts"
+	[ ${#slots[@]} -gt 0 ] || die_usage "--hosts: no hosts in $hosts"
+	[ -n "$listen" ] || listen=0.0.0.0:0
+fi
+[ -n "$listen" ] || listen=127.0.0.1:0
+
+pids=() server=
+cleanup() {
+	trap - INT TERM EXIT
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+	[ -n "$server" ] && kill "$server" 2>/dev/null
+	wait 2>/dev/null
+}
+trap 'echo "gem-run: interrupted; stopping" >&2; cleanup; exit 130' INT TERM
+trap cleanup EXIT
+
+if [ $resume = 0 ]; then
+	gem-init -q --workers "$workers" "${initopts[@]}" "$rundir" || exit $?
+elif [ ${#initopts[@]} -gt 0 ]; then
+	die_usage "--resume takes no gem-init options"
+fi
+
+public=()
+case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
+rm -f "$rundir/server.url"
+gem-serve --listen "$listen" "${public[@]}" "$rundir" >/dev/null 2>"$rundir/serve.err" &
+server=$!
+for ((i = 0; i < 300; i++)); do
+	[ -s "$rundir/server.url" ] && break
+	kill -0 "$server" 2>/dev/null || { cat "$rundir/serve.err" >&2; echo "gem-run: gem-serve failed" >&2; exit 1; }
+	sleep 0.1
+done
+[ -s "$rundir/server.url" ] || { echo "gem-run: gem-serve did not start" >&2; exit 1; }
+url=$(cat "$rundir/server.url")
+if [ -n "$hosts" ]; then
+	# workers on other hosts reach the server by this host's name
+	url="http://$(hostname -f 2>/dev/null || hostname):${url##*:}"
+fi
+
+[ $quiet = 1 ] || echo "gem-run: $rundir served at $url; starting $workers workers" >&2
+for ((i = 0; i < workers; i++)); do
+	if [ ${#slots[@]} -gt 0 ]; then
+		h=${slots[$((i % ${#slots[@]}))]}
+		ssh -o BatchMode=yes "$h" gem-work -q --server "$url" "${workopts[@]}" \
+			>"$rundir/worker-$i.log" 2>&1 &
+	else
+		gem-work -q --server "$url" "${workopts[@]}" >"$rundir/worker-$i.log" 2>&1 &
+	fi
+	pids+=($!)
+done
+
+# Progress: the server's version, once a second, while the workers run.
+if [ $quiet = 0 ] && [ -t 2 ] && command -v curl >/dev/null; then
+	(
+		start=$(date +%s)
+		while sleep 1; do
+			v=$(curl -s --max-time 1 "${url}/v1/health" | sed -n 's/.*"version": *\([0-9]*\).*/\1/p')
+			[ -n "$v" ] || break
+			printf '\rgem-run: version %s, %d s   ' "$v" $(($(date +%s) - start)) >&2
+		done
+	) &
+	progress=$!
+fi
+
+failed=0
+for i in "${!pids[@]}"; do
+	wait "${pids[$i]}" || { failed=$((failed + 1)); echo "gem-run: worker $i failed:" >&2; tail -3 "$rundir/worker-$i.log" >&2; }
+done
+pids=()
+# every worker has left: the server stops by itself and writes its final checkpoint
+for ((i = 0; i < 100; i++)); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
+kill "$server" 2>/dev/null
+wait "$server"
+server=
+[ -n "${progress:-}" ] && { kill "$progress" 2>/dev/null; wait "$progress" 2>/dev/null; echo >&2; }
+gem-eval "$rundir" || exit 1
+[ $failed = 0 ] || { echo "gem-run: $failed of $workers workers failed" >&2; exit 1; }
+exit 0

@@ -1,0 +1,146 @@
+/* gem-serve: the parameter server of a gem run, over HTTP. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "err.h"
+#include "fsutil.h"
+#include "httpd.h"
+#include "log.h"
+#include "serve.h"
+
+static const char usage_line[] = "usage: gem-serve [options] RUNDIR";
+
+static void usage(FILE *f)
+{
+	fprintf(f, "%s\n", usage_line);
+	fputs("Serve a run's parameters to asynchronous workers and apply their commits with the\n"
+	      "run's update rule. Prints the base URL on stdout and writes it to RUNDIR/server.url.\n"
+	      "\n"
+	      "  -l, --listen HOST:PORT      address to listen on; port 0 picks a free port;\n"
+	      "                              default 127.0.0.1:7470\n"
+	      "      --public                allow listening on a non-loopback address\n"
+	      "      --token-file FILE       require this bearer token on mutating requests\n"
+	      "      --checkpoint-every SEC  save θ and the rule's state this often; 0: only at\n"
+	      "                              the end; default 60\n"
+	      "      --max-updates N         stop after N central updates in all; default: no limit\n"
+	      "      --keep-running          don't stop when every worker has finished\n"
+	      "      --codec NAME            codec of parameter replies: raw, zlib, zlib+shuffle;\n"
+	      "                              default: the codec of the worker's commit\n"
+	      "  -h, --help                  show this help\n"
+	      "  -V, --version               show the version\n",
+	      f);
+}
+
+enum { O_PUBLIC = 256, O_TOKEN, O_CKPT, O_MAXUPD, O_KEEP, O_CODEC };
+
+static const struct option longopts[] = {
+	{"listen", required_argument, 0, 'l'},         {"public", no_argument, 0, O_PUBLIC},
+	{"token-file", required_argument, 0, O_TOKEN}, {"checkpoint-every", required_argument, 0, O_CKPT},
+	{"max-updates", required_argument, 0, O_MAXUPD}, {"keep-running", no_argument, 0, O_KEEP},
+	{"codec", required_argument, 0, O_CODEC},      {"help", no_argument, 0, 'h'},
+	{"version", no_argument, 0, 'V'},              {0, 0, 0, 0},
+};
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig)
+{
+	got_signal = sig;
+}
+
+static void bad_usage(const char *msg, const char *arg)
+{
+	fprintf(stderr, "gem-serve: %s%s\n%s\n", msg, arg ? arg : "", usage_line);
+	exit(EXIT_USAGE);
+}
+
+/* HOST:PORT, [V6]:PORT or :PORT */
+static void parse_listen(const char *arg, char *host, size_t cap, int *port)
+{
+	const char *colon = strrchr(arg, ':');
+	long p;
+	size_t hl;
+	if (!colon || cli_long(colon + 1, 0, 65535, &p))
+		bad_usage("--listen: want HOST:PORT: ", arg);
+	hl = (size_t)(colon - arg);
+	if (hl >= 2 && arg[0] == '[' && arg[hl - 1] == ']') {
+		arg++;
+		hl -= 2;
+	}
+	if (hl >= cap)
+		bad_usage("--listen: host too long: ", arg);
+	if (hl == 0)
+		snprintf(host, cap, "127.0.0.1");
+	else
+		snprintf(host, cap, "%.*s", (int)hl, arg);
+	*port = (int)p;
+}
+
+int main(int argc, char **argv)
+{
+	struct serve_opts o = {.host = "127.0.0.1", .port = 7470, .checkpoint_every = 60};
+	char host[256], err[GEM_ERRMAX];
+	const char *token_file = NULL, *why;
+	struct server *s;
+	char *token = NULL;
+	int c, rc;
+
+	log_init("gem-serve");
+	while ((c = getopt_long(argc, argv, "l:hV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'l':
+			parse_listen(optarg, host, sizeof host, &o.port);
+			o.host = host;
+			break;
+		case O_PUBLIC: o.allow_public = 1; break;
+		case O_TOKEN: token_file = optarg; break;
+		case O_CKPT:
+			if (cli_double(optarg, 0, 1e9, &o.checkpoint_every))
+				bad_usage("--checkpoint-every: not a number of seconds: ", optarg);
+			break;
+		case O_MAXUPD:
+			if (cli_u64(optarg, &o.max_updates))
+				bad_usage("--max-updates: not an unsigned integer: ", optarg);
+			break;
+		case O_KEEP: o.keep_running = 1; break;
+		case O_CODEC: o.codec = optarg; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': cli_print_version("gem-serve"); return 0;
+		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
+		}
+	}
+	if (optind != argc - 1)
+		bad_usage(optind == argc ? "no RUNDIR given" : "too many arguments", NULL);
+	if (!o.allow_public && !httpd_is_loopback(o.host))
+		bad_usage("refusing to listen on a non-loopback address without --public: ", o.host);
+	if (token_file) {
+		if (cli_read_token(token_file, &token, err) < 0) {
+			fprintf(stderr, "gem-serve: %s\n", err);
+			return EXIT_USAGE;
+		}
+		o.token = token;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	if ((rc = serve_open(argv[optind], &o, &s, err)) < 0) {
+		fprintf(stderr, "gem-serve: %s\n", err);
+		free(token);
+		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	}
+	printf("%s\n", serve_url(s));
+	fflush(stdout);
+	log_info("serving %s at %s", argv[optind], serve_url(s));
+	why = serve_wait(s, &got_signal);
+	log_info("stopping: %s", why);
+	rc = serve_close(s, why, err);
+	free(token);
+	if (rc < 0) {
+		fprintf(stderr, "gem-serve: final checkpoint failed: %s\n", err);
+		return EXIT_JOB;
+	}
+	return 0;
+}

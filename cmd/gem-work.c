@@ -1,0 +1,278 @@
+/* gem-work: a worker. With --local RUNDIR it trains in this process with sequential momentum
+ * SGD (GEM's proxy); with --server URL it trains against a gem-serve parameter server. */
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "data.h"
+#include "err.h"
+#include "log.h"
+#include "model.h"
+#include "optim.h"
+#include "rng.h"
+#include "run.h"
+#include "work.h"
+
+static const char usage_line[] =
+	"usage: gem-work (--local RUNDIR | --server URL) [--epochs E | --steps S] [options]";
+
+static void usage(FILE *f)
+{
+	fprintf(f, "%s\n", usage_line);
+	fputs("Train a model: alone (--local), or as one worker of a gem-serve run (--server).\n"
+	      "\n"
+	      "  -l, --local RUNDIR        train in this process with sequential momentum SGD\n"
+	      "  -S, --server URL          join the parameter server at URL (see gem-serve)\n"
+	      "  -e, --epochs E            train E epochs (default: the run's budget)\n"
+	      "  -t, --steps S             train S steps (minibatches)\n"
+	      "      --shard I/N           see only part I of N of the training set (0 <= I < N)\n"
+	      "      --worker-id ID        rejoin under an earlier worker id (--server)\n"
+	      "      --token-file FILE     send the bearer token in FILE (--server)\n"
+	      "      --retry-for SEC       keep retrying an unreachable server this long; default 60\n"
+	      "      --checkpoint-every SEC  save the parameters this often (--local); default 60\n"
+	      "      --slowdown F          make each step F times slower (fault injection); default 1\n"
+	      "  -q, --quiet               no progress line, no summary\n"
+	      "  -h, --help                show this help\n"
+	      "  -V, --version             show the version\n",
+	      f);
+}
+
+static void bad_usage(const char *msg, const char *arg)
+{
+	fprintf(stderr, "gem-work: %s%s\n%s\n", msg, arg ? arg : "", usage_line);
+	exit(EXIT_USAGE);
+}
+
+enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW };
+
+static const struct option longopts[] = {
+	{"local", required_argument, 0, 'l'},       {"server", required_argument, 0, 'S'},
+	{"epochs", required_argument, 0, 'e'},      {"steps", required_argument, 0, 't'},
+	{"shard", required_argument, 0, O_SHARD},   {"worker-id", required_argument, 0, O_WID},
+	{"token-file", required_argument, 0, O_TOKEN}, {"retry-for", required_argument, 0, O_RETRY},
+	{"checkpoint-every", required_argument, 0, O_CKPT}, {"slowdown", required_argument, 0, O_SLOW},
+	{"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
+	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},
+};
+
+static volatile sig_atomic_t stop_signal;
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+static int parse_shard(const char *s, int *i, int *n)
+{
+	char tail;
+	return sscanf(s, "%d/%d%c", i, n, &tail) == 2 && *n >= 1 && *i >= 0 && *i < *n ? 0 : -1;
+}
+
+/* Local training: sequential momentum SGD on RUNDIR, resuming where its params file stands. */
+static int train_local(const char *dir, const struct work_opts *o)
+{
+	char err[GEM_ERRMAX];
+	struct run run;
+	struct model *m = NULL;
+	struct dataset ds;
+	struct batcher b;
+	struct sgd opt;
+	struct rng drop;
+	struct run_progress p;
+	FILE *log = NULL;
+	float *x, loss = 0;
+	uint8_t *y;
+	uint64_t steps_done = 0, target_samples, start_samples;
+	double t0, last_ckpt, last_progress = 0;
+	int rc = EXIT_JOB, tty = isatty(2) && !o->quiet;
+
+	if (run_open(dir, &run, err) < 0) {
+		fprintf(stderr, "gem-work: %s\n", err);
+		return EXIT_USAGE;
+	}
+	if (run_lock(&run, err) < 0 || model_from_json(run.model, &m, err) < 0 ||
+	    model_reserve(m, run.train.batch, err) < 0 ||
+	    run_params_load(&run, NULL, model_params(m), model_nparams(m), &p, err) < 0 ||
+	    dataset_load(run.data_dir, "train", &ds, err) < 0) {
+		fprintf(stderr, "gem-work: %s\n", err);
+		goto out_run;
+	}
+	if (batcher_init(&b, &ds, run.train.batch, run.train.seed, 0, o->shard_i, o->shard_n, run.mean,
+			 run.std, err) < 0 ||
+	    sgd_init(&opt, model_nparams(m), run.train.lr, run.train.momentum, run.train.weight_decay,
+		     run.train.nesterov, err) < 0 ||
+	    run_log_open(&run, &log, err) < 0) {
+		fprintf(stderr, "gem-work: %s\n", err);
+		goto out_data;
+	}
+	/* Each epoch consumes exactly the shard once, so samples seen give the position. */
+	batcher_seek(&b, p.samples / b.count, p.samples % b.count);
+	start_samples = p.samples;
+	if (o->steps)
+		target_samples = UINT64_MAX;
+	else if (o->epochs)
+		target_samples = p.samples + (uint64_t)o->epochs * b.count;
+	else
+		target_samples = (uint64_t)run.train.epochs * b.count;
+	if (p.samples >= target_samples) {
+		if (!o->quiet)
+			fprintf(stderr, "gem-work: %s: the run's budget of %d epochs is spent already "
+					"(use --epochs to train more)\n",
+				dir, run.train.epochs);
+		rc = 0;
+		goto out_opt;
+	}
+	rng_seed(&drop, run.train.seed, 0x64726f70ULL + p.version);
+	x = malloc(sizeof *x * (size_t)run.train.batch * model_input_size(m));
+	y = malloc((size_t)run.train.batch);
+	if (!x || !y) {
+		fprintf(stderr, "gem-work: out of memory\n");
+		free(x);
+		free(y);
+		goto out_opt;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	t0 = last_ckpt = cli_now();
+	rc = 0;
+	while (!stop_signal && p.samples < target_samples && (!o->steps || steps_done < o->steps)) {
+		double step_start = cli_now();
+		int n = batcher_next(&b, x, y);
+		loss = model_train_step(m, x, y, n, &drop);
+		if (!isfinite(loss)) {
+			fprintf(stderr, "gem-work: training diverged at update %llu (loss %g); the "
+					"parameters stay at the last checkpoint\n",
+				(unsigned long long)p.version + 1, (double)loss);
+			rc = EXIT_JOB;
+			break;
+		}
+		sgd_step(&opt, model_params(m), model_grads(m));
+		p.version++;
+		p.samples += (uint64_t)n;
+		steps_done++;
+		double now = cli_now();
+		fprintf(log,
+			"{\"time\":%.3f,\"elapsed\":%.3f,\"version\":%llu,\"worker\":0,\"tau\":0,"
+			"\"loss\":%.6g,\"samples\":%llu}\n",
+			cli_wall(), p.elapsed + (now - t0), (unsigned long long)p.version, (double)loss,
+			(unsigned long long)p.samples);
+		if (o->slowdown > 1)
+			work_slowdown(now - step_start, o->slowdown);
+		if (tty && now - last_progress > 0.25) {
+			fprintf(stderr, "\rgem-work: update %llu  epoch %.2f  loss %.4f  %.0f samples/s   ",
+				(unsigned long long)p.version, (double)p.samples / (double)b.count,
+				(double)loss, (double)(p.samples - start_samples) / (now - t0));
+			last_progress = now;
+		}
+		if (o->checkpoint_every > 0 && now - last_ckpt >= o->checkpoint_every) {
+			struct run_progress cp = p;
+			cp.elapsed += now - t0;
+			fflush(log);
+			if (run_params_save(&run, model_params(m), model_nparams(m), &cp, err) < 0)
+				log_warn("checkpoint failed: %s", err);
+			last_ckpt = now;
+		}
+	}
+	if (tty)
+		fputc('\n', stderr);
+	if (rc == 0) {
+		double secs = cli_now() - t0;
+		p.elapsed += secs;
+		fflush(log);
+		if (run_params_save(&run, model_params(m), model_nparams(m), &p, err) < 0) {
+			fprintf(stderr, "gem-work: %s\n", err);
+			rc = EXIT_JOB;
+		} else if (!o->quiet) {
+			fprintf(stderr, "gem-work: %llu updates, %llu samples in %.1f s (%.0f samples/s), "
+					"last loss %.4f\n",
+				(unsigned long long)steps_done,
+				(unsigned long long)(p.samples - start_samples), secs,
+				(double)(p.samples - start_samples) / secs, (double)loss);
+		}
+		if (stop_signal && rc == 0) {
+			fprintf(stderr, "gem-work: interrupted; parameters saved at update %llu\n",
+				(unsigned long long)p.version);
+			rc = 128 + stop_signal;
+		}
+	}
+	free(x);
+	free(y);
+out_opt:
+	sgd_free(&opt);
+	if (log)
+		fclose(log);
+	batcher_free(&b);
+out_data:
+	dataset_free(&ds);
+out_run:
+	model_free(m);
+	run_close(&run);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct work_opts o = {.shard_i = 0, .shard_n = 1, .retry_for = 60, .checkpoint_every = 60,
+			      .slowdown = 1, .worker_id = -1};
+	const char *local = NULL, *server = NULL;
+	int c;
+	long v;
+
+	log_init("gem-work");
+	while ((c = getopt_long(argc, argv, "l:S:e:t:qhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'l': local = optarg; break;
+		case 'S': server = optarg; break;
+		case 'e':
+			if (cli_long(optarg, 1, 1 << 20, &v))
+				bad_usage("--epochs: not a positive integer: ", optarg);
+			o.epochs = (int)v;
+			break;
+		case 't':
+			if (cli_u64(optarg, &o.steps) || o.steps == 0)
+				bad_usage("--steps: not a positive integer: ", optarg);
+			break;
+		case O_SHARD:
+			if (parse_shard(optarg, &o.shard_i, &o.shard_n))
+				bad_usage("--shard: want I/N with 0 <= I < N: ", optarg);
+			o.shard_set = 1;
+			break;
+		case O_WID:
+			if (cli_long(optarg, 0, 1 << 20, &v))
+				bad_usage("--worker-id: not an integer >= 0: ", optarg);
+			o.worker_id = (int)v;
+			break;
+		case O_TOKEN: o.token_file = optarg; break;
+		case O_RETRY:
+			if (cli_double(optarg, 0, 1e7, &o.retry_for))
+				bad_usage("--retry-for: not a number of seconds: ", optarg);
+			break;
+		case O_CKPT:
+			if (cli_double(optarg, 0, 1e7, &o.checkpoint_every))
+				bad_usage("--checkpoint-every: not a number of seconds: ", optarg);
+			break;
+		case O_SLOW:
+			if (cli_double(optarg, 1, 1e4, &o.slowdown))
+				bad_usage("--slowdown: not a number >= 1: ", optarg);
+			break;
+		case 'q': o.quiet = 1; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': cli_print_version("gem-work"); return 0;
+		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
+		}
+	}
+	if (optind != argc)
+		bad_usage("unexpected argument: ", argv[optind]);
+	if (!local == !server)
+		bad_usage("give exactly one of --local RUNDIR and --server URL", NULL);
+	if (o.epochs && o.steps)
+		bad_usage("give --epochs or --steps, not both", NULL);
+	cli_blas_init();
+	if (local)
+		return train_local(local, &o);
+	return work_serve(server, &o);
+}

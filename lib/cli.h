@@ -1,0 +1,34 @@
+/* cli: what every gem program needs around its getopt_long loop: strict number parsing, where
+ * the shared files (model specs, scripts) are, one BLIS thread, and a monotonic clock. The
+ * functions return 0 or -1; the program decides what to print and how to exit. */
+#ifndef GEM_CLI_H
+#define GEM_CLI_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit statuses of every program: success, failure of the job, bad usage. */
+enum { EXIT_JOB = 1, EXIT_USAGE = 2 };
+
+/* Parse a whole string as a number within [min, max]; trailing junk, NaN, overflow → -1. */
+int cli_double(const char *s, double min, double max, double *out);
+int cli_float(const char *s, double min, double max, float *out);
+int cli_long(const char *s, long min, long max, long *out);
+int cli_u64(const char *s, uint64_t *out);
+
+/* Find share/gem/<rel>: $GEM_SHARE_DIR, then ../share/gem beside the executable (a build
+ * tree), then the installed GEM_SHARE. Writes the path into out; -1 if none exists. */
+int cli_share_path(const char *rel, char *out, size_t cap);
+
+/* One BLIS thread per process: parallelism comes from processes (DESIGN.md §3). */
+void cli_blas_init(void);
+
+/* Seconds from a monotonic clock, and wall-clock seconds since the epoch. */
+double cli_now(void);
+double cli_wall(void);
+
+/* Read a bearer token: the first line of FILE, without its newline; empty is an error. */
+int cli_read_token(const char *file, char **token, char *err);
+
+/* Print "PROG VERSION" on stdout, as --version does. */
+void cli_print_version(const char *prog);
+#endif

@@ -1,0 +1,67 @@
+/* run: one training run's directory. RUNDIR/run.json (model spec, data, rule, hyper-parameters,
+ * seed), RUNDIR/params.gem (θ as a message: JSON line + blob, written atomically), RUNDIR/log.jsonl
+ * (one JSON object per central update), RUNDIR/server.url while a server runs, RUNDIR/.lock. */
+#ifndef GEM_RUN_H
+#define GEM_RUN_H
+#include <jansson.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rule.h"
+
+#define RUN_FORMAT 1
+
+/* The hyper-parameters of local training, as recorded in run.json "train". */
+struct run_train {
+	float lr, momentum, weight_decay;
+	int nesterov;
+	int batch;
+	int epochs; /* the run's budget: epochs per worker */
+	uint64_t seed;
+};
+
+struct run {
+	char dir[PATH_MAX];
+	json_t *json;        /* run.json, owned */
+	json_t *model;       /* the model spec, borrowed from json */
+	char model_name[64];
+	char data_name[256];
+	char data_dir[PATH_MAX]; /* resolved on open: the recorded dir, else the name again */
+	float mean, std;         /* normalisation, from the training set at init */
+	struct run_train train;
+	struct rule_config rule;
+	int lock_fd;
+};
+
+/* Where θ's state stands: what a params file records beside θ. */
+struct run_progress {
+	uint64_t version; /* central updates applied */
+	uint64_t samples; /* training samples consumed by those updates */
+	double elapsed;   /* training seconds, accumulated over every session */
+};
+
+/* Create RUNDIR (or reuse an empty one) and write run.json atomically. An existing run is
+ * refused (GEM_EUSAGE) unless force. */
+int run_create(const char *dir, json_t *runjson, int force, char *err);
+/* Read and check RUNDIR/run.json; every missing or ill-typed field is named. */
+int run_open(const char *dir, struct run *r, char *err);
+/* A run described by json (taken over: run_close releases it), with no directory: a worker's
+ * copy from the server's GET /v1/run. */
+int run_from_json(json_t *json, struct run *r, char *err);
+void run_close(struct run *r);
+/* Path of a file in the run: RUNDIR/name. */
+int run_file(const struct run *r, const char *name, char *out, size_t cap);
+/* Take RUNDIR/.lock exclusively (no other trainer or server on this run); -1 if held. */
+int run_lock(struct run *r, char *err);
+
+/* θ to RUNDIR/params.gem atomically, with its progress. */
+int run_params_save(const struct run *r, const float *theta, size_t n, const struct run_progress *p,
+		    char *err);
+/* θ from a params file (RUNDIR/params.gem when path is NULL); n must match. */
+int run_params_load(const struct run *r, const char *path, float *theta, size_t n,
+		    struct run_progress *p, char *err);
+
+/* Append-only log.jsonl; lines are written whole, flushed by run_log_flush and at close. */
+int run_log_open(const struct run *r, FILE **out, char *err);
+#endif

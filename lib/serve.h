@@ -1,0 +1,35 @@
+/* serve: the parameter server behind gem-serve. It holds θ and the rule, applies the workers'
+ * commits one at a time in arrival order (FIFO), logs every central update, checkpoints θ and
+ * the rule's state atomically, and answers the HTTP protocol of gem-protocol(7). */
+#ifndef GEM_SERVE_H
+#define GEM_SERVE_H
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct serve_opts {
+	const char *host;        /* default 127.0.0.1 */
+	int port;                /* 0: any free port */
+	int allow_public;        /* bind a non-loopback address */
+	const char *token;       /* bearer token for mutating requests, NULL for none */
+	double checkpoint_every; /* seconds between checkpoints; 0: only on stop */
+	uint64_t max_updates;    /* stop after this many central updates in all; 0: no limit */
+	int keep_running;        /* don't stop when every worker has finished and left */
+	size_t max_body;         /* request body cap in bytes; 0: from the model size */
+	const char *codec;       /* codec of parameter replies; NULL: the one the worker used */
+};
+
+struct server;
+
+/* Open RUNDIR (locked), resume θ and the rule's state from its checkpoint, start listening,
+ * write RUNDIR/server.url. */
+int serve_open(const char *rundir, const struct serve_opts *o, struct server **out, char *err);
+/* The base URL clients use: http://HOST:PORT */
+const char *serve_url(const struct server *s);
+/* Block until the run should stop: *sigflag set (a signal), POST /v1/stop, --max-updates
+ * reached, or every worker done. Returns a static string saying why. */
+const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag);
+/* Stop serving, checkpoint, flush and close the log, remove server.url, free everything.
+ * Returns 0, or a negative code if the final checkpoint failed. */
+int serve_close(struct server *s, const char *reason, char *err);
+#endif

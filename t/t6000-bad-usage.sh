@@ -1,0 +1,64 @@
+#!/bin/bash
+# t6000: bad usage and bad input give a clear message and the documented exit status, and
+# nothing already saved is touched.
+. "$GEM_SRC/t/test-lib.sh"
+
+cat >tiny.json <<'JSON'
+{"name":"tiny","input":[784],"classes":10,"layers":[{"type":"dense","out":10},{"type":"logsoftmax"}]}
+JSON
+
+for prog in gem-init gem-work gem-eval; do
+	test_expect_success "$prog --help and --version" "
+		$prog --help | grep -q '^usage: $prog' && $prog --version | grep -q '^$prog [0-9]'
+	"
+	test_expect_code 2 "$prog with an unknown option exits 2" "$prog --no-such-option"
+done
+
+test_expect_code 2 'gem-init without RUNDIR' 'gem-init'
+test_expect_code 2 'gem-init with a bad --lr' 'gem-init --lr abc run'
+test_expect_code 2 'gem-init with a negative --batch' 'gem-init --batch -3 run'
+test_expect_code 2 'gem-init with an unknown rule' 'gem-init --rule nosuch run 2>err; rc=$?; grep -q nosuch err; exit $rc'
+test_expect_code 2 'gem-init with an unknown model' 'gem-init --model nosuch run'
+test_expect_code 2 'gem-init with an unknown dataset names where it looked' '
+	GEM_DATA_PATH=/nonexistent gem-init --model tiny.json --data nosuchdata run 2>err; rc=$?
+	grep -q nosuchdata err && grep -q /nonexistent err; exit $rc'
+
+test_expect_code 2 'a model spec with an unknown layer names it' '
+	echo "{\"name\":\"x\",\"input\":[784],\"classes\":10,\"layers\":[{\"type\":\"conv3d\"}]}" >bad.json
+	gem-init --model bad.json run 2>err; rc=$?; grep -q "layers\[0\]" err && grep -q conv3d err; exit $rc'
+
+test_expect_code 2 'a model spec with a missing field names it' '
+	echo "{\"name\":\"x\",\"input\":[784],\"classes\":10,\"layers\":[{\"type\":\"dense\"}]}" >bad2.json
+	gem-init --model bad2.json run 2>err; rc=$?; grep -q "layers\[0\].out" err; exit $rc'
+
+test_expect_code 2 'a model spec that is not JSON' '
+	echo "{ not json" >bad3.json; gem-init --model bad3.json run 2>err; rc=$?; grep -q bad3.json err; exit $rc'
+
+test_expect_code 2 'gem-work needs --local or --server' 'gem-work'
+test_expect_code 2 'gem-work with both --epochs and --steps' 'gem-work --local x --epochs 1 --steps 3'
+test_expect_code 2 'gem-work --local on a directory that is not a run' 'mkdir -p empty && gem-work --local empty'
+test_expect_code 2 'gem-eval on a directory that is not a run' 'mkdir -p empty && gem-eval empty'
+
+test_expect_success 'a corrupt params file is refused and left as it is' '
+	test_have_dataset=1
+	mkdir -p d && python3 -c "
+import struct,gzip
+open(\"d/train-images-idx3-ubyte\",\"wb\").write(struct.pack(\">IIII\",0x803,10,28,28)+bytes(range(256))*30+bytes(160))
+open(\"d/train-labels-idx1-ubyte\",\"wb\").write(struct.pack(\">II\",0x801,10)+bytes(10))
+open(\"d/t10k-images-idx3-ubyte\",\"wb\").write(struct.pack(\">IIII\",0x803,10,28,28)+bytes(range(256))*30+bytes(160))
+open(\"d/t10k-labels-idx1-ubyte\",\"wb\").write(struct.pack(\">II\",0x801,10)+bytes(10))" &&
+	gem-init -q --model tiny.json --data d run &&
+	size=$(wc -c <run/params.gem) &&
+	printf "\xff" | dd of=run/params.gem bs=1 seek=$((size - 10)) conv=notrunc 2>/dev/null &&
+	cp run/params.gem before &&
+	! gem-work -q --local run --steps 1 2>err && grep -q params.gem err &&
+	! gem-eval run 2>err2 && grep -q params.gem err2 &&
+	cmp before run/params.gem
+'
+
+test_expect_success 'a truncated dataset file is an error naming the file' '
+	gem-init -q --model tiny.json --data d --force run &&
+	head -c 1000 d/t10k-images-idx3-ubyte >d/t && mv d/t d/t10k-images-idx3-ubyte &&
+	! gem-eval run 2>err && grep -q t10k-images err
+'
+test_done
