@@ -1,0 +1,254 @@
+#!/bin/bash
+# t5100: gem-plot-data turns a run's log.jsonl into gnuplot data and scripts: every view on a
+# small log worked by hand, several runs side by side, malformed lines, bad usage.
+. "$GEM_SRC/t/test-lib.sh"
+
+# Run A (rule gem): five good updates by workers 1 and 2 among events and two bad lines.
+#   version worker tau loss samples elapsed  pi.mean
+#   1       1      0   4    32      10.0     1 2 3
+#   2       2      1   2    64      10.5     3 4 5
+#   3       1      1   6    96      10.9     5 6 7
+#   4       2      2   null 128     11.2     7 8 9
+#   5       1      1   3    160     12.6     9 10 11
+mkdir -p runA runB
+cat >runA/run.json <<'JSON'
+{"rule": {"name": "gem"}, "model_name": "tiny"}
+JSON
+cat >runA/log.jsonl <<'LOG'
+{"event":"start","time":100,"rule":"gem","model":"tiny","tensors":["0.weight","0.bias","2.weight"],"version":0}
+{"event":"join","time":100,"worker":1,"version":0}
+{"time":101,"elapsed":10.0,"version":1,"worker":1,"tau":0,"loss":4,"samples":32,"pi":{"median":[0,0.5,1],"mean":[1,2,3],"zero":[0.5,0.5,0.5],"scale":[0.1,0.2,0.3]},"scale":0.5}
+{"time":101,"elapsed":10.5,"version":2,"worker":2,"tau":1,"loss":2,"samples":64,"pi":{"median":[0,0.5,1],"mean":[3,4,5],"zero":[0.5,0.5,0.5],"scale":[0.1,0.2,0.3]},"scale":0.5}
+this line is not JSON
+{"time":101,"elapsed":10.9,"version":3,"worker":1,"tau":1,"loss":6,"samples":96,"pi":{"median":[0,0.5,1],"mean":[5,6,7],"zero":[0.5,0.5,0.5],"scale":[0.1,0.2,0.3]},"scale":0.5}
+{"time":101,"elapsed":11.2,"version":4,"worker":2,"tau":"two","loss":6,"samples":128}
+{"event":"somethingnew","time":101}
+{"time":101,"elapsed":11.2,"version":4,"worker":2,"tau":2,"loss":null,"samples":128,"pi":{"median":[0,0.5,1],"mean":[7,8,9],"zero":[0.5,0.5,0.5],"scale":[0.1,0.2,0.3]},"scale":0.5}
+{"time":101,"elapsed":12.6,"version":5,"worker":1,"tau":1,"loss":3,"samples":160,"pi":{"median":[0,0.5,1],"mean":[9,10,11],"zero":[0.5,0.5,0.5],"scale":[0.1,0.2,0.3]},"scale":0.5}
+{"event":"stop","time":102,"version":5,"reason":"done"}
+LOG
+
+# Run B (rule downpour, no pi): three workers, one update each.
+cat >runB/run.json <<'JSON'
+{"rule": {"name": "downpour", "window": 1}, "model_name": "tiny"}
+JSON
+cat >runB/log.jsonl <<'LOG'
+{"event":"start","time":100,"rule":"downpour","model":"tiny","tensors":["0.weight"],"version":0}
+{"time":101,"elapsed":1.0,"version":1,"worker":0,"tau":0,"loss":1.5,"samples":10,"scale":1}
+{"time":101,"elapsed":1.2,"version":2,"worker":1,"tau":1,"loss":1.0,"samples":20}
+{"time":101,"elapsed":1.4,"version":3,"worker":2,"tau":2,"loss":0.5,"samples":30}
+LOG
+
+# data FILE: FILE without its comment lines.
+data() { grep -v '^#' "$1"; }
+
+test_expect_success 'loss: per update, null loss left out, moving average over --smooth' '
+	gem-plot-data --smooth 2 loss runA/log.jsonl >out 2>err &&
+	grep -q "^# run: gem, 2 workers$" out &&
+	grep -q "^# version	samples	loss	loss_avg2$" out &&
+	printf "1\t32\t4\t4\n2\t64\t2\t3\n3\t96\t6\t4\n5\t160\t3\t4.5\n" >want &&
+	data out >got && diff want got
+'
+
+test_expect_success 'loss: the default window is 50 (a running mean here)' '
+	gem-plot-data loss runA >out 2>/dev/null && data out | cut -f4 >got &&
+	printf "4\n3\n4\n3.75\n" >want && diff want got
+'
+
+test_expect_success 'loss --by worker: one block per worker, per worker-step' '
+	gem-plot-data -s 2 --by worker loss runA >out 2>/dev/null &&
+	grep -q "^# worker 1$" out && grep -q "^# worker 2$" out &&
+	grep -q "^# step	version	loss	loss_avg2$" out &&
+	printf "1\t1\t4\t4\n2\t3\t6\t5\n3\t5\t3\t4.5\n\n\n1\t2\t2\t2\n" >want &&
+	data out >got && diff want got
+'
+
+test_expect_success 'staleness: tau, count, fraction' '
+	gem-plot-data staleness runA >out 2>/dev/null &&
+	grep -q "^# tau	count	fraction$" out &&
+	printf "0\t1\t0.2\n1\t3\t0.6\n2\t1\t0.2\n" >want && data out >got && diff want got
+'
+
+test_expect_success 'throughput: updates/s and samples/s over windows after the first update' '
+	gem-plot-data throughput runA >out 2>/dev/null &&
+	grep -q "^# time	updates_per_s	samples_per_s$" out &&
+	printf "1\t2\t64\n2\t1\t32\n3\t1\t32\n" >want && data out >got && diff want got &&
+	gem-plot-data --window 2 throughput runA >out 2>/dev/null &&
+	printf "2\t1.5\t48\n4\t0.5\t16\n" >want && data out >got && diff want got
+'
+
+test_expect_success 'workers: commits, samples, mean and max tau, mean loss' '
+	gem-plot-data workers runA >out 2>/dev/null &&
+	grep -q "^# worker	commits	samples	mean_tau	max_tau	mean_loss$" out &&
+	printf "1\t3\t96\t0.6667\t1\t4.33333\n2\t2\t64\t1.5000\t2\t2\n" >want &&
+	data out >got && diff want got
+'
+
+test_expect_success 'pi: a matrix nonuniform of the chosen statistic, binned, tensors named' '
+	gem-plot-data --stat mean --bins 2 pi runA >out 2>/dev/null &&
+	grep -q "^# tensor 0: 0.weight$" out && grep -q "^# tensor 2: 2.weight$" out &&
+	printf "2\t1.5\t4\n0\t2\t7\n1\t3\t8\n2\t4\t9\n" >want && data out >got && diff want got &&
+	gem-plot-data pi runA >out 2>/dev/null &&
+	data out | head -2 >got && printf "5\t1\t2\t3\t4\t5\n0\t0\t0\t0\t0\t0\n" >want && diff want got
+'
+
+test_expect_code 1 'pi on a log without pi says so and exits 1' '
+	gem-plot-data pi runB 2>err; rc=$?; cat err; grep -q "rule gem" err; exit $rc'
+
+test_expect_success 'malformed lines are reported with file and line number, and skipped' '
+	gem-plot-data loss runA/log.jsonl >out 2>err &&
+	grep -q "runA/log.jsonl:5: not JSON, skipped" err &&
+	grep -q "runA/log.jsonl:7: .*tau.* skipped" err &&
+	test $(wc -l <err) = 2
+'
+
+test_expect_success 'lines of every kind of wrong: never a crash, good lines kept' '
+	{
+		echo "{\"event\":\"start\",\"time\":1,\"tensors\":[\"a\",\"b\",\"c\"]}"
+		echo "{\"time\":1,\"elapsed\":1,\"version\":1,\"worker\":0,\"tau\":0,\"loss\":1,\"samples\":8}"
+		echo "[1,2,3]"
+		echo "42"
+		echo "{\"version\":2}"
+		echo "{\"time\":1,\"elapsed\":\"x\",\"version\":2,\"worker\":0,\"tau\":0,\"loss\":1,\"samples\":16}"
+		echo "{\"time\":1,\"elapsed\":2,\"version\":2,\"worker\":0,\"tau\":0,\"loss\":\"a\",\"samples\":16}"
+		echo "{\"time\":1,\"elapsed\":2,\"version\":2,\"worker\":0,\"tau\":5,\"loss\":1,\"samples\":16}"
+		echo "{\"time\":1,\"elapsed\":2,\"version\":-2,\"worker\":0,\"tau\":0,\"loss\":1,\"samples\":16}"
+		echo "{\"time\":1,\"elapsed\":2,\"version\":2,\"worker\":0,\"tau\":0,\"loss\":1,\"samples\":16,\"pi\":3}"
+		echo "{\"time\":1,\"elapsed\":2,\"version\":2,\"worker\":0,\"tau\":0,\"loss\":1,\"samples\":16,\"pi\":{\"median\":[1,2]}}"
+		echo "{\"time\":1,\"elapsed\":2,\"version\":2,\"worker\":0,\"tau\":0,\"loss\":1,\"samples\":16,\"pi\":{\"median\":[1,\"x\",3]}}"
+		echo "{\"event\":3}"
+		echo "{\"time\":1,\"elapsed\":3,\"version\":3,\"worker\":0,\"tau\":0,\"loss\":0.5,\"samples\":24,\"pi\":{\"median\":[1,2,3]}}"
+		printf "{\"time\":1,\"elapsed\":4,\"version\""
+	} >bad.jsonl &&
+	gem-plot-data staleness bad.jsonl >out 2>err &&
+	printf "0\t5\t1\n" >want && data out >got && diff want got &&
+	for n in 3 4 5 6 7 8 9 15; do grep -q "bad.jsonl:$n: " err || { echo "line $n"; exit 1; }; done &&
+	test $(wc -l <err) = 8 &&
+	gem-plot-data pi bad.jsonl >out 2>err &&
+	for n in 10 11 12; do grep -q "bad.jsonl:$n: .*pi" err || { echo "line $n"; exit 1; }; done &&
+	data out >got && printf "1\t3\n0\t1\n1\t2\n2\t3\n" >want && diff want got
+'
+
+test_expect_success 'pi: a start event naming too few tensors gives way to the pi arrays' '
+	{
+		echo "{\"event\":\"start\",\"time\":1,\"tensors\":[\"a\",\"b\"]}"
+		echo "{\"time\":1,\"elapsed\":1,\"version\":1,\"worker\":0,\"tau\":0,\"loss\":1,\"samples\":8,\"pi\":{\"median\":[1,2,3]}}"
+	} >cut.jsonl &&
+	gem-plot-data pi cut.jsonl >out 2>err && grep -q "cut.jsonl:2: 3 pi values" err &&
+	grep -q "^# tensor 1: b$" out && grep -q "^# tensor 2: tensor2$" out &&
+	data out >got && printf "1\t1\n0\t1\n1\t2\n2\t3\n" >want && diff want got
+'
+
+test_expect_success 'a flood of bad lines is counted, not each shown' '
+	for i in $(seq 100); do echo "garbage $i"; done >flood.jsonl &&
+	cat runB/log.jsonl >>flood.jsonl &&
+	gem-plot-data loss flood.jsonl >out 2>err &&
+	test $(grep -c "not JSON" err) = 20 && grep -q "100 malformed lines" err
+'
+
+test_expect_code 1 'a log with no update lines: a clear message, exit 1' '
+	mkdir -p empty && grep event runA/log.jsonl >empty/log.jsonl &&
+	gem-plot-data loss empty 2>err; rc=$?; grep -q "no update lines" err; exit $rc'
+
+test_expect_code 1 'an empty log from stdin: exit 1' 'gem-plot-data loss </dev/null'
+test_expect_code 1 'a missing log: exit 1, named' '
+	gem-plot-data loss nosuch/log.jsonl 2>err; rc=$?; grep -q nosuch err; exit $rc'
+
+test_expect_success 'the log on stdin, and - for stdin' '
+	gem-plot-data workers <runB/log.jsonl >out1 &&
+	gem-plot-data workers - <runB/log.jsonl >out2 && diff out1 out2 &&
+	grep -q "^# run: stdin$" out1 && test $(data out1 | wc -l) = 3
+'
+
+test_expect_success 'two runs: one block each, labelled by rule and workers' '
+	gem-plot-data workers runA runB/log.jsonl >out 2>/dev/null &&
+	grep -q "^# run: gem, 2 workers$" out && grep -q "^# run: downpour, 3 workers$" out &&
+	awk "/^\$/{e++} END{exit e != 2}" out
+'
+
+test_expect_success 'a run without run.json is labelled by its file; equal labels get the path' '
+	cp runB/log.jsonl plain.jsonl &&
+	gem-plot-data loss plain.jsonl >out && grep -q "^# run: plain.jsonl$" out &&
+	mkdir -p runC && cp runB/* runC/ &&
+	gem-plot-data loss runB runC >out &&
+	grep -q "^# run: downpour, 3 workers (runB/log.jsonl)$" out &&
+	grep -q "^# run: downpour, 3 workers (runC/log.jsonl)$" out
+'
+
+test_expect_success '--gnuplot: a script with the data inline and a series per run' '
+	gem-plot-data --gnuplot loss runA runB >s.gp 2>/dev/null &&
+	grep -q "^\$data << EOD$" s.gp && grep -q "^EOD$" s.gp && grep -q "^plot " s.gp &&
+	grep -q "title .gem, 2 workers." s.gp && grep -q "title .downpour, 3 workers." s.gp &&
+	grep -q "set terminal pngcairo" s.gp
+'
+
+for view in loss pi staleness throughput workers; do
+	test_expect_success "--gnuplot --term dumb $view runs in gnuplot" "
+		gem-plot-data --term dumb $view runA >s.gp 2>/dev/null && gnuplot s.gp >plot.txt 2>gperr &&
+		! grep -i error gperr && grep -q '+---' plot.txt
+	"
+done
+
+test_expect_success '--gnuplot --term dumb loss --by worker, two runs' '
+	gem-plot-data -t dumb --by worker loss runA runB 2>/dev/null | gnuplot >plot.txt 2>gperr &&
+	! grep -i error gperr && grep -q "downpour, 3 workers: worker 2" plot.txt
+'
+
+test_expect_success '--gnuplot png makes a PNG, on stdout or with --output' '
+	gem-plot-data --gnuplot --stat mean pi runA 2>/dev/null | gnuplot >pi.png &&
+	test "$(head -c 8 pi.png | od -An -tx1 | tr -d " \n")" = 89504e470d0a1a0a &&
+	gem-plot-data --output "it'"'"'s.png" staleness runA runB 2>/dev/null | gnuplot &&
+	test "$(head -c 4 "it'"'"'s.png" | od -An -tx1 | tr -d " \n")" = 89504e47
+'
+
+test_expect_success '--term svg makes an SVG' '
+	gem-plot-data -t svg throughput runA runB 2>/dev/null | gnuplot >t.svg && grep -q "<svg" t.svg
+'
+
+test_expect_success 'share/gem/plot: loss.gp and pi.gp plot gem-plot-data files' '
+	gem-plot-data loss runA runB >loss.dat 2>/dev/null &&
+	gnuplot -c "$GEM_SRC/share/gem/plot/loss.gp" loss.dat loss.png 2>gperr && ! grep -i error gperr &&
+	test "$(head -c 4 loss.png | od -An -tx1 | tr -d " \n")" = 89504e47 &&
+	gem-plot-data --stat mean pi runA >pi.dat 2>/dev/null &&
+	gnuplot -c "$GEM_SRC/share/gem/plot/pi.gp" pi.dat pi2.png 2>gperr && ! grep -i error gperr &&
+	test "$(head -c 4 pi2.png | od -An -tx1 | tr -d " \n")" = 89504e47
+'
+
+test_expect_success 'share/gem/plot/live.sh draws a gem-eval --follow stream until it ends' '
+	printf "# elapsed\tversion\tsamples\ttest_loss\ttest_acc\n1\t10\t320\t2.1\t0.3\n2\t20\t640\t1.5\t0.5\n" |
+	LIVE_EVERY=0.1 GNUTERM=dumb sh "$GEM_SRC/share/gem/plot/live.sh" - >live.txt 2>gperr &&
+	! grep -i error gperr && grep -q "test accuracy" live.txt
+'
+
+test_expect_code 2 'an unknown view: exit 2 with a usage line' '
+	gem-plot-data nosuch runA 2>err; rc=$?; grep -q "^usage: gem-plot-data" err && grep -q nosuch err; exit $rc'
+test_expect_code 2 'no view: exit 2' 'gem-plot-data'
+test_expect_code 2 'an unknown option: exit 2' 'gem-plot-data --no-such-option loss runA'
+test_expect_code 2 'a bad --smooth: exit 2' 'gem-plot-data --smooth 0 loss runA'
+test_expect_code 2 'a bad --bins: exit 2' 'gem-plot-data --bins x pi runA'
+test_expect_code 2 'a bad --stat: exit 2' 'gem-plot-data --stat max pi runA'
+test_expect_code 2 'a bad --by: exit 2' 'gem-plot-data --by tensor loss runA'
+test_expect_code 2 'a bad --window: exit 2' 'gem-plot-data --window -1 throughput runA'
+test_expect_code 2 'a bad --term: exit 2' 'gem-plot-data --term x11 loss runA'
+
+test_expect_success '--help and --version' '
+	gem-plot-data --help >out && grep -q "^usage: gem-plot-data" out &&
+	gem-plot-data --version | grep -q "^gem-plot-data [0-9]"
+'
+
+test_expect_success 'every option --help prints is in the man page, and the other way round' '
+	man="$GEM_SRC/man/man1/gem-plot-data.1" &&
+	gem-plot-data --help | grep -o -- "--[a-z][a-z-]*" | sort -u >help-opts &&
+	test -s help-opts &&
+	while read -r o; do
+		grep -q -- "\\\\-\\\\-${o#--}\\b" "$man" || { echo "$o not in the man page"; exit 1; }
+	done <help-opts &&
+	sed -n "/^\.SH OPTIONS/,/^\.SH /p" "$man" | grep -o -- "\\\\-\\\\-[a-z][a-z-]*" |
+		sed "s/\\\\//g" | sort -u >man-opts &&
+	diff help-opts man-opts
+'
+
+test_expect_success 'the man page renders without warnings' '
+	groff -man -ww -z "$GEM_SRC/man/man1/gem-plot-data.1" 2>warn && ! test -s warn
+'
+test_done
