@@ -98,9 +98,9 @@ int main(int argc, char **argv)
 	struct rule_config rc;
 	/* rule options are applied after --rule is known, in the order given */
 	struct { int opt; const char *arg; } ruleopts[32];
-	int nruleopts = 0, force = 0, quiet = 0, c, rc_create, nsamples;
+	int nruleopts = 0, force = 0, quiet = 0, c, rc_create, nsamples = 0, status;
 	long v;
-	json_t *spec = NULL, *runjson, *rulejson;
+	json_t *spec = NULL, *runjson = NULL, *rulejson = NULL;
 	struct model *m = NULL;
 	struct dataset ds;
 	struct run run;
@@ -202,8 +202,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gem-init: %s\n", err);
 		return EXIT_USAGE;
 	}
-	rulejson = rule_config_to_json(&rc);
-	for (int i = 0; i < nruleopts && rulejson; i++) {
+	if (!(rulejson = rule_config_to_json(&rc))) {
+		fprintf(stderr, "gem-init: out of memory\n");
+		return EXIT_JOB;
+	}
+	for (int i = 0; i < nruleopts; i++) {
 		const struct option *lo = longopts;
 		const char *key;
 		while (lo->name && lo->val != ruleopts[i].opt)
@@ -213,31 +216,32 @@ int main(int argc, char **argv)
 		if (!json_object_get(rulejson, key)) {
 			fprintf(stderr, "gem-init: --%s: rule %s does not use it\n%s\n", lo->name, rc.name,
 				usage_line);
+			json_decref(rulejson);
 			return EXIT_USAGE;
 		}
 	}
 	cli_blas_init();
+	status = EXIT_USAGE;
 	if (resolve_model(model_arg, model_path, sizeof model_path, err) < 0 ||
-	    model_from_file(model_path, &spec, &m, err) < 0) {
+	    model_from_file(model_path, &spec, &m, err) < 0 ||
+	    dataset_resolve(data_arg, data_dir, sizeof data_dir, err) < 0) {
 		fprintf(stderr, "gem-init: %s\n", err);
-		return EXIT_USAGE;
-	}
-	if (dataset_resolve(data_arg, data_dir, sizeof data_dir, err) < 0) {
-		fprintf(stderr, "gem-init: %s\n", err);
-		return EXIT_USAGE;
+		goto out;
 	}
 	if (dataset_load(data_dir, "train", &ds, err) < 0) {
 		fprintf(stderr, "gem-init: %s\n", err);
-		return EXIT_JOB;
+		status = EXIT_JOB;
+		goto out;
 	}
+	nsamples = ds.n;
 	if ((size_t)ds.dim != model_input_size(m) || ds.classes > model_classes(m)) {
 		fprintf(stderr, "gem-init: the data (%d values, %d classes per sample) does not fit the "
 				"model %s (%zu inputs, %d classes)\n",
 			ds.dim, ds.classes, model_path, model_input_size(m), model_classes(m));
-		return EXIT_USAGE;
+		dataset_free(&ds);
+		goto out;
 	}
 	dataset_stats(&ds, &mean, &std);
-	nsamples = ds.n;
 	dataset_free(&ds);
 
 	/* the model's name: the name given, or the file's base name without .json */
@@ -250,41 +254,44 @@ int main(int argc, char **argv)
 	}
 	now = time(NULL);
 	strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-	if (!rulejson) {
-		fprintf(stderr, "gem-init: out of memory\n");
-		return EXIT_JOB;
-	}
+	status = EXIT_JOB;
 	runjson = json_pack("{s:i, s:s, s:s, s:O, s:{s:s, s:s, s:f, s:f}, s:{s:f, s:f, s:b, s:f, s:i, s:i, s:I},"
 			    " s:o, s:I}",
 			    "gem_run", RUN_FORMAT, "created", created, "model_name", base, "model", spec,
-			    "data", "name", data_arg, "dir", data_dir, "mean", (double)mean, "std", (double)std,
+			    "data", "name", data_arg, "dir", data_dir, "mean", mean, "std", std,
 			    "train", "lr", lr, "momentum", momentum, "nesterov",
 			    tr.nesterov, "weight_decay", wd, "batch", tr.batch,
 			    "epochs", tr.epochs, "seed", (json_int_t)tr.seed, "rule", rulejson, "nparams",
 			    (json_int_t)model_nparams(m));
+	rulejson = NULL; /* taken by json_pack, also when it fails */
 	if (!runjson) {
 		fprintf(stderr, "gem-init: cannot build run.json\n");
-		return EXIT_JOB;
+		goto out;
 	}
 	if ((rc_create = run_create(argv[optind], runjson, force, err)) < 0) {
 		fprintf(stderr, "gem-init: %s\n", err);
-		return rc_create == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		status = rc_create == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		goto out;
 	}
 	if (run_open(argv[optind], &run, err) < 0) {
 		fprintf(stderr, "gem-init: %s\n", err);
-		return EXIT_JOB;
+		goto out;
 	}
 	model_init_params(m, tr.seed);
 	if (run_params_save(&run, model_params(m), model_nparams(m), &prog, err) < 0) {
 		fprintf(stderr, "gem-init: %s\n", err);
-		return EXIT_JOB;
+		run_close(&run);
+		goto out;
 	}
 	if (!quiet)
 		printf("%s: model %s (%zu parameters), data %s (%d samples, mean %.4f, std %.4f), rule %s\n",
-		       run.dir, base, model_nparams(m), data_dir, nsamples, (double)mean, (double)std, rc.name);
+		       run.dir, base, model_nparams(m), data_dir, nsamples, mean, std, rc.name);
 	run_close(&run);
+	status = 0;
+out:
+	json_decref(rulejson);
 	json_decref(runjson);
 	json_decref(spec);
 	model_free(m);
-	return 0;
+	return status;
 }
