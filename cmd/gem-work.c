@@ -126,6 +126,7 @@ static int train_local(const char *dir, const struct work_opts *o)
 		rc = 0;
 		goto out_opt;
 	}
+	run_log_start(log, &run, "local", NULL, p.version, model_layout(m));
 	rng_seed(&drop, run.train.seed, 0x64726f70ULL + p.version);
 	x = malloc(sizeof *x * (size_t)run.train.batch * model_input_size(m));
 	y = malloc((size_t)run.train.batch);
@@ -155,11 +156,8 @@ static int train_local(const char *dir, const struct work_opts *o)
 		p.samples += (uint64_t)n;
 		steps_done++;
 		double now = cli_now();
-		fprintf(log,
-			"{\"time\":%.3f,\"elapsed\":%.3f,\"version\":%llu,\"worker\":0,\"tau\":0,"
-			"\"loss\":%.6g,\"samples\":%llu}\n",
-			cli_wall(), p.elapsed + (now - t0), (unsigned long long)p.version, (double)loss,
-			(unsigned long long)p.samples);
+		run_log_update(log, cli_wall(), p.elapsed + (now - t0), -1, p.version, 0, 0, loss, p.samples,
+			       NULL);
 		if (o->slowdown > 1)
 			work_slowdown(now - step_start, o->slowdown);
 		if (tty && now - last_progress > 0.25) {

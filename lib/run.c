@@ -1,11 +1,14 @@
 #include "run.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "data.h"
@@ -275,4 +278,65 @@ int run_params_load(const struct run *r, const char *path, float *theta, size_t 
 		p->elapsed = json_number_value(v);
 	json_decref(h);
 	return 0;
+}
+
+static void log_floats(FILE *f, const char *key, const struct rule_stats *st, size_t off)
+{
+	fprintf(f, "\"%s\":[", key);
+	for (int i = 0; i < st->ntensors; i++) {
+		const float *v = (const float *)((const char *)&st->t[i] + off);
+		if (isfinite(*v))
+			fprintf(f, "%s%.4g", i ? "," : "", (double)*v);
+		else
+			fprintf(f, "%snull", i ? "," : "");
+	}
+	fputc(']', f);
+}
+
+void run_log_update(FILE *f, double time, double elapsed, double vtime, uint64_t version,
+		    int worker, uint64_t tau, float loss, uint64_t samples, const struct rule_stats *st)
+{
+	fprintf(f, "{\"time\":%.3f,\"elapsed\":%.3f,", time, elapsed);
+	if (vtime >= 0)
+		fprintf(f, "\"vtime\":%.6f,", vtime);
+	fprintf(f, "\"version\":%llu,\"worker\":%d,\"tau\":%llu,", (unsigned long long)version, worker,
+		(unsigned long long)tau);
+	if (isfinite(loss))
+		fprintf(f, "\"loss\":%.6g,", (double)loss);
+	else
+		fputs("\"loss\":null,", f);
+	fprintf(f, "\"samples\":%llu", (unsigned long long)samples);
+	if (st && st->ntensors > 0) {
+		fputs(",\"pi\":{", f);
+		log_floats(f, "median", st, offsetof(struct rule_tensor_stats, pi_median));
+		fputc(',', f);
+		log_floats(f, "mean", st, offsetof(struct rule_tensor_stats, pi_mean));
+		fputc(',', f);
+		log_floats(f, "zero", st, offsetof(struct rule_tensor_stats, clamped0));
+		fputc(',', f);
+		log_floats(f, "scale", st, offsetof(struct rule_tensor_stats, scale));
+		fprintf(f, isfinite(st->all.scale) ? "},\"scale\":%.4g" : "},\"scale\":null",
+			(double)st->all.scale);
+	}
+	fputs("}\n", f);
+}
+
+void run_log_start(FILE *f, const struct run *r, const char *rule, const char *url, uint64_t version,
+		   const struct layout *l)
+{
+	json_t *names = json_array(), *ev;
+	struct timespec ts;
+	for (int i = 0; i < l->ntensors; i++)
+		json_array_append_new(names, json_string(l->t[i].name));
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ev = json_pack("{s:s, s:f, s:I, s:s, s:s, s:o}", "event", "start", "time",
+		       (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9, "version", (json_int_t)version, "rule",
+		       rule, "model", r->model_name, "tensors", names);
+	if (ev && url)
+		json_object_set_new(ev, "url", json_string(url));
+	if (ev)
+		json_dumpf(ev, f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(13));
+	fputc('\n', f);
+	fflush(f);
+	json_decref(ev);
 }

@@ -62,6 +62,17 @@ int run_params_save(const struct run *r, const float *theta, size_t n, const str
 int run_params_load(const struct run *r, const char *path, float *theta, size_t n,
 		    struct run_progress *p, char *err);
 
+/* Write one update line of log.jsonl (see gem-protocol(7)): wall time, elapsed training
+ * seconds, virtual time (vtime < 0: none), version, worker, staleness, loss (NaN: null),
+ * samples, and GEM's π statistics when st has tensors (st may be NULL). */
+void run_log_update(FILE *f, double time, double elapsed, double vtime, uint64_t version,
+		    int worker, uint64_t tau, float loss, uint64_t samples, const struct rule_stats *st);
+
+/* Write the start event of log.jsonl: rule, model, the server's url (NULL: none), version and
+ * the tensor names of the layout. */
+void run_log_start(FILE *f, const struct run *r, const char *rule, const char *url, uint64_t version,
+		   const struct layout *l);
+
 /* Append-only log.jsonl; lines are written whole, flushed by run_log_flush and at close. */
 int run_log_open(const struct run *r, FILE **out, char *err);
 #endif

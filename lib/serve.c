@@ -111,44 +111,10 @@ static void log_event(struct server *s, const char *event, int worker, const cha
 	fflush(s->log);
 }
 
-static void log_floats(FILE *f, const char *key, const struct rule_stats *st, size_t off)
-{
-	fprintf(f, "\"%s\":[", key);
-	for (int i = 0; i < st->ntensors; i++) {
-		const float *v = (const float *)((const char *)&st->t[i] + off);
-		if (isfinite(*v))
-			fprintf(f, "%s%.4g", i ? "," : "", (double)*v);
-		else
-			fprintf(f, "%snull", i ? "," : "");
-	}
-	fputc(']', f);
-}
-
 static void log_update(struct server *s, int worker, float loss)
 {
-	const struct rule_stats *st = &s->st;
-	FILE *f = s->log;
-	fprintf(f, "{\"time\":%.3f,\"elapsed\":%.3f,\"version\":%llu,\"worker\":%d,\"tau\":%llu,",
-		cli_wall(), elapsed_of(s), (unsigned long long)s->prog.version, worker,
-		(unsigned long long)st->staleness);
-	if (isfinite(loss))
-		fprintf(f, "\"loss\":%.6g,", (double)loss);
-	else
-		fputs("\"loss\":null,", f);
-	fprintf(f, "\"samples\":%llu", (unsigned long long)s->prog.samples);
-	if (st->ntensors > 0) {
-		fputs(",\"pi\":{", f);
-		log_floats(f, "median", st, offsetof(struct rule_tensor_stats, pi_median));
-		fputc(',', f);
-		log_floats(f, "mean", st, offsetof(struct rule_tensor_stats, pi_mean));
-		fputc(',', f);
-		log_floats(f, "zero", st, offsetof(struct rule_tensor_stats, clamped0));
-		fputc(',', f);
-		log_floats(f, "scale", st, offsetof(struct rule_tensor_stats, scale));
-		fprintf(f, isfinite(st->all.scale) ? "},\"scale\":%.4g" : "},\"scale\":null",
-			(double)st->all.scale);
-	}
-	fputs("}\n", f);
+	run_log_update(s->log, cli_wall(), elapsed_of(s), -1, s->prog.version, worker, s->st.staleness,
+		       loss, s->prog.samples, &s->st);
 }
 
 /* ---- checkpoints: θ in params.gem, the rule's state and the workers in state.gem ---- */
@@ -818,7 +784,6 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	};
 	struct httpd_route r[sizeof routes / sizeof *routes];
 	struct httpd_config hc = {0};
-	char extra[8192];
 
 	if (!s)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -875,18 +840,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 			goto fail;
 		}
 	}
-	{
-		json_t *names = json_array();
-		char *text;
-		for (int i = 0; i < s->layout.ntensors; i++)
-			json_array_append_new(names, json_string(s->layout.t[i].name));
-		text = json_dumps(names, JSON_COMPACT);
-		json_decref(names);
-		snprintf(extra, sizeof extra, "\"rule\":\"%s\",\"model\":\"%s\",\"url\":\"%s\",\"tensors\":%s",
-			 s->run.rule.name, s->run.model_name, s->url, text ? text : "[]");
-		free(text);
-	}
-	log_event(s, "start", -1, extra);
+	run_log_start(s->log, &s->run, s->run.rule.name, s->url, s->prog.version, &s->layout);
 	s->last_checkpoint = cli_now();
 	*out = s;
 	return 0;
