@@ -65,6 +65,11 @@ struct server {
 	uint64_t applied_since_start;
 	double last_checkpoint;
 	struct rule_stats st; /* of the last applied commit */
+
+	/* Where a commit's server time goes (seconds, summed over commits): a leaf lock. */
+	pthread_mutex_t tmu;
+	double t_decode, t_rule, t_encode;
+	uint64_t t_commits;
 };
 
 static double elapsed_of(const struct server *s)
@@ -508,6 +513,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	struct slot *w;
 	int id, rc, applied;
 	uint64_t base, seq, nsamples;
+	double t0, t1, t2 = 0, t3;
 	float loss = NAN;
 	const char *reply_name = MSG_PARAMS;
 
@@ -536,6 +542,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	}
 
 	pthread_mutex_lock(&w->lock);
+	t0 = cli_now();
 	if (blob_decode(&w->codec, blob->data, &blob->meta, w->in, s->n, err) < 0) {
 		pthread_mutex_unlock(&w->lock);
 		msg_free(&m);
@@ -549,6 +556,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 			return refuse(s, w, req, 400, "non_finite", err);
 		}
 
+	t1 = cli_now();
 	fifo_enter(s);
 	w->last_contact = cli_now();
 	if (s->stop) {
@@ -564,7 +572,9 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		applied = 0;
 		memcpy(w->out, s->theta, sizeof(float) * s->n);
 	} else {
+		t2 = cli_now();
 		rc = rule_commit(s->rule, id, w->in, base, s->theta, &s->prog.version, w->out, &s->st, err);
+		t2 = cli_now() - t2;
 		applied = rc == RULE_APPLIED;
 	}
 	if (rc < 0) {
@@ -617,8 +627,16 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	head = json_pack("{s:I, s:I}", "version", (json_int_t)s->prog.version, "tau",
 			 (json_int_t)s->st.staleness);
 	pthread_mutex_unlock(&s->mu);
+	t3 = cli_now();
 	rc = reply_vector(req, w, head, reply_name, w->out, s->n, codec_of(s, blob->meta.codec));
+	t3 = cli_now() - t3;
 	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_lock(&s->tmu);
+	s->t_decode += t1 - t0;
+	s->t_rule += t2;
+	s->t_encode += t3;
+	s->t_commits++;
+	pthread_mutex_unlock(&s->tmu);
 	json_decref(head);
 	msg_free(&m);
 	return rc;
@@ -669,8 +687,8 @@ static int h_leave(struct httpd_req *req, void *ctx)
 static int h_stats(struct httpd_req *req, void *ctx)
 {
 	struct server *s = ctx;
-	json_t *j, *ws = json_array();
-	double now = cli_now(), up;
+	json_t *j, *ws = json_array(), *timing;
+	double now = cli_now(), up, n;
 	int rc;
 
 	pthread_mutex_lock(&s->mu);
@@ -693,10 +711,15 @@ static int h_stats(struct httpd_req *req, void *ctx)
 				      w->commits ? w->loss_sum / (double)w->commits : 0.0, "since_contact",
 				      now - w->last_contact));
 	}
-	j = json_pack("{s:I, s:I, s:f, s:f, s:s, s:i, s:o}", "version", (json_int_t)s->prog.version,
+	pthread_mutex_lock(&s->tmu);
+	n = s->t_commits ? (double)s->t_commits : 1;
+	timing = json_pack("{s:I, s:f, s:f, s:f}", "commits", (json_int_t)s->t_commits, "decode",
+			   1e6 * s->t_decode / n, "rule", 1e6 * s->t_rule / n, "encode", 1e6 * s->t_encode / n);
+	pthread_mutex_unlock(&s->tmu);
+	j = json_pack("{s:I, s:I, s:f, s:f, s:s, s:i, s:o, s:o}", "version", (json_int_t)s->prog.version,
 		      "samples", (json_int_t)s->prog.samples, "uptime", up, "updates_per_s",
 		      up > 0 ? (double)s->applied_since_start / up : 0.0, "rule", s->run.rule.name,
-		      "active", s->nactive, "workers", ws);
+		      "active", s->nactive, "workers", ws, "commit_us", timing);
 	pthread_mutex_unlock(&s->mu);
 	rc = httpd_reply_json(req, 200, j);
 	json_decref(j);
@@ -759,6 +782,7 @@ static void server_free(struct server *s)
 		fclose(s->log);
 	run_close(&s->run);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->tmu);
 	pthread_cond_destroy(&s->fifo_cv);
 	pthread_cond_destroy(&s->round_cv);
 	pthread_cond_destroy(&s->stop_cv);
@@ -789,6 +813,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	s->opts = *o;
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->tmu, NULL);
 	pthread_cond_init(&s->fifo_cv, NULL);
 	pthread_cond_init(&s->round_cv, NULL);
 	pthread_cond_init(&s->stop_cv, NULL);

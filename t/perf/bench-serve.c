@@ -1,0 +1,184 @@
+/* bench-serve: commits/s a gem-serve sustains for cnn-sized updates with 1, 4 and 16
+ * concurrent clients on loopback (raw codec, as workers use there), and the server's time per
+ * commit split into decode, rule and encode (from /v1/stats). Prints TSV. */
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "cli.h"
+#include "err.h"
+#include "httpc.h"
+#include "model.h"
+#include "msg.h"
+#include "rule.h"
+#include "run.h"
+#include "serve.h"
+
+#define SECONDS 2.0
+
+static const char *url;
+static size_t nparams;
+
+struct client {
+	long commits;
+	int failed;
+};
+
+static void *client_main(void *arg)
+{
+	struct client *c = arg;
+	char err[GEM_ERRMAX];
+	struct httpc *h;
+	struct httpc_resp r = {0};
+	struct blob_codec codec;
+	struct msg_buf buf = {0};
+	struct msg m;
+	float *upd = malloc(sizeof(float) * nparams);
+	json_t *head;
+	uint64_t version = 0, seq = 0;
+	int id;
+	double t0;
+
+	blob_codec_init(&codec);
+	for (size_t i = 0; i < nparams; i++)
+		upd[i] = -1e-6f * (float)((i % 7) + 1);
+	if (httpc_new(url, NULL, 30000, &h, err) < 0 ||
+	    httpc_post(h, "/v1/join", "application/json", "{\"codec\":\"raw\"}", 15, &r, err) < 0 ||
+	    msg_parse(r.body, r.len, &m, err) < 0) {
+		fprintf(stderr, "bench-serve: join: %s\n", err);
+		c->failed = 1;
+		return NULL;
+	}
+	id = (int)json_integer_value(json_object_get(m.header, "worker"));
+	version = (uint64_t)json_integer_value(json_object_get(m.header, "version"));
+	msg_free(&m);
+	t0 = cli_now();
+	while (cli_now() - t0 < SECONDS) {
+		struct msg_blob blob = {.name = "update"};
+		const void *enc;
+		head = json_pack("{s:i, s:I, s:I, s:i, s:f}", "worker", id, "base", (json_int_t)version, "seq",
+				 (json_int_t)++seq, "samples", 64, "loss", 1.0);
+		blob_encode(&codec, upd, nparams, BLOB_RAW, 0, &enc, &blob.meta, err);
+		blob.data = enc;
+		msg_build(&buf, head, &blob, 1, err);
+		json_decref(head);
+		if (httpc_post(h, "/v1/commit", "application/x-gem-message", buf.data, buf.len, &r, err) < 0 ||
+		    msg_parse(r.body, r.len, &m, err) < 0) {
+			fprintf(stderr, "bench-serve: commit: %s\n", err);
+			c->failed = 1;
+			break;
+		}
+		version = (uint64_t)json_integer_value(json_object_get(m.header, "version"));
+		msg_free(&m);
+		c->commits++;
+	}
+	{
+		char body[64];
+		int n = snprintf(body, sizeof body, "{\"worker\":%d,\"done\":false}", id);
+		httpc_post(h, "/v1/leave", "application/json", body, (size_t)n, &r, err);
+	}
+	httpc_resp_free(&r);
+	httpc_free(h);
+	msg_buf_free(&buf);
+	blob_codec_free(&codec);
+	free(upd);
+	return NULL;
+}
+
+/* A cnn run with rule `rule` in a fresh temporary directory. */
+static int make_run(char *dir, const char *rule, char *err)
+{
+	char spec_path[4096];
+	json_t *spec, *runjson;
+	struct model *m;
+	struct rule_config rc;
+	struct run run;
+	struct run_progress p = {0};
+	if (!mkdtemp(dir))
+		return gem_errf(err, GEM_EFAIL, "mkdtemp failed");
+	if (cli_share_path("models/cnn.json", spec_path, sizeof spec_path) < 0)
+		return gem_errf(err, GEM_EFAIL, "share/gem/models/cnn.json not found (set GEM_SHARE_DIR)");
+	if (model_from_file(spec_path, &spec, &m, err) < 0 || rule_config_default(rule, &rc, err) < 0)
+		return GEM_EFAIL;
+	rc.lr = 0.05f;
+	rc.nworkers = 1;
+	runjson = json_pack("{s:i, s:s, s:s, s:O, s:{s:s, s:s, s:f, s:f}, s:{s:f, s:f, s:f, s:i, s:i, s:i},"
+			    " s:o}",
+			    "gem_run", RUN_FORMAT, "created", "bench", "model_name", "cnn", "model", spec,
+			    "data", "name", "none", "dir", "/nonexistent", "mean", 0.5, "std", 0.5, "train", "lr",
+			    0.05, "momentum", 0.9, "weight_decay", 0.0, "batch", 64, "epochs", 1, "seed", 1, "rule",
+			    rule_config_to_json(&rc));
+	model_init_params(m, 1);
+	nparams = model_nparams(m);
+	if (run_create(dir, runjson, 1, err) < 0 || run_open(dir, &run, err) < 0)
+		return GEM_EFAIL;
+	if (run_params_save(&run, model_params(m), nparams, &p, err) < 0)
+		return GEM_EFAIL;
+	run_close(&run);
+	json_decref(runjson);
+	json_decref(spec);
+	model_free(m);
+	return 0;
+}
+
+int main(void)
+{
+	static const char *rules[] = {"gem", "downpour"};
+	static const int counts[] = {1, 4, 16};
+	char err[GEM_ERRMAX];
+
+	signal(SIGPIPE, SIG_IGN);
+	httpc_global_init(err);
+	printf("# rule\tclients\tcommits_per_s\tdecode_us\trule_us\tencode_us\n");
+	for (size_t ri = 0; ri < sizeof rules / sizeof *rules; ri++) {
+		for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
+			char dir[] = "/tmp/gem-bench-serve.XXXXXX";
+			struct serve_opts o = {.host = "127.0.0.1", .port = 0, .keep_running = 1};
+			struct server *s;
+			struct client cl[16] = {{0}};
+			pthread_t th[16];
+			long total = 0;
+			struct httpc *h;
+			struct httpc_resp r = {0};
+			json_t *stats, *t;
+			int n = counts[ci];
+
+			if (make_run(dir, rules[ri], err) < 0 || serve_open(dir, &o, &s, err) < 0) {
+				fprintf(stderr, "bench-serve: %s\n", err);
+				return 1;
+			}
+			url = serve_url(s);
+			for (int i = 0; i < n; i++)
+				pthread_create(&th[i], NULL, client_main, &cl[i]);
+			for (int i = 0; i < n; i++) {
+				pthread_join(th[i], NULL);
+				total += cl[i].commits;
+			}
+			httpc_new(url, NULL, 5000, &h, err);
+			httpc_get(h, "/v1/stats", &r, err);
+			stats = json_loadb(r.body, r.len, 0, NULL);
+			t = json_object_get(stats, "commit_us");
+			printf("%s\t%d\t%.0f\t%.1f\t%.1f\t%.1f\n", rules[ri], n, (double)total / SECONDS,
+			       json_number_value(json_object_get(t, "decode")),
+			       json_number_value(json_object_get(t, "rule")),
+			       json_number_value(json_object_get(t, "encode")));
+			fflush(stdout);
+			json_decref(stats);
+			httpc_resp_free(&r);
+			httpc_free(h);
+			serve_close(s, "bench done", err);
+			{
+				char cmd[128];
+				snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+				if (system(cmd) != 0)
+					fprintf(stderr, "bench-serve: could not remove %s\n", dir);
+			}
+		}
+	}
+	return 0;
+}
