@@ -72,6 +72,16 @@ static int parse_shard(const char *s, int *i, int *n)
 	return sscanf(s, "%d/%d%c", i, n, &tail) == 2 && *n >= 1 && *i >= 0 && *i < *n ? 0 : -1;
 }
 
+/* Save the optimiser's state, then θ (a crash between the two leaves a state newer than θ,
+ * which the next session sees by its version and does not use). */
+static int save_local(const struct run *run, const struct sgd *opt, const float *theta, size_t n,
+		      const struct run_progress *p, char *err)
+{
+	if (opt->v && run_local_state_save(run, opt->v, opt->n, p->version, err) < 0)
+		return GEM_EFAIL;
+	return run_params_save(run, theta, n, p, err);
+}
+
 /* Local training: sequential momentum SGD on RUNDIR, resuming where its params file stands. */
 static int train_local(const char *dir, const struct work_opts *o)
 {
@@ -109,6 +119,17 @@ static int train_local(const char *dir, const struct work_opts *o)
 		fprintf(stderr, "gem-work: %s\n", err);
 		goto out_data;
 	}
+	/* The momentum of the interrupted session, so that a resumed run is the same run. */
+	if (opt.v && p.version > 0) {
+		int got = run_local_state_load(&run, opt.v, opt.n, p.version, err);
+		if (got < 0) {
+			fprintf(stderr, "gem-work: %s\n", err);
+			goto out_opt;
+		}
+		if (got == 0)
+			log_warn("%s: no optimiser state of version %llu; the momentum starts at 0", dir,
+				 (unsigned long long)p.version);
+	}
 	/* Each epoch consumes exactly the shard once, so samples seen give the position. */
 	batcher_seek(&b, p.samples / b.count, p.samples % b.count);
 	start_samples = p.samples;
@@ -127,7 +148,6 @@ static int train_local(const char *dir, const struct work_opts *o)
 		goto out_opt;
 	}
 	run_log_start(log, &run, "local", NULL, p.version, model_layout(m));
-	rng_seed(&drop, run.train.seed, 0x64726f70ULL + p.version);
 	x = malloc(sizeof *x * (size_t)run.train.batch * model_input_size(m));
 	y = malloc((size_t)run.train.batch);
 	if (!x || !y) {
@@ -143,6 +163,8 @@ static int train_local(const char *dir, const struct work_opts *o)
 	while (!stop_signal && p.samples < target_samples && (!o->steps || steps_done < o->steps)) {
 		double step_start = cli_now();
 		int n = batcher_next(&b, x, y);
+		/* dropout's randomness is a function of the update, so a resumed run draws the same */
+		rng_seed(&drop, run.train.seed, 0x64726f70ULL + p.version);
 		loss = model_train_step(m, x, y, n, &drop);
 		if (!isfinite(loss)) {
 			fprintf(stderr, "gem-work: training diverged at update %llu (loss %g); the "
@@ -170,7 +192,7 @@ static int train_local(const char *dir, const struct work_opts *o)
 			struct run_progress cp = p;
 			cp.elapsed += now - t0;
 			fflush(log);
-			if (run_params_save(&run, model_params(m), model_nparams(m), &cp, err) < 0)
+			if (save_local(&run, &opt, model_params(m), model_nparams(m), &cp, err) < 0)
 				log_warn("checkpoint failed: %s", err);
 			last_ckpt = now;
 		}
@@ -181,7 +203,7 @@ static int train_local(const char *dir, const struct work_opts *o)
 		double secs = cli_now() - t0;
 		p.elapsed += secs;
 		fflush(log);
-		if (run_params_save(&run, model_params(m), model_nparams(m), &p, err) < 0) {
+		if (save_local(&run, &opt, model_params(m), model_nparams(m), &p, err) < 0) {
 			fprintf(stderr, "gem-work: %s\n", err);
 			rc = EXIT_JOB;
 		} else if (!o->quiet) {

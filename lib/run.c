@@ -340,3 +340,54 @@ void run_log_start(FILE *f, const struct run *r, const char *rule, const char *u
 	fflush(f);
 	json_decref(ev);
 }
+
+int run_local_state_save(const struct run *r, const float *v, size_t n, uint64_t version, char *err)
+{
+	char path[PATH_MAX + 16];
+	struct msg_buf b = {0};
+	struct blob_codec c;
+	json_t *h = json_pack("{s:I, s:s}", "version", (json_int_t)version, "state", "local");
+	int rc;
+	if (!h)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	run_file(r, "state.gem", path, sizeof path);
+	blob_codec_init(&c);
+	rc = msg_write_params_file(path, &b, &c, h, v, n, BLOB_RAW, 0, err);
+	blob_codec_free(&c);
+	msg_buf_free(&b);
+	json_decref(h);
+	return rc;
+}
+
+int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t version, char *err)
+{
+	char path[PATH_MAX + 16];
+	struct blob_codec c;
+	json_t *h = NULL;
+	int rc, same;
+	run_file(r, "state.gem", path, sizeof path);
+	if (access(path, F_OK) < 0)
+		return 0;
+	blob_codec_init(&c);
+	/* decode into v only when the versions agree: peek at the header first */
+	{
+		FILE *f = fopen(path, "r");
+		char line[256];
+		json_t *peek;
+		if (!f)
+			return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+		peek = fgets(line, sizeof line, f) ? json_loads(line, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+		fclose(f);
+		same = json_is_string(json_object_get(peek, "state")) &&
+		       json_integer_value(json_object_get(peek, "version")) == (json_int_t)version;
+		json_decref(peek);
+	}
+	if (!same) {
+		blob_codec_free(&c);
+		return 0;
+	}
+	rc = msg_read_params_file(path, params_max_bytes(n), &c, &h, v, n, err);
+	blob_codec_free(&c);
+	json_decref(h);
+	return rc < 0 ? rc : 1;
+}

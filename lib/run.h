@@ -62,6 +62,12 @@ int run_params_save(const struct run *r, const float *theta, size_t n, const str
 int run_params_load(const struct run *r, const char *path, float *theta, size_t n,
 		    struct run_progress *p, char *err);
 
+/* Local training's optimiser state (the momentum buffer v, n floats) at version, in
+ * RUNDIR/state.gem, written before params.gem at each save. Load returns 1 when a state of that
+ * version was there and is now in v, 0 when there was none of that version (v untouched). */
+int run_local_state_save(const struct run *r, const float *v, size_t n, uint64_t version, char *err);
+int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t version, char *err);
+
 /* Write one update line of log.jsonl (see gem-protocol(7)): wall time, elapsed training
  * seconds, virtual time (vtime < 0: none), version, worker, staleness, loss (NaN: null),
  * samples, and GEM's π statistics when st has tensors (st may be NULL). */

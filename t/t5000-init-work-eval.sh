@@ -78,4 +78,26 @@ test_expect_success 'the same seed gives the same trained parameters' '
 	tail -c +$(( $(head -1 b/params.gem | wc -c) + 1 )) b/params.gem >b.blob &&
 	cmp a.blob b.blob
 '
+test_expect_success 'a run stopped and resumed is bit for bit the run left alone' '
+	cat >drop.json <<-\JSON &&
+	{"name":"drop","input":[64],"classes":4,"layers":[
+	 {"type":"dense","out":16},{"type":"relu"},{"type":"dropout","p":0.3},{"type":"dense","out":4},
+	 {"type":"logsoftmax"}]}
+	JSON
+	gem-init -q --model drop.json --data data/quarters --lr 0.1 --batch 32 --seed 9 whole &&
+	gem-init -q --model drop.json --data data/quarters --lr 0.1 --batch 32 --seed 9 parts &&
+	gem-work -q --local whole --steps 100 &&
+	gem-work -q --local parts --steps 37 && gem-work -q --local parts --steps 63 &&
+	tail -c +$(( $(head -1 whole/params.gem | wc -c) + 1 )) whole/params.gem >w.blob &&
+	tail -c +$(( $(head -1 parts/params.gem | wc -c) + 1 )) parts/params.gem >p.blob &&
+	cmp w.blob p.blob
+'
+
+test_expect_success 'without its optimiser state the resumed run differs (the test can fail)' '
+	gem-init -q --model drop.json --data data/quarters --lr 0.1 --batch 32 --seed 9 lost &&
+	gem-work -q --local lost --steps 37 && rm lost/state.gem &&
+	gem-work -q --local lost --steps 63 2>err && grep -q "momentum starts at 0" err &&
+	tail -c +$(( $(head -1 lost/params.gem | wc -c) + 1 )) lost/params.gem >l.blob &&
+	! cmp -s w.blob l.blob
+'
 test_done
