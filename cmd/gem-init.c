@@ -1,5 +1,6 @@
 /* gem-init: make a run directory: model, data, rule, hyper-parameters, initial θ. */
 #include <getopt.h>
+#include <limits.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,6 +228,12 @@ int main(int argc, char **argv)
 	    dataset_resolve(data_arg, data_dir, sizeof data_dir, err) < 0) {
 		fprintf(stderr, "gem-init: %s\n", err);
 		goto out;
+	}
+	{
+		/* recorded absolute: workers start elsewhere (gem-run, other hosts find it by name) */
+		char abs[PATH_MAX];
+		if (realpath(data_dir, abs))
+			snprintf(data_dir, sizeof data_dir, "%s", abs);
 	}
 	if (dataset_load(data_dir, "train", &ds, err) < 0) {
 		fprintf(stderr, "gem-init: %s\n", err);

@@ -30,18 +30,27 @@ static void usage(FILE *f)
 	      "      --keep-running          don't stop when every worker has finished\n"
 	      "      --codec NAME            codec of parameter replies: raw, zlib, zlib+shuffle;\n"
 	      "                              default: the codec of the worker's commit\n"
+	      "      --worker-timeout SEC    a worker silent this long is gone; 0: never; default 60\n"
+	      "      --idle-timeout SEC      no commit this long: checkpoint and exit 1; 0: never;\n"
+	      "                              default 600\n"
+	      "      --max-staleness K       refuse commits more than K versions stale (the worker\n"
+	      "                              recomputes); default: no bound\n"
+	      "      --drop-rate P           refuse a fraction P of commits with 503 (fault\n"
+	      "                              injection); default 0\n"
 	      "  -h, --help                  show this help\n"
 	      "  -V, --version               show the version\n",
 	      f);
 }
 
-enum { O_PUBLIC = 256, O_TOKEN, O_CKPT, O_MAXUPD, O_KEEP, O_CODEC };
+enum { O_PUBLIC = 256, O_TOKEN, O_CKPT, O_MAXUPD, O_KEEP, O_CODEC, O_WTO, O_ITO, O_STALE, O_DROP };
 
 static const struct option longopts[] = {
 	{"listen", required_argument, 0, 'l'},         {"public", no_argument, 0, O_PUBLIC},
 	{"token-file", required_argument, 0, O_TOKEN}, {"checkpoint-every", required_argument, 0, O_CKPT},
 	{"max-updates", required_argument, 0, O_MAXUPD}, {"keep-running", no_argument, 0, O_KEEP},
-	{"codec", required_argument, 0, O_CODEC},      {"help", no_argument, 0, 'h'},
+	{"codec", required_argument, 0, O_CODEC},      {"worker-timeout", required_argument, 0, O_WTO},
+	{"idle-timeout", required_argument, 0, O_ITO}, {"max-staleness", required_argument, 0, O_STALE},
+	{"drop-rate", required_argument, 0, O_DROP},   {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},              {0, 0, 0, 0},
 };
 
@@ -81,12 +90,13 @@ static void parse_listen(const char *arg, char *host, size_t cap, int *port)
 
 int main(int argc, char **argv)
 {
-	struct serve_opts o = {.host = "127.0.0.1", .port = 7470, .checkpoint_every = 60};
+	struct serve_opts o = {.host = "127.0.0.1", .port = 7470, .checkpoint_every = 60,
+			       .worker_timeout = 60, .idle_timeout = 600, .max_staleness = -1};
 	char host[256], err[GEM_ERRMAX];
 	const char *token_file = NULL, *why;
 	struct server *s;
 	char *token = NULL;
-	int c, rc;
+	int c, rc, failed;
 
 	log_init("gem-serve");
 	while ((c = getopt_long(argc, argv, "l:hV", longopts, NULL)) != -1) {
@@ -107,6 +117,22 @@ int main(int argc, char **argv)
 			break;
 		case O_KEEP: o.keep_running = 1; break;
 		case O_CODEC: o.codec = optarg; break;
+		case O_WTO:
+			if (cli_double(optarg, 0, 1e9, &o.worker_timeout))
+				bad_usage("--worker-timeout: not a number of seconds: ", optarg);
+			break;
+		case O_ITO:
+			if (cli_double(optarg, 0, 1e9, &o.idle_timeout))
+				bad_usage("--idle-timeout: not a number of seconds: ", optarg);
+			break;
+		case O_STALE:
+			if (cli_long(optarg, 0, 1L << 40, &o.max_staleness))
+				bad_usage("--max-staleness: not an integer >= 0: ", optarg);
+			break;
+		case O_DROP:
+			if (cli_double(optarg, 0, 1, &o.drop_rate))
+				bad_usage("--drop-rate: not a fraction in [0, 1]: ", optarg);
+			break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-serve"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
@@ -135,12 +161,16 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	log_info("serving %s at %s", argv[optind], serve_url(s));
 	why = serve_wait(s, &got_signal);
-	log_info("stopping: %s", why);
+	failed = serve_failed(s);
+	if (failed)
+		fprintf(stderr, "gem-serve: %s; checkpointed, stopping\n", why);
+	else
+		log_info("stopping: %s", why);
 	rc = serve_close(s, why, err);
 	free(token);
 	if (rc < 0) {
 		fprintf(stderr, "gem-serve: final checkpoint failed: %s\n", err);
 		return EXIT_JOB;
 	}
-	return 0;
+	return failed ? EXIT_JOB : 0;
 }

@@ -36,6 +36,7 @@ static void usage(FILE *f)
 	      "      --retry-for SEC       keep retrying an unreachable server this long; default 60\n"
 	      "      --checkpoint-every SEC  save the parameters this often (--local); default 60\n"
 	      "      --slowdown F          make each step F times slower (fault injection); default 1\n"
+	      "      --die-after N         die abruptly (SIGKILL) after N commits (fault injection)\n"
 	      "  -q, --quiet               no progress line, no summary\n"
 	      "  -h, --help                show this help\n"
 	      "  -V, --version             show the version\n",
@@ -48,7 +49,7 @@ static void bad_usage(const char *msg, const char *arg)
 	exit(EXIT_USAGE);
 }
 
-enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW };
+enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE };
 
 static const struct option longopts[] = {
 	{"local", required_argument, 0, 'l'},       {"server", required_argument, 0, 'S'},
@@ -56,6 +57,7 @@ static const struct option longopts[] = {
 	{"shard", required_argument, 0, O_SHARD},   {"worker-id", required_argument, 0, O_WID},
 	{"token-file", required_argument, 0, O_TOKEN}, {"retry-for", required_argument, 0, O_RETRY},
 	{"checkpoint-every", required_argument, 0, O_CKPT}, {"slowdown", required_argument, 0, O_SLOW},
+	{"die-after", required_argument, 0, O_DIE},
 	{"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},
 };
@@ -278,6 +280,10 @@ int main(int argc, char **argv)
 		case O_SLOW:
 			if (cli_double(optarg, 1, 1e4, &o.slowdown))
 				bad_usage("--slowdown: not a number >= 1: ", optarg);
+			break;
+		case O_DIE:
+			if (cli_u64(optarg, &o.die_after) || o.die_after == 0)
+				bad_usage("--die-after: not a positive integer: ", optarg);
 			break;
 		case 'q': o.quiet = 1; break;
 		case 'h': usage(stdout); return 0;

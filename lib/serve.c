@@ -20,6 +20,7 @@
 #include "model.h"
 #include "msg.h"
 #include "rule.h"
+#include "rng.h"
 #include "run.h"
 
 #define MAX_WORKERS 4096
@@ -28,7 +29,10 @@
 /* One worker as the server sees it. Its buffers are allocated at its first join and reused by
  * every request; `lock` keeps two requests of one worker from sharing them. */
 struct slot {
-	int id, active, done, gone;
+	int id;
+	int active;  /* connected: joined, and not left or gone */
+	int in_rule; /* the rule holds this worker's state (kept while it is away after a stop) */
+	int done, waiting;
 	uint64_t commits, samples, refused, tau_sum, tau_min, tau_max, last_seq;
 	double joined_at, last_contact, loss_sum;
 	int shard_i, shard_n;
@@ -59,9 +63,13 @@ struct server {
 	uint64_t ticket_next, ticket_serving;
 	struct slot *slot[MAX_WORKERS];
 	int nslots, nactive, ndone;
+	int nknown; /* workers that have joined, ever */
 	int stop;            /* 1: stop requested */
 	const char *stop_why;
 	int stopping;        /* 1: serve_close runs; waiters give up */
+	int failed;          /* the stop is a failure (idle timeout) */
+	double last_commit;  /* monotonic time of the last commit (or of the start) */
+	struct rng drop_rng; /* --drop-rate's draws */
 	uint64_t applied_since_start;
 	double last_checkpoint;
 	struct rule_stats st; /* of the last applied commit */
@@ -133,7 +141,7 @@ static json_t *workers_json(const struct server *s)
 			continue;
 		json_array_append_new(
 			a, json_pack("{s:i, s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "id", w->id,
-				     "active", w->active, "done", w->done, "commits", (json_int_t)w->commits,
+				     "in_rule", w->in_rule, "done", w->done, "commits", (json_int_t)w->commits,
 				     "samples", (json_int_t)w->samples, "refused", (json_int_t)w->refused,
 				     "tau_sum", (json_int_t)w->tau_sum, "tau_min", (json_int_t)w->tau_min,
 				     "tau_max", (json_int_t)w->tau_max, "last_seq", (json_int_t)w->last_seq,
@@ -267,11 +275,11 @@ static int resume_state(struct server *s, char *err)
 		sl->last_seq = (uint64_t)json_integer_value(json_object_get(w, "last_seq"));
 		sl->loss_sum = json_number_value(json_object_get(w, "loss_sum"));
 		sl->done = json_is_true(json_object_get(w, "done"));
-		/* a worker that was active is expected back: the rule kept its state */
-		sl->active = json_is_true(json_object_get(w, "active"));
+		if (sl->done)
+			s->ndone++;
+		/* the rule kept this worker's state: it may come back under its id and carry on */
+		sl->in_rule = json_is_true(json_object_get(w, "in_rule"));
 		sl->last_contact = cli_now();
-		if (sl->active)
-			s->nactive++;
 	}
 	log_info("resumed the rule's state and %d workers from %s", s->nslots, s->path_state);
 out:
@@ -298,6 +306,7 @@ static int slot_alloc(struct server *s, int id, struct slot **out, char *err)
 		}
 		w->id = id;
 		w->tau_min = UINT64_MAX;
+		s->nknown++;
 		pthread_mutex_init(&w->lock, NULL);
 		blob_codec_init(&w->codec);
 		s->slot[id] = w;
@@ -337,6 +346,39 @@ static int reply_vector(struct httpd_req *req, struct slot *w, json_t *head, con
 	    (blob.data = enc, msg_build(&w->buf, head, &blob, 1, err)) < 0)
 		return httpd_reply_error(req, 500, "encode", "%s", err);
 	return httpd_reply_bytes(req, 200, "application/x-gem-message", w->buf.data, w->buf.len, 1);
+}
+
+/* Worker w leaves (event "leave") or is declared gone ("gone"); mu held. Its rule state is
+ * released, so that rules that count workers go on with the others; but once the run is
+ * stopping the state stays for the checkpoint, and the worker may come back to it later. */
+static void worker_release(struct server *s, struct slot *w, const char *event, int done)
+{
+	char extra[32];
+	if (w->in_rule && !s->stop) {
+		if (rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL) == 1) {
+			/* the worker's leave completed a sync round */
+			s->applied_since_start++;
+			log_update(s, w->id, NAN);
+			pthread_cond_broadcast(&s->round_cv);
+		}
+		w->in_rule = 0;
+	}
+	if (w->active) {
+		w->active = 0;
+		s->nactive--;
+	}
+	if (done && !w->done) {
+		w->done = 1;
+		s->ndone++;
+	}
+	snprintf(extra, sizeof extra, "\"done\":%s", w->done ? "true" : "false");
+	log_event(s, event, w->id, extra);
+	/* the run is over once no worker is left, one at least finished, and as many as the run
+	 * expects (gem-init --workers) have come: a fast worker done before a slow one joined
+	 * does not end it, a dead one does not hold it up */
+	if (s->nactive == 0 && s->ndone > 0 && s->nknown >= s->run.rule.nworkers &&
+	    !s->opts.keep_running)
+		request_stop(s, "every worker has finished");
 }
 
 /* ---- handlers ---- */
@@ -452,19 +494,26 @@ static int h_join(struct httpd_req *req, void *ctx)
 		json_decref(body);
 		return httpd_reply_error(req, 503, "busy", "%s", err);
 	}
-	if (w->active) /* a restarted worker: its old state goes */
-		rule_leave(s->rule, id, s->theta, &s->prog.version, &s->st, NULL);
-	if (rule_join(s->rule, id, s->theta, err) < 0) {
-		pthread_mutex_unlock(&s->mu);
-		json_decref(body);
-		return httpd_reply_error(req, 409, "refused", "%s", err);
+	if (w->in_rule && !w->active) {
+		/* back after a stop or a restart of the server: the rule kept its state */
+		rule_sent(s->rule, id, s->theta);
+	} else {
+		if (w->in_rule) /* a restarted worker: its old state goes */
+			rule_leave(s->rule, id, s->theta, &s->prog.version, &s->st, NULL);
+		if (rule_join(s->rule, id, s->theta, err) < 0) {
+			w->in_rule = 0;
+			pthread_mutex_unlock(&s->mu);
+			json_decref(body);
+			return httpd_reply_error(req, 409, "refused", "%s", err);
+		}
 	}
+	w->in_rule = 1;
 	if (!w->active)
 		s->nactive++;
 	if (w->done)
 		s->ndone--;
 	w->active = 1;
-	w->done = w->gone = 0;
+	w->done = 0;
 	w->joined_at = w->last_contact = cli_now();
 	if (json_is_true(json_object_get(s->run.json, "shard")) ||
 	    json_is_true(json_object_get(json_object_get(s->run.json, "train"), "shard"))) {
@@ -475,8 +524,10 @@ static int h_join(struct httpd_req *req, void *ctx)
 	memcpy(w->out, s->theta, sizeof(float) * s->n);
 	snprintf(extra, sizeof extra, "\"rejoin\":%s", w->commits ? "true" : "false");
 	log_event(s, "join", id, extra);
-	head = json_pack("{s:i, s:I, s:I}", "worker", id, "version", (json_int_t)s->prog.version, "seq",
-			 (json_int_t)w->last_seq);
+	/* what the worker did so far, so that it continues its data order where it stopped */
+	head = json_pack("{s:i, s:I, s:I, s:I, s:I}", "worker", id, "version", (json_int_t)s->prog.version,
+			 "seq", (json_int_t)w->last_seq, "commits", (json_int_t)w->commits, "samples",
+			 (json_int_t)w->samples);
 	if (w->shard_n > 0)
 		json_object_set_new(head, "shard", json_pack("[i,i]", w->shard_i, w->shard_n));
 	pthread_mutex_unlock(&s->mu);
@@ -511,7 +562,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	const struct msg_blob *blob;
 	json_t *v, *head;
 	struct slot *w;
-	int id, rc, applied;
+	int id, rc, applied, stale = 0;
 	uint64_t base, seq, nsamples;
 	double t0, t1, t2 = 0, t3;
 	float loss = NAN;
@@ -525,6 +576,17 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		return refuse(s, NULL, req, 409, "unknown_worker", "join first (POST /v1/join)");
 	}
 	id = w->id;
+	if (s->opts.drop_rate > 0) {
+		int drop;
+		pthread_mutex_lock(&s->tmu);
+		drop = rng_float(&s->drop_rng) < s->opts.drop_rate;
+		pthread_mutex_unlock(&s->tmu);
+		if (drop) {
+			msg_free(&m);
+			httpd_add_header(req, "Retry-After", "0");
+			return refuse(s, w, req, 503, "busy", "dropped on purpose (--drop-rate)");
+		}
+	}
 	if (!json_is_integer(v = json_object_get(m.header, "base")) || json_integer_value(v) < 0) {
 		msg_free(&m);
 		return refuse(s, w, req, 400, "bad_field", "base: missing or not an integer >= 0");
@@ -558,7 +620,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 
 	t1 = cli_now();
 	fifo_enter(s);
-	w->last_contact = cli_now();
+	w->last_contact = s->last_commit = cli_now();
 	if (s->stop) {
 		fifo_pass(s);
 		pthread_mutex_unlock(&s->mu);
@@ -570,7 +632,19 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		/* a commit sent again after a lost reply: answer with θ, apply nothing */
 		rc = RULE_APPLIED;
 		applied = 0;
-		memcpy(w->out, s->theta, sizeof(float) * s->n);
+		nsamples = 0;
+		w->commits--; /* counted once already */
+	} else if (s->opts.max_staleness >= 0 && strcmp(s->run.rule.name, "sync") &&
+		   base < s->prog.version && s->prog.version - base > (uint64_t)s->opts.max_staleness) {
+		/* bounded staleness: not applied; the worker recomputes at the current θ */
+		char extra[96];
+		rc = RULE_APPLIED;
+		applied = 0;
+		stale = 1;
+		w->refused++;
+		snprintf(extra, sizeof extra, "\"reason\":\"stale\",\"tau\":%llu",
+			 (unsigned long long)(s->prog.version - base));
+		log_event(s, "refused", id, extra);
 	} else {
 		t2 = cli_now();
 		rc = rule_commit(s->rule, id, w->in, base, s->theta, &s->prog.version, w->out, &s->st, err);
@@ -587,16 +661,20 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	if (seq)
 		w->last_seq = seq;
 	w->commits++;
-	w->samples += nsamples;
-	if (isfinite(loss))
+	w->samples += nsamples; /* the worker's data position, also for a refused stale commit */
+	if (isfinite(loss) && nsamples)
 		w->loss_sum += loss;
-	s->prog.samples += nsamples;
+	if (!stale)
+		s->prog.samples += nsamples;
 	if (rc == RULE_PENDING) {
 		/* sync: the round completes when the last worker commits; wait for it in order */
 		uint64_t round = s->prog.version;
 		fifo_pass(s);
+		w->waiting = 1;
 		while (s->prog.version == round && !s->stopping)
 			pthread_cond_wait(&s->round_cv, &s->mu);
+		w->waiting = 0;
+		w->last_contact = cli_now();
 		if (s->prog.version == round) {
 			pthread_mutex_unlock(&s->mu);
 			pthread_mutex_unlock(&w->lock);
@@ -624,8 +702,8 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		reply_name = "elastic";
 	else
 		memcpy(w->out, s->theta, sizeof(float) * s->n);
-	head = json_pack("{s:I, s:I}", "version", (json_int_t)s->prog.version, "tau",
-			 (json_int_t)s->st.staleness);
+	head = json_pack("{s:I, s:I, s:b}", "version", (json_int_t)s->prog.version, "tau",
+			 (json_int_t)s->st.staleness, "applied", applied || rc == RULE_PENDING);
 	pthread_mutex_unlock(&s->mu);
 	t3 = cli_now();
 	rc = reply_vector(req, w, head, reply_name, w->out, s->n, codec_of(s, blob->meta.codec));
@@ -661,21 +739,8 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	if (!(w = slot_get(s, id)))
 		return httpd_reply_error(req, 409, "unknown_worker", "no such worker");
 	fifo_enter(s);
-	if (w->active) {
-		if (rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL) == 1) {
-			log_update(s, w->id, NAN);
-			pthread_cond_broadcast(&s->round_cv);
-		}
-		w->active = 0;
-		s->nactive--;
-		if (done) {
-			w->done = 1;
-			s->ndone++;
-		}
-		log_event(s, "leave", w->id, done ? "\"done\":true" : "\"done\":false");
-		if (s->nactive == 0 && s->ndone > 0 && !s->opts.keep_running)
-			request_stop(s, "every worker has finished");
-	}
+	if (w->active)
+		worker_release(s, w, "leave", done);
 	j = json_pack("{s:i, s:I}", "worker", w->id, "version", (json_int_t)s->prog.version);
 	fifo_pass(s);
 	pthread_mutex_unlock(&s->mu);
@@ -866,7 +931,8 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 		}
 	}
 	run_log_start(s->log, &s->run, s->run.rule.name, s->url, s->prog.version, &s->layout);
-	s->last_checkpoint = cli_now();
+	s->last_checkpoint = s->last_commit = cli_now();
+	rng_seed(&s->drop_rng, s->run.train.seed, 0x64726f70ULL);
 	*out = s;
 	return 0;
 fail:
@@ -877,6 +943,32 @@ fail:
 const char *serve_url(const struct server *s)
 {
 	return s->url;
+}
+
+/* Workers silent for --worker-timeout are gone (a worker waiting in a sync round is not
+ * silent); a run with no commit for --idle-timeout stops as failed. mu held. */
+static void check_liveness(struct server *s)
+{
+	double now = cli_now();
+	if (s->opts.worker_timeout > 0 && !s->stop) {
+		for (int i = 0; i < s->nslots; i++) {
+			struct slot *w = s->slot[i];
+			if (!w || w->waiting || !w->in_rule || now - w->last_contact < s->opts.worker_timeout)
+				continue;
+			log_warn("worker %d: no contact for %.0f s, at version %llu: gone", w->id,
+				 now - w->last_contact, (unsigned long long)s->prog.version);
+			worker_release(s, w, "gone", 0);
+		}
+	}
+	if (s->opts.idle_timeout > 0 && !s->stop && now - s->last_commit >= s->opts.idle_timeout) {
+		s->failed = 1;
+		request_stop(s, "no commit arrived for --idle-timeout seconds");
+	}
+}
+
+int serve_failed(const struct server *s)
+{
+	return s->failed;
 }
 
 const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag)
@@ -894,6 +986,7 @@ const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag)
 		}
 		pthread_cond_timedwait(&s->stop_cv, &s->mu, &ts);
 		fflush(s->log);
+		check_liveness(s);
 		if (s->opts.checkpoint_every > 0 && cli_now() - s->last_checkpoint >= s->opts.checkpoint_every &&
 		    checkpoint_locked(s, err) < 0) {
 			log_warn("checkpoint failed: %s", err);

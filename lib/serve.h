@@ -17,6 +17,10 @@ struct serve_opts {
 	int keep_running;        /* don't stop when every worker has finished and left */
 	size_t max_body;         /* request body cap in bytes; 0: from the model size */
 	const char *codec;       /* codec of parameter replies; NULL: the one the worker used */
+	double worker_timeout;   /* a worker silent this long is gone; 0: never */
+	double idle_timeout;     /* no commit this long: checkpoint and stop, failed; 0: never */
+	long max_staleness;      /* refuse commits staler than this (SSP); < 0: no bound */
+	double drop_rate;        /* refuse this fraction of commits with 503 (fault injection) */
 };
 
 struct server;
@@ -29,6 +33,8 @@ const char *serve_url(const struct server *s);
 /* Block until the run should stop: *sigflag set (a signal), POST /v1/stop, --max-updates
  * reached, or every worker done. Returns a static string saying why. */
 const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag);
+/* 1 if the run stopped for a failure (--idle-timeout), so the exit status must say so. */
+int serve_failed(const struct server *s);
 /* Stop serving, checkpoint, flush and close the log, remove server.url, free everything.
  * Returns 0, or a negative code if the final checkpoint failed. */
 int serve_close(struct server *s, const char *reason, char *err);

@@ -53,6 +53,7 @@ struct worker {
 	float *x0, *delta;
 	int id;
 	uint64_t version, seq;
+	uint64_t done_samples, done_commits; /* the server's count of this worker's work at join */
 	int shard_i, shard_n;
 };
 
@@ -102,6 +103,10 @@ static int join(struct worker *w, char *err)
 	w->id = (int)json_integer_value(json_object_get(head, "worker"));
 	if (json_is_integer(v = json_object_get(head, "seq")))
 		w->seq = (uint64_t)json_integer_value(v);
+	if (json_is_integer(v = json_object_get(head, "samples")))
+		w->done_samples = (uint64_t)json_integer_value(v);
+	if (json_is_integer(v = json_object_get(head, "commits")))
+		w->done_commits = (uint64_t)json_integer_value(v);
 	v = json_object_get(head, "shard");
 	if (!w->o->shard_set && json_is_array(v)) {
 		w->shard_i = (int)json_integer_value(json_array_get(v, 0));
@@ -180,7 +185,7 @@ int work_serve(const char *url, const struct work_opts *o)
 	float *x = NULL, *params;
 	uint8_t *y = NULL;
 	json_t *runjson;
-	uint64_t samples = 0, target, steps = 0;
+	uint64_t samples = 0, target, steps = 0, commits = 0;
 	double t0, last_progress = 0;
 	int rc = EXIT_JOB, easgd, window, tty = isatty(2) && !o->quiet, c;
 	float lr, loss = 0;
@@ -231,11 +236,16 @@ int work_serve(const char *url, const struct work_opts *o)
 		fprintf(stderr, "gem-work: %s\n", err);
 		goto out;
 	}
-	rng_seed(&drop, w.run.train.seed, 0x776f726bULL + (uint64_t)w.id);
+	/* A worker that comes back under its id continues its data order where the server saw it
+	 * stop, so that a run interrupted and resumed is the run left alone. */
+	batcher_seek(&b, (long)(w.done_samples / b.count), w.done_samples % b.count);
+	samples = w.done_samples;
 	easgd = !strcmp(w.run.rule.name, "easgd");
 	window = (easgd || !strcmp(w.run.rule.name, "downpour")) && w.run.rule.window > 1 ? w.run.rule.window : 1;
 	lr = w.run.train.lr;
-	target = o->steps ? UINT64_MAX : (uint64_t)(o->epochs ? o->epochs : w.run.train.epochs) * b.count;
+	target = o->steps ? UINT64_MAX
+		 : o->epochs ? samples + (uint64_t)o->epochs * b.count
+			     : (uint64_t)w.run.train.epochs * b.count;
 	if (!o->quiet)
 		log_info("worker %d of %s: rule %s, %zu samples per epoch%s", w.id, url, w.run.rule.name,
 			 b.count, w.shard_n > 1 ? " (a shard)" : "");
@@ -253,6 +263,8 @@ int work_serve(const char *url, const struct work_opts *o)
 		for (int k = 0; k < window && samples + got < target; k++) {
 			int nb = batcher_next(&b, x, y);
 			const float *g;
+			/* dropout's randomness is a function of the worker and its data position */
+			rng_seed(&drop, w.run.train.seed ^ ((uint64_t)w.id << 40), 0x776f726bULL + samples + got);
 			lsum += model_train_step(w.m, x, y, nb, &drop);
 			got += (uint64_t)nb;
 			g = model_grads(w.m);
@@ -290,6 +302,13 @@ int work_serve(const char *url, const struct work_opts *o)
 			break;
 		}
 		samples += got;
+		commits++;
+		if (o->die_after && commits >= o->die_after) {
+			/* fault injection: die as a crash would, without a word to the server */
+			fprintf(stderr, "gem-work: worker %d: --die-after %llu: dying\n", w.id,
+				(unsigned long long)o->die_after);
+			raise(SIGKILL);
+		}
 		if (tty && cli_now() - last_progress > 0.25) {
 			last_progress = cli_now();
 			fprintf(stderr, "\rgem-work %d: version %llu  epoch %.2f  loss %.4f  %.0f samples/s   ",

@@ -14,6 +14,7 @@ struct work_opts {
 	double retry_for;  /* seconds to keep retrying an unreachable server */
 	double checkpoint_every;
 	double slowdown;   /* >= 1: each step takes this many times as long */
+	uint64_t die_after; /* > 0: die (SIGKILL) after this many commits, as a crash would */
 	int quiet;
 };
 

@@ -48,7 +48,7 @@ assert ev[0]==\"start\" and ev.count(\"join\")==2 and ev.count(\"leave\")==2, ev
 
 test_expect_success 'the server stops by itself once every worker has finished' '
 	for i in $(seq 50); do kill -0 $SERVER_PID 2>/dev/null || break; sleep 0.1; done &&
-	! kill -0 $SERVER_PID 2>/dev/null && wait $SERVER_PID &&
+	! kill -0 $SERVER_PID 2>/dev/null && wait_exit $SERVER_PID &&
 	test ! -e run/server.url &&
 	head -1 run/params.gem | grep -q "\"version\":60"
 '
@@ -80,7 +80,7 @@ test_expect_success 'a second server on the same run is refused' '
 test_expect_success '--max-updates stops the run and the workers end cleanly' '
 	start_server run --max-updates 80 &&
 	gem-work -q --server "$URL" --steps 1000 &&
-	wait $SERVER_PID &&
+	wait_exit $SERVER_PID &&
 	head -1 run/params.gem | grep -q "\"version\":80"
 '
 

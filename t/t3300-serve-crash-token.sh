@@ -22,7 +22,7 @@ test_expect_success 'kill -9 of the server mid-run leaves a consistent checkpoin
 		[ "${v:-0}" -ge 60 ] && break; sleep 0.1
 	done &&
 	sleep 0.5 &&
-	kill -9 $SERVER_PID && { wait $SERVER_PID; true; } &&
+	kill -9 $SERVER_PID && { wait_exit $SERVER_PID; true; } &&
 	saved=$(head -1 run/params.gem | sed -n "s/.*\"version\":\([0-9]*\).*/\1/p") &&
 	echo "checkpoint at $saved" && test "$saved" -ge 1 && test "$saved" -lt 400 &&
 	head -1 run/state.gem | grep -q "\"version\":$saved"
@@ -35,7 +35,7 @@ test_expect_success 'restarted on the same port, the run goes on and the worker 
 	test_bg $SERVER_PID &&
 	wait $worker &&
 	for i in $(seq 50); do kill -0 $SERVER_PID 2>/dev/null || break; sleep 0.1; done &&
-	wait $SERVER_PID &&
+	wait_exit $SERVER_PID &&
 	final=$(head -1 run/params.gem | sed -n "s/.*\"version\":\([0-9]*\).*/\1/p") &&
 	echo "final $final" && test "$final" -gt "$saved" &&
 	grep -q "resumed" serve2.err &&

@@ -116,10 +116,27 @@ start_server() {
 	URL=$(cat "$_dir/server.url")
 }
 
+# wait_exit PID [SECONDS]: wait for a child to exit, at most SECONDS (default 30); a child
+# still running then is killed and the wait fails. Returns the child's status.
+wait_exit() {
+	_i=0
+	while kill -0 "$1" 2>/dev/null; do
+		_i=$((_i + 1))
+		if [ $_i -gt $((${2:-30} * 20)) ]; then
+			echo "wait_exit: $1 still running after ${2:-30} s: killed"
+			kill -9 "$1"
+			wait "$1"
+			return 124
+		fi
+		sleep 0.05
+	done
+	wait "$1"
+}
+
 # stop_server: POST /v1/stop and wait for the server to exit; its status is returned.
 stop_server() {
 	curl -s -X POST ${TOKEN:+-H "Authorization: Bearer $TOKEN"} "$URL/v1/stop" >/dev/null
-	wait $SERVER_PID
+	wait_exit $SERVER_PID
 }
 
 test_done() {
