@@ -1,6 +1,8 @@
-/* gem-eval: evaluate a run's parameters on its test set; TSV (or JSON lines) on stdout. */
+/* gem-eval: evaluate a run's parameters (a run directory, a params file, a live server, or a live
+ * server version after version) on its test set; TSV or JSON lines on stdout. */
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,26 +16,51 @@
 #include "model.h"
 #include "run.h"
 
-static const char usage_line[] = "usage: gem-eval [options] (RUNDIR | PARAMS_FILE)";
+static const char usage_line[] =
+	"usage: gem-eval [options] (RUNDIR | PARAMS_FILE | URL)\n"
+	"   or: gem-eval [options] --follow (URL | RUNDIR)";
 
 static void usage(FILE *f)
 {
 	fprintf(f, "%s\n", usage_line);
 	fputs("Evaluate parameters on the run's test set; print TSV under a '#' header line:\n"
-	      "elapsed seconds, version (central updates), samples seen, test loss, test accuracy.\n"
+	      "elapsed seconds, version (central updates), samples seen, test loss, test accuracy,\n"
+	      "then train_loss (--train-subset) and acc_0 ... acc_<C-1> (--per-class).\n"
 	      "\n"
-	      "  -r, --run RUNDIR     the run a PARAMS_FILE belongs to (default: the file's directory)\n"
-	      "  -d, --data NAME|DIR  evaluate on this dataset's test split instead of the run's\n"
-	      "  -j, --json           print one JSON object instead of TSV\n"
-	      "  -h, --help           show this help\n"
-	      "  -V, --version        show the version\n",
+	      "  -r, --run RUNDIR        the run a PARAMS_FILE belongs to (default: the file's directory)\n"
+	      "  -d, --data NAME|DIR     evaluate on this dataset instead of the run's\n"
+	      "  -t, --train-subset N    add train_loss: the loss on N training samples, fixed by the\n"
+	      "                          run's seed\n"
+	      "  -c, --per-class         add acc_0 ... acc_<C-1>: the test accuracy on each class\n"
+	      "  -j, --json              print JSON lines (one object per evaluation) instead of TSV\n"
+	      "  -f, --follow URL|RUNDIR poll a live server (RUNDIR: the one in RUNDIR/server.url);\n"
+	      "                          print a line per new version until the server stops\n"
+	      "  -i, --interval SEC      seconds between polls with --follow; default 2\n"
+	      "      --retry-for SEC     wait this long for an unreachable server; default 10\n"
+	      "  -h, --help              show this help\n"
+	      "  -V, --version           show the version\n",
 	      f);
 }
 
+enum { O_RETRY = 256 };
+
 static const struct option longopts[] = {
-	{"run", required_argument, 0, 'r'}, {"data", required_argument, 0, 'd'},
-	{"json", no_argument, 0, 'j'},      {"help", no_argument, 0, 'h'},
-	{"version", no_argument, 0, 'V'},   {0, 0, 0, 0},
+	{"run", required_argument, 0, 'r'},      {"data", required_argument, 0, 'd'},
+	{"train-subset", required_argument, 0, 't'}, {"per-class", no_argument, 0, 'c'},
+	{"json", no_argument, 0, 'j'},           {"follow", required_argument, 0, 'f'},
+	{"interval", required_argument, 0, 'i'}, {"retry-for", required_argument, 0, O_RETRY},
+	{"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
+	{0, 0, 0, 0},
+};
+
+/* What every evaluation needs, set up once: the model, the data, the buffers. */
+struct evaluator {
+	struct model *m;
+	struct eval_buf buf;
+	struct dataset test, train; /* train: the --train-subset samples only */
+	int train_subset, per_class, json, header_done;
+	float mean, std;
+	struct eval_result res, tres;
 };
 
 static int is_dir(const char *p)
@@ -42,38 +69,177 @@ static int is_dir(const char *p)
 	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static int is_url(const char *s)
+{
+	return strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0;
+}
+
+static void bad_usage(const char *what, const char *arg)
+{
+	fprintf(stderr, "gem-eval: %s%s\n%s\n", what, arg, usage_line);
+	exit(EXIT_USAGE);
+}
+
+/* A JSON number, or null for what JSON cannot say (NaN, ∞). */
+static void json_num(const char *key, const char *fmt, double v)
+{
+	printf(",\"%s\":", key);
+	if (isfinite(v))
+		printf(fmt, v);
+	else
+		fputs("null", stdout);
+}
+
+static void print_header(const struct evaluator *e)
+{
+	fputs("# elapsed\tversion\tsamples\ttest_loss\ttest_acc", stdout);
+	if (e->train_subset)
+		fputs("\ttrain_loss", stdout);
+	if (e->per_class)
+		for (int k = 0; k < e->res.classes; k++)
+			printf("\tacc_%d", k);
+	putchar('\n');
+}
+
+static void print_row(const struct evaluator *e, const struct run_progress *p)
+{
+	if (e->json) {
+		printf("{\"elapsed\":%.3f,\"version\":%llu,\"samples\":%llu", p->elapsed,
+		       (unsigned long long)p->version, (unsigned long long)p->samples);
+		json_num("test_loss", "%.6f", e->res.loss);
+		json_num("test_acc", "%.4f", e->res.accuracy);
+		if (e->train_subset)
+			json_num("train_loss", "%.6f", e->tres.loss);
+		for (int k = 0; e->per_class && k < e->res.classes; k++) {
+			char key[16];
+			snprintf(key, sizeof key, "acc_%d", k);
+			json_num(key, "%.4f", eval_class_accuracy(&e->res, k));
+		}
+		fputs("}\n", stdout);
+		return;
+	}
+	printf("%.3f\t%llu\t%llu\t%.6f\t%.4f", p->elapsed, (unsigned long long)p->version,
+	       (unsigned long long)p->samples, e->res.loss, e->res.accuracy);
+	if (e->train_subset)
+		printf("\t%.6f", e->tres.loss);
+	for (int k = 0; e->per_class && k < e->res.classes; k++)
+		printf("\t%.4f", eval_class_accuracy(&e->res, k));
+	putchar('\n');
+}
+
+/* Evaluate the model's current θ and print its line (eval_follow_fn). */
+static int evaluate(void *ctx, const struct run_progress *p, char *err)
+{
+	struct evaluator *e = ctx;
+	int rc;
+	if ((rc = eval_run(&e->buf, e->m, &e->test, e->mean, e->std, &e->res, err)) < 0)
+		return rc;
+	if (e->train_subset &&
+	    (rc = eval_run(&e->buf, e->m, &e->train, e->mean, e->std, &e->tres, err)) < 0)
+		return rc;
+	if (!e->json && !e->header_done)
+		print_header(e);
+	e->header_done = 1;
+	print_row(e, p);
+	if (fflush(stdout) == EOF || ferror(stdout))
+		return gem_errf(err, GEM_EFAIL, "stdout: write error");
+	return 0;
+}
+
+/* The model, the test set and the training subset of run (or of the dataset data). */
+static int evaluator_init(struct evaluator *e, const struct run *run, const char *data, char *err)
+{
+	char dir[PATH_MAX];
+	struct dataset full;
+	int rc;
+
+	if (data) {
+		if ((rc = dataset_resolve(data, dir, sizeof dir, err)) < 0)
+			return GEM_EUSAGE;
+	} else {
+		snprintf(dir, sizeof dir, "%s", run->data_dir);
+	}
+	e->mean = run->mean;
+	e->std = run->std;
+	if ((rc = model_from_json(run->model, &e->m, err)) < 0 ||
+	    (rc = eval_buf_init(&e->buf, e->m, err)) < 0 ||
+	    (rc = dataset_load(dir, "test", &e->test, err)) < 0)
+		return rc < 0 ? GEM_EFAIL : rc;
+	e->res.classes = model_classes(e->m);
+	if (e->train_subset) {
+		if ((rc = dataset_load(dir, "train", &full, err)) < 0)
+			return GEM_EFAIL;
+		rc = eval_subset(&full, e->train_subset, run->train.seed, &e->train, err);
+		dataset_free(&full);
+		if (rc < 0)
+			return GEM_EFAIL;
+	}
+	return 0;
+}
+
+static void evaluator_free(struct evaluator *e)
+{
+	eval_buf_free(&e->buf);
+	dataset_free(&e->test);
+	dataset_free(&e->train);
+	model_free(e->m);
+}
+
 int main(int argc, char **argv)
 {
-	const char *rundir = NULL, *data = NULL, *params = NULL;
-	char err[GEM_ERRMAX], dirbuf[PATH_MAX], datadir[PATH_MAX];
-	int c, json = 0, rc = EXIT_JOB;
+	const char *rundir = NULL, *run_opt = NULL, *data = NULL, *params = NULL, *follow = NULL;
+	const char *url = NULL;
+	char err[GEM_ERRMAX], dirbuf[PATH_MAX];
+	double interval = 2, retry_for = 10;
+	long n;
+	int c, rc = EXIT_JOB, have_run = 0;
 	struct run run;
-	struct model *m = NULL;
-	struct dataset ds;
 	struct run_progress p;
-	struct eval_result res;
+	struct evaluator e;
+	struct eval_remote remote;
 
+	memset(&e, 0, sizeof e);
+	memset(&remote, 0, sizeof remote);
 	log_init("gem-eval");
-	while ((c = getopt_long(argc, argv, "r:d:jhV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "r:d:t:cjf:i:hV", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'r': rundir = optarg; break;
+		case 'r': run_opt = optarg; break;
 		case 'd': data = optarg; break;
-		case 'j': json = 1; break;
+		case 't':
+			if (cli_long(optarg, 1, INT_MAX, &n))
+				bad_usage("--train-subset: not a positive number of samples: ", optarg);
+			e.train_subset = (int)n;
+			break;
+		case 'c': e.per_class = 1; break;
+		case 'j': e.json = 1; break;
+		case 'f': follow = optarg; break;
+		case 'i':
+			if (cli_double(optarg, 0.01, 86400, &interval))
+				bad_usage("--interval: not a number of seconds in [0.01, 86400]: ", optarg);
+			break;
+		case O_RETRY:
+			if (cli_double(optarg, 0, 1e6, &retry_for))
+				bad_usage("--retry-for: not a number of seconds: ", optarg);
+			break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-eval"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
-	if (optind != argc - 1) {
-		fprintf(stderr, "gem-eval: %s\n%s\n", optind == argc ? "nothing to evaluate" : "too many arguments",
-			usage_line);
-		return EXIT_USAGE;
-	}
-	if (is_dir(argv[optind])) {
-		if (!rundir)
-			rundir = argv[optind];
+	if (follow ? optind != argc : optind != argc - 1)
+		bad_usage(optind == argc ? "nothing to evaluate" : "too many arguments", "");
+	if (follow) {
+		if (is_url(follow))
+			url = follow;
+		else
+			rundir = follow;
+	} else if (is_url(argv[optind])) {
+		url = argv[optind];
+	} else if (is_dir(argv[optind])) {
+		rundir = run_opt ? run_opt : argv[optind];
 	} else {
 		params = argv[optind];
+		rundir = run_opt;
 		if (!rundir) {
 			const char *slash = strrchr(params, '/');
 			snprintf(dirbuf, sizeof dirbuf, "%.*s", slash ? (int)(slash - params) : 1,
@@ -81,44 +247,55 @@ int main(int argc, char **argv)
 			rundir = dirbuf;
 		}
 	}
+	if (run_opt && (url || follow))
+		bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate", "");
 	cli_blas_init();
-	if (run_open(rundir, &run, err) < 0) {
-		fprintf(stderr, "gem-eval: %s\n", err);
-		return EXIT_USAGE;
-	}
-	if (data) {
-		if (dataset_resolve(data, datadir, sizeof datadir, err) < 0) {
+
+	/* the run: from its directory, or from the server */
+	if (rundir) {
+		if (run_open(rundir, &run, err) < 0) {
 			fprintf(stderr, "gem-eval: %s\n", err);
-			run_close(&run);
 			return EXIT_USAGE;
 		}
 	} else {
-		snprintf(datadir, sizeof datadir, "%s", run.data_dir);
+		if (eval_remote_open(&remote, url, retry_for, err) < 0 ||
+		    eval_remote_run(&remote, &run, err) < 0) {
+			fprintf(stderr, "gem-eval: %s\n", err);
+			eval_remote_close(&remote);
+			return EXIT_JOB;
+		}
 	}
-	if (model_from_json(run.model, &m, err) < 0 ||
-	    run_params_load(&run, params, model_params(m), model_nparams(m), &p, err) < 0 ||
-	    dataset_load(datadir, "test", &ds, err) < 0) {
+	have_run = 1;
+	if ((c = evaluator_init(&e, &run, data, err)) < 0) {
+		fprintf(stderr, "gem-eval: %s\n", err);
+		rc = c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		goto out;
+	}
+
+	if (follow) {
+		struct eval_follow f = {.url = url, .rundir = rundir, .interval = interval,
+					.retry_for = retry_for, .theta = model_params(e.m),
+					.n = model_nparams(e.m), .fn = evaluate, .ctx = &e};
+		eval_remote_close(&remote);
+		c = eval_follow_run(&f, err);
+	} else if (url) {
+		c = eval_remote_params(&remote, model_params(e.m), model_nparams(e.m), &p, err);
+		if (c == 0)
+			c = evaluate(&e, &p, err);
+	} else {
+		c = run_params_load(&run, params, model_params(e.m), model_nparams(e.m), &p, err);
+		if (c == 0)
+			c = evaluate(&e, &p, err);
+	}
+	if (c < 0) {
 		fprintf(stderr, "gem-eval: %s\n", err);
 		goto out;
 	}
-	if (eval_dataset(m, &ds, run.mean, run.std, &res, err) < 0) {
-		fprintf(stderr, "gem-eval: %s\n", err);
-		dataset_free(&ds);
-		goto out;
-	}
-	if (json)
-		printf("{\"elapsed\":%.3f,\"version\":%llu,\"samples\":%llu,\"test_loss\":%.6f,"
-		       "\"test_acc\":%.4f}\n",
-		       p.elapsed, (unsigned long long)p.version, (unsigned long long)p.samples, res.loss,
-		       res.accuracy);
-	else
-		printf("# elapsed\tversion\tsamples\ttest_loss\ttest_acc\n%.3f\t%llu\t%llu\t%.6f\t%.4f\n",
-		       p.elapsed, (unsigned long long)p.version, (unsigned long long)p.samples, res.loss,
-		       res.accuracy);
 	rc = 0;
-	dataset_free(&ds);
 out:
-	model_free(m);
-	run_close(&run);
+	evaluator_free(&e);
+	eval_remote_close(&remote);
+	if (have_run)
+		run_close(&run);
 	return rc;
 }

@@ -2,11 +2,12 @@
 # live.sh: redraw a run's test loss and accuracy while it trains.
 #
 #   sh share/gem/plot/live.sh "$(cat run/server.url)"          # runs gem-eval --follow URL
+#   sh share/gem/plot/live.sh run/                              # or follows the run's server
 #   gem-eval --follow URL | sh share/gem/plot/live.sh -        # or reads that stream
 #   GNUTERM=dumb sh share/gem/plot/live.sh URL                 # text plot, over ssh
 #
 # gem-eval --follow prints one TSV line per new version (elapsed, version, samples,
-# test_loss, test_acc). This script appends the stream to a temporary file and has gnuplot
+# test_loss, test_acc, then any columns its options add) until the server stops. This script appends the stream to a temporary file and has gnuplot
 # replot the file every LIVE_EVERY seconds (default 2) until the stream ends; gnuplot's
 # default terminal is used, or the one GNUTERM names. Interrupt it to stop.
 set -u

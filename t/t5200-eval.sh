@@ -1,0 +1,203 @@
+#!/bin/bash
+# t5200: gem-eval end to end on the tiny model: a server's URL evaluates like its run
+# directory, the extra columns (--per-class, --train-subset), JSON lines, --follow of a live
+# server until it stops or dies, unreachable servers and bad usage.
+. "$GEM_SRC/t/test-lib.sh"
+
+# wait_until 'COMMANDS' [SECONDS]: poll until COMMANDS succeed.
+wait_until() {
+	_i=0
+	until eval "$1"; do
+		_i=$((_i + 1))
+		[ $_i -gt $((${2:-20} * 50)) ] && return 1
+		sleep 0.02
+	done
+}
+
+# health_version: the live server's version.
+health_version() {
+	curl -sf "$URL/v1/health" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"version\"])"
+}
+
+# data_lines FILE: the lines of FILE that are not the header.
+data_lines() { grep -vc "^#" "$1"; }
+
+# man_has_option NAME: the man page documents --NAME (written \-\-NAME there).
+man_has_option() {
+	_m=$(printf '%s' "--$1" | sed 's/-/\\-/g')
+	grep -qF -- "$_m" "$GEM_SRC/man/man1/gem-eval.1"
+}
+
+test_expect_success 'setup: a run trained 30 steps on a server that keeps running' '
+	make_tiny_data data &&
+	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 run &&
+	start_server run --keep-running &&
+	gem-work -q --server "$URL" --steps 30
+'
+
+test_expect_success 'a URL evaluates like the run directory once the server has stopped' '
+	gem-eval "$URL" >url.tsv &&
+	stop_server &&
+	gem-eval run >dir.tsv &&
+	head -1 url.tsv | grep -q "^# elapsed	version	samples	test_loss	test_acc$" &&
+	test "$(wc -l <url.tsv)" = 2 &&
+	awk "NR==2 { exit !(\$2 == 30 && \$3 == 960) }" url.tsv &&
+	cut -f2- url.tsv >url.cols && cut -f2- dir.tsv >dir.cols && cmp url.cols dir.cols
+'
+
+test_expect_success '--per-class adds acc_0..acc_3, whose mean weighted by class counts is test_acc' '
+	gem-eval --per-class run >pc.tsv &&
+	head -1 pc.tsv | grep -q "^# elapsed	version	samples	test_loss	test_acc	acc_0	acc_1	acc_2	acc_3$" &&
+	python3 -c "
+import collections
+labels = open(\"data/t10k-labels-idx1-ubyte\", \"rb\").read()[8:]
+n = collections.Counter(labels)
+row = open(\"pc.tsv\").read().splitlines()[1].split(\"\t\")
+acc, per = float(row[4]), [float(x) for x in row[5:]]
+assert len(per) == 4, row
+mean = sum(per[k] * n[k] for k in range(4)) / len(labels)
+assert abs(mean - acc) < 3e-4, (mean, acc)
+"
+'
+
+test_expect_success '--train-subset adds a finite train_loss, the same on every call' '
+	gem-eval --train-subset 300 run >ts1.tsv &&
+	gem-eval -t 300 run >ts2.tsv &&
+	cmp ts1.tsv ts2.tsv &&
+	head -1 ts1.tsv | grep -q "	test_acc	train_loss$" &&
+	awk -F"\t" "NR==2 { exit !(NF == 6 && \$6 + 0 == \$6 && \$6 > 0 && \$6 < 10) }" ts1.tsv &&
+	gem-eval -t 100000 run | awk -F"\t" "NR==2 { exit !(NF == 6 && \$6 > 0) }"
+'
+
+test_expect_success 'the columns come in order: train_loss, then acc_k' '
+	gem-eval --per-class --train-subset 50 run | head -1 |
+		grep -q "^# elapsed	version	samples	test_loss	test_acc	train_loss	acc_0	acc_1	acc_2	acc_3$"
+'
+
+test_expect_success '--json prints one object per evaluation with the same fields' '
+	gem-eval --json --per-class --train-subset 50 run >e.json &&
+	python3 -c "
+import json
+lines = open(\"e.json\").read().splitlines()
+assert len(lines) == 1, lines
+r = json.loads(lines[0])
+want = [\"elapsed\", \"version\", \"samples\", \"test_loss\", \"test_acc\", \"train_loss\",
+        \"acc_0\", \"acc_1\", \"acc_2\", \"acc_3\"]
+assert list(r) == want and r[\"version\"] == 30, r
+"
+'
+
+test_expect_success '--follow RUNDIR prints one line per version while a worker trains, exits 0 on stop' '
+	start_server run --keep-running &&
+	{ gem-eval --follow run --interval 0.05 >fol.tsv 2>fol.err & } &&
+	fpid=$! && test_bg $fpid &&
+	wait_until "test -s fol.tsv" &&
+	gem-work -q --server "$URL" --steps 15 --slowdown 300 &&
+	wait_until "tail -1 fol.tsv | grep -q \"^[0-9.]*	45	\"" &&
+	stop_server &&
+	wait $fpid &&
+	test "$(grep -c "^#" fol.tsv)" = 1 && head -1 fol.tsv | grep -q "^# elapsed" &&
+	test ! -s fol.err &&
+	python3 -c "
+v = [int(l.split()[1]) for l in open(\"fol.tsv\") if not l.startswith(\"#\")]
+assert len(v) >= 4 and v[0] == 30 and v[-1] == 45, v
+assert all(a < b for a, b in zip(v, v[1:])), v
+"
+'
+
+test_expect_success '--follow of a RUNDIR ends with the final checkpoint when it is new' '
+	start_server run --keep-running &&
+	{ gem-eval --follow run --interval 1 --json >fin.json 2>fin.err & } &&
+	fpid=$! && test_bg $fpid &&
+	wait_until "test -s fin.json" &&
+	gem-work -q --server "$URL" --steps 5 &&
+	stop_server &&
+	wait $fpid &&
+	python3 -c "
+import json
+v = [json.loads(l)[\"version\"] for l in open(\"fin.json\")]
+assert v == [45, 50], v
+"
+'
+
+test_expect_success '--follow URL exits 0 when the server said it was stopping' '
+	start_server run --keep-running &&
+	{ gem-eval --follow "$URL" --interval 0.05 >fu.tsv 2>fu.err & } &&
+	fpid=$! && test_bg $fpid &&
+	wait_until "test -s fu.tsv" &&
+	{ gem-work -q --server "$URL" --steps 1000 --slowdown 8000 & } &&
+	wpid=$! && test_bg $wpid &&
+	wait_until "test \"\$(health_version)\" -gt 50" &&
+	stop_server &&
+	wait $fpid &&
+	wait $wpid &&
+	test "$(data_lines fu.tsv)" -ge 2
+'
+
+test_expect_success '--follow of a server killed with kill -9 exits 1 with a message' '
+	start_server run --keep-running &&
+	{ gem-eval --follow "$URL" --interval 0.05 --retry-for 1 >fk.tsv 2>fk.err & } &&
+	fpid=$! && test_bg $fpid &&
+	wait_until "test -s fk.tsv" &&
+	kill -9 $SERVER_PID && { wait $SERVER_PID; true; } &&
+	{ wait $fpid; test $? = 1; } &&
+	test "$(data_lines fk.tsv)" = 1 &&
+	grep -q "went away without stopping" fk.err
+'
+
+test_expect_success '--follow RUNDIR of a killed server exits 1 too (server.url stays behind)' '
+	test -s run/server.url &&
+	{ gem-eval --follow run --retry-for 0.5 >fk2.tsv 2>fk2.err; test $? = 1; } &&
+	grep -q "unreachable" fk2.err && rm -f run/server.url
+'
+
+test_expect_success 'an unreachable server or a bad URL fails quickly with --retry-for 1' '
+	start=$(date +%s) &&
+	{ gem-eval --retry-for 1 http://127.0.0.1:1 >out 2>err; test $? = 1; } &&
+	grep -q "unreachable" err && test ! -s out &&
+	{ gem-eval --retry-for 0.3 --follow http://127.0.0.1:1 2>err; test $? = 1; } &&
+	grep -q "unreachable" err &&
+	{ gem-eval --retry-for 0.3 http://127.0.0.1:99999 2>err; test $? = 1; } &&
+	{ gem-eval --retry-for 0.3 --follow run 2>err; test $? = 1; } && grep -q "no server" err &&
+	test $(( $(date +%s) - start )) -le 5
+'
+
+test_expect_success 'a URL that is not a gem server fails with 1' '
+	{ python3 -u -m http.server --bind 127.0.0.1 0 >http.out 2>&1 & } &&
+	hpid=$! && test_bg $hpid &&
+	wait_until "grep -q \"port [0-9]\" http.out" &&
+	port=$(sed -n "s/.*port \([0-9]*\).*/\1/p" http.out | head -1) &&
+	{ gem-eval --retry-for 1 "http://127.0.0.1:$port" 2>err; test $? = 1; } &&
+	{ gem-eval --retry-for 1 --follow "http://127.0.0.1:$port" 2>err2; test $? = 1; } &&
+	kill $hpid && cat err err2 && grep -q "404" err
+'
+
+test_expect_success 'corrupt parameters fail with 1 and name the file' '
+	head -c 500 run/params.gem >run/bad.gem &&
+	{ gem-eval run/bad.gem 2>err; test $? = 1; } && grep -q "bad.gem" err
+'
+
+test_expect_code 2 'an unknown option' 'gem-eval --bogus run'
+test_expect_code 2 'no argument' 'gem-eval'
+test_expect_code 2 'two arguments' 'gem-eval run run'
+test_expect_code 2 '--follow takes no other argument' 'gem-eval --follow run run'
+test_expect_code 2 '--interval must be a positive number' 'gem-eval --follow run --interval 0'
+test_expect_code 2 '--interval is a number' 'gem-eval --follow run --interval soon'
+test_expect_code 2 '--retry-for is not negative' 'gem-eval --retry-for -1 run'
+test_expect_code 2 '--train-subset is positive' 'gem-eval --train-subset 0 run'
+test_expect_code 2 '--run does not go with a URL' 'gem-eval --run run http://127.0.0.1:1'
+test_expect_code 2 '--run does not go with --follow' 'gem-eval --run run --follow run'
+test_expect_code 2 'a directory that is not a run' 'mkdir -p empty && gem-eval empty'
+test_expect_code 2 '--follow of a directory that is not a run' 'gem-eval --follow empty'
+test_expect_code 2 'an unknown --data' 'gem-eval --data no-such-dataset run'
+
+test_expect_success '--help names every option, as the man page does' '
+	gem-eval --help >help &&
+	grep -q "^usage: gem-eval" help &&
+	for o in run data train-subset per-class json follow interval retry-for help version; do
+		grep -q -- "--$o " help && man_has_option $o ||
+		{ echo "missing: --$o"; return 1; }
+	done &&
+	gem-eval --version | grep -q "^gem-eval "
+'
+test_done
