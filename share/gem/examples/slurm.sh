@@ -1,0 +1,82 @@
+#!/bin/sh
+#SBATCH --job-name=gem
+#SBATCH --ntasks=9
+#SBATCH --cpus-per-task=1
+# slurm.sh: a gem run as a Slurm job: of its SLURM_NTASKS tasks, task 0 runs gem-serve and
+# the others gem-work. RUNDIR must be on a filesystem every node shares: it holds the run,
+# the bearer token and the server's URL, by which the workers find the server.
+#
+#   sbatch --ntasks=9 share/gem/examples/slurm.sh RUNDIR [gem-init options]
+#   sbatch -n 17 share/gem/examples/slurm.sh /shared/runs/gem16 --model cnn --lr 0.1
+#
+# The batch step makes the run (gem-init --workers SLURM_NTASKS-1) and the token, then
+# starts the tasks with srun (copying this script into RUNDIR, since Slurm keeps the batch
+# script only on the first node), and prints gem-eval's TSV when they are done. Each task
+# writes its messages to RUNDIR/task-I.log; each worker task its exit status to
+# RUNDIR/done-I, and task 0 stops the server (which checkpoints) once they all have.
+#
+# Environment:
+#   GEM_SERVER_HOST  the host name the workers reach task 0 by; default the first node of
+#                    SLURM_JOB_NODELIST (scontrol show hostnames), where srun puts task 0
+#   GEM_PORT         the server's port; default 0, a free one (read from RUNDIR/server.url)
+#   GEM_SLURM_TASK   set to 1 by the batch step for the tasks; not to be set by hand
+#
+# Exit status: 0 when every task finished, 1 when one failed, 2 on bad usage.
+set -eu
+
+usage() {
+	echo "usage: sbatch --ntasks=N slurm.sh RUNDIR [gem-init options]" >&2
+	exit 2
+}
+[ $# -ge 1 ] || usage
+[ -n "${SLURM_NTASKS:-}" ] && [ "$SLURM_NTASKS" -ge 2 ] 2>/dev/null || {
+	echo "slurm.sh: run it with sbatch, with two tasks or more (SLURM_NTASKS)" >&2
+	usage
+}
+run=$1
+shift
+
+if [ "${GEM_SLURM_TASK:-}" != 1 ]; then
+	# The batch step.
+	gem-init -q --workers $((SLURM_NTASKS - 1)) "$@" "$run"
+	(umask 077 && head -c 24 /dev/urandom | base64 >"$run/token")
+	rm -f "$run/server.url" "$run"/done-*
+	cp "$0" "$run/slurm-task.sh"
+	status=0
+	GEM_SLURM_TASK=1 srun --export=ALL sh "$run/slurm-task.sh" "$run" || status=1
+	gem-eval "$run"
+	exit $status
+fi
+
+log="$run/task-$SLURM_PROCID.log"
+if [ "$SLURM_PROCID" = 0 ]; then
+	# The server. It runs until every worker task has written RUNDIR/done-I (with
+	# --keep-running: by itself it would stop once the workers that have joined are done,
+	# and on a cluster some may join late).
+	gem-serve --keep-running --listen "0.0.0.0:${GEM_PORT:-0}" --public \
+		--token-file "$run/token" "$run" >/dev/null 2>"$log" &
+	server=$!
+	trap 'kill $server 2>/dev/null' INT TERM
+	while kill -0 $server 2>/dev/null &&
+		[ "$(find "$run" -maxdepth 1 -name 'done-*' | wc -l)" -lt $((SLURM_NTASKS - 1)) ]; do
+		sleep 0.5
+	done
+	kill $server 2>/dev/null || :
+	wait $server
+	exit
+fi
+
+# A worker: wait for the server's URL, then train against task 0's host.
+i=0
+while [ ! -s "$run/server.url" ]; do
+	[ $i -lt 1200 ] || { echo "slurm.sh: no $run/server.url after 120 s" >"$log"; exit 1; }
+	i=$((i + 1))
+	sleep 0.1
+done
+port=$(sed 's/.*://' "$run/server.url")
+host=${GEM_SERVER_HOST:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}
+status=0
+gem-work -q --server "http://$host:$port" --token-file "$run/token" --retry-for 120 \
+	>"$log" 2>&1 || status=$?
+echo $status >"$run/done-$SLURM_PROCID"
+exit $status

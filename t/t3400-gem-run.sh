@@ -1,0 +1,139 @@
+#!/bin/bash
+# t3400: gem-run over (fake) ssh with --hosts, its bad usage, and interrupting it: SIGTERM to
+# gem-run, or SIGINT to its whole process group as Ctrl-C sends it, stops every process it
+# started, exits 130 and leaves a run that gem-eval reads and gem-run --resume continues.
+. "$GEM_SRC/t/test-lib.sh"
+
+TINY="--model tiny.json --data data --batch 32 --lr 0.1 --seed 3"
+
+# started_by PID: the pids of PID's children, grandchildren and so on.
+started_by() {
+	for c in $(pgrep -P "$1"); do
+		echo "$c"
+		started_by "$c"
+	done
+}
+
+# wait_for_joins RUNDIR N: wait until N workers have joined RUNDIR's server.
+wait_for_joins() {
+	i=0
+	until [ "$(grep -c '"event":"join"' "$1/log.jsonl" 2>/dev/null)" -ge "$2" ] 2>/dev/null; do
+		i=$((i + 1))
+		[ $i -le 300 ] || return 1
+		sleep 0.1
+	done
+}
+
+# none_left PID...: none of the processes is alive (zombies count as gone).
+none_left() {
+	for p in "$@"; do
+		s=$(ps -o stat= -p "$p" 2>/dev/null) || continue
+		case $s in Z*) ;; *) echo "left running: $(ps -o pid=,args= -p "$p")"; return 1 ;; esac
+	done
+}
+
+test_expect_success 'setup: tiny data, fake ssh and hostname' '
+	make_tiny_data data &&
+	mkdir fakebin &&
+	cat >fakebin/ssh <<-\EOF &&
+	#!/bin/sh
+	# fake ssh: drop the options and the host, run the command here
+	while [ $# -gt 0 ]; do
+		case $1 in
+		-[BbcDEeFIiJLlmOoPpQRSWw]) shift 2 ;;
+		-*) shift ;;
+		*) break ;;
+		esac
+	done
+	echo "$1" >>"$FAKE_SSH_LOG"
+	shift
+	echo "$*" >>"$FAKE_SSH_LOG.cmd"
+	exec sh -c "$*"
+	EOF
+	printf "#!/bin/sh\necho localhost\n" >fakebin/hostname &&
+	chmod +x fakebin/* &&
+	FAKE_SSH_LOG=$PWD/ssh.log && export FAKE_SSH_LOG
+'
+
+test_expect_success 'gem-run --hosts: 2 hosts x 1 slot, 2 workers over ssh' '
+	printf "# two hosts\nnodeA\nnodeB 1\n" >hosts &&
+	: >ssh.log && : >ssh.log.cmd &&
+	# slowed down: gem-serve stops once the workers that have joined are done, so a
+	# worker that joins late would find it gone
+	PATH="$PWD/fakebin:$PATH" gem-run -q --hosts hosts -n 2 --epochs 1 $TINY \
+		--work-opt=--slowdown=20 run-ssh >eval.tsv &&
+	cat eval.tsv &&
+	head -1 eval.tsv | grep -q "^# elapsed	version	samples	test_loss	test_acc$" &&
+	awk "NR == 2 && \$2 == 126 && \$5 > 0.8 { ok = 1 } END { exit !ok }" eval.tsv &&
+	printf "nodeA\nnodeB\n" >ssh.want && sort ssh.log | diff ssh.want - &&
+	test $(grep -c "^gem-work .*--server http://localhost:[0-9]*" ssh.log.cmd) = 2 &&
+	grep -q "\"url\":\"http://0.0.0.0:" run-ssh/log.jsonl
+'
+
+test_expect_code 2 'gem-run without RUNDIR' 'gem-run -n 2 $TINY'
+test_expect_code 2 'gem-run -n 0' 'gem-run -n 0 $TINY run-x'
+test_expect_code 2 'gem-run -n two' 'gem-run -n two $TINY run-x'
+test_expect_code 2 'gem-run with two RUNDIRs' 'gem-run -n 1 $TINY run-x run-y'
+test_expect_code 2 'gem-run --hosts with an unreadable file' 'gem-run --hosts no-such-file run-x'
+test_expect_code 2 'gem-run --hosts with no hosts in the file' '
+	echo "# nobody" >nohosts && gem-run --hosts nohosts $TINY run-x
+'
+test_expect_code 2 'gem-run --resume with gem-init options' 'gem-run --resume --lr 0.1 run-ssh'
+test_expect_code 2 'gem-run with a bad gem-init option' 'gem-run -q -n 1 --rule nosuch $TINY run-x'
+
+test_expect_success 'bad usage starts no server and makes no run' '
+	test ! -e run-x && test ! -e run-y
+'
+
+# A long run: many epochs, and each worker step 1000 times slower.
+LONG="--epochs 50 --work-opt=--slowdown=1000"
+
+test_expect_success 'SIGTERM to gem-run: exit 130, nothing it started is left' '
+	gem-run -q -n 2 $TINY $LONG run-term >term.out 2>term.err &
+	pid=$! && test_bg $pid &&
+	wait_for_file run-term/server.url 20 && wait_for_joins run-term 2 &&
+	kids=$(started_by $pid) && echo "started: "$kids && test $(echo $kids | wc -w) -ge 3 &&
+	for k in $kids; do test_bg $k; done &&
+	test $(pgrep -f -- "--server $(cat run-term/server.url)" | wc -l) = 2 &&
+	pgrep -f "gem-serve .*run-term" &&
+	kill -TERM $pid &&
+	{ wait $pid; rc=$?; } ; echo "exit $rc" && test $rc = 130 &&
+	cat term.err && grep -q "interrupted" term.err &&
+	none_left $kids &&
+	! pgrep -f "gem-serve .*run-term" &&
+	test -z "$(pgrep -f -- "--server $(cat run-term/server.url 2>/dev/null || echo none)")"
+'
+
+test_expect_success 'after SIGTERM: the server checkpointed, gem-eval reads the run' '
+	tail -1 run-term/log.jsonl | grep -q "\"event\":\"stop\"" &&
+	gem-eval run-term >eval.tsv && cat eval.tsv &&
+	awk "NR == 2 && \$2 > 0 { ok = 1 } END { exit !ok }" eval.tsv
+'
+
+test_expect_success 'Ctrl-C (SIGINT to the process group): exit 130, nothing is left' '
+	# setsid: a process group of its own, as a terminal job has; env: SIGINT back to its
+	# default, since a background job of a non-interactive shell starts with it ignored.
+	setsid env --default-signal=INT gem-run -q -n 2 $TINY $LONG run-int >int.out 2>int.err &
+	pid=$! && test_bg $pid &&
+	wait_for_file run-int/server.url 20 && wait_for_joins run-int 2 &&
+	test "$(ps -o pgid= -p $pid | tr -d " ")" = $pid &&
+	kids=$(started_by $pid) && echo "started: "$kids && test $(echo $kids | wc -w) -ge 3 &&
+	for k in $kids; do test_bg $k; done &&
+	kill -INT -- -$pid &&
+	{ wait $pid; rc=$?; } ; echo "exit $rc" && test $rc = 130 &&
+	none_left $kids &&
+	! pgrep -f "gem-serve .*run-int" &&
+	gem-eval run-int >int.tsv && cat int.tsv &&
+	tail -1 run-int/log.jsonl | grep -q "\"event\":\"stop\""
+'
+
+# One worker: gem-serve stops as soon as every worker that has joined is done, so a second
+# worker of 5 steps may find the server gone.
+test_expect_success 'gem-run --resume continues the interrupted run' '
+	v0=$(awk "NR == 2 { print \$2 }" int.tsv) &&
+	gem-run -q --resume -n 1 --work-opt=--steps=5 run-int >resume.tsv &&
+	cat resume.tsv &&
+	awk -v v0=$v0 "NR == 2 && \$2 == v0 + 5 { ok = 1 } END { exit !ok }" resume.tsv
+'
+
+test_done
