@@ -11,9 +11,10 @@ Make a run with gem-init, start gem-serve on a free port, start N gem-work worke
 (locally, or over ssh on the hosts of --hosts), wait for them, evaluate the result with
 gem-eval, stop the server and print gem-eval's TSV.
 
-  -n, --workers N     number of workers; default 4
+  -n, --workers N     number of workers; default 4, or with --hosts the slots listed
       --hosts FILE    start the workers over ssh: one "host [slots]" per line; the server
-                      listens on this host's name (--public) and the hosts must reach it
+                      listens on every address (--public) behind a fresh token, and the
+                      workers reach it by this host's name (\$GEM_HOST overrides it)
       --listen H:P    where gem-serve listens; default 127.0.0.1:0 (with --hosts: 0.0.0.0:0)
       --resume        continue the run in RUNDIR instead of making a new one
       --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2
@@ -26,11 +27,11 @@ USAGE
 
 die_usage() { echo "gem-run: $*" >&2; echo "$usage_line" >&2; exit 2; }
 
-workers=4 hosts= listen= resume=0 quiet=0 initopts=() workopts=() rundir=
+workers=4 workers_set=0 hosts= listen= resume=0 quiet=0 initopts=() workopts=() rundir=
 while [ $# -gt 0 ]; do
 	case "$1" in
-	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; shift ;;
-	--workers=*) workers=${1#*=} ;;
+	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; workers_set=1; shift ;;
+	--workers=*) workers=${1#*=}; workers_set=1 ;;
 	--hosts) [ $# -ge 2 ] || die_usage "$1 needs a value"; hosts=$2; shift ;;
 	--hosts=*) hosts=${1#*=} ;;
 	--listen) [ $# -ge 2 ] || die_usage "$1 needs a value"; listen=$2; shift ;;
@@ -69,18 +70,25 @@ if [ -n "$hosts" ]; then
 		for ((i = 0; i < ${n:-1}; i++)); do slots+=("$h"); done
 	done <"$hosts"
 	[ ${#slots[@]} -gt 0 ] || die_usage "--hosts: no hosts in $hosts"
+	[ $workers_set = 1 ] || workers=${#slots[@]}
 	[ -n "$listen" ] || listen=0.0.0.0:0
 fi
 [ -n "$listen" ] || listen=127.0.0.1:0
 
 pids=() server=
+# The server goes first: it checkpoints and answers the workers still running, remote ones
+# too, that the run is over (410), so they leave; then what is left here is stopped.
 cleanup() {
 	trap - INT TERM EXIT
+	if [ -n "$server" ]; then
+		kill "$server" 2>/dev/null
+		for ((j = 0; j < 100; j++)); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
+	fi
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-	[ -n "$server" ] && kill "$server" 2>/dev/null
 	wait 2>/dev/null
 }
-trap 'echo "gem-run: interrupted; stopping" >&2; cleanup; exit 130' INT TERM
+trap 'echo "gem-run: interrupted; stopping" >&2; cleanup; exit 130' INT
+trap 'echo "gem-run: terminated; stopping" >&2; cleanup; exit 143' TERM
 trap cleanup EXIT
 
 if [ $resume = 0 ]; then
@@ -91,8 +99,14 @@ fi
 
 public=()
 case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
+token=()
+if [ -n "$hosts" ]; then
+	# workers come over the network: a fresh token, which travels on ssh's standard input
+	(umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
+	token=(--token-file "$rundir/token")
+fi
 rm -f "$rundir/server.url"
-gem-serve --listen "$listen" "${public[@]}" "$rundir" >/dev/null 2>"$rundir/serve.err" &
+gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "$rundir" >/dev/null 2>"$rundir/serve.err" &
 server=$!
 for ((i = 0; i < 300; i++)); do
 	[ -s "$rundir/server.url" ] && break
@@ -103,15 +117,15 @@ done
 url=$(cat "$rundir/server.url")
 if [ -n "$hosts" ]; then
 	# workers on other hosts reach the server by this host's name
-	url="http://$(hostname -f 2>/dev/null || hostname):${url##*:}"
+	url="http://${GEM_HOST:-$(hostname -f 2>/dev/null || hostname)}:${url##*:}"
 fi
 
 [ $quiet = 1 ] || echo "gem-run: $rundir served at $url; starting $workers workers" >&2
 for ((i = 0; i < workers; i++)); do
 	if [ ${#slots[@]} -gt 0 ]; then
 		h=${slots[$((i % ${#slots[@]}))]}
-		ssh -o BatchMode=yes "$h" gem-work -q --server "$url" "${workopts[@]}" \
-			>"$rundir/worker-$i.log" 2>&1 &
+		ssh -o BatchMode=yes "$h" gem-work -q --server "$url" --token-file /dev/stdin "${workopts[@]}" \
+			<"$rundir/token" >"$rundir/worker-$i.log" 2>&1 &
 	else
 		gem-work -q --server "$url" "${workopts[@]}" >"$rundir/worker-$i.log" 2>&1 &
 	fi

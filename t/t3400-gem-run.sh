@@ -1,7 +1,7 @@
 #!/bin/bash
 # t3400: gem-run over (fake) ssh with --hosts, its bad usage, and interrupting it: SIGTERM to
 # gem-run, or SIGINT to its whole process group as Ctrl-C sends it, stops every process it
-# started, exits 130 and leaves a run that gem-eval reads and gem-run --resume continues.
+# started, exits 143 (130 for SIGINT) and leaves a run that gem-eval reads and gem-run --resume continues.
 . "$GEM_SRC/t/test-lib.sh"
 
 TINY="--model tiny.json --data data --batch 32 --lr 0.1 --seed 3"
@@ -88,7 +88,7 @@ test_expect_success 'bad usage starts no server and makes no run' '
 # A long run: many epochs, and each worker step 1000 times slower.
 LONG="--epochs 50 --work-opt=--slowdown=1000"
 
-test_expect_success 'SIGTERM to gem-run: exit 130, nothing it started is left' '
+test_expect_success 'SIGTERM to gem-run: exit 143, nothing it started is left' '
 	gem-run -q -n 2 $TINY $LONG run-term >term.out 2>term.err &
 	pid=$! && test_bg $pid &&
 	wait_for_file run-term/server.url 20 && wait_for_joins run-term 2 &&
@@ -97,8 +97,8 @@ test_expect_success 'SIGTERM to gem-run: exit 130, nothing it started is left' '
 	test $(pgrep -f -- "--server $(cat run-term/server.url)" | wc -l) = 2 &&
 	pgrep -f "gem-serve .*run-term" &&
 	kill -TERM $pid &&
-	{ wait $pid; rc=$?; } ; echo "exit $rc" && test $rc = 130 &&
-	cat term.err && grep -q "interrupted" term.err &&
+	{ wait $pid; rc=$?; } ; echo "exit $rc" && test $rc = 143 &&
+	cat term.err && grep -q "terminated" term.err &&
 	none_left $kids &&
 	! pgrep -f "gem-serve .*run-term" &&
 	test -z "$(pgrep -f -- "--server $(cat run-term/server.url 2>/dev/null || echo none)")"
