@@ -4,7 +4,7 @@
 
 test_expect_success 'setup' '
 	make_tiny_data data &&
-	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 run
+	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 --workers 2 run
 '
 
 test_expect_success 'gem-serve listens on a free port and writes server.url' '

@@ -10,7 +10,7 @@ version_of() { head -1 "$1/params.gem" | sed -n 's/.*"version":\([0-9]*\).*/\1/p
 test_expect_success 'setup' 'make_tiny_data data'
 
 test_expect_success 'a worker killed mid-run: the others finish and the dead one is named gone' '
-	gem-init -q --model tiny.json --data data --lr 0.05 --batch 32 dead &&
+	gem-init -q --model tiny.json --data data --lr 0.05 --batch 32 --workers 4 dead &&
 	start_server dead --worker-timeout 1 &&
 	for i in 1 2 3; do gem-work -q --server "$URL" --steps 60 & done &&
 	{ gem-work -q --server "$URL" --steps 60 --die-after 10 2>die.err; echo $? >die.rc; } &&
@@ -66,7 +66,7 @@ print(\"applied\", len(ups), \"refused\", refused)"
 '
 
 test_expect_success '--drop-rate: dropped commits are retried, none is lost or applied twice' '
-	gem-init -q --model tiny.json --data data --lr 0.05 --batch 32 drop &&
+	gem-init -q --model tiny.json --data data --lr 0.05 --batch 32 --workers 2 drop &&
 	start_server drop --drop-rate 0.3 &&
 	pids= && for i in 1 2; do gem-work -q --server "$URL" --steps 40 & pids="$pids $!"; done &&
 	wait $pids && wait_exit $SERVER_PID &&
