@@ -270,6 +270,11 @@ void rule_destroy(struct rule *r)
 	free(r);
 }
 
+int rule_has_rounds(const struct rule *r)
+{
+	return r->ops->rounds;
+}
+
 const struct rule_config *rule_config_of(const struct rule *r)
 {
 	return &r->c;

@@ -76,6 +76,8 @@ json_t *rule_config_to_json(const struct rule_config *c);
 int rule_create(const struct rule_config *c, const struct layout *l, struct rule **out, char *err);
 void rule_destroy(struct rule *r);
 const struct rule_config *rule_config_of(const struct rule *r);
+/* 1 if commits wait for rounds of every worker (sync): staleness does not apply. */
+int rule_has_rounds(const struct rule *r);
 
 /* Worker w (an id >= 0) joins and receives θ: allocate its state (gem: m_w = 0, s_w = θ;
  * dcasgd: w_bak = θ). sync refuses a worker beyond nworkers; a joined id is refused. */

@@ -24,6 +24,7 @@ struct rule_ops {
 	int nvec;           /* per-worker vectors */
 	const char *vec[2]; /* their names ("m", "s"; "bak") */
 	int sent_vec;       /* the one that holds θ last sent, -1 none */
+	int rounds;         /* commits wait for a round of every worker (sync) */
 	int nglobal;        /* rule-wide vectors (sync: "v", "sum") */
 	const char *global[2];
 	/* Apply one commit (τ computed, worker checked); RULE_APPLIED, RULE_PENDING or < 0. */

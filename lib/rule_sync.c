@@ -94,6 +94,7 @@ static int rule_sync_leave(struct rule *r, struct rule_worker *w, float *theta, 
 
 const struct rule_ops rule_sync_ops = {
 	.name = "sync",
+	.rounds = 1,
 	.sent_vec = -1,
 	.nglobal = 2,
 	.global = {"v", "sum"},

@@ -634,7 +634,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		applied = 0;
 		nsamples = 0;
 		w->commits--; /* counted once already */
-	} else if (s->opts.max_staleness >= 0 && strcmp(s->run.rule.name, "sync") &&
+	} else if (s->opts.max_staleness >= 0 && !rule_has_rounds(s->rule) &&
 		   base < s->prog.version && s->prog.version - base > (uint64_t)s->opts.max_staleness) {
 		/* bounded staleness: not applied; the worker recomputes at the current θ */
 		char extra[96];
@@ -690,8 +690,8 @@ static int h_commit(struct httpd_req *req, void *ctx)
 			if (s->st.staleness > w->tau_max)
 				w->tau_max = s->st.staleness;
 			log_update(s, id, loss);
-			if (!strcmp(s->run.rule.name, "sync"))
-				pthread_cond_broadcast(&s->round_cv);
+			/* a round of a synchronous rule (sync, dma) may have completed */
+			pthread_cond_broadcast(&s->round_cv);
 			if (s->opts.max_updates && s->prog.version >= s->opts.max_updates)
 				request_stop(s, "reached --max-updates");
 		}
