@@ -38,7 +38,7 @@ PERF_C   = $(wildcard t/perf/*.c)
 PERF     = $(PERF_C:t/perf/%.c=$(O)/perf/%)
 HDR      = $(wildcard lib/*.h) t/tap.h
 
-.PHONY: all check test bench install deps demo clean figures
+.PHONY: all check test bench install deps demo clean figures experiment
 .SECONDARY:
 all: $(PROGS)
 
@@ -82,6 +82,14 @@ deps:
 demo: deps
 	$(MAKE) all
 	GEM_SHARE_DIR=$(CURDIR)/share/gem PATH=$(abspath $(BIN)):$$PATH sh share/gem/examples/demo.sh
+
+# The README's figures, from a real run (a few minutes on 2 cores).
+figures: all
+	GEM_SHARE_DIR=$(CURDIR)/share/gem PATH=$(abspath $(BIN)):$$PATH sh share/gem/figures.sh
+
+# The GEM paper's experiment with gem-sim (long: see share/gem/experiments/gem-paper.sh).
+experiment: all
+	GEM_SHARE_DIR=$(CURDIR)/share/gem PATH=$(abspath $(BIN)):$$PATH sh share/gem/experiments/gem-paper.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
