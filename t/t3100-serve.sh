@@ -41,7 +41,11 @@ ups=[l for l in lines if \"event\" not in l]
 assert len(ups)==60, len(ups)
 assert [u[\"version\"] for u in ups]==list(range(1,61))
 assert all(len(u[\"pi\"][\"median\"])==4 and 0<=u[\"scale\"]<=5 for u in ups)
-assert max(u[\"tau\"] for u in ups)>=1
+last={}
+for l in lines:
+    if l.get(\"event\")==\"join\": last[l[\"worker\"]]=l[\"version\"]
+    elif \"event\" not in l:
+        w=l[\"worker\"]; assert l[\"tau\"]==l[\"version\"]-1-last[w], (l, last[w]); last[w]=l[\"version\"]
 ev=[l[\"event\"] for l in lines if \"event\" in l]
 assert ev[0]==\"start\" and ev.count(\"join\")==2 and ev.count(\"leave\")==2, ev"
 '
