@@ -15,12 +15,12 @@
 
 static const struct rule_ops *const rule_all[] = {
 	&rule_gem_ops, &rule_downpour_ops, &rule_dynsgd_ops, &rule_easgd_ops, &rule_dcasgd_ops,
-	&rule_sync_ops,
+	&rule_sync_ops, &rule_dma_ops,
 };
 #define RULE_NRULES ((int)(sizeof rule_all / sizeof *rule_all))
 
 enum { R_GEM = 1 << 0, R_DOWNPOUR = 1 << 1, R_DYNSGD = 1 << 2, R_EASGD = 1 << 3,
-       R_DCASGD = 1 << 4, R_SYNC = 1 << 5, R_ALL = (1 << 6) - 1 };
+       R_DCASGD = 1 << 4, R_SYNC = 1 << 5, R_DMA = 1 << 6, R_ALL = (1 << 7) - 1 };
 enum { RULE_F_FLOAT, RULE_F_INT, RULE_F_BOOL };
 
 /* The fields of run.json's "rule" object: which rules use them and the values allowed. */
@@ -44,8 +44,8 @@ static const struct rule_field {
 	{"eps", RULE_F_FLOAT, offsetof(struct rule_config, eps), R_GEM, 0, 1, 0, 0, "in [0, 1]"},
 	{"tensor_stats", RULE_F_BOOL, offsetof(struct rule_config, tensor_stats), R_GEM, 0, 1, 0, 0,
 	 "true or false"},
-	{"window", RULE_F_INT, offsetof(struct rule_config, window), R_DOWNPOUR | R_EASGD, 1, 1 << 20,
-	 0, 0, "an integer in [1, 1048576]"},
+	{"window", RULE_F_INT, offsetof(struct rule_config, window), R_DOWNPOUR | R_EASGD | R_DMA,
+	 1, 1 << 20, 0, 0, "an integer in [1, 1048576]"},
 	{"alpha", RULE_F_FLOAT, offsetof(struct rule_config, alpha), R_EASGD, 0, 1, 0, 0,
 	 "in [0, 1] (0: 0.9/n)"},
 	{"lambda_dc", RULE_F_FLOAT, offsetof(struct rule_config, lambda_dc), R_DCASGD, 0, 1e6, 0, 0,
@@ -98,8 +98,9 @@ int rule_config_default(const char *name, struct rule_config *c, char *err)
 	c->pi_max = 5;
 	c->eps = 1e-12f;
 	c->tensor_stats = 1;
-	/* λ = 1 makes DOWNPOUR plain asynchronous SGD; EASGD's paper communicates every 10 steps */
-	c->window = strcmp(name, "easgd") ? 1 : 10;
+	/* λ = 1 makes DOWNPOUR plain asynchronous SGD; EASGD's paper communicates every 10 steps;
+	 * dma's β = τ/2 = 4 hides a round trip behind 4 local steps */
+	c->window = !strcmp(name, "easgd") ? 10 : !strcmp(name, "dma") ? 4 : 1;
 	c->alpha = 0;
 	c->lambda_dc = 0.04f; /* Zheng et al. 2017, DC-ASGD-c */
 	c->nworkers = 0;
@@ -117,9 +118,10 @@ int rule_config_check(const struct rule_config *c, char *err)
 		if (!rule_field_ok(f, v))
 			return gem_errf(err, GEM_EUSAGE, "%s: %g is not %s", f->name, v, f->range);
 	}
-	if (rule_all[ri] == &rule_sync_ops && c->nworkers < 1)
+	if ((rule_all[ri] == &rule_sync_ops || rule_all[ri] == &rule_dma_ops) && c->nworkers < 1)
 		return gem_errf(err, GEM_EUSAGE,
-				"nworkers: rule sync needs the number of workers per round (>= 1)");
+				"nworkers: rule %s needs the number of workers per round (>= 1)",
+				rule_all[ri]->name);
 	return 0;
 }
 

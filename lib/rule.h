@@ -1,7 +1,8 @@
 /* rule: the server side of every update rule (GEM, DOWNPOUR, DynSGD, EASGD, DC-ASGD, synchronous
- * momentum SGD) behind one interface, exactly as DESIGN.md §4. The caller (gem-serve) owns θ and
- * its version counter and serialises calls; a rule keeps per-worker state allocated once at join,
- * so a commit allocates nothing. Not thread-safe: call everything under the server's lock. */
+ * momentum SGD, delayed model averaging) behind one interface, exactly as DESIGN.md §4. The
+ * caller (gem-serve) owns θ and its version counter and serialises calls; a rule keeps
+ * per-worker state allocated once at join, so a commit allocates nothing. Not thread-safe: call
+ * everything under the server's lock. */
 #ifndef GEM_RULE_H
 #define GEM_RULE_H
 #include <jansson.h>
@@ -14,24 +15,24 @@
 #define RULE_VEC_NAME_MAX 32
 
 /* Every known rule, space-separated, for usage lines. */
-#define RULE_NAMES "gem downpour dynsgd easgd dcasgd sync"
+#define RULE_NAMES "gem downpour dynsgd easgd dcasgd sync dma"
 
 /* What rule_commit did. */
 enum {
 	RULE_APPLIED = 0, /* θ was updated and *version incremented: reply now */
-	RULE_PENDING = 1, /* sync: held for the round; reply when a later call returns RULE_APPLIED */
+	RULE_PENDING = 1, /* sync, dma: held for the round; reply when a later call is RULE_APPLIED */
 };
 
 struct rule_config {
 	char name[RULE_NAME_MAX]; /* one of RULE_NAMES */
 	float lr;                 /* η (the run's): dcasgd's g = −Δ/η */
-	float momentum;           /* μ (the run's, default 0.9): gem's m_w, sync's v */
+	float momentum;           /* μ (the run's, default 0.9): gem's m_w, sync's v, dma's local v */
 	float kappa, pi_max, eps; /* gem: κ = 1, π_max = 5, ε = 1e-12 */
 	int tensor_stats;         /* gem: 1 (default) computes median π per tensor (rule_stats) */
-	int window;               /* λ, used by the worker: downpour 1, easgd 10 */
+	int window;               /* λ, used by the worker: downpour 1, easgd 10; dma's β 4 */
 	float alpha;              /* easgd: 0 → 0.9/n */
 	float lambda_dc;          /* dcasgd: λ_dc = 0.04 (the paper's DC-ASGD-c) */
-	int nworkers;             /* n: sync's round size (required), easgd's default α; 0 = unset */
+	int nworkers;             /* n: sync's and dma's round size (required), easgd's α; 0 = unset */
 };
 
 /* Per-tensor GEM statistics of one commit. */
@@ -76,26 +77,27 @@ json_t *rule_config_to_json(const struct rule_config *c);
 int rule_create(const struct rule_config *c, const struct layout *l, struct rule **out, char *err);
 void rule_destroy(struct rule *r);
 const struct rule_config *rule_config_of(const struct rule *r);
-/* 1 if commits wait for rounds of every worker (sync): staleness does not apply. */
+/* 1 if commits wait for rounds of every worker (sync, dma): staleness does not apply. */
 int rule_has_rounds(const struct rule *r);
 
 /* Worker w (an id >= 0) joins and receives θ: allocate its state (gem: m_w = 0, s_w = θ;
- * dcasgd: w_bak = θ). sync refuses a worker beyond nworkers; a joined id is refused. */
+ * dcasgd: w_bak = θ). sync and dma refuse a worker beyond nworkers; a joined id is refused. */
 int rule_join(struct rule *r, int worker, const float *theta, char *err);
 /* θ was just sent to worker w (a pull): gem's s_w, dcasgd's w_bak. rule_commit already records
  * the θ it leaves behind as sent to the committing worker. Unknown workers are ignored. */
 void rule_sent(struct rule *r, int worker, const float *theta);
 /* Apply worker w's commit `in` (layout->total floats, not aliasing θ): Δθ = −η∇L computed at
  * base_version (downpour: the sum of λ local updates; easgd: the worker's x) to θ, of which
- * *version is the version. Returns RULE_APPLIED (θ updated, ++*version), RULE_PENDING (sync: held
- * until the round's last commit, which returns RULE_APPLIED), or GEM_EUSAGE: unknown worker,
- * base_version ahead of *version, sync: a second commit in a round or a stale base. easgd needs
+ * *version is the version (dma: the worker's delta of one cycle, Δ_w = x_w − x_w^init). Returns
+ * RULE_APPLIED (θ updated, ++*version), RULE_PENDING (sync, dma: held until the round's last
+ * commit, which returns RULE_APPLIED), or GEM_EUSAGE: unknown worker, base_version ahead of
+ * *version, sync and dma: a second commit in a round or a stale base. easgd needs
  * reply (total floats): the elastic difference d the worker subtracts; others ignore it. st (may be
  * NULL) receives the commit's statistics. */
 int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_version, float *theta,
 		uint64_t *version, float *reply, struct rule_stats *st, char *err);
-/* Worker w leaves: its state is freed; sync and easgd continue with those remaining. Returns 1 if
- * the leave completed a pending sync round (θ, *version and st updated: reply to the waiting
+/* Worker w leaves: its state is freed; sync, dma and easgd continue with those remaining. Returns 1
+ * if the leave completed a pending round (sync, dma) (θ, *version and st updated: reply to the waiting
  * workers), 0 if not, GEM_EUSAGE for an unknown worker. */
 int rule_leave(struct rule *r, int worker, float *theta, uint64_t *version, struct rule_stats *st,
 	       char *err);

@@ -13,7 +13,7 @@
 
 struct rule_worker {
 	int active;
-	int committed; /* sync: committed in the current round */
+	int committed; /* sync, dma: committed in the current round */
 	float *vec[2]; /* ops->vec names them */
 };
 
@@ -24,8 +24,8 @@ struct rule_ops {
 	int nvec;           /* per-worker vectors */
 	const char *vec[2]; /* their names ("m", "s"; "bak") */
 	int sent_vec;       /* the one that holds θ last sent, -1 none */
-	int rounds;         /* commits wait for a round of every worker (sync) */
-	int nglobal;        /* rule-wide vectors (sync: "v", "sum") */
+	int rounds;         /* commits wait for a round of every worker (sync, dma) */
+	int nglobal;        /* rule-wide vectors (sync: "v", "sum"; dma: "sum") */
 	const char *global[2];
 	/* Apply one commit (τ computed, worker checked); RULE_APPLIED, RULE_PENDING or < 0. */
 	int (*commit)(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
@@ -44,9 +44,9 @@ struct rule {
 	int cap, nactive;
 	float *global[2];          /* ops->global */
 	float *scratch;            /* gem: π of the last commit, then 32-bit room for the medians */
-	int target, ncommitted, ncontrib; /* sync round: see rule_sync.c */
+	int target, ncommitted, ncontrib; /* sync and dma round: see rule_sync.c */
 };
 
 extern const struct rule_ops rule_gem_ops, rule_downpour_ops, rule_dynsgd_ops, rule_easgd_ops,
-	rule_dcasgd_ops, rule_sync_ops;
+	rule_dcasgd_ops, rule_sync_ops, rule_dma_ops;
 #endif

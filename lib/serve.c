@@ -35,6 +35,7 @@ struct slot {
 	int done, waiting;
 	uint64_t commits, samples, refused, tau_sum, tau_min, tau_max, last_seq;
 	double joined_at, last_contact, loss_sum;
+	double idle; /* seconds the worker says it waited for the server (rule dma) */
 	int shard_i, shard_n;
 	pthread_mutex_t lock;
 	float *in, *out;
@@ -598,6 +599,8 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	nsamples = json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v) : 0;
 	if (json_is_number(v = json_object_get(m.header, "loss")))
 		loss = (float)json_number_value(v);
+	if (json_is_number(v = json_object_get(m.header, "idle")))
+		w->idle = json_number_value(v);
 	if (!(blob = msg_find(&m, "update"))) {
 		msg_free(&m);
 		return refuse(s, w, req, 400, "bad_message", "no blob named \"update\"");
@@ -775,6 +778,7 @@ static int h_stats(struct httpd_req *req, void *ctx)
 				      alive > 0 ? (double)w->samples / alive : 0.0, "loss_mean",
 				      w->commits ? w->loss_sum / (double)w->commits : 0.0, "since_contact",
 				      now - w->last_contact));
+		json_object_set_new(json_array_get(ws, json_array_size(ws) - 1), "idle", json_real(w->idle));
 	}
 	pthread_mutex_lock(&s->tmu);
 	n = s->t_commits ? (double)s->t_commits : 1;
