@@ -565,7 +565,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	struct slot *w;
 	int id, rc, applied, stale = 0;
 	uint64_t base, seq, nsamples;
-	double t0, t1, t2 = 0, t3;
+	double t0, t1, t2 = 0, t3, idle;
 	float loss = NAN;
 	const char *reply_name = MSG_PARAMS;
 
@@ -599,8 +599,8 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	nsamples = json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v) : 0;
 	if (json_is_number(v = json_object_get(m.header, "loss")))
 		loss = (float)json_number_value(v);
-	if (json_is_number(v = json_object_get(m.header, "idle")))
-		w->idle = json_number_value(v);
+	v = json_object_get(m.header, "idle");
+	idle = json_is_number(v) ? json_number_value(v) : -1;
 	if (!(blob = msg_find(&m, "update"))) {
 		msg_free(&m);
 		return refuse(s, w, req, 400, "bad_message", "no blob named \"update\"");
@@ -624,6 +624,8 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	t1 = cli_now();
 	fifo_enter(s);
 	w->last_contact = s->last_commit = cli_now();
+	if (idle >= 0)
+		w->idle = idle;
 	if (s->stop) {
 		fifo_pass(s);
 		pthread_mutex_unlock(&s->mu);
