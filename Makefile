@@ -89,7 +89,8 @@ figures: all
 
 # The GEM paper's experiment with gem-sim (long: see share/gem/experiments/gem-paper.sh).
 experiment: all
-	GEM_SHARE_DIR=$(CURDIR)/share/gem PATH=$(abspath $(BIN)):$$PATH sh share/gem/experiments/gem-paper.sh
+	GEM_BIN=$(abspath $(BIN)) GEM_SHARE_DIR=$(CURDIR)/share/gem PATH=$(abspath $(BIN)):$$PATH \
+		sh share/gem/experiments/gem-paper.sh $(or $(OUT),build/experiment)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \

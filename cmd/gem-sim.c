@@ -1,0 +1,334 @@
+/* gem-sim: N asynchronous workers of a run, simulated in one process on a virtual clock, against
+ * the rules gem-serve uses (lib/sim). Options it does not know are gem-init's: with them (or
+ * when RUNDIR is not a run yet) it makes the run with the gem-init beside it first. */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "err.h"
+#include "log.h"
+#include "sim.h"
+
+#define MAX_EVENTS 4096
+
+static const char usage_line[] =
+	"usage: gem-sim -n N [--steps S] [timing options] [--threads T] [gem-init options] RUNDIR";
+
+static void usage(FILE *f)
+{
+	fprintf(f, "%s\n", usage_line);
+	fputs("Simulate N asynchronous workers of a run in one process, on a virtual clock: the\n"
+	      "rules of gem-serve, applied in order of arrival; the same log and params.gem.\n"
+	      "\n"
+	      "  -n, --workers N         virtual workers from time 0; default 1\n"
+	      "  -t, --steps S           S local steps per worker (default: the run's epochs)\n"
+	      "      --step-time DIST    seconds per step: const:T, normal:MEAN,SD or\n"
+	      "                          lognormal:MU,SIGMA; default const:1\n"
+	      "      --jitter J          multiply each step time by U(1-J, 1+J); default 0\n"
+	      "      --stragglers K:F    workers 0..K-1 are F times slower\n"
+	      "      --latency SEC       one-way time of every message; default 0\n"
+	      "      --server-time SEC   server time per commit; default 0\n"
+	      "      --die W@T           worker W dies at time T (repeatable)\n"
+	      "      --join T            a new worker joins at time T (repeatable)\n"
+	      "  -j, --threads T         compute gradients on T threads (same result); default 1\n"
+	      "  -q, --quiet             no progress line, no summary on stderr\n"
+	      "  -h, --help              show this help\n"
+	      "  -V, --version           show the version\n"
+	      "Every other option goes to gem-init (see gem-init --help), which makes RUNDIR first,\n"
+	      "with --workers N; without them an existing RUNDIR is used as it is.\n",
+	      f);
+}
+
+static void bad_usage(const char *msg, const char *arg)
+{
+	fprintf(stderr, "gem-sim: %s%s\n%s\n", msg, arg ? arg : "", usage_line);
+	exit(EXIT_USAGE);
+}
+
+enum { O_STEPTIME = 256, O_JITTER, O_STRAG, O_LAT, O_SRV, O_DIE, O_JOIN };
+
+static const struct option longopts[] = {
+	{"workers", required_argument, 0, 'n'},      {"steps", required_argument, 0, 't'},
+	{"step-time", required_argument, 0, O_STEPTIME}, {"jitter", required_argument, 0, O_JITTER},
+	{"stragglers", required_argument, 0, O_STRAG}, {"latency", required_argument, 0, O_LAT},
+	{"server-time", required_argument, 0, O_SRV}, {"die", required_argument, 0, O_DIE},
+	{"join", required_argument, 0, O_JOIN},      {"threads", required_argument, 0, 'j'},
+	{"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
+	{"version", no_argument, 0, 'V'},            {0, 0, 0, 0},
+};
+static const char shortopts[] = "n:t:j:qhV";
+
+/* gem-init's options (see gem-init.c): name, short letter, whether it takes a value. */
+static const struct {
+	const char *name;
+	char letter;
+	int arg;
+} init_opts[] = {
+	{"model", 'm', 1},  {"data", 'd', 1},   {"rule", 'r', 1},         {"lr", 0, 1},
+	{"momentum", 0, 1}, {"nesterov", 0, 0}, {"weight-decay", 0, 1},   {"batch", 'b', 1},
+	{"epochs", 'e', 1}, {"seed", 's', 1},   {"kappa", 0, 1},          {"pi-max", 0, 1},
+	{"eps", 0, 1},      {"window", 0, 1},   {"alpha", 0, 1},          {"lambda-dc", 0, 1},
+	{"force", 'f', 0},
+};
+
+/* -1: not a gem-init option; else whether it takes a separate value (argument `a`). */
+static int init_option(const char *a)
+{
+	size_t i;
+	if (a[0] != '-' || !a[1])
+		return -1;
+	if (a[1] == '-') {
+		const char *eq = strchr(a + 2, '=');
+		size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+		for (i = 0; i < sizeof init_opts / sizeof *init_opts; i++)
+			if (strlen(init_opts[i].name) == len && !strncmp(init_opts[i].name, a + 2, len))
+				return init_opts[i].arg && !eq;
+		return -1;
+	}
+	for (i = 0; i < sizeof init_opts / sizeof *init_opts; i++)
+		if (init_opts[i].letter && init_opts[i].letter == a[1])
+			return init_opts[i].arg && !a[2];
+	return -1;
+}
+
+/* Whether a gem-sim option `a` takes the next argument as its value. */
+static int sim_takes_value(const char *a)
+{
+	if (a[0] != '-')
+		return 0;
+	if (a[1] == '-') {
+		const char *eq = strchr(a + 2, '=');
+		size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+		if (eq)
+			return 0;
+		for (const struct option *o = longopts; o->name; o++)
+			if (strlen(o->name) == len && !strncmp(o->name, a + 2, len))
+				return o->has_arg == required_argument;
+		return 0;
+	}
+	return a[1] && a[2] == 0 && strchr("ntj", a[1]) != NULL;
+}
+
+/* Run the gem-init beside this program (else the one on PATH) with args; its exit status. */
+static int run_gem_init(char **args)
+{
+	char self[PATH_MAX], path[PATH_MAX + 16];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	pid_t pid;
+	int st;
+	path[0] = 0;
+	if (n > 0) {
+		self[n] = 0;
+		snprintf(path, sizeof path, "%s/gem-init", dirname(self));
+		if (access(path, X_OK) != 0)
+			path[0] = 0;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "gem-sim: fork: %s\n", strerror(errno));
+		return EXIT_JOB;
+	}
+	if (pid == 0) {
+		if (path[0])
+			execv(path, args);
+		else
+			execvp("gem-init", args);
+		fprintf(stderr, "gem-sim: cannot run gem-init: %s\n", strerror(errno));
+		_exit(127);
+	}
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return EXIT_JOB;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	return WIFEXITED(st) && WEXITSTATUS(st) == EXIT_USAGE ? EXIT_USAGE : EXIT_JOB;
+}
+
+/* The arguments, split: ours for getopt_long, gem-init's to pass on. Global so that they stay
+ * reachable whichever way main exits. */
+static char **sargv, **iargv;
+
+static volatile sig_atomic_t stop_signal;
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+static void progress(void *ctx, uint64_t version, double vtime, int active)
+{
+	double *t0 = ctx;
+	fprintf(stderr, "\rgem-sim: version %llu  vtime %.1f  %d workers  %.0f updates/s   ",
+		(unsigned long long)version, vtime, active, (double)version / (cli_now() - *t0));
+}
+
+int main(int argc, char **argv)
+{
+	struct sim_opts o;
+	struct sim_summary sum;
+	static struct sim_death deaths[MAX_EVENTS];
+	static double joins[MAX_EVENTS];
+	char err[GEM_ERRMAX], runjson[PATH_MAX + 16];
+	char nbuf[32];
+	const char *rundir;
+	int sargc = 0, iargc = 0, c, quiet = 0, rc, ninit;
+	long v;
+	double t0;
+	struct stat stt;
+
+	log_init("gem-sim");
+	sim_opts_default(&o);
+	sargv = calloc((size_t)argc + 1, sizeof *sargv);
+	iargv = calloc((size_t)argc + 8, sizeof *iargv);
+	if (!sargv || !iargv) {
+		fprintf(stderr, "gem-sim: out of memory\n");
+		return EXIT_JOB;
+	}
+	/* Split the arguments: gem-init's options (with their values) and ours. */
+	sargv[sargc++] = argv[0];
+	iargv[iargc++] = "gem-init";
+	iargv[iargc++] = "-q";
+	iargv[iargc++] = "--workers";
+	iargv[iargc++] = nbuf;
+	ninit = iargc;
+	for (int i = 1; i < argc; i++) {
+		int k;
+		if (!strcmp(argv[i], "--")) {
+			while (i < argc)
+				sargv[sargc++] = argv[i++];
+			break;
+		}
+		if ((k = init_option(argv[i])) >= 0) {
+			iargv[iargc++] = argv[i];
+			if (k) {
+				if (i + 1 >= argc)
+					bad_usage("option needs a value: ", argv[i]);
+				iargv[iargc++] = argv[++i];
+			}
+			continue;
+		}
+		sargv[sargc++] = argv[i];
+		if (sim_takes_value(argv[i]) && i + 1 < argc)
+			sargv[sargc++] = argv[++i];
+	}
+	while ((c = getopt_long(sargc, sargv, shortopts, longopts, NULL)) != -1) {
+		switch (c) {
+		case 'n':
+			if (cli_long(optarg, 1, SIM_MAX_WORKERS, &v))
+				bad_usage("--workers: not an integer in [1, 4096]: ", optarg);
+			o.nworkers = (int)v;
+			break;
+		case 't':
+			if (cli_u64(optarg, &o.steps) || o.steps == 0)
+				bad_usage("--steps: not a positive integer: ", optarg);
+			break;
+		case O_STEPTIME:
+			if (sim_parse_dist(optarg, &o.step, err) < 0)
+				bad_usage("--step-time: ", err);
+			break;
+		case O_JITTER:
+			if (cli_double(optarg, 0, 0.999999, &o.jitter))
+				bad_usage("--jitter: not in [0, 1): ", optarg);
+			break;
+		case O_STRAG:
+			if (sim_parse_stragglers(optarg, &o.stragglers, &o.straggler_factor, err) < 0)
+				bad_usage("--stragglers: ", err);
+			break;
+		case O_LAT:
+			if (cli_double(optarg, 0, 1e9, &o.latency))
+				bad_usage("--latency: not a number of seconds >= 0: ", optarg);
+			break;
+		case O_SRV:
+			if (cli_double(optarg, 0, 1e9, &o.server_time))
+				bad_usage("--server-time: not a number of seconds >= 0: ", optarg);
+			break;
+		case O_DIE:
+			if (o.ndeaths == MAX_EVENTS)
+				bad_usage("--die: too many", NULL);
+			if (sim_parse_death(optarg, &deaths[o.ndeaths++], err) < 0)
+				bad_usage("--die: ", err);
+			break;
+		case O_JOIN:
+			if (o.njoins == MAX_EVENTS)
+				bad_usage("--join: too many", NULL);
+			if (cli_double(optarg, 0, 1e12, &joins[o.njoins++]))
+				bad_usage("--join: not a time >= 0: ", optarg);
+			break;
+		case 'j':
+			if (cli_long(optarg, 1, 256, &v))
+				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
+			o.threads = (int)v;
+			break;
+		case 'q': quiet = 1; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': cli_print_version("gem-sim"); return 0;
+		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
+		}
+	}
+	if (optind == sargc)
+		bad_usage("no RUNDIR given", NULL);
+	if (optind + 1 != sargc)
+		bad_usage("unexpected argument: ", sargv[optind + 1]);
+	rundir = sargv[optind];
+	o.deaths = deaths;
+	o.joins = joins;
+	if (sim_opts_check(&o, err) < 0)
+		bad_usage("", err);
+
+	/* Make the run first when gem-init options are given, or when there is none yet. */
+	snprintf(runjson, sizeof runjson, "%s/run.json", rundir);
+	if (iargc > ninit || stat(runjson, &stt) != 0) {
+		snprintf(nbuf, sizeof nbuf, "%d", o.nworkers);
+		iargv[iargc++] = (char *)rundir;
+		iargv[iargc] = NULL;
+		if ((rc = run_gem_init(iargv)) != 0)
+			return rc;
+	}
+	free(iargv);
+
+	cli_blas_init();
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	o.stop = &stop_signal;
+	t0 = cli_now();
+	if (!quiet && isatty(2)) {
+		o.progress = progress;
+		o.progress_ctx = &t0;
+	}
+	rc = sim_run(rundir, &o, &sum, err);
+	if (o.progress)
+		fputc('\n', stderr);
+	if (rc < 0) {
+		fprintf(stderr, "gem-sim: %s\n", err);
+		free(sargv);
+		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	}
+	free(sargv);
+	printf("# workers\tversion\tsamples\tvtime\tloss\ttau_mean\ttau_max\tpi_median\tscale\tfailed\tseconds\n");
+	printf("%d\t%llu\t%llu\t%.6f\t%.6g\t%.4f\t%llu\t%.6g\t%.6g\t%d\t%.3f\n", sum.workers,
+	       (unsigned long long)sum.version, (unsigned long long)sum.samples, sum.vtime, sum.loss_tail,
+	       sum.tau_mean, (unsigned long long)sum.tau_max, sum.pi_median, sum.scale_mean, sum.failed,
+	       sum.seconds);
+	if (!quiet)
+		fprintf(stderr,
+			"gem-sim: %d workers (%d finished, %d died, %d failed): %llu updates in %.6g virtual s, "
+			"%.1f s (%.0f updates/s)\n",
+			sum.workers, sum.finished, sum.died, sum.failed, (unsigned long long)sum.updates,
+			sum.vtime, sum.seconds, (double)sum.updates / (sum.seconds > 0 ? sum.seconds : 1));
+	if (stop_signal) {
+		fprintf(stderr, "gem-sim: interrupted; parameters saved at version %llu\n",
+			(unsigned long long)sum.version);
+		return 128 + stop_signal;
+	}
+	return sum.failed ? EXIT_JOB : 0;
+}

@@ -1,0 +1,87 @@
+/* sim: many asynchronous workers of one run, simulated in one process on a virtual clock.
+ * Each virtual worker does what gem-work does (its own data order, dropout stream, stale θ and,
+ * for easgd, its own x); their commits reach a virtual gem-serve that applies them one at a time
+ * in order of arrival (FIFO) with the same rule code (lib/rule), and logs them as gem-serve does
+ * (log.jsonl, with vtime). When a worker's message arrives follows from a timing model: step
+ * times, stragglers, latency, server time, deaths and late joins. Nothing depends on the wall
+ * clock or on the number of threads: the same run and options give the same log and θ, bit for
+ * bit. Threads only compute independent gradients (those of workers that already hold their θ)
+ * ahead of time. */
+#ifndef GEM_SIM_H
+#define GEM_SIM_H
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIM_MAX_WORKERS 4096
+
+/* A distribution of step times, in virtual seconds. */
+enum { SIM_CONST, SIM_NORMAL, SIM_LOGNORMAL };
+struct sim_dist {
+	int kind;
+	double a, b; /* const: T, –; normal: mean, sd (negative draws become 0); lognormal: μ, σ */
+};
+
+/* Worker `worker` stops at virtual time `at` (its work in progress is lost; it leaves). */
+struct sim_death {
+	int worker;
+	double at;
+};
+
+struct sim_opts {
+	int nworkers;             /* workers 0..N−1, started at time 0 */
+	uint64_t steps;           /* local steps per worker; 0: the run's budget of epochs */
+	struct sim_dist step;     /* time of one local step (minibatch) */
+	double jitter;            /* each step time × U(1−J, 1+J), J in [0, 1); 0: none */
+	int stragglers;           /* workers 0..K−1 ... */
+	double straggler_factor;  /* ... take F times as long per step */
+	double latency;           /* seconds a message takes, each way */
+	double server_time;       /* seconds the server spends on one commit */
+	const struct sim_death *deaths;
+	int ndeaths;
+	const double *joins;      /* a new worker (ids N, N+1, ... in time order) joins at each time */
+	int njoins;
+	int threads;              /* gradient threads (>= 1), each with its own model instance */
+	/* Called about 4 times a second of wall time (may be NULL); for a progress line. */
+	void (*progress)(void *ctx, uint64_t version, double vtime, int active);
+	void *progress_ctx;
+	/* When *stop becomes non-zero (a signal), the simulation ends early and saves θ (may be
+	 * NULL). */
+	volatile sig_atomic_t *stop;
+};
+
+/* What a simulated run did. */
+struct sim_summary {
+	uint64_t version, samples; /* central updates and training samples, as in params.gem */
+	uint64_t updates;          /* updates applied by this simulation */
+	double vtime;              /* virtual time of the last event */
+	double seconds;            /* wall time of the simulation */
+	int workers;               /* workers started */
+	int finished, died, failed; /* workers that spent their budget, were killed (--die), stopped
+				     * on a non-finite loss or update (as gem-work does) */
+	double loss_tail;          /* mean minibatch loss of the last 100 updates (NaN: none) */
+	double tau_mean;           /* mean staleness */
+	uint64_t tau_max;
+	double pi_median;          /* gem: median over updates and tensors of the per-tensor median π */
+	double scale_mean;         /* gem: mean over updates of |π⊙Δθ|₁ / |Δθ|₁ */
+};
+
+/* Set o to the defaults: 1 worker, const:1 step time, no jitter, stragglers, latency, server
+ * time, events; 1 thread. */
+void sim_opts_default(struct sim_opts *o);
+/* Check o's fields; GEM_EUSAGE names the first bad one. */
+int sim_opts_check(const struct sim_opts *o, char *err);
+
+/* Parse "const:T", "normal:MEAN,SD" or "lognormal:MU,SIGMA" (GEM_EUSAGE on anything else). */
+int sim_parse_dist(const char *s, struct sim_dist *d, char *err);
+/* Parse "K:F" (K >= 0 workers, F >= 1 times slower). */
+int sim_parse_stragglers(const char *s, int *k, double *f, char *err);
+/* Parse "W@T" (worker W >= 0 dies at time T >= 0). */
+int sim_parse_death(const char *s, struct sim_death *d, char *err);
+
+/* Simulate the run in rundir (made by gem-init; θ from its params.gem) with o: append to its
+ * log.jsonl, save θ to params.gem at the end. GEM_EUSAGE: not a run, or options that do not fit
+ * it; GEM_EFAIL: I/O; GEM_ENOMEM. Workers that fail (a non-finite loss) do not make it fail:
+ * see sum->failed. sum may be NULL. */
+int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *sum, char *err);
+#endif
