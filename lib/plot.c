@@ -810,13 +810,14 @@ static int view_throughput(struct writer *w, char *err)
 }
 
 /* workers: per worker, its commits, the samples they consumed (growth of "samples" over the
- * previous update line; the first line counts whole when it is version 1), mean and max τ and
- * mean loss. */
+ * previous update line; the first line counts whole when it is version 1), mean and max τ,
+ * mean loss, and samples/s over the span from its first to its last commit (a straggler shows
+ * here). */
 static int view_workers(struct writer *w, char *err)
 {
 	struct acc {
 		uint64_t commits, samples, nloss;
-		double tau, loss;
+		double tau, loss, t_first, t_last;
 		int64_t maxtau;
 	};
 	for (size_t r = 0; r < w->nlogs; r++) {
@@ -827,12 +828,14 @@ static int view_workers(struct writer *w, char *err)
 			free(a);
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
 		}
-		fprintf(w->f, "# worker\tcommits\tsamples\tmean_tau\tmax_tau\tmean_loss\n");
+		fprintf(w->f, "# worker\tcommits\tsamples\tmean_tau\tmax_tau\tmean_loss\tsamples_per_s\n");
 		for (size_t i = 0; i < lg->n; i++) {
 			const struct plot_update *u = &lg->u[i];
 			struct acc *x = &a[worker_index(lg, u->worker)];
 			uint64_t prev = i ? lg->u[i - 1].samples : 0;
-			x->commits++;
+			if (!x->commits++)
+				x->t_first = u->t;
+			x->t_last = u->t;
 			if ((i || u->version == 1) && u->samples >= prev)
 				x->samples += u->samples - prev;
 			x->tau += (double)u->tau;
@@ -847,7 +850,11 @@ static int view_workers(struct writer *w, char *err)
 			fprintf(w->f, "%lld\t%llu\t%llu\t%.4f\t%lld\t", (long long)lg->workers[k],
 				(unsigned long long)a[k].commits, (unsigned long long)a[k].samples,
 				a[k].tau / (double)a[k].commits, (long long)a[k].maxtau);
-			put_num(w->f, a[k].nloss ? a[k].loss / (double)a[k].nloss : NAN, "\n");
+			put_num(w->f, a[k].nloss ? a[k].loss / (double)a[k].nloss : NAN, "\t");
+			put_num(w->f, a[k].t_last > a[k].t_first
+					      ? (double)a[k].samples / (a[k].t_last - a[k].t_first)
+					      : NAN,
+				"\n");
 		}
 		b->rows = lg->nworkers;
 		free(a);

@@ -768,7 +768,8 @@ static int h_stats(struct httpd_req *req, void *ctx)
 		double alive;
 		if (!w)
 			continue;
-		alive = now - w->joined_at;
+		/* a worker that has left worked from its join to its last contact */
+		alive = (w->active ? now : w->last_contact) - w->joined_at;
 		json_array_append_new(
 			ws, json_pack("{s:i, s:b, s:b, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:f, s:f}", "worker",
 				      w->id, "active", w->active, "done", w->done, "commits",

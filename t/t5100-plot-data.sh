@@ -77,10 +77,10 @@ test_expect_success 'throughput: updates/s and samples/s over windows after the 
 	printf "2\t1.5\t48\n4\t0.5\t16\n" >want && data out >got && diff want got
 '
 
-test_expect_success 'workers: commits, samples, mean and max tau, mean loss' '
+test_expect_success 'workers: commits, samples, mean and max tau, mean loss, samples/s' '
 	gem-plot-data workers runA >out 2>/dev/null &&
-	grep -q "^# worker	commits	samples	mean_tau	max_tau	mean_loss$" out &&
-	printf "1\t3\t96\t0.6667\t1\t4.33333\n2\t2\t64\t1.5000\t2\t2\n" >want &&
+	grep -q "^# worker	commits	samples	mean_tau	max_tau	mean_loss	samples_per_s$" out &&
+	printf "1\t3\t96\t0.6667\t1\t4.33333\t36.9231\n2\t2\t64\t1.5000\t2\t2\t91.4286\n" >want &&
 	data out >got && diff want got
 '
 
