@@ -18,7 +18,8 @@
 
 static const char usage_line[] =
 	"usage: gem-eval [options] (RUNDIR | PARAMS_FILE | URL)\n"
-	"   or: gem-eval [options] --follow (URL | RUNDIR)";
+	"   or: gem-eval [options] --follow (URL | RUNDIR)\n"
+	"   or: gem-eval [options] --nodes (URL | NODE_FILE | RUNDIR),...";
 
 static void usage(FILE *f)
 {
@@ -37,6 +38,10 @@ static void usage(FILE *f)
 	      "                          print a line per new version until the server stops\n"
 	      "  -i, --interval SEC      seconds between polls with --follow; default 2\n"
 	      "      --retry-for SEC     wait this long for an unreachable server; default 10\n"
+	      "  -N, --nodes LIST        an SGP run: evaluate each node's parameters (a node's URL, its\n"
+	      "                          node-I.gem, or RUNDIR for all its node-*.gem; comma-separated),\n"
+	      "                          then their mean, spread and average; columns node, version,\n"
+	      "                          samples, test_loss, test_acc, consensus\n"
 	      "  -h, --help              show this help\n"
 	      "  -V, --version           show the version\n",
 	      f);
@@ -49,6 +54,7 @@ static const struct option longopts[] = {
 	{"train-subset", required_argument, 0, 't'}, {"per-class", no_argument, 0, 'c'},
 	{"json", no_argument, 0, 'j'},           {"follow", required_argument, 0, 'f'},
 	{"interval", required_argument, 0, 'i'}, {"retry-for", required_argument, 0, O_RETRY},
+	{"nodes", required_argument, 0, 'N'},
 	{"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
 	{0, 0, 0, 0},
 };
@@ -177,6 +183,172 @@ static int evaluator_init(struct evaluator *e, const struct run *run, const char
 	return 0;
 }
 
+/* --nodes: the nodes' parameters, one row each, then the mean and spread over nodes and the
+ * evaluation of their average z̄ (consensus: ‖z_i − z̄‖). */
+struct nodes {
+	char **item; /* URLs and node files */
+	int k;
+	float **z;
+	struct run_progress *p;
+	struct eval_result *res;
+	double *dist;
+};
+
+static void nodes_free(struct nodes *nd)
+{
+	for (int i = 0; i < nd->k; i++) {
+		free(nd->item[i]);
+		if (nd->z)
+			free(nd->z[i]);
+	}
+	free(nd->item);
+	free(nd->z);
+	free(nd->p);
+	free(nd->res);
+	free(nd->dist);
+}
+
+static int nodes_add(struct nodes *nd, const char *item, size_t len)
+{
+	char **grown = realloc(nd->item, sizeof *grown * (size_t)(nd->k + 1));
+	if (!grown)
+		return -1;
+	nd->item = grown;
+	if (!(nd->item[nd->k] = strndup(item, len)))
+		return -1;
+	nd->k++;
+	return 0;
+}
+
+/* The comma-separated list, a RUNDIR standing for its node-0.gem, node-1.gem, ... */
+static int nodes_parse(struct nodes *nd, const char *list, char *err)
+{
+	for (const char *p = list; *p;) {
+		size_t len = strcspn(p, ",");
+		char item[PATH_MAX];
+		if (len >= sizeof item)
+			return gem_errf(err, GEM_EUSAGE, "--nodes: an entry is too long");
+		snprintf(item, sizeof item, "%.*s", (int)len, p);
+		if (len && !is_url(item) && is_dir(item)) {
+			int before = nd->k;
+			for (int i = 0;; i++) {
+				char f[PATH_MAX + 32];
+				struct stat st;
+				snprintf(f, sizeof f, "%s/node-%d.gem", item, i);
+				if (stat(f, &st) < 0)
+					break;
+				if (nodes_add(nd, f, strlen(f)) < 0)
+					return gem_errf(err, GEM_ENOMEM, "out of memory");
+			}
+			if (nd->k == before)
+				return gem_errf(err, GEM_EUSAGE, "%s: no node-0.gem (not an SGP run, or not run)",
+						item);
+		} else if (len && nodes_add(nd, item, len) < 0) {
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		}
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	if (nd->k == 0)
+		return gem_errf(err, GEM_EUSAGE, "--nodes: no node given");
+	return 0;
+}
+
+static void print_node_row(const struct evaluator *e, const char *node, double version, double samples,
+			   double loss, double acc, double dist)
+{
+	if (e->json) {
+		if (strspn(node, "0123456789") == strlen(node))
+			printf("{\"node\":%s", node);
+		else
+			printf("{\"node\":\"%s\"", node);
+		printf(",\"version\":%.0f,\"samples\":%.0f", version, samples);
+		json_num("test_loss", "%.6f", loss);
+		json_num("test_acc", "%.4f", acc);
+		json_num("consensus", "%.6g", dist);
+		fputs("}\n", stdout);
+		return;
+	}
+	printf("%s\t%.0f\t%.0f\t%.6f\t%.4f\t%.6g\n", node, version, samples, loss, acc, dist);
+}
+
+/* Load every node's z (from run: its files; from a URL: the node's GET /v1/params), evaluate
+ * each and their average, and print the table. */
+static int evaluate_nodes(struct evaluator *e, const struct run *run, struct nodes *nd,
+			  double retry_for, char *err)
+{
+	size_t n = model_nparams(e->m);
+	double *v = NULL, vmin = INFINITY, samples = 0;
+	int rc = 0;
+	char name[32];
+
+	nd->z = calloc((size_t)nd->k, sizeof *nd->z);
+	nd->p = calloc((size_t)nd->k, sizeof *nd->p);
+	nd->res = calloc((size_t)nd->k, sizeof *nd->res);
+	nd->dist = calloc((size_t)nd->k, sizeof *nd->dist);
+	v = calloc((size_t)nd->k, sizeof *v);
+	if (!nd->z || !nd->p || !nd->res || !nd->dist || !v) {
+		free(v);
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < nd->k && rc == 0; i++) {
+		if (!(nd->z[i] = malloc(sizeof(float) * n))) {
+			rc = gem_errf(err, GEM_ENOMEM, "out of memory");
+			break;
+		}
+		if (is_url(nd->item[i])) {
+			struct eval_remote r;
+			memset(&r, 0, sizeof r);
+			if ((rc = eval_remote_open(&r, nd->item[i], retry_for, err)) == 0)
+				rc = eval_remote_params(&r, nd->z[i], n, &nd->p[i], err);
+			eval_remote_close(&r);
+		} else {
+			rc = run_params_load(run, nd->item[i], nd->z[i], n, &nd->p[i], err);
+		}
+		if (rc < 0)
+			break;
+		memcpy(model_params(e->m), nd->z[i], sizeof(float) * n);
+		if ((rc = eval_run(&e->buf, e->m, &e->test, e->mean, e->std, &nd->res[i], err)) < 0)
+			break;
+	}
+	if (rc == 0) {
+		eval_nodes_average((const float *const *)nd->z, nd->k, n, model_params(e->m), nd->dist);
+		rc = eval_run(&e->buf, e->m, &e->test, e->mean, e->std, &e->res, err);
+	}
+	if (rc < 0) {
+		free(v);
+		return rc;
+	}
+	if (!e->json)
+		fputs("# node\tversion\tsamples\ttest_loss\ttest_acc\tconsensus\n", stdout);
+	for (int i = 0; i < nd->k; i++) {
+		snprintf(name, sizeof name, "%d", i);
+		print_node_row(e, name, (double)nd->p[i].version, (double)nd->p[i].samples,
+			       nd->res[i].loss, nd->res[i].accuracy, nd->dist[i]);
+		samples += (double)nd->p[i].samples;
+		if ((double)nd->p[i].version < vmin)
+			vmin = (double)nd->p[i].version;
+	}
+	{
+		double lm, ls, am, as, dm, ds;
+		for (int i = 0; i < nd->k; i++)
+			v[i] = nd->res[i].loss;
+		eval_spread(v, nd->k, &lm, &ls);
+		for (int i = 0; i < nd->k; i++)
+			v[i] = nd->res[i].accuracy;
+		eval_spread(v, nd->k, &am, &as);
+		eval_spread(nd->dist, nd->k, &dm, &ds);
+		print_node_row(e, "mean", vmin, samples, lm, am, dm);
+		print_node_row(e, "sd", vmin, samples, ls, as, ds);
+	}
+	print_node_row(e, "average", vmin, samples, e->res.loss, e->res.accuracy, 0);
+	free(v);
+	if (fflush(stdout) == EOF || ferror(stdout))
+		return gem_errf(err, GEM_EFAIL, "stdout: write error");
+	return 0;
+}
+
 static void evaluator_free(struct evaluator *e)
 {
 	eval_buf_free(&e->buf);
@@ -188,8 +360,9 @@ static void evaluator_free(struct evaluator *e)
 int main(int argc, char **argv)
 {
 	const char *rundir = NULL, *run_opt = NULL, *data = NULL, *params = NULL, *follow = NULL;
-	const char *url = NULL;
+	const char *url = NULL, *nodes_opt = NULL;
 	char err[GEM_ERRMAX], dirbuf[PATH_MAX];
+	struct nodes nd = {0};
 	double interval = 2, retry_for = 10;
 	long n;
 	int c, rc = EXIT_JOB, have_run = 0;
@@ -201,7 +374,7 @@ int main(int argc, char **argv)
 	memset(&e, 0, sizeof e);
 	memset(&remote, 0, sizeof remote);
 	log_init("gem-eval");
-	while ((c = getopt_long(argc, argv, "r:d:t:cjf:i:hV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "r:d:t:cjf:i:N:hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'r': run_opt = optarg; break;
 		case 'd': data = optarg; break;
@@ -213,6 +386,7 @@ int main(int argc, char **argv)
 		case 'c': e.per_class = 1; break;
 		case 'j': e.json = 1; break;
 		case 'f': follow = optarg; break;
+		case 'N': nodes_opt = optarg; break;
 		case 'i':
 			if (cli_double(optarg, 0.01, 86400, &interval))
 				bad_usage("--interval: not a number of seconds in [0.01, 86400]: ", optarg);
@@ -226,9 +400,30 @@ int main(int argc, char **argv)
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
-	if (follow ? optind != argc : optind != argc - 1)
+	if (nodes_opt) {
+		if (follow || e.per_class || e.train_subset)
+			bad_usage("--nodes: not with --follow, --per-class or --train-subset", "");
+		if (optind != argc)
+			bad_usage("--nodes: no other parameters to evaluate: ", argv[optind]);
+		if (nodes_parse(&nd, nodes_opt, err) < 0) {
+			fprintf(stderr, "gem-eval: %s\n", err);
+			nodes_free(&nd);
+			return EXIT_USAGE;
+		}
+		/* the run: --run, the first node's directory, or the first node's GET /v1/run */
+		if (run_opt) {
+			rundir = run_opt;
+		} else if (is_url(nd.item[0])) {
+			url = nd.item[0];
+		} else {
+			const char *slash = strrchr(nd.item[0], '/');
+			snprintf(dirbuf, sizeof dirbuf, "%.*s", slash ? (int)(slash - nd.item[0]) : 1,
+				 slash ? nd.item[0] : ".");
+			rundir = dirbuf;
+		}
+	} else if (follow ? optind != argc : optind != argc - 1) {
 		bad_usage(optind == argc ? "nothing to evaluate" : "too many arguments", "");
-	if (follow) {
+	} else if (follow) {
 		if (is_url(follow))
 			url = follow;
 		else
@@ -247,7 +442,7 @@ int main(int argc, char **argv)
 			rundir = dirbuf;
 		}
 	}
-	if (run_opt && (url || follow))
+	if (run_opt && !nodes_opt && (url || follow))
 		bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate", "");
 	cli_blas_init();
 
@@ -255,6 +450,7 @@ int main(int argc, char **argv)
 	if (rundir) {
 		if (run_open(rundir, &run, err) < 0) {
 			fprintf(stderr, "gem-eval: %s\n", err);
+			nodes_free(&nd);
 			return EXIT_USAGE;
 		}
 	} else {
@@ -262,6 +458,7 @@ int main(int argc, char **argv)
 		    eval_remote_run(&remote, &run, err) < 0) {
 			fprintf(stderr, "gem-eval: %s\n", err);
 			eval_remote_close(&remote);
+			nodes_free(&nd);
 			return EXIT_JOB;
 		}
 	}
@@ -272,7 +469,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	if (follow) {
+	if (nodes_opt) {
+		eval_remote_close(&remote);
+		c = evaluate_nodes(&e, &run, &nd, retry_for, err);
+	} else if (follow) {
 		struct eval_follow f = {.url = url, .rundir = rundir, .interval = interval,
 					.retry_for = retry_for, .theta = model_params(e.m),
 					.n = model_nparams(e.m), .fn = evaluate, .ctx = &e};
@@ -293,6 +493,7 @@ int main(int argc, char **argv)
 	}
 	rc = 0;
 out:
+	nodes_free(&nd);
 	evaluator_free(&e);
 	eval_remote_close(&remote);
 	if (have_run)

@@ -1,15 +1,19 @@
 #!/bin/bash
-# gem-run: make a run, serve it, train it with N workers, evaluate it, stop the server.
+# gem-run: make a run, serve it, train it with N workers, evaluate it, stop the server; or, with
+# --rule sgp, train it with N SGP nodes wired to each other (no server) and evaluate their average.
 # Killing gem-run (Ctrl-C) stops everything it started.
 set -u
 
-usage_line="usage: gem-run -n N [--hosts FILE] [--resume] [gem-init options] RUNDIR"
+usage_line="usage: gem-run -n N [--hosts FILE] [--resume] [gem-init options] RUNDIR
+   or: gem-run -n N --rule sgp [--hosts FILE] [--work-opt OPT] [gem-init options] RUNDIR"
 usage() {
 	cat <<USAGE
 $usage_line
 Make a run with gem-init, start gem-serve on a free port, start N gem-work workers
 (locally, or over ssh on the hosts of --hosts), wait for them, evaluate the result with
-gem-eval, stop the server and print gem-eval's TSV.
+gem-eval, stop the server and print gem-eval's TSV. With --rule sgp there is no server: N gem-work nodes of Stochastic Gradient
+Push train on disjoint shards, wired to each other on free ports, and gem-eval --nodes
+evaluates each node and their average.
 
   -n, --workers N     number of workers; default 4, or with --hosts the slots listed
       --hosts FILE    start the workers over ssh: one "host [slots]" per line; the server
@@ -17,7 +21,9 @@ gem-eval, stop the server and print gem-eval's TSV.
                       workers reach it by this host's name (\$GEM_HOST overrides it)
       --listen H:P    where gem-serve listens; default 127.0.0.1:0 (with --hosts: 0.0.0.0:0)
       --resume        continue the run in RUNDIR instead of making a new one
-      --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2
+      --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2;
+                      with --rule sgp e.g. --work-opt=--overlap, --work-opt=--topology=ring
+      --rule sgp      train with SGP nodes instead of a server (other rules go to gem-init)
   -q, --quiet         no progress
   -h, --help          show this help
   -V, --version       show the version
@@ -27,7 +33,7 @@ USAGE
 
 die_usage() { echo "gem-run: $*" >&2; echo "$usage_line" >&2; exit 2; }
 
-workers=4 workers_set=0 hosts= listen= resume=0 quiet=0 initopts=() workopts=() rundir=
+workers=4 workers_set=0 hosts= listen= resume=0 quiet=0 initopts=() workopts=() rundir= sgp=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; workers_set=1; shift ;;
@@ -39,6 +45,9 @@ while [ $# -gt 0 ]; do
 	--resume) resume=1 ;;
 	--work-opt) [ $# -ge 2 ] || die_usage "$1 needs a value"; workopts+=("$2"); shift ;;
 	--work-opt=*) workopts+=("${1#*=}") ;;
+	-r|--rule) [ $# -ge 2 ] || die_usage "$1 needs a value"
+		if [ "$2" = sgp ]; then sgp=1; else initopts+=("$1" "$2"); fi; shift ;;
+	--rule=*) if [ "${1#*=}" = sgp ]; then sgp=1; else initopts+=("$1"); fi ;;
 	-q|--quiet) quiet=1 ;;
 	-h|--help) usage; exit 0 ;;
 	-V|--version) echo "gem-run @GEM_VERSION@"; exit 0 ;;
@@ -74,6 +83,105 @@ if [ -n "$hosts" ]; then
 	[ -n "$listen" ] || listen=0.0.0.0:0
 fi
 [ -n "$listen" ] || listen=127.0.0.1:0
+
+# SGP: N nodes and no server. The handshake: each node binds a free port (--listen HOST:0)
+# and prints its URL on stdout, which goes to RUNDIR/node-I.url; once every node has printed
+# one, gem-run writes the peer list (one URL per line, node order) to RUNDIR/peers by a rename,
+# which the nodes wait for (--peers-file); they then check with each other that they run the
+# same topology (hello) and start. With --hosts, each host gets a copy of the run (run.json,
+# params.gem, the token) at the same path, the peer list, and gives back its node files.
+sgp_run() {
+	local i j h port u nodes=() failed=0 ok marker copy_hosts=()
+	cleanup_sgp() {
+		trap - INT TERM EXIT
+		for p in "${nodes[@]}"; do kill "$p" 2>/dev/null; done
+		wait 2>/dev/null
+	}
+	trap 'echo "gem-run: interrupted; stopping" >&2; cleanup_sgp; exit 130' INT
+	trap 'echo "gem-run: terminated; stopping" >&2; cleanup_sgp; exit 143' TERM
+	trap cleanup_sgp EXIT
+	case "$listen" in *:0) ;; *) die_usage "--listen: with --rule sgp the port must be 0 (each node picks a free one)" ;; esac
+	gem-init -q --workers "$workers" "${initopts[@]}" "$rundir" || exit $?
+	rm -f "$rundir"/node-*.url "$rundir"/node-*.gem "$rundir"/node-*.jsonl "$rundir"/node-*.log "$rundir/peers"
+	local public=() token=()
+	case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
+	if [ -n "$hosts" ]; then
+		(umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
+		token=(--token-file "$rundir/token")
+		# a host that sees this marker shares the run directory: nothing to copy there
+		marker=".gem-run-marker-$$"
+		: >"$rundir/$marker"
+		copy_hosts=()
+		for h in $(printf '%s\n' "${slots[@]}" | sort -u); do
+			ssh -o BatchMode=yes "$h" test -e "$rundir/$marker" </dev/null && continue
+			copy_hosts+=("$h")
+			ssh -o BatchMode=yes "$h" mkdir -p "$rundir" </dev/null &&
+				scp -q -o BatchMode=yes "$rundir/run.json" "$rundir/params.gem" "$rundir/token" "$h:$rundir/" ||
+				{ echo "gem-run: cannot copy the run to $h" >&2; exit 1; }
+		done
+		rm -f "$rundir/$marker"
+	fi
+	[ $quiet = 1 ] || echo "gem-run: $rundir: starting $workers SGP nodes" >&2
+	for ((i = 0; i < workers; i++)); do
+		if [ ${#slots[@]} -gt 0 ]; then
+			h=${slots[$((i % ${#slots[@]}))]}
+			ssh -o BatchMode=yes "$h" gem-work -q --rule sgp --run "$rundir" --listen "$listen" \
+				"${public[@]}" "${token[@]}" --node "$i" --peers-file "$rundir/peers" "${workopts[@]}" \
+				</dev/null >"$rundir/node-$i.url" 2>"$rundir/node-$i.log" &
+		else
+			gem-work -q --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" --node "$i" \
+				--peers-file "$rundir/peers" "${workopts[@]}" \
+				</dev/null >"$rundir/node-$i.url" 2>"$rundir/node-$i.log" &
+		fi
+		nodes+=($!)
+	done
+	# every node's URL (a whole line), or a node that died trying
+	: >"$rundir/peers.tmp"
+	for ((i = 0; i < workers; i++)); do
+		ok=0
+		for ((j = 0; j < 600; j++)); do
+			if [ "$(wc -l <"$rundir/node-$i.url")" -ge 1 ]; then ok=1; break; fi
+			kill -0 "${nodes[$i]}" 2>/dev/null || break
+			sleep 0.1
+		done
+		[ $ok = 1 ] || { echo "gem-run: node $i did not start:" >&2; tail -3 "$rundir/node-$i.log" >&2; exit 1; }
+		u=$(head -1 "$rundir/node-$i.url")
+		if [ ${#slots[@]} -gt 0 ]; then
+			# a node listening on every address is reached by its host's name
+			port=${u##*:}
+			u="http://${slots[$((i % ${#slots[@]}))]}:$port"
+		fi
+		echo "$u" >>"$rundir/peers.tmp"
+	done
+	mv "$rundir/peers.tmp" "$rundir/peers" || exit 1
+	if [ -n "$hosts" ]; then
+		for h in "${copy_hosts[@]}"; do
+			scp -q -o BatchMode=yes "$rundir/peers" "$h:$rundir/peers.tmp" &&
+				ssh -o BatchMode=yes "$h" mv "$rundir/peers.tmp" "$rundir/peers" ||
+				{ echo "gem-run: cannot send the peer list to $h" >&2; exit 1; }
+		done
+	fi
+	for i in "${!nodes[@]}"; do
+		wait "${nodes[$i]}" || { failed=$((failed + 1)); echo "gem-run: node $i failed:" >&2; tail -3 "$rundir/node-$i.log" >&2; }
+	done
+	nodes=()
+	if [ -n "$hosts" ]; then
+		for ((i = 0; i < workers; i++)); do
+			h=${slots[$((i % ${#slots[@]}))]}
+			case " ${copy_hosts[*]} " in *" $h "*) ;; *) continue ;; esac
+			scp -q -o BatchMode=yes "$h:$rundir/node-$i.gem" "$h:$rundir/node-$i.jsonl" "$rundir/" 2>/dev/null
+		done
+	fi
+	[ $failed = 0 ] || { echo "gem-run: $failed of $workers nodes failed" >&2; exit 1; }
+	gem-eval --nodes "$rundir" || exit 1
+	exit 0
+}
+
+if [ $sgp = 1 ]; then
+	[ $resume = 0 ] || die_usage "--resume: not with --rule sgp (an SGP run starts from params.gem)"
+	sgp_run
+	exit $?
+fi
 
 pids=() server=
 # The server goes first: it checkpoints and answers the workers still running, remote ones

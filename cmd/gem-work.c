@@ -1,5 +1,6 @@
 /* gem-work: a worker. With --local RUNDIR it trains in this process with sequential momentum
- * SGD (GEM's proxy); with --server URL it trains against a gem-serve parameter server. */
+ * SGD (GEM's proxy); with --server URL it trains against a gem-serve parameter server; with
+ * --rule sgp it is one node of a Stochastic Gradient Push run (lib/sgp), with no server. */
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -10,21 +11,25 @@
 
 #include "cli.h"
 #include "data.h"
+#include "httpd.h"
 #include "err.h"
 #include "log.h"
 #include "model.h"
 #include "optim.h"
 #include "rng.h"
 #include "run.h"
+#include "sgp.h"
 #include "work.h"
 
 static const char usage_line[] =
-	"usage: gem-work (--local RUNDIR | --server URL) [--epochs E | --steps S] [options]";
+	"usage: gem-work (--local RUNDIR | --server URL) [--epochs E | --steps S] [options]\n"
+	"   or: gem-work --rule sgp --run RUNDIR (--peers URL,... | --peers-file FILE) [options]";
 
 static void usage(FILE *f)
 {
 	fprintf(f, "%s\n", usage_line);
-	fputs("Train a model: alone (--local), or as one worker of a gem-serve run (--server).\n"
+	fputs("Train a model: alone (--local), as one worker of a gem-serve run (--server), or as\n"
+	      "one node of a Stochastic Gradient Push run (--rule sgp): no server, push-sum gossip.\n"
 	      "\n"
 	      "  -l, --local RUNDIR        train in this process with sequential momentum SGD\n"
 	      "  -S, --server URL          join the parameter server at URL (see gem-serve)\n"
@@ -37,6 +42,22 @@ static void usage(FILE *f)
 	      "      --checkpoint-every SEC  save the parameters this often (--local); default 60\n"
 	      "      --slowdown F          make each step F times slower (fault injection); default 1\n"
 	      "      --die-after N         die abruptly (SIGKILL) after N commits (fault injection)\n"
+	      "\n"
+	      "SGP nodes (--rule sgp):\n"
+	      "      --rule sgp            be one node of an SGP run\n"
+	      "      --run RUNDIR          the run (model, data, hyper-parameters, initial parameters);\n"
+	      "                            node-I.gem and node-I.jsonl are written there\n"
+	      "      --listen HOST:PORT    where this node receives pushes; default 127.0.0.1:0\n"
+	      "      --public              allow listening on a non-loopback address\n"
+	      "      --peers URL,...       every node's URL, in node order (this node's too)\n"
+	      "      --peers-file FILE     the same, one per line, read once FILE appears\n"
+	      "      --node I              this node's index in the list; default: the entry of --listen\n"
+	      "      --topology T          exp (time-varying exponential graph) or ring; default exp\n"
+	      "      --peers-per-iter M    out-peers per iteration; default 1\n"
+	      "      --overlap             Overlap-SGP: non-blocking sends, mass added as it arrives\n"
+	      "      --tau T               with --overlap, wait after T iterations with no message;\n"
+	      "                            default twice the exponential graph's cycle\n"
+	      "\n"
 	      "  -q, --quiet               no progress line, no summary\n"
 	      "  -h, --help                show this help\n"
 	      "  -V, --version             show the version\n",
@@ -49,7 +70,8 @@ static void bad_usage(const char *msg, const char *arg)
 	exit(EXIT_USAGE);
 }
 
-enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE };
+enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN, O_LISTEN,
+       O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU };
 
 static const struct option longopts[] = {
 	{"local", required_argument, 0, 'l'},       {"server", required_argument, 0, 'S'},
@@ -58,6 +80,12 @@ static const struct option longopts[] = {
 	{"token-file", required_argument, 0, O_TOKEN}, {"retry-for", required_argument, 0, O_RETRY},
 	{"checkpoint-every", required_argument, 0, O_CKPT}, {"slowdown", required_argument, 0, O_SLOW},
 	{"die-after", required_argument, 0, O_DIE},
+	{"rule", required_argument, 0, O_RULE},     {"run", required_argument, 0, O_RUN},
+	{"listen", required_argument, 0, O_LISTEN}, {"public", no_argument, 0, O_PUBLIC},
+	{"peers", required_argument, 0, O_PEERS},   {"peers-file", required_argument, 0, O_PEERS_FILE},
+	{"node", required_argument, 0, O_NODE},     {"topology", required_argument, 0, O_TOPO},
+	{"peers-per-iter", required_argument, 0, O_PPI}, {"overlap", no_argument, 0, O_OVERLAP},
+	{"tau", required_argument, 0, O_TAU},
 	{"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},
 };
@@ -72,6 +100,28 @@ static int parse_shard(const char *s, int *i, int *n)
 {
 	char tail;
 	return sscanf(s, "%d/%d%c", i, n, &tail) == 2 && *n >= 1 && *i >= 0 && *i < *n ? 0 : -1;
+}
+
+/* HOST:PORT, [V6]:PORT or :PORT */
+static void parse_listen(const char *arg, char *host, size_t cap, int *port)
+{
+	const char *colon = strrchr(arg, ':');
+	long p;
+	size_t hl;
+	if (!colon || cli_long(colon + 1, 0, 65535, &p))
+		bad_usage("--listen: want HOST:PORT: ", arg);
+	hl = (size_t)(colon - arg);
+	if (hl >= 2 && arg[0] == '[' && arg[hl - 1] == ']') {
+		arg++;
+		hl -= 2;
+	}
+	if (hl >= cap)
+		bad_usage("--listen: host too long: ", arg);
+	if (hl == 0)
+		snprintf(host, cap, "127.0.0.1");
+	else
+		snprintf(host, cap, "%.*s", (int)hl, arg);
+	*port = (int)p;
 }
 
 /* Save the optimiser's state, then θ (a crash between the two leaves a state newer than θ,
@@ -240,8 +290,10 @@ int main(int argc, char **argv)
 {
 	struct work_opts o = {.shard_i = 0, .shard_n = 1, .retry_for = 60, .checkpoint_every = 60,
 			      .slowdown = 1, .worker_id = -1};
-	const char *local = NULL, *server = NULL;
-	int c;
+	struct sgp_opts so = {.node = -1, .topology = SGP_EXP, .peers_per_iter = 1};
+	const char *local = NULL, *server = NULL, *rule = NULL;
+	char host[256] = "127.0.0.1";
+	int c, listen_set = 0, sgp_only = 0;
 	long v;
 
 	log_init("gem-work");
@@ -285,6 +337,43 @@ int main(int argc, char **argv)
 			if (cli_u64(optarg, &o.die_after) || o.die_after == 0)
 				bad_usage("--die-after: not a positive integer: ", optarg);
 			break;
+		case O_RULE:
+			if (strcmp(optarg, "sgp"))
+				bad_usage("--rule: only sgp (a server's rule is the run's: see gem-init --rule): ",
+					  optarg);
+			rule = optarg;
+			break;
+		case O_RUN: so.rundir = optarg; break;
+		case O_LISTEN:
+			parse_listen(optarg, host, sizeof host, &so.port);
+			listen_set = 1;
+			break;
+		case O_PUBLIC: so.allow_public = 1; sgp_only = 1; break;
+		case O_PEERS: so.peers = optarg; break;
+		case O_PEERS_FILE: so.peers_file = optarg; break;
+		case O_NODE:
+			if (cli_long(optarg, 0, SGP_MAX_NODES - 1, &v))
+				bad_usage("--node: not an integer in [0, 4095]: ", optarg);
+			so.node = (int)v;
+			break;
+		case O_TOPO:
+			if (sgp_topology_parse(optarg, &so.topology))
+				bad_usage("--topology: want exp or ring: ", optarg);
+			sgp_only = 1;
+			break;
+		case O_PPI:
+			if (cli_long(optarg, 1, SGP_MAX_PEERS, &v))
+				bad_usage("--peers-per-iter: not an integer in [1, 16]: ", optarg);
+			so.peers_per_iter = (int)v;
+			sgp_only = 1;
+			break;
+		case O_OVERLAP: so.overlap = 1; sgp_only = 1; break;
+		case O_TAU:
+			if (cli_long(optarg, 1, 1 << 20, &v))
+				bad_usage("--tau: not a positive integer: ", optarg);
+			so.tau = (int)v;
+			sgp_only = 1;
+			break;
 		case 'q': o.quiet = 1; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-work"); return 0;
@@ -293,10 +382,40 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		bad_usage("unexpected argument: ", argv[optind]);
-	if (!local == !server)
-		bad_usage("give exactly one of --local RUNDIR and --server URL", NULL);
 	if (o.epochs && o.steps)
 		bad_usage("give --epochs or --steps, not both", NULL);
+	if (rule) {
+		if (local || server)
+			bad_usage("--rule sgp has no server: give --run RUNDIR, not --local or --server", NULL);
+		if (!so.rundir)
+			bad_usage("--rule sgp: give the run with --run RUNDIR", NULL);
+		if (!so.peers == !so.peers_file)
+			bad_usage("--rule sgp: give exactly one of --peers and --peers-file", NULL);
+		if (so.tau && !so.overlap)
+			bad_usage("--tau: only with --overlap", NULL);
+		if (o.worker_id >= 0 || o.die_after || o.checkpoint_every != 60)
+			bad_usage("--rule sgp: --worker-id, --die-after and --checkpoint-every are not for "
+				  "SGP nodes", NULL);
+		if (!so.allow_public && !httpd_is_loopback(host))
+			bad_usage("refusing to listen on a non-loopback address without --public: ", host);
+		so.host = host;
+		so.epochs = o.epochs;
+		so.steps = o.steps;
+		so.shard_i = o.shard_i;
+		so.shard_n = o.shard_n;
+		so.shard_set = o.shard_set;
+		so.token_file = o.token_file;
+		so.retry_for = o.retry_for;
+		so.slowdown = o.slowdown;
+		so.quiet = o.quiet;
+		cli_blas_init();
+		return sgp_node_run(&so);
+	}
+	if (so.rundir || listen_set || so.peers || so.peers_file || so.node >= 0 || sgp_only)
+		bad_usage("--run, --listen, --public, --peers, --peers-file, --node, --topology, "
+			  "--peers-per-iter, --overlap and --tau are for SGP nodes (--rule sgp)", NULL);
+	if (!local == !server)
+		bad_usage("give exactly one of --local RUNDIR and --server URL", NULL);
 	cli_blas_init();
 	if (local)
 		return train_local(local, &o);

@@ -79,6 +79,35 @@ int eval_dataset(struct model *m, const struct dataset *d, float mean, float std
 	return rc;
 }
 
+void eval_nodes_average(const float *const *z, int k, size_t n, float *avg, double *dist)
+{
+	for (size_t j = 0; j < n; j++) {
+		double sum = 0;
+		for (int i = 0; i < k; i++)
+			sum += z[i][j];
+		avg[j] = (float)(sum / k);
+	}
+	for (int i = 0; i < k; i++) {
+		double d2 = 0;
+		for (size_t j = 0; j < n; j++) {
+			double d = (double)z[i][j] - avg[j];
+			d2 += d * d;
+		}
+		dist[i] = sqrt(d2);
+	}
+}
+
+void eval_spread(const double *v, int k, double *mean, double *sd)
+{
+	double s = 0, s2 = 0;
+	for (int i = 0; i < k; i++)
+		s += v[i];
+	*mean = k ? s / k : NAN;
+	for (int i = 0; i < k; i++)
+		s2 += (v[i] - *mean) * (v[i] - *mean);
+	*sd = k ? sqrt(s2 / k) : NAN;
+}
+
 double eval_class_accuracy(const struct eval_result *res, int k)
 {
 	if (k < 0 || k >= res->classes || res->class_n[k] == 0)

@@ -1,7 +1,8 @@
 /* eval: a model's loss and accuracy (overall and per class) over a dataset, in chunks, no
  * dropout, with buffers allocated once and reused from evaluation to evaluation; a fixed subset
  * of a training set; and a live gem-serve watched from outside (GET /v1/run, /v1/health,
- * /v1/params), version after version, until it stops. gem-eval is built on it. */
+ * /v1/params), version after version, until it stops; the average and spread over the nodes of
+ * a decentralised (SGP) run. gem-eval is built on it. */
 #ifndef GEM_EVAL_H
 #define GEM_EVAL_H
 #include <stddef.h>
@@ -50,6 +51,12 @@ double eval_class_accuracy(const struct eval_result *res, int k);
 /* out: a copy of the first n samples (all, if d has fewer) of a permutation of d fixed by seed
  * (stream EVAL_SUBSET_STREAM): the same samples on every call and every machine. */
 int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *out, char *err);
+
+/* Decentralised runs (SGP): the nodes' parameters z_0..z_{k-1} (n floats each). avg gets their
+ * average z̄ and dist[i] the consensus distance ‖z_i − z̄‖₂. */
+void eval_nodes_average(const float *const *z, int k, size_t n, float *avg, double *dist);
+/* Mean and (population) standard deviation of v[0..k). */
+void eval_spread(const double *v, int k, double *mean, double *sd);
 
 /* A gem-serve seen from outside. Zero-initialise, then eval_remote_open. */
 struct eval_remote {

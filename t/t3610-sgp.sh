@@ -1,0 +1,131 @@
+#!/bin/bash
+# t3610: SGP end to end on the tiny model: gem-run -n 3 --rule sgp learns (synchronous and
+# Overlap-SGP), the nodes' files and logs, a running node's endpoints, gem-eval --nodes, and
+# nodes that disagree on the topology refuse to run.
+. "$GEM_SRC/t/test-lib.sh"
+
+test_expect_success 'setup' '
+	make_tiny_data data &&
+	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 run0
+'
+
+# mean_acc FILE: the mean row's test accuracy in gem-eval --nodes output
+mean_acc() { awk -F"\t" '$1 == "mean" { print $5 }' "$1"; }
+
+test_expect_success 'gem-run -n 3 --rule sgp: three nodes learn, on disjoint shards' '
+	gem-run -q -n 3 --rule sgp --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 sgp >out &&
+	cat out &&
+	test "$(grep -c "^[0-9]" out)" = 3 &&
+	grep -q "^average" out &&
+	awk "BEGIN { exit !($(mean_acc out) > 0.85) }" &&
+	test -f sgp/node-0.gem && test -f sgp/node-2.jsonl && test -f sgp/peers &&
+	test "$(wc -l <sgp/peers)" = 3
+'
+
+test_expect_success 'each node logs its iterations with w, and saves z with w' '
+	python3 -c "
+import json
+for i in range(3):
+    lines = [json.loads(l) for l in open(\"sgp/node-%d.jsonl\" % i)]
+    ev = [l for l in lines if \"event\" in l]
+    ups = [l for l in lines if \"event\" not in l]
+    assert ev[0][\"event\"] == \"start\" and ev[0][\"rule\"] == \"sgp\", ev
+    assert ev[1][\"event\"] == \"sgp\" and ev[1][\"nodes\"] == 3 and ev[1][\"shard\"] == [i, 3], ev
+    assert [u[\"version\"] for u in ups] == list(range(1, 22)), len(ups)
+    assert all(u[\"worker\"] == i and u[\"w\"] == 1 and u[\"msgs\"] == 1 for u in ups), ups[0]
+    assert all(\"dist\" in u and u[\"dist\"] >= 0 for u in ups)
+    assert 660 <= ups[-1][\"samples\"] <= 672, ups[-1]
+" &&
+	head -1 sgp/node-1.gem | python3 -c "
+import json, sys; h = json.load(sys.stdin)
+assert h[\"node\"] == 1 and h[\"nodes\"] == 3 and h[\"version\"] == 21 and h[\"w\"] == 1, h" &&
+	gem-eval sgp/node-1.gem >one &&
+	grep -q "^[0-9.]*	21	" one
+'
+
+test_expect_success 'Overlap-SGP learns and conserves the push-sum mass' '
+	gem-run -q -n 3 --rule sgp --work-opt=--overlap --work-opt=--epochs=2 --model tiny.json \
+		--data data --lr 0.1 --batch 32 --seed 3 ov >out &&
+	cat out &&
+	awk "BEGIN { exit !($(mean_acc out) > 0.85) }" &&
+	python3 -c "
+import json
+ws = [json.loads(open(\"ov/node-%d.gem\" % i, \"rb\").readline())[\"w\"] for i in range(3)]
+assert abs(sum(ws) - 3) < 1e-6, ws
+ev = json.loads(open(\"ov/node-0.jsonl\").readlines()[0])
+assert ev[\"rule\"] == \"overlap-sgp\", ev"
+'
+
+test_expect_success 'gem-eval --nodes: a list of node files, and the run directory' '
+	gem-eval --nodes sgp/node-0.gem,sgp/node-1.gem >two &&
+	test "$(grep -c "^[0-9]" two)" = 2 &&
+	gem-eval -j --nodes sgp >all.json &&
+	python3 -c "
+import json
+rows = [json.loads(l) for l in open(\"all.json\")]
+assert [r[\"node\"] for r in rows] == [0, 1, 2, \"mean\", \"sd\", \"average\"], rows
+assert rows[-1][\"consensus\"] == 0 and all(r[\"consensus\"] >= 0 for r in rows)"
+'
+
+test_expect_success 'a node waiting for its peers serves its run, z and health' '
+	gem-work -q --rule sgp --run run0 --node 0 --peers-file run0/never --retry-for 30 \
+		>run0/node.url 2>run0/node.err &
+	pid=$! && test_bg $pid &&
+	wait_for_file run0/node.url &&
+	u=$(cat run0/node.url) &&
+	curl -sf "$u/v1/health" | grep -q "\"ready\": *false" &&
+	curl -sf "$u/v1/params" | head -1 | grep -q "\"version\": *0," &&
+	gem-eval "$u" >live &&
+	grep -q "^[0-9.]*	0	0	" live &&
+	gem-eval --nodes "$u" >live2 && grep -q "^average" live2 &&
+	curl -s -X POST --data-binary "x" "$u/v1/push" | grep -q "\"error\"" &&
+	kill $pid && { wait $pid; test $? -ge 128; }
+'
+
+# start_node I PEERS_FILE [options]: a node of run0 in the background; NODE_PID_I set
+start_node() {
+	_i=$1 _pf=$2; shift 2
+	gem-work -q --rule sgp --run run0 --node "$_i" --peers-file "$_pf" --retry-for 5 "$@" \
+		>"run0/n$_i.url" 2>"run0/n$_i.err" &
+	eval "NODE_PID_$_i=$!"
+	test_bg $!
+}
+
+test_expect_success 'nodes with different peer lists refuse to run (exit 2)' '
+	rm -f run0/p0 run0/p1 run0/n0.url run0/n1.url &&
+	start_node 0 run0/p0 && start_node 1 run0/p1 &&
+	wait_for_file run0/n0.url && wait_for_file run0/n1.url &&
+	cat run0/n0.url run0/n1.url >run0/p0.tmp && mv run0/p0.tmp run0/p0 &&
+	{ cat run0/n0.url run0/n1.url && echo http://127.0.0.1:9; } >run0/p1.tmp &&
+	mv run0/p1.tmp run0/p1 &&
+	{ wait_exit $NODE_PID_0 30; r0=$?; } ; { wait_exit $NODE_PID_1 30; r1=$?; } ;
+	cat run0/n0.err run0/n1.err &&
+	test $r0 = 2 && test $r1 = 2 &&
+	grep -q "another topology" run0/n0.err run0/n1.err
+'
+
+test_expect_success 'nodes with different topologies refuse to run (exit 2)' '
+	rm -f run0/p0 run0/n0.url run0/n1.url &&
+	start_node 0 run0/p0 && start_node 1 run0/p0 --topology ring &&
+	wait_for_file run0/n0.url && wait_for_file run0/n1.url &&
+	cat run0/n0.url run0/n1.url >run0/p0.tmp && mv run0/p0.tmp run0/p0 &&
+	{ wait_exit $NODE_PID_0 30; r0=$?; } ; { wait_exit $NODE_PID_1 30; r1=$?; } ;
+	cat run0/n0.err run0/n1.err &&
+	test $r0 = 2 && test $r1 = 2 &&
+	grep -q "ring" run0/n0.err
+'
+
+test_expect_code 2 'gem-work --rule sgp without --peers: bad usage' '
+	gem-work --rule sgp --run run0
+'
+test_expect_code 2 'gem-work --rule dma: only sgp is a node rule' '
+	gem-work --rule dma --run run0 --peers http://127.0.0.1:1
+'
+test_expect_code 2 'gem-work --overlap without --rule sgp: bad usage' '
+	gem-work --server http://127.0.0.1:1 --overlap
+'
+test_expect_code 2 'a node not in its peer list: refused' '
+	gem-work -q --rule sgp --run run0 --peers http://127.0.0.1:1,http://127.0.0.1:2 >/dev/null
+'
+
+test_done
