@@ -66,28 +66,6 @@ static void bad_usage(const char *msg, const char *arg)
 	exit(EXIT_USAGE);
 }
 
-/* HOST:PORT, [V6]:PORT or :PORT */
-static void parse_listen(const char *arg, char *host, size_t cap, int *port)
-{
-	const char *colon = strrchr(arg, ':');
-	long p;
-	size_t hl;
-	if (!colon || cli_long(colon + 1, 0, 65535, &p))
-		bad_usage("--listen: want HOST:PORT: ", arg);
-	hl = (size_t)(colon - arg);
-	if (hl >= 2 && arg[0] == '[' && arg[hl - 1] == ']') {
-		arg++;
-		hl -= 2;
-	}
-	if (hl >= cap)
-		bad_usage("--listen: host too long: ", arg);
-	if (hl == 0)
-		snprintf(host, cap, "127.0.0.1");
-	else
-		snprintf(host, cap, "%.*s", (int)hl, arg);
-	*port = (int)p;
-}
-
 int main(int argc, char **argv)
 {
 	struct serve_opts o = {.host = "127.0.0.1", .port = 7470, .checkpoint_every = 60,
@@ -102,7 +80,8 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "l:hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
-			parse_listen(optarg, host, sizeof host, &o.port);
+			if (cli_hostport(optarg, host, sizeof host, &o.port))
+				bad_usage("--listen: want HOST:PORT: ", optarg);
 			o.host = host;
 			break;
 		case O_PUBLIC: o.allow_public = 1; break;

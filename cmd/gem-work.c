@@ -102,28 +102,6 @@ static int parse_shard(const char *s, int *i, int *n)
 	return sscanf(s, "%d/%d%c", i, n, &tail) == 2 && *n >= 1 && *i >= 0 && *i < *n ? 0 : -1;
 }
 
-/* HOST:PORT, [V6]:PORT or :PORT */
-static void parse_listen(const char *arg, char *host, size_t cap, int *port)
-{
-	const char *colon = strrchr(arg, ':');
-	long p;
-	size_t hl;
-	if (!colon || cli_long(colon + 1, 0, 65535, &p))
-		bad_usage("--listen: want HOST:PORT: ", arg);
-	hl = (size_t)(colon - arg);
-	if (hl >= 2 && arg[0] == '[' && arg[hl - 1] == ']') {
-		arg++;
-		hl -= 2;
-	}
-	if (hl >= cap)
-		bad_usage("--listen: host too long: ", arg);
-	if (hl == 0)
-		snprintf(host, cap, "127.0.0.1");
-	else
-		snprintf(host, cap, "%.*s", (int)hl, arg);
-	*port = (int)p;
-}
-
 /* Save the optimiser's state, then θ (a crash between the two leaves a state newer than θ,
  * which the next session sees by its version and does not use). */
 static int save_local(const struct run *run, const struct sgd *opt, const float *theta, size_t n,
@@ -345,7 +323,8 @@ int main(int argc, char **argv)
 			break;
 		case O_RUN: so.rundir = optarg; break;
 		case O_LISTEN:
-			parse_listen(optarg, host, sizeof host, &so.port);
+			if (cli_hostport(optarg, host, sizeof host, &so.port))
+				bad_usage("--listen: want HOST:PORT: ", optarg);
 			listen_set = 1;
 			break;
 		case O_PUBLIC: so.allow_public = 1; sgp_only = 1; break;

@@ -143,3 +143,25 @@ int cli_read_token(const char *file, char **token, char *err)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	return 0;
 }
+
+int cli_hostport(const char *arg, char *host, size_t cap, int *port)
+{
+	const char *colon = strrchr(arg, ':');
+	long p;
+	size_t hl;
+	if (!colon || cli_long(colon + 1, 0, 65535, &p))
+		return -1;
+	hl = (size_t)(colon - arg);
+	if (hl >= 2 && arg[0] == '[' && arg[hl - 1] == ']') {
+		arg++;
+		hl -= 2;
+	}
+	if (hl >= cap)
+		return -1;
+	if (hl == 0)
+		snprintf(host, cap, "127.0.0.1");
+	else
+		snprintf(host, cap, "%.*s", (int)hl, arg);
+	*port = (int)p;
+	return 0;
+}

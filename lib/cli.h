@@ -15,6 +15,10 @@ int cli_float(const char *s, double min, double max, float *out);
 int cli_long(const char *s, long min, long max, long *out);
 int cli_u64(const char *s, uint64_t *out);
 
+/* Parse HOST:PORT, [V6]:PORT or :PORT (host 127.0.0.1) into host (cap bytes) and port;
+ * -1 when it is not of that form or the host does not fit. */
+int cli_hostport(const char *arg, char *host, size_t cap, int *port);
+
 /* Find share/gem/<rel>: $GEM_SHARE_DIR, then ../share/gem beside the executable (a build
  * tree), then the installed GEM_SHARE. Writes the path into out; -1 if none exists. */
 int cli_share_path(const char *rel, char *out, size_t cap);

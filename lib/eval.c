@@ -206,19 +206,13 @@ int eval_remote_run(struct eval_remote *r, struct run *run, char *err)
 static int decode_params(struct eval_remote *r, float *theta, size_t n, struct run_progress *p,
 			 char *err)
 {
-	json_t *h = NULL, *v;
+	json_t *h = NULL;
 	int rc = msg_decode_params(r->resp.body, r->resp.len, &r->codec, &h, theta, n, err);
 	if (rc < 0) {
 		gem_errprefix(err, "%s/v1/params: ", httpc_base_url(r->http));
 		return GEM_EFAIL;
 	}
-	memset(p, 0, sizeof *p);
-	if (json_is_integer(v = json_object_get(h, "version")) && json_integer_value(v) >= 0)
-		p->version = (uint64_t)json_integer_value(v);
-	if (json_is_integer(v = json_object_get(h, "samples")) && json_integer_value(v) >= 0)
-		p->samples = (uint64_t)json_integer_value(v);
-	if (json_is_number(v = json_object_get(h, "elapsed")))
-		p->elapsed = json_number_value(v);
+	run_progress_of(h, p);
 	json_decref(h);
 	return 0;
 }

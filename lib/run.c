@@ -252,12 +252,24 @@ int run_params_save(const struct run *r, const float *theta, size_t n, const str
 	return rc;
 }
 
+void run_progress_of(const json_t *h, struct run_progress *p)
+{
+	json_t *v;
+	memset(p, 0, sizeof *p);
+	if (json_is_integer(v = json_object_get(h, "version")) && json_integer_value(v) >= 0)
+		p->version = (uint64_t)json_integer_value(v);
+	if (json_is_integer(v = json_object_get(h, "samples")) && json_integer_value(v) >= 0)
+		p->samples = (uint64_t)json_integer_value(v);
+	if (json_is_number(v = json_object_get(h, "elapsed")))
+		p->elapsed = json_number_value(v);
+}
+
 int run_params_load(const struct run *r, const char *path, float *theta, size_t n,
 		    struct run_progress *p, char *err)
 {
 	char def[PATH_MAX + 16];
 	struct blob_codec c;
-	json_t *h = NULL, *v;
+	json_t *h = NULL;
 	int rc;
 
 	if (!path) {
@@ -269,13 +281,7 @@ int run_params_load(const struct run *r, const char *path, float *theta, size_t 
 	blob_codec_free(&c);
 	if (rc < 0)
 		return rc;
-	memset(p, 0, sizeof *p);
-	if (json_is_integer(v = json_object_get(h, "version")) && json_integer_value(v) >= 0)
-		p->version = (uint64_t)json_integer_value(v);
-	if (json_is_integer(v = json_object_get(h, "samples")) && json_integer_value(v) >= 0)
-		p->samples = (uint64_t)json_integer_value(v);
-	if (json_is_number(v = json_object_get(h, "elapsed")))
-		p->elapsed = json_number_value(v);
+	run_progress_of(h, p);
 	json_decref(h);
 	return 0;
 }

@@ -55,6 +55,9 @@ int run_file(const struct run *r, const char *name, char *out, size_t cap);
 /* Take RUNDIR/.lock exclusively (no other trainer or server on this run); -1 if held. */
 int run_lock(struct run *r, char *err);
 
+/* The progress recorded in a params message's header (missing fields are 0). */
+void run_progress_of(const json_t *header, struct run_progress *p);
+
 /* θ to RUNDIR/params.gem atomically, with its progress. */
 int run_params_save(const struct run *r, const float *theta, size_t n, const struct run_progress *p,
 		    char *err);
