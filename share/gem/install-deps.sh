@@ -2,7 +2,8 @@
 # Install the Debian packages gem needs to build, test and run; only those missing.
 set -e
 pkgs="build-essential libcurl4-openssl-dev libjansson-dev zlib1g-dev libblis-dev libmicrohttpd-dev
-pkg-config gnuplot-nox dataset-fashion-mnist perl curl python3 groff-base man-db"
+pkg-config gnuplot-nox dataset-fashion-mnist perl curl python3 groff-base man-db procps
+hostname findutils"
 missing=
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
