@@ -24,7 +24,10 @@ struct rule_ops {
 	int nvec;           /* per-worker vectors */
 	const char *vec[2]; /* their names ("m", "s"; "bak") */
 	int sent_vec;       /* the one that holds θ last sent, -1 none */
-	int rounds;         /* commits wait for a round of every worker (sync, dma) */
+	int rounds;         /* commits wait for a round of every worker (sync, dma: rule_round.c) */
+	int round_sum;      /* rounds: the global vector that sums the round's updates */
+	/* rounds: apply a complete round to θ (r->ncontrib updates in the sum; zero the sum) */
+	void (*round_close)(struct rule *r, float *theta);
 	int nglobal;        /* rule-wide vectors (sync: "v", "sum"; dma: "sum") */
 	const char *global[2];
 	/* Apply one commit (τ computed, worker checked); RULE_APPLIED, RULE_PENDING or < 0. */
@@ -46,6 +49,12 @@ struct rule {
 	float *scratch;            /* gem: π of the last commit, then 32-bit room for the medians */
 	int target, ncommitted, ncontrib; /* sync and dma round: see rule_sync.c */
 };
+
+/* The rules with rounds use these as their commit, join and leave (rule_round.c). */
+int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+		      float *theta, float *reply, struct rule_stats *st, char *err);
+int rule_round_join(struct rule *r, char *err);
+int rule_round_leave(struct rule *r, struct rule_worker *w, float *theta, struct rule_stats *st);
 
 extern const struct rule_ops rule_gem_ops, rule_downpour_ops, rule_dynsgd_ops, rule_easgd_ops,
 	rule_dcasgd_ops, rule_sync_ops, rule_dma_ops;
