@@ -34,22 +34,7 @@ none_left() {
 
 test_expect_success 'setup: tiny data, fake ssh and hostname' '
 	make_tiny_data data &&
-	mkdir fakebin &&
-	cat >fakebin/ssh <<-\EOF &&
-	#!/bin/sh
-	# fake ssh: drop the options and the host, run the command here
-	while [ $# -gt 0 ]; do
-		case $1 in
-		-[BbcDEeFIiJLlmOoPpQRSWw]) shift 2 ;;
-		-*) shift ;;
-		*) break ;;
-		esac
-	done
-	echo "$1" >>"$FAKE_SSH_LOG"
-	shift
-	echo "$*" >>"$FAKE_SSH_LOG.cmd"
-	exec sh -c "$*"
-	EOF
+	make_fake_ssh fakebin &&
 	printf "#!/bin/sh\necho localhost\n" >fakebin/hostname &&
 	chmod +x fakebin/* &&
 	FAKE_SSH_LOG=$PWD/ssh.log && export FAKE_SSH_LOG

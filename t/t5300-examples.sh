@@ -16,21 +16,7 @@ eval_ok() {
 
 test_expect_success 'setup: tiny data, fake ssh, srun and scontrol' '
 	make_tiny_data data &&
-	mkdir fakebin &&
-	cat >fakebin/ssh <<-\EOF &&
-	#!/bin/sh
-	# fake ssh: drop the options and the host, run the command here
-	while [ $# -gt 0 ]; do
-		case $1 in
-		-[BbcDEeFIiJLlmOoPpQRSWw]) shift 2 ;;
-		-*) shift ;;
-		*) break ;;
-		esac
-	done
-	echo "$1" >>"$FAKE_SSH_LOG"
-	shift
-	exec sh -c "$*"
-	EOF
+	make_fake_ssh fakebin &&
 	cat >fakebin/srun <<-\EOF &&
 	#!/bin/sh
 	# fake srun: start SLURM_NTASKS copies of the command here, SLURM_PROCID 0, 1, ...

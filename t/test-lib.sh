@@ -104,6 +104,27 @@ PY
 JSON
 }
 
+# make_fake_ssh DIR: DIR/ssh, an ssh that drops its options and host and runs the command
+# here; it appends the host to $FAKE_SSH_LOG and the command to $FAKE_SSH_LOG.cmd.
+make_fake_ssh() {
+	mkdir -p "$1" &&
+	cat >"$1/ssh" <<-\EOF &&
+	#!/bin/sh
+	while [ $# -gt 0 ]; do
+		case $1 in
+		-[BbcDEeFIiJLlmOoPpQRSWw]) shift 2 ;;
+		-*) shift ;;
+		*) break ;;
+		esac
+	done
+	echo "$1" >>"$FAKE_SSH_LOG"
+	shift
+	echo "$*" >>"$FAKE_SSH_LOG.cmd"
+	exec sh -c "$*"
+	EOF
+	chmod +x "$1/ssh"
+}
+
 # start_server RUNDIR [gem-serve options]: start gem-serve on a free port; sets URL and
 # SERVER_PID; the server is killed when the test exits.
 start_server() {
