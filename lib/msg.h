@@ -13,6 +13,7 @@
 #define MSG_MAX_BLOBS 16
 #define MSG_HEAD_MAX (1 << 20) /* a first line longer than this is refused */
 #define MSG_PARAMS "params"    /* the name of the parameter blob */
+#define MSG_CONTENT_TYPE "application/x-gem-message" /* a message's HTTP media type */
 
 /* One blob of a message: its name, its description, and its encoded bytes. */
 struct msg_blob {

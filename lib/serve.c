@@ -20,6 +20,7 @@
 #include "model.h"
 #include "msg.h"
 #include "rule.h"
+#include "reply.h"
 #include "rng.h"
 #include "run.h"
 
@@ -346,7 +347,7 @@ static int reply_vector(struct httpd_req *req, struct slot *w, json_t *head, con
 	if (blob_encode(&w->codec, v, n, codec, -1, &enc, &blob.meta, err) < 0 ||
 	    (blob.data = enc, msg_build(&w->buf, head, &blob, 1, err)) < 0)
 		return httpd_reply_error(req, 500, "encode", "%s", err);
-	return httpd_reply_bytes(req, 200, "application/x-gem-message", w->buf.data, w->buf.len, 1);
+	return httpd_reply_bytes(req, 200, MSG_CONTENT_TYPE, w->buf.data, w->buf.len, 1);
 }
 
 /* Worker w leaves (event "leave") or is declared gone ("gone"); mu held. Its rule state is
@@ -408,34 +409,20 @@ static int h_params(struct httpd_req *req, void *ctx)
 {
 	struct server *s = ctx;
 	const char *codec = httpd_query(req, "codec");
-	char err[GEM_ERRMAX];
-	float *copy = malloc(sizeof *copy * s->n);
-	struct blob_codec c;
-	struct msg_buf b = {0};
+	float *copy;
 	json_t *head;
 	int rc;
 
-	if (codec && !blob_codec_known(codec)) {
-		free(copy);
-		return httpd_reply_error(req, 400, "bad_codec", "unknown codec \"%s\"", codec);
-	}
-	if (!copy)
+	if (reply_check_codec(req, codec) < 0)
+		return 0;
+	if (!(copy = malloc(sizeof *copy * s->n)))
 		return httpd_reply_error(req, 503, "busy", "out of memory");
 	pthread_mutex_lock(&s->mu);
 	memcpy(copy, s->theta, sizeof *copy * s->n);
 	head = json_pack("{s:I, s:I, s:f, s:s}", "version", (json_int_t)s->prog.version, "samples",
 			 (json_int_t)s->prog.samples, "elapsed", elapsed_of(s), "model", s->run.model_name);
 	pthread_mutex_unlock(&s->mu);
-	blob_codec_init(&c);
-	rc = msg_encode_params(&b, &c, head, copy, s->n, codec, -1, err);
-	if (rc == 0) {
-		rc = httpd_reply_owned(req, 200, "application/x-gem-message", b.data, b.len, free, b.data);
-		b.data = NULL;
-	} else {
-		rc = httpd_reply_error(req, 500, "encode", "%s", err);
-	}
-	blob_codec_free(&c);
-	msg_buf_free(&b);
+	rc = reply_params(req, head, copy, s->n, codec);
 	free(copy);
 	json_decref(head);
 	return rc;

@@ -23,6 +23,7 @@
 #include "msg.h"
 #include "optim.h"
 #include "rng.h"
+#include "reply.h"
 #include "run.h"
 #include "work.h"
 
@@ -220,7 +221,6 @@ int sgp_peers_parse(const char *text, char ***peers, int *n, char *err)
 
 /* ---- one node over HTTP ---- */
 
-#define SGP_CONTENT "application/x-gem-message"
 #define SGP_POLL_MS 50
 #define SGP_MAX_JOBS 4 /* overlap: messages queued for sending before the trainer waits */
 
@@ -346,15 +346,12 @@ static int h_params(struct httpd_req *req, void *ctx)
 {
 	struct node *s = ctx;
 	const char *codec = httpd_query(req, "codec");
-	char err[GEM_ERRMAX];
 	float *copy;
-	struct blob_codec c;
-	struct msg_buf b = {0};
 	json_t *head;
 	int rc;
 
-	if (codec && !blob_codec_known(codec))
-		return httpd_reply_error(req, 400, "bad_codec", "unknown codec \"%s\"", codec);
+	if (reply_check_codec(req, codec) < 0)
+		return 0;
 	if (!(copy = malloc(sizeof *copy * s->n)))
 		return httpd_reply_error(req, 503, "busy", "out of memory");
 	pthread_mutex_lock(&s->mu);
@@ -363,16 +360,7 @@ static int h_params(struct httpd_req *req, void *ctx)
 			 "samples", (json_int_t)s->pub_samples, "elapsed", s->pub_elapsed, "model",
 			 s->run.model_name, "node", s->id, "nodes", s->nn, "w", s->pub_w);
 	pthread_mutex_unlock(&s->mu);
-	blob_codec_init(&c);
-	rc = msg_encode_params(&b, &c, head, copy, s->n, codec, -1, err);
-	if (rc == 0) {
-		rc = httpd_reply_owned(req, 200, SGP_CONTENT, b.data, b.len, free, b.data);
-		b.data = NULL;
-	} else {
-		rc = httpd_reply_error(req, 500, "encode", "%s", err);
-	}
-	blob_codec_free(&c);
-	msg_buf_free(&b);
+	rc = reply_params(req, head, copy, s->n, codec);
 	free(copy);
 	json_decref(head);
 	return rc;
@@ -549,9 +537,9 @@ static int post_share(struct node *s, int p, const struct msg_buf *buf, struct h
 		      int retry, char *err)
 {
 	if (retry)
-		return httpc_post_retry(s->http[p], "/v1/push", SGP_CONTENT, buf->data, buf->len,
+		return httpc_post_retry(s->http[p], "/v1/push", MSG_CONTENT_TYPE, buf->data, buf->len,
 					s->o->retry_for, resp, err);
-	return httpc_post(s->http[p], "/v1/push", SGP_CONTENT, buf->data, buf->len, resp, err);
+	return httpc_post(s->http[p], "/v1/push", MSG_CONTENT_TYPE, buf->data, buf->len, resp, err);
 }
 
 static int encode_share(struct node *s, struct blob_codec *c, struct msg_buf *buf, const float *x,

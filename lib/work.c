@@ -189,7 +189,7 @@ static int commit(struct worker *w, const float *v, float loss, uint64_t samples
 
 	if ((rc = commit_build(w, v, loss, samples, err)) < 0)
 		return rc;
-	rc = httpc_post_retry(w->http, "/v1/commit", "application/x-gem-message", w->buf.data, w->buf.len,
+	rc = httpc_post_retry(w->http, "/v1/commit", MSG_CONTENT_TYPE, w->buf.data, w->buf.len,
 			      w->o->retry_for, &w->resp, err);
 	if ((rc = commit_status(w, rc, &w->resp, 1, err)) != 0)
 		return rc;
@@ -221,7 +221,7 @@ static int commit(struct worker *w, const float *v, float loss, uint64_t samples
 static void *dma_post_run(void *arg)
 {
 	struct dma_post *p = arg;
-	p->rc = httpc_post_retry(p->http, "/v1/commit", "application/x-gem-message", p->w->buf.data,
+	p->rc = httpc_post_retry(p->http, "/v1/commit", MSG_CONTENT_TYPE, p->w->buf.data,
 				 p->w->buf.len, p->w->o->retry_for, &p->resp, p->err);
 	return NULL;
 }

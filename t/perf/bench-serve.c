@@ -67,7 +67,7 @@ static void *client_main(void *arg)
 		blob.data = enc;
 		msg_build(&buf, head, &blob, 1, err);
 		json_decref(head);
-		if (httpc_post(h, "/v1/commit", "application/x-gem-message", buf.data, buf.len, &r, err) < 0 ||
+		if (httpc_post(h, "/v1/commit", MSG_CONTENT_TYPE, buf.data, buf.len, &r, err) < 0 ||
 		    msg_parse(r.body, r.len, &m, err) < 0) {
 			fprintf(stderr, "bench-serve: commit: %s\n", err);
 			c->failed = 1;
