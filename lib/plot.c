@@ -864,6 +864,18 @@ static int view_workers(struct writer *w, char *err)
 
 /* ---- gnuplot ---- */
 
+/* Start the next series of a plot command for block b: 0 to skip an empty block, else 1
+ * after the separator that goes before every series but the first. */
+static int series_next(FILE *f, const struct block *b, int *first)
+{
+	if (!b->rows)
+		return 0;
+	if (!*first)
+		fputs(", \\\n     ", f);
+	*first = 0;
+	return 1;
+}
+
 /* A gnuplot single-quoted string: only '' needs escaping. */
 static void put_quoted(FILE *f, const char *s)
 {
@@ -931,11 +943,8 @@ static int script_plot(struct writer *w, char *err)
 			o->by_worker ? "worker steps" : "central updates (version)");
 		fputs("plot ", f);
 		for (size_t i = 0; i < w->nb; i++) {
-			if (!w->b[i].rows)
+			if (!series_next(f, &w->b[i], &first))
 				continue;
-			if (!first)
-				fputs(", \\\n     ", f);
-			first = 0;
 			if (!multi && !o->by_worker)
 				fprintf(f, "$data index %zu using 1:3 with dots lc rgb '#a0a0a0' title 'loss', \\\n     ", i);
 			fprintf(f, "$data index %zu using 1:4 with lines lw 2 title ", i);
@@ -974,11 +983,8 @@ static int script_plot(struct writer *w, char *err)
 			   "set yrange [0:*]\nset xrange [-0.5:*]\n");
 		fputs("plot ", f);
 		for (size_t i = 0; i < w->nb; i++) {
-			if (!w->b[i].rows)
+			if (!series_next(f, &w->b[i], &first))
 				continue;
-			if (!first)
-				fputs(", \\\n     ", f);
-			first = 0;
 			fprintf(f, "$data index %zu using 1:3 with %s title ", i, multi ? "linespoints" : "boxes");
 			block_title(w, &w->b[i], "", f);
 		}
@@ -990,11 +996,8 @@ static int script_plot(struct writer *w, char *err)
 			   "set yrange [0:*]\nset y2range [0:*]\n", o->window);
 		fputs("plot ", f);
 		for (size_t i = 0; i < w->nb; i++) {
-			if (!w->b[i].rows)
+			if (!series_next(f, &w->b[i], &first))
 				continue;
-			if (!first)
-				fputs(", \\\n     ", f);
-			first = 0;
 			fprintf(f, "$data index %zu using 1:2 with lines lw 2 title ", i);
 			block_title(w, &w->b[i], "updates/s", f);
 			fprintf(f, ", \\\n     $data index %zu using 1:3 axes x1y2 with lines dt 2 title ", i);
@@ -1007,11 +1010,8 @@ static int script_plot(struct writer *w, char *err)
 			   "set style fill solid 0.5\nset boxwidth 0.8\nset yrange [0:*]\n");
 		fputs("plot ", f);
 		for (size_t i = 0; i < w->nb; i++) {
-			if (!w->b[i].rows)
+			if (!series_next(f, &w->b[i], &first))
 				continue;
-			if (!first)
-				fputs(", \\\n     ", f);
-			first = 0;
 			fprintf(f, "$data index %zu using 1:2 with %s title ", i, multi ? "linespoints" : "boxes");
 			block_title(w, &w->b[i], "", f);
 		}
