@@ -36,7 +36,7 @@ T_PROGS  = $(T_C:t/%.c=$(O)/t/%.t)
 T_SH     = $(wildcard t/t[0-9]*.sh)
 PERF_C   = $(wildcard t/perf/*.c)
 PERF     = $(PERF_C:t/perf/%.c=$(O)/perf/%)
-HDR      = $(wildcard lib/*.h) t/tap.h
+HDR      = $(wildcard lib/*.h t/*.h)
 
 .PHONY: all check test bench install deps demo clean figures experiment
 .SECONDARY:

@@ -2,25 +2,10 @@
  * s_w after a commit, momentum over two commits, staleness, per-tensor statistics. */
 #include "err.h"
 #include "rule.h"
+#include "layout-test.h"
 #include "tap.h"
 
 #include <string.h>
-
-static struct layout layout_of(const size_t *sizes, int n)
-{
-	struct layout l;
-	memset(&l, 0, sizeof l);
-	l.ntensors = n;
-	for (int i = 0; i < n; i++) {
-		snprintf(l.t[i].name, sizeof l.t[i].name, "%d.weight", i);
-		l.t[i].ndim = 1;
-		l.t[i].shape[0] = (int)sizes[i];
-		l.t[i].offset = l.total;
-		l.t[i].size = sizes[i];
-		l.total += sizes[i];
-	}
-	return l;
-}
 
 static struct rule *gem_new(const struct layout *l, float momentum)
 {

@@ -1,21 +1,10 @@
 /* t4002: DOWNPOUR, DynSGD, EASGD and DC-ASGD on small cases worked by hand; τ across workers. */
 #include "err.h"
 #include "rule.h"
+#include "layout-test.h"
 #include "tap.h"
 
 #include <string.h>
-
-static struct layout layout_n(size_t n)
-{
-	struct layout l;
-	memset(&l, 0, sizeof l);
-	l.ntensors = 1;
-	snprintf(l.t[0].name, sizeof l.t[0].name, "0.weight");
-	l.t[0].ndim = 1;
-	l.t[0].shape[0] = (int)n;
-	l.t[0].size = l.total = n;
-	return l;
-}
 
 static struct rule *make(const char *name, size_t n, float lr, float alpha, int nworkers)
 {

@@ -3,6 +3,7 @@
 #include "err.h"
 #include "rng.h"
 #include "rule.h"
+#include "layout-test.h"
 #include "tap.h"
 
 #include <string.h>
@@ -11,18 +12,6 @@
 #define NW 4 /* workers */
 #define B 8  /* batch per worker */
 #define STEPS 25
-
-static struct layout layout_n(size_t n)
-{
-	struct layout l;
-	memset(&l, 0, sizeof l);
-	l.ntensors = 1;
-	snprintf(l.t[0].name, sizeof l.t[0].name, "0.weight");
-	l.t[0].ndim = 1;
-	l.t[0].shape[0] = (int)n;
-	l.t[0].size = l.total = n;
-	return l;
-}
 
 static struct rule *make_sync(size_t n, int nworkers, float momentum)
 {

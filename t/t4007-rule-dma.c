@@ -2,22 +2,11 @@
  * cycle, X_{j+1} = X_j + mean(Δ) with no momentum, refusals, leaves, config and checkpoints. */
 #include "err.h"
 #include "rule.h"
+#include "layout-test.h"
 #include "tap.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static struct layout layout_n(size_t n)
-{
-	struct layout l;
-	memset(&l, 0, sizeof l);
-	l.ntensors = 1;
-	snprintf(l.t[0].name, sizeof l.t[0].name, "0.weight");
-	l.t[0].ndim = 1;
-	l.t[0].shape[0] = (int)n;
-	l.t[0].size = l.total = n;
-	return l;
-}
 
 static struct rule *make_dma(int nworkers)
 {
