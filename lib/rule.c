@@ -272,6 +272,16 @@ void rule_destroy(struct rule *r)
 	free(r);
 }
 
+RULE_NOINLINE void rule_vec_add(float *restrict a, const float *restrict d, size_t n)
+{
+	size_t i = 0;
+	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
+		for (int j = 0; j < RULE_BLOCK; j++)
+			a[i + j] += d[i + j];
+	for (; i < n; i++)
+		a[i] += d[i];
+}
+
 int rule_has_rounds(const struct rule *r)
 {
 	return r->ops->rounds;

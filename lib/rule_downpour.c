@@ -4,22 +4,11 @@
 
 #include "rule_impl.h"
 
-/* θ ← θ + Δ */
-RULE_NOINLINE static void rule_downpour_add(float *restrict theta, const float *restrict d, size_t n)
-{
-	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++)
-			theta[i + j] += d[i + j];
-	for (; i < n; i++)
-		theta[i] += d[i];
-}
-
 static int rule_downpour_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
 				float *theta, float *reply, struct rule_stats *st, char *err)
 {
 	(void)w, (void)tau, (void)reply, (void)st, (void)err;
-	rule_downpour_add(theta, in, r->n);
+	rule_vec_add(theta, in, r->n);
 	return RULE_APPLIED;
 }
 

@@ -50,6 +50,9 @@ struct rule {
 	int target, ncommitted, ncontrib; /* sync and dma round: see rule_sync.c */
 };
 
+/* a ← a + d over n floats (DOWNPOUR's θ += Δ, a round's sum += Δ). */
+void rule_vec_add(float *restrict a, const float *restrict d, size_t n);
+
 /* The rules with rounds use these as their commit, join and leave (rule_round.c). */
 int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
 		      float *theta, float *reply, struct rule_stats *st, char *err);

@@ -12,17 +12,6 @@
 #include "err.h"
 #include "rule_impl.h"
 
-/* sum ← sum + Δ */
-RULE_NOINLINE static void rule_round_add(float *restrict sum, const float *restrict d, size_t n)
-{
-	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++)
-			sum[i + j] += d[i + j];
-	for (; i < n; i++)
-		sum[i] += d[i];
-}
-
 static void rule_round_close(struct rule *r, float *theta)
 {
 	r->ops->round_close(r, theta);
@@ -43,7 +32,7 @@ int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, ui
 		return gem_errf(err, GEM_EUSAGE,
 				"%s: worker %d committed an update %llu versions old to the round",
 				r->ops->name, (int)(w - r->w), (unsigned long long)tau);
-	rule_round_add(r->global[r->ops->round_sum], in, r->n);
+	rule_vec_add(r->global[r->ops->round_sum], in, r->n);
 	w->committed = 1;
 	r->ncommitted++;
 	r->ncontrib++;
