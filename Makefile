@@ -25,7 +25,7 @@ O       ?= build/rel
 BIN     ?= bin
 endif
 
-LIB_SRC  = $(wildcard lib/*.c)
+LIB_SRC  = $(wildcard lib/*/*.c)
 LIB_OBJ  = $(LIB_SRC:%.c=$(O)/%.o)
 LIBGEM   = $(O)/libgem.a
 CMD_C    = $(wildcard cmd/gem-*.c)
@@ -36,15 +36,17 @@ T_PROGS  = $(T_C:t/%.c=$(O)/t/%.t)
 T_SH     = $(wildcard t/t[0-9]*.sh)
 PERF_C   = $(wildcard t/perf/*.c)
 PERF     = $(PERF_C:t/perf/%.c=$(O)/perf/%)
-HDR      = $(wildcard lib/*.h t/*.h)
 
-.PHONY: all check test bench install deps demo clean figures experiment
+.PHONY: all check check-layers test bench install deps demo clean figures experiment
 .SECONDARY:
 all: $(PROGS)
 
-$(O)/%.o: %.c $(HDR)
+# Each object depends on the headers it includes (-MMD writes them, -MP survives a removed one).
+$(O)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+-include $(LIB_OBJ:.o=.d) $(CMD_C:%.c=$(O)/%.d) $(T_C:%.c=$(O)/%.d) $(PERF_C:%.c=$(O)/%.d)
 
 $(LIBGEM): $(LIB_OBJ)
 	@rm -f $@
@@ -67,7 +69,12 @@ $(O)/perf/%: $(O)/t/perf/%.o $(LIBGEM)
 
 # Every test is a TAP producer; t/run-test runs a compiled test or a shell test.
 check: deps
+	$(MAKE) check-layers
 	$(MAKE) test
+
+# A lower layer of lib/ never includes a higher one (README, "Layout").
+check-layers:
+	sh t/check-layers
 
 # test: the suite alone, for machines whose packages are in place
 test: $(PROGS) $(T_PROGS)

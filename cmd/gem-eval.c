@@ -8,13 +8,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli.h"
-#include "data.h"
-#include "err.h"
-#include "eval.h"
-#include "log.h"
-#include "model.h"
-#include "run.h"
+#include "base/cli.h"
+#include "nn/data.h"
+#include "base/err.h"
+#include "report/eval.h"
+#include "base/log.h"
+#include "nn/model.h"
+#include "run/run.h"
 
 static const char usage_line[] =
 	"usage: gem-eval [options] (RUNDIR | PARAMS_FILE | URL)\n"

@@ -7,13 +7,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
-#include "data.h"
-#include "err.h"
-#include "log.h"
-#include "model.h"
-#include "rule.h"
-#include "run.h"
+#include "base/cli.h"
+#include "nn/data.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "nn/model.h"
+#include "rules/rule.h"
+#include "run/run.h"
 
 static const char usage_line[] = "usage: gem-init [options] RUNDIR";
 

@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "err.h"
-#include "log.h"
-#include "plot.h"
+#include "base/cli.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "report/plot.h"
 
 static const char usage_line[] =
 	"usage: gem-plot-data [options] (loss | pi | staleness | throughput | workers) [LOG...]";

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "err.h"
-#include "fsutil.h"
-#include "httpd.h"
-#include "log.h"
-#include "serve.h"
+#include "base/cli.h"
+#include "base/err.h"
+#include "base/fsutil.h"
+#include "wire/httpd.h"
+#include "base/log.h"
+#include "role/serve.h"
 
 static const char usage_line[] = "usage: gem-serve [options] RUNDIR";
 

@@ -14,10 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "err.h"
-#include "log.h"
-#include "sim.h"
+#include "base/cli.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "role/sim.h"
 
 #define MAX_EVENTS 4096
 

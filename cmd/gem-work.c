@@ -9,17 +9,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "data.h"
-#include "httpd.h"
-#include "err.h"
-#include "log.h"
-#include "model.h"
-#include "optim.h"
-#include "rng.h"
-#include "run.h"
-#include "sgp.h"
-#include "work.h"
+#include "base/cli.h"
+#include "nn/data.h"
+#include "wire/httpd.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "base/rng.h"
+#include "run/run.h"
+#include "role/sgp.h"
+#include "role/work.h"
 
 static const char usage_line[] =
 	"usage: gem-work (--local RUNDIR | --server URL) [--epochs E | --steps S] [options]\n"

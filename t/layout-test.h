@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "layout.h"
+#include "nn/layout.h"
 
 static struct layout layout_of(const size_t *sizes, int n)
 {

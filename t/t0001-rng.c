@@ -1,5 +1,5 @@
 /* t0001: the RNG is reproducible and roughly uniform; shuffles are permutations. */
-#include "rng.h"
+#include "base/rng.h"
 #include "tap.h"
 
 #include <string.h>

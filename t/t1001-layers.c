@@ -9,7 +9,7 @@
 #include <blis.h>
 #include <string.h>
 
-#include "layers.h"
+#include "nn/layers.h"
 #include "tap.h"
 
 #define EPS 1e-2f

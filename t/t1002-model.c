@@ -4,8 +4,8 @@
 #include <blis.h>
 #include <string.h>
 
-#include "err.h"
-#include "model.h"
+#include "base/err.h"
+#include "nn/model.h"
 #include "tap.h"
 
 static struct model *build(const char *text, char *err)

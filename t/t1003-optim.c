@@ -2,8 +2,8 @@
  * Nesterov and weight decay, and refuses bad hyper-parameters. */
 #include <string.h>
 
-#include "err.h"
-#include "optim.h"
+#include "base/err.h"
+#include "nn/optim.h"
 #include "tap.h"
 
 int main(void)

@@ -3,9 +3,9 @@
 #include <blis.h>
 #include <string.h>
 
-#include "err.h"
-#include "model.h"
-#include "optim.h"
+#include "base/err.h"
+#include "nn/model.h"
+#include "nn/optim.h"
 #include "tap.h"
 
 #define N 256

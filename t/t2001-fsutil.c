@@ -1,6 +1,6 @@
 /* t2001: atomic writes replace a file whole or not at all; whole-file reads respect max. */
-#include "err.h"
-#include "fsutil.h"
+#include "base/err.h"
+#include "base/fsutil.h"
 #include "tap.h"
 
 #include <dirent.h>

@@ -1,7 +1,7 @@
 /* t2002: IDX files, plain and gzip'd, load right; truncated, corrupt, wrong-magic, garbage,
  * empty and mismatched files are errors that name the file; datasets are found by name. */
-#include "data.h"
-#include "err.h"
+#include "nn/data.h"
+#include "base/err.h"
 #include "tap.h"
 
 #include <string.h>

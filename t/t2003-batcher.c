@@ -1,7 +1,7 @@
 /* t2003: batches: shards are disjoint and cover the data, orders are reproducible per
  * (seed, stream, epoch), seek recovers a position, the last batch of an epoch is partial. */
-#include "data.h"
-#include "err.h"
+#include "nn/data.h"
+#include "base/err.h"
 #include "tap.h"
 
 #include <string.h>

@@ -1,6 +1,6 @@
 /* t2004: the real Fashion-MNIST loads with the expected sizes, labels and statistics. */
-#include "data.h"
-#include "err.h"
+#include "nn/data.h"
+#include "base/err.h"
 #include "tap.h"
 
 #include <string.h>

@@ -1,8 +1,8 @@
 /* t2005: blobs round-trip bit for bit in every codec (NaN payloads, denormals too), shuffling
  * compresses kaiming-like weights better, and bad blobs fail cleanly without touching v. */
-#include "blob.h"
-#include "err.h"
-#include "rng.h"
+#include "wire/blob.h"
+#include "base/err.h"
+#include "base/rng.h"
 #include "tap.h"
 
 #include <string.h>

@@ -1,10 +1,10 @@
 /* t2006: messages round-trip, files too; malformed messages (bad JSON, no newline, sizes that
  * do not add up, bad blob entries, random mutations) are refused, never crash. */
-#include "blob.h"
-#include "err.h"
-#include "fsutil.h"
-#include "msg.h"
-#include "rng.h"
+#include "wire/blob.h"
+#include "base/err.h"
+#include "base/fsutil.h"
+#include "wire/msg.h"
+#include "base/rng.h"
 #include "tap.h"
 
 #include <string.h>

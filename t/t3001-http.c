@@ -1,8 +1,8 @@
 /* t3001: httpd + httpc round trips: JSON GET with query/header/client, a 4 MiB binary body
  * echoed intact, 404/405/413 JSON errors, bearer-token auth on mutating routes only. */
-#include "err.h"
-#include "httpc.h"
-#include "httpd.h"
+#include "base/err.h"
+#include "wire/httpc.h"
+#include "wire/httpd.h"
 #include "tap.h"
 
 #include <curl/curl.h>

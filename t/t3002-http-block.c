@@ -1,9 +1,9 @@
 /* t3002: handlers that block (a sync barrier, a long poll) do not hold up other requests,
  * 100 of them at once included; the client's timeout fires; httpd_stop lets a request in
  * flight finish and reply. */
-#include "err.h"
-#include "httpc.h"
-#include "httpd.h"
+#include "base/err.h"
+#include "wire/httpc.h"
+#include "wire/httpd.h"
 #include "tap.h"
 
 #include <pthread.h>

@@ -1,9 +1,9 @@
 /* t3003: the retry helpers: connection refused is retried for retry_for seconds then fails
  * with "server URL unreachable for N s: Connection refused"; 503 is retried until it clears;
  * other HTTP errors are not retried. */
-#include "err.h"
-#include "httpc.h"
-#include "httpd.h"
+#include "base/err.h"
+#include "wire/httpc.h"
+#include "wire/httpd.h"
 #include "tap.h"
 
 #include <arpa/inet.h>

@@ -2,9 +2,9 @@
  * (exp and ring for n = 3, 5, 8), push-sum's invariants (Σw and Σx conserved), exact consensus
  * after log2(n) synchronous iterations of the exponential graph when n is a power of two, the
  * topology hash and the peer list parser. */
-#include "err.h"
-#include "rng.h"
-#include "sgp.h"
+#include "base/err.h"
+#include "base/rng.h"
+#include "role/sgp.h"
 #include "tap.h"
 
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* t4001: GEM's server side, worked by hand: π element-wise, the clamps at 0 and π_max, Δθ = 0,
  * s_w after a commit, momentum over two commits, staleness, per-tensor statistics. */
-#include "err.h"
-#include "rule.h"
+#include "base/err.h"
+#include "rules/rule.h"
 #include "layout-test.h"
 #include "tap.h"
 

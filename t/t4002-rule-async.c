@@ -1,6 +1,6 @@
 /* t4002: DOWNPOUR, DynSGD, EASGD and DC-ASGD on small cases worked by hand; τ across workers. */
-#include "err.h"
-#include "rule.h"
+#include "base/err.h"
+#include "rules/rule.h"
 #include "layout-test.h"
 #include "tap.h"
 

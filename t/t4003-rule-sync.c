@@ -1,8 +1,8 @@
 /* t4003: synchronous momentum SGD: the barrier of a round, refusals, leaves, and the algebra
  * "n workers at batch b = sequential momentum SGD at batch n·b" on linear least squares. */
-#include "err.h"
-#include "rng.h"
-#include "rule.h"
+#include "base/err.h"
+#include "base/rng.h"
+#include "rules/rule.h"
 #include "layout-test.h"
 #include "tap.h"
 

@@ -1,6 +1,6 @@
 /* t4004: rule configs: defaults, run.json's "rule" object both ways, bad names and fields. */
-#include "err.h"
-#include "rule.h"
+#include "base/err.h"
+#include "rules/rule.h"
 #include "tap.h"
 
 #include <string.h>

@@ -1,8 +1,8 @@
 /* t4005: a rule's state saved and loaded (through JSON text and copied vectors, as a checkpoint
  * would) gives the same subsequent commits, bit for bit, for every rule. */
-#include "err.h"
-#include "rng.h"
-#include "rule.h"
+#include "base/err.h"
+#include "base/rng.h"
+#include "rules/rule.h"
 #include "tap.h"
 
 #include <string.h>

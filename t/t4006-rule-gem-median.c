@@ -1,7 +1,7 @@
 /* t4006: GEM's per-tensor median π on a tensor larger than the sample it is taken over
  * (100,003 elements): close to the exact median; exact on a small tensor. */
-#include "err.h"
-#include "rule.h"
+#include "base/err.h"
+#include "rules/rule.h"
 #include "tap.h"
 
 #include <stdlib.h>

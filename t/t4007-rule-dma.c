@@ -1,7 +1,7 @@
 /* t4007: delayed model averaging, the server's half: a round is every worker's delta of one
  * cycle, X_{j+1} = X_j + mean(Δ) with no momentum, refusals, leaves, config and checkpoints. */
-#include "err.h"
-#include "rule.h"
+#include "base/err.h"
+#include "rules/rule.h"
 #include "layout-test.h"
 #include "tap.h"
 

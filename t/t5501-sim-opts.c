@@ -2,8 +2,8 @@
  * a whole set of options. */
 #include <string.h>
 
-#include "err.h"
-#include "sim.h"
+#include "base/err.h"
+#include "role/sim.h"
 #include "tap.h"
 
 static void dist_ok(const char *s, int kind, double a, double b)

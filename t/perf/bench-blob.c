@@ -1,9 +1,9 @@
 /* bench-blob: blob encode/decode speed and compression ratio per codec, on kaiming-initialised
  * parameter vectors the size of the cnn (163,790 floats) and the mlp (203,530 floats).
  * Output: TSV with a '#' header; MB/s count raw (float32) megabytes, 1 MB = 10^6 bytes. */
-#include "blob.h"
-#include "err.h"
-#include "rng.h"
+#include "wire/blob.h"
+#include "base/err.h"
+#include "base/rng.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,9 +1,9 @@
 /* bench-http: httpd + httpc on loopback. Small JSON GET latency, a 4 MiB POST echoed back,
  * and throughput of ~650 KB POST echoes (a cnn-sized parameter update) from 1, 4 and 16
  * client threads, each with its own keep-alive client. TSV on stdout under a '#' header. */
-#include "err.h"
-#include "httpc.h"
-#include "httpd.h"
+#include "base/err.h"
+#include "wire/httpc.h"
+#include "wire/httpd.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -1,9 +1,9 @@
 /* bench-rule: µs per commit of every rule on the server, θ of the cnn's 163,790 floats in its
  * 10 tensors. GEM with and without the per-tensor medians (tensor_stats) and without stats at
  * all (st = NULL). TSV on stdout. Usage: bench-rule [commits per case, default 300] */
-#include "err.h"
-#include "rng.h"
-#include "rule.h"
+#include "base/err.h"
+#include "base/rng.h"
+#include "rules/rule.h"
 
 #include <stdio.h>
 #include <stdlib.h>

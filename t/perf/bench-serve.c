@@ -9,15 +9,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "blob.h"
-#include "cli.h"
-#include "err.h"
-#include "httpc.h"
-#include "model.h"
-#include "msg.h"
-#include "rule.h"
-#include "run.h"
-#include "serve.h"
+#include "wire/blob.h"
+#include "base/cli.h"
+#include "base/err.h"
+#include "wire/httpc.h"
+#include "nn/model.h"
+#include "wire/msg.h"
+#include "rules/rule.h"
+#include "run/run.h"
+#include "role/serve.h"
 
 #define SECONDS 2.0
 

@@ -9,9 +9,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "err.h"
-#include "model.h"
-#include "rng.h"
+#include "base/err.h"
+#include "nn/model.h"
+#include "base/rng.h"
 
 /* CPU time of this thread: other jobs on a shared machine slow the wall clock, not this. */
 static double now(void)

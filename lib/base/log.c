@@ -1,0 +1,41 @@
+#include "base/log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *log_prog = "gem";
+static enum log_level log_threshold = LOG_INFO;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void log_init(const char *progname)
+{
+	const char *slash = strrchr(progname, '/');
+	const char *lv = getenv("GEM_LOG");
+	log_prog = slash ? slash + 1 : progname;
+	if (!lv)
+		return;
+	if (!strcmp(lv, "debug"))
+		log_threshold = LOG_DEBUG;
+	else if (!strcmp(lv, "warn"))
+		log_threshold = LOG_WARN;
+	else if (!strcmp(lv, "error"))
+		log_threshold = LOG_ERROR;
+}
+
+void log_msg(enum log_level level, const char *fmt, ...)
+{
+	static const char *names[] = {"debug: ", "", "warning: ", "error: "};
+	va_list ap;
+	if (level < log_threshold)
+		return;
+	pthread_mutex_lock(&log_lock);
+	fprintf(stderr, "%s: %s", log_prog, names[level]);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	pthread_mutex_unlock(&log_lock);
+}

@@ -1,0 +1,481 @@
+#include "nn/layers.h"
+
+#include <blis.h>
+#include <math.h>
+#include <string.h>
+
+/* C (m,n) = A (m,k) · B (k,n) + beta·C, each with its own row and column strides. BLIS takes
+ * non-const pointers but reads A and B only. */
+static void gemm(dim_t m, dim_t n, dim_t k, const float *a, inc_t rsa, inc_t csa, const float *b,
+		 inc_t rsb, inc_t csb, float beta, float *c, inc_t rsc, inc_t csc)
+{
+	float one = 1.0f;
+	bli_sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, (float *)a, rsa, csa,
+		  (float *)b, rsb, csb, &beta, c, rsc, csc);
+}
+
+/* Short loops written in blocks of 8 with fixed trip counts: GCC -O2 (cheap vectorizer cost
+ * model) vectorizes these and would turn a plain copy loop into a memcpy call per segment. */
+static inline void copy_floats(float *restrict d, const float *restrict s, int n)
+{
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		memcpy(d + i, s + i, 8 * sizeof *d);
+	for (; i + 4 <= n; i += 4)
+		memcpy(d + i, s + i, 4 * sizeof *d);
+	if (i < n)
+		d[i] = s[i];
+	if (i + 1 < n)
+		d[i + 1] = s[i + 1];
+	if (i + 2 < n)
+		d[i + 2] = s[i + 2];
+}
+
+static inline void add_floats(float *restrict d, const float *restrict s, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			d[i + j] += s[i + j];
+	for (; i < n; i++)
+		d[i] += s[i];
+}
+
+static inline void fill_floats(float *restrict d, float v, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			d[i + j] = v;
+	for (; i < n; i++)
+		d[i] = v;
+}
+
+/* Σ x with 8 partial sums: vectorizes, and rounds better than one running sum. */
+static float sum_floats(const float *restrict x, size_t n)
+{
+	float acc[8] = {0}, s = 0;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			acc[j] += x[i + j];
+	for (; i < n; i++)
+		s += x[i];
+	for (int j = 0; j < 8; j++)
+		s += acc[j];
+	return s;
+}
+
+/* d = s · m (element-wise) */
+static void mul_floats(float *restrict d, const float *restrict s, const float *restrict m, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			d[i + j] = s[i + j] * m[i + j];
+	for (; i < n; i++)
+		d[i] = s[i] * m[i];
+}
+
+static void scale_floats(float *restrict d, const float *restrict s, float v, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			d[i + j] = s[i + j] * v;
+	for (; i < n; i++)
+		d[i] = s[i] * v;
+}
+
+int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k, int stride, int pad)
+{
+	if (c < 1 || h < 1 || w < 1 || oc < 1 || k < 1 || stride < 1 || pad < 0 ||
+	    k > h + 2 * pad || k > w + 2 * pad)
+		return -1;
+	*s = (struct conv2d_shape){c, h, w, oc, k, stride, pad, 0, 0};
+	s->oh = (h + 2 * pad - k) / stride + 1;
+	s->ow = (w + 2 * pad - k) / stride + 1;
+	return 0;
+}
+
+size_t conv2d_col_size(const struct conv2d_shape *s, int B)
+{
+	return (size_t)s->c * s->k * s->k * B * s->oh * s->ow;
+}
+
+void dense_forward(float *y, const float *x, const float *W, const float *b, int B, int in, int out)
+{
+	for (int i = 0; i < B; i++)
+		memcpy(y + (size_t)i * out, b, sizeof *y * out); /* then y += x·Wᵀ */
+	gemm(B, out, in, x, in, 1, W, 1, in, 1.0f, y, out, 1);
+}
+
+void dense_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
+		    int B, int in, int out)
+{
+	gemm(out, in, B, dy, 1, out, x, in, 1, 0.0f, dW, in, 1);
+	memcpy(db, dy, sizeof *db * out);
+	for (int i = 1; i < B; i++)
+		add_floats(db, dy + (size_t)i * out, (size_t)out);
+	if (dx)
+		gemm(B, in, out, dy, out, 1, W, in, 1, 0.0f, dx, in, 1);
+}
+
+/* The valid output columns [*lo, *hi) of one kernel column kj: 0 <= ow·S − P + kj < W. */
+static void conv_cols(const struct conv2d_shape *s, int kj, int *lo, int *hi)
+{
+	int a = s->pad - kj, b = s->w + s->pad - kj; /* ow·S in [a, b) */
+	*lo = a <= 0 ? 0 : (a + s->stride - 1) / s->stride;
+	*hi = b <= 0 ? 0 : (b + s->stride - 1) / s->stride;
+	if (*hi > s->ow)
+		*hi = s->ow;
+	if (*lo > *hi)
+		*lo = *hi;
+}
+
+/* col[(c,ki,kj)][(b,oh,ow)] = x[c][b][oh·S − P + ki][ow·S − P + kj], 0 outside the input. */
+static void im2col(float *col, const float *x, int B, const struct conv2d_shape *s)
+{
+	size_t n = (size_t)B * s->oh * s->ow, plane = (size_t)s->h * s->w;
+	float *dst = col;
+	for (int c = 0; c < s->c; c++)
+		for (int ki = 0; ki < s->k; ki++)
+			for (int kj = 0; kj < s->k; kj++, dst += n) {
+				int lo, hi;
+				conv_cols(s, kj, &lo, &hi);
+				for (int b = 0; b < B; b++) {
+					const float *xp = x + ((size_t)c * B + b) * plane;
+					for (int oh = 0; oh < s->oh; oh++) {
+						float *d = dst + ((size_t)b * s->oh + oh) * s->ow;
+						int ih = oh * s->stride - s->pad + ki;
+						if (ih < 0 || ih >= s->h) {
+							memset(d, 0, sizeof *d * s->ow);
+							continue;
+						}
+						/* row[i] is input column lo·S − P + kj + i·S, inside the plane */
+						for (int ow = 0; ow < lo; ow++)
+							d[ow] = 0;
+						for (int ow = hi; ow < s->ow; ow++)
+							d[ow] = 0;
+						if (lo == hi)
+							continue;
+						const float *row = xp + (size_t)ih * s->w + lo * s->stride - s->pad + kj;
+						if (s->stride == 1)
+							copy_floats(d + lo, row, hi - lo);
+						else
+							for (int ow = lo; ow < hi; ow++)
+								d[ow] = row[(size_t)(ow - lo) * s->stride];
+					}
+				}
+			}
+}
+
+/* The adjoint of im2col: dx[c][b][ih][iw] = Σ over the col entries that read it. */
+static void col2im(float *dx, const float *col, int B, const struct conv2d_shape *s)
+{
+	size_t n = (size_t)B * s->oh * s->ow, plane = (size_t)s->h * s->w;
+	const float *src = col;
+	memset(dx, 0, sizeof *dx * plane * s->c * B);
+	for (int c = 0; c < s->c; c++)
+		for (int ki = 0; ki < s->k; ki++)
+			for (int kj = 0; kj < s->k; kj++, src += n) {
+				int lo, hi;
+				conv_cols(s, kj, &lo, &hi);
+				for (int b = 0; b < B; b++) {
+					float *xp = dx + ((size_t)c * B + b) * plane;
+					for (int oh = 0; oh < s->oh; oh++) {
+						const float *d = src + ((size_t)b * s->oh + oh) * s->ow;
+						int ih = oh * s->stride - s->pad + ki;
+						if (ih < 0 || ih >= s->h || lo == hi)
+							continue;
+						float *row = xp + (size_t)ih * s->w + lo * s->stride - s->pad + kj;
+						if (s->stride == 1)
+							add_floats(row, d + lo, (size_t)(hi - lo));
+						else
+							for (int ow = lo; ow < hi; ow++)
+								row[(size_t)(ow - lo) * s->stride] += d[ow];
+					}
+				}
+			}
+}
+
+void conv2d_forward(float *y, float *col, const float *x, const float *W, const float *b, int B,
+		    const struct conv2d_shape *s)
+{
+	size_t n = (size_t)B * s->oh * s->ow;
+	int ckk = s->c * s->k * s->k;
+	im2col(col, x, B, s);
+	for (int o = 0; o < s->oc; o++)
+		fill_floats(y + (size_t)o * n, b[o], n); /* then y += W·col */
+	gemm(s->oc, n, ckk, W, ckk, 1, col, n, 1, 1.0f, y, n, 1);
+}
+
+void conv2d_backward(float *dx, float *dW, float *db, float *dcol, const float *dy, const float *col,
+		     const float *W, int B, const struct conv2d_shape *s)
+{
+	size_t n = (size_t)B * s->oh * s->ow;
+	int ckk = s->c * s->k * s->k;
+	gemm(s->oc, ckk, n, dy, n, 1, col, 1, n, 0.0f, dW, ckk, 1);
+	for (int o = 0; o < s->oc; o++)
+		db[o] = sum_floats(dy + (size_t)o * n, n);
+	if (!dx || !dcol)
+		return;
+	gemm(ckk, n, s->oc, W, 1, ckk, dy, n, 1, 0.0f, dcol, n, 1);
+	col2im(dx, dcol, B, s);
+}
+
+/* 2×2 windows, the common case, four outputs at a time with GCC/Clang generic vectors (SSE on
+ * x86-64, plain code elsewhere); ties go to the first maximum in scan order. */
+typedef float v4sf __attribute__((vector_size(16)));
+typedef int32_t v4si __attribute__((vector_size(16)));
+
+static inline v4sf load4(const float *p)
+{
+	v4sf v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+static inline void store4(float *p, v4sf v)
+{
+	memcpy(p, &v, sizeof v);
+}
+
+/* m ? a : b, lane by lane (m lanes are 0 or −1) */
+static inline v4sf select4(v4si m, v4sf a, v4sf b)
+{
+	return (v4sf)((m & (v4si)a) | (~m & (v4si)b));
+}
+
+/* the first maximum of window (a b / c d) and its position 0..3 */
+static inline float max4(float a, float b, float c, float d, int *at)
+{
+	float v = a;
+	*at = 0;
+	if (b > v) v = b, *at = 1;
+	if (c > v) v = c, *at = 2;
+	if (d > v) v = d, *at = 3;
+	return v;
+}
+
+static void maxpool2_forward(float *restrict y, uint8_t *restrict arg, const float *restrict x,
+			     size_t planes, int h, int w)
+{
+	int oh = h / 2, ow = w / 2;
+	for (size_t p = 0; p < planes; p++)
+		for (int i = 0; i < oh; i++) {
+			const float *r0 = x + (p * h + 2 * i) * w, *r1 = r0 + w;
+			int j = 0;
+			for (; j + 4 <= ow; j += 4, y += 4, arg += 4) {
+				v4sf p0 = load4(r0 + 2 * j), p1 = load4(r0 + 2 * j + 4);
+				v4sf q0 = load4(r1 + 2 * j), q1 = load4(r1 + 2 * j + 4);
+				v4sf a = __builtin_shufflevector(p0, p1, 0, 2, 4, 6);
+				v4sf b = __builtin_shufflevector(p0, p1, 1, 3, 5, 7);
+				v4sf c = __builtin_shufflevector(q0, q1, 0, 2, 4, 6);
+				v4sf d = __builtin_shufflevector(q0, q1, 1, 3, 5, 7);
+				v4si mb = b > a, md = d > c;
+				v4sf top = select4(mb, b, a), bot = select4(md, d, c);
+				v4si ml = bot > top;
+				v4si at = (ml & ((md & 1) | 2)) | (~ml & (mb & 1));
+				store4(y, select4(ml, bot, top));
+				for (int k = 0; k < 4; k++)
+					arg[k] = (uint8_t)at[k];
+			}
+			for (; j < ow; j++, y++, arg++) {
+				int at;
+				*y = max4(r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1], &at);
+				*arg = (uint8_t)at;
+			}
+		}
+}
+
+static void maxpool2_backward(float *restrict dx, const float *restrict dy, const uint8_t *restrict arg,
+			      size_t planes, int h, int w)
+{
+	int oh = h / 2, ow = w / 2;
+	for (size_t p = 0; p < planes; p++)
+		for (int i = 0; i < oh; i++) {
+			float *r0 = dx + (p * h + 2 * i) * w, *r1 = r0 + w;
+			int j = 0;
+			for (; j + 4 <= ow; j += 4, dy += 4, arg += 4) {
+				v4sf g = load4(dy), zero = {0, 0, 0, 0};
+				v4si at = {arg[0], arg[1], arg[2], arg[3]};
+				v4sf ea = select4(at == 0, g, zero), eb = select4(at == 1, g, zero);
+				v4sf ec = select4(at == 2, g, zero), ed = select4(at == 3, g, zero);
+				store4(r0 + 2 * j, __builtin_shufflevector(ea, eb, 0, 4, 1, 5));
+				store4(r0 + 2 * j + 4, __builtin_shufflevector(ea, eb, 2, 6, 3, 7));
+				store4(r1 + 2 * j, __builtin_shufflevector(ec, ed, 0, 4, 1, 5));
+				store4(r1 + 2 * j + 4, __builtin_shufflevector(ec, ed, 2, 6, 3, 7));
+			}
+			for (; j < ow; j++, dy++, arg++) {
+				r0[2 * j] = *arg == 0 ? *dy : 0.0f;
+				r0[2 * j + 1] = *arg == 1 ? *dy : 0.0f;
+				r1[2 * j] = *arg == 2 ? *dy : 0.0f;
+				r1[2 * j + 1] = *arg == 3 ? *dy : 0.0f;
+			}
+			/* an odd last column gets no gradient */
+			if (w % 2) {
+				r0[w - 1] = 0.0f;
+				r1[w - 1] = 0.0f;
+			}
+		}
+}
+
+void maxpool2d_forward(float *y, uint8_t *arg, const float *x, size_t planes, int h, int w, int k)
+{
+	int oh = h / k, ow = w / k;
+	if (k == 2) {
+		maxpool2_forward(y, arg, x, planes, h, w);
+		return;
+	}
+	for (size_t p = 0; p < planes; p++) {
+		const float *xp = x + p * h * w;
+		for (int i = 0; i < oh; i++)
+			for (int j = 0; j < ow; j++, y++, arg++) {
+				const float *win = xp + (size_t)i * k * w + j * k;
+				float v = win[0];
+				int best = 0;
+				for (int di = 0; di < k; di++)
+					for (int dj = 0; dj < k; dj++)
+						if (win[di * w + dj] > v) {
+							v = win[di * w + dj];
+							best = di * k + dj;
+						}
+				*y = v;
+				*arg = (uint8_t)best;
+			}
+	}
+}
+
+void maxpool2d_backward(float *dx, const float *dy, const uint8_t *arg, size_t planes, int h, int w, int k)
+{
+	int oh = h / k, ow = w / k;
+	size_t plane = (size_t)h * w;
+	if (k == 2 && h % 2 == 0) {
+		maxpool2_backward(dx, dy, arg, planes, h, w);
+		return;
+	}
+	/* rows and columns past the last whole window get no gradient */
+	memset(dx, 0, sizeof *dx * plane * planes);
+	for (size_t p = 0; p < planes; p++)
+		for (int i = 0; i < oh; i++)
+			for (int j = 0; j < ow; j++, dy++, arg++)
+				dx[p * plane + (size_t)(i * k + *arg / k) * w + j * k + *arg % k] = *dy;
+}
+
+static void relu_floats(float *restrict y, const float *restrict x, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			y[i + j] = x[i + j] > 0 ? x[i + j] : 0.0f;
+	for (; i < n; i++)
+		y[i] = x[i] > 0 ? x[i] : 0.0f;
+}
+
+void relu_forward(float *y, const float *x, size_t n)
+{
+	relu_floats(y, x, n);
+}
+
+static void relu_backward_inplace(float *restrict g, const float *restrict y, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++) {
+			float a = g[i + j], b = y[i + j];
+			g[i + j] = b > 0 ? a : 0.0f;
+		}
+	for (; i < n; i++)
+		g[i] = y[i] > 0 ? g[i] : 0.0f;
+}
+
+void relu_backward(float *dx, const float *dy, const float *y, size_t n)
+{
+	if (dx != dy)
+		memcpy(dx, dy, sizeof *dx * n);
+	relu_backward_inplace(dx, y, n);
+}
+
+void dropout_forward(float *y, float *mask, const float *x, size_t n, float p, struct rng *r)
+{
+	float keep = 1.0f / (1.0f - p);
+	for (size_t i = 0; i < n; i++)
+		mask[i] = rng_float(r) < p ? 0.0f : keep;
+	mul_floats(y, x, mask, n);
+}
+
+void dropout_backward(float *dx, const float *dy, const float *mask, size_t n)
+{
+	if (dx == dy)
+		for (size_t i = 0; i < n; i++)
+			dx[i] *= mask[i];
+	else
+		mul_floats(dx, dy, mask, n);
+}
+
+void dropout2d_forward(float *y, float *mask, const float *x, size_t planes, size_t plane, float p,
+		       struct rng *r)
+{
+	float keep = 1.0f / (1.0f - p);
+	for (size_t q = 0; q < planes; q++) {
+		mask[q] = rng_float(r) < p ? 0.0f : keep;
+		scale_floats(y + q * plane, x + q * plane, mask[q], plane);
+	}
+}
+
+void dropout2d_backward(float *dx, const float *dy, const float *mask, size_t planes, size_t plane)
+{
+	for (size_t q = 0; q < planes; q++) {
+		if (dx == dy)
+			for (size_t i = 0; i < plane; i++)
+				dx[q * plane + i] *= mask[q];
+		else
+			scale_floats(dx + q * plane, dy + q * plane, mask[q], plane);
+	}
+}
+
+void flatten_forward(float *y, const float *x, int B, int c, int hw)
+{
+	for (int ch = 0; ch < c; ch++)
+		for (int b = 0; b < B; b++)
+			memcpy(y + ((size_t)b * c + ch) * hw, x + ((size_t)ch * B + b) * hw, sizeof *y * hw);
+}
+
+void flatten_backward(float *dx, const float *dy, int B, int c, int hw)
+{
+	for (int ch = 0; ch < c; ch++)
+		for (int b = 0; b < B; b++)
+			memcpy(dx + ((size_t)ch * B + b) * hw, dy + ((size_t)b * c + ch) * hw, sizeof *dx * hw);
+}
+
+double logsoftmax_nll_forward(float *logp, const float *x, const uint8_t *label, int B, int K)
+{
+	double loss = 0;
+	for (int b = 0; b < B; b++) {
+		const float *xb = x + (size_t)b * K;
+		float *lb = logp + (size_t)b * K;
+		float mx = xb[0];
+		double sum = 0;
+		for (int k = 1; k < K; k++)
+			if (xb[k] > mx)
+				mx = xb[k];
+		for (int k = 0; k < K; k++)
+			sum += exp((double)(xb[k] - mx));
+		float lse = mx + (float)log(sum);
+		for (int k = 0; k < K; k++)
+			lb[k] = xb[k] - lse;
+		if (label)
+			loss -= lb[label[b]];
+	}
+	return loss;
+}
+
+void logsoftmax_nll_backward(float *dx, const float *logp, const uint8_t *label, int B, int K, float scale)
+{
+	for (int b = 0; b < B; b++) {
+		for (int k = 0; k < K; k++)
+			dx[(size_t)b * K + k] = expf(logp[(size_t)b * K + k]) * scale;
+		dx[(size_t)b * K + label[b]] -= scale;
+	}
+}

@@ -1,0 +1,68 @@
+/* layers: the forward/backward pairs a model is built from, on float32 batches. No function
+ * allocates; callers pass every buffer. Image batches are stored channel-major, (C,B,H,W), so
+ * one im2col + sgemm over the whole batch writes a conv's output in place (for C = 1 or B = 1
+ * this is NCHW); flatten turns (C,B,H,W) into PyTorch's (B, C·H·W) order. */
+#ifndef GEM_LAYERS_H
+#define GEM_LAYERS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/rng.h"
+
+/* The geometry of one conv2d layer; conv2d_shape_init fills oh, ow. */
+struct conv2d_shape {
+	int c, h, w;             /* input channels and plane */
+	int oc, k, stride, pad;  /* output channels, square kernel, stride, zero padding */
+	int oh, ow;              /* output plane: (h + 2·pad − k) / stride + 1 */
+};
+
+/* Fill s and its output plane; returns 0, or -1 if the kernel does not fit the padded input. */
+int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k, int stride, int pad);
+/* Floats in the im2col matrix for B samples: C·K·K rows × B·OH·OW columns. */
+size_t conv2d_col_size(const struct conv2d_shape *s, int B);
+
+// x (B,IN) · W (OUT,IN)ᵀ + b → y (B,OUT)
+void dense_forward(float *y, const float *x, const float *W, const float *b, int B, int in, int out);
+// dy (B,OUT) → dW (OUT,IN) = dyᵀ·x, db (OUT) = Σ_b dy, dx (B,IN) = dy·W (skipped if dx NULL)
+void dense_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
+		    int B, int in, int out);
+
+// x (C,B,H,W) → col (C·K·K, B·OH·OW); W (OC,C·K·K) · col + b → y (OC,B,OH,OW)
+void conv2d_forward(float *y, float *col, const float *x, const float *W, const float *b, int B,
+		    const struct conv2d_shape *s);
+// dy (OC,B,OH,OW) → dW (OC,C,K,K) = dy·colᵀ, db (OC), dx (C,B,H,W) = col2im(Wᵀ·dy) through the
+// scratch dcol (conv2d_col_size floats); dx and dcol may be NULL (no input gradient)
+void conv2d_backward(float *dx, float *dW, float *db, float *dcol, const float *dy, const float *col,
+		     const float *W, int B, const struct conv2d_shape *s);
+
+// x (P,H,W) planes → y (P,H/k,W/k), max over k×k windows with stride k (floor), k <= 16; arg
+// (P,H/k,W/k) keeps the position di·k + dj of each window's first maximum
+void maxpool2d_forward(float *y, uint8_t *arg, const float *x, size_t planes, int h, int w, int k);
+// dy (P,H/k,W/k) → dx (P,H,W): dy goes to each window's argmax, 0 elsewhere
+void maxpool2d_backward(float *dx, const float *dy, const uint8_t *arg, size_t planes, int h, int w, int k);
+
+// y = max(x, 0), n elements
+void relu_forward(float *y, const float *x, size_t n);
+// dx = dy where y > 0, else 0 (dx may be dy)
+void relu_backward(float *dx, const float *dy, const float *y, size_t n);
+
+// train mode: mask = 0 with probability p, else 1/(1−p); y = x ⊙ mask (n elements)
+void dropout_forward(float *y, float *mask, const float *x, size_t n, float p, struct rng *r);
+// dx = dy ⊙ mask (dx may be dy)
+void dropout_backward(float *dx, const float *dy, const float *mask, size_t n);
+// as dropout with one mask value per plane of `plane` elements (whole channels of one sample)
+void dropout2d_forward(float *y, float *mask, const float *x, size_t planes, size_t plane, float p,
+		       struct rng *r);
+void dropout2d_backward(float *dx, const float *dy, const float *mask, size_t planes, size_t plane);
+
+// x (C,B,HW) → y (B,C·HW)
+void flatten_forward(float *y, const float *x, int B, int c, int hw);
+// dy (B,C·HW) → dx (C,B,HW)
+void flatten_backward(float *dx, const float *dy, int B, int c, int hw);
+
+// x (B,K) → logp (B,K) = x − log Σ exp x; returns Σ_b −logp[b, label_b] (labels < K; NULL: 0)
+double logsoftmax_nll_forward(float *logp, const float *x, const uint8_t *label, int B, int K);
+// fused log-softmax + NLL backward: dx (B,K) = (exp(logp) − onehot(label)) · scale (scale 1/B
+// for a mean loss)
+void logsoftmax_nll_backward(float *dx, const float *logp, const uint8_t *label, int B, int K, float scale);
+#endif

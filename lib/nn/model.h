@@ -1,0 +1,72 @@
+/* model: a feed-forward network built from a JSON spec, its parameters θ in one flat float
+ * vector (described by a struct layout), and a training step (forward, NLL loss, backward) and
+ * an evaluation pass over a batch. Buffers are allocated once by model_reserve.
+ *
+ * Spec (share/gem/models/NAME.json):
+ *   {"name": "cnn", "input": [1, 28, 28], "classes": 10, "layers": [LAYER, ...]}
+ * "input" is [features] (flat) or [channels, height, width] (an image); "name" and
+ * "description" are optional; other keys are refused. Each LAYER is an object with "type":
+ *   {"type": "dense", "out": N}                    flat input of IN → N; W (N,IN), b (N)
+ *   {"type": "conv2d", "out": C', "kernel": K, "stride": 1, "padding": 0}
+ *                                                   image input; W (C',C,K,K), b (C')
+ *   {"type": "maxpool2d", "size": 2}               k×k windows (k <= 16), stride k, floor
+ *   {"type": "relu"}
+ *   {"type": "dropout", "p": 0.5}                  p in [0, 1); identity in eval
+ *   {"type": "dropout2d", "p": 0.5}                zeroes whole channels; image input
+ *   {"type": "flatten"}                            image (C,H,W) → flat C·H·W (PyTorch order)
+ *   {"type": "logsoftmax"}                         must be the last layer, with `classes` inputs
+ * Optional fields take the defaults shown. The loss is the NLL of the log-softmax, averaged over
+ * the batch. Parameters are named "<layer index>.weight" and "<layer index>.bias", in layer
+ * order, weight before bias, initialised as PyTorch does by default. Inputs are batches of
+ * samples in NCHW order (B × input floats); labels are integers below `classes`. */
+#ifndef GEM_MODEL_H
+#define GEM_MODEL_H
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn/layout.h"
+#include "base/rng.h"
+
+struct model;
+
+/* Build a model from a spec; GEM_EUSAGE with the offending field named (e.g.
+ * `layers[3]: unknown type "conv3d"`, `layers[0].kernel: missing`) on a bad spec. */
+int model_from_json(const json_t *spec, struct model **out, char *err);
+/* Read a spec file and build it; *spec_out (if non-NULL) gets the parsed spec (caller decrefs). */
+int model_from_file(const char *path, json_t **spec_out, struct model **out, char *err);
+void model_free(struct model *m);
+
+/* The spec's "name", or "" when it has none. */
+const char *model_name(const struct model *m);
+/* Where each parameter tensor lies in θ. */
+const struct layout *model_layout(const struct model *m);
+/* Number of floats in θ (and in the gradient). */
+size_t model_nparams(const struct model *m);
+/* θ, flat, in layout order; callers may read and write it. */
+float *model_params(struct model *m);
+/* ∇L after model_train_step, same layout as θ. */
+float *model_grads(struct model *m);
+/* Floats per input sample, e.g. 784. */
+size_t model_input_size(const struct model *m);
+/* Number of classes (outputs of the last layer). */
+int model_classes(const struct model *m);
+
+/* PyTorch default init: weights and biases U(−1/√fan_in, 1/√fan_in) (kaiming-uniform with
+ * a = √5 for weights), drawn in layout order from a lib/rng generator seeded with seed. */
+void model_init_params(struct model *m, uint64_t seed);
+/* Allocate activations for up to `batch` samples; a later call with a smaller batch is free. */
+int model_reserve(struct model *m, int batch, char *err);
+/* The batch size reserved so far (0 before model_reserve). */
+int model_reserved(const struct model *m);
+
+/* Forward and backward on 0 < n <= reserved samples (x: n × input floats, y: labels); writes
+ * the gradient of the mean loss into model_grads and returns the mean loss (NaN if n is out of
+ * range or r is NULL); r drives dropout. */
+float model_train_step(struct model *m, const float *x, const uint8_t *y, int n, struct rng *r);
+/* Forward in eval mode on 0 < n <= reserved samples; returns the sum of the losses (0 if y is
+ * NULL), adds the number of correct predictions to *correct (if both are non-NULL), and
+ * writes the predicted classes to pred (if non-NULL). */
+double model_evaluate(struct model *m, const float *x, const uint8_t *y, int n, long *correct,
+		      uint8_t *pred);
+#endif

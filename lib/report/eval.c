@@ -1,0 +1,440 @@
+#include "report/eval.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/cli.h"
+#include "base/err.h"
+#include "wire/msg.h"
+#include "base/rng.h"
+
+/* ---- evaluation ---- */
+
+int eval_buf_init(struct eval_buf *b, struct model *m, char *err)
+{
+	size_t dim = model_input_size(m);
+	memset(b, 0, sizeof *b);
+	b->x = malloc(sizeof *b->x * EVAL_CHUNK * dim);
+	b->y = malloc(EVAL_CHUNK);
+	b->pred = malloc(EVAL_CHUNK);
+	if (!b->x || !b->y || !b->pred) {
+		eval_buf_free(b);
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
+	return model_reserve(m, EVAL_CHUNK, err);
+}
+
+void eval_buf_free(struct eval_buf *b)
+{
+	free(b->x);
+	free(b->y);
+	free(b->pred);
+	memset(b, 0, sizeof *b);
+}
+
+int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float mean, float std,
+	     struct eval_result *res, char *err)
+{
+	int classes = model_classes(m);
+	double loss = 0;
+	long correct = 0;
+
+	if ((size_t)d->dim != model_input_size(m))
+		return gem_errf(err, GEM_EUSAGE, "the data has %d inputs per sample, the model %zu",
+				d->dim, model_input_size(m));
+	if (d->classes > classes || classes > EVAL_MAX_CLASSES)
+		return gem_errf(err, GEM_EUSAGE, "the data has %d classes, the model %d", d->classes,
+				classes);
+	memset(res, 0, sizeof *res);
+	res->classes = classes;
+	for (int start = 0; start < d->n; start += EVAL_CHUNK) {
+		int n = d->n - start < EVAL_CHUNK ? d->n - start : EVAL_CHUNK;
+		dataset_fill(d, NULL, (size_t)start, (size_t)n, mean, std, b->x, b->y);
+		loss += model_evaluate(m, b->x, b->y, n, &correct, b->pred);
+		for (int i = 0; i < n; i++) {
+			res->class_n[b->y[i]]++;
+			res->class_correct[b->y[i]] += b->pred[i] == b->y[i];
+		}
+	}
+	res->n = d->n;
+	res->loss = d->n ? loss / d->n : 0;
+	res->accuracy = d->n ? (double)correct / d->n : 0;
+	return 0;
+}
+
+int eval_dataset(struct model *m, const struct dataset *d, float mean, float std,
+		 struct eval_result *res, char *err)
+{
+	struct eval_buf b;
+	int rc = eval_buf_init(&b, m, err);
+	if (rc == 0)
+		rc = eval_run(&b, m, d, mean, std, res, err);
+	eval_buf_free(&b);
+	return rc;
+}
+
+void eval_nodes_average(const float *const *z, int k, size_t n, float *avg, double *dist)
+{
+	for (size_t j = 0; j < n; j++) {
+		double sum = 0;
+		for (int i = 0; i < k; i++)
+			sum += z[i][j];
+		avg[j] = (float)(sum / k);
+	}
+	for (int i = 0; i < k; i++) {
+		double d2 = 0;
+		for (size_t j = 0; j < n; j++) {
+			double d = (double)z[i][j] - avg[j];
+			d2 += d * d;
+		}
+		dist[i] = sqrt(d2);
+	}
+}
+
+void eval_spread(const double *v, int k, double *mean, double *sd)
+{
+	double s = 0, s2 = 0;
+	for (int i = 0; i < k; i++)
+		s += v[i];
+	*mean = k ? s / k : NAN;
+	for (int i = 0; i < k; i++)
+		s2 += (v[i] - *mean) * (v[i] - *mean);
+	*sd = k ? sqrt(s2 / k) : NAN;
+}
+
+double eval_class_accuracy(const struct eval_result *res, int k)
+{
+	if (k < 0 || k >= res->classes || res->class_n[k] == 0)
+		return NAN;
+	return (double)res->class_correct[k] / (double)res->class_n[k];
+}
+
+int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *out, char *err)
+{
+	uint32_t *idx;
+	struct rng r;
+
+	memset(out, 0, sizeof *out);
+	if (n > d->n)
+		n = d->n;
+	if (n < 1)
+		return gem_errf(err, GEM_EUSAGE, "an empty subset");
+	idx = malloc(sizeof *idx * (size_t)d->n);
+	out->images = malloc((size_t)n * (size_t)d->dim);
+	out->labels = malloc((size_t)n);
+	if (!idx || !out->images || !out->labels) {
+		free(idx);
+		dataset_free(out);
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < d->n; i++)
+		idx[i] = (uint32_t)i;
+	rng_seed(&r, seed, EVAL_SUBSET_STREAM);
+	rng_shuffle(&r, idx, (size_t)d->n);
+	for (long i = 0; i < n; i++) {
+		memcpy(out->images + (size_t)i * (size_t)d->dim, d->images + (size_t)idx[i] * (size_t)d->dim,
+		       (size_t)d->dim);
+		out->labels[i] = d->labels[idx[i]];
+		if (out->labels[i] + 1 > out->classes)
+			out->classes = out->labels[i] + 1;
+	}
+	free(idx);
+	out->n = (int)n;
+	out->rows = d->rows;
+	out->cols = d->cols;
+	out->dim = d->dim;
+	return 0;
+}
+
+/* ---- a server seen from outside ---- */
+
+#define REMOTE_TIMEOUT_MS 60000L /* a whole request: θ of a large model on a slow link */
+#define HEALTH_MAX_WAIT 0.5      /* poll at least this often while a server is away */
+
+int eval_remote_open(struct eval_remote *r, const char *url, double retry_for, char *err)
+{
+	long connect_ms = (long)(retry_for * 1000);
+	int rc;
+
+	memset(r, 0, sizeof *r);
+	r->retry_for = retry_for;
+	blob_codec_init(&r->codec);
+	if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
+		return gem_errf(err, GEM_EUSAGE, "%s: not an http:// URL", url);
+	if ((rc = httpc_new(url, NULL, REMOTE_TIMEOUT_MS, &r->http, err)) < 0)
+		return rc;
+	/* a server that does not even accept connections is an unreachable one, not a slow one */
+	connect_ms = connect_ms < 500 ? 500 : connect_ms > 5000 ? 5000 : connect_ms;
+	httpc_set_timeout(r->http, REMOTE_TIMEOUT_MS, connect_ms);
+	return 0;
+}
+
+void eval_remote_close(struct eval_remote *r)
+{
+	httpc_free(r->http);
+	httpc_resp_free(&r->resp);
+	blob_codec_free(&r->codec);
+	memset(r, 0, sizeof *r);
+}
+
+int eval_remote_run(struct eval_remote *r, struct run *run, char *err)
+{
+	json_error_t je;
+	json_t *j;
+	int rc;
+
+	memset(run, 0, sizeof *run);
+	run->lock_fd = -1;
+	if ((rc = httpc_get_retry(r->http, "/v1/run", r->retry_for, &r->resp, err)) < 0)
+		return rc;
+	if (!(j = json_loadb(r->resp.body, r->resp.len, 0, &je)))
+		return gem_errf(err, GEM_EFAIL, "%s/v1/run: not JSON: %s", httpc_base_url(r->http), je.text);
+	if ((rc = run_from_json(j, run, err)) < 0) {
+		gem_errprefix(err, "%s/v1/run: ", httpc_base_url(r->http));
+		return GEM_EFAIL;
+	}
+	return 0;
+}
+
+/* θ from a params message in r->resp, with the progress its header records. */
+static int decode_params(struct eval_remote *r, float *theta, size_t n, struct run_progress *p,
+			 char *err)
+{
+	json_t *h = NULL;
+	int rc = msg_decode_params(r->resp.body, r->resp.len, &r->codec, &h, theta, n, err);
+	if (rc < 0) {
+		gem_errprefix(err, "%s/v1/params: ", httpc_base_url(r->http));
+		return GEM_EFAIL;
+	}
+	run_progress_of(h, p);
+	json_decref(h);
+	return 0;
+}
+
+int eval_remote_params(struct eval_remote *r, float *theta, size_t n, struct run_progress *p,
+		       char *err)
+{
+	int rc = httpc_get_retry(r->http, "/v1/params?codec=raw", r->retry_for, &r->resp, err);
+	return rc < 0 ? rc : decode_params(r, theta, n, p, err);
+}
+
+int eval_server_url(const char *rundir, char *url, size_t cap, char *err)
+{
+	char path[PATH_MAX + 16];
+	char line[1024];
+	FILE *f;
+	size_t len;
+
+	snprintf(path, sizeof path, "%s/server.url", rundir);
+	if (!(f = fopen(path, "r")))
+		return gem_errf(err, GEM_EUSAGE, "%s: %s", path, strerror(errno));
+	if (!fgets(line, sizeof line, f))
+		line[0] = 0;
+	fclose(f);
+	len = strcspn(line, "\r\n");
+	line[len] = 0;
+	if (!len)
+		return gem_errf(err, GEM_EUSAGE, "%s: empty", path);
+	if (len >= cap)
+		return gem_errf(err, GEM_EUSAGE, "%s: URL too long", path);
+	memcpy(url, line, len + 1);
+	return 0;
+}
+
+/* ---- following a live server ---- */
+
+static void sleep_s(double s)
+{
+	struct timespec ts;
+	if (s <= 0)
+		return;
+	ts.tv_sec = (time_t)s;
+	ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* GET /v1/health once: the version and whether the server is stopping. */
+static int health(struct eval_remote *r, uint64_t *version, int *stopping, char *err)
+{
+	json_t *j, *v;
+	int rc = httpc_get(r->http, "/v1/health", &r->resp, err);
+	if (rc < 0)
+		return rc;
+	j = json_loadb(r->resp.body, r->resp.len, 0, NULL);
+	v = json_object_get(j, "version");
+	if (!json_is_integer(v) || json_integer_value(v) < 0) {
+		json_decref(j);
+		return gem_errf(err, GEM_EFAIL, "%s/v1/health: not a gem server's health (no version)",
+				httpc_base_url(r->http));
+	}
+	*version = (uint64_t)json_integer_value(v);
+	*stopping = json_is_true(json_object_get(j, "stopping"));
+	json_decref(j);
+	return 0;
+}
+
+/* Where a followed server stands. */
+struct follower {
+	const struct eval_follow *f;
+	struct eval_remote r;
+	char url[1024];
+	int connected;     /* had an answer from a server at least once */
+	int stopping;      /* the server said it was stopping (health or 410) */
+	int have_last;     /* fn was called at least once */
+	uint64_t last;     /* the version fn got last */
+	double away_since; /* monotonic time of the first failure in a row; < 0: none */
+	char away_why[GEM_ERRMAX];
+};
+
+static int follower_connect(struct follower *w, const char *url, char *err)
+{
+	eval_remote_close(&w->r);
+	snprintf(w->url, sizeof w->url, "%s", url);
+	return eval_remote_open(&w->r, url, w->f->retry_for, err);
+}
+
+/* The run's final parameters, if the server wrote a version fn has not seen. */
+static int follow_final(struct follower *w, char *err)
+{
+	char path[PATH_MAX + 16];
+	struct run_progress p;
+	struct run none;
+	int rc;
+
+	if (!w->f->rundir)
+		return 0;
+	/* gem-serve checkpoints, then removes server.url: wait for the latter, so as to read the
+	 * former whole and final */
+	for (double t0 = cli_now(); cli_now() - t0 < w->f->retry_for; sleep_s(0.05)) {
+		char url[sizeof w->url];
+		if (eval_server_url(w->f->rundir, url, sizeof url, NULL) < 0 || strcmp(url, w->url))
+			break;
+	}
+	snprintf(path, sizeof path, "%s/params.gem", w->f->rundir);
+	memset(&none, 0, sizeof none);
+	if ((rc = run_params_load(&none, path, w->f->theta, w->f->n, &p, err)) < 0)
+		return rc;
+	if (w->have_last && p.version <= w->last)
+		return 0;
+	w->have_last = 1;
+	w->last = p.version;
+	return w->f->fn(w->f->ctx, &p, err);
+}
+
+/* One poll: 1 after a new version went to fn or nothing changed, 0 when the server is away
+ * (w->away_why says why), 2 when it has stopped, < 0 on an error that ends the follow. */
+static int follow_poll(struct follower *w, char *err)
+{
+	struct run_progress p;
+	uint64_t version = 0;
+	int stopping = 0, rc;
+
+	if (!w->r.http) {
+		/* RUNDIR with no server.url yet, or a URL not reachable at all */
+		char url[sizeof w->url];
+		if (eval_server_url(w->f->rundir, url, sizeof url, w->away_why) < 0)
+			return 0;
+		if ((rc = follower_connect(w, url, err)) < 0)
+			return rc;
+	}
+	rc = health(&w->r, &version, &stopping, w->away_why);
+	if (rc == 0) {
+		w->connected = 1;
+		w->stopping |= stopping;
+		if (w->have_last && version == w->last)
+			return 1;
+		rc = httpc_get(w->r.http, "/v1/params?codec=raw", &w->r.resp, w->away_why);
+		if (rc == 0) {
+			if ((rc = decode_params(&w->r, w->f->theta, w->f->n, &p, err)) < 0)
+				return rc;
+			if (w->have_last && p.version == w->last)
+				return 1;
+			w->have_last = 1;
+			w->last = p.version;
+			return (rc = w->f->fn(w->f->ctx, &p, err)) < 0 ? rc : 1;
+		}
+	}
+	if (rc == HTTPC_EHTTP && w->r.resp.status == 410)
+		return 2;
+	if (rc == HTTPC_ETRANSPORT || (rc == HTTPC_EHTTP && w->r.resp.status == 503))
+		return w->stopping ? 2 : 0;
+	if (err)
+		memcpy(err, w->away_why, GEM_ERRMAX);
+	return rc < 0 ? rc : GEM_EFAIL;
+}
+
+/* The server is away: has it stopped normally (1), moved (switched to, 2), or neither (0)? */
+static int follow_away(struct follower *w, char *err)
+{
+	char url[sizeof w->url];
+	if (!w->f->rundir)
+		return 0;
+	if (eval_server_url(w->f->rundir, url, sizeof url, NULL) < 0)
+		return w->connected ? 1 : 0; /* gem-serve removes server.url when it exits */
+	if (w->r.http && strcmp(url, w->url) == 0)
+		return 0;
+	return follower_connect(w, url, err) < 0 ? GEM_EFAIL : 2;
+}
+
+int eval_follow_run(const struct eval_follow *f, char *err)
+{
+	struct follower w;
+	int rc;
+
+	memset(&w, 0, sizeof w);
+	w.f = f;
+	w.away_since = -1;
+	blob_codec_init(&w.r.codec);
+	if (f->url && (rc = follower_connect(&w, f->url, err)) < 0)
+		goto out;
+	for (;;) {
+		double t0 = cli_now(), wait;
+		if ((rc = follow_poll(&w, err)) < 0)
+			goto out;
+		if (rc == 2)
+			break;
+		if (rc == 1) {
+			w.away_since = -1;
+			wait = f->interval - (cli_now() - t0);
+		} else {
+			int moved = follow_away(&w, err);
+			if (moved < 0) {
+				rc = moved;
+				goto out;
+			}
+			if (moved == 1)
+				break;
+			if (moved == 2)
+				continue;
+			if (w.away_since < 0)
+				w.away_since = t0;
+			if (cli_now() - w.away_since >= f->retry_for) {
+				if (!w.r.http)
+					rc = gem_errf(err, GEM_EFAIL, "%s: no server running (waited %g s): %s",
+						      f->rundir, f->retry_for, w.away_why);
+				else if (!w.connected)
+					rc = gem_errf(err, GEM_EFAIL, "server %s unreachable for %g s: %s",
+						      w.url, f->retry_for, w.away_why);
+				else
+					rc = gem_errf(err, GEM_EFAIL,
+						      "server %s went away without stopping (unreachable for "
+						      "%g s: %s)",
+						      w.url, f->retry_for, w.away_why);
+				goto out;
+			}
+			wait = f->interval < HEALTH_MAX_WAIT ? f->interval : HEALTH_MAX_WAIT;
+		}
+		sleep_s(wait);
+	}
+	rc = follow_final(&w, err);
+out:
+	eval_remote_close(&w.r);
+	return rc;
+}

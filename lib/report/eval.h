@@ -1,0 +1,106 @@
+/* eval: a model's loss and accuracy (overall and per class) over a dataset, in chunks, no
+ * dropout, with buffers allocated once and reused from evaluation to evaluation; a fixed subset
+ * of a training set; and a live gem-serve watched from outside (GET /v1/run, /v1/health,
+ * /v1/params), version after version, until it stops; the average and spread over the nodes of
+ * a decentralised (SGP) run. gem-eval is built on it. */
+#ifndef GEM_EVAL_H
+#define GEM_EVAL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wire/blob.h"
+#include "nn/data.h"
+#include "wire/httpc.h"
+#include "nn/model.h"
+#include "run/run.h"
+
+#define EVAL_CHUNK 500
+#define EVAL_MAX_CLASSES 256 /* labels are bytes */
+/* The rng stream of eval_subset's permutation (with the run's seed): no worker's shuffle. */
+#define EVAL_SUBSET_STREAM UINT64_C(0x6576616c)
+
+struct eval_result {
+	double loss;     /* mean NLL over the dataset */
+	double accuracy; /* fraction of correct predictions */
+	long n;
+	int classes;                         /* the model's classes */
+	long class_n[EVAL_MAX_CLASSES];      /* samples of each class */
+	long class_correct[EVAL_MAX_CLASSES]; /* of which predicted right */
+};
+
+/* The input, label and prediction buffers of EVAL_CHUNK samples of one model. */
+struct eval_buf {
+	float *x;
+	uint8_t *y, *pred;
+};
+
+/* Allocate b for m and reserve m for EVAL_CHUNK samples (a training model must model_reserve
+ * its batch again afterwards). */
+int eval_buf_init(struct eval_buf *b, struct model *m, char *err);
+void eval_buf_free(struct eval_buf *b);
+/* Evaluate m's current parameters on d, normalised with mean/std; allocates nothing. A label
+ * the model has no output for is refused. */
+int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float mean, float std,
+	     struct eval_result *res, char *err);
+/* eval_buf_init, eval_run, eval_buf_free: one evaluation. */
+int eval_dataset(struct model *m, const struct dataset *d, float mean, float std,
+		 struct eval_result *res, char *err);
+/* Accuracy on class k (NaN when d has no sample of it). */
+double eval_class_accuracy(const struct eval_result *res, int k);
+
+/* out: a copy of the first n samples (all, if d has fewer) of a permutation of d fixed by seed
+ * (stream EVAL_SUBSET_STREAM): the same samples on every call and every machine. */
+int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *out, char *err);
+
+/* Decentralised runs (SGP): the nodes' parameters z_0..z_{k-1} (n floats each). avg gets their
+ * average z̄ and dist[i] the consensus distance ‖z_i − z̄‖₂. */
+void eval_nodes_average(const float *const *z, int k, size_t n, float *avg, double *dist);
+/* Mean and (population) standard deviation of v[0..k). */
+void eval_spread(const double *v, int k, double *mean, double *sd);
+
+/* A gem-serve seen from outside. Zero-initialise, then eval_remote_open. */
+struct eval_remote {
+	struct httpc *http;
+	struct httpc_resp resp; /* reused: one params message of buffer, grown once */
+	struct blob_codec codec;
+	double retry_for;       /* how long an unreachable server is waited for */
+};
+
+/* A client for url; connect timeouts are bounded by retry_for. */
+int eval_remote_open(struct eval_remote *r, const char *url, double retry_for, char *err);
+void eval_remote_close(struct eval_remote *r);
+/* The run the server trains, from GET /v1/run (run_from_json: the dataset is found by name on
+ * this machine). Retries for r->retry_for. */
+int eval_remote_run(struct eval_remote *r, struct run *run, char *err);
+/* θ[0..n) and its progress from GET /v1/params?codec=raw. Retries for r->retry_for. */
+int eval_remote_params(struct eval_remote *r, float *theta, size_t n, struct run_progress *p,
+		       char *err);
+
+/* The URL in RUNDIR/server.url (its first line); GEM_EUSAGE when there is none. */
+int eval_server_url(const char *rundir, char *url, size_t cap, char *err);
+
+/* Called with θ loaded and its progress, once per new version; a negative return ends
+ * eval_follow with that code (err filled). */
+typedef int (*eval_follow_fn)(void *ctx, const struct run_progress *p, char *err);
+
+struct eval_follow {
+	const char *url;    /* the server; NULL: RUNDIR/server.url, read again when it goes away */
+	const char *rundir; /* the run's directory, or NULL (only a URL known) */
+	double interval;    /* seconds between polls of GET /v1/health */
+	double retry_for;   /* how long a server gone without a sign of stopping is waited for */
+	float *theta;       /* where θ is loaded (the model's parameters), n floats */
+	size_t n;
+	eval_follow_fn fn;
+	void *ctx;
+};
+
+/* Poll the server's health every interval; when its version is not the one last seen, fetch
+ * θ and call fn with the version actually fetched. Returns 0 once the server has stopped
+ * normally: it answered "stopping": true or a 410 before going away, or (with rundir)
+ * RUNDIR/server.url was removed, as gem-serve does when it exits; then, with rundir, fn gets
+ * the final RUNDIR/params.gem too if its version is new. A server unreachable for retry_for
+ * seconds without such a sign (killed, crashed, never started) is an error; so is an HTTP error
+ * other than 503 (retried) and a corrupt message. With rundir, a server.url that names a new
+ * URL (a restarted server) is followed. */
+int eval_follow_run(const struct eval_follow *f, char *err);
+#endif

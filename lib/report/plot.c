@@ -1,0 +1,1059 @@
+#include "report/plot.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/err.h"
+#include "base/log.h"
+
+/* Past this many, malformed lines of one log are counted, not each reported. */
+#define PLOT_MAXREPORT 20
+/* The throughput view refuses windows so small that the table would be absurd. */
+#define PLOT_MAXWINDOWS 10000000
+
+static const char *view_names[] = {"loss", "pi", "staleness", "throughput", "workers"};
+static const char *stat_names[] = {"median", "mean", "zero", "scale"};
+static const char *term_names[] = {"png", "svg", "dumb"};
+
+void plot_opts_init(struct plot_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->view = PLOT_LOSS;
+	o->smooth = 50;
+	o->bins = 200;
+	o->stat = PLOT_MEDIAN;
+	o->window = 1.0;
+	o->term = PLOT_PNG;
+}
+
+static int name_index(const char *s, const char *const *names, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
+int plot_view_parse(const char *s, enum plot_view *out)
+{
+	int i = name_index(s, view_names, 5);
+	if (i >= 0)
+		*out = (enum plot_view)i;
+	return i < 0 ? -1 : 0;
+}
+
+int plot_stat_parse(const char *s, enum plot_stat *out)
+{
+	int i = name_index(s, stat_names, 4);
+	if (i >= 0)
+		*out = (enum plot_stat)i;
+	return i < 0 ? -1 : 0;
+}
+
+int plot_term_parse(const char *s, enum plot_term *out)
+{
+	int i = name_index(s, term_names, 3);
+	if (i >= 0)
+		*out = (enum plot_term)i;
+	return i < 0 ? -1 : 0;
+}
+
+const char *plot_view_name(enum plot_view v)
+{
+	return view_names[v];
+}
+
+/* ---- reading ---- */
+
+/* Grow *p (of *cap elements of size sz) to hold at least need elements. */
+static int grow(void *p, size_t *cap, size_t need, size_t sz)
+{
+	void **pp = p;
+	size_t c = *cap ? *cap : 64;
+	void *q;
+	if (need <= *cap)
+		return 0;
+	while (c < need)
+		c *= 2;
+	q = realloc(*pp, c * sz);
+	if (!q)
+		return -1;
+	*pp = q;
+	*cap = c;
+	return 0;
+}
+
+/* An integer field; a real with an integral value is accepted too. */
+static int get_int(json_t *o, const char *key, int64_t *out, const char **why)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v) {
+		*why = "missing";
+		return -1;
+	}
+	if (json_is_integer(v)) {
+		*out = (int64_t)json_integer_value(v);
+		return 0;
+	}
+	if (json_is_real(v)) {
+		double d = json_real_value(v);
+		if (d == floor(d) && fabs(d) < 9e15) {
+			*out = (int64_t)d;
+			return 0;
+		}
+	}
+	*why = "not an integer";
+	return -1;
+}
+
+static int get_num(json_t *o, const char *key, double *out, const char **why)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v) {
+		*why = "missing";
+		return -1;
+	}
+	if (!json_is_number(v)) {
+		*why = "not a number";
+		return -1;
+	}
+	*out = json_number_value(v);
+	return 0;
+}
+
+struct reader {
+	struct plot_log *lg;
+	const char *name; /* for messages */
+	long line;
+	int want_pi;
+	enum plot_stat stat;
+};
+
+static void bad_line(struct reader *r, const char *fmt, const char *a, const char *b)
+{
+	char msg[256];
+	r->lg->nbad++;
+	if (r->lg->nbad > PLOT_MAXREPORT)
+		return;
+	snprintf(msg, sizeof msg, fmt, a, b);
+	log_warn("%s:%ld: %s, skipped", r->name, r->line, msg);
+	if (r->lg->nbad == PLOT_MAXREPORT)
+		log_warn("%s: further malformed lines are counted, not shown", r->name);
+}
+
+static int set_tensor_names(struct plot_log *lg, json_t *names, size_t n)
+{
+	lg->tensors = calloc(n ? n : 1, sizeof *lg->tensors);
+	if (!lg->tensors)
+		return -1;
+	lg->ntensors = n;
+	for (size_t i = 0; i < n; i++) {
+		char buf[32];
+		json_t *s = names ? json_array_get(names, i) : NULL;
+		const char *name = s && json_is_string(s) ? json_string_value(s) : NULL;
+		if (!name) {
+			snprintf(buf, sizeof buf, "tensor%zu", i);
+			name = buf;
+		}
+		if (!(lg->tensors[i] = strdup(name)))
+			return -1;
+	}
+	return 0;
+}
+
+static void start_event(struct reader *r, json_t *o)
+{
+	json_t *t = json_object_get(o, "tensors");
+	struct plot_log *lg = r->lg;
+	if (!json_is_array(t) || json_array_size(t) == 0)
+		return;
+	if (!lg->tensors) {
+		if (set_tensor_names(lg, t, json_array_size(t)) < 0)
+			log_error("%s:%ld: out of memory for tensor names", r->name, r->line);
+		return;
+	}
+	/* π rows came before any start event: their names are placeholders until now. */
+	if (json_array_size(t) == lg->ntensors) {
+		for (size_t i = 0; i < lg->ntensors; i++) {
+			json_t *s = json_array_get(t, i);
+			char *d;
+			if (json_is_string(s) && (d = strdup(json_string_value(s)))) {
+				free(lg->tensors[i]);
+				lg->tensors[i] = d;
+			}
+		}
+	} else {
+		log_warn("%s:%ld: start event names %zu tensors, the log had %zu; keeping the first",
+			 r->name, r->line, json_array_size(t), lg->ntensors);
+	}
+}
+
+/* Grow the tensor names to n, "tensorN" beyond those the start event gave. */
+static int fit_tensor_names(struct reader *r, size_t n)
+{
+	struct plot_log *lg = r->lg;
+	char **t;
+	log_warn("%s:%ld: %zu pi values per statistic, but the start event named %zu tensors", r->name,
+		 r->line, n, lg->ntensors);
+	if (!(t = realloc(lg->tensors, n * sizeof *t)))
+		return -1;
+	lg->tensors = t;
+	for (size_t i = lg->ntensors; i < n; i++) {
+		char buf[32];
+		snprintf(buf, sizeof buf, "tensor%zu", i);
+		if (!(t[i] = strdup(buf)))
+			return -1;
+		lg->ntensors = i + 1;
+	}
+	return 0;
+}
+
+/* The π statistic of an update line into row (ntensors floats), or -1 with a message. */
+static int read_pi(struct reader *r, json_t *pi, float *row, size_t n)
+{
+	const char *sn = stat_names[r->stat];
+	json_t *a = json_object_get(pi, sn);
+	char key[32];
+	snprintf(key, sizeof key, "pi.%s", sn);
+	if (!json_is_array(a)) {
+		bad_line(r, a ? "\"%s\" is not an array%s" : "missing \"%s\"%s", key, "");
+		return -1;
+	}
+	if (json_array_size(a) != n) {
+		char want[64];
+		snprintf(want, sizeof want, " has %zu values, the log's tensors %zu",
+			 json_array_size(a), n);
+		bad_line(r, "\"%s\"%s", key, want);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_t *v = json_array_get(a, i);
+		if (json_is_null(v)) {
+			row[i] = NAN; /* a NaN written by the server reads back as null */
+		} else if (json_is_number(v)) {
+			row[i] = (float)json_number_value(v);
+		} else {
+			bad_line(r, "\"%s\" holds a value that is not a number%s", key, "");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int add_worker(struct plot_log *lg, int64_t w)
+{
+	size_t lo = 0, hi = lg->nworkers;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (lg->workers[mid] == w)
+			return 0;
+		if (lg->workers[mid] < w)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (grow(&lg->workers, &lg->wcap, lg->nworkers + 1, sizeof *lg->workers) < 0)
+		return -1;
+	memmove(lg->workers + lo + 1, lg->workers + lo, (lg->nworkers - lo) * sizeof *lg->workers);
+	lg->workers[lo] = w;
+	lg->nworkers++;
+	return 0;
+}
+
+/* One line of the log; -1 only when out of memory. */
+static int read_line(struct reader *r, const char *line, size_t len)
+{
+	struct plot_log *lg = r->lg;
+	struct plot_update u;
+	json_error_t jerr;
+	json_t *o, *loss, *pi;
+	const char *why = NULL;
+	static const char *ikeys[] = {"version", "worker", "tau", "samples"};
+	int64_t iv[4];
+	double t;
+	int rc = 0;
+
+	while (len && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
+		len--;
+	if (len == 0)
+		return 0;
+	o = json_loadb(line, len, 0, &jerr);
+	if (!o) {
+		bad_line(r, "not JSON%s%s", "", "");
+		return 0;
+	}
+	if (!json_is_object(o)) {
+		bad_line(r, "not a JSON object%s%s", "", "");
+		goto out;
+	}
+	if (json_object_get(o, "event")) {
+		json_t *ev = json_object_get(o, "event");
+		if (json_is_string(ev) && !strcmp(json_string_value(ev), "start"))
+			start_event(r, o);
+		goto out;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (get_int(o, ikeys[i], &iv[i], &why) < 0) {
+			bad_line(r, !strcmp(why, "missing") ? "missing \"%s\"%s" : "\"%s\" is %s",
+				 ikeys[i], !strcmp(why, "missing") ? "" : why);
+			goto out;
+		}
+	}
+	if (iv[0] < 0 || iv[2] < 0 || iv[3] < 0) {
+		bad_line(r, "negative %s%s", iv[0] < 0 ? "version" : iv[2] < 0 ? "tau" : "samples", "");
+		goto out;
+	}
+	/* τ updates came between the version computed on and this one: τ < version. */
+	if (iv[2] > iv[0]) {
+		bad_line(r, "\"tau\" greater than \"version\"%s%s", "", "");
+		goto out;
+	}
+	if (json_object_get(o, "vtime")) {
+		if (get_num(o, "vtime", &t, &why) < 0) {
+			bad_line(r, "\"%s\" is %s", "vtime", why);
+			goto out;
+		}
+	} else if (get_num(o, "elapsed", &t, &why) < 0) {
+		bad_line(r, !strcmp(why, "missing") ? "missing \"%s\"%s" : "\"%s\" is %s", "elapsed",
+			 !strcmp(why, "missing") ? "" : why);
+		goto out;
+	}
+	loss = json_object_get(o, "loss");
+	if (!loss) {
+		bad_line(r, "missing \"%s\"%s", "loss", "");
+		goto out;
+	}
+	if (!json_is_null(loss) && !json_is_number(loss)) {
+		bad_line(r, "\"%s\" is %s", "loss", "neither a number nor null");
+		goto out;
+	}
+	pi = json_object_get(o, "pi");
+	if (r->want_pi && pi) {
+		if (!json_is_object(pi)) {
+			bad_line(r, "\"%s\" is %s", "pi", "not an object");
+			goto out;
+		}
+		json_t *a = json_object_get(pi, stat_names[r->stat]);
+		size_t na = json_is_array(a) ? json_array_size(a) : 0;
+		if (!lg->tensors && na > 0 && set_tensor_names(lg, NULL, na) < 0) {
+			rc = -1;
+			goto out;
+		}
+		/* A start event naming fewer tensors than the first π row has values had its list
+		 * cut short: the row decides, names beyond those given read "tensorN". */
+		if (lg->npi == 0 && na > lg->ntensors && fit_tensor_names(r, na) < 0) {
+			rc = -1;
+			goto out;
+		}
+		if (grow(&lg->pi, &lg->picap, (lg->npi + 1) * (lg->ntensors ? lg->ntensors : 1),
+			 sizeof *lg->pi) < 0) {
+			rc = -1;
+			goto out;
+		}
+		if (read_pi(r, pi, lg->pi + lg->npi * lg->ntensors, lg->ntensors) < 0)
+			goto out;
+	}
+	u.version = (uint64_t)iv[0];
+	u.worker = iv[1];
+	u.tau = iv[2];
+	u.samples = (uint64_t)iv[3];
+	u.t = t;
+	u.loss = json_is_null(loss) ? NAN : json_number_value(loss);
+	if (grow(&lg->u, &lg->ucap, lg->n + 1, sizeof *lg->u) < 0 || add_worker(lg, u.worker) < 0) {
+		rc = -1;
+		goto out;
+	}
+	lg->u[lg->n++] = u;
+	if (r->want_pi && pi) {
+		/* pi_version grows with npi; its capacity is tracked by the row count itself. */
+		uint64_t *pv = realloc(lg->pi_version, (lg->npi + 1) * sizeof *pv);
+		if (!pv) {
+			rc = -1;
+			goto out;
+		}
+		lg->pi_version = pv;
+		lg->pi_version[lg->npi++] = u.version;
+	}
+out:
+	json_decref(o);
+	return rc;
+}
+
+static int is_dir(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* "gem, 4 workers" from run.json in dir; -1 when there is none or it names no rule. */
+static int run_label(const char *dir, size_t nworkers, char *out, size_t cap)
+{
+	char path[PATH_MAX + 16];
+	json_error_t jerr;
+	json_t *root, *rule;
+	const char *name = NULL;
+	snprintf(path, sizeof path, "%s/run.json", dir);
+	root = json_load_file(path, 0, &jerr);
+	if (!root)
+		return -1;
+	rule = json_object_get(root, "rule");
+	if (json_is_object(rule))
+		rule = json_object_get(rule, "name");
+	if (json_is_string(rule))
+		name = json_string_value(rule);
+	if (name)
+		snprintf(out, cap, "%s, %zu worker%s", name, nworkers, nworkers == 1 ? "" : "s");
+	else
+		log_debug("%s: no rule name, labelling the run by its log", path);
+	json_decref(root);
+	return name ? 0 : -1;
+}
+
+int plot_log_read(const char *arg, int want_pi, enum plot_stat stat, struct plot_log *lg,
+		  char *err)
+{
+	struct reader r = {lg, NULL, 0, want_pi, stat};
+	char dir[PATH_MAX];
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	FILE *f;
+	int rc = 0;
+
+	memset(lg, 0, sizeof *lg);
+	if (!strcmp(arg, "-")) {
+		snprintf(lg->path, sizeof lg->path, "-");
+		r.name = "stdin";
+		f = stdin;
+		dir[0] = 0;
+	} else {
+		const char *slash;
+		if (is_dir(arg)) {
+			if ((size_t)snprintf(lg->path, sizeof lg->path, "%s/log.jsonl", arg) >= sizeof lg->path)
+				return gem_errf(err, GEM_EUSAGE, "%s: path too long", arg);
+			snprintf(dir, sizeof dir, "%s", arg);
+		} else {
+			snprintf(lg->path, sizeof lg->path, "%s", arg);
+			slash = strrchr(arg, '/');
+			snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - arg) : 1, slash ? arg : ".");
+			if (slash == arg)
+				snprintf(dir, sizeof dir, "/");
+		}
+		r.name = lg->path;
+		f = fopen(lg->path, "r");
+		if (!f)
+			return gem_errf(err, GEM_EFAIL, "%s: %s", lg->path, strerror(errno));
+	}
+	while ((len = getline(&line, &cap, f)) >= 0) {
+		r.line++;
+		if (read_line(&r, line, (size_t)len) < 0) {
+			rc = gem_errf(err, GEM_ENOMEM, "%s:%ld: out of memory", r.name, r.line);
+			break;
+		}
+	}
+	if (!rc && ferror(f))
+		rc = gem_errf(err, GEM_EFAIL, "%s: %s", r.name, strerror(errno));
+	free(line);
+	if (f != stdin)
+		fclose(f);
+	if (rc < 0)
+		return rc;
+	if (lg->nbad > PLOT_MAXREPORT)
+		log_warn("%s: %ld malformed lines skipped in all", r.name, lg->nbad);
+	if (lg->n == 0)
+		return gem_errf(err, GEM_EFAIL, "%s: no update lines (%ld lines read)", r.name, r.line);
+	if (!dir[0] || run_label(dir, lg->nworkers, lg->label, sizeof lg->label) < 0)
+		snprintf(lg->label, sizeof lg->label, "%s", dir[0] ? lg->path : "stdin");
+	/* The label goes into "# run: " comment lines and gnuplot titles: one line. */
+	for (char *c = lg->label; *c; c++)
+		if ((unsigned char)*c < 0x20)
+			*c = ' ';
+	return 0;
+}
+
+void plot_log_free(struct plot_log *lg)
+{
+	for (size_t i = 0; lg->tensors && i < lg->ntensors; i++)
+		free(lg->tensors[i]);
+	free(lg->tensors);
+	free(lg->u);
+	free(lg->workers);
+	free(lg->pi);
+	free(lg->pi_version);
+	memset(lg, 0, sizeof *lg);
+}
+
+void plot_logs_label(struct plot_log *logs, size_t nlogs)
+{
+	char *same = calloc(nlogs ? nlogs : 1, 1);
+	if (!same)
+		return;
+	for (size_t i = 0; i < nlogs; i++)
+		for (size_t j = i + 1; j < nlogs; j++)
+			if (!strcmp(logs[i].label, logs[j].label))
+				same[i] = same[j] = 1;
+	for (size_t i = 0; i < nlogs; i++) {
+		size_t l = strlen(logs[i].label);
+		if (same[i] && strcmp(logs[i].label, logs[i].path))
+			snprintf(logs[i].label + l, sizeof logs[i].label - l, " (%s)", logs[i].path);
+	}
+	free(same);
+}
+
+/* ---- views ---- */
+
+/* A data block written: which run, which worker (loss --by worker), how many rows. */
+struct block {
+	size_t run;
+	int64_t worker;
+	size_t rows;
+};
+
+struct writer {
+	FILE *f;
+	const struct plot_opts *o;
+	const struct plot_log *logs;
+	size_t nlogs;
+	struct block *b;
+	size_t nb, bcap;
+};
+
+/* Start a new block: two blank lines after the previous one (gnuplot's `index`). */
+static struct block *block_begin(struct writer *w, size_t run, int64_t worker)
+{
+	struct block *b;
+	if (grow(&w->b, &w->bcap, w->nb + 1, sizeof *w->b) < 0)
+		return NULL;
+	if (w->nb)
+		fputs("\n\n", w->f);
+	b = &w->b[w->nb++];
+	b->run = run;
+	b->worker = worker;
+	b->rows = 0;
+	fprintf(w->f, "# run: %s\n", w->logs[run].label);
+	return b;
+}
+
+static void put_num(FILE *f, double v, const char *sep)
+{
+	if (isnan(v))
+		fprintf(f, "NaN%s", sep);
+	else
+		fprintf(f, "%.6g%s", v, sep);
+}
+
+/* Trailing moving average over the last `win` values, written beside each value. */
+struct movavg {
+	double *ring, sum;
+	long win, n, at;
+};
+
+static double movavg_push(struct movavg *m, double v)
+{
+	if (m->n == m->win)
+		m->sum -= m->ring[m->at];
+	else
+		m->n++;
+	m->ring[m->at] = v;
+	m->sum += v;
+	m->at = (m->at + 1) % m->win;
+	return m->sum / (double)m->n;
+}
+
+/* Where worker id w is in lg->workers (it is there: every update's worker was added). */
+static size_t worker_index(const struct plot_log *lg, int64_t w)
+{
+	size_t lo = 0, hi = lg->nworkers;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (lg->workers[mid] < w)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* loss: per central update (version, samples, loss, moving average) skipping null losses;
+ * with --by worker, per worker-step in one block per worker. */
+static int view_loss(struct writer *w, char *err)
+{
+	struct movavg m = {0};
+	size_t *order = NULL, *start = NULL;
+	int rc = 0;
+	m.win = w->o->smooth;
+	if (!(m.ring = malloc((size_t)m.win * sizeof *m.ring)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	for (size_t r = 0; r < w->nlogs; r++) {
+		const struct plot_log *lg = &w->logs[r];
+		struct block *b;
+		if (!w->o->by_worker) {
+			if (!(b = block_begin(w, r, -1)))
+				goto nomem;
+			fprintf(w->f, "# version\tsamples\tloss\tloss_avg%ld\n", m.win);
+			m.n = m.at = 0;
+			m.sum = 0;
+			for (size_t i = 0; i < lg->n; i++) {
+				const struct plot_update *u = &lg->u[i];
+				if (isnan(u->loss))
+					continue;
+				fprintf(w->f, "%llu\t%llu\t", (unsigned long long)u->version,
+					(unsigned long long)u->samples);
+				put_num(w->f, u->loss, "\t");
+				put_num(w->f, movavg_push(&m, u->loss), "\n");
+				b->rows++;
+			}
+			continue;
+		}
+		/* Bucket the updates by worker (a counting sort), keeping log order within one. */
+		free(order);
+		free(start);
+		order = malloc(lg->n * sizeof *order);
+		start = calloc(lg->nworkers + 1, sizeof *start);
+		if (!order || !start)
+			goto nomem;
+		size_t *wi = malloc(lg->n * sizeof *wi);
+		if (!wi)
+			goto nomem;
+		for (size_t i = 0; i < lg->n; i++) {
+			wi[i] = worker_index(lg, lg->u[i].worker);
+			start[wi[i] + 1]++;
+		}
+		for (size_t k = 0; k < lg->nworkers; k++)
+			start[k + 1] += start[k];
+		for (size_t i = 0; i < lg->n; i++)
+			order[start[wi[i]]++] = i;
+		free(wi);
+		/* start[k] now ends bucket k; bucket k begins where bucket k-1 ended. */
+		for (size_t k = 0, at = 0; k < lg->nworkers; k++) {
+			long step = 0;
+			if (!(b = block_begin(w, r, lg->workers[k])))
+				goto nomem;
+			fprintf(w->f, "# worker %lld\n# step\tversion\tloss\tloss_avg%ld\n",
+				(long long)lg->workers[k], m.win);
+			m.n = m.at = 0;
+			m.sum = 0;
+			for (; at < start[k]; at++) {
+				const struct plot_update *u = &lg->u[order[at]];
+				step++;
+				if (isnan(u->loss))
+					continue;
+				fprintf(w->f, "%ld\t%llu\t", step, (unsigned long long)u->version);
+				put_num(w->f, u->loss, "\t");
+				put_num(w->f, movavg_push(&m, u->loss), "\n");
+				b->rows++;
+			}
+		}
+	}
+	goto out;
+nomem:
+	rc = gem_errf(err, GEM_ENOMEM, "out of memory");
+out:
+	free(order);
+	free(start);
+	free(m.ring);
+	return rc;
+}
+
+/* pi: per tensor, the chosen statistic averaged over bins of consecutive updates, as a gnuplot
+ * `matrix nonuniform`: first row ncols then each column's mean version; then per tensor its
+ * index and one value per column. */
+static int view_pi(struct writer *w, char *err)
+{
+	for (size_t r = 0; r < w->nlogs; r++) {
+		const struct plot_log *lg = &w->logs[r];
+		size_t U = lg->npi, nt = lg->ntensors;
+		size_t ncols = U < (size_t)w->o->bins ? U : (size_t)w->o->bins;
+		struct block *b;
+		double *sum, *x;
+		size_t *cnt;
+		if (!(b = block_begin(w, r, -1)))
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		fprintf(w->f, "# %s pi per tensor over central updates, %zu updates in %zu columns\n",
+			stat_names[w->o->stat], U, ncols);
+		fprintf(w->f, "# matrix nonuniform: first row: columns, then the version at each "
+			      "column; then per tensor: its index, then its values\n");
+		for (size_t k = 0; k < nt; k++)
+			fprintf(w->f, "# tensor %zu: %s\n", k, lg->tensors[k]);
+		if (ncols == 0 || nt == 0)
+			continue;
+		sum = calloc(nt * ncols, sizeof *sum);
+		cnt = calloc(nt * ncols, sizeof *cnt);
+		x = calloc(ncols, sizeof *x);
+		if (!sum || !cnt || !x) {
+			free(sum);
+			free(cnt);
+			free(x);
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		}
+		/* Column c holds updates [c·U/ncols, (c+1)·U/ncols). */
+		for (size_t c = 0; c < ncols; c++) {
+			size_t lo = (size_t)((uint64_t)c * U / ncols), hi = (size_t)((uint64_t)(c + 1) * U / ncols);
+			double vs = 0;
+			for (size_t i = lo; i < hi; i++) {
+				const float *row = lg->pi + i * nt;
+				vs += (double)lg->pi_version[i];
+				for (size_t k = 0; k < nt; k++) {
+					if (isnan(row[k]))
+						continue;
+					sum[k * ncols + c] += row[k];
+					cnt[k * ncols + c]++;
+				}
+			}
+			x[c] = vs / (double)(hi - lo);
+		}
+		fprintf(w->f, "%zu", ncols);
+		for (size_t c = 0; c < ncols; c++)
+			fprintf(w->f, "\t%.6g", x[c]);
+		fputc('\n', w->f);
+		for (size_t k = 0; k < nt; k++) {
+			fprintf(w->f, "%zu", k);
+			for (size_t c = 0; c < ncols; c++) {
+				size_t j = k * ncols + c;
+				fputc('\t', w->f);
+				put_num(w->f, cnt[j] ? sum[j] / (double)cnt[j] : NAN, "");
+			}
+			fputc('\n', w->f);
+		}
+		b->rows = nt;
+		free(sum);
+		free(cnt);
+		free(x);
+	}
+	return 0;
+}
+
+
+/* staleness: histogram of τ over commits, every τ from 0 to the largest. */
+static int view_staleness(struct writer *w, char *err)
+{
+	for (size_t r = 0; r < w->nlogs; r++) {
+		const struct plot_log *lg = &w->logs[r];
+		int64_t *tau = malloc(lg->n * sizeof *tau);
+		struct block *b;
+		if (!tau || !(b = block_begin(w, r, -1))) {
+			free(tau);
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		}
+		fprintf(w->f, "# tau\tcount\tfraction\n");
+		for (size_t i = 0; i < lg->n; i++)
+			tau[i] = lg->u[i].tau;
+		qsort(tau, lg->n, sizeof *tau, cmp_i64);
+		for (size_t i = 0, t = 0; i < lg->n; t++) {
+			size_t c = 0;
+			while (i < lg->n && tau[i] == (int64_t)t)
+				i++, c++;
+			fprintf(w->f, "%zu\t%zu\t%.6g\n", t, c, (double)c / (double)lg->n);
+			b->rows++;
+		}
+		free(tau);
+	}
+	return 0;
+}
+
+/* throughput: over windows (kW, (k+1)W] of seconds since the first update, updates per second
+ * and samples per second (the growth of "samples" since the previous update line). */
+static int view_throughput(struct writer *w, char *err)
+{
+	double W = w->o->window;
+	for (size_t r = 0; r < w->nlogs; r++) {
+		const struct plot_log *lg = &w->logs[r];
+		double t0 = lg->u[0].t, tmax = t0, *ups, *sps;
+		size_t K;
+		struct block *b;
+		for (size_t i = 1; i < lg->n; i++)
+			if (lg->u[i].t > tmax)
+				tmax = lg->u[i].t;
+		if ((tmax - t0) / W > PLOT_MAXWINDOWS)
+			return gem_errf(err, GEM_EUSAGE, "%s: %.0f s in windows of %g s: too many windows",
+					lg->path, tmax - t0, W);
+		K = (size_t)ceil((tmax - t0) / W);
+		ups = calloc(K ? K : 1, sizeof *ups);
+		sps = calloc(K ? K : 1, sizeof *sps);
+		if (!ups || !sps || !(b = block_begin(w, r, -1))) {
+			free(ups);
+			free(sps);
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		}
+		fprintf(w->f, "# time\tupdates_per_s\tsamples_per_s\n");
+		for (size_t i = 1; i < lg->n; i++) {
+			double dt = lg->u[i].t - t0;
+			size_t k;
+			if (dt <= 0)
+				continue;
+			k = (size_t)ceil(dt / W) - 1;
+			if (k >= K)
+				k = K - 1;
+			ups[k] += 1;
+			sps[k] += (double)lg->u[i].samples - (double)lg->u[i - 1].samples;
+		}
+		for (size_t k = 0; k < K; k++) {
+			fprintf(w->f, "%.6g\t", (double)(k + 1) * W);
+			put_num(w->f, ups[k] / W, "\t");
+			put_num(w->f, sps[k] / W, "\n");
+		}
+		b->rows = K;
+		free(ups);
+		free(sps);
+	}
+	return 0;
+}
+
+/* workers: per worker, its commits, the samples they consumed (growth of "samples" over the
+ * previous update line; the first line counts whole when it is version 1), mean and max τ,
+ * mean loss, and samples/s over the span from its first to its last commit (a straggler shows
+ * here). */
+static int view_workers(struct writer *w, char *err)
+{
+	struct acc {
+		uint64_t commits, samples, nloss;
+		double tau, loss, t_first, t_last;
+		int64_t maxtau;
+	};
+	for (size_t r = 0; r < w->nlogs; r++) {
+		const struct plot_log *lg = &w->logs[r];
+		struct acc *a = calloc(lg->nworkers, sizeof *a);
+		struct block *b;
+		if (!a || !(b = block_begin(w, r, -1))) {
+			free(a);
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		}
+		fprintf(w->f, "# worker\tcommits\tsamples\tmean_tau\tmax_tau\tmean_loss\tsamples_per_s\n");
+		for (size_t i = 0; i < lg->n; i++) {
+			const struct plot_update *u = &lg->u[i];
+			struct acc *x = &a[worker_index(lg, u->worker)];
+			uint64_t prev = i ? lg->u[i - 1].samples : 0;
+			if (!x->commits++)
+				x->t_first = u->t;
+			x->t_last = u->t;
+			if ((i || u->version == 1) && u->samples >= prev)
+				x->samples += u->samples - prev;
+			x->tau += (double)u->tau;
+			if (u->tau > x->maxtau)
+				x->maxtau = u->tau;
+			if (!isnan(u->loss)) {
+				x->loss += u->loss;
+				x->nloss++;
+			}
+		}
+		for (size_t k = 0; k < lg->nworkers; k++) {
+			fprintf(w->f, "%lld\t%llu\t%llu\t%.4f\t%lld\t", (long long)lg->workers[k],
+				(unsigned long long)a[k].commits, (unsigned long long)a[k].samples,
+				a[k].tau / (double)a[k].commits, (long long)a[k].maxtau);
+			put_num(w->f, a[k].nloss ? a[k].loss / (double)a[k].nloss : NAN, "\t");
+			put_num(w->f, a[k].t_last > a[k].t_first
+					      ? (double)a[k].samples / (a[k].t_last - a[k].t_first)
+					      : NAN,
+				"\n");
+		}
+		b->rows = lg->nworkers;
+		free(a);
+	}
+	return 0;
+}
+
+/* ---- gnuplot ---- */
+
+/* Start the next series of a plot command for block b: 0 to skip an empty block, else 1
+ * after the separator that goes before every series but the first. */
+static int series_next(FILE *f, const struct block *b, int *first)
+{
+	if (!b->rows)
+		return 0;
+	if (!*first)
+		fputs(", \\\n     ", f);
+	*first = 0;
+	return 1;
+}
+
+/* A gnuplot single-quoted string: only '' needs escaping. */
+static void put_quoted(FILE *f, const char *s)
+{
+	fputc('\'', f);
+	for (; *s; s++) {
+		if (*s == '\'')
+			fputc('\'', f);
+		if (*s != '\n')
+			fputc(*s, f);
+	}
+	fputc('\'', f);
+}
+
+/* A series title: "worker 3" (one run, loss --by worker), else "what, run label" or the label. */
+static void block_title(const struct writer *w, const struct block *b, const char *what, FILE *f)
+{
+	char t[PATH_MAX + 160];
+	const char *label = w->logs[b->run].label;
+	int per_worker = w->o->view == PLOT_LOSS && w->o->by_worker;
+	if (per_worker && w->nlogs == 1)
+		snprintf(t, sizeof t, "worker %lld", (long long)b->worker);
+	else if (per_worker)
+		snprintf(t, sizeof t, "%s: worker %lld", label, (long long)b->worker);
+	else
+		snprintf(t, sizeof t, "%s%s%s", what, *what ? ", " : "", label);
+	put_quoted(f, t);
+}
+
+static void script_head(const struct writer *w, int nplots)
+{
+	FILE *f = w->f;
+	int h = 640;
+	fprintf(f, "# gem-plot-data %s: a gnuplot script with its data inline; pipe it into gnuplot\n",
+		view_names[w->o->view]);
+	if (w->o->view == PLOT_PI && nplots > 1)
+		h = 360 * nplots;
+	switch (w->o->term) {
+	case PLOT_PNG: fprintf(f, "set terminal pngcairo size 1024,%d noenhanced\n", h); break;
+	case PLOT_SVG: fprintf(f, "set terminal svg size 1024,%d dynamic noenhanced\n", h); break;
+	case PLOT_DUMB: fprintf(f, "set terminal dumb size 79,24\nset termoption noenhanced\n"); break;
+	}
+	if (w->o->output) {
+		fputs("set output ", f);
+		put_quoted(f, w->o->output);
+		fputc('\n', f);
+	}
+}
+
+/* The plot commands for the blocks written into $data. */
+static int script_plot(struct writer *w, char *err)
+{
+	FILE *f = w->f;
+	const struct plot_opts *o = w->o;
+	int first = 1, multi = w->nlogs > 1;
+	size_t nonempty = 0;
+	for (size_t i = 0; i < w->nb; i++)
+		nonempty += w->b[i].rows > 0;
+	if (!nonempty)
+		return gem_errf(err, GEM_EFAIL, "nothing to plot in the %s view", view_names[o->view]);
+	fprintf(f, "set key top right\nset grid\n");
+	switch (o->view) {
+	case PLOT_LOSS:
+		fprintf(f, "set title 'training loss (moving average over %ld)'\n", o->smooth);
+		fprintf(f, "set xlabel '%s'\nset ylabel 'training loss'\n",
+			o->by_worker ? "worker steps" : "central updates (version)");
+		fputs("plot ", f);
+		for (size_t i = 0; i < w->nb; i++) {
+			if (!series_next(f, &w->b[i], &first))
+				continue;
+			if (!multi && !o->by_worker)
+				fprintf(f, "$data index %zu using 1:3 with dots lc rgb '#a0a0a0' title 'loss', \\\n     ", i);
+			fprintf(f, "$data index %zu using 1:4 with lines lw 2 title ", i);
+			block_title(w, &w->b[i], multi || o->by_worker ? "" : "moving average", f);
+		}
+		fputc('\n', f);
+		break;
+	case PLOT_PI:
+		if (nonempty > 1)
+			fprintf(f, "set multiplot layout %zu,1\n", nonempty);
+		fprintf(f, "set xlabel 'central updates (version)'\nset autoscale xfix\nset cbrange [0:*]\n"
+			   "set palette rgbformulae 33,13,10\n");
+		for (size_t i = 0; i < w->nb; i++) {
+			const struct plot_log *lg = &w->logs[w->b[i].run];
+			if (!w->b[i].rows)
+				continue;
+			fprintf(f, "set title ");
+			char t[PATH_MAX + 128];
+			snprintf(t, sizeof t, "%s pi per tensor: %s", stat_names[o->stat], lg->label);
+			put_quoted(f, t);
+			fprintf(f, "\nset yrange [-0.5:%zu.5]\nset ytics (", lg->ntensors - 1);
+			for (size_t k = 0; k < lg->ntensors; k++) {
+				if (k)
+					fputs(", ", f);
+				put_quoted(f, lg->tensors[k]);
+				fprintf(f, " %zu", k);
+			}
+			fprintf(f, ")\nplot $data index %zu matrix nonuniform with image notitle\n", i);
+		}
+		if (nonempty > 1)
+			fprintf(f, "unset multiplot\n");
+		break;
+	case PLOT_STALENESS:
+		fprintf(f, "set title 'staleness'\nset xlabel 'staleness tau (central updates)'\n"
+			   "set ylabel 'fraction of commits'\nset style fill solid 0.5\nset boxwidth 0.8\n"
+			   "set yrange [0:*]\nset xrange [-0.5:*]\n");
+		fputs("plot ", f);
+		for (size_t i = 0; i < w->nb; i++) {
+			if (!series_next(f, &w->b[i], &first))
+				continue;
+			fprintf(f, "$data index %zu using 1:3 with %s title ", i, multi ? "linespoints" : "boxes");
+			block_title(w, &w->b[i], "", f);
+		}
+		fputc('\n', f);
+		break;
+	case PLOT_THROUGHPUT:
+		fprintf(f, "set title 'throughput (window %g s)'\nset xlabel 'seconds since the first update'\n"
+			   "set ylabel 'updates/s'\nset y2label 'samples/s'\nset ytics nomirror\nset y2tics\n"
+			   "set yrange [0:*]\nset y2range [0:*]\n", o->window);
+		fputs("plot ", f);
+		for (size_t i = 0; i < w->nb; i++) {
+			if (!series_next(f, &w->b[i], &first))
+				continue;
+			fprintf(f, "$data index %zu using 1:2 with lines lw 2 title ", i);
+			block_title(w, &w->b[i], "updates/s", f);
+			fprintf(f, ", \\\n     $data index %zu using 1:3 axes x1y2 with lines dt 2 title ", i);
+			block_title(w, &w->b[i], "samples/s", f);
+		}
+		fputc('\n', f);
+		break;
+	case PLOT_WORKERS:
+		fprintf(f, "set title 'commits per worker'\nset xlabel 'worker'\nset ylabel 'commits'\n"
+			   "set style fill solid 0.5\nset boxwidth 0.8\nset yrange [0:*]\n");
+		fputs("plot ", f);
+		for (size_t i = 0; i < w->nb; i++) {
+			if (!series_next(f, &w->b[i], &first))
+				continue;
+			fprintf(f, "$data index %zu using 1:2 with %s title ", i, multi ? "linespoints" : "boxes");
+			block_title(w, &w->b[i], "", f);
+		}
+		fputc('\n', f);
+		break;
+	}
+	return 0;
+}
+
+int plot_write(FILE *f, const struct plot_opts *o, const struct plot_log *logs, size_t nlogs,
+	       char *err)
+{
+	struct writer w = {f, o, logs, nlogs, NULL, 0, 0};
+	int rc = 0;
+	if (o->view == PLOT_PI) {
+		size_t have = 0;
+		for (size_t r = 0; r < nlogs; r++) {
+			if (logs[r].npi)
+				have++;
+			else
+				log_warn("%s: no pi in the update lines (rule gem only)", logs[r].path);
+		}
+		if (!have)
+			return gem_errf(err, GEM_EFAIL, "no pi to show: the logs are not of rule gem");
+	}
+	if (o->gnuplot) {
+		script_head(&w, (int)nlogs);
+		fputs("$data << EOD\n", f);
+	}
+	switch (o->view) {
+	case PLOT_LOSS: rc = view_loss(&w, err); break;
+	case PLOT_PI: rc = view_pi(&w, err); break;
+	case PLOT_STALENESS: rc = view_staleness(&w, err); break;
+	case PLOT_THROUGHPUT: rc = view_throughput(&w, err); break;
+	case PLOT_WORKERS: rc = view_workers(&w, err); break;
+	}
+	if (rc == 0 && o->gnuplot) {
+		fputs("EOD\n", f);
+		rc = script_plot(&w, err);
+	}
+	free(w.b);
+	if (rc == 0 && (fflush(f) != 0 || ferror(f)))
+		rc = gem_errf(err, GEM_EFAIL, "writing the output: %s", strerror(errno));
+	return rc;
+}

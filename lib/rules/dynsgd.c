@@ -1,0 +1,31 @@
+/* rule_dynsgd: adaptive staleness (DynSGD, Jiang et al. 2017): a commit computed τ central
+ * updates ago counts 1/(τ+1). */
+#include <stddef.h>
+
+#include "rules/impl.h"
+
+/* θ ← θ + Δ/(τ+1) */
+RULE_NOINLINE static void rule_dynsgd_add(float *restrict theta, const float *restrict d, size_t n,
+					  float k)
+{
+	size_t i = 0;
+	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
+		for (int j = 0; j < RULE_BLOCK; j++)
+			theta[i + j] += d[i + j] / k;
+	for (; i < n; i++)
+		theta[i] += d[i] / k;
+}
+
+static int rule_dynsgd_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+			      float *theta, float *reply, struct rule_stats *st, char *err)
+{
+	(void)w, (void)reply, (void)st, (void)err;
+	rule_dynsgd_add(theta, in, r->n, (float)tau + 1.0f);
+	return RULE_APPLIED;
+}
+
+const struct rule_ops rule_dynsgd_ops = {
+	.name = "dynsgd",
+	.sent_vec = -1,
+	.commit = rule_dynsgd_commit,
+};

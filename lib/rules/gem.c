@@ -1,0 +1,237 @@
+/* rule_gem: Gradient Energy Matching (Hermans & Louppe 2018), the server side. The proxy is
+ * sequential momentum SGD; each commit is scaled element-wise so that the energy the central
+ * variable receives matches the proxy's. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "rules/impl.h"
+
+#define RULE_GEM_WAYS 4    /* interleaved histograms of the median's first radix digit */
+#define RULE_GEM_BINS 4096
+#define RULE_GEM_SAMPLE 8192 /* medians of larger tensors are taken over a stride sample */ /* counters for the median: the largest digit, bits 22..11 */
+
+/* One element of a commit (DESIGN.md §4; the paper's Eq. 27 with the authors' clamp):
+ *   m_w ← μ·m_w + Δθ
+ *   π   ← clamp((κ·|m_w| − |θ − s_w|) / (|Δθ| + ε), 0, π_max)
+ *   θ   ← θ + π ⊙ Δθ ;  s_w ← θ
+ * The clamp is written so that a NaN π (0/0 when ε = 0) becomes 0, in the one form gcc -O2
+ * vectorises. */
+static inline float rule_gem_elem(float *restrict theta, float *restrict m, float *restrict s,
+				  const float *restrict d, size_t i, float mu, float kappa,
+				  float pi_max, float eps)
+{
+	float mi = mu * m[i] + d[i];
+	float pi = (kappa * fabsf(mi) - fabsf(theta[i] - s[i])) / (fabsf(d[i]) + eps);
+	float t;
+	pi = pi >= 0 ? pi : 0;
+	pi = pi > pi_max ? pi_max : pi;
+	m[i] = mi;
+	t = theta[i] + pi * d[i];
+	theta[i] = t;
+	s[i] = t;
+	return pi;
+}
+
+/* Apply elements [a, b) of one tensor, π into p, its sums into sums. */
+RULE_NOINLINE static void rule_gem_tensor(float *restrict theta, float *restrict m, float *restrict s,
+			    float *restrict p, const float *restrict d, size_t a, size_t b,
+			    const struct rule_config *c, double sums[5])
+{
+	/* lane sums of Σπ, #(π = 0), #(π = π_max), Σ|π⊙Δθ|, Σ|Δθ|, folded into doubles at the end */
+	float spi[RULE_BLOCK] = {0}, szero[RULE_BLOCK] = {0}, smax[RULE_BLOCK] = {0};
+	float spd[RULE_BLOCK] = {0}, sd[RULE_BLOCK] = {0};
+	const float mu = c->momentum, kappa = c->kappa, pi_max = c->pi_max, eps = c->eps;
+	size_t i = a;
+
+	for (; i + RULE_BLOCK <= b; i += RULE_BLOCK)
+		for (int j = 0; j < RULE_BLOCK; j++) {
+			float pi = rule_gem_elem(theta, m, s, d, i + j, mu, kappa, pi_max, eps);
+			p[i + j] = pi;
+			spi[j] += pi;
+			szero[j] += pi == 0 ? 1.0f : 0.0f;
+			smax[j] += pi == pi_max ? 1.0f : 0.0f;
+			spd[j] += fabsf(pi * d[i + j]);
+			sd[j] += fabsf(d[i + j]);
+		}
+	for (; i < b; i++) {
+		float pi = rule_gem_elem(theta, m, s, d, i, mu, kappa, pi_max, eps);
+		p[i] = pi;
+		spi[0] += pi;
+		szero[0] += pi == 0 ? 1.0f : 0.0f;
+		smax[0] += pi == pi_max ? 1.0f : 0.0f;
+		spd[0] += fabsf(pi * d[i]);
+		sd[0] += fabsf(d[i]);
+	}
+	for (int k = 0; k < 5; k++)
+		sums[k] = 0;
+	for (int j = 0; j < RULE_BLOCK; j++) {
+		sums[0] += spi[j];
+		sums[1] += szero[j];
+		sums[2] += smax[j];
+		sums[3] += spd[j];
+		sums[4] += sd[j];
+	}
+}
+
+static uint32_t rule_gem_bits(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof u);
+	return u & 0x7fffffffu; /* π >= 0: clear the sign of a −0 */
+}
+
+/* Find the bin of rank *k in hist[0..nb): *k becomes the rank inside the bin. */
+static uint32_t rule_gem_bin(const uint32_t *hist, uint32_t nb, size_t *k)
+{
+	uint32_t b = 0;
+	while (b < nb - 1 && *k >= hist[b])
+		*k -= hist[b++];
+	return b;
+}
+
+/* The k-th smallest of a[0..n), all a[i] >= 0. For non-negative floats the bit patterns order
+ * like the numbers, so a radix select finds it in three digits: the exponent (bits 30..23),
+ * counted over all of a in RULE_GEM_WAYS interleaved histograms (runs of equal π, such as the
+ * clamps 0 and π_max, would otherwise wait on each other's increments); then bits 22..11 and
+ * 10..0 over the elements of the chosen bins only, compacted into tmp. A comparison quickselect
+ * took several times longer, bound by mispredicted branches. hist: RULE_GEM_BINS counters. */
+static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, uint32_t *hist)
+{
+	uint32_t b, b2, b3, r;
+	size_t m = 0, m2 = 0, i = 0;
+	float x;
+
+	memset(hist, 0, RULE_GEM_WAYS * 256 * sizeof *hist);
+	for (; i + RULE_GEM_WAYS <= n; i += RULE_GEM_WAYS)
+		for (int j = 0; j < RULE_GEM_WAYS; j++)
+			hist[j * 256 + (rule_gem_bits(a[i + j]) >> 23)]++;
+	for (; i < n; i++)
+		hist[rule_gem_bits(a[i]) >> 23]++;
+	for (int e = 0; e < 256; e++)
+		for (int j = 1; j < RULE_GEM_WAYS; j++)
+			hist[e] += hist[j * 256 + e];
+	b = rule_gem_bin(hist, 256, &k);
+	for (i = 0; i < n; i++) {
+		uint32_t u = rule_gem_bits(a[i]);
+		tmp[m] = u;
+		m += (u >> 23) == b;
+	}
+	memset(hist, 0, 4096 * sizeof *hist);
+	for (i = 0; i < m; i++)
+		hist[(tmp[i] >> 11) & 4095]++;
+	b2 = rule_gem_bin(hist, 4096, &k);
+	for (i = 0; i < m; i++) {
+		uint32_t u = tmp[i];
+		tmp[m2] = u;
+		m2 += ((u >> 11) & 4095) == b2;
+	}
+	memset(hist, 0, 2048 * sizeof *hist);
+	for (i = 0; i < m2; i++)
+		hist[tmp[i] & 2047]++;
+	b3 = rule_gem_bin(hist, 2048, &k);
+	r = b << 23 | b2 << 11 | b3;
+	memcpy(&x, &r, sizeof x);
+	return x;
+}
+
+/* How many of a[0..n) lie below hi (*below), and the largest of them (0 if none). Lanes of
+ * floats count exactly to 2^24 each. */
+RULE_NOINLINE static float rule_gem_below(const float *restrict a, size_t n, float hi, size_t *below)
+{
+	float lane_max[RULE_BLOCK] = {0}, lane_n[RULE_BLOCK] = {0}, mx = 0;
+	size_t i = 0, cnt = 0;
+	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
+		for (int j = 0; j < RULE_BLOCK; j++) {
+			float x = a[i + j];
+			float v = x < hi ? x : 0.0f;
+			lane_n[j] += x < hi ? 1.0f : 0.0f;
+			lane_max[j] = lane_max[j] < v ? v : lane_max[j];
+		}
+	for (; i < n; i++)
+		if (a[i] < hi) {
+			cnt++;
+			mx = a[i] > mx ? a[i] : mx;
+		}
+	for (int j = 0; j < RULE_BLOCK; j++) {
+		cnt += (size_t)lane_n[j];
+		mx = lane_max[j] > mx ? lane_max[j] : mx;
+	}
+	*below = cnt;
+	return mx;
+}
+
+/* Median of a[0..n), n >= 1, all a[i] >= 0: for even n the mean of the two middle values. */
+static float rule_gem_median(const float *a, size_t n, uint32_t *tmp, uint32_t *hist)
+{
+	size_t k = n / 2, below;
+	float hi = rule_gem_select(a, n, k, tmp, hist), lo;
+	if (n % 2)
+		return hi;
+	/* the value of rank k − 1 is hi itself unless exactly k values lie below it */
+	lo = rule_gem_below(a, n, hi, &below);
+	return below == k ? (lo + hi) / 2 : hi;
+}
+
+/* Median of π over a tensor: exact up to RULE_GEM_SAMPLE elements; above that, the exact median
+ * of a fixed stride sample of them (every ⌈n/RULE_GEM_SAMPLE⌉-th element), which costs ~50 µs
+ * instead of ~2 ms per commit for cnn and estimates the median closely. */
+static float rule_gem_tensor_median(const float *a, size_t n, uint32_t *tmp, uint32_t *hist)
+{
+	float sample[RULE_GEM_SAMPLE];
+	size_t stride, m = 0;
+	if (n <= RULE_GEM_SAMPLE)
+		return rule_gem_median(a, n, tmp, hist);
+	stride = (n + RULE_GEM_SAMPLE - 1) / RULE_GEM_SAMPLE;
+	for (size_t i = 0; i < n; i += stride)
+		sample[m++] = a[i];
+	return rule_gem_median(sample, m, tmp, hist);
+}
+
+static void rule_gem_fill(struct rule_tensor_stats *t, const double sums[5], size_t n)
+{
+	t->pi_mean = (float)(sums[0] / (double)n);
+	t->clamped0 = (float)(sums[1] / (double)n);
+	t->clampedmax = (float)(sums[2] / (double)n);
+	t->scale = sums[4] > 0 ? (float)(sums[3] / sums[4]) : 0;
+	t->pi_median = 0;
+}
+
+static int rule_gem_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+			   float *theta, float *reply, struct rule_stats *st, char *err)
+{
+	double sums[5], all[5] = {0};
+	(void)tau, (void)reply, (void)err;
+
+	for (int t = 0; t < r->l.ntensors; t++) {
+		const struct layout_tensor *lt = &r->l.t[t];
+		rule_gem_tensor(theta, w->vec[0], w->vec[1], r->scratch, in, lt->offset,
+				lt->offset + lt->size, &r->c, sums);
+		for (int k = 0; k < 5; k++)
+			all[k] += sums[k];
+		if (st)
+			rule_gem_fill(&st->t[t], sums, lt->size);
+	}
+	if (!st)
+		return RULE_APPLIED;
+	st->ntensors = r->l.ntensors;
+	rule_gem_fill(&st->all, all, r->n);
+	if (r->c.tensor_stats) {
+		/* the paper's Figs. 3, 9, 10: median π per tensor */
+		uint32_t *tmp = (uint32_t *)(r->scratch + r->n), hist[RULE_GEM_BINS];
+		for (int t = 0; t < r->l.ntensors; t++)
+			st->t[t].pi_median = rule_gem_tensor_median(r->scratch + r->l.t[t].offset,
+								    r->l.t[t].size, tmp, hist);
+		st->all.pi_median = rule_gem_tensor_median(r->scratch, r->n, tmp, hist);
+	}
+	return RULE_APPLIED;
+}
+
+const struct rule_ops rule_gem_ops = {
+	.name = "gem",
+	.nvec = 2,
+	.vec = {"m", "s"},
+	.sent_vec = 1,
+	.commit = rule_gem_commit,
+};

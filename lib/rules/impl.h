@@ -1,0 +1,64 @@
+/* rule_impl: what rule.c shares with the rule_<name>.c files (not part of libgem's interface).
+ * rule.c keeps the workers, versions, configs and checkpoints; a rule file only updates θ. */
+#ifndef GEM_RULE_IMPL_H
+#define GEM_RULE_IMPL_H
+#include "rules/rule.h"
+
+/* Element loops are written as blocks of RULE_BLOCK with a fixed-count inner loop plus a scalar
+ * tail: gcc's -O2 vectoriser (very-cheap cost model) only takes loops whose count it knows. */
+#define RULE_BLOCK 8
+/* ... and only when the pointers are restrict, which gcc forgets when it inlines the function:
+ * the loops over θ live in functions kept out of line. */
+#define RULE_NOINLINE __attribute__((noinline))
+
+struct rule_worker {
+	int active;
+	int committed; /* sync, dma: committed in the current round */
+	float *vec[2]; /* ops->vec names them */
+};
+
+struct rule;
+
+struct rule_ops {
+	const char *name;
+	int nvec;           /* per-worker vectors */
+	const char *vec[2]; /* their names ("m", "s"; "bak") */
+	int sent_vec;       /* the one that holds θ last sent, -1 none */
+	int rounds;         /* commits wait for a round of every worker (sync, dma: rule_round.c) */
+	int round_sum;      /* rounds: the global vector that sums the round's updates */
+	/* rounds: apply a complete round to θ (r->ncontrib updates in the sum; zero the sum) */
+	void (*round_close)(struct rule *r, float *theta);
+	int nglobal;        /* rule-wide vectors (sync: "v", "sum"; dma: "sum") */
+	const char *global[2];
+	/* Apply one commit (τ computed, worker checked); RULE_APPLIED, RULE_PENDING or < 0. */
+	int (*commit)(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+		      float *theta, float *reply, struct rule_stats *st, char *err);
+	/* Optional: before a join is accepted / after a worker left (1: a round completed). */
+	int (*join)(struct rule *r, char *err);
+	int (*leave)(struct rule *r, struct rule_worker *w, float *theta, struct rule_stats *st);
+};
+
+struct rule {
+	struct rule_config c;
+	const struct rule_ops *ops;
+	struct layout l;
+	size_t n;                  /* floats in θ */
+	struct rule_worker *w;     /* indexed by worker id */
+	int cap, nactive;
+	float *global[2];          /* ops->global */
+	float *scratch;            /* gem: π of the last commit, then 32-bit room for the medians */
+	int target, ncommitted, ncontrib; /* sync and dma round: see rule_sync.c */
+};
+
+/* a ← a + d over n floats (DOWNPOUR's θ += Δ, a round's sum += Δ). */
+void rule_vec_add(float *restrict a, const float *restrict d, size_t n);
+
+/* The rules with rounds use these as their commit, join and leave (rule_round.c). */
+int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+		      float *theta, float *reply, struct rule_stats *st, char *err);
+int rule_round_join(struct rule *r, char *err);
+int rule_round_leave(struct rule *r, struct rule_worker *w, float *theta, struct rule_stats *st);
+
+extern const struct rule_ops rule_gem_ops, rule_downpour_ops, rule_dynsgd_ops, rule_easgd_ops,
+	rule_dcasgd_ops, rule_sync_ops, rule_dma_ops;
+#endif

@@ -1,0 +1,521 @@
+/* rule: configs, workers, versions and checkpoints common to every rule; the rules' arithmetic
+ * lives in rule_<name>.c behind struct rule_ops (rule_impl.h). */
+#include "rules/rule.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "rules/impl.h"
+
+/* Worker ids are small integers the server hands out; this bounds the worker table. */
+#define RULE_MAX_WORKER (1 << 20)
+
+static const struct rule_ops *const rule_all[] = {
+	&rule_gem_ops, &rule_downpour_ops, &rule_dynsgd_ops, &rule_easgd_ops, &rule_dcasgd_ops,
+	&rule_sync_ops, &rule_dma_ops,
+};
+#define RULE_NRULES ((int)(sizeof rule_all / sizeof *rule_all))
+
+enum { R_GEM = 1 << 0, R_DOWNPOUR = 1 << 1, R_DYNSGD = 1 << 2, R_EASGD = 1 << 3,
+       R_DCASGD = 1 << 4, R_SYNC = 1 << 5, R_DMA = 1 << 6, R_ALL = (1 << 7) - 1 };
+enum { RULE_F_FLOAT, RULE_F_INT, RULE_F_BOOL };
+
+/* The fields of run.json's "rule" object: which rules use them and the values allowed. */
+static const struct rule_field {
+	const char *name;
+	int type;
+	size_t off;
+	int rules;
+	double lo, hi;
+	int lo_open, hi_open;
+	const char *range; /* for messages */
+} rule_fields[] = {
+	{"lr", RULE_F_FLOAT, offsetof(struct rule_config, lr), R_ALL, 0, 1e6, 1, 0, "in (0, 1e6]"},
+	{"momentum", RULE_F_FLOAT, offsetof(struct rule_config, momentum), R_ALL, 0, 1, 0, 1,
+	 "in [0, 1)"},
+	{"nworkers", RULE_F_INT, offsetof(struct rule_config, nworkers), R_ALL, 0, 1 << 20, 0, 0,
+	 "an integer in [0, 1048576]"},
+	{"kappa", RULE_F_FLOAT, offsetof(struct rule_config, kappa), R_GEM, 0, 1e6, 0, 0, "in [0, 1e6]"},
+	{"pi_max", RULE_F_FLOAT, offsetof(struct rule_config, pi_max), R_GEM, 0, 1e6, 0, 0,
+	 "in [0, 1e6]"},
+	{"eps", RULE_F_FLOAT, offsetof(struct rule_config, eps), R_GEM, 0, 1, 0, 0, "in [0, 1]"},
+	{"tensor_stats", RULE_F_BOOL, offsetof(struct rule_config, tensor_stats), R_GEM, 0, 1, 0, 0,
+	 "true or false"},
+	{"window", RULE_F_INT, offsetof(struct rule_config, window), R_DOWNPOUR | R_EASGD | R_DMA,
+	 1, 1 << 20, 0, 0, "an integer in [1, 1048576]"},
+	{"alpha", RULE_F_FLOAT, offsetof(struct rule_config, alpha), R_EASGD, 0, 1, 0, 0,
+	 "in [0, 1] (0: 0.9/n)"},
+	{"lambda_dc", RULE_F_FLOAT, offsetof(struct rule_config, lambda_dc), R_DCASGD, 0, 1e6, 0, 0,
+	 "in [0, 1e6]"},
+};
+#define RULE_NFIELDS ((int)(sizeof rule_fields / sizeof *rule_fields))
+
+static int rule_index(const char *name)
+{
+	for (int i = 0; i < RULE_NRULES; i++)
+		if (!strcmp(name, rule_all[i]->name))
+			return i;
+	return -1;
+}
+
+static double rule_field_get(const struct rule_config *c, const struct rule_field *f)
+{
+	const char *p = (const char *)c + f->off;
+	if (f->type == RULE_F_FLOAT)
+		return *(const float *)p;
+	return *(const int *)p;
+}
+
+static void rule_field_set(struct rule_config *c, const struct rule_field *f, double v)
+{
+	char *p = (char *)c + f->off;
+	if (f->type == RULE_F_FLOAT)
+		*(float *)p = (float)v;
+	else
+		*(int *)p = (int)v;
+}
+
+static int rule_field_ok(const struct rule_field *f, double v)
+{
+	if (!(f->lo_open ? v > f->lo : v >= f->lo) || !(f->hi_open ? v < f->hi : v <= f->hi))
+		return 0;
+	return f->type == RULE_F_FLOAT || v == floor(v);
+}
+
+int rule_config_default(const char *name, struct rule_config *c, char *err)
+{
+	if (!name || rule_index(name) < 0)
+		return gem_errf(err, GEM_EUSAGE, "unknown rule '%s' (known: %s)", name ? name : "",
+				RULE_NAMES);
+	memset(c, 0, sizeof *c);
+	snprintf(c->name, sizeof c->name, "%s", name);
+	c->lr = 0.01f;
+	c->momentum = 0.9f;
+	c->kappa = 1;
+	c->pi_max = 5;
+	c->eps = 1e-12f;
+	c->tensor_stats = 1;
+	/* λ = 1 makes DOWNPOUR plain asynchronous SGD; EASGD's paper communicates every 10 steps;
+	 * dma's β = τ/2 = 4 hides a round trip behind 4 local steps */
+	c->window = !strcmp(name, "easgd") ? 10 : !strcmp(name, "dma") ? 4 : 1;
+	c->alpha = 0;
+	c->lambda_dc = 0.04f; /* Zheng et al. 2017, DC-ASGD-c */
+	c->nworkers = 0;
+	return 0;
+}
+
+int rule_config_check(const struct rule_config *c, char *err)
+{
+	int ri;
+	if (memchr(c->name, 0, sizeof c->name) == NULL || (ri = rule_index(c->name)) < 0)
+		return gem_errf(err, GEM_EUSAGE, "name: unknown rule (known: %s)", RULE_NAMES);
+	for (int i = 0; i < RULE_NFIELDS; i++) {
+		const struct rule_field *f = &rule_fields[i];
+		double v = rule_field_get(c, f);
+		if (!rule_field_ok(f, v))
+			return gem_errf(err, GEM_EUSAGE, "%s: %g is not %s", f->name, v, f->range);
+	}
+	if ((rule_all[ri] == &rule_sync_ops || rule_all[ri] == &rule_dma_ops) && c->nworkers < 1)
+		return gem_errf(err, GEM_EUSAGE,
+				"nworkers: rule %s needs the number of workers per round (>= 1)",
+				rule_all[ri]->name);
+	return 0;
+}
+
+int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err)
+{
+	const char *key, *name = "gem";
+	json_t *v, *jname;
+	int ri, rc;
+
+	if (!json_is_object(obj))
+		return gem_errf(err, GEM_EUSAGE, "not a JSON object");
+	if ((jname = json_object_get(obj, "name"))) {
+		if (!json_is_string(jname))
+			return gem_errf(err, GEM_EUSAGE, "name: not a string (known: %s)", RULE_NAMES);
+		name = json_string_value(jname);
+	}
+	if ((rc = rule_config_default(name, c, err)) < 0) {
+		gem_errprefix(err, "name: ");
+		return rc;
+	}
+	ri = rule_index(name);
+	json_object_foreach((json_t *)obj, key, v) {
+		const struct rule_field *f = NULL;
+		double x;
+		if (!strcmp(key, "name"))
+			continue;
+		for (int i = 0; i < RULE_NFIELDS; i++)
+			if (!strcmp(key, rule_fields[i].name))
+				f = &rule_fields[i];
+		if (!f)
+			return gem_errf(err, GEM_EUSAGE,
+					"unknown field '%s' (fields: name lr momentum nworkers kappa "
+					"pi_max eps tensor_stats window alpha lambda_dc)", key);
+		if (!(f->rules & (1 << ri)))
+			return gem_errf(err, GEM_EUSAGE, "%s: not a field of rule %s", key, name);
+		if (f->type == RULE_F_BOOL) {
+			if (!json_is_boolean(v))
+				return gem_errf(err, GEM_EUSAGE, "%s: not true or false", key);
+			x = json_is_true(v);
+		} else if (f->type == RULE_F_INT ? !json_is_integer(v) : !json_is_number(v)) {
+			return gem_errf(err, GEM_EUSAGE, "%s: not %s", key, f->range);
+		} else {
+			x = json_number_value(v);
+		}
+		if (!rule_field_ok(f, x))
+			return gem_errf(err, GEM_EUSAGE, "%s: %g is not %s", key, x, f->range);
+		rule_field_set(c, f, x);
+	}
+	return rule_config_check(c, err);
+}
+
+/* The shortest decimal that reads back as the same float, so run.json says 0.01, not 0.0099999998. */
+static double rule_float_decimal(float v)
+{
+	char buf[32];
+	for (int p = 6; p < 9; p++) {
+		snprintf(buf, sizeof buf, "%.*g", p, (double)v);
+		if (strtof(buf, NULL) == v)
+			return strtod(buf, NULL);
+	}
+	return v;
+}
+
+json_t *rule_config_to_json(const struct rule_config *c)
+{
+	int ri = rule_index(c->name);
+	json_t *o = json_object();
+	if (!o || json_object_set_new(o, "name", json_string(c->name)) < 0)
+		goto fail;
+	for (int i = 0; i < RULE_NFIELDS; i++) {
+		const struct rule_field *f = &rule_fields[i];
+		double v = rule_field_get(c, f);
+		json_t *j;
+		if (ri >= 0 && !(f->rules & (1 << ri)))
+			continue;
+		j = f->type == RULE_F_FLOAT ? json_real(rule_float_decimal((float)v))
+		  : f->type == RULE_F_BOOL  ? json_boolean(v != 0)
+					    : json_integer((json_int_t)v);
+		if (json_object_set_new(o, f->name, j) < 0)
+			goto fail;
+	}
+	return o;
+fail:
+	json_decref(o);
+	return NULL;
+}
+
+int rule_create(const struct rule_config *c, const struct layout *l, struct rule **out, char *err)
+{
+	struct rule *r;
+	size_t at = 0;
+	int rc;
+
+	*out = NULL;
+	if ((rc = rule_config_check(c, err)) < 0)
+		return rc;
+	if (l->ntensors < 1 || l->ntensors > LAYOUT_MAX_TENSORS)
+		return gem_errf(err, GEM_EUSAGE, "layout: %d tensors", l->ntensors);
+	/* the rules walk θ tensor by tensor: the tensors must tile it */
+	for (int i = 0; i < l->ntensors; i++) {
+		if (l->t[i].offset != at || l->t[i].size == 0)
+			return gem_errf(err, GEM_EUSAGE, "layout: tensor %s at %zu (size %zu), expected at %zu",
+					l->t[i].name, l->t[i].offset, l->t[i].size, at);
+		at += l->t[i].size;
+	}
+	if (at != l->total)
+		return gem_errf(err, GEM_EUSAGE, "layout: tensors hold %zu floats, total says %zu", at,
+				l->total);
+	if (!(r = calloc(1, sizeof *r)))
+		return gem_errf(err, GEM_ENOMEM, "rule: out of memory");
+	r->c = *c;
+	r->ops = rule_all[rule_index(c->name)];
+	r->l = *l;
+	r->n = l->total;
+	r->target = c->nworkers;
+	for (int i = 0; i < r->ops->nglobal; i++)
+		if (!(r->global[i] = calloc(r->n, sizeof(float))))
+			goto nomem;
+	/* gem: π of a commit, then room for the median's radix select */
+	if (r->ops == &rule_gem_ops && !(r->scratch = malloc(2 * r->n * sizeof(float))))
+		goto nomem;
+	*out = r;
+	return 0;
+nomem:
+	rule_destroy(r);
+	return gem_errf(err, GEM_ENOMEM, "rule: out of memory for %zu floats", r->n);
+}
+
+static void rule_worker_free(struct rule_worker *w)
+{
+	for (int i = 0; i < 2; i++) {
+		free(w->vec[i]);
+		w->vec[i] = NULL;
+	}
+	w->active = w->committed = 0;
+}
+
+void rule_destroy(struct rule *r)
+{
+	if (!r)
+		return;
+	for (int i = 0; i < r->cap; i++)
+		rule_worker_free(&r->w[i]);
+	free(r->w);
+	for (int i = 0; i < 2; i++)
+		free(r->global[i]);
+	free(r->scratch);
+	free(r);
+}
+
+RULE_NOINLINE void rule_vec_add(float *restrict a, const float *restrict d, size_t n)
+{
+	size_t i = 0;
+	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
+		for (int j = 0; j < RULE_BLOCK; j++)
+			a[i + j] += d[i + j];
+	for (; i < n; i++)
+		a[i] += d[i];
+}
+
+int rule_has_rounds(const struct rule *r)
+{
+	return r->ops->rounds;
+}
+
+const struct rule_config *rule_config_of(const struct rule *r)
+{
+	return &r->c;
+}
+
+static struct rule_worker *rule_worker(struct rule *r, int worker)
+{
+	if (worker < 0 || worker >= r->cap || !r->w[worker].active)
+		return NULL;
+	return &r->w[worker];
+}
+
+/* Make room for worker id and allocate its vectors (zero). */
+static int rule_worker_add(struct rule *r, int worker, char *err)
+{
+	struct rule_worker *w;
+	if (worker < 0 || worker >= RULE_MAX_WORKER)
+		return gem_errf(err, GEM_EUSAGE, "worker id %d out of range [0, %d)", worker,
+				RULE_MAX_WORKER);
+	if (worker >= r->cap) {
+		int cap = r->cap ? r->cap : 8;
+		while (cap <= worker)
+			cap *= 2;
+		if (!(w = realloc(r->w, (size_t)cap * sizeof *w)))
+			return gem_errf(err, GEM_ENOMEM, "rule: out of memory for %d workers", cap);
+		memset(w + r->cap, 0, (size_t)(cap - r->cap) * sizeof *w);
+		r->w = w;
+		r->cap = cap;
+	}
+	w = &r->w[worker];
+	if (w->active)
+		return gem_errf(err, GEM_EUSAGE, "worker %d has already joined", worker);
+	for (int i = 0; i < r->ops->nvec; i++)
+		if (!(w->vec[i] = calloc(r->n, sizeof(float)))) {
+			rule_worker_free(w);
+			return gem_errf(err, GEM_ENOMEM, "rule: out of memory for worker %d", worker);
+		}
+	w->active = 1;
+	w->committed = 0;
+	r->nactive++;
+	return 0;
+}
+
+int rule_join(struct rule *r, int worker, const float *theta, char *err)
+{
+	int rc;
+	if (worker >= 0 && worker < r->cap && r->w[worker].active)
+		return gem_errf(err, GEM_EUSAGE, "worker %d has already joined", worker);
+	if (r->ops->join && (rc = r->ops->join(r, err)) < 0)
+		return rc;
+	if ((rc = rule_worker_add(r, worker, err)) < 0)
+		return rc;
+	rule_sent(r, worker, theta);
+	return 0;
+}
+
+void rule_sent(struct rule *r, int worker, const float *theta)
+{
+	struct rule_worker *w = rule_worker(r, worker);
+	if (w && r->ops->sent_vec >= 0)
+		memcpy(w->vec[r->ops->sent_vec], theta, r->n * sizeof(float));
+}
+
+int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_version, float *theta,
+		uint64_t *version, float *reply, struct rule_stats *st, char *err)
+{
+	struct rule_worker *w = rule_worker(r, worker);
+	uint64_t tau;
+	int rc;
+
+	if (!w)
+		return gem_errf(err, GEM_EUSAGE, "worker %d has not joined", worker);
+	if (base_version > *version)
+		return gem_errf(err, GEM_EUSAGE, "base version %llu is ahead of version %llu",
+				(unsigned long long)base_version, (unsigned long long)*version);
+	tau = *version - base_version;
+	if (st) {
+		st->staleness = tau;
+		st->ntensors = 0;
+		memset(&st->all, 0, sizeof st->all);
+	}
+	rc = r->ops->commit(r, w, in, tau, theta, reply, st, err);
+	if (rc == RULE_APPLIED)
+		++*version;
+	if (st)
+		st->version = *version;
+	return rc;
+}
+
+int rule_leave(struct rule *r, int worker, float *theta, uint64_t *version, struct rule_stats *st,
+	       char *err)
+{
+	struct rule_worker *w = rule_worker(r, worker);
+	int rc = 0;
+
+	if (!w)
+		return gem_errf(err, GEM_EUSAGE, "worker %d has not joined", worker);
+	w->active = 0;
+	r->nactive--;
+	if (st) {
+		st->staleness = 0;
+		st->ntensors = 0;
+		memset(&st->all, 0, sizeof st->all);
+		st->version = *version;
+	}
+	if (r->ops->leave && (rc = r->ops->leave(r, w, theta, st)) == 1) {
+		++*version;
+		if (st)
+			st->version = *version;
+	}
+	rule_worker_free(w);
+	return rc;
+}
+
+int rule_state_save(const struct rule *r, json_t **meta, struct rule_vec **vecs, int *nvec, char *err)
+{
+	const struct rule_ops *ops = r->ops;
+	struct rule_vec *v;
+	json_t *workers;
+	int k = 0;
+
+	*meta = NULL;
+	*vecs = NULL;
+	*nvec = 0;
+	if (!(v = calloc((size_t)(ops->nglobal + r->nactive * ops->nvec) + 1, sizeof *v)))
+		return gem_errf(err, GEM_ENOMEM, "rule: out of memory");
+	if (!(workers = json_array()))
+		goto nomem;
+	for (int i = 0; i < ops->nglobal; i++, k++) {
+		snprintf(v[k].name, sizeof v[k].name, "%s", ops->global[i]);
+		v[k].data = r->global[i];
+		v[k].n = r->n;
+	}
+	for (int id = 0; id < r->cap; id++) {
+		const struct rule_worker *w = &r->w[id];
+		if (!w->active)
+			continue;
+		if (json_array_append_new(workers, json_pack("{s:i, s:b}", "id", id, "committed",
+							      w->committed)) < 0)
+			goto nomem;
+		for (int i = 0; i < ops->nvec; i++, k++) {
+			snprintf(v[k].name, sizeof v[k].name, "%s.%d", ops->vec[i], id);
+			v[k].data = w->vec[i];
+			v[k].n = r->n;
+		}
+	}
+	*meta = json_pack("{s:s, s:I, s:o, s:{s:i, s:i, s:i}}", "rule", r->c.name, "n",
+			  (json_int_t)r->n, "workers", workers, "round", "target", r->target,
+			  "ncommitted", r->ncommitted, "ncontrib", r->ncontrib);
+	if (!*meta)
+		goto nomem_meta;
+	*vecs = v;
+	*nvec = k;
+	return 0;
+nomem:
+	json_decref(workers);
+nomem_meta:
+	free(v);
+	return gem_errf(err, GEM_ENOMEM, "rule: out of memory");
+}
+
+static const struct rule_vec *rule_vec_find(const struct rule_vec *vecs, int nvec, const char *name)
+{
+	for (int i = 0; i < nvec; i++)
+		if (!strcmp(vecs[i].name, name))
+			return &vecs[i];
+	return NULL;
+}
+
+static int rule_vec_copy(struct rule *r, float *dst, const char *name, const struct rule_vec *vecs,
+			 int nvec, char *err)
+{
+	const struct rule_vec *v = rule_vec_find(vecs, nvec, name);
+	if (!v)
+		return gem_errf(err, GEM_EFAIL, "rule state: no vector %s", name);
+	if (v->n != r->n || !v->data)
+		return gem_errf(err, GEM_EFAIL, "rule state: vector %s has %zu floats, expected %zu", name,
+				v->n, r->n);
+	memcpy(dst, v->data, r->n * sizeof(float));
+	return 0;
+}
+
+int rule_state_load(struct rule *r, const json_t *meta, const struct rule_vec *vecs, int nvec,
+		    char *err)
+{
+	const struct rule_ops *ops = r->ops;
+	json_t *workers, *wj;
+	const char *name = NULL;
+	json_int_t n = 0;
+	int target, ncommitted, ncontrib, rc;
+	size_t i;
+
+	if (r->nactive)
+		return gem_errf(err, GEM_EUSAGE, "rule state: load into a rule with workers");
+	if (json_unpack((json_t *)meta, "{s:s, s:I, s:o, s:{s:i, s:i, s:i}}", "rule", &name, "n", &n,
+			"workers", &workers, "round", "target", &target, "ncommitted", &ncommitted,
+			"ncontrib", &ncontrib) < 0 ||
+	    !json_is_array(workers))
+		return gem_errf(err, GEM_EFAIL, "rule state: bad JSON");
+	if (strcmp(name, r->c.name) || (size_t)n != r->n)
+		return gem_errf(err, GEM_EFAIL, "rule state: of rule %s over %lld floats, not %s over %zu",
+				name, (long long)n, r->c.name, r->n);
+	for (int g = 0; g < ops->nglobal; g++)
+		if ((rc = rule_vec_copy(r, r->global[g], ops->global[g], vecs, nvec, err)) < 0)
+			goto fail;
+	json_array_foreach(workers, i, wj) {
+		int id, committed;
+		char vname[RULE_VEC_NAME_MAX];
+		if (json_unpack(wj, "{s:i, s:b}", "id", &id, "committed", &committed) < 0) {
+			rc = gem_errf(err, GEM_EFAIL, "rule state: bad worker entry %zu", i);
+			goto fail;
+		}
+		if ((rc = rule_worker_add(r, id, err)) < 0)
+			goto fail;
+		r->w[id].committed = committed;
+		for (int k = 0; k < ops->nvec; k++) {
+			snprintf(vname, sizeof vname, "%s.%d", ops->vec[k], id);
+			if ((rc = rule_vec_copy(r, r->w[id].vec[k], vname, vecs, nvec, err)) < 0)
+				goto fail;
+		}
+	}
+	r->target = target;
+	r->ncommitted = ncommitted;
+	r->ncontrib = ncontrib;
+	return 0;
+fail:
+	for (int id = 0; id < r->cap; id++)
+		if (r->w[id].active)
+			rule_worker_free(&r->w[id]);
+	r->nactive = 0;
+	return rc;
+}

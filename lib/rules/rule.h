@@ -1,0 +1,115 @@
+/* rule: the server side of every update rule (GEM, DOWNPOUR, DynSGD, EASGD, DC-ASGD, synchronous
+ * momentum SGD, delayed model averaging) behind one interface, exactly as DESIGN.md §4. The
+ * caller (gem-serve) owns θ and its version counter and serialises calls; a rule keeps
+ * per-worker state allocated once at join, so a commit allocates nothing. Not thread-safe: call
+ * everything under the server's lock. */
+#ifndef GEM_RULE_H
+#define GEM_RULE_H
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn/layout.h"
+
+#define RULE_NAME_MAX 16
+#define RULE_VEC_NAME_MAX 32
+
+/* Every known rule, space-separated, for usage lines. */
+#define RULE_NAMES "gem downpour dynsgd easgd dcasgd sync dma"
+
+/* What rule_commit did. */
+enum {
+	RULE_APPLIED = 0, /* θ was updated and *version incremented: reply now */
+	RULE_PENDING = 1, /* sync, dma: held for the round; reply when a later call is RULE_APPLIED */
+};
+
+struct rule_config {
+	char name[RULE_NAME_MAX]; /* one of RULE_NAMES */
+	float lr;                 /* η (the run's): dcasgd's g = −Δ/η */
+	float momentum;           /* μ (the run's, default 0.9): gem's m_w, sync's v, dma's local v */
+	float kappa, pi_max, eps; /* gem: κ = 1, π_max = 5, ε = 1e-12 */
+	int tensor_stats;         /* gem: 1 (default) computes median π per tensor (rule_stats) */
+	int window;               /* λ, used by the worker: downpour 1, easgd 10; dma's β 4 */
+	float alpha;              /* easgd: 0 → 0.9/n */
+	float lambda_dc;          /* dcasgd: λ_dc = 0.04 (the paper's DC-ASGD-c) */
+	int nworkers;             /* n: sync's and dma's round size (required), easgd's α; 0 = unset */
+};
+
+/* Per-tensor GEM statistics of one commit. */
+struct rule_tensor_stats {
+	float pi_median; /* 0 unless tensor_stats; over a stride sample of 8192 in larger tensors */
+	float pi_mean;
+	float clamped0;   /* fraction of π clamped to 0 */
+	float clampedmax; /* fraction of π clamped to π_max */
+	float scale;      /* |π⊙Δθ|₁ / |Δθ|₁ (0 when Δθ = 0) */
+};
+
+/* What one commit did. Only staleness and version are set by non-GEM rules (ntensors = 0). */
+struct rule_stats {
+	uint64_t staleness; /* τ = *version − base_version before the commit */
+	uint64_t version;   /* *version after the call */
+	int ntensors;       /* gem: the layout's tensors (entries of t), else 0 */
+	struct rule_tensor_stats all; /* gem: over the whole θ */
+	struct rule_tensor_stats t[LAYOUT_MAX_TENSORS];
+};
+
+/* One float vector of a rule's state (layout->total floats) for a checkpoint blob. */
+struct rule_vec {
+	char name[RULE_VEC_NAME_MAX]; /* "m.3", "s.3" (gem, worker 3), "bak.3" (dcasgd), "v", "sum" (sync) */
+	float *data;
+	size_t n;
+};
+
+struct rule;
+
+/* Fill *c with the defaults of the named rule; an unknown name is GEM_EUSAGE listing RULE_NAMES. */
+int rule_config_default(const char *name, struct rule_config *c, char *err);
+/* Check every field of *c; GEM_EUSAGE names the first bad one. */
+int rule_config_check(const struct rule_config *c, char *err);
+/* Read run.json's "rule" object: defaults of its "name" (gem if absent), overridden by the fields
+ * given. An unknown field, a field the rule does not use, a wrong type or value is GEM_EUSAGE. */
+int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err);
+/* run.json's "rule" object: name and the fields this rule uses (new reference; NULL: no memory).
+ * Floats are stored as their shortest decimal: dump with JSON_REAL_PRECISION(9) to read 0.9. */
+json_t *rule_config_to_json(const struct rule_config *c);
+
+/* Make a rule for parameters laid out as l (copied). */
+int rule_create(const struct rule_config *c, const struct layout *l, struct rule **out, char *err);
+void rule_destroy(struct rule *r);
+const struct rule_config *rule_config_of(const struct rule *r);
+/* 1 if commits wait for rounds of every worker (sync, dma): staleness does not apply. */
+int rule_has_rounds(const struct rule *r);
+
+/* Worker w (an id >= 0) joins and receives θ: allocate its state (gem: m_w = 0, s_w = θ;
+ * dcasgd: w_bak = θ). sync and dma refuse a worker beyond nworkers; a joined id is refused. */
+int rule_join(struct rule *r, int worker, const float *theta, char *err);
+/* θ was just sent to worker w (a pull): gem's s_w, dcasgd's w_bak. rule_commit already records
+ * the θ it leaves behind as sent to the committing worker. Unknown workers are ignored. */
+void rule_sent(struct rule *r, int worker, const float *theta);
+/* Apply worker w's commit `in` (layout->total floats, not aliasing θ): Δθ = −η∇L computed at
+ * base_version (downpour: the sum of λ local updates; easgd: the worker's x) to θ, of which
+ * *version is the version (dma: the worker's delta of one cycle, Δ_w = x_w − x_w^init). Returns
+ * RULE_APPLIED (θ updated, ++*version), RULE_PENDING (sync, dma: held until the round's last
+ * commit, which returns RULE_APPLIED), or GEM_EUSAGE: unknown worker, base_version ahead of
+ * *version, sync and dma: a second commit in a round or a stale base. easgd needs
+ * reply (total floats): the elastic difference d the worker subtracts; others ignore it. st (may be
+ * NULL) receives the commit's statistics. */
+int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_version, float *theta,
+		uint64_t *version, float *reply, struct rule_stats *st, char *err);
+/* Worker w leaves: its state is freed; sync, dma and easgd continue with those remaining. Returns 1
+ * if the leave completed a pending round (sync, dma) (θ, *version and st updated: reply to the waiting
+ * workers), 0 if not, GEM_EUSAGE for an unknown worker. */
+int rule_leave(struct rule *r, int worker, float *theta, uint64_t *version, struct rule_stats *st,
+	       char *err);
+
+/* The rule's state for a checkpoint: *meta a new JSON object (rule, workers, sync round) and
+ * *vecs a malloc'd array of *nvec vectors pointing into the rule, valid until the next call that
+ * changes it. The caller writes them (blobs named by rule_vec.name), then free(*vecs) and
+ * json_decref(*meta). */
+int rule_state_save(const struct rule *r, json_t **meta, struct rule_vec **vecs, int *nvec, char *err);
+/* Restore a saved state into a rule just created with the same config and layout, before any
+ * join: the saved workers are joined again. vecs are matched by name; a missing or mis-sized
+ * one is GEM_EFAIL. */
+int rule_state_load(struct rule *r, const json_t *meta, const struct rule_vec *vecs, int nvec,
+		    char *err);
+#endif

@@ -1,0 +1,399 @@
+#include "run/run.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nn/data.h"
+#include "base/err.h"
+#include "base/fsutil.h"
+#include "wire/msg.h"
+
+int run_create(const char *dir, json_t *runjson, int force, char *err)
+{
+	char path[PATH_MAX + 16];
+	struct stat st;
+	char *text;
+	int rc;
+
+	if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+		return gem_errf(err, GEM_EFAIL, "%s: cannot create: %s", dir, strerror(errno));
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		return gem_errf(err, GEM_EUSAGE, "%s: not a directory", dir);
+	snprintf(path, sizeof path, "%s/run.json", dir);
+	if (!force && access(path, F_OK) == 0)
+		return gem_errf(err, GEM_EUSAGE, "%s: a run exists there already (use --force to replace it)",
+				dir);
+	if (force) {
+		/* a new run starts with no log, no checkpoint of the old one */
+		static const char *stale[] = {"log.jsonl", "params.gem", "state.gem", "server.url"};
+		for (size_t i = 0; i < sizeof stale / sizeof *stale; i++) {
+			snprintf(path, sizeof path, "%s/%s", dir, stale[i]);
+			unlink(path);
+		}
+		snprintf(path, sizeof path, "%s/run.json", dir);
+	}
+	text = json_dumps(runjson, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
+	if (!text)
+		return gem_errf(err, GEM_ENOMEM, "run.json: cannot encode");
+	size_t len = strlen(text);
+	text[len] = 0;
+	char *withnl = malloc(len + 2);
+	if (!withnl) {
+		free(text);
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
+	memcpy(withnl, text, len);
+	withnl[len] = '\n';
+	rc = fs_write_atomic(path, withnl, len + 1, err);
+	free(withnl);
+	free(text);
+	return rc;
+}
+
+/* Field getters that name what is wrong: "run.json: train.lr: missing or not a number". */
+static int get_num(json_t *obj, const char *sect, const char *key, double *out, char *err)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!json_is_number(v))
+		return gem_errf(err, GEM_EUSAGE, "%s%s%s: missing or not a number", sect, *sect ? "." : "",
+				key);
+	*out = json_number_value(v);
+	return 0;
+}
+
+static int get_str(json_t *obj, const char *sect, const char *key, char *out, size_t cap, char *err)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!json_is_string(v) || json_string_length(v) >= cap)
+		return gem_errf(err, GEM_EUSAGE, "%s%s%s: missing, not a string or too long", sect,
+				*sect ? "." : "", key);
+	memcpy(out, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+static int parse_run(struct run *r, char *err)
+{
+	json_t *j = r->json, *data, *train;
+	double v;
+
+	if (!json_is_object(j))
+		return gem_errf(err, GEM_EUSAGE, "not a JSON object");
+	if (get_num(j, "", "gem_run", &v, err) || v != RUN_FORMAT)
+		return gem_errf(err, GEM_EUSAGE, "gem_run: missing, or a format this gem does not know");
+	r->model = json_object_get(j, "model");
+	if (!json_is_object(r->model))
+		return gem_errf(err, GEM_EUSAGE, "model: missing or not an object");
+	if (get_str(j, "", "model_name", r->model_name, sizeof r->model_name, err))
+		return GEM_EUSAGE;
+	data = json_object_get(j, "data");
+	if (!json_is_object(data))
+		return gem_errf(err, GEM_EUSAGE, "data: missing or not an object");
+	if (get_str(data, "data", "name", r->data_name, sizeof r->data_name, err) ||
+	    get_str(data, "data", "dir", r->data_dir, sizeof r->data_dir, err))
+		return GEM_EUSAGE;
+	if (get_num(data, "data", "mean", &v, err))
+		return GEM_EUSAGE;
+	r->mean = (float)v;
+	if (get_num(data, "data", "std", &v, err))
+		return GEM_EUSAGE;
+	r->std = (float)v;
+	if (!(r->std > 0))
+		return gem_errf(err, GEM_EUSAGE, "data.std: must be > 0");
+	train = json_object_get(j, "train");
+	if (!json_is_object(train))
+		return gem_errf(err, GEM_EUSAGE, "train: missing or not an object");
+#define TRAIN_NUM(field, cast)                                                                    \
+	do {                                                                                       \
+		if (get_num(train, "train", #field, &v, err))                                      \
+			return GEM_EUSAGE;                                                         \
+		r->train.field = (cast)v;                                                          \
+	} while (0)
+	TRAIN_NUM(lr, float);
+	TRAIN_NUM(momentum, float);
+	TRAIN_NUM(weight_decay, float);
+	TRAIN_NUM(batch, int);
+	TRAIN_NUM(epochs, int);
+	TRAIN_NUM(seed, uint64_t);
+#undef TRAIN_NUM
+	r->train.nesterov = json_is_true(json_object_get(train, "nesterov"));
+	if (r->train.batch < 1 || r->train.epochs < 1 || !(r->train.lr > 0))
+		return gem_errf(err, GEM_EUSAGE, "train: batch, epochs and lr must be positive");
+	if (rule_config_from_json(json_object_get(j, "rule"), &r->rule, err) < 0) {
+		gem_errprefix(err, "rule: ");
+		return GEM_EUSAGE;
+	}
+	return 0;
+}
+
+/* The recorded data directory, or the dataset found again by name (another host, another path). */
+static void find_data(struct run *r)
+{
+	char other[PATH_MAX];
+	if (access(r->data_dir, R_OK) < 0 && dataset_resolve(r->data_name, other, sizeof other, NULL) == 0)
+		snprintf(r->data_dir, sizeof r->data_dir, "%s", other);
+}
+
+int run_open(const char *dir, struct run *r, char *err)
+{
+	char path[PATH_MAX + 16];
+	json_error_t je;
+
+	memset(r, 0, sizeof *r);
+	r->lock_fd = -1;
+	if (strlen(dir) >= sizeof r->dir)
+		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
+	snprintf(r->dir, sizeof r->dir, "%s", dir);
+	snprintf(path, sizeof path, "%s/run.json", dir);
+	r->json = json_load_file(path, 0, &je);
+	if (!r->json) {
+		if (access(path, F_OK) < 0)
+			return gem_errf(err, GEM_EUSAGE, "%s: not a run (no run.json; make one with gem-init)",
+					dir);
+		return gem_errf(err, GEM_EUSAGE, "%s: line %d: %s", path, je.line, je.text);
+	}
+	if (parse_run(r, err) < 0) {
+		gem_errprefix(err, "%s: ", path);
+		run_close(r);
+		return GEM_EUSAGE;
+	}
+	find_data(r);
+	return 0;
+}
+
+int run_from_json(json_t *json, struct run *r, char *err)
+{
+	memset(r, 0, sizeof *r);
+	r->lock_fd = -1;
+	r->json = json;
+	if (parse_run(r, err) < 0) {
+		gem_errprefix(err, "run: ");
+		run_close(r);
+		return GEM_EUSAGE;
+	}
+	find_data(r);
+	return 0;
+}
+
+void run_close(struct run *r)
+{
+	if (r->lock_fd >= 0)
+		close(r->lock_fd);
+	r->lock_fd = -1;
+	json_decref(r->json);
+	r->json = NULL;
+	r->model = NULL;
+}
+
+int run_file(const struct run *r, const char *name, char *out, size_t cap)
+{
+	int n = snprintf(out, cap, "%s/%s", r->dir, name);
+	return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int run_lock(struct run *r, char *err)
+{
+	char path[PATH_MAX + 16];
+	run_file(r, ".lock", path, sizeof path);
+	r->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+	if (r->lock_fd < 0)
+		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+	if (flock(r->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		close(r->lock_fd);
+		r->lock_fd = -1;
+		return gem_errf(err, GEM_EFAIL,
+				"%s: the run is in use by another gem-serve or gem-work --local", r->dir);
+	}
+	return 0;
+}
+
+int run_log_open(const struct run *r, FILE **out, char *err)
+{
+	char path[PATH_MAX + 16];
+	run_file(r, "log.jsonl", path, sizeof path);
+	*out = fopen(path, "a");
+	if (!*out)
+		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+	return 0;
+}
+
+/* The largest params file for n floats: the raw bytes, zlib's worst-case growth, a header. */
+static size_t params_max_bytes(size_t n)
+{
+	return n * 4 + n / 64 + 1024 + MSG_HEAD_MAX;
+}
+
+int run_params_save(const struct run *r, const float *theta, size_t n, const struct run_progress *p,
+		    char *err)
+{
+	char path[PATH_MAX + 16];
+	struct msg_buf b = {0};
+	struct blob_codec c;
+	json_t *h;
+	int rc;
+
+	run_file(r, "params.gem", path, sizeof path);
+	h = json_pack("{s:I, s:I, s:f}", "version", (json_int_t)p->version, "samples",
+		      (json_int_t)p->samples, "elapsed", p->elapsed);
+	if (!h)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	blob_codec_init(&c);
+	rc = msg_write_params_file(path, &b, &c, h, theta, n, NULL, -1, err);
+	blob_codec_free(&c);
+	msg_buf_free(&b);
+	json_decref(h);
+	return rc;
+}
+
+void run_progress_of(const json_t *h, struct run_progress *p)
+{
+	json_t *v;
+	memset(p, 0, sizeof *p);
+	if (json_is_integer(v = json_object_get(h, "version")) && json_integer_value(v) >= 0)
+		p->version = (uint64_t)json_integer_value(v);
+	if (json_is_integer(v = json_object_get(h, "samples")) && json_integer_value(v) >= 0)
+		p->samples = (uint64_t)json_integer_value(v);
+	if (json_is_number(v = json_object_get(h, "elapsed")))
+		p->elapsed = json_number_value(v);
+}
+
+int run_params_load(const struct run *r, const char *path, float *theta, size_t n,
+		    struct run_progress *p, char *err)
+{
+	char def[PATH_MAX + 16];
+	struct blob_codec c;
+	json_t *h = NULL;
+	int rc;
+
+	if (!path) {
+		run_file(r, "params.gem", def, sizeof def);
+		path = def;
+	}
+	blob_codec_init(&c);
+	rc = msg_read_params_file(path, params_max_bytes(n), &c, &h, theta, n, err);
+	blob_codec_free(&c);
+	if (rc < 0)
+		return rc;
+	run_progress_of(h, p);
+	json_decref(h);
+	return 0;
+}
+
+static void log_floats(FILE *f, const char *key, const struct rule_stats *st, size_t off)
+{
+	fprintf(f, "\"%s\":[", key);
+	for (int i = 0; i < st->ntensors; i++) {
+		const float *v = (const float *)((const char *)&st->t[i] + off);
+		if (isfinite(*v))
+			fprintf(f, "%s%.4g", i ? "," : "", (double)*v);
+		else
+			fprintf(f, "%snull", i ? "," : "");
+	}
+	fputc(']', f);
+}
+
+void run_log_update(FILE *f, double time, double elapsed, double vtime, uint64_t version,
+		    int worker, uint64_t tau, float loss, uint64_t samples, const struct rule_stats *st)
+{
+	fprintf(f, "{\"time\":%.3f,\"elapsed\":%.3f,", time, elapsed);
+	if (vtime >= 0)
+		fprintf(f, "\"vtime\":%.6f,", vtime);
+	fprintf(f, "\"version\":%llu,\"worker\":%d,\"tau\":%llu,", (unsigned long long)version, worker,
+		(unsigned long long)tau);
+	if (isfinite(loss))
+		fprintf(f, "\"loss\":%.6g,", (double)loss);
+	else
+		fputs("\"loss\":null,", f);
+	fprintf(f, "\"samples\":%llu", (unsigned long long)samples);
+	if (st && st->ntensors > 0) {
+		fputs(",\"pi\":{", f);
+		log_floats(f, "median", st, offsetof(struct rule_tensor_stats, pi_median));
+		fputc(',', f);
+		log_floats(f, "mean", st, offsetof(struct rule_tensor_stats, pi_mean));
+		fputc(',', f);
+		log_floats(f, "zero", st, offsetof(struct rule_tensor_stats, clamped0));
+		fputc(',', f);
+		log_floats(f, "scale", st, offsetof(struct rule_tensor_stats, scale));
+		fprintf(f, isfinite(st->all.scale) ? "},\"scale\":%.4g" : "},\"scale\":null",
+			(double)st->all.scale);
+	}
+	fputs("}\n", f);
+}
+
+void run_log_start(FILE *f, const struct run *r, const char *rule, const char *url, uint64_t version,
+		   const struct layout *l)
+{
+	json_t *names = json_array(), *ev;
+	struct timespec ts;
+	for (int i = 0; i < l->ntensors; i++)
+		json_array_append_new(names, json_string(l->t[i].name));
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ev = json_pack("{s:s, s:f, s:I, s:s, s:s, s:o}", "event", "start", "time",
+		       (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9, "version", (json_int_t)version, "rule",
+		       rule, "model", r->model_name, "tensors", names);
+	if (ev && url)
+		json_object_set_new(ev, "url", json_string(url));
+	if (ev)
+		json_dumpf(ev, f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(13));
+	fputc('\n', f);
+	fflush(f);
+	json_decref(ev);
+}
+
+int run_local_state_save(const struct run *r, const float *v, size_t n, uint64_t version, char *err)
+{
+	char path[PATH_MAX + 16];
+	struct msg_buf b = {0};
+	struct blob_codec c;
+	json_t *h = json_pack("{s:I, s:s}", "version", (json_int_t)version, "state", "local");
+	int rc;
+	if (!h)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	run_file(r, "state.gem", path, sizeof path);
+	blob_codec_init(&c);
+	rc = msg_write_params_file(path, &b, &c, h, v, n, BLOB_RAW, 0, err);
+	blob_codec_free(&c);
+	msg_buf_free(&b);
+	json_decref(h);
+	return rc;
+}
+
+int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t version, char *err)
+{
+	char path[PATH_MAX + 16];
+	struct blob_codec c;
+	json_t *h = NULL;
+	int rc, same;
+	run_file(r, "state.gem", path, sizeof path);
+	if (access(path, F_OK) < 0)
+		return 0;
+	blob_codec_init(&c);
+	/* decode into v only when the versions agree: peek at the header first */
+	{
+		FILE *f = fopen(path, "r");
+		char line[256];
+		json_t *peek;
+		if (!f)
+			return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+		peek = fgets(line, sizeof line, f) ? json_loads(line, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+		fclose(f);
+		same = json_is_string(json_object_get(peek, "state")) &&
+		       json_integer_value(json_object_get(peek, "version")) == (json_int_t)version;
+		json_decref(peek);
+	}
+	if (!same) {
+		blob_codec_free(&c);
+		return 0;
+	}
+	rc = msg_read_params_file(path, params_max_bytes(n), &c, &h, v, n, err);
+	blob_codec_free(&c);
+	json_decref(h);
+	return rc < 0 ? rc : 1;
+}

@@ -1,0 +1,612 @@
+#include "wire/httpd.h"
+
+#include "base/err.h"
+#include "base/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HTTPD_MAX_BODY (64u << 20)
+#define HTTPD_TIMEOUT_S 120
+#define HTTPD_MAX_CONNS 512
+#define HTTPD_NHDR 8
+/* A connection keeps its body buffer between requests (the next update has the same size);
+ * beyond this it is given back after each request. */
+#define HTTPD_KEEP_BUF (16u << 20)
+/* How long httpd_stop lets in-flight requests finish before cutting their connections. */
+#define HTTPD_GRACE_S 10
+
+struct httpd {
+	struct MHD_Daemon *mhd;
+	struct httpd_route *routes;
+	size_t n_routes;
+	char *token;
+	size_t token_len;
+	size_t max_body;
+	int port;
+	/* Requests between their first byte and their completion, so httpd_stop can let them
+	 * finish before MHD tears the sockets down. */
+	pthread_mutex_t lock;
+	pthread_cond_t idle;
+	unsigned active;
+};
+
+enum httpd_state {
+	HTTPD_RECV,    /* accumulating the body */
+	HTTPD_DISCARD, /* body over the cap: drop the rest, answer 413 at the end */
+	HTTPD_DONE,    /* a response is queued */
+};
+
+/* Per-connection state (MHD's socket context): one request at a time on a connection. */
+struct httpd_conn {
+	struct httpd *d;
+	struct MHD_Connection *mc;
+	unsigned char *buf;
+	size_t len, cap;
+	enum httpd_state state;
+	const struct httpd_route *route;
+	size_t nhdr, hused;
+	const char *hname[HTTPD_NHDR], *hval[HTTPD_NHDR];
+	char hbuf[1024];
+	char client[INET6_ADDRSTRLEN + 16];
+};
+
+int httpd_is_loopback(const char *host)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+	if (!host)
+		return 0;
+	if (!strcasecmp(host, "localhost"))
+		return 1;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (host[0] == '[') { /* "[::1]" as in a URL */
+		char buf[INET6_ADDRSTRLEN];
+		size_t n = strlen(host);
+		if (n < 3 || n - 2 >= sizeof buf || host[n - 1] != ']')
+			return 0;
+		memcpy(buf, host + 1, n - 2);
+		buf[n - 2] = 0;
+		return inet_pton(AF_INET6, buf, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+	}
+	if (inet_pton(AF_INET6, host, &a6) == 1)
+		return IN6_IS_ADDR_LOOPBACK(&a6) ||
+		       (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+	return 0;
+}
+
+/* Compare the presented token with ours in time that depends only on the presented length:
+ * no early exit, and a length mismatch is folded into the same accumulator. */
+static int httpd_token_ok(const struct httpd *d, const char *got, size_t got_len)
+{
+	volatile unsigned char diff = (unsigned char)(got_len != d->token_len);
+	for (size_t i = 0; i < got_len; i++)
+		diff |= (unsigned char)got[i] ^ (unsigned char)d->token[i % d->token_len];
+	return diff == 0;
+}
+
+static int httpd_auth_ok(const struct httpd *d, struct MHD_Connection *mc)
+{
+	const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (!d->token)
+		return 1;
+	if (!h || strncasecmp(h, "Bearer ", 7))
+		return 0;
+	h += 7;
+	while (*h == ' ')
+		h++;
+	return httpd_token_ok(d, h, strlen(h));
+}
+
+static void httpd_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+	size_t n;
+	(void)cls;
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = 0;
+	log_warn("httpd: %s", msg);
+}
+
+static void httpd_format_addr(const struct sockaddr *sa, char *out, size_t n)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+	if (sa && sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s = (const struct sockaddr_in *)sa;
+		inet_ntop(AF_INET, &s->sin_addr, host, sizeof host);
+		snprintf(out, n, "%s:%u", host, ntohs(s->sin_port));
+	} else if (sa && sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)sa;
+		inet_ntop(AF_INET6, &s->sin6_addr, host, sizeof host);
+		snprintf(out, n, "[%s]:%u", host, ntohs(s->sin6_port));
+	} else {
+		snprintf(out, n, "?");
+	}
+}
+
+static void httpd_notify_conn(void *cls, struct MHD_Connection *mc, void **socket_context,
+			      enum MHD_ConnectionNotificationCode code)
+{
+	struct httpd_conn *hc = *socket_context;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci;
+		hc = calloc(1, sizeof *hc);
+		if (!hc)
+			return; /* the access handler refuses connections without state */
+		hc->d = cls;
+		hc->mc = mc;
+		ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		httpd_format_addr(ci ? ci->client_addr : NULL, hc->client, sizeof hc->client);
+		*socket_context = hc;
+	} else if (code == MHD_CONNECTION_NOTIFY_CLOSED && hc) {
+		free(hc->buf);
+		free(hc);
+		*socket_context = NULL;
+	}
+}
+
+static void httpd_request_done(void *cls, struct MHD_Connection *mc, void **req_cls,
+			       enum MHD_RequestTerminationCode toe)
+{
+	struct httpd *d = cls;
+	struct httpd_conn *hc = *req_cls;
+	(void)mc, (void)toe;
+	if (!hc)
+		return;
+	pthread_mutex_lock(&d->lock);
+	if (!--d->active)
+		pthread_cond_broadcast(&d->idle);
+	pthread_mutex_unlock(&d->lock);
+	if (hc->cap > HTTPD_KEEP_BUF) {
+		free(hc->buf);
+		hc->buf = NULL;
+		hc->cap = 0;
+	}
+	hc->len = 0;
+	*req_cls = NULL;
+}
+
+/* Queue resp with the content type and pending extra headers, then drop our reference. */
+static int httpd_queue(struct httpd_conn *hc, unsigned status, const char *content_type,
+		       struct MHD_Response *resp)
+{
+	enum MHD_Result r = MHD_NO;
+	if (!resp)
+		return GEM_ENOMEM;
+	if (hc->state == HTTPD_DONE) {
+		MHD_destroy_response(resp);
+		log_warn("httpd: second reply to %s ignored", hc->client);
+		return GEM_EUSAGE;
+	}
+	if (content_type &&
+	    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) == MHD_NO)
+		goto out;
+	for (size_t i = 0; i < hc->nhdr; i++)
+		if (MHD_add_response_header(resp, hc->hname[i], hc->hval[i]) == MHD_NO)
+			goto out;
+	r = MHD_queue_response(hc->mc, status, resp);
+	if (r == MHD_YES)
+		hc->state = HTTPD_DONE;
+out:
+	MHD_destroy_response(resp);
+	return r == MHD_YES ? 0 : GEM_EFAIL;
+}
+
+/* JSON text plus a newline, so `curl ... | head -1 | jq` works on any reply. */
+static char *httpd_dump_json(const json_t *j, size_t *len)
+{
+	size_t n = json_dumpb(j, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+	char *s;
+	if (!n || !(s = malloc(n + 1)))
+		return NULL;
+	json_dumpb(j, s, n, JSON_COMPACT | JSON_ENCODE_ANY);
+	s[n] = '\n';
+	*len = n + 1;
+	return s;
+}
+
+static int httpd_reply_json_conn(struct httpd_conn *hc, unsigned status, const json_t *j)
+{
+	size_t len = 0;
+	char *s = httpd_dump_json(j, &len);
+	if (!s)
+		return GEM_ENOMEM;
+	return httpd_queue(hc, status, "application/json",
+			   MHD_create_response_from_buffer_with_free_callback(len, s, free));
+}
+
+static int httpd_verror(struct httpd_conn *hc, unsigned status, const char *error, const char *fmt,
+			va_list ap)
+{
+	char detail[1024];
+	json_t *j;
+	int rc;
+	vsnprintf(detail, sizeof detail, fmt, ap);
+	j = json_pack("{s:s, s:s}", "error", error, "detail", detail);
+	if (!j)
+		return GEM_ENOMEM;
+	rc = httpd_reply_json_conn(hc, status, j);
+	json_decref(j);
+	return rc;
+}
+
+static int httpd_error(struct httpd_conn *hc, unsigned status, const char *error,
+		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int httpd_error(struct httpd_conn *hc, unsigned status, const char *error,
+		       const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+	va_start(ap, fmt);
+	rc = httpd_verror(hc, status, error, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static int httpd_push_header(struct httpd_conn *hc, const char *name, const char *value)
+{
+	size_t nl = strlen(name) + 1, vl = strlen(value) + 1;
+	if (hc->nhdr == HTTPD_NHDR || hc->hused + nl + vl > sizeof hc->hbuf)
+		return GEM_EUSAGE;
+	hc->hname[hc->nhdr] = memcpy(hc->hbuf + hc->hused, name, nl);
+	hc->hused += nl;
+	hc->hval[hc->nhdr++] = memcpy(hc->hbuf + hc->hused, value, vl);
+	hc->hused += vl;
+	return 0;
+}
+
+/* Find the route; on failure queue the 404/405 reply and return NULL. */
+static const struct httpd_route *httpd_route_find(struct httpd_conn *hc, const char *method,
+						  const char *path)
+{
+	char allow[128] = "";
+	size_t n = 0;
+	for (size_t i = 0; i < hc->d->n_routes; i++) {
+		const struct httpd_route *r = &hc->d->routes[i];
+		if (strcmp(r->path, path))
+			continue;
+		if (!strcmp(r->method, method))
+			return r;
+		n += snprintf(allow + n, sizeof allow - n, "%s%s", n ? ", " : "", r->method);
+		if (n >= sizeof allow)
+			n = sizeof allow - 1;
+	}
+	if (!allow[0]) {
+		httpd_error(hc, MHD_HTTP_NOT_FOUND, "not_found", "no resource at %s", path);
+	} else {
+		httpd_push_header(hc, MHD_HTTP_HEADER_ALLOW, allow);
+		httpd_error(hc, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
+			    "%s does not accept %s (allowed: %s)", path, method, allow);
+	}
+	return NULL;
+}
+
+static int httpd_reserve(struct httpd_conn *hc, size_t need)
+{
+	size_t cap = hc->cap ? hc->cap : 4096;
+	unsigned char *p;
+	if (need + 1 <= hc->cap)
+		return 0;
+	while (cap < need + 1)
+		cap = cap > SIZE_MAX / 2 ? need + 1 : cap * 2;
+	if (!(p = realloc(hc->buf, cap)))
+		return GEM_ENOMEM;
+	hc->buf = p;
+	hc->cap = cap;
+	return 0;
+}
+
+/* First call of a request: route, authorize and size-check it before any body is read. */
+static void httpd_begin(struct httpd_conn *hc, const char *method, const char *url)
+{
+	struct httpd *d = hc->d;
+	const char *cl;
+	hc->state = HTTPD_RECV;
+	hc->len = 0;
+	hc->nhdr = 0;
+	hc->hused = 0;
+	if (!(hc->route = httpd_route_find(hc, method, url)))
+		return;
+	if (hc->route->mutating && !httpd_auth_ok(d, hc->mc)) {
+		httpd_push_header(hc, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+		httpd_error(hc, MHD_HTTP_UNAUTHORIZED, "unauthorized",
+			    "%s %s needs a valid 'Authorization: Bearer' token", method, url);
+		return;
+	}
+	cl = MHD_lookup_connection_value(hc->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (cl) {
+		unsigned long long n = strtoull(cl, NULL, 10);
+		if (n > d->max_body) {
+			httpd_error(hc, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
+				    "body of %llu bytes exceeds the limit of %zu", n, d->max_body);
+			return;
+		}
+		if (httpd_reserve(hc, (size_t)n))
+			httpd_error(hc, MHD_HTTP_SERVICE_UNAVAILABLE, "no_memory",
+				    "cannot buffer a body of %llu bytes", n);
+	}
+}
+
+static void httpd_dispatch(struct httpd_conn *hc, const char *method, const char *url)
+{
+	struct httpd_req req;
+	int rc;
+	if (httpd_reserve(hc, hc->len)) {
+		httpd_error(hc, MHD_HTTP_SERVICE_UNAVAILABLE, "no_memory", "cannot buffer the body");
+		return;
+	}
+	hc->buf[hc->len] = 0;
+	req.method = method;
+	req.path = url;
+	req.body = hc->buf;
+	req.body_len = hc->len;
+	req.client = hc->client;
+	req.conn = hc;
+	rc = hc->route->fn(&req, hc->route->ctx);
+	if (hc->state != HTTPD_DONE)
+		httpd_error(hc, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
+			    "%s %s: handler returned %d without a reply", method, url, rc);
+}
+
+static enum MHD_Result httpd_access(void *cls, struct MHD_Connection *mc, const char *url,
+				   const char *method, const char *version, const char *upload_data,
+				   size_t *upload_data_size, void **req_cls)
+{
+	const union MHD_ConnectionInfo *ci;
+	struct httpd_conn *hc = *req_cls;
+	(void)cls, (void)version;
+	if (!hc) {
+		ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+		if (!ci || !(hc = ci->socket_context))
+			return MHD_NO; /* out of memory when the connection started */
+		*req_cls = hc;
+		pthread_mutex_lock(&hc->d->lock);
+		hc->d->active++;
+		pthread_mutex_unlock(&hc->d->lock);
+		httpd_begin(hc, method, url);
+		return MHD_YES;
+	}
+	if (*upload_data_size) {
+		size_t n = *upload_data_size;
+		*upload_data_size = 0;
+		if (hc->state != HTTPD_RECV)
+			return MHD_YES;
+		if (n > hc->d->max_body - hc->len) {
+			/* Chunked or lying about its length: stop buffering, answer at the end. */
+			hc->state = HTTPD_DISCARD;
+			return MHD_YES;
+		}
+		if (httpd_reserve(hc, hc->len + n)) {
+			hc->state = HTTPD_DISCARD;
+			return MHD_YES;
+		}
+		memcpy(hc->buf + hc->len, upload_data, n);
+		hc->len += n;
+		return MHD_YES;
+	}
+	if (hc->state == HTTPD_DISCARD)
+		httpd_error(hc, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
+			    "body exceeds the limit of %zu bytes (or memory ran out)", hc->d->max_body);
+	else if (hc->state == HTTPD_RECV)
+		httpd_dispatch(hc, method, url);
+	return hc->state == HTTPD_DONE ? MHD_YES : MHD_NO;
+}
+
+static int httpd_listen(const char *host, int port, int *fd_out, char *err)
+{
+	struct addrinfo hints = {0}, *res, *ai;
+	char portstr[16];
+	int fd = -1, rc, one = 1, saved = 0;
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	snprintf(portstr, sizeof portstr, "%d", port);
+	if ((rc = getaddrinfo(host, portstr, &hints, &res)))
+		return gem_errf(err, GEM_EUSAGE, "listen address %s: %s", host, gai_strerror(rc));
+	for (ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+		if (fd < 0) {
+			saved = errno;
+			continue;
+		}
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		if (!bind(fd, ai->ai_addr, ai->ai_addrlen) && !listen(fd, SOMAXCONN))
+			break;
+		saved = errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return gem_errf(err, GEM_EFAIL, "cannot listen on %s:%d: %s", host, port, strerror(saved));
+	*fd_out = fd;
+	return 0;
+}
+
+static int httpd_port_of(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t n = sizeof ss;
+	if (getsockname(fd, (struct sockaddr *)&ss, &n))
+		return -1;
+	if (ss.ss_family == AF_INET)
+		return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return -1;
+}
+
+static void httpd_free(struct httpd *d)
+{
+	if (!d)
+		return;
+	for (size_t i = 0; i < d->n_routes; i++) {
+		free((char *)d->routes[i].method);
+		free((char *)d->routes[i].path);
+	}
+	free(d->routes);
+	free(d->token);
+	pthread_cond_destroy(&d->idle);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
+int httpd_start(const struct httpd_config *c, struct httpd **out, char *err)
+{
+	const char *host = c->host ? c->host : "127.0.0.1";
+	struct httpd *d;
+	int fd = -1, rc;
+	*out = NULL;
+	if (c->port < 0 || c->port > 65535)
+		return gem_errf(err, GEM_EUSAGE, "bad port %d", c->port);
+	if (!httpd_is_loopback(host) && !c->allow_public)
+		return gem_errf(err, GEM_EUSAGE,
+				"refusing to listen on non-loopback address %s without an explicit request",
+				host);
+	for (size_t i = 0; i < c->n_routes; i++)
+		if (!c->routes[i].method || !c->routes[i].path || !c->routes[i].fn)
+			return gem_errf(err, GEM_EUSAGE, "route %zu: method, path and handler are required", i);
+	if (!(d = calloc(1, sizeof *d)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory starting the HTTP server");
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_cond_init(&d->idle, NULL);
+	if (!(d->routes = calloc(c->n_routes + 1, sizeof *d->routes)))
+		goto nomem;
+	for (size_t i = 0; i < c->n_routes; i++) {
+		d->routes[i] = c->routes[i];
+		d->routes[i].method = strdup(c->routes[i].method);
+		d->routes[i].path = strdup(c->routes[i].path);
+		d->n_routes++;
+		if (!d->routes[i].method || !d->routes[i].path)
+			goto nomem;
+	}
+	if (c->token && c->token[0]) {
+		if (!(d->token = strdup(c->token)))
+			goto nomem;
+		d->token_len = strlen(d->token);
+	}
+	d->max_body = c->max_body ? c->max_body : HTTPD_MAX_BODY;
+	if ((rc = httpd_listen(host, c->port, &fd, err)))
+		goto fail;
+	d->port = httpd_port_of(fd);
+	/* One thread per connection: the sync rule parks a worker's request in its handler until
+	 * the others arrive, so a fixed pool of N threads would deadlock at N+1 waiting workers. */
+	d->mhd = MHD_start_daemon(
+		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO |
+			MHD_USE_ITC | MHD_USE_ERROR_LOG,
+		0, NULL, NULL, httpd_access, d,
+		MHD_OPTION_EXTERNAL_LOGGER, httpd_mhd_log, d, /* first, so MHD never prints itself */
+		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)(c->timeout_s ? c->timeout_s : HTTPD_TIMEOUT_S),
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned int)(c->max_conns ? c->max_conns : HTTPD_MAX_CONNS),
+		MHD_OPTION_NOTIFY_CONNECTION, httpd_notify_conn, d,
+		MHD_OPTION_NOTIFY_COMPLETED, httpd_request_done, d,
+		MHD_OPTION_END);
+	if (!d->mhd) {
+		close(fd);
+		rc = gem_errf(err, GEM_EFAIL, "cannot start the HTTP server on %s:%d", host, d->port);
+		goto fail;
+	}
+	*out = d;
+	return 0;
+nomem:
+	rc = gem_errf(err, GEM_ENOMEM, "out of memory starting the HTTP server");
+fail:
+	httpd_free(d);
+	return rc;
+}
+
+int httpd_port(const struct httpd *d)
+{
+	return d->port;
+}
+
+void httpd_stop(struct httpd *d)
+{
+	struct timespec until;
+	MHD_socket fd;
+	if (!d)
+		return;
+	/* Stop accepting, let requests in flight send their replies, then close what is left
+	 * (MHD_stop_daemon joins every connection thread, so handlers always finish). */
+	fd = MHD_quiesce_daemon(d->mhd);
+	if (fd != MHD_INVALID_SOCKET)
+		close(fd);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += HTTPD_GRACE_S;
+	pthread_mutex_lock(&d->lock);
+	while (d->active && pthread_cond_timedwait(&d->idle, &d->lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&d->lock);
+	MHD_stop_daemon(d->mhd);
+	httpd_free(d);
+}
+
+const char *httpd_query(const struct httpd_req *req, const char *key)
+{
+	return MHD_lookup_connection_value(req->conn->mc, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *httpd_header(const struct httpd_req *req, const char *name)
+{
+	return MHD_lookup_connection_value(req->conn->mc, MHD_HEADER_KIND, name);
+}
+
+int httpd_add_header(struct httpd_req *req, const char *name, const char *value)
+{
+	return httpd_push_header(req->conn, name, value);
+}
+
+int httpd_reply_json(struct httpd_req *req, unsigned status, const json_t *j)
+{
+	return httpd_reply_json_conn(req->conn, status, j);
+}
+
+int httpd_reply_bytes(struct httpd_req *req, unsigned status, const char *content_type,
+		      const void *buf, size_t len, int copy)
+{
+	return httpd_queue(req->conn, status, content_type,
+			   MHD_create_response_from_buffer(len, (void *)buf,
+							   copy ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_PERSISTENT));
+}
+
+int httpd_reply_owned(struct httpd_req *req, unsigned status, const char *content_type,
+		      const void *buf, size_t len, void (*free_fn)(void *cls), void *cls)
+{
+	struct MHD_Response *r =
+		MHD_create_response_from_buffer_with_free_callback_cls(len, (void *)buf, free_fn, cls);
+	if (!r) {
+		if (free_fn)
+			free_fn(cls);
+		return GEM_ENOMEM;
+	}
+	return httpd_queue(req->conn, status, content_type, r);
+}
+
+int httpd_reply_error(struct httpd_req *req, unsigned status, const char *error,
+		      const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+	va_start(ap, fmt);
+	rc = httpd_verror(req->conn, status, error, fmt, ap);
+	va_end(ap);
+	return rc;
+}

@@ -1,0 +1,375 @@
+#include "wire/msg.h"
+#include "base/err.h"
+#include "base/fsutil.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+void msg_buf_free(struct msg_buf *b)
+{
+	free(b->data);
+	memset(b, 0, sizeof *b);
+}
+
+static int buf_reserve(struct msg_buf *b, size_t n)
+{
+	size_t cap = b->cap ? b->cap : 4096;
+	char *p;
+	if (n <= b->cap && b->data)
+		return 0;
+	while (cap < n)
+		cap = cap > SIZE_MAX / 2 ? n : cap * 2;
+	p = realloc(b->data, cap);
+	if (!p)
+		return -1;
+	b->data = p;
+	b->cap = cap;
+	return 0;
+}
+
+static int check_blob(const struct msg_blob *bl, int i, char *err)
+{
+	if (!memchr(bl->name, 0, sizeof bl->name) || !bl->name[0])
+		return gem_errf(err, GEM_EUSAGE, "message: blob %d has no name (1-%d bytes)", i,
+				MSG_NAME_MAX - 1);
+	if (!memchr(bl->meta.codec, 0, sizeof bl->meta.codec) ||
+	    !blob_codec_known(bl->meta.codec))
+		return gem_errf(err, GEM_EUSAGE, "message: blob '%s': unknown codec", bl->name);
+	if (bl->meta.count > BLOB_MAX_COUNT)
+		return gem_errf(err, GEM_EUSAGE, "message: blob '%s': %zu elements is too many",
+				bl->name, bl->meta.count);
+	if (!strcmp(bl->meta.codec, BLOB_RAW) && bl->meta.nbytes != bl->meta.count * 4)
+		return gem_errf(err, GEM_EUSAGE, "message: blob '%s': raw size %zu, want %zu",
+				bl->name, bl->meta.nbytes, bl->meta.count * 4);
+	if (bl->meta.nbytes && !bl->data)
+		return gem_errf(err, GEM_EUSAGE, "message: blob '%s' has no data", bl->name);
+	return 0;
+}
+
+int msg_build_head(struct msg_buf *b, json_t *header, const struct msg_blob *blobs, int n,
+		   char *err)
+{
+	json_t *h, *arr;
+	size_t need;
+	int rc;
+	b->len = 0;
+	if (header && !json_is_object(header))
+		return gem_errf(err, GEM_EUSAGE, "message: header is not a JSON object");
+	if (n < 0 || n > MSG_MAX_BLOBS)
+		return gem_errf(err, GEM_EUSAGE, "message: %d blobs (at most %d)", n,
+				MSG_MAX_BLOBS);
+	for (int i = 0; i < n; i++) {
+		if ((rc = check_blob(&blobs[i], i, err)) < 0)
+			return rc;
+		for (int j = 0; j < i; j++)
+			if (!strcmp(blobs[i].name, blobs[j].name))
+				return gem_errf(err, GEM_EUSAGE, "message: two blobs named '%s'",
+						blobs[i].name);
+	}
+	/* A shallow copy: the caller's object keeps its fields and gets no "blobs". */
+	h = header ? json_copy(header) : json_object();
+	arr = json_array();
+	if (!h || !arr || json_object_set_new(h, "blobs", arr) < 0) {
+		json_decref(h);
+		return gem_errf(err, GEM_ENOMEM, "message: out of memory");
+	}
+	for (int i = 0; i < n; i++) {
+		const struct msg_blob *bl = &blobs[i];
+		json_t *e = json_pack("{s:s,s:s,s:I,s:I,s:I}", "name", bl->name, "codec",
+				      bl->meta.codec, "count", (json_int_t)bl->meta.count, "size",
+				      (json_int_t)bl->meta.nbytes, "crc32",
+				      (json_int_t)bl->meta.crc32);
+		if (!e || json_array_append_new(arr, e) < 0) {
+			json_decref(h);
+			return gem_errf(err, GEM_ENOMEM, "message: out of memory");
+		}
+	}
+	/* Dump straight into the reusable buffer; a second pass only when it has to grow. */
+	need = json_dumpb(h, b->data, b->data ? b->cap : 0, JSON_COMPACT);
+	if (need && need + 1 > b->cap) {
+		if (need + 1 > MSG_HEAD_MAX || buf_reserve(b, need + 1) < 0) {
+			json_decref(h);
+			return gem_errf(err, need + 1 > MSG_HEAD_MAX ? GEM_EUSAGE : GEM_ENOMEM,
+					"message: header of %zu bytes is too large", need);
+		}
+		need = json_dumpb(h, b->data, b->cap, JSON_COMPACT);
+	}
+	json_decref(h);
+	if (!need)
+		return gem_errf(err, GEM_EUSAGE, "message: header cannot be written as JSON");
+	if (need + 1 > MSG_HEAD_MAX)
+		return gem_errf(err, GEM_EUSAGE, "message: header of %zu bytes is too large",
+				need);
+	b->data[need] = '\n';
+	b->len = need + 1;
+	return 0;
+}
+
+int msg_build(struct msg_buf *b, json_t *header, const struct msg_blob *blobs, int n,
+	      char *err)
+{
+	size_t total;
+	int rc = msg_build_head(b, header, blobs, n, err);
+	if (rc < 0)
+		return rc;
+	total = b->len;
+	for (int i = 0; i < n; i++) {
+		if (blobs[i].meta.nbytes > SIZE_MAX - total)
+			return gem_errf(err, GEM_EUSAGE, "message: blobs too large");
+		total += blobs[i].meta.nbytes;
+	}
+	if (buf_reserve(b, total) < 0) {
+		b->len = 0;
+		return gem_errf(err, GEM_ENOMEM, "message: out of memory (%zu bytes)", total);
+	}
+	for (int i = 0; i < n; i++) {
+		if (blobs[i].meta.nbytes)
+			memcpy(b->data + b->len, blobs[i].data, blobs[i].meta.nbytes);
+		b->len += blobs[i].meta.nbytes;
+	}
+	return 0;
+}
+
+/* A non-negative JSON integer field of a blob entry, at most max. */
+static int get_uint(json_t *e, int i, const char *field, json_int_t max, json_int_t *out,
+		    char *err)
+{
+	json_t *v = json_object_get(e, field);
+	if (!v)
+		return gem_errf(err, GEM_EFAIL, "message: blobs[%d].%s is missing", i, field);
+	if (!json_is_integer(v))
+		return gem_errf(err, GEM_EFAIL, "message: blobs[%d].%s is not an integer", i,
+				field);
+	*out = json_integer_value(v);
+	if (*out < 0 || *out > max)
+		return gem_errf(err, GEM_EFAIL, "message: blobs[%d].%s = %lld is out of range", i,
+				field, (long long)*out);
+	return 0;
+}
+
+static const char *get_str(json_t *e, const char *field, size_t cap, size_t *len)
+{
+	json_t *v = json_object_get(e, field);
+	const char *s;
+	if (!json_is_string(v))
+		return NULL;
+	s = json_string_value(v);
+	*len = json_string_length(v);
+	/* Embedded NULs (\u0000) or over-long names are refused, not silently cut. */
+	if (*len == 0 || *len >= cap || strlen(s) != *len)
+		return NULL;
+	return s;
+}
+
+static int parse_blobs(struct msg *m, size_t body, char *err)
+{
+	json_t *arr = json_object_get(m->header, "blobs"), *e;
+	size_t i, sum = 0;
+	if (!arr) {
+		if (body)
+			return gem_errf(err, GEM_EFAIL,
+					"message: %zu bytes follow a header that lists no blobs",
+					body);
+		return 0;
+	}
+	if (!json_is_array(arr))
+		return gem_errf(err, GEM_EFAIL, "message: \"blobs\" is not an array");
+	if (json_array_size(arr) > MSG_MAX_BLOBS)
+		return gem_errf(err, GEM_EFAIL, "message: %zu blobs (at most %d)",
+				json_array_size(arr), MSG_MAX_BLOBS);
+	json_array_foreach(arr, i, e)
+	{
+		struct msg_blob *bl = &m->blob[i];
+		json_int_t count, size, crc;
+		const char *s;
+		size_t slen;
+		int rc, id = (int)i;
+		if (!json_is_object(e))
+			return gem_errf(err, GEM_EFAIL, "message: blobs[%d] is not an object", id);
+		if (!(s = get_str(e, "name", MSG_NAME_MAX, &slen)))
+			return gem_errf(err, GEM_EFAIL,
+					"message: blobs[%d].name is missing or not a string of "
+					"1-%d bytes", id, MSG_NAME_MAX - 1);
+		memcpy(bl->name, s, slen + 1);
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(m->blob[j].name, bl->name))
+				return gem_errf(err, GEM_EFAIL, "message: two blobs named '%s'",
+						bl->name);
+		if (!(s = get_str(e, "codec", BLOB_CODEC_MAX, &slen)) || !blob_codec_known(s))
+			return gem_errf(err, GEM_EFAIL,
+					"message: blobs[%d].codec is missing or unknown", id);
+		memcpy(bl->meta.codec, s, slen + 1);
+		if ((rc = get_uint(e, id, "count", (json_int_t)BLOB_MAX_COUNT, &count, err)) < 0 ||
+		    (rc = get_uint(e, id, "size", (json_int_t)(body - sum), &size, err)) < 0 ||
+		    (rc = get_uint(e, id, "crc32", 0xffffffffLL, &crc, err)) < 0)
+			return rc;
+		bl->meta.count = (size_t)count;
+		bl->meta.nbytes = (size_t)size;
+		bl->meta.crc32 = (uint32_t)crc;
+		if (!strcmp(bl->meta.codec, BLOB_RAW) && bl->meta.nbytes != bl->meta.count * 4)
+			return gem_errf(err, GEM_EFAIL,
+					"message: blobs[%d].size = %zu, but %zu raw floats are %zu "
+					"bytes", id, bl->meta.nbytes, bl->meta.count,
+					bl->meta.count * 4);
+		sum += bl->meta.nbytes;
+		m->nblobs = id + 1;
+	}
+	if (sum != body)
+		return gem_errf(err, GEM_EFAIL,
+				"message: blobs add up to %zu bytes but %zu follow the header", sum,
+				body);
+	return 0;
+}
+
+int msg_parse(const void *buf, size_t len, struct msg *m, char *err)
+{
+	const char *p = buf, *nl;
+	size_t off;
+	json_error_t jerr;
+	int rc;
+	memset(m, 0, sizeof *m);
+	if (!len)
+		return gem_errf(err, GEM_EFAIL, "message: empty");
+	nl = memchr(p, '\n', len < MSG_HEAD_MAX ? len : MSG_HEAD_MAX);
+	if (!nl) {
+		if (len >= MSG_HEAD_MAX)
+			return gem_errf(err, GEM_EFAIL, "message: first line longer than %d bytes",
+					MSG_HEAD_MAX);
+		return gem_errf(err, GEM_EFAIL, "message: no newline after the JSON header");
+	}
+	m->header = json_loadb(p, (size_t)(nl - p), JSON_REJECT_DUPLICATES, &jerr);
+	if (!m->header)
+		return gem_errf(err, GEM_EFAIL, "message: header: %s (column %d)", jerr.text,
+				jerr.column);
+	if (!json_is_object(m->header)) {
+		msg_free(m);
+		return gem_errf(err, GEM_EFAIL, "message: header is not a JSON object");
+	}
+	off = (size_t)(nl - p) + 1;
+	if ((rc = parse_blobs(m, len - off, err)) < 0) {
+		msg_free(m);
+		return rc;
+	}
+	for (int i = 0; i < m->nblobs; i++) {
+		m->blob[i].data = p + off;
+		off += m->blob[i].meta.nbytes;
+	}
+	return 0;
+}
+
+void msg_free(struct msg *m)
+{
+	json_decref(m->header);
+	memset(m, 0, sizeof *m);
+}
+
+const struct msg_blob *msg_find(const struct msg *m, const char *name)
+{
+	for (int i = 0; i < m->nblobs; i++)
+		if (!strcmp(m->blob[i].name, name))
+			return &m->blob[i];
+	return NULL;
+}
+
+int msg_write_file(const char *path, json_t *header, const struct msg_blob *blobs, int n,
+		   char *err)
+{
+	struct msg_buf head = {0};
+	struct iovec iov[1 + MSG_MAX_BLOBS];
+	int rc = msg_build_head(&head, header, blobs, n, err);
+	if (rc < 0) {
+		gem_errprefix(err, "%s: ", path);
+		msg_buf_free(&head);
+		return rc;
+	}
+	iov[0].iov_base = head.data;
+	iov[0].iov_len = head.len;
+	for (int i = 0; i < n; i++) {
+		iov[1 + i].iov_base = (void *)blobs[i].data;
+		iov[1 + i].iov_len = blobs[i].meta.nbytes;
+	}
+	rc = fs_write_atomicv(path, iov, 1 + n, err);
+	msg_buf_free(&head);
+	return rc;
+}
+
+int msg_read_file(const char *path, size_t max, struct msg_buf *b, struct msg *m, char *err)
+{
+	void *data;
+	size_t len;
+	int rc;
+	memset(m, 0, sizeof *m);
+	if ((rc = fs_read_all(path, &data, &len, max, err)) < 0)
+		return rc;
+	free(b->data);
+	b->data = data;
+	b->len = len;
+	b->cap = len + 1;
+	if ((rc = msg_parse(b->data, b->len, m, err)) < 0)
+		gem_errprefix(err, "%s: ", path);
+	return rc;
+}
+
+int msg_encode_params(struct msg_buf *b, struct blob_codec *c, json_t *header,
+		      const float *theta, size_t count, const char *codec, int level, char *err)
+{
+	struct msg_blob bl = {.name = MSG_PARAMS};
+	int rc = blob_encode(c, theta, count, codec, level, &bl.data, &bl.meta, err);
+	if (rc < 0)
+		return rc;
+	return msg_build(b, header, &bl, 1, err);
+}
+
+int msg_decode_params(const void *buf, size_t len, struct blob_codec *c, json_t **header,
+		      float *theta, size_t count, char *err)
+{
+	struct msg m;
+	const struct msg_blob *bl;
+	int rc;
+	if (header)
+		*header = NULL;
+	if ((rc = msg_parse(buf, len, &m, err)) < 0)
+		return rc;
+	if (!(bl = msg_find(&m, MSG_PARAMS))) {
+		msg_free(&m);
+		return gem_errf(err, GEM_EFAIL, "message: no \"%s\" blob", MSG_PARAMS);
+	}
+	if ((rc = blob_decode(c, bl->data, &bl->meta, theta, count, err)) < 0) {
+		gem_errprefix(err, "message: %s ", MSG_PARAMS);
+		msg_free(&m);
+		return rc;
+	}
+	if (header)
+		*header = json_incref(m.header);
+	msg_free(&m);
+	return 0;
+}
+
+int msg_write_params_file(const char *path, struct msg_buf *b, struct blob_codec *c,
+			  json_t *header, const float *theta, size_t count, const char *codec,
+			  int level, char *err)
+{
+	int rc = msg_encode_params(b, c, header, theta, count, codec, level, err);
+	if (rc < 0) {
+		gem_errprefix(err, "%s: ", path);
+		return rc;
+	}
+	return fs_write_atomic(path, b->data, b->len, err);
+}
+
+int msg_read_params_file(const char *path, size_t max, struct blob_codec *c, json_t **header,
+			 float *theta, size_t count, char *err)
+{
+	void *data;
+	size_t len;
+	int rc;
+	if (header)
+		*header = NULL;
+	if ((rc = fs_read_all(path, &data, &len, max, err)) < 0)
+		return rc;
+	if ((rc = msg_decode_params(data, len, c, header, theta, count, err)) < 0)
+		gem_errprefix(err, "%s: ", path);
+	free(data);
+	return rc;
+}
