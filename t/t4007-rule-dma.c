@@ -68,7 +68,7 @@ int main(void)
 	{
 		float t[2] = {0, 0};
 		r = make_dma(3);
-		ok(rule_has_rounds(r) == 1, "dma is round-based");
+		ok(rule_desc_of(r)->rounds == 1, "dma is round-based");
 		for (int w = 0; w < 3; w++)
 			rule_join(r, w, t, err);
 		ok(rule_join(r, 3, t, err) == GEM_EUSAGE, "a 4th worker is refused: %s", err);

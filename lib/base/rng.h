@@ -9,6 +9,19 @@ struct rng {
 	uint64_t state, inc;
 };
 
+/* Every stream gem draws from, in one place, so that no two purposes share one. A stream is
+ * combined with the run's seed (run.json "train.seed"); where a stream is a base, the offset
+ * added to it is named. */
+#define RNG_MODEL_INIT  UINT64_C(0x6d6f64656c)   /* "model": θ₀ (model_init_params) */
+#define RNG_SHARD       UINT64_C(0x5348415244)   /* "SHARD": the split of the data into shards */
+#define RNG_EVAL_SUBSET UINT64_C(0x6576616c)     /* "eval": gem-eval's --samples subset */
+#define RNG_DROPOUT     UINT64_C(0x6472706f7574) /* + data position: dropout of one step (trainer) */
+#define RNG_DROP_RATE   UINT64_C(0x64726f70)     /* "drop": gem-serve --drop-rate's draws */
+#define RNG_SIM_TIMING  UINT64_C(0x73696d74)     /* + worker id: gem-sim's step times */
+/* The batch order of trainer `who` (-1: local training) is stream 1 + who of the data's
+ * per-epoch shuffle (batcher_init): local training 0, worker or SGP node i, 1 + i. */
+#define RNG_BATCH_ORDER(who) ((uint64_t)((int64_t)(who) + 1))
+
 /* Seed a generator; different streams with one seed are independent sequences. */
 void rng_seed(struct rng *r, uint64_t seed, uint64_t stream);
 uint32_t rng_u32(struct rng *r);

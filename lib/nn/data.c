@@ -14,7 +14,6 @@
 
 #define IDX_IMAGES 0x00000803u /* unsigned bytes, 3 dimensions */
 #define IDX_LABELS 0x00000801u /* unsigned bytes, 1 dimension */
-#define SHARD_STREAM 0x5348415244ull /* "SHARD": every worker draws the same split */
 
 static int is_dir(const char *path)
 {
@@ -350,7 +349,7 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
 	for (int i = 0; i < d->n; i++)
 		perm[i] = (uint32_t)i;
 	/* One permutation for all workers (seed only), cut into shard_n contiguous parts. */
-	rng_seed(&r, seed, SHARD_STREAM);
+	rng_seed(&r, seed, RNG_SHARD);
 	rng_shuffle(&r, perm, (size_t)d->n);
 	lo = (size_t)d->n * (size_t)shard_i / (size_t)shard_n;
 	hi = (size_t)d->n * (size_t)(shard_i + 1) / (size_t)shard_n;

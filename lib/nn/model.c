@@ -412,7 +412,7 @@ int model_reserved(const struct model *m)
 void model_init_params(struct model *m, uint64_t seed)
 {
 	struct rng r;
-	rng_seed(&r, seed, 0x6d6f64656cULL); /* "model" */
+	rng_seed(&r, seed, RNG_MODEL_INIT);
 	for (int i = 0; i < m->nlayers; i++) {
 		struct layer *l = &m->l[i];
 		if (l->wt < 0)

@@ -135,7 +135,7 @@ int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *
 	}
 	for (int i = 0; i < d->n; i++)
 		idx[i] = (uint32_t)i;
-	rng_seed(&r, seed, EVAL_SUBSET_STREAM);
+	rng_seed(&r, seed, RNG_EVAL_SUBSET);
 	rng_shuffle(&r, idx, (size_t)d->n);
 	for (long i = 0; i < n; i++) {
 		memcpy(out->images + (size_t)i * (size_t)d->dim, d->images + (size_t)idx[i] * (size_t)d->dim,

@@ -17,7 +17,6 @@
 #define EVAL_CHUNK 500
 #define EVAL_MAX_CLASSES 256 /* labels are bytes */
 /* The rng stream of eval_subset's permutation (with the run's seed): no worker's shuffle. */
-#define EVAL_SUBSET_STREAM UINT64_C(0x6576616c)
 
 struct eval_result {
 	double loss;     /* mean NLL over the dataset */
@@ -49,7 +48,7 @@ int eval_dataset(struct model *m, const struct dataset *d, float mean, float std
 double eval_class_accuracy(const struct eval_result *res, int k);
 
 /* out: a copy of the first n samples (all, if d has fewer) of a permutation of d fixed by seed
- * (stream EVAL_SUBSET_STREAM): the same samples on every call and every machine. */
+ * (stream RNG_EVAL_SUBSET): the same samples on every call and every machine. */
 int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *out, char *err);
 
 /* Decentralised runs (SGP): the nodes' parameters z_0..z_{k-1} (n floats each). avg gets their

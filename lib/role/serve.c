@@ -626,7 +626,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		applied = 0;
 		nsamples = 0;
 		w->commits--; /* counted once already */
-	} else if (s->opts.max_staleness >= 0 && !rule_has_rounds(s->rule) &&
+	} else if (s->opts.max_staleness >= 0 && !rule_desc_of(s->rule)->rounds &&
 		   base < s->prog.version && s->prog.version - base > (uint64_t)s->opts.max_staleness) {
 		/* bounded staleness: not applied; the worker recomputes at the current θ */
 		char extra[96];
@@ -926,7 +926,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	}
 	run_log_start(s->log, &s->run, s->run.rule.name, s->url, s->prog.version, &s->layout);
 	s->last_checkpoint = s->last_commit = cli_now();
-	rng_seed(&s->drop_rng, s->run.train.seed, 0x64726f70ULL);
+	rng_seed(&s->drop_rng, s->run.train.seed, RNG_DROP_RATE);
 	*out = s;
 	return 0;
 fail:

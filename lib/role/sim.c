@@ -826,7 +826,7 @@ int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *su
 		w->start_at = i < o->nworkers ? 0 : joins[i - o->nworkers];
 		w->die_at = INFINITY;
 		w->slow = i < o->stragglers ? o->straggler_factor : 1;
-		rng_seed(&w->timing, s->run.train.seed, 0x73696d74ULL + (uint64_t)i);
+		rng_seed(&w->timing, s->run.train.seed, RNG_SIM_TIMING + (uint64_t)i);
 	}
 	for (int i = 0; i < o->ndeaths; i++) {
 		struct vworker *w = &s->w[o->deaths[i].worker];

@@ -36,7 +36,8 @@ static int rule_dcasgd_commit(struct rule *r, struct rule_worker *w, const float
 }
 
 const struct rule_ops rule_dcasgd_ops = {
-	.name = "dcasgd",
+	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
+	.desc = {"dcasgd", "lambda_dc", 1, RULE_SENDS_STEP, 0, 0, 0, 0},
 	.nvec = 1,
 	.vec = {"bak"},
 	.sent_vec = 0,

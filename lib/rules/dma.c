@@ -36,8 +36,8 @@ static void rule_dma_close(struct rule *r, float *theta)
 }
 
 const struct rule_ops rule_dma_ops = {
-	.name = "dma",
-	.rounds = 1,
+	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
+	.desc = {"dma", "window", 4, RULE_SENDS_CYCLE, 0, 1, 1, 0},
 	.round_sum = 0,
 	.round_close = rule_dma_close,
 	.sent_vec = -1,

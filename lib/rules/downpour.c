@@ -13,7 +13,8 @@ static int rule_downpour_commit(struct rule *r, struct rule_worker *w, const flo
 }
 
 const struct rule_ops rule_downpour_ops = {
-	.name = "downpour",
+	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
+	.desc = {"downpour", "window", 1, RULE_SENDS_STEP, 0, 0, 0, 0},
 	.sent_vec = -1,
 	.commit = rule_downpour_commit,
 };

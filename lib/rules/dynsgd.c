@@ -25,7 +25,8 @@ static int rule_dynsgd_commit(struct rule *r, struct rule_worker *w, const float
 }
 
 const struct rule_ops rule_dynsgd_ops = {
-	.name = "dynsgd",
+	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
+	.desc = {"dynsgd", "", 1, RULE_SENDS_STEP, 0, 0, 0, 0},
 	.sent_vec = -1,
 	.commit = rule_dynsgd_commit,
 };

@@ -35,7 +35,8 @@ static int rule_easgd_commit(struct rule *r, struct rule_worker *w, const float 
 }
 
 const struct rule_ops rule_easgd_ops = {
-	.name = "easgd",
+	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
+	.desc = {"easgd", "window alpha", 10, RULE_SENDS_X, 1, 0, 0, 0},
 	.sent_vec = -1,
 	.commit = rule_easgd_commit,
 };

@@ -229,7 +229,8 @@ static int rule_gem_commit(struct rule *r, struct rule_worker *w, const float *i
 }
 
 const struct rule_ops rule_gem_ops = {
-	.name = "gem",
+	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
+	.desc = {"gem", "kappa pi_max eps tensor_stats", 1, RULE_SENDS_STEP, 0, 0, 0, 2},
 	.nvec = 2,
 	.vec = {"m", "s"},
 	.sent_vec = 1,

@@ -20,11 +20,10 @@ struct rule_worker {
 struct rule;
 
 struct rule_ops {
-	const char *name;
+	struct rule_desc desc;
 	int nvec;           /* per-worker vectors */
 	const char *vec[2]; /* their names ("m", "s"; "bak") */
 	int sent_vec;       /* the one that holds θ last sent, -1 none */
-	int rounds;         /* commits wait for a round of every worker (sync, dma: rule_round.c) */
 	int round_sum;      /* rounds: the global vector that sums the round's updates */
 	/* rounds: apply a complete round to θ (r->ncontrib updates in the sum; zero the sum) */
 	void (*round_close)(struct rule *r, float *theta);

@@ -26,12 +26,12 @@ int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, ui
 	(void)reply, (void)st;
 	if (w->committed)
 		return gem_errf(err, GEM_EUSAGE, "%s: worker %d already committed in this round",
-				r->ops->name, (int)(w - r->w));
+				r->ops->desc.name, (int)(w - r->w));
 	/* an update computed at an older version belongs to a round already closed */
 	if (tau)
 		return gem_errf(err, GEM_EUSAGE,
 				"%s: worker %d committed an update %llu versions old to the round",
-				r->ops->name, (int)(w - r->w), (unsigned long long)tau);
+				r->ops->desc.name, (int)(w - r->w), (unsigned long long)tau);
 	rule_vec_add(r->global[r->ops->round_sum], in, r->n);
 	w->committed = 1;
 	r->ncommitted++;
@@ -46,7 +46,7 @@ int rule_round_join(struct rule *r, char *err)
 {
 	if (r->nactive >= r->c.nworkers)
 		return gem_errf(err, GEM_EUSAGE, "%s: the %d workers of a round have joined",
-				r->ops->name, r->c.nworkers);
+				r->ops->desc.name, r->c.nworkers);
 	if (r->nactive >= r->target)
 		r->target++;
 	return 0;

@@ -19,36 +19,34 @@ static const struct rule_ops *const rule_all[] = {
 };
 #define RULE_NRULES ((int)(sizeof rule_all / sizeof *rule_all))
 
-enum { R_GEM = 1 << 0, R_DOWNPOUR = 1 << 1, R_DYNSGD = 1 << 2, R_EASGD = 1 << 3,
-       R_DCASGD = 1 << 4, R_SYNC = 1 << 5, R_DMA = 1 << 6, R_ALL = (1 << 7) - 1 };
 enum { RULE_F_FLOAT, RULE_F_INT, RULE_F_BOOL };
 
-/* The fields of run.json's "rule" object: which rules use them and the values allowed. */
+/* The fields of run.json's "rule" object and the values allowed. lr, momentum and nworkers
+ * belong to every rule; a rule's descriptor names the others it uses. */
 static const struct rule_field {
 	const char *name;
 	int type;
 	size_t off;
-	int rules;
 	double lo, hi;
 	int lo_open, hi_open;
 	const char *range; /* for messages */
 } rule_fields[] = {
-	{"lr", RULE_F_FLOAT, offsetof(struct rule_config, lr), R_ALL, 0, 1e6, 1, 0, "in (0, 1e6]"},
-	{"momentum", RULE_F_FLOAT, offsetof(struct rule_config, momentum), R_ALL, 0, 1, 0, 1,
+	{"lr", RULE_F_FLOAT, offsetof(struct rule_config, lr), 0, 1e6, 1, 0, "in (0, 1e6]"},
+	{"momentum", RULE_F_FLOAT, offsetof(struct rule_config, momentum), 0, 1, 0, 1,
 	 "in [0, 1)"},
-	{"nworkers", RULE_F_INT, offsetof(struct rule_config, nworkers), R_ALL, 0, 1 << 20, 0, 0,
+	{"nworkers", RULE_F_INT, offsetof(struct rule_config, nworkers), 0, 1 << 20, 0, 0,
 	 "an integer in [0, 1048576]"},
-	{"kappa", RULE_F_FLOAT, offsetof(struct rule_config, kappa), R_GEM, 0, 1e6, 0, 0, "in [0, 1e6]"},
-	{"pi_max", RULE_F_FLOAT, offsetof(struct rule_config, pi_max), R_GEM, 0, 1e6, 0, 0,
+	{"kappa", RULE_F_FLOAT, offsetof(struct rule_config, kappa), 0, 1e6, 0, 0, "in [0, 1e6]"},
+	{"pi_max", RULE_F_FLOAT, offsetof(struct rule_config, pi_max), 0, 1e6, 0, 0,
 	 "in [0, 1e6]"},
-	{"eps", RULE_F_FLOAT, offsetof(struct rule_config, eps), R_GEM, 0, 1, 0, 0, "in [0, 1]"},
-	{"tensor_stats", RULE_F_BOOL, offsetof(struct rule_config, tensor_stats), R_GEM, 0, 1, 0, 0,
+	{"eps", RULE_F_FLOAT, offsetof(struct rule_config, eps), 0, 1, 0, 0, "in [0, 1]"},
+	{"tensor_stats", RULE_F_BOOL, offsetof(struct rule_config, tensor_stats), 0, 1, 0, 0,
 	 "true or false"},
-	{"window", RULE_F_INT, offsetof(struct rule_config, window), R_DOWNPOUR | R_EASGD | R_DMA,
+	{"window", RULE_F_INT, offsetof(struct rule_config, window),
 	 1, 1 << 20, 0, 0, "an integer in [1, 1048576]"},
-	{"alpha", RULE_F_FLOAT, offsetof(struct rule_config, alpha), R_EASGD, 0, 1, 0, 0,
+	{"alpha", RULE_F_FLOAT, offsetof(struct rule_config, alpha), 0, 1, 0, 0,
 	 "in [0, 1] (0: 0.9/n)"},
-	{"lambda_dc", RULE_F_FLOAT, offsetof(struct rule_config, lambda_dc), R_DCASGD, 0, 1e6, 0, 0,
+	{"lambda_dc", RULE_F_FLOAT, offsetof(struct rule_config, lambda_dc), 0, 1e6, 0, 0,
 	 "in [0, 1e6]"},
 };
 #define RULE_NFIELDS ((int)(sizeof rule_fields / sizeof *rule_fields))
@@ -56,9 +54,30 @@ static const struct rule_field {
 static int rule_index(const char *name)
 {
 	for (int i = 0; i < RULE_NRULES; i++)
-		if (!strcmp(name, rule_all[i]->name))
+		if (!strcmp(name, rule_all[i]->desc.name))
 			return i;
 	return -1;
+}
+
+const struct rule_desc *rule_describe(const char *name)
+{
+	int i = name ? rule_index(name) : -1;
+	return i < 0 ? NULL : &rule_all[i]->desc;
+}
+
+/* Whether field f belongs to rule d: every rule's, or one of the words of d->fields. */
+static int rule_field_of(const struct rule_desc *d, const struct rule_field *f)
+{
+	size_t len = strlen(f->name);
+	const char *p = d->fields;
+	if (!strcmp(f->name, "lr") || !strcmp(f->name, "momentum") || !strcmp(f->name, "nworkers"))
+		return 1;
+	while ((p = strstr(p, f->name))) {
+		if ((p == d->fields || p[-1] == ' ') && (p[len] == ' ' || p[len] == 0))
+			return 1;
+		p += len;
+	}
+	return 0;
 }
 
 static double rule_field_get(const struct rule_config *c, const struct rule_field *f)
@@ -98,9 +117,7 @@ int rule_config_default(const char *name, struct rule_config *c, char *err)
 	c->pi_max = 5;
 	c->eps = 1e-12f;
 	c->tensor_stats = 1;
-	/* λ = 1 makes DOWNPOUR plain asynchronous SGD; EASGD's paper communicates every 10 steps;
-	 * dma's β = τ/2 = 4 hides a round trip behind 4 local steps */
-	c->window = !strcmp(name, "easgd") ? 10 : !strcmp(name, "dma") ? 4 : 1;
+	c->window = rule_describe(name)->window;
 	c->alpha = 0;
 	c->lambda_dc = 0.04f; /* Zheng et al. 2017, DC-ASGD-c */
 	c->nworkers = 0;
@@ -118,10 +135,10 @@ int rule_config_check(const struct rule_config *c, char *err)
 		if (!rule_field_ok(f, v))
 			return gem_errf(err, GEM_EUSAGE, "%s: %g is not %s", f->name, v, f->range);
 	}
-	if ((rule_all[ri] == &rule_sync_ops || rule_all[ri] == &rule_dma_ops) && c->nworkers < 1)
+	if (rule_all[ri]->desc.rounds && c->nworkers < 1)
 		return gem_errf(err, GEM_EUSAGE,
 				"nworkers: rule %s needs the number of workers per round (>= 1)",
-				rule_all[ri]->name);
+				rule_all[ri]->desc.name);
 	return 0;
 }
 
@@ -155,7 +172,7 @@ int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err)
 			return gem_errf(err, GEM_EUSAGE,
 					"unknown field '%s' (fields: name lr momentum nworkers kappa "
 					"pi_max eps tensor_stats window alpha lambda_dc)", key);
-		if (!(f->rules & (1 << ri)))
+		if (!rule_field_of(&rule_all[ri]->desc, f))
 			return gem_errf(err, GEM_EUSAGE, "%s: not a field of rule %s", key, name);
 		if (f->type == RULE_F_BOOL) {
 			if (!json_is_boolean(v))
@@ -195,7 +212,7 @@ json_t *rule_config_to_json(const struct rule_config *c)
 		const struct rule_field *f = &rule_fields[i];
 		double v = rule_field_get(c, f);
 		json_t *j;
-		if (ri >= 0 && !(f->rules & (1 << ri)))
+		if (ri >= 0 && !rule_field_of(&rule_all[ri]->desc, f))
 			continue;
 		j = f->type == RULE_F_FLOAT ? json_real(rule_float_decimal((float)v))
 		  : f->type == RULE_F_BOOL  ? json_boolean(v != 0)
@@ -240,8 +257,8 @@ int rule_create(const struct rule_config *c, const struct layout *l, struct rule
 	for (int i = 0; i < r->ops->nglobal; i++)
 		if (!(r->global[i] = calloc(r->n, sizeof(float))))
 			goto nomem;
-	/* gem: π of a commit, then room for the median's radix select */
-	if (r->ops == &rule_gem_ops && !(r->scratch = malloc(2 * r->n * sizeof(float))))
+	if (r->ops->desc.scratch &&
+	    !(r->scratch = malloc((size_t)r->ops->desc.scratch * r->n * sizeof(float))))
 		goto nomem;
 	*out = r;
 	return 0;
@@ -282,9 +299,9 @@ RULE_NOINLINE void rule_vec_add(float *restrict a, const float *restrict d, size
 		a[i] += d[i];
 }
 
-int rule_has_rounds(const struct rule *r)
+const struct rule_desc *rule_desc_of(const struct rule *r)
 {
-	return r->ops->rounds;
+	return &r->ops->desc;
 }
 
 const struct rule_config *rule_config_of(const struct rule *r)

@@ -23,6 +23,26 @@ enum {
 	RULE_PENDING = 1, /* sync, dma: held for the round; reply when a later call is RULE_APPLIED */
 };
 
+/* What the worker does between two commits (its half of the rule: lib/rules/local.h). */
+enum rule_sends {
+	RULE_SENDS_STEP,  /* Δθ: −η∇L of one step, or x_λ − x_0 after λ plain SGD steps (window λ) */
+	RULE_SENDS_X,     /* its own x after λ plain SGD steps; the reply d pulls it: x ← x − d */
+	RULE_SENDS_CYCLE, /* Δ_w = x_w − x_w^init of λ momentum-SGD steps, sent in the background */
+};
+
+/* What a rule is, for the code around it (server core, worker, simulator, gem-init): each
+ * lib/rules/<name>.c describes itself with one of these, and no other module names a rule. */
+struct rule_desc {
+	const char *name;
+	const char *fields;  /* its own run.json "rule" fields, beside lr, momentum and nworkers */
+	int window;          /* default λ, local steps per commit (1 for rules without "window") */
+	enum rule_sends sends;
+	int reply_elastic;   /* the commit's reply carries easgd's d (blob "elastic"), not θ */
+	int rounds;          /* commits wait for a round of every worker: needs nworkers; no τ bound */
+	int background;      /* the worker commits in the background and carries on */
+	int scratch;         /* floats of rule-wide scratch per parameter */
+};
+
 struct rule_config {
 	char name[RULE_NAME_MAX]; /* one of RULE_NAMES */
 	float lr;                 /* η (the run's): dcasgd's g = −Δ/η */
@@ -32,7 +52,8 @@ struct rule_config {
 	int window;               /* λ, used by the worker: downpour 1, easgd 10; dma's β 4 */
 	float alpha;              /* easgd: 0 → 0.9/n */
 	float lambda_dc;          /* dcasgd: λ_dc = 0.04 (the paper's DC-ASGD-c) */
-	int nworkers;             /* n: sync's and dma's round size (required), easgd's α; 0 = unset */
+	int nworkers;             /* n, the workers the run is planned for (0: unset); rules with rounds
+				   * wait for n commits, easgd's default α is 0.9/n */
 };
 
 /* Per-tensor GEM statistics of one commit. */
@@ -62,6 +83,9 @@ struct rule_vec {
 
 struct rule;
 
+/* The descriptor of the named rule; NULL if there is none. */
+const struct rule_desc *rule_describe(const char *name);
+
 /* Fill *c with the defaults of the named rule; an unknown name is GEM_EUSAGE listing RULE_NAMES. */
 int rule_config_default(const char *name, struct rule_config *c, char *err);
 /* Check every field of *c; GEM_EUSAGE names the first bad one. */
@@ -77,8 +101,8 @@ json_t *rule_config_to_json(const struct rule_config *c);
 int rule_create(const struct rule_config *c, const struct layout *l, struct rule **out, char *err);
 void rule_destroy(struct rule *r);
 const struct rule_config *rule_config_of(const struct rule *r);
-/* 1 if commits wait for rounds of every worker (sync, dma): staleness does not apply. */
-int rule_has_rounds(const struct rule *r);
+/* What the rule is (its descriptor). */
+const struct rule_desc *rule_desc_of(const struct rule *r);
 
 /* Worker w (an id >= 0) joins and receives θ: allocate its state (gem: m_w = 0, s_w = θ;
  * dcasgd: w_bak = θ). sync and dma refuse a worker beyond nworkers; a joined id is refused. */

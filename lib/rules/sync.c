@@ -30,8 +30,8 @@ static void rule_sync_close(struct rule *r, float *theta)
 }
 
 const struct rule_ops rule_sync_ops = {
-	.name = "sync",
-	.rounds = 1,
+	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
+	.desc = {"sync", "", 1, RULE_SENDS_STEP, 0, 1, 0, 0},
 	.round_sum = 1,
 	.round_close = rule_sync_close,
 	.sent_vec = -1,

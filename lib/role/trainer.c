@@ -1,0 +1,75 @@
+#include "role/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/rng.h"
+
+int feed_open(struct feed *f, const struct run *run, const struct dataset *ds, int who, int shard_i,
+	      int shard_n, char *err)
+{
+	memset(f, 0, sizeof *f);
+	f->seed = run->train.seed;
+	f->who = who;
+	return batcher_init(&f->b, ds, run->train.batch, run->train.seed, RNG_BATCH_ORDER(who), shard_i,
+			    shard_n, run->mean, run->std, err);
+}
+
+void feed_seek(struct feed *f, uint64_t samples)
+{
+	f->samples = samples;
+	batcher_seek(&f->b, (long)(samples / f->b.count), samples % f->b.count);
+}
+
+uint64_t feed_epoch(const struct feed *f)
+{
+	return f->b.count;
+}
+
+void feed_close(struct feed *f)
+{
+	batcher_free(&f->b);
+}
+
+int trainer_open(struct trainer *t, const struct run *run, char *err)
+{
+	int rc;
+	memset(t, 0, sizeof *t);
+	t->batch = run->train.batch;
+	if ((rc = model_from_json(run->model, &t->m, err)) < 0 ||
+	    (rc = model_reserve(t->m, t->batch, err)) < 0) {
+		trainer_close(t);
+		return rc;
+	}
+	t->x = malloc(sizeof *t->x * (size_t)t->batch * model_input_size(t->m));
+	t->y = malloc((size_t)t->batch);
+	if (!t->x || !t->y) {
+		trainer_close(t);
+		return gem_errf(err, GEM_ENOMEM, "out of memory for a batch of %d", run->train.batch);
+	}
+	return 0;
+}
+
+void trainer_close(struct trainer *t)
+{
+	model_free(t->m);
+	free(t->x);
+	free(t->y);
+	memset(t, 0, sizeof *t);
+}
+
+int trainer_step(struct trainer *t, struct feed *f, float *loss, int *n, char *err)
+{
+	struct rng drop;
+	/* dropout is a function of who trains and where in its data it stands: a resumed run, a
+	 * replayed one and gem-sim draw what the original drew */
+	rng_seed(&drop, f->seed ^ ((uint64_t)(f->who + 1) << 40), RNG_DROPOUT + f->samples);
+	*n = batcher_next(&f->b, t->x, t->y);
+	*loss = model_train_step(t->m, t->x, t->y, *n, &drop);
+	f->samples += (uint64_t)*n;
+	if (!isfinite(*loss))
+		return gem_errf(err, GEM_EFAIL, "the loss is %g: diverged", (double)*loss);
+	return 0;
+}

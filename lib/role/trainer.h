@@ -1,0 +1,54 @@
+/* trainer: the one training step of every loop in gem (local training, a gem-work worker, an SGP
+ * node, gem-sim's virtual workers): draw the next batch of a trainer's data order, seed dropout
+ * from the trainer's identity and data position, forward and backward, check the loss. A feed is
+ * one trainer's data order and position; a trainer is a model with its batch buffers. They are
+ * apart because gem-sim's threads share a few models among many workers' feeds. */
+#ifndef GEM_TRAINER_H
+#define GEM_TRAINER_H
+#include <jansson.h>
+#include <stdint.h>
+
+#include "nn/data.h"
+#include "nn/model.h"
+#include "run/run.h"
+
+/* Who trains: local training, or worker / SGP node `id`. */
+#define TRAINER_LOCAL (-1)
+
+/* One trainer's data: its shard of the training set in its own per-epoch order, and the number
+ * of samples it has consumed (its position, which fixes the next batch and its dropout). */
+struct feed {
+	struct batcher b;
+	uint64_t seed;    /* the run's */
+	int who;          /* TRAINER_LOCAL or an id >= 0 */
+	uint64_t samples; /* consumed so far, over every session */
+};
+
+/* A model instance and the buffers of one batch. */
+struct trainer {
+	struct model *m;
+	int batch;
+	float *x;
+	uint8_t *y;
+};
+
+/* The feed of `who` over shard shard_i of shard_n of ds (run's seed, batch and normalisation),
+ * at position 0. */
+int feed_open(struct feed *f, const struct run *run, const struct dataset *ds, int who, int shard_i,
+	      int shard_n, char *err);
+/* Continue at position `samples` (every epoch visits the shard once). */
+void feed_seek(struct feed *f, uint64_t samples);
+/* Samples in one epoch of the feed (its shard). */
+uint64_t feed_epoch(const struct feed *f);
+void feed_close(struct feed *f);
+
+/* The run's model, with buffers for its batch size (θ uninitialised: set model_params). */
+int trainer_open(struct trainer *t, const struct run *run, char *err);
+void trainer_close(struct trainer *t);
+
+/* One step at the model's current θ: the next batch of f, dropout drawn from stream
+ * RNG_DROPOUT + f's position of the run's seed mixed with f's trainer, forward, backward (the
+ * gradient of the mean loss in model_grads(t->m)). *loss gets the mean loss, *n the batch's
+ * samples (f advances by n). Returns 0, or GEM_EFAIL when the loss is not finite (err says so). */
+int trainer_step(struct trainer *t, struct feed *f, float *loss, int *n, char *err);
+#endif

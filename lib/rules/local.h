@@ -1,0 +1,39 @@
+/* local: the worker's half of a rule, the same in gem-work and gem-sim. Between two commits
+ * the worker takes the rule's window of local steps from its x, commits one vector (Δθ, its x,
+ * or dma's cycle delta: the rule's descriptor says which) and folds the server's reply into x.
+ * Each call is pure arithmetic over n floats; nothing here sends or allocates after init. */
+#ifndef GEM_RULES_LOCAL_H
+#define GEM_RULES_LOCAL_H
+#include <stddef.h>
+
+#include "nn/optim.h"
+#include "rules/rule.h"
+
+struct rule_local {
+	const struct rule_desc *d;
+	size_t n;
+	int window; /* local steps per commit */
+	float lr;
+	float *x0;    /* x where the window (dma: the cycle) started */
+	float *delta; /* the vector committed */
+	float *xg;    /* dma: X_j, the newest global model received */
+	struct sgd opt; /* dma: the run's momentum SGD for the local steps */
+};
+
+/* The half of rule c for n parameters; lr, momentum, weight decay and Nesterov are the run's
+ * (momentum SGD is the local optimiser of rules that send cycles). */
+int rule_local_init(struct rule_local *l, const struct rule_config *c, size_t n, float lr,
+		    float momentum, float wd, int nesterov, char *err);
+void rule_local_free(struct rule_local *l);
+/* x is θ as the server just handed it over at a join: the worker starts (over) from it. */
+void rule_local_start(struct rule_local *l, const float *x);
+/* Before the first local step of a commit. */
+void rule_local_begin(struct rule_local *l, const float *x);
+/* One local step with gradient g taken at x (x may move). */
+void rule_local_step(struct rule_local *l, float *x, const float *g);
+/* The vector to commit after the window (n floats; dma also moves x: x = X_j + Δ). */
+const float *rule_local_commit(struct rule_local *l, float *x);
+/* The reply's vector v: θ (x ← θ), easgd's d (x ← x − d) or dma's X_{j+1} (kept for the next
+ * boundary). */
+void rule_local_reply(struct rule_local *l, float *x, const float *v);
+#endif
