@@ -95,7 +95,7 @@ test_expect_success 'a run stopped and resumed is bit for bit the run left alone
 
 test_expect_success 'without its optimiser state the resumed run differs (the test can fail)' '
 	gem-init -q --model drop.json --data data/quarters --lr 0.1 --batch 32 --seed 9 lost &&
-	gem-work -q --local lost --steps 37 && rm lost/state.gem &&
+	gem-work -q --local lost --steps 37 && rm lost/local-state.gem &&
 	gem-work -q --local lost --steps 63 2>err && grep -q "momentum starts at 0" err &&
 	tail -c +$(( $(head -1 lost/params.gem | wc -c) + 1 )) lost/params.gem >l.blob &&
 	! cmp -s w.blob l.blob

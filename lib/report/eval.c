@@ -224,29 +224,6 @@ int eval_remote_params(struct eval_remote *r, float *theta, size_t n, struct run
 	return rc < 0 ? rc : decode_params(r, theta, n, p, err);
 }
 
-int eval_server_url(const char *rundir, char *url, size_t cap, char *err)
-{
-	char path[PATH_MAX + 16];
-	char line[1024];
-	FILE *f;
-	size_t len;
-
-	snprintf(path, sizeof path, "%s/server.url", rundir);
-	if (!(f = fopen(path, "r")))
-		return gem_errf(err, GEM_EUSAGE, "%s: %s", path, strerror(errno));
-	if (!fgets(line, sizeof line, f))
-		line[0] = 0;
-	fclose(f);
-	len = strcspn(line, "\r\n");
-	line[len] = 0;
-	if (!len)
-		return gem_errf(err, GEM_EUSAGE, "%s: empty", path);
-	if (len >= cap)
-		return gem_errf(err, GEM_EUSAGE, "%s: URL too long", path);
-	memcpy(url, line, len + 1);
-	return 0;
-}
-
 /* ---- following a live server ---- */
 
 static void sleep_s(double s)
@@ -314,7 +291,7 @@ static int follow_final(struct follower *w, char *err)
 	 * former whole and final */
 	for (double t0 = cli_now(); cli_now() - t0 < w->f->retry_for; sleep_s(0.05)) {
 		char url[sizeof w->url];
-		if (eval_server_url(w->f->rundir, url, sizeof url, NULL) < 0 || strcmp(url, w->url))
+		if (run_server_url_read(w->f->rundir, url, sizeof url, NULL) < 0 || strcmp(url, w->url))
 			break;
 	}
 	snprintf(path, sizeof path, "%s/params.gem", w->f->rundir);
@@ -339,7 +316,7 @@ static int follow_poll(struct follower *w, char *err)
 	if (!w->r.http) {
 		/* RUNDIR with no server.url yet, or a URL not reachable at all */
 		char url[sizeof w->url];
-		if (eval_server_url(w->f->rundir, url, sizeof url, w->away_why) < 0)
+		if (run_server_url_read(w->f->rundir, url, sizeof url, w->away_why) < 0)
 			return 0;
 		if ((rc = follower_connect(w, url, err)) < 0)
 			return rc;
@@ -376,7 +353,7 @@ static int follow_away(struct follower *w, char *err)
 	char url[sizeof w->url];
 	if (!w->f->rundir)
 		return 0;
-	if (eval_server_url(w->f->rundir, url, sizeof url, NULL) < 0)
+	if (run_server_url_read(w->f->rundir, url, sizeof url, NULL) < 0)
 		return w->connected ? 1 : 0; /* gem-serve removes server.url when it exits */
 	if (w->r.http && strcmp(url, w->url) == 0)
 		return 0;

@@ -75,9 +75,6 @@ int eval_remote_run(struct eval_remote *r, struct run *run, char *err);
 int eval_remote_params(struct eval_remote *r, float *theta, size_t n, struct run_progress *p,
 		       char *err);
 
-/* The URL in RUNDIR/server.url (its first line); GEM_EUSAGE when there is none. */
-int eval_server_url(const char *rundir, char *url, size_t cap, char *err);
-
 /* Called with θ loaded and its progress, once per new version; a negative return ends
  * eval_follow with that code (err filled). */
 typedef int (*eval_follow_fn)(void *ctx, const struct run_progress *p, char *err);

@@ -299,6 +299,11 @@ RULE_NOINLINE void rule_vec_add(float *restrict a, const float *restrict d, size
 		a[i] += d[i];
 }
 
+size_t rule_nparams(const struct rule *r)
+{
+	return r->n;
+}
+
 const struct rule_desc *rule_desc_of(const struct rule *r)
 {
 	return &r->ops->desc;

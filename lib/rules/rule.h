@@ -101,6 +101,8 @@ json_t *rule_config_to_json(const struct rule_config *c);
 int rule_create(const struct rule_config *c, const struct layout *l, struct rule **out, char *err);
 void rule_destroy(struct rule *r);
 const struct rule_config *rule_config_of(const struct rule *r);
+/* Floats in θ (the layout's total). */
+size_t rule_nparams(const struct rule *r);
 /* What the rule is (its descriptor). */
 const struct rule_desc *rule_desc_of(const struct rule *r);
 

@@ -27,18 +27,19 @@ int run_create(const char *dir, json_t *runjson, int force, char *err)
 		return gem_errf(err, GEM_EFAIL, "%s: cannot create: %s", dir, strerror(errno));
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
 		return gem_errf(err, GEM_EUSAGE, "%s: not a directory", dir);
-	snprintf(path, sizeof path, "%s/run.json", dir);
+	snprintf(path, sizeof path, "%s/" RUN_JSON, dir);
 	if (!force && access(path, F_OK) == 0)
 		return gem_errf(err, GEM_EUSAGE, "%s: a run exists there already (use --force to replace it)",
 				dir);
 	if (force) {
 		/* a new run starts with no log, no checkpoint of the old one */
-		static const char *stale[] = {"log.jsonl", "params.gem", "state.gem", "server.url"};
+		static const char *stale[] = {RUN_LOG, RUN_PARAMS, RUN_LOCAL_STATE, RUN_RULE_STATE,
+					       RUN_SERVER_URL};
 		for (size_t i = 0; i < sizeof stale / sizeof *stale; i++) {
 			snprintf(path, sizeof path, "%s/%s", dir, stale[i]);
 			unlink(path);
 		}
-		snprintf(path, sizeof path, "%s/run.json", dir);
+		snprintf(path, sizeof path, "%s/" RUN_JSON, dir);
 	}
 	text = json_dumps(runjson, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
 	if (!text)
@@ -151,7 +152,7 @@ int run_open(const char *dir, struct run *r, char *err)
 	if (strlen(dir) >= sizeof r->dir)
 		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
 	snprintf(r->dir, sizeof r->dir, "%s", dir);
-	snprintf(path, sizeof path, "%s/run.json", dir);
+	snprintf(path, sizeof path, "%s/" RUN_JSON, dir);
 	r->json = json_load_file(path, 0, &je);
 	if (!r->json) {
 		if (access(path, F_OK) < 0)
@@ -201,7 +202,7 @@ int run_file(const struct run *r, const char *name, char *out, size_t cap)
 int run_lock(struct run *r, char *err)
 {
 	char path[PATH_MAX + 16];
-	run_file(r, ".lock", path, sizeof path);
+	run_file(r, RUN_LOCK, path, sizeof path);
 	r->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
 	if (r->lock_fd < 0)
 		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
@@ -217,7 +218,7 @@ int run_lock(struct run *r, char *err)
 int run_log_open(const struct run *r, FILE **out, char *err)
 {
 	char path[PATH_MAX + 16];
-	run_file(r, "log.jsonl", path, sizeof path);
+	run_file(r, RUN_LOG, path, sizeof path);
 	*out = fopen(path, "a");
 	if (!*out)
 		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
@@ -239,7 +240,7 @@ int run_params_save(const struct run *r, const float *theta, size_t n, const str
 	json_t *h;
 	int rc;
 
-	run_file(r, "params.gem", path, sizeof path);
+	run_file(r, RUN_PARAMS, path, sizeof path);
 	h = json_pack("{s:I, s:I, s:f}", "version", (json_int_t)p->version, "samples",
 		      (json_int_t)p->samples, "elapsed", p->elapsed);
 	if (!h)
@@ -273,7 +274,7 @@ int run_params_load(const struct run *r, const char *path, float *theta, size_t 
 	int rc;
 
 	if (!path) {
-		run_file(r, "params.gem", def, sizeof def);
+		run_file(r, RUN_PARAMS, def, sizeof def);
 		path = def;
 	}
 	blob_codec_init(&c);
@@ -302,6 +303,20 @@ static void log_floats(FILE *f, const char *key, const struct rule_stats *st, si
 void run_log_update(FILE *f, double time, double elapsed, double vtime, uint64_t version,
 		    int worker, uint64_t tau, float loss, uint64_t samples, const struct rule_stats *st)
 {
+	run_log_update_by(f, time, elapsed, vtime, version, worker, tau, loss, samples, st, NULL);
+}
+
+void run_log_json(FILE *f, json_t *obj)
+{
+	if (obj)
+		json_dumpf(obj, f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+	fputc('\n', f);
+}
+
+void run_log_update_by(FILE *f, double time, double elapsed, double vtime, uint64_t version,
+		       int worker, uint64_t tau, float loss, uint64_t samples,
+		       const struct rule_stats *st, const char *by)
+{
 	fprintf(f, "{\"time\":%.3f,\"elapsed\":%.3f,", time, elapsed);
 	if (vtime >= 0)
 		fprintf(f, "\"vtime\":%.6f,", vtime);
@@ -312,6 +327,8 @@ void run_log_update(FILE *f, double time, double elapsed, double vtime, uint64_t
 	else
 		fputs("\"loss\":null,", f);
 	fprintf(f, "\"samples\":%llu", (unsigned long long)samples);
+	if (by)
+		fprintf(f, ",\"by\":\"%s\"", by);
 	if (st && st->ntensors > 0) {
 		fputs(",\"pi\":{", f);
 		log_floats(f, "median", st, offsetof(struct rule_tensor_stats, pi_median));
@@ -356,7 +373,7 @@ int run_local_state_save(const struct run *r, const float *v, size_t n, uint64_t
 	int rc;
 	if (!h)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	run_file(r, "state.gem", path, sizeof path);
+	run_file(r, RUN_LOCAL_STATE, path, sizeof path);
 	blob_codec_init(&c);
 	rc = msg_write_params_file(path, &b, &c, h, v, n, BLOB_RAW, 0, err);
 	blob_codec_free(&c);
@@ -371,7 +388,7 @@ int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t versi
 	struct blob_codec c;
 	json_t *h = NULL;
 	int rc, same;
-	run_file(r, "state.gem", path, sizeof path);
+	run_file(r, RUN_LOCAL_STATE, path, sizeof path);
 	if (access(path, F_OK) < 0)
 		return 0;
 	blob_codec_init(&c);
@@ -396,4 +413,178 @@ int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t versi
 	blob_codec_free(&c);
 	json_decref(h);
 	return rc < 0 ? rc : 1;
+}
+
+void run_log_event(FILE *f, const char *event, double vtime, int worker, uint64_t version,
+		   const char *extra)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	fprintf(f, "{\"event\":\"%s\",\"time\":%.3f", event,
+		(double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+	if (vtime >= 0)
+		fprintf(f, ",\"vtime\":%.6f", vtime);
+	if (worker >= 0)
+		fprintf(f, ",\"worker\":%d", worker);
+	fprintf(f, ",\"version\":%llu%s%s}\n", (unsigned long long)version, extra && *extra ? "," : "",
+		extra ? extra : "");
+}
+
+#define RULE_STATE_BLOB "rule"
+
+/* The state goes first at a checkpoint: a crash between it and params.gem leaves a state newer
+ * than θ, which resume detects by the version and drops. */
+int run_rule_state_save(const struct run *r, const struct rule *rule, json_t *workers,
+			uint64_t version, char *err)
+{
+	char path[PATH_MAX + 16];
+	json_t *meta = NULL, *head;
+	struct rule_vec *vecs = NULL;
+	struct msg_blob blob = {.name = RULE_STATE_BLOB};
+	struct blob_codec c;
+	const void *enc;
+	float *all = NULL, dummy = 0;
+	size_t n = 0;
+	int nvec = 0, rc;
+
+	if ((rc = rule_state_save(rule, &meta, &vecs, &nvec, err)) < 0) {
+		json_decref(workers);
+		return rc;
+	}
+	n = nvec ? vecs[0].n : 0;
+	head = json_pack("{s:I, s:o, s:o, s:[]}", "version", (json_int_t)version, "rule", meta,
+			 "workers", workers, "vecs");
+	all = nvec ? malloc(sizeof *all * n * (size_t)nvec) : NULL;
+	if (!head || (nvec && !all)) {
+		rc = gem_errf(err, GEM_ENOMEM, "checkpoint: out of memory");
+		goto out;
+	}
+	for (int i = 0; i < nvec; i++) {
+		json_array_append_new(json_object_get(head, "vecs"), json_string(vecs[i].name));
+		memcpy(all + (size_t)i * n, vecs[i].data, sizeof *all * n);
+	}
+	run_file(r, RUN_RULE_STATE, path, sizeof path);
+	blob_codec_init(&c);
+	rc = blob_encode(&c, nvec ? all : &dummy, nvec ? n * (size_t)nvec : 1, BLOB_RAW, 0, &enc,
+			 &blob.meta, err);
+	blob.data = enc;
+	if (rc == 0)
+		rc = msg_write_file(path, head, &blob, 1, err);
+	blob_codec_free(&c);
+out:
+	free(all);
+	free(vecs);
+	json_decref(head);
+	return rc;
+}
+
+/* Decode the state's vectors (named in the header's "vecs", n floats each) into rule. */
+static int rule_state_restore(const struct msg *m, struct rule *rule, size_t n, const char *path,
+			      char *err)
+{
+	json_t *vecs = json_object_get(m->header, "vecs");
+	size_t nvec = json_array_size(vecs);
+	const struct msg_blob *blob = msg_find(m, RULE_STATE_BLOB);
+	struct rule_vec *rv = NULL;
+	struct blob_codec c;
+	float *all = NULL;
+	int rc;
+
+	if (!blob || (nvec && blob->meta.count != nvec * n))
+		return gem_errf(err, GEM_EFAIL, "%s: the rule's state does not fit the model", path);
+	all = malloc(sizeof *all * (nvec ? nvec * n : 1));
+	rv = calloc(nvec ? nvec : 1, sizeof *rv);
+	if (!all || !rv) {
+		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
+		goto out;
+	}
+	blob_codec_init(&c);
+	rc = blob_decode(&c, blob->data, &blob->meta, all, blob->meta.count, err);
+	blob_codec_free(&c);
+	if (rc < 0)
+		goto out;
+	for (size_t i = 0; i < nvec; i++) {
+		snprintf(rv[i].name, sizeof rv[i].name, "%s", json_string_value(json_array_get(vecs, i)));
+		rv[i].data = all + i * n;
+		rv[i].n = n;
+	}
+	if ((rc = rule_state_load(rule, json_object_get(m->header, "rule"), rv, (int)nvec, err)) < 0)
+		gem_errprefix(err, "%s: ", path);
+out:
+	free(all);
+	free(rv);
+	return rc;
+}
+
+int run_rule_state_load(const struct run *r, struct rule *rule, uint64_t version, json_t **workers,
+			char *err)
+{
+	char path[PATH_MAX + 16];
+	struct msg_buf b = {0};
+	struct msg m;
+	json_t *v;
+	int rc = 0;
+
+	*workers = NULL;
+	run_file(r, RUN_RULE_STATE, path, sizeof path);
+	if (access(path, F_OK) < 0)
+		return 0;
+	if (msg_read_file(path, (size_t)1 << 40, &b, &m, err) < 0) {
+		msg_buf_free(&b);
+		return 0;
+	}
+	v = json_object_get(m.header, "version");
+	if (!json_is_integer(v) || json_integer_value(v) != (json_int_t)version) {
+		gem_errf(err, 0, "%s is of version %lld, the parameters of %llu", path,
+			 (long long)json_integer_value(v), (unsigned long long)version);
+		goto out;
+	}
+	if ((rc = rule_state_restore(&m, rule, rule_nparams(rule), path, err)) == 0) {
+		*workers = json_incref(json_object_get(m.header, "workers"));
+		rc = 1;
+	}
+out:
+	msg_free(&m);
+	msg_buf_free(&b);
+	return rc;
+}
+
+int run_server_url_write(const struct run *r, const char *url, char *err)
+{
+	char path[PATH_MAX + 16], line[512];
+	int n = snprintf(line, sizeof line, "%s\n", url);
+	run_file(r, RUN_SERVER_URL, path, sizeof path);
+	if (n < 0 || (size_t)n >= sizeof line)
+		return gem_errf(err, GEM_EUSAGE, "URL too long");
+	return fs_write_atomic(path, line, (size_t)n, err);
+}
+
+void run_server_url_remove(const struct run *r)
+{
+	char path[PATH_MAX + 16];
+	run_file(r, RUN_SERVER_URL, path, sizeof path);
+	unlink(path);
+}
+
+int run_server_url_read(const char *dir, char *url, size_t cap, char *err)
+{
+	char path[PATH_MAX + 16];
+	char line[1024];
+	FILE *f;
+	size_t len;
+
+	snprintf(path, sizeof path, "%s/" RUN_SERVER_URL, dir);
+	if (!(f = fopen(path, "r")))
+		return gem_errf(err, GEM_EUSAGE, "%s: %s", path, strerror(errno));
+	if (!fgets(line, sizeof line, f))
+		line[0] = 0;
+	fclose(f);
+	len = strcspn(line, "\r\n");
+	line[len] = 0;
+	if (!len)
+		return gem_errf(err, GEM_EUSAGE, "%s: empty", path);
+	if (len >= cap)
+		return gem_errf(err, GEM_EUSAGE, "%s: URL too long", path);
+	memcpy(url, line, len + 1);
+	return 0;
 }

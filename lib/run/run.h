@@ -1,6 +1,6 @@
-/* run: one training run's directory. RUNDIR/run.json (model spec, data, rule, hyper-parameters,
- * seed), RUNDIR/params.gem (θ as a message: JSON line + blob, written atomically), RUNDIR/log.jsonl
- * (one JSON object per central update), RUNDIR/server.url while a server runs, RUNDIR/.lock. */
+/* run: one training run's directory, and the one module that names and formats the files in
+ * it (gem-protocol(7) documents them) and writes its log. Whoever trains or serves a run reads
+ * and writes RUNDIR through these functions only. */
 #ifndef GEM_RUN_H
 #define GEM_RUN_H
 #include <jansson.h>
@@ -11,6 +11,17 @@
 #include "rules/rule.h"
 
 #define RUN_FORMAT 1
+
+/* Every file in RUNDIR. */
+#define RUN_JSON        "run.json"        /* model spec, data, rule, hyper-parameters, seed */
+#define RUN_PARAMS      "params.gem"      /* θ and its progress: a message, written atomically */
+#define RUN_LOG         "log.jsonl"       /* one JSON object per central update or event */
+#define RUN_SERVER_URL  "server.url"      /* the server's base URL, while gem-serve runs */
+#define RUN_LOCK        ".lock"           /* flock'd by the one trainer or server of the run */
+#define RUN_LOCAL_STATE "local-state.gem" /* gem-work --local's optimiser state (momentum) */
+#define RUN_RULE_STATE  "rule-state.gem"  /* gem-serve's rule state and workers */
+#define RUN_NODE_PARAMS "node-%d.gem"     /* SGP node I's de-biased parameters */
+#define RUN_NODE_LOG    "node-%d.jsonl"   /* SGP node I's log */
 
 /* The hyper-parameters of local training, as recorded in run.json "train". */
 struct run_train {
@@ -76,11 +87,39 @@ int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t versi
  * samples, and GEM's π statistics when st has tensors (st may be NULL). */
 void run_log_update(FILE *f, double time, double elapsed, double vtime, uint64_t version,
 		    int worker, uint64_t tau, float loss, uint64_t samples, const struct rule_stats *st);
+/* The same, with "by":BY when BY is not NULL: "leave" for a round a worker's leave closed (the
+ * worker named did not commit it). */
+void run_log_update_by(FILE *f, double time, double elapsed, double vtime, uint64_t version,
+		       int worker, uint64_t tau, float loss, uint64_t samples,
+		       const struct rule_stats *st, const char *by);
+/* One JSON object as a line. */
+void run_log_json(FILE *f, json_t *obj);
+
+/* Write one event line of log.jsonl: {"event":E,"time":…[,"vtime":…][,"worker":W],"version":V
+ * [,extra]} where extra (may be NULL) is more JSON members, written as given. */
+void run_log_event(FILE *f, const char *event, double vtime, int worker, uint64_t version,
+		   const char *extra);
 
 /* Write the start event of log.jsonl: rule, model, the server's url (NULL: none), version and
  * the tensor names of the layout. */
 void run_log_start(FILE *f, const struct run *r, const char *rule, const char *url, uint64_t version,
 		   const struct layout *l);
+
+/* The rule's state and the server's record of its workers (an array of objects) at version,
+ * to RUNDIR/rule-state.gem atomically. */
+int run_rule_state_save(const struct run *r, const struct rule *rule, json_t *workers,
+			uint64_t version, char *err);
+/* Restore a state saved at version into rule (just created, no worker); *workers gets the
+ * saved workers (new reference). Returns 1 restored, 0 none saved of that version (told in
+ * err, rule untouched), < 0 a state that does not fit. */
+int run_rule_state_load(const struct run *r, struct rule *rule, uint64_t version, json_t **workers,
+			char *err);
+
+/* Write RUNDIR/server.url (url and a newline) atomically; remove it. */
+int run_server_url_write(const struct run *r, const char *url, char *err);
+void run_server_url_remove(const struct run *r);
+/* The URL in RUNDIR/server.url (the directory of a run, not yet opened). */
+int run_server_url_read(const char *dir, char *url, size_t cap, char *err);
 
 /* Append-only log.jsonl; lines are written whole, flushed by run_log_flush and at close. */
 int run_log_open(const struct run *r, FILE **out, char *err);

@@ -1,0 +1,567 @@
+#include "role/ps.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cli.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "nn/model.h"
+
+/* One worker as the server sees it. */
+struct ps_worker {
+	int id;
+	int active;  /* connected: joined, and not left or gone */
+	int in_rule; /* the rule holds its state (kept while it is away after a stop) */
+	int done, waiting;
+	uint64_t commits, samples, refused, tau_sum, tau_min, tau_max, last_seq;
+	double joined_at, last_contact, loss_sum;
+	double idle; /* seconds the worker says it waited for the server (dma) */
+	int shard_i, shard_n;
+};
+
+struct ps {
+	struct run run;
+	struct ps_opts o;
+	struct layout layout;
+	size_t n;
+	float *theta;
+	struct rule *rule;
+	const struct rule_desc *desc;
+	struct run_progress prog; /* version, samples; elapsed as of the start */
+	double started, last_commit;
+	double vtime;
+	FILE *log;
+	struct ps_worker *w[PS_MAX_WORKERS];
+	int nslots, nactive, ndone, nknown;
+	const char *stop_why;
+	int failed;
+	uint64_t applied_since_start;
+	struct rule_stats st; /* of the last applied update */
+};
+
+const char *ps_status_code(int status)
+{
+	switch (status) {
+	case PS_E_STOPPING: return "stopping";
+	case PS_E_FULL: return "full";
+	case PS_E_UNKNOWN: return "unknown_worker";
+	case PS_E_REFUSED: return "refused";
+	case PS_E_NON_FINITE: return "non_finite";
+	case PS_E_NOMEM: return "busy";
+	case PS_STALE: return "stale";
+	case PS_DUPLICATE: return "duplicate";
+	case PS_PENDING: return "held";
+	}
+	return "ok";
+}
+
+static double elapsed_of(const struct ps *s)
+{
+	return s->prog.elapsed + (cli_now() - s->started);
+}
+
+static void log_event(struct ps *s, const char *event, int worker, const char *extra)
+{
+	run_log_event(s->log, event, s->vtime, worker, s->prog.version, extra);
+}
+
+static void log_update(struct ps *s, int worker, float loss, const char *cause)
+{
+	run_log_update_by(s->log, cli_wall(), elapsed_of(s), s->vtime, s->prog.version, worker,
+		       s->st.staleness, loss, s->prog.samples, &s->st, cause);
+}
+
+/* ---- workers ---- */
+
+static struct ps_worker *worker_get(const struct ps *s, int id)
+{
+	return id >= 0 && id < PS_MAX_WORKERS ? s->w[id] : NULL;
+}
+
+static struct ps_worker *worker_add(struct ps *s, int id)
+{
+	struct ps_worker *w = s->w[id];
+	if (w)
+		return w;
+	if (!(w = calloc(1, sizeof *w)))
+		return NULL;
+	w->id = id;
+	w->tau_min = UINT64_MAX;
+	s->w[id] = w;
+	s->nknown++;
+	if (id >= s->nslots)
+		s->nslots = id + 1;
+	return w;
+}
+
+static json_t *workers_json(const struct ps *s)
+{
+	json_t *a = json_array();
+	for (int i = 0; i < s->nslots; i++) {
+		const struct ps_worker *w = s->w[i];
+		if (!w)
+			continue;
+		json_array_append_new(
+			a, json_pack("{s:i, s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "id", w->id,
+				     "in_rule", w->in_rule, "done", w->done, "commits", (json_int_t)w->commits,
+				     "samples", (json_int_t)w->samples, "refused", (json_int_t)w->refused,
+				     "tau_sum", (json_int_t)w->tau_sum, "tau_min", (json_int_t)w->tau_min,
+				     "tau_max", (json_int_t)w->tau_max, "last_seq", (json_int_t)w->last_seq,
+				     "loss_sum", w->loss_sum));
+	}
+	return a;
+}
+
+/* A saved counter: an integer >= 0, else 0. */
+static uint64_t saved_u64(const json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+	return json_is_integer(v) && json_integer_value(v) >= 0 ? (uint64_t)json_integer_value(v) : 0;
+}
+
+static void workers_restore(struct ps *s, const json_t *workers)
+{
+	size_t i;
+	json_t *o;
+	json_array_foreach(workers, i, o) {
+		json_t *id = json_object_get(o, "id");
+		struct ps_worker *w;
+		if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+		    json_integer_value(id) >= PS_MAX_WORKERS || !(w = worker_add(s, (int)json_integer_value(id))))
+			continue;
+		w->commits = saved_u64(o, "commits");
+		w->samples = saved_u64(o, "samples");
+		w->refused = saved_u64(o, "refused");
+		w->tau_sum = saved_u64(o, "tau_sum");
+		w->tau_min = saved_u64(o, "tau_min");
+		w->tau_max = saved_u64(o, "tau_max");
+		w->last_seq = saved_u64(o, "last_seq");
+		w->loss_sum = json_number_value(json_object_get(o, "loss_sum"));
+		w->done = json_is_true(json_object_get(o, "done"));
+		s->ndone += w->done;
+		/* the rule kept this worker's state: it may come back under its id and carry on */
+		w->in_rule = json_is_true(json_object_get(o, "in_rule"));
+		w->last_contact = cli_now();
+	}
+}
+
+/* ---- life cycle ---- */
+
+static int ps_load(struct ps *s, char *err)
+{
+	struct model *m = NULL;
+	json_t *workers = NULL;
+	int rc;
+	if ((rc = run_lock(&s->run, err)) < 0 || (rc = model_from_json(s->run.model, &m, err)) < 0)
+		return rc;
+	s->layout = *model_layout(m);
+	s->n = model_nparams(m);
+	model_free(m);
+	if (!(s->theta = malloc(sizeof(float) * s->n)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	if ((rc = run_params_load(&s->run, NULL, s->theta, s->n, &s->prog, err)) < 0 ||
+	    (rc = rule_create(&s->run.rule, &s->layout, &s->rule, err)) < 0)
+		return rc;
+	s->desc = rule_desc_of(s->rule);
+	if ((rc = run_rule_state_load(&s->run, s->rule, s->prog.version, &workers, err)) < 0)
+		return rc;
+	if (rc == 0 && err[0])
+		log_warn("%s: the rule's state starts afresh", err);
+	if (rc == 1) {
+		workers_restore(s, workers);
+		log_info("resumed the rule's state and %d workers", s->nknown);
+	}
+	json_decref(workers);
+	return run_log_open(&s->run, &s->log, err);
+}
+
+int ps_open(const char *rundir, const struct ps_opts *o, struct ps **out, char *err)
+{
+	struct ps *s = calloc(1, sizeof *s);
+	int rc;
+	*out = NULL;
+	if (!s)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	s->o = *o;
+	s->vtime = -1;
+	s->started = s->last_commit = cli_now();
+	if ((rc = run_open(rundir, &s->run, err)) < 0) {
+		free(s);
+		return rc;
+	}
+	err[0] = 0;
+	if ((rc = ps_load(s, err)) < 0) {
+		ps_close(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+void ps_close(struct ps *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < s->nslots; i++)
+		free(s->w[i]);
+	rule_destroy(s->rule);
+	free(s->theta);
+	if (s->log)
+		fclose(s->log);
+	run_close(&s->run);
+	free(s);
+}
+
+const struct run *ps_run(const struct ps *s) { return &s->run; }
+const struct layout *ps_layout(const struct ps *s) { return &s->layout; }
+size_t ps_nparams(const struct ps *s) { return s->n; }
+uint64_t ps_version(const struct ps *s) { return s->prog.version; }
+void ps_set_vtime(struct ps *s, double vtime) { s->vtime = vtime; }
+FILE *ps_log(struct ps *s) { return s->log; }
+int ps_failed(const struct ps *s) { return s->failed; }
+int ps_active(const struct ps *s) { return s->nactive; }
+const char *ps_stopping(const struct ps *s) { return s->stop_why; }
+
+struct run_progress ps_progress(const struct ps *s)
+{
+	struct run_progress p = s->prog;
+	p.elapsed = elapsed_of(s);
+	return p;
+}
+
+void ps_copy_theta(const struct ps *s, float *out)
+{
+	memcpy(out, s->theta, sizeof(float) * s->n);
+}
+
+void ps_waiting(struct ps *s, int worker, int waiting)
+{
+	struct ps_worker *w = worker_get(s, worker);
+	if (w) {
+		w->waiting = waiting;
+		w->last_contact = cli_now();
+	}
+}
+
+void ps_stop(struct ps *s, const char *why)
+{
+	if (!s->stop_why)
+		s->stop_why = why;
+}
+
+void ps_log_start(struct ps *s, const char *url)
+{
+	run_log_start(s->log, &s->run, s->run.rule.name, url, s->prog.version, &s->layout);
+}
+
+void ps_log_stop(struct ps *s, const char *reason)
+{
+	json_t *j = json_pack("{s:s}", "reason", reason);
+	char *extra = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	/* {"reason":"…"} without its braces */
+	if (extra) {
+		extra[strlen(extra) - 1] = 0;
+		log_event(s, "stop", -1, extra + 1);
+	} else {
+		log_event(s, "stop", -1, NULL);
+	}
+	free(extra);
+	json_decref(j);
+	fflush(s->log);
+}
+
+int ps_checkpoint(struct ps *s, char *err)
+{
+	struct run_progress p = ps_progress(s);
+	int rc;
+	fflush(s->log);
+	if ((rc = run_rule_state_save(&s->run, s->rule, workers_json(s), s->prog.version, err)) < 0)
+		return rc;
+	return run_params_save(&s->run, s->theta, s->n, &p, err);
+}
+
+/* ---- requests ---- */
+
+/* Worker w leaves (event "leave") or is declared gone ("gone"). Its rule state is released, so
+ * that rules that count workers go on with the others; once the run is stopping the state stays
+ * for the checkpoint, and the worker may come back to it later. */
+static int worker_release(struct ps *s, struct ps_worker *w, const char *event, int done)
+{
+	char extra[32];
+	int closed = 0;
+	if (w->in_rule && !s->stop_why) {
+		if (rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL) == 1) {
+			/* the worker's leave completed a round */
+			s->applied_since_start++;
+			log_update(s, w->id, NAN, "leave");
+			closed = 1;
+		}
+		w->in_rule = 0;
+	}
+	if (w->active) {
+		w->active = 0;
+		s->nactive--;
+	}
+	if (done && !w->done) {
+		w->done = 1;
+		s->ndone++;
+	}
+	snprintf(extra, sizeof extra, "\"done\":%s", w->done ? "true" : "false");
+	log_event(s, event, w->id, extra);
+	/* the run is over once no worker is left, one at least finished, and as many as the run
+	 * expects (gem-init --workers) have come: a fast worker done before a slow one joined
+	 * does not end it, a dead one does not hold it up */
+	if (s->nactive == 0 && s->ndone > 0 && s->nknown >= s->run.rule.nworkers && !s->o.keep_running)
+		ps_stop(s, "every worker has finished");
+	return closed;
+}
+
+/* The data shard of worker id when the run shards data (run.json "shard"). */
+static void worker_shard(const struct ps *s, struct ps_worker *w)
+{
+	if (json_is_true(json_object_get(s->run.json, "shard")) ||
+	    json_is_true(json_object_get(json_object_get(s->run.json, "train"), "shard"))) {
+		int n = s->run.rule.nworkers > 0 ? s->run.rule.nworkers : 1;
+		w->shard_i = w->id % n;
+		w->shard_n = n;
+	}
+}
+
+/* The rule takes worker w: back after a stop or a restart of the server, it finds the state
+ * the rule kept; a restarted worker's old state goes. */
+static int worker_enter_rule(struct ps *s, struct ps_worker *w, char *err)
+{
+	if (w->in_rule && !w->active) {
+		rule_sent(s->rule, w->id, s->theta);
+		return 0;
+	}
+	if (w->in_rule)
+		rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL);
+	w->in_rule = 0;
+	if (rule_join(s->rule, w->id, s->theta, err) < 0)
+		return PS_E_REFUSED;
+	w->in_rule = 1;
+	return 0;
+}
+
+int ps_join(struct ps *s, int id, float *theta_out, struct ps_joined *j, char *err)
+{
+	struct ps_worker *w;
+	int rc;
+	if (s->stop_why)
+		return gem_errf(err, PS_E_STOPPING, "the server is stopping");
+	if (id >= PS_MAX_WORKERS)
+		return gem_errf(err, PS_E_UNKNOWN, "worker: an integer in [0, %d)", PS_MAX_WORKERS);
+	if (id < 0) {
+		for (id = 0; id < PS_MAX_WORKERS && s->w[id]; id++)
+			;
+		if (id == PS_MAX_WORKERS)
+			return gem_errf(err, PS_E_FULL, "%d workers is the limit", PS_MAX_WORKERS);
+	}
+	if (!(w = worker_add(s, id)))
+		return gem_errf(err, PS_E_NOMEM, "out of memory for worker %d", id);
+	if ((rc = worker_enter_rule(s, w, err)) < 0)
+		return rc;
+	if (!w->active)
+		s->nactive++;
+	if (w->done)
+		s->ndone--;
+	w->active = 1;
+	w->done = 0;
+	w->joined_at = w->last_contact = cli_now();
+	worker_shard(s, w);
+	log_event(s, "join", id, w->commits ? "\"rejoin\":true" : "\"rejoin\":false");
+	*j = (struct ps_joined){.worker = id, .rejoin = w->commits > 0, .version = s->prog.version,
+				.seq = w->last_seq, .commits = w->commits, .samples = w->samples,
+				.shard_i = w->shard_i, .shard_n = w->shard_n};
+	if (theta_out)
+		ps_copy_theta(s, theta_out);
+	return PS_APPLIED;
+}
+
+int ps_check_update(const struct ps *s, const float *u, char *err)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (!isfinite(u[i]))
+			return gem_errf(err, PS_E_NON_FINITE, "element %zu of the update is %g", i, (double)u[i]);
+	return PS_APPLIED;
+}
+
+void ps_refused(struct ps *s, int worker, const char *reason)
+{
+	char extra[96];
+	struct ps_worker *w = worker_get(s, worker);
+	if (w)
+		w->refused++;
+	snprintf(extra, sizeof extra, "\"reason\":\"%s\"", reason);
+	log_event(s, "refused", w ? worker : -1, extra);
+}
+
+/* What is applied of commit c by active worker w: a resend, a commit too stale, or the rule's
+ * update. */
+static int commit_decide(struct ps *s, struct ps_worker *w, const struct ps_commit *c, uint64_t tau,
+			 float *out, char *err)
+{
+	char extra[96];
+	if (c->seq && c->seq <= w->last_seq) {
+		/* a commit sent again after a lost reply: answer with θ, apply nothing */
+		log_event(s, "duplicate", w->id, NULL);
+		return PS_DUPLICATE;
+	}
+	if (s->o.max_staleness >= 0 && !s->desc->rounds && tau > (uint64_t)s->o.max_staleness) {
+		/* bounded staleness: not applied; the worker recomputes at the current θ */
+		w->refused++;
+		snprintf(extra, sizeof extra, "\"reason\":\"stale\",\"tau\":%llu", (unsigned long long)tau);
+		log_event(s, "refused", w->id, extra);
+		return PS_STALE;
+	}
+	int rc = rule_commit(s->rule, w->id, c->update, c->base, s->theta, &s->prog.version, out,
+			     &s->st, err);
+	if (rc < 0) {
+		ps_refused(s, w->id, "refused");
+		return PS_E_REFUSED;
+	}
+	return rc == RULE_PENDING ? PS_PENDING : PS_APPLIED;
+}
+
+/* Count the commit in the worker's record and θ's progress. */
+static void commit_count(struct ps *s, struct ps_worker *w, const struct ps_commit *c, int status,
+			 uint64_t tau)
+{
+	uint64_t samples = status == PS_DUPLICATE ? 0 : c->samples;
+	if (c->seq && status != PS_DUPLICATE)
+		w->last_seq = c->seq;
+	if (status != PS_DUPLICATE)
+		w->commits++;
+	w->samples += samples; /* the worker's data position, also for a refused stale commit */
+	if (isfinite(c->loss) && samples)
+		w->loss_sum += c->loss;
+	if (status == PS_STALE)
+		return;
+	s->prog.samples += samples;
+	if (status != PS_APPLIED)
+		return;
+	s->applied_since_start++;
+	w->tau_sum += tau;
+	if (tau < w->tau_min)
+		w->tau_min = tau;
+	if (tau > w->tau_max)
+		w->tau_max = tau;
+}
+
+int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_reply *r, char *err)
+{
+	struct ps_worker *w = worker_get(s, c->worker);
+	uint64_t before = s->prog.version;
+	int status;
+
+	memset(r, 0, sizeof r[0]);
+	r->version = before;
+	if (!w || !w->active) {
+		ps_refused(s, -1, ps_status_code(PS_E_UNKNOWN));
+		return r->status = gem_errf(err, PS_E_UNKNOWN, "join first (POST /v1/join)");
+	}
+	w->last_contact = s->last_commit = cli_now();
+	if (c->idle >= 0)
+		w->idle = c->idle;
+	if (s->stop_why)
+		return r->status = gem_errf(err, PS_E_STOPPING, "the server is stopping");
+	if (!c->checked && (status = ps_check_update(s, c->update, err)) < 0) {
+		ps_refused(s, w->id, ps_status_code(status));
+		return r->status = status;
+	}
+	r->tau = c->base <= before ? before - c->base : 0;
+	status = commit_decide(s, w, c, r->tau, out, err);
+	if (status == PS_E_REFUSED)
+		return r->status = status;
+	commit_count(s, w, c, status, r->tau);
+	r->status = status;
+	r->version = s->prog.version;
+	if (status == PS_APPLIED) {
+		r->st = &s->st;
+		r->elastic = s->desc->reply_elastic;
+		/* a round of a rule with rounds closes on its last commit */
+		r->round_closed = s->desc->rounds;
+		log_update(s, w->id, c->loss, NULL);
+		if (s->o.max_updates && s->prog.version >= s->o.max_updates)
+			ps_stop(s, "reached --max-updates");
+	} else if (status == PS_PENDING) {
+		log_event(s, "held", w->id, NULL);
+		return status;
+	}
+	if (!r->elastic)
+		ps_copy_theta(s, out);
+	return status;
+}
+
+int ps_leave(struct ps *s, int worker, int done, int gone, struct ps_reply *r, char *err)
+{
+	struct ps_worker *w = worker_get(s, worker);
+	memset(r, 0, sizeof r[0]);
+	if (!w)
+		return r->status = gem_errf(err, PS_E_UNKNOWN, "no such worker");
+	if (w->active)
+		r->round_closed = worker_release(s, w, gone ? "gone" : "leave", done);
+	r->version = s->prog.version;
+	return r->status = PS_APPLIED;
+}
+
+void ps_liveness(struct ps *s, void (*gone)(void *ctx, int worker, double silent), void *ctx)
+{
+	double now = cli_now();
+	if (s->o.worker_timeout > 0 && !s->stop_why) {
+		for (int i = 0; i < s->nslots; i++) {
+			struct ps_worker *w = s->w[i];
+			if (!w || w->waiting || !w->in_rule || now - w->last_contact < s->o.worker_timeout)
+				continue;
+			if (gone)
+				gone(ctx, w->id, now - w->last_contact);
+			worker_release(s, w, "gone", 0);
+		}
+	}
+	if (s->o.idle_timeout > 0 && !s->stop_why && now - s->last_commit >= s->o.idle_timeout) {
+		s->failed = 1;
+		ps_stop(s, "no commit arrived for --idle-timeout seconds");
+	}
+}
+
+/* ---- what the server tells about itself ---- */
+
+json_t *ps_health_json(const struct ps *s)
+{
+	return json_pack("{s:b, s:I, s:i, s:b}", "ok", 1, "version", (json_int_t)s->prog.version,
+			 "workers", s->nactive, "stopping", s->stop_why != NULL);
+}
+
+static json_t *worker_stats(const struct ps_worker *w, double now)
+{
+	/* a worker that has left worked from its join to its last contact */
+	double alive = (w->active ? now : w->last_contact) - w->joined_at;
+	double c = w->commits ? (double)w->commits : 1;
+	json_t *j = json_pack("{s:i, s:b, s:b, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:f, s:f}", "worker",
+			      w->id, "active", w->active, "done", w->done, "commits",
+			      (json_int_t)w->commits, "samples", (json_int_t)w->samples, "refused",
+			      (json_int_t)w->refused, "tau_mean", (double)w->tau_sum / c, "tau_min",
+			      (json_int_t)(w->commits ? w->tau_min : 0), "tau_max", (json_int_t)w->tau_max,
+			      "samples_per_s", alive > 0 ? (double)w->samples / alive : 0.0, "loss_mean",
+			      w->loss_sum / c, "since_contact", now - w->last_contact);
+	if (j)
+		json_object_set_new(j, "idle", json_real(w->idle));
+	return j;
+}
+
+json_t *ps_stats_json(const struct ps *s)
+{
+	double now = cli_now(), up = now - s->started;
+	json_t *ws = json_array();
+	for (int i = 0; i < s->nslots; i++)
+		if (s->w[i])
+			json_array_append_new(ws, worker_stats(s->w[i], now));
+	return json_pack("{s:I, s:I, s:f, s:f, s:s, s:i, s:o}", "version", (json_int_t)s->prog.version,
+			 "samples", (json_int_t)s->prog.samples, "uptime", up, "updates_per_s",
+			 up > 0 ? (double)s->applied_since_start / up : 0.0, "rule", s->run.rule.name,
+			 "active", s->nactive, "workers", ws);
+}

@@ -1,0 +1,131 @@
+/* ps: the parameter server's core, with no transport. It holds θ, its version and the rule,
+ * keeps the record of every worker, decides every join, commit and leave (what is applied,
+ * refused, held for a round, answered twice), logs them and checkpoints. gem-serve's HTTP
+ * handlers and gem-sim's virtual server both call it for every decision, so a simulated or
+ * replayed run applies exactly what a served one does. Not thread-safe: the caller serialises
+ * calls (gem-serve holds its lock, in commit arrival order). */
+#ifndef GEM_PS_H
+#define GEM_PS_H
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rules/rule.h"
+#include "run/run.h"
+
+#define PS_MAX_WORKERS 4096
+
+struct ps_opts {
+	uint64_t max_updates;  /* stop after this many central updates in all; 0: no limit */
+	long max_staleness;    /* refuse commits staler than this (SSP); < 0: no bound */
+	int keep_running;      /* don't stop when every worker has finished and left */
+	double worker_timeout; /* a worker silent this long is gone; 0: never */
+	double idle_timeout;   /* no commit this long: stop, failed; 0: never */
+};
+
+/* What a request came to. The negative ones are refusals (gem-protocol(7) gives each its HTTP
+ * status); a refused commit changes nothing but the worker's refusal count. */
+enum ps_status {
+	PS_APPLIED = 0,    /* θ moved (or a round closed); the reply is θ, or easgd's d */
+	PS_PENDING = 1,    /* held for its round (sync, dma): the reply is θ once the round closes */
+	PS_DUPLICATE = 2,  /* a commit sent again (seq already seen): nothing applied; reply θ */
+	PS_STALE = 3,      /* staler than --max-staleness: not applied; reply θ to recompute at */
+	PS_E_STOPPING = -1,
+	PS_E_FULL = -2,
+	PS_E_UNKNOWN = -3, /* no such worker, or not joined */
+	PS_E_REFUSED = -4, /* the rule refused it (a second commit in a round, a base ahead...) */
+	PS_E_NON_FINITE = -5,
+	PS_E_NOMEM = -6,
+};
+
+/* The short error code of a refusal ("stopping", "full", ...), for the protocol and the log. */
+const char *ps_status_code(int status);
+
+/* The answer to a join. */
+struct ps_joined {
+	int worker;
+	int rejoin;       /* the worker had committed before */
+	uint64_t version; /* of θ, copied to the caller's buffer */
+	uint64_t seq, commits, samples; /* what the server saw of it so far */
+	int shard_i, shard_n; /* its data shard when the run shards data (shard_n 0: no) */
+};
+
+/* One commit: the update (Δθ, easgd's x, dma's Δ), n floats. */
+struct ps_commit {
+	int worker;
+	uint64_t base;    /* the version the update was computed from */
+	uint64_t seq;     /* the worker's commit number (0: none) to recognise a resend */
+	uint64_t samples; /* training samples behind it */
+	float loss;       /* NaN: none */
+	double idle;      /* dma: seconds the worker waited; < 0: not said */
+	const float *update;
+	int checked;      /* the caller has already run ps_check_update on it */
+};
+
+/* The answer to a commit or a leave. */
+struct ps_reply {
+	int status;        /* enum ps_status */
+	uint64_t version;  /* θ's after the call */
+	uint64_t tau;      /* this commit's staleness: version before it − base */
+	int elastic;       /* the reply vector is easgd's d (blob "elastic"), not θ */
+	int round_closed;  /* a round completed: workers held in it may have θ now */
+	const struct rule_stats *st; /* the applied update's statistics (valid until the next call) */
+};
+
+struct ps;
+
+/* Open RUNDIR (locked): θ from params.gem, the rule and the workers from rule-state.gem when
+ * it is of θ's version, the log for appending. */
+int ps_open(const char *rundir, const struct ps_opts *o, struct ps **out, char *err);
+/* Free everything (no checkpoint: call ps_checkpoint first). */
+void ps_close(struct ps *s);
+const struct run *ps_run(const struct ps *s);
+const struct layout *ps_layout(const struct ps *s);
+size_t ps_nparams(const struct ps *s);
+uint64_t ps_version(const struct ps *s);
+/* θ's progress now (elapsed includes this session). */
+struct run_progress ps_progress(const struct ps *s);
+/* θ into out (n floats). */
+void ps_copy_theta(const struct ps *s, float *out);
+/* The virtual time of the log's next lines (gem-sim); < 0 (the default): none. */
+void ps_set_vtime(struct ps *s, double vtime);
+/* The log (gem-sim adds its own "sim" event). */
+FILE *ps_log(struct ps *s);
+
+/* The "start" event, with the server's URL (NULL: none). */
+void ps_log_start(struct ps *s, const char *url);
+/* The "stop" event and a final flush. */
+void ps_log_stop(struct ps *s, const char *reason);
+/* θ and the rule's state to RUNDIR, atomically. */
+int ps_checkpoint(struct ps *s, char *err);
+
+/* Worker `worker` (-1: a new id) joins: θ into theta_out (n floats; NULL: not now). Returns PS_APPLIED or a
+ * refusal (err says why). */
+int ps_join(struct ps *s, int worker, float *theta_out, struct ps_joined *j, char *err);
+/* The check every update gets (all elements finite): PS_APPLIED or PS_E_NON_FINITE. */
+int ps_check_update(const struct ps *s, const float *u, char *err);
+/* Apply commit c; the reply vector goes to out (n floats) unless PS_PENDING. */
+int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_reply *r, char *err);
+/* Worker `worker` leaves (done: it spent its budget) or, with gone, was declared gone. */
+int ps_leave(struct ps *s, int worker, int done, int gone, struct ps_reply *r, char *err);
+/* Log a refusal decided outside the core (a bad message): worker -1 if unknown. */
+void ps_refused(struct ps *s, int worker, const char *reason);
+
+/* Declare gone the workers silent for worker_timeout; stop as failed after idle_timeout with no
+ * commit. Calls back gone(ctx, worker, seconds) for each (may be NULL). */
+void ps_liveness(struct ps *s, void (*gone)(void *ctx, int worker, double silent), void *ctx);
+/* Ask the run to stop (the first reason stays). */
+void ps_stop(struct ps *s, const char *why);
+/* Why the run stops, or NULL while it goes on. */
+const char *ps_stopping(const struct ps *s);
+/* 1 if the stop is a failure (idle timeout). */
+int ps_failed(const struct ps *s);
+/* Workers connected now. */
+int ps_active(const struct ps *s);
+/* A held worker waits for its round (it is not silent meanwhile). */
+void ps_waiting(struct ps *s, int worker, int waiting);
+
+/* GET /v1/health's object and GET /v1/stats's (new references). */
+json_t *ps_health_json(const struct ps *s);
+json_t *ps_stats_json(const struct ps *s);
+#endif
