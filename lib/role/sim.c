@@ -8,13 +8,13 @@
 #include <string.h>
 
 #include "base/cli.h"
-#include "nn/data.h"
 #include "base/err.h"
 #include "base/log.h"
-#include "nn/model.h"
 #include "base/rng.h"
-#include "rules/rule.h"
-#include "run/run.h"
+#include "nn/data.h"
+#include "role/ps.h"
+#include "role/trainer.h"
+#include "role/vworker.h"
 
 #define LOSS_TAIL 100
 
@@ -192,32 +192,18 @@ static struct event heap_pop(struct heap *h)
 /* Where a worker's next commit stands. Guarded by sim.mu once threads run. */
 enum { W_WAIT, W_READY, W_RUNNING, W_DONE };
 
-/* One virtual worker: what a gem-work process holds, plus its timing. */
-struct vworker {
-	int id;
-	int started, joined, ended, pending;
+/* One virtual worker: a gem-work (vworker) and its timing. */
+struct simw {
+	struct vworker v;
+	int open, started, joined, ended, pending;
 	int state;
 	double start_at, die_at, send_at;
-	double slow;         /* step-time factor: the straggler factor or 1 */
-	uint64_t base;       /* version of the θ it holds */
-	float *theta;        /* θ received (easgd: its own x) */
-	float *delta;        /* the commit computed from it (easgd: x after the local steps) */
-	float loss;
-	int finite;          /* every element of the commit is finite */
-	uint64_t got;        /* samples of the computed commit */
-	int nsteps;          /* local steps of the next commit */
+	double slow;             /* step-time factor: the straggler factor or 1 */
+	int nsteps;              /* local steps of the next commit */
 	uint64_t planned, steps; /* samples and local steps of the commits planned so far */
-	uint64_t target;     /* its budget of samples (UINT64_MAX with --steps) */
-	size_t shadow_pos;   /* the batcher's position as the planning sees it */
-	struct batcher b;
-	struct rng drop, timing;
-};
-
-/* One gradient thread's model instance (activations) and batch buffers. */
-struct compute_ctx {
-	struct model *m;
-	float *x;
-	uint8_t *y;
+	uint64_t target;         /* its budget of samples (UINT64_MAX with --steps) */
+	size_t shadow_pos;       /* the data position within an epoch as the planning sees it */
+	struct rng timing;
 };
 
 struct helper_arg {
@@ -227,23 +213,18 @@ struct helper_arg {
 
 struct sim {
 	const struct sim_opts *o;
-	struct run run;
-	struct layout layout;
+	struct ps *ps;
+	const struct run *run;
 	size_t n;
-	float *theta, *reply;
-	struct rule *rule;
-	struct run_progress prog;
-	FILE *log;
+	float *reply;
 	struct dataset ds;
-	int window, easgd, sync;
-	float lr;
-	struct vworker *w;
+	int window;
+	struct simw *w;
 	int nw;
 	struct heap q;
 	uint64_t seq;
 	double server_free, vnow, t0, last_progress;
-	int nactive, ndone;
-	struct rule_stats st;
+	int ndone;
 	struct sim_summary sum;
 
 	pthread_mutex_t mu;
@@ -251,7 +232,7 @@ struct sim {
 	int nthreads, nhelpers, stop_threads;
 	pthread_t *tid;
 	struct helper_arg *args;
-	struct compute_ctx *ctx;
+	struct trainer *tr; /* one model instance per gradient thread */
 
 	float loss_ring[LOSS_TAIL];
 	int ring_n, ring_i;
@@ -267,7 +248,7 @@ static int push(struct sim *s, int kind, double t, int worker, int done)
 	return heap_push(&s->q, e);
 }
 
-static double step_time(struct sim *s, struct vworker *w)
+static double step_time(struct sim *s, struct simw *w)
 {
 	const struct sim_dist *d = &s->o->step;
 	double t = d->a;
@@ -283,79 +264,26 @@ static double step_time(struct sim *s, struct vworker *w)
 	return t * w->slow;
 }
 
-/* The batch sizes batcher_next will return, without touching the data. */
-static uint64_t shadow_next(struct vworker *w)
+/* The batch sizes the worker's feed will return, without touching the data. */
+static uint64_t shadow_next(struct simw *w)
 {
+	const struct batcher *b = &w->v.f.b;
 	size_t k;
-	if (w->shadow_pos >= w->b.count)
+	if (w->shadow_pos >= b->count)
 		w->shadow_pos = 0;
-	k = w->b.count - w->shadow_pos < (size_t)w->b.batch ? w->b.count - w->shadow_pos : (size_t)w->b.batch;
+	k = b->count - w->shadow_pos < (size_t)b->batch ? b->count - w->shadow_pos : (size_t)b->batch;
 	w->shadow_pos += k;
 	return k;
 }
 
 /* ---- gradients: the only costly part, and the part threads share ---- */
 
-/* Whether a float is NaN or ±Inf, from its exponent bits (a loop of these vectorises). */
-static inline uint32_t nonfinite(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	return (u & 0x7f800000u) == 0x7f800000u;
-}
-
-/* What gem-work computes between receiving θ and committing (lib/work.c, exactly): λ local
- * steps of plain SGD from the θ received; Δθ = −η∇L for λ = 1, else x_λ − x_0; easgd sends x. */
-static void compute(const struct sim *s, struct compute_ctx *c, struct vworker *w)
-{
-	float *p = model_params(c->m);
-	const float *g;
-	const float lr = s->lr;
-	double lsum = 0;
-	uint64_t got = 0;
-	uint32_t bad = 0;
-	int k;
-	memcpy(p, w->theta, sizeof(float) * s->n);
-	for (k = 0; k < w->nsteps; k++) {
-		int nb = batcher_next(&w->b, c->x, c->y);
-		lsum += model_train_step(c->m, c->x, c->y, nb, &w->drop);
-		got += (uint64_t)nb;
-		g = model_grads(c->m);
-		if (s->window == 1 && !s->easgd) {
-			/* the server's check of the commit, fused with making it */
-			for (size_t i = 0; i < s->n; i++) {
-				float d = -lr * g[i];
-				w->delta[i] = d;
-				bad |= nonfinite(d);
-			}
-		} else {
-			for (size_t i = 0; i < s->n; i++)
-				p[i] -= lr * g[i];
-		}
-	}
-	if (s->easgd) {
-		for (size_t i = 0; i < s->n; i++) {
-			w->delta[i] = p[i];
-			bad |= nonfinite(p[i]);
-		}
-	} else if (s->window > 1) {
-		for (size_t i = 0; i < s->n; i++) {
-			float d = p[i] - w->theta[i];
-			w->delta[i] = d;
-			bad |= nonfinite(d);
-		}
-	}
-	w->finite = !bad;
-	w->loss = (float)(lsum / (k ? k : 1));
-	w->got = got;
-}
-
 /* The READY worker whose commit is due first (caller holds mu). */
-static struct vworker *pick_ready(struct sim *s)
+static struct simw *pick_ready(struct sim *s)
 {
-	struct vworker *best = NULL;
+	struct simw *best = NULL;
 	for (int i = 0; i < s->nw; i++) {
-		struct vworker *w = &s->w[i];
+		struct simw *w = &s->w[i];
 		if (w->state == W_READY && (!best || w->send_at < best->send_at))
 			best = w;
 	}
@@ -365,17 +293,17 @@ static struct vworker *pick_ready(struct sim *s)
 static void *helper_main(void *arg)
 {
 	struct sim *s = ((struct helper_arg *)arg)->s;
-	struct compute_ctx *c = &s->ctx[((struct helper_arg *)arg)->i];
+	struct trainer *t = &s->tr[((struct helper_arg *)arg)->i];
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop_threads) {
-		struct vworker *v = pick_ready(s);
+		struct simw *v = pick_ready(s);
 		if (!v) {
 			pthread_cond_wait(&s->work_cv, &s->mu);
 			continue;
 		}
 		v->state = W_RUNNING;
 		pthread_mutex_unlock(&s->mu);
-		compute(s, c, v);
+		vworker_compute(&v->v, t, v->nsteps, 0);
 		pthread_mutex_lock(&s->mu);
 		v->state = W_DONE;
 		pthread_cond_broadcast(&s->done_cv);
@@ -385,18 +313,18 @@ static void *helper_main(void *arg)
 }
 
 /* Make w's commit ready. While a helper computes it, this thread computes another one. */
-static void ensure_computed(struct sim *s, struct vworker *w)
+static void ensure_computed(struct sim *s, struct simw *w)
 {
 	pthread_mutex_lock(&s->mu);
 	while (w->state != W_DONE) {
-		struct vworker *v = w->state == W_READY ? w : s->nhelpers ? pick_ready(s) : NULL;
+		struct simw *v = w->state == W_READY ? w : s->nhelpers ? pick_ready(s) : NULL;
 		if (!v) {
 			pthread_cond_wait(&s->done_cv, &s->mu);
 			continue;
 		}
 		v->state = W_RUNNING;
 		pthread_mutex_unlock(&s->mu);
-		compute(s, &s->ctx[0], v);
+		vworker_compute(&v->v, &s->tr[0], v->nsteps, 0);
 		pthread_mutex_lock(&s->mu);
 		v->state = W_DONE;
 		pthread_cond_broadcast(&s->done_cv);
@@ -405,7 +333,7 @@ static void ensure_computed(struct sim *s, struct vworker *w)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static void set_ready(struct sim *s, struct vworker *w)
+static void set_ready(struct sim *s, struct simw *w)
 {
 	pthread_mutex_lock(&s->mu);
 	w->state = W_READY;
@@ -413,21 +341,7 @@ static void set_ready(struct sim *s, struct vworker *w)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* ---- the log, as gem-serve writes it, with virtual times ---- */
-
-static double elapsed_of(const struct sim *s)
-{
-	return s->prog.elapsed + (cli_now() - s->t0);
-}
-
-static void log_event(struct sim *s, const char *event, int worker, double vtime, const char *extra)
-{
-	fprintf(s->log, "{\"event\":\"%s\",\"time\":%.3f,\"vtime\":%.6f", event, cli_wall(), vtime);
-	if (worker >= 0)
-		fprintf(s->log, ",\"worker\":%d", worker);
-	fprintf(s->log, ",\"version\":%llu%s%s}\n", (unsigned long long)s->prog.version,
-		extra && *extra ? "," : "", extra ? extra : "");
-}
+/* ---- the summary ---- */
 
 /* The options of the simulation, as an event line (threads left out: they change nothing). */
 static void log_sim(struct sim *s)
@@ -446,22 +360,17 @@ static void log_sim(struct sim *s)
 	for (int i = 0; i < o->njoins; i++)
 		json_array_append_new(joins, json_real(o->joins[i]));
 	ev = json_pack("{s:s, s:f, s:f, s:I, s:i, s:I, s:s, s:f, s:i, s:f, s:f, s:f, s:o, s:o}", "event",
-		       "sim", "time", cli_wall(), "vtime", 0.0, "version", (json_int_t)s->prog.version,
+		       "sim", "time", cli_wall(), "vtime", 0.0, "version", (json_int_t)ps_version(s->ps),
 		       "workers", o->nworkers, "steps", (json_int_t)o->steps, "step_time", step, "jitter",
 		       o->jitter, "stragglers", o->stragglers, "straggler_factor", o->straggler_factor,
 		       "latency", o->latency, "server_time", o->server_time, "die", deaths, "join", joins);
-	if (ev)
-		json_dumpf(ev, s->log, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-	fputc('\n', s->log);
+	run_log_json(ps_log(s->ps), ev);
 	json_decref(ev);
 }
 
-/* An update line, and the figures the summary keeps of it. */
-static int log_update(struct sim *s, int worker, float loss, double vtime)
+/* The figures the summary keeps of an applied update. */
+static int summary_add(struct sim *s, float loss, const struct rule_stats *st)
 {
-	const struct rule_stats *st = &s->st;
-	run_log_update(s->log, cli_wall(), elapsed_of(s), vtime, s->prog.version, worker, st->staleness,
-		       loss, s->prog.samples, st);
 	s->sum.updates++;
 	s->tau_sum += (double)st->staleness;
 	if (st->staleness > s->sum.tau_max)
@@ -495,7 +404,7 @@ static int log_update(struct sim *s, int worker, float loss, double vtime)
 
 /* The reply reaches worker w at time tr: it leaves when its budget is spent, else it plans its
  * next commit (local steps, samples, when it is sent) and becomes READY to compute it. */
-static int worker_reply(struct sim *s, struct vworker *w, double tr)
+static int worker_reply(struct sim *s, struct simw *w, double tr)
 {
 	const struct sim_opts *o = s->o;
 	double d = 0;
@@ -505,7 +414,7 @@ static int worker_reply(struct sim *s, struct vworker *w, double tr)
 	if (w->planned >= w->target || (o->steps && w->steps >= o->steps)) {
 		w->ended = 1;
 		s->sum.finished++;
-		return push(s, EV_LEAVE, tr + o->latency, w->id, 1);
+		return push(s, EV_LEAVE, tr + o->latency, w->v.id, 1);
 	}
 	/* the local steps of gem-work's window loop; their times make the commit's */
 	w->nsteps = 0;
@@ -519,140 +428,121 @@ static int worker_reply(struct sim *s, struct vworker *w, double tr)
 	w->send_at = tr + d;
 	if (w->send_at > w->die_at)
 		return 0; /* never sent */
-	if (push(s, EV_COMMIT, w->send_at + o->latency, w->id, 0) < 0)
+	if (push(s, EV_COMMIT, w->send_at + o->latency, w->v.id, 0) < 0)
 		return -1;
 	set_ready(s, w);
 	return 0;
 }
 
-/* θ (or easgd's elastic difference) goes back to w; it arrives at tr. */
-static int reply_to(struct sim *s, struct vworker *w, double tr)
-{
-	if (s->easgd) {
-		/* x ← x − d: the worker keeps its own x, pulled towards the center */
-		for (size_t i = 0; i < s->n; i++)
-			w->theta[i] = w->delta[i] - s->reply[i];
-	} else {
-		memcpy(w->theta, s->theta, sizeof(float) * s->n);
-	}
-	w->base = s->prog.version;
-	return worker_reply(s, w, tr);
-}
-
-/* sync: the round is complete; every worker waiting in it gets θ. */
+/* A round closed: every worker held in it gets θ at tr. */
 static int release_round(struct sim *s, double tr)
 {
+	ps_copy_theta(s->ps, s->reply);
 	for (int i = 0; i < s->nw; i++) {
-		struct vworker *w = &s->w[i];
-		if (w->pending) {
-			w->pending = 0;
-			if (w->joined && reply_to(s, w, tr) < 0)
-				return -1;
-		}
+		struct simw *w = &s->w[i];
+		if (!w->pending)
+			continue;
+		w->pending = 0;
+		if (!w->joined)
+			continue;
+		vworker_reply(&w->v, s->reply, 0, ps_version(s->ps));
+		if (worker_reply(s, w, tr) < 0)
+			return -1;
 	}
 	return 0;
 }
 
-/* ---- the server, applying requests in order of arrival ---- */
+/* ---- the server: the core, asked in order of arrival ---- */
 
-static int serve_join(struct sim *s, struct vworker *w, double t, char *err)
+static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 {
+	struct ps_joined j;
 	int rc;
-	if (!(w->theta = malloc(sizeof(float) * s->n)) || !(w->delta = malloc(sizeof(float) * s->n)))
-		return gem_errf(err, GEM_ENOMEM, "out of memory for worker %d", w->id);
-	/* as gem-work: its own shuffled copy of the data, its own dropout stream */
-	if ((rc = batcher_init(&w->b, &s->ds, s->run.train.batch, s->run.train.seed, 1 + (uint64_t)w->id, 0,
-			       1, s->run.mean, s->run.std, err)) < 0)
+	ps_set_vtime(s->ps, t);
+	if ((rc = ps_join(s->ps, w->v.id, s->reply, &j, err)) < 0)
+		return gem_errf(err, GEM_EFAIL, "worker %d: join refused: %s", w->v.id, err);
+	if ((rc = vworker_joined(&w->v, s->run, &s->ds, &j, s->reply, err)) < 0)
 		return rc;
-	if (json_is_true(json_object_get(s->run.json, "shard")) ||
-	    json_is_true(json_object_get(json_object_get(s->run.json, "train"), "shard"))) {
-		int sn = s->run.rule.nworkers > 0 ? s->run.rule.nworkers : 1;
-		batcher_free(&w->b);
-		if ((rc = batcher_init(&w->b, &s->ds, s->run.train.batch, s->run.train.seed,
-				       1 + (uint64_t)w->id, w->id % sn, sn, s->run.mean, s->run.std, err)) < 0)
-			return rc;
-	}
-	rng_seed(&w->drop, s->run.train.seed, 0x776f726bULL + (uint64_t)w->id);
-	w->target = s->o->steps ? UINT64_MAX : (uint64_t)s->run.train.epochs * w->b.count;
-	if ((rc = rule_join(s->rule, w->id, s->theta, err)) < 0)
-		return rc;
+	w->shadow_pos = j.samples % feed_epoch(&w->v.f);
+	w->planned = j.samples;
+	w->target = s->o->steps ? UINT64_MAX : (uint64_t)s->run->train.epochs * feed_epoch(&w->v.f);
 	w->joined = 1;
-	s->nactive++;
-	log_event(s, "join", w->id, t, "\"rejoin\":false");
-	memcpy(w->theta, s->theta, sizeof(float) * s->n);
-	w->base = s->prog.version;
 	return worker_reply(s, w, t + s->o->latency) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory") : 0;
 }
 
-static int serve_leave(struct sim *s, struct vworker *w, int done, double t, char *err)
+static int serve_leave(struct sim *s, struct simw *w, int done, double t, char *err)
 {
+	struct ps_reply r;
 	int rc;
 	if (!w->joined)
 		return 0;
-	rc = rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, err);
-	if (rc < 0)
-		return rc;
-	if (rc == 1 && (log_update(s, w->id, NAN, t) < 0 || release_round(s, t + s->o->latency) < 0))
-		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	ps_set_vtime(s->ps, t);
+	if ((rc = ps_leave(s->ps, w->v.id, done, 0, &r, err)) < 0)
+		return gem_errf(err, GEM_EFAIL, "worker %d: leave refused: %s", w->v.id, err);
 	w->joined = 0;
 	w->pending = 0;
-	s->nactive--;
-	if (done)
-		s->ndone++;
-	log_event(s, "leave", w->id, t, done ? "\"done\":true" : "\"done\":false");
+	s->ndone += done;
+	if (r.round_closed && (summary_add(s, NAN, r.st) < 0 || release_round(s, t + s->o->latency) < 0))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	return 0;
 }
 
-static int serve_commit(struct sim *s, struct vworker *w, double t, char *err)
+/* Worker w stops on its own (as gem-work does) at t: it leaves after its message's way. */
+static int worker_fails(struct sim *s, struct simw *w, double t, const char *why, char *err)
 {
-	int rc;
-	double tout;
+	log_warn("worker %d: %s at version %llu", w->v.id, why, (unsigned long long)w->v.base);
+	w->ended = 1;
+	s->sum.failed++;
+	return push(s, EV_LEAVE, t, w->v.id, 0) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory") : 0;
+}
+
+static int serve_commit(struct sim *s, struct simw *w, double t, char *err)
+{
+	struct ps_commit c = {.worker = w->v.id, .idle = -1};
+	struct ps_reply r;
+	double tout = t + s->o->server_time;
+	int st;
+
 	ensure_computed(s, w);
-	if (!isfinite(w->loss)) {
+	if (w->v.diverged) {
 		/* gem-work stops before it sends: its leave comes instead of the commit */
-		log_warn("worker %d: the loss is %g at version %llu: diverged", w->id, (double)w->loss,
-			 (unsigned long long)w->base);
+		log_warn("worker %d: the loss is %g at version %llu: diverged", w->v.id,
+			 (double)w->v.loss, (unsigned long long)w->v.base);
 		w->ended = 1;
 		s->sum.failed++;
 		return serve_leave(s, w, 0, t, err);
 	}
 	if (!w->joined)
 		return 0;
-	if (!w->finite) {
-		/* gem-serve refuses it; the worker gives up and leaves */
-		log_event(s, "refused", w->id, t, "\"reason\":\"non_finite\"");
-		log_warn("worker %d: its update at version %llu is not finite: refused", w->id,
-			 (unsigned long long)w->base);
-		w->ended = 1;
-		s->sum.failed++;
-		return push(s, EV_LEAVE, t + 2 * s->o->latency, w->id, 0) < 0
-			       ? gem_errf(err, GEM_ENOMEM, "out of memory")
-			       : 0;
-	}
-	rc = rule_commit(s->rule, w->id, w->delta, w->base, s->theta, &s->prog.version, s->reply, &s->st,
-			 err);
-	if (rc < 0)
-		return rc;
-	s->prog.samples += w->got;
-	tout = t + s->o->server_time;
+	c.base = w->v.base;
+	c.samples = w->v.got;
+	c.loss = w->v.loss;
+	c.update = w->v.update;
+	ps_set_vtime(s->ps, tout);
+	st = ps_commit(s->ps, &c, s->reply, &r, err);
 	s->server_free = tout;
-	if (rc == RULE_PENDING) {
+	if (st == PS_E_NON_FINITE) /* refused: the worker gives up and leaves */
+		return worker_fails(s, w, t + 2 * s->o->latency, "its update is not finite: refused", err);
+	if (st < 0)
+		return gem_errf(err, GEM_EFAIL, "worker %d: commit refused: %s", w->v.id, err);
+	if (st == PS_PENDING) {
 		w->pending = 1;
 		return 0;
 	}
-	if (log_update(s, w->id, w->loss, tout) < 0)
+	if (st == PS_APPLIED && summary_add(s, w->v.loss, r.st) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	rc = reply_to(s, w, tout + s->o->latency);
-	if (rc == 0 && s->sync)
-		rc = release_round(s, tout + s->o->latency);
-	return rc < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory") : 0;
+	vworker_reply(&w->v, s->reply, r.elastic, r.version);
+	if (worker_reply(s, w, tout + s->o->latency) < 0 ||
+	    (r.round_closed && release_round(s, tout + s->o->latency) < 0))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	return 0;
 }
 
 /* One event. Requests to the server start when it is free (FIFO: they are popped in order of
  * arrival); a commit occupies it for server_time. */
 static int step_event(struct sim *s, const struct event *e, char *err)
 {
-	struct vworker *w = &s->w[e->worker];
+	struct simw *w = &s->w[e->worker];
 	double t = e->t > s->server_free ? e->t : s->server_free;
 	switch (e->kind) {
 	case EV_DIE:
@@ -662,7 +552,7 @@ static int step_event(struct sim *s, const struct event *e, char *err)
 			return 0;
 		w->ended = 1;
 		s->sum.died++;
-		return push(s, EV_LEAVE, e->t + s->o->latency, w->id, 0) < 0
+		return push(s, EV_LEAVE, e->t + s->o->latency, w->v.id, 0) < 0
 			       ? gem_errf(err, GEM_ENOMEM, "out of memory")
 			       : 0;
 	case EV_JOIN:
@@ -683,20 +573,13 @@ static int step_event(struct sim *s, const struct event *e, char *err)
 static int threads_start(struct sim *s, char *err)
 {
 	int rc;
-	s->ctx = calloc((size_t)s->nthreads, sizeof *s->ctx);
+	s->tr = calloc((size_t)s->nthreads, sizeof *s->tr);
 	s->args = calloc((size_t)s->nthreads, sizeof *s->args);
-	if (!s->ctx || !s->args)
+	if (!s->tr || !s->args)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	for (int i = 0; i < s->nthreads; i++) {
-		struct compute_ctx *c = &s->ctx[i];
-		if ((rc = model_from_json(s->run.model, &c->m, err)) < 0 ||
-		    (rc = model_reserve(c->m, s->run.train.batch, err)) < 0)
+	for (int i = 0; i < s->nthreads; i++)
+		if ((rc = trainer_open(&s->tr[i], s->run, err)) < 0)
 			return rc;
-		c->x = malloc(sizeof(float) * (size_t)s->run.train.batch * model_input_size(c->m));
-		c->y = malloc((size_t)s->run.train.batch);
-		if (!c->x || !c->y)
-			return gem_errf(err, GEM_ENOMEM, "out of memory");
-	}
 	if (s->nthreads > 1 && !(s->tid = calloc((size_t)s->nthreads, sizeof *s->tid)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	for (int i = 1; i < s->nthreads; i++) {
@@ -717,16 +600,13 @@ static void threads_stop(struct sim *s)
 	for (int i = 1; i <= s->nhelpers; i++)
 		pthread_join(s->tid[i], NULL);
 	s->nhelpers = 0;
-	if (s->ctx)
-		for (int i = 0; i < s->nthreads; i++) {
-			model_free(s->ctx[i].m);
-			free(s->ctx[i].x);
-			free(s->ctx[i].y);
-		}
-	free(s->ctx);
+	if (s->tr)
+		for (int i = 0; i < s->nthreads; i++)
+			trainer_close(&s->tr[i]);
+	free(s->tr);
 	free(s->tid);
 	free(s->args);
-	s->ctx = NULL;
+	s->tr = NULL;
 	s->tid = NULL;
 	s->args = NULL;
 }
@@ -740,9 +620,10 @@ static int cmp_float(const void *a, const void *b)
 static void summarise(struct sim *s)
 {
 	struct sim_summary *m = &s->sum;
+	struct run_progress p = ps_progress(s->ps);
 	double l = 0;
-	m->version = s->prog.version;
-	m->samples = s->prog.samples;
+	m->version = p.version;
+	m->samples = p.samples;
 	m->vtime = s->vnow;
 	m->seconds = cli_now() - s->t0;
 	for (int i = 0; i < s->ring_n; i++)
@@ -764,11 +645,96 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* The workers: 0..N−1 at time 0, then the joiners in time order; their timing; their first
+ * events. */
+static int workers_setup(struct sim *s, char *err)
+{
+	const struct sim_opts *o = s->o;
+	double *joins = malloc(sizeof *joins * (size_t)(o->njoins ? o->njoins : 1));
+	int rc = 0;
+	if (!joins)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	memcpy(joins, o->joins, sizeof *joins * (size_t)o->njoins);
+	qsort(joins, (size_t)o->njoins, sizeof *joins, cmp_double);
+	for (int i = 0; i < s->nw && rc == 0; i++) {
+		struct simw *w = &s->w[i];
+		if ((rc = vworker_open(&w->v, i, s->run, s->n, err)) < 0)
+			break;
+		w->open = 1;
+		w->start_at = i < o->nworkers ? 0 : joins[i - o->nworkers];
+		w->die_at = INFINITY;
+		w->slow = i < o->stragglers ? o->straggler_factor : 1;
+		rng_seed(&w->timing, s->run->train.seed, RNG_SIM_TIMING + (uint64_t)i);
+	}
+	free(joins);
+	if (rc < 0)
+		return rc;
+	for (int i = 0; i < o->ndeaths; i++) {
+		struct simw *w = &s->w[o->deaths[i].worker];
+		if (o->deaths[i].at < w->die_at)
+			w->die_at = o->deaths[i].at;
+	}
+	for (int i = 0; i < s->nw && rc == 0; i++) {
+		struct simw *w = &s->w[i];
+		if (w->start_at >= w->die_at)
+			continue; /* dead before it starts: never starts */
+		w->started = 1;
+		s->sum.workers++;
+		rc = push(s, EV_JOIN, w->start_at + o->latency, i, 0);
+		if (rc == 0 && isfinite(w->die_at))
+			rc = push(s, EV_DIE, w->die_at, i, 0);
+	}
+	return rc < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory") : 0;
+}
+
+/* Open the run through the core, its data, the workers and the threads. */
+static int sim_setup(struct sim *s, const char *rundir, char *err)
+{
+	struct ps_opts po = {.max_staleness = -1};
+	int rc;
+	if ((rc = ps_open(rundir, &po, &s->ps, err)) < 0)
+		return rc;
+	s->run = ps_run(s->ps);
+	s->n = ps_nparams(s->ps);
+	if (rule_describe(s->run->rule.name)->background)
+		/* dma's worker commits in the background and carries on: not modelled yet */
+		return gem_errf(err, GEM_EUSAGE, "rule %s is not simulated (use gem-serve and gem-work)",
+				s->run->rule.name);
+	s->window = s->run->rule.window > 1 ? s->run->rule.window : 1;
+	s->nw = s->o->nworkers + s->o->njoins;
+	s->reply = malloc(sizeof(float) * s->n);
+	s->w = calloc((size_t)s->nw, sizeof *s->w);
+	if (!s->reply || !s->w)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	if ((rc = dataset_load(s->run->data_dir, "train", &s->ds, err)) < 0 ||
+	    (rc = threads_start(s, err)) < 0 || (rc = workers_setup(s, err)) < 0)
+		return rc;
+	ps_log_start(s->ps, NULL);
+	log_sim(s);
+	return 0;
+}
+
+static void sim_free(struct sim *s)
+{
+	threads_stop(s);
+	for (int i = 0; i < s->nw; i++)
+		if (s->w[i].open)
+			vworker_close(&s->w[i].v);
+	free(s->w);
+	ps_close(s->ps);
+	dataset_free(&s->ds);
+	free(s->reply);
+	free(s->q.a);
+	free(s->pi_meds);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->work_cv);
+	pthread_cond_destroy(&s->done_cv);
+	free(s);
+}
+
 int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *sum, char *err)
 {
 	struct sim *s;
-	struct model *m = NULL;
-	double *joins = NULL;
 	int rc;
 
 	if ((rc = sim_opts_check(o, err)) < 0)
@@ -781,121 +747,28 @@ int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *su
 	pthread_cond_init(&s->work_cv, NULL);
 	pthread_cond_init(&s->done_cv, NULL);
 	s->t0 = s->last_progress = cli_now();
-	if ((rc = run_open(rundir, &s->run, err)) < 0) {
-		s->run.lock_fd = -1;
-		goto out_nrun;
-	}
-	if ((rc = run_lock(&s->run, err)) < 0 || (rc = model_from_json(s->run.model, &m, err)) < 0)
+	if ((rc = sim_setup(s, rundir, err)) < 0)
 		goto out;
-	s->layout = *model_layout(m);
-	s->n = model_nparams(m);
-	model_free(m);
-	s->nw = o->nworkers + o->njoins;
-	s->theta = malloc(sizeof(float) * s->n);
-	s->reply = malloc(sizeof(float) * s->n);
-	s->w = calloc((size_t)s->nw, sizeof *s->w);
-	joins = malloc(sizeof *joins * (size_t)(o->njoins ? o->njoins : 1));
-	if (!s->theta || !s->reply || !s->w || !joins) {
-		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
-		goto out;
-	}
-	if (!strcmp(s->run.rule.name, "dma")) {
-		/* dma's worker commits in the background and carries on: not modelled yet */
-		rc = gem_errf(err, GEM_EUSAGE, "rule dma is not simulated (use gem-serve and gem-work)");
-		goto out;
-	}
-	if ((rc = run_params_load(&s->run, NULL, s->theta, s->n, &s->prog, err)) < 0 ||
-	    (rc = rule_create(&s->run.rule, &s->layout, &s->rule, err)) < 0 ||
-	    (rc = dataset_load(s->run.data_dir, "train", &s->ds, err)) < 0)
-		goto out;
-	s->easgd = !strcmp(s->run.rule.name, "easgd");
-	s->sync = !strcmp(s->run.rule.name, "sync");
-	s->window = (s->easgd || !strcmp(s->run.rule.name, "downpour")) && s->run.rule.window > 1
-			    ? s->run.rule.window
-			    : 1;
-	s->lr = s->run.train.lr;
-	if ((rc = threads_start(s, err)) < 0)
-		goto out;
-
-	/* the workers: 0..N−1 at time 0, then the joiners in time order */
-	memcpy(joins, o->joins, sizeof *joins * (size_t)o->njoins);
-	qsort(joins, (size_t)o->njoins, sizeof *joins, cmp_double);
-	for (int i = 0; i < s->nw; i++) {
-		struct vworker *w = &s->w[i];
-		w->id = i;
-		w->start_at = i < o->nworkers ? 0 : joins[i - o->nworkers];
-		w->die_at = INFINITY;
-		w->slow = i < o->stragglers ? o->straggler_factor : 1;
-		rng_seed(&w->timing, s->run.train.seed, RNG_SIM_TIMING + (uint64_t)i);
-	}
-	for (int i = 0; i < o->ndeaths; i++) {
-		struct vworker *w = &s->w[o->deaths[i].worker];
-		if (o->deaths[i].at < w->die_at)
-			w->die_at = o->deaths[i].at;
-	}
-	if ((rc = run_log_open(&s->run, &s->log, err)) < 0)
-		goto out;
-	run_log_start(s->log, &s->run, s->run.rule.name, NULL, s->prog.version, &s->layout);
-	log_sim(s);
-	rc = 0;
-	for (int i = 0; i < s->nw && rc == 0; i++) {
-		struct vworker *w = &s->w[i];
-		if (w->start_at >= w->die_at)
-			continue; /* dead before it starts: never starts */
-		w->started = 1;
-		rc = push(s, EV_JOIN, w->start_at + o->latency, i, 0);
-		if (rc == 0 && isfinite(w->die_at))
-			rc = push(s, EV_DIE, w->die_at, i, 0);
-	}
-	if (rc < 0) {
-		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
-		goto out;
-	}
-	for (int i = 0; i < s->nw; i++)
-		s->sum.workers += s->w[i].started;
-
 	while (s->q.n > 0 && !(o->stop && *o->stop)) {
 		struct event e = heap_pop(&s->q);
 		if ((rc = step_event(s, &e, err)) < 0)
 			goto out;
 		if (o->progress && cli_now() - s->last_progress >= 0.25) {
 			s->last_progress = cli_now();
-			o->progress(o->progress_ctx, s->prog.version, s->vnow, s->nactive);
+			o->progress(o->progress_ctx, ps_version(s->ps), s->vnow, ps_active(s->ps));
 		}
 	}
 	threads_stop(s);
-	s->prog.elapsed = elapsed_of(s);
-	log_event(s, "stop", -1, s->vnow,
-		  s->q.n ? "\"reason\":\"stopped by a signal\""
-		  : s->ndone ? "\"reason\":\"every worker has finished\""
-			     : "\"reason\":\"every worker has left\"");
-	if ((rc = run_params_save(&s->run, s->theta, s->n, &s->prog, err)) < 0)
+	ps_set_vtime(s->ps, s->vnow);
+	ps_log_stop(s->ps, s->q.n ? "stopped by a signal"
+			   : s->ndone ? "every worker has finished"
+				      : "every worker has left");
+	if ((rc = ps_checkpoint(s->ps, err)) < 0)
 		goto out;
 	summarise(s);
 	if (sum)
 		*sum = s->sum;
 out:
-	threads_stop(s);
-	if (s->log && fclose(s->log) != 0 && rc == 0)
-		rc = gem_errf(err, GEM_EFAIL, "%s/log.jsonl: cannot write", rundir);
-	run_close(&s->run);
-out_nrun:
-	for (int i = 0; i < s->nw; i++) {
-		free(s->w[i].theta);
-		free(s->w[i].delta);
-		batcher_free(&s->w[i].b);
-	}
-	free(s->w);
-	free(joins);
-	rule_destroy(s->rule);
-	dataset_free(&s->ds);
-	free(s->theta);
-	free(s->reply);
-	free(s->q.a);
-	free(s->pi_meds);
-	pthread_mutex_destroy(&s->mu);
-	pthread_cond_destroy(&s->work_cv);
-	pthread_cond_destroy(&s->done_cv);
-	free(s);
+	sim_free(s);
 	return rc;
 }

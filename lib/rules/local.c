@@ -96,12 +96,12 @@ const float *rule_local_commit(struct rule_local *l, float *x)
 	return l->delta;
 }
 
-void rule_local_reply(struct rule_local *l, float *x, const float *v)
+void rule_local_reply(struct rule_local *l, float *x, const float *v, int elastic)
 {
 	size_t n = l->n;
 	if (l->d->sends == RULE_SENDS_CYCLE) {
 		memcpy(l->xg, v, sizeof(float) * n);
-	} else if (l->d->reply_elastic) {
+	} else if (elastic) {
 		/* x ← x − d: the worker keeps its own x, pulled towards the center */
 		for (size_t i = 0; i < n; i++)
 			x[i] -= v[i];

@@ -33,7 +33,7 @@ void rule_local_begin(struct rule_local *l, const float *x);
 void rule_local_step(struct rule_local *l, float *x, const float *g);
 /* The vector to commit after the window (n floats; dma also moves x: x = X_j + Δ). */
 const float *rule_local_commit(struct rule_local *l, float *x);
-/* The reply's vector v: θ (x ← θ), easgd's d (x ← x − d) or dma's X_{j+1} (kept for the next
- * boundary). */
-void rule_local_reply(struct rule_local *l, float *x, const float *v);
+/* The reply's vector v: θ (x ← θ), easgd's d when elastic (x ← x − d), or for dma X_{j+1}
+ * (kept for the next boundary). */
+void rule_local_reply(struct rule_local *l, float *x, const float *v, int elastic);
 #endif
