@@ -1,6 +1,6 @@
 #!/bin/bash
 # t3100: gem-serve and gem-work over HTTP on a tiny model: join, commit, stats, stop, the log.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' '
 	make_tiny_data data &&

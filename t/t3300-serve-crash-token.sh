@@ -1,7 +1,7 @@
 #!/bin/bash
 # t3300: kill -9 of the server mid-run and a restart on the same port: the run resumes from
 # the checkpoint and the worker carries on. A run with a token refuses commits without it.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' '
 	make_tiny_data data &&

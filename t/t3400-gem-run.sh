@@ -2,7 +2,7 @@
 # t3400: gem-run over (fake) ssh with --hosts, its bad usage, and interrupting it: SIGTERM to
 # gem-run, or SIGINT to its whole process group as Ctrl-C sends it, stops every process it
 # started, exits 143 (130 for SIGINT) and leaves a run that gem-eval reads and gem-run --resume continues.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 TINY="--model tiny.json --data data --batch 32 --lr 0.1 --seed 3"
 

@@ -2,7 +2,7 @@
 # t3500: a run that never hangs, survives its workers and resumes exactly: dead and late
 # workers, sync without a dead worker, bounded staleness, dropped commits, the idle timeout,
 # and a resume through the server that is bit for bit the run left alone.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 updates() { grep -vc '"event"' "$1/log.jsonl"; }
 version_of() { head -1 "$1/params.gem" | sed -n 's/.*"version":\([0-9]*\).*/\1/p'; }

@@ -1,7 +1,7 @@
 #!/bin/bash
 # t3600: delayed model averaging end to end: workers that send their delta every β steps and
 # carry on without waiting learn the tiny task; each one reports the time it spent blocked.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' 'make_tiny_data data'
 

@@ -2,7 +2,7 @@
 # t3610: SGP end to end on the tiny model: gem-run -n 3 --rule sgp learns (synchronous and
 # Overlap-SGP), the nodes' files and logs, a running node's endpoints, gem-eval --nodes, and
 # nodes that disagree on the topology refuse to run.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' '
 	make_tiny_data data &&

@@ -1,7 +1,7 @@
 #!/bin/bash
 # t5100: gem-plot-data turns a run's log.jsonl into gnuplot data and scripts: every view on a
 # small log worked by hand, several runs side by side, malformed lines, bad usage.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 # Run A (rule gem): five good updates by workers 1 and 2 among events and two bad lines.
 #   version worker tau loss samples elapsed  pi.mean

@@ -2,7 +2,7 @@
 # t5200: gem-eval end to end on the tiny model: a server's URL evaluates like its run
 # directory, the extra columns (--per-class, --train-subset), JSON lines, --follow of a live
 # server until it stops or dies, unreachable servers and bad usage.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 # wait_until 'COMMANDS' [SECONDS]: poll until COMMANDS succeed.
 wait_until() {

@@ -1,6 +1,6 @@
 #!/bin/bash
 # t5500: gem-sim simulates asynchronous workers deterministically, as gem-serve would serve them.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 # blob FILE: the params file without its header line (which holds the wall-clock elapsed)
 blob() { tail -n +2 "$1"; }
