@@ -70,7 +70,7 @@ test_bg() { test_bg_pids="$test_bg_pids $1"; }
 # registered first. A cleanup that fails makes the test fail. Register the cleanup before
 # the command that needs it, and chain it with && like any other command:
 #	test_expect_success 'a server' '
-#		start_server run && test_when_finished stop_server && ...
+#		start_server run && test_when_finished "stop_if_running $SERVER_PID" && ...
 # With -i, a failing test's cleanups are not run: its state is left in the trash directory
 # (its background processes registered with test_bg are still killed at exit).
 test_when_finished() {
@@ -248,6 +248,21 @@ wait_exit() {
 		sleep 0.05
 	done
 	wait "$1"
+}
+
+# stop_if_running PID...: for test_when_finished: SIGTERM to each PID still running (a server
+# then checkpoints and removes server.url) and wait for it, SIGKILL after 10 s. Succeeds.
+stop_if_running() {
+	for _p in "$@"; do
+		# a zombie (another process's child, not yet reaped) is not running
+		case $(ps -o stat= -p "$_p" 2>/dev/null) in "" | Z*) continue ;; esac
+		if kill -0 "$_p" 2>/dev/null; then
+			echo "stop_if_running: $_p still running: SIGTERM"
+			kill -TERM "$_p" 2>/dev/null
+			wait_exit "$_p" 10
+		fi
+	done
+	return 0
 }
 
 # stop_server: POST /v1/stop and wait for the server to exit; its status is returned.
