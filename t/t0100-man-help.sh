@@ -2,7 +2,7 @@
 # t0100: every program's --help, --version and bad usage follow the conventions, its --help
 # and its man page list the same long options, and every man page renders without warnings
 # and has the sections users expect.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 MAN="$GEM_SRC/man"
 version=$(sed -n 's/^VERSION *= *//p' "$GEM_SRC/Makefile")

@@ -9,7 +9,8 @@
 
 static const char *codecs[] = {BLOB_RAW, BLOB_ZLIB, BLOB_ZLIB_SHUFFLE};
 
-/* The cnn of DESIGN §5, weights N(0, 2/fan_in), biases small uniform. */
+/* The cnn of share/gem/models/cnn.json (the GEM paper's network), weights N(0, 2/fan_in),
+ * biases small uniform. */
 static size_t kaiming(float *v, struct rng *r)
 {
 	static const int shape[][2] = {{25, 10}, {250, 20}, {320, 300}, {300, 200}, {200, 10}};

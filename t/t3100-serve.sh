@@ -1,6 +1,6 @@
 #!/bin/bash
 # t3100: gem-serve and gem-work over HTTP on a tiny model: join, commit, stats, stop, the log.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' '
 	make_tiny_data data &&
@@ -59,6 +59,7 @@ test_expect_success 'the server stops by itself once every worker has finished' 
 
 test_expect_success '/v1/stats names every worker with its counters' '
 	start_server run --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	gem-work -q --server "$URL" --steps 5 &&
 	curl -sf "$URL/v1/stats" >stats.json && stop_server &&
 	python3 -c "
@@ -71,18 +72,21 @@ assert all(k in w[2] for k in (\"samples_per_s\",\"tau_mean\",\"tau_max\",\"refu
 
 test_expect_success 'a restarted server resumes at the checkpointed version' '
 	start_server run &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	curl -sf "$URL/v1/health" | grep -q "\"version\": *65" &&
 	stop_server && grep -q "\"event\":\"stop\"" run/log.jsonl
 '
 
 test_expect_success 'a second server on the same run is refused' '
 	start_server run &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	! gem-serve --listen 127.0.0.1:0 run 2>err && grep -q "in use" err &&
 	stop_server
 '
 
 test_expect_success '--max-updates stops the run and the workers end cleanly' '
 	start_server run --max-updates 80 &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	gem-work -q --server "$URL" --steps 1000 &&
 	wait_exit $SERVER_PID &&
 	head -1 run/params.gem | grep -q "\"version\":80"

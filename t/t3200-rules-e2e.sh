@@ -1,6 +1,6 @@
 #!/bin/bash
 # t3200: every update rule trains the tiny model end to end with gem-run and 2 workers.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' 'make_tiny_data data'
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # t3300: kill -9 of the server mid-run and a restart on the same port: the run resumes from
 # the checkpoint and the worker carries on. A run with a token refuses commits without it.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' '
 	make_tiny_data data &&
@@ -33,6 +33,7 @@ test_expect_success 'restarted on the same port, the run goes on and the worker 
 	{ gem-serve --listen 127.0.0.1:$port --checkpoint-every 0.2 run >/dev/null 2>serve2.err &
 	  SERVER_PID=$!; } &&
 	test_bg $SERVER_PID &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	wait $worker &&
 	for i in $(seq 50); do kill -0 $SERVER_PID 2>/dev/null || break; sleep 0.1; done &&
 	wait_exit $SERVER_PID &&
@@ -45,6 +46,7 @@ test_expect_success 'restarted on the same port, the run goes on and the worker 
 test_expect_success 'a run with a token refuses a commit without it' '
 	echo "s3cret-token" >token &&
 	start_server run --token-file token --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	test "$(curl -s -o /dev/null -w "%{http_code}" -X POST -d "{}" "$URL/v1/join")" = 401 &&
 	test "$(curl -s -o /dev/null -w "%{http_code}" -X POST -H "Authorization: Bearer wrong" -d "{}" "$URL/v1/join")" = 401 &&
 	test "$(curl -s -o /dev/null -w "%{http_code}" -X POST --data-binary x "$URL/v1/commit")" = 401 &&

@@ -2,7 +2,7 @@
 # t3400: gem-run over (fake) ssh with --hosts, its bad usage, and interrupting it: SIGTERM to
 # gem-run, or SIGINT to its whole process group as Ctrl-C sends it, stops every process it
 # started, exits 143 (130 for SIGINT) and leaves a run that gem-eval reads and gem-run --resume continues.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 TINY="--model tiny.json --data data --batch 32 --lr 0.1 --seed 3"
 
@@ -79,6 +79,7 @@ test_expect_success 'SIGTERM to gem-run: exit 143, nothing it started is left' '
 	wait_for_file run-term/server.url 20 && wait_for_joins run-term 2 &&
 	kids=$(started_by $pid) && echo "started: "$kids && test $(echo $kids | wc -w) -ge 3 &&
 	for k in $kids; do test_bg $k; done &&
+	test_when_finished "stop_if_running $pid $(echo $kids)" &&
 	test $(pgrep -f -- "--server $(cat run-term/server.url)" | wc -l) = 2 &&
 	pgrep -f "gem-serve .*run-term" &&
 	kill -TERM $pid &&
@@ -104,6 +105,7 @@ test_expect_success 'Ctrl-C (SIGINT to the process group): exit 130, nothing is 
 	test "$(ps -o pgid= -p $pid | tr -d " ")" = $pid &&
 	kids=$(started_by $pid) && echo "started: "$kids && test $(echo $kids | wc -w) -ge 3 &&
 	for k in $kids; do test_bg $k; done &&
+	test_when_finished "stop_if_running $pid $(echo $kids)" &&
 	kill -INT -- -$pid &&
 	{ wait $pid; rc=$?; } ; echo "exit $rc" && test $rc = 130 &&
 	none_left $kids &&

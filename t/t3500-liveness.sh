@@ -2,7 +2,7 @@
 # t3500: a run that never hangs, survives its workers and resumes exactly: dead and late
 # workers, sync without a dead worker, bounded staleness, dropped commits, the idle timeout,
 # and a resume through the server that is bit for bit the run left alone.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 updates() { grep -vc '"event"' "$1/log.jsonl"; }
 version_of() { head -1 "$1/params.gem" | sed -n 's/.*"version":\([0-9]*\).*/\1/p'; }
@@ -53,6 +53,7 @@ test_expect_success 'the server does not wait forever for commits: --idle-timeou
 test_expect_success '--max-staleness 0 refuses stale commits; the workers recompute and finish' '
 	gem-init -q --model tiny.json --data data --lr 0.05 --batch 32 stale &&
 	start_server stale --max-staleness 0 --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	pids= && for i in 1 2 3; do gem-work -q --server "$URL" --steps 30 & pids="$pids $!"; done &&
 	wait $pids &&
 	curl -sf "$URL/v1/stats" >stats.json && stop_server &&
@@ -77,6 +78,7 @@ test_expect_success '--drop-rate: dropped commits are retried, none is lost or a
 test_expect_success 'a straggler is named in /v1/stats' '
 	gem-init -q --model tiny.json --data data --lr 0.05 --batch 32 slow &&
 	start_server slow --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	pids= && for i in 1 2 3; do gem-work -q --server "$URL" --steps 60 & pids="$pids $!"; done &&
 	gem-work -q --server "$URL" --steps 20 --slowdown 100 --worker-id 9 &&
 	wait $pids && curl -sf "$URL/v1/stats" >stats.json && stop_server &&

@@ -1,7 +1,7 @@
 #!/bin/bash
 # t3600: delayed model averaging end to end: workers that send their delta every β steps and
 # carry on without waiting learn the tiny task; each one reports the time it spent blocked.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' 'make_tiny_data data'
 
@@ -36,6 +36,7 @@ test_expect_success 'each worker reports its idle time' '
 	start_server run2 &&
 	{ gem-work --server "$URL" 2>w0.err & p0=$!; } &&
 	{ gem-work --server "$URL" 2>w1.err & p1=$!; } &&
+	test_when_finished "stop_if_running $p0 $p1 $SERVER_PID" &&
 	wait_exit $p0 60 && wait_exit $p1 60 &&
 	wait_exit $SERVER_PID 30 &&
 	cat w0.err w1.err >w.err && cat w.err &&
@@ -49,6 +50,7 @@ test_expect_success 'a dma worker interrupted mid-cycle leaves; the other finish
 	start_server run3 &&
 	{ gem-work -q --server "$URL" --slowdown 20 2>w0.err & p0=$!; } &&
 	{ gem-work -q --server "$URL" 2>w1.err & p1=$!; } &&
+	test_when_finished "stop_if_running $p0 $p1 $SERVER_PID" &&
 	sleep 0.5 && kill -TERM $p0 &&
 	{ wait_exit $p0 30; test $? = 143; } &&
 	wait_exit $p1 60 && cat w0.err w1.err &&

@@ -2,7 +2,7 @@
 # t3610: SGP end to end on the tiny model: gem-run -n 3 --rule sgp learns (synchronous and
 # Overlap-SGP), the nodes' files and logs, a running node's endpoints, gem-eval --nodes, and
 # nodes that disagree on the topology refuse to run.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' '
 	make_tiny_data data &&
@@ -71,6 +71,7 @@ test_expect_success 'a node waiting for its peers serves its run, z and health' 
 	gem-work -q --rule sgp --run run0 --node 0 --peers-file run0/never --retry-for 30 \
 		>run0/node.url 2>run0/node.err &
 	pid=$! && test_bg $pid &&
+	test_when_finished "stop_if_running $pid" &&
 	wait_for_file run0/node.url &&
 	u=$(cat run0/node.url) &&
 	curl -sf "$u/v1/health" | grep -q "\"ready\": *false" &&
@@ -94,6 +95,7 @@ start_node() {
 test_expect_success 'nodes with different peer lists refuse to run (exit 2)' '
 	rm -f run0/p0 run0/p1 run0/n0.url run0/n1.url &&
 	start_node 0 run0/p0 && start_node 1 run0/p1 &&
+	test_when_finished "stop_if_running $NODE_PID_0 $NODE_PID_1" &&
 	wait_for_file run0/n0.url && wait_for_file run0/n1.url &&
 	cat run0/n0.url run0/n1.url >run0/p0.tmp && mv run0/p0.tmp run0/p0 &&
 	{ cat run0/n0.url run0/n1.url && echo http://127.0.0.1:9; } >run0/p1.tmp &&
@@ -107,6 +109,7 @@ test_expect_success 'nodes with different peer lists refuse to run (exit 2)' '
 test_expect_success 'nodes with different topologies refuse to run (exit 2)' '
 	rm -f run0/p0 run0/n0.url run0/n1.url &&
 	start_node 0 run0/p0 && start_node 1 run0/p0 --topology ring &&
+	test_when_finished "stop_if_running $NODE_PID_0 $NODE_PID_1" &&
 	wait_for_file run0/n0.url && wait_for_file run0/n1.url &&
 	cat run0/n0.url run0/n1.url >run0/p0.tmp && mv run0/p0.tmp run0/p0 &&
 	{ wait_exit $NODE_PID_0 30; r0=$?; } ; { wait_exit $NODE_PID_1 30; r1=$?; } ;

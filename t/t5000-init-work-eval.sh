@@ -1,7 +1,7 @@
 #!/bin/bash
 # t5000: gem-init makes a run, gem-work --local trains it, gem-eval evaluates it, on a small
 # synthetic IDX dataset (make_tiny_data; the real one is used by t5001).
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'make a tiny dataset' 'make_tiny_data data/quarters'
 

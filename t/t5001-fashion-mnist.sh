@@ -1,6 +1,6 @@
 #!/bin/bash
 # t5001: a real (short) training run on Fashion-MNIST: mlp, one epoch, local momentum SGD.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 test_have_dataset
 
 test_expect_success 'gem-init records the training set statistics' '

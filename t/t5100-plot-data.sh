@@ -1,7 +1,7 @@
 #!/bin/bash
 # t5100: gem-plot-data turns a run's log.jsonl into gnuplot data and scripts: every view on a
 # small log worked by hand, several runs side by side, malformed lines, bad usage.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 # Run A (rule gem): five good updates by workers 1 and 2 among events and two bad lines.
 #   version worker tau loss samples elapsed  pi.mean
@@ -122,10 +122,10 @@ test_expect_success 'lines of every kind of wrong: never a crash, good lines kep
 	} >bad.jsonl &&
 	gem-plot-data staleness bad.jsonl >out 2>err &&
 	printf "0\t5\t1\n" >want && data out >got && diff want got &&
-	for n in 3 4 5 6 7 8 9 15; do grep -q "bad.jsonl:$n: " err || { echo "line $n"; exit 1; }; done &&
+	for n in 3 4 5 6 7 8 9 15; do grep -q "bad.jsonl:$n: " err || { echo "line $n"; return 1; }; done &&
 	test $(wc -l <err) = 8 &&
 	gem-plot-data pi bad.jsonl >out 2>err &&
-	for n in 10 11 12; do grep -q "bad.jsonl:$n: .*pi" err || { echo "line $n"; exit 1; }; done &&
+	for n in 10 11 12; do grep -q "bad.jsonl:$n: .*pi" err || { echo "line $n"; return 1; }; done &&
 	data out >got && printf "1\t3\n0\t1\n1\t2\n2\t3\n" >want && diff want got
 '
 
@@ -241,7 +241,7 @@ test_expect_success 'every option --help prints is in the man page, and the othe
 	gem-plot-data --help | grep -o -- "--[a-z][a-z-]*" | sort -u >help-opts &&
 	test -s help-opts &&
 	while read -r o; do
-		grep -q -- "\\\\-\\\\-${o#--}\\b" "$man" || { echo "$o not in the man page"; exit 1; }
+		grep -q -- "\\\\-\\\\-${o#--}\\b" "$man" || { echo "$o not in the man page"; return 1; }
 	done <help-opts &&
 	sed -n "/^\.SH OPTIONS/,/^\.SH /p" "$man" | grep -o -- "\\\\-\\\\-[a-z][a-z-]*" |
 		sed "s/\\\\//g" | sort -u >man-opts &&

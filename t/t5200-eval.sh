@@ -2,7 +2,7 @@
 # t5200: gem-eval end to end on the tiny model: a server's URL evaluates like its run
 # directory, the extra columns (--per-class, --train-subset), JSON lines, --follow of a live
 # server until it stops or dies, unreachable servers and bad usage.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 # wait_until 'COMMANDS' [SECONDS]: poll until COMMANDS succeed.
 wait_until() {
@@ -89,6 +89,7 @@ assert list(r) == want and r[\"version\"] == 30, r
 
 test_expect_success '--follow RUNDIR prints one line per version while a worker trains, exits 0 on stop' '
 	start_server run --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	{ gem-eval --follow run --interval 0.05 >fol.tsv 2>fol.err & } &&
 	fpid=$! && test_bg $fpid &&
 	wait_until "test -s fol.tsv" &&
@@ -107,6 +108,7 @@ assert all(a < b for a, b in zip(v, v[1:])), v
 
 test_expect_success '--follow of a RUNDIR ends with the final checkpoint when it is new' '
 	start_server run --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	{ gem-eval --follow run --interval 1 --json >fin.json 2>fin.err & } &&
 	fpid=$! && test_bg $fpid &&
 	wait_until "test -s fin.json" &&
@@ -122,11 +124,13 @@ assert v == [45, 50], v
 
 test_expect_success '--follow URL exits 0 when the server said it was stopping' '
 	start_server run --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	{ gem-eval --follow "$URL" --interval 0.05 >fu.tsv 2>fu.err & } &&
 	fpid=$! && test_bg $fpid &&
 	wait_until "test -s fu.tsv" &&
 	{ gem-work -q --server "$URL" --steps 1000 --slowdown 8000 & } &&
 	wpid=$! && test_bg $wpid &&
+	test_when_finished "stop_if_running $wpid" &&
 	wait_until "test \"\$(health_version)\" -gt 50" &&
 	stop_server &&
 	wait $fpid &&
@@ -136,6 +140,7 @@ test_expect_success '--follow URL exits 0 when the server said it was stopping' 
 
 test_expect_success '--follow of a server killed with kill -9 exits 1 with a message' '
 	start_server run --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	{ gem-eval --follow "$URL" --interval 0.05 --retry-for 1 >fk.tsv 2>fk.err & } &&
 	fpid=$! && test_bg $fpid &&
 	wait_until "test -s fk.tsv" &&
@@ -146,9 +151,10 @@ test_expect_success '--follow of a server killed with kill -9 exits 1 with a mes
 '
 
 test_expect_success '--follow RUNDIR of a killed server exits 1 too (server.url stays behind)' '
+	test_when_finished "rm -f run/server.url" &&
 	test -s run/server.url &&
 	{ gem-eval --follow run --retry-for 0.5 >fk2.tsv 2>fk2.err; test $? = 1; } &&
-	grep -q "unreachable" fk2.err && rm -f run/server.url
+	grep -q "unreachable" fk2.err
 '
 
 test_expect_success 'an unreachable server or a bad URL fails quickly with --retry-for 1' '
@@ -165,11 +171,12 @@ test_expect_success 'an unreachable server or a bad URL fails quickly with --ret
 test_expect_success 'a URL that is not a gem server fails with 1' '
 	{ python3 -u -m http.server --bind 127.0.0.1 0 >http.out 2>&1 & } &&
 	hpid=$! && test_bg $hpid &&
+	test_when_finished "kill $hpid" &&
 	wait_until "grep -q \"port [0-9]\" http.out" &&
 	port=$(sed -n "s/.*port \([0-9]*\).*/\1/p" http.out | head -1) &&
 	{ gem-eval --retry-for 1 "http://127.0.0.1:$port" 2>err; test $? = 1; } &&
 	{ gem-eval --retry-for 1 --follow "http://127.0.0.1:$port" 2>err2; test $? = 1; } &&
-	kill $hpid && cat err err2 && grep -q "404" err
+	cat err err2 && grep -q "404" err
 '
 
 test_expect_success 'corrupt parameters fail with 1 and name the file' '

@@ -2,7 +2,7 @@
 # t5300: the example scripts of share/gem/examples run end to end on the tiny model: local.sh
 # with two workers, ssh.sh with a fake ssh that runs the command here, slurm.sh with a fake
 # srun that starts its tasks here, compare.sh with two rules at one and two workers.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 EX="$GEM_SHARE_DIR/examples"
 TINY="--model tiny.json --data data --epochs 1 --batch 32 --lr 0.1 --seed 3"

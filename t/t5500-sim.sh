@@ -1,6 +1,6 @@
 #!/bin/bash
 # t5500: gem-sim simulates asynchronous workers deterministically, as gem-serve would serve them.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 # blob FILE: the params file without its header line (which holds the wall-clock elapsed)
 blob() { tail -n +2 "$1"; }
@@ -41,6 +41,7 @@ test_expect_success '--threads 2 with many workers: the same as one thread' '
 test_expect_success 'one simulated worker equals gem-serve with one gem-work (same parameters)' '
 	cp -r base real && cp -r base sim &&
 	start_server real &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	gem-work -q --server "$URL" --steps 40 &&
 	wait $SERVER_PID &&
 	gem-sim -q -n 1 --steps 40 sim >/dev/null &&
@@ -51,6 +52,7 @@ test_expect_success 'one simulated worker equals gem-serve with one gem-work (sa
 test_expect_success 'sync with 2 simulated workers equals gem-serve with 2 workers' '
 	cp -r sync-base sreal && cp -r sync-base ssim &&
 	start_server sreal &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
 	{ gem-work -q --server "$URL" --steps 15 & }
 	w1=$! &&
 	gem-work -q --server "$URL" --steps 15 &&

@@ -1,7 +1,7 @@
 #!/bin/bash
 # t6000: bad usage and bad input give a clear message and the documented exit status, and
 # nothing already saved is touched.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 
 cat >tiny.json <<'JSON'
 {"name":"tiny","input":[784],"classes":10,"layers":[{"type":"dense","out":10},{"type":"logsoftmax"}]}

@@ -1,7 +1,7 @@
 #!/bin/bash
 # t6100: whatever a client sends, gem-serve answers a 4xx JSON error, keeps serving and
 # leaves θ as it was.
-. "$GEM_SRC/t/test-lib.sh"
+. "$(dirname "$0")/test-lib.sh"
 msg() { python3 "$GEM_SRC/t/gem-msg.py" --count 1108 "$@"; }
 
 test_expect_success 'setup: a server with one worker joined' '

@@ -2,7 +2,16 @@
 # A test sources it, calls test_expect_success 'title' 'commands' as often as it needs,
 # then test_done. Each test runs in a fresh trash directory; programs come from $GEM_BIN.
 # Processes a test starts in the background are registered with test_bg and killed at exit,
-# also when the test fails.
+# also when the test fails. t/README describes the suite, the options and every function.
+#
+# Options, given to the test script or in $GEM_TEST_OPTS (for prove and make test):
+#   -v, --verbose    the commands' output goes to stderr as they run, instead of being kept
+#                    and shown only under a failing test
+#   -i, --immediate  stop at the first failing test and leave the trash directory (and the
+#                    failing test's state: its test_when_finished commands are not run)
+
+# The tests are bash scripts: run by sh (dash), start again under bash.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 
 : "${GEM_SRC:=$(cd "$(dirname "$0")/.." && pwd)}"
 : "${GEM_BIN:=$GEM_SRC/bin}"
@@ -12,9 +21,29 @@ export PATH
 GEM_SHARE_DIR="$GEM_SRC/share/gem"
 export GEM_SHARE_DIR
 
+verbose=
+immediate=
+# shellcheck disable=SC2086 # GEM_TEST_OPTS is a list of words
+for _opt in ${GEM_TEST_OPTS:-} "$@"; do
+	case $_opt in
+	-v | --verbose) verbose=t ;;
+	-i | --immediate) immediate=t ;;
+	-h | --help)
+		echo "usage: $0 [-v | --verbose] [-i | --immediate]   (or GEM_TEST_OPTS=\"-v -i\")"
+		exit 0 ;;
+	*)
+		echo "error: $0: unknown option '$_opt' (options: -v, --verbose, -i, --immediate)" >&2
+		exit 1 ;;
+	esac
+done
+unset _opt
+
 test_count=0
 test_failures=0
 test_bg_pids=
+test_in_body=
+test_when_finished_cmds=
+test_keep_trash=
 TEST_NAME=$(basename "$0" .sh)
 TRASH="${TMPDIR:-/tmp}/gem-test.$TEST_NAME.$$"
 rm -rf "$TRASH" && mkdir -p "$TRASH" || exit 1
@@ -23,7 +52,12 @@ cd "$TRASH" || exit 1
 test_cleanup() {
 	for p in $test_bg_pids; do kill -9 "$p" 2>/dev/null; done
 	wait 2>/dev/null
-	cd / && rm -rf "$TRASH"
+	cd / || return
+	if [ -n "$test_keep_trash" ]; then
+		echo "# trash directory left for inspection: $TRASH" >&2
+	else
+		rm -rf "$TRASH"
+	fi
 }
 trap test_cleanup EXIT
 trap 'exit 130' INT TERM
@@ -31,30 +65,92 @@ trap 'exit 130' INT TERM
 # test_bg PID: kill PID when the test script exits.
 test_bg() { test_bg_pids="$test_bg_pids $1"; }
 
-test_expect_success() {
-	test_count=$((test_count + 1))
-	# evaluated in this shell (as git's test-lib does), so a test can set variables and
-	# start servers that later tests use and wait for; chain commands with &&.
-	if eval "$2" >"$TRASH/.out" 2>&1; then
-		echo "ok $test_count - $1"
+# test_when_finished 'commands': run the commands once the body of the current
+# test_expect_success has ended, whether it passed or failed (as git's). Several run last
+# registered first. A cleanup that fails makes the test fail. Register the cleanup before
+# the command that needs it, and chain it with && like any other command:
+#	test_expect_success 'a server' '
+#		start_server run && test_when_finished "stop_if_running $SERVER_PID" && ...
+# With -i, a failing test's cleanups are not run: its state is left in the trash directory
+# (its background processes registered with test_bg are still killed at exit).
+test_when_finished() {
+	if [ -z "$test_in_body" ]; then
+		echo "BUG: test_when_finished outside a test_expect_success body" >&2
+		return 1
+	fi
+	test_when_finished_cmds="{ $*
+} && (exit \"\$_test_ret\"); _test_ret=\$?; $test_when_finished_cmds"
+}
+
+# test_eval_ BODY: evaluate a test's body in this shell (so that a test can set variables
+# and start servers that later tests use); `return 1` in a body fails the test.
+test_eval_() {
+	eval "$1"
+}
+
+# test_run_ BODY: run the body, then its test_when_finished commands; the body's status, or
+# the first failing cleanup's. The output goes to $TRASH/.out, or to stderr with -v.
+test_run_() {
+	test_in_body=t
+	test_when_finished_cmds=
+	if [ -n "$verbose" ]; then
+		test_eval_ "$1" >&2 2>&1
 	else
-		test_failures=$((test_failures + 1))
-		echo "not ok $test_count - $1"
-		sed 's/^/#   /' "$TRASH/.out"
+		test_eval_ "$1" >"$TRASH/.out" 2>&1
+	fi
+	_test_ret=$?
+	test_in_body=
+	if [ -n "$test_when_finished_cmds" ] && { [ -z "$immediate" ] || [ $_test_ret = 0 ]; }; then
+		if [ -n "$verbose" ]; then
+			test_eval_ "$test_when_finished_cmds" >&2 2>&1
+		else
+			test_eval_ "$test_when_finished_cmds" >>"$TRASH/.out" 2>&1
+		fi
+	fi
+	test_when_finished_cmds=
+	return $_test_ret
+}
+
+# test_ok_ TITLE / test_failed_ TITLE: report a test's result; with -i a failure ends the script.
+test_ok_() { echo "ok $test_count - $1"; }
+test_failed_() {
+	test_failures=$((test_failures + 1))
+	echo "not ok $test_count - $1"
+	[ -n "$verbose" ] || sed 's/^/#   /' "$TRASH/.out"
+	if [ -n "$immediate" ]; then
+		echo "1..$test_count"
+		echo "# -i: stopped at the first failing test" >&2
+		test_keep_trash=t
+		exit 1
 	fi
 }
 
-# test_expect_code CODE 'title' 'commands': the commands' exit status must be CODE.
+test_expect_success() {
+	test_count=$((test_count + 1))
+	[ -z "$verbose" ] || printf '\n# expecting success %d - %s:%s\n' "$test_count" "$1" "$2" >&2
+	# chain commands with &&.
+	if test_run_ "$2"; then
+		test_ok_ "$1"
+	else
+		test_failed_ "$1"
+	fi
+}
+
+# test_expect_code CODE 'title' 'commands': the commands' exit status must be CODE. They run
+# in a subshell (so that they may exit); test_when_finished is not available there.
 test_expect_code() {
 	test_count=$((test_count + 1))
-	( eval "$3" ) >"$TRASH/.out" 2>&1
+	[ -z "$verbose" ] || printf '\n# expecting exit %s %d - %s:%s\n' "$1" "$test_count" "$2" "$3" >&2
+	if [ -n "$verbose" ]; then
+		( eval "$3" ) >&2 2>&1
+	else
+		( eval "$3" ) >"$TRASH/.out" 2>&1
+	fi
 	rc=$?
 	if [ "$rc" = "$1" ]; then
-		echo "ok $test_count - $2"
+		test_ok_ "$2"
 	else
-		test_failures=$((test_failures + 1))
-		echo "not ok $test_count - $2 (exit $rc, want $1)"
-		sed 's/^/#   /' "$TRASH/.out"
+		test_failed_ "$2 (exit $rc, want $1)"
 	fi
 }
 
@@ -152,6 +248,21 @@ wait_exit() {
 		sleep 0.05
 	done
 	wait "$1"
+}
+
+# stop_if_running PID...: for test_when_finished: SIGTERM to each PID still running (a server
+# then checkpoints and removes server.url) and wait for it, SIGKILL after 10 s. Succeeds.
+stop_if_running() {
+	for _p in "$@"; do
+		# a zombie (another process's child, not yet reaped) is not running
+		case $(ps -o stat= -p "$_p" 2>/dev/null) in "" | Z*) continue ;; esac
+		if kill -0 "$_p" 2>/dev/null; then
+			echo "stop_if_running: $_p still running: SIGTERM"
+			kill -TERM "$_p" 2>/dev/null
+			wait_exit "$_p" 10
+		fi
+	done
+	return 0
 }
 
 # stop_server: POST /v1/stop and wait for the server to exit; its status is returned.

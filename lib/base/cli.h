@@ -23,7 +23,7 @@ int cli_hostport(const char *arg, char *host, size_t cap, int *port);
  * tree), then the installed GEM_SHARE. Writes the path into out; -1 if none exists. */
 int cli_share_path(const char *rel, char *out, size_t cap);
 
-/* One BLIS thread per process: parallelism comes from processes (DESIGN.md §3). */
+/* One BLIS thread per process: parallelism comes from processes (doc/design.md). */
 void cli_blas_init(void);
 
 /* Seconds from a monotonic clock, and wall-clock seconds since the epoch. */

@@ -1,7 +1,8 @@
-/* plot: read runs' log.jsonl (doc/log-format.md) and write the views gem-plot-data prints —
- * training loss, π per tensor, staleness, throughput, per-worker figures — as gnuplot data
- * blocks (one per run or per worker, two blank lines apart) or as a complete gnuplot script
- * with the data inline. Malformed log lines are reported through log.h and skipped. */
+/* plot: read runs' log.jsonl (gem-protocol(7), section THE LOG) and write the views
+ * gem-plot-data prints — training loss, π per tensor, staleness, throughput, per-worker
+ * figures — as gnuplot data blocks (one per run or per worker, two blank lines apart) or as a
+ * complete gnuplot script with the data inline. Malformed log lines are reported through log.h
+ * and skipped. */
 #ifndef GEM_PLOT_H
 #define GEM_PLOT_H
 #include <limits.h>

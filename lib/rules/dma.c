@@ -6,7 +6,7 @@
  *     X_{j+1} = X_j + (1/W)·Σ_w Δ_w^j            once all W deltas of cycle j are in
  *
  * and answers every commit of the round with X_{j+1} (version j + 1), which the worker folds in
- * at its next boundary (lib/work.c). The rounds are rule_round.c's, as for sync: a leave lowers
+ * at its next boundary (lib/role/work.c). The rounds are round.c's, as for sync: a leave lowers
  * the round's target and the round completes with the deltas of those remaining; W is the
  * number of deltas the round holds. */
 #include <stddef.h>

@@ -9,10 +9,10 @@
 #include "rules/impl.h"
 
 #define RULE_GEM_WAYS 4    /* interleaved histograms of the median's first radix digit */
-#define RULE_GEM_BINS 4096
-#define RULE_GEM_SAMPLE 8192 /* medians of larger tensors are taken over a stride sample */ /* counters for the median: the largest digit, bits 22..11 */
+#define RULE_GEM_BINS 4096 /* counters for the median: the largest digit, bits 22..11 */
+#define RULE_GEM_SAMPLE 8192 /* medians of larger tensors are taken over a stride sample */
 
-/* One element of a commit (DESIGN.md §4; the paper's Eq. 27 with the authors' clamp):
+/* One element of a commit (doc/rules.md, "GEM"; the paper's Eq. 27 with the authors' clamp):
  *   m_w ← μ·m_w + Δθ
  *   π   ← clamp((κ·|m_w| − |θ − s_w|) / (|Δθ| + ε), 0, π_max)
  *   θ   ← θ + π ⊙ Δθ ;  s_w ← θ

@@ -1,4 +1,5 @@
-/* rule_impl: what rule.c shares with the rule_<name>.c files (not part of libgem's interface).
+/* rules/impl.h: what rule.c shares with the rules/<name>.c files (not part of libgem's
+ * interface). doc/rules.md gives the math of each rule.
  * rule.c keeps the workers, versions, configs and checkpoints; a rule file only updates θ. */
 #ifndef GEM_RULE_IMPL_H
 #define GEM_RULE_IMPL_H
@@ -46,13 +47,13 @@ struct rule {
 	int cap, nactive;
 	float *global[2];          /* ops->global */
 	float *scratch;            /* gem: π of the last commit, then 32-bit room for the medians */
-	int target, ncommitted, ncontrib; /* sync and dma round: see rule_sync.c */
+	int target, ncommitted, ncontrib; /* sync and dma round: see round.c */
 };
 
 /* a ← a + d over n floats (DOWNPOUR's θ += Δ, a round's sum += Δ). */
 void rule_vec_add(float *restrict a, const float *restrict d, size_t n);
 
-/* The rules with rounds use these as their commit, join and leave (rule_round.c). */
+/* The rules with rounds use these as their commit, join and leave (round.c). */
 int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
 		      float *theta, float *reply, struct rule_stats *st, char *err);
 int rule_round_join(struct rule *r, char *err);

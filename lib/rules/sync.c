@@ -1,6 +1,6 @@
 /* rule_sync: synchronous momentum SGD over n workers, the proxy GEM matches and the AllReduce
  * baseline. A round collects one update per worker, all computed at the same version.
- * The rounds are rule_round.c's; this is what a complete round does. */
+ * The rounds are round.c's; this is what a complete round does. */
 #include <stddef.h>
 
 #include "base/err.h"

@@ -1,7 +1,8 @@
-/* msg: gem's message framing, the same on the wire and on disk (DESIGN §6). A message is one
- * compact JSON object on the first line, '\n', then the binary blobs back to back. The JSON
- * holds the caller's metadata plus "blobs":[{"name","codec","count","size","crc32"}, ...] in
- * the order the blobs follow, so `head -1 file | jq .` shows everything but the numbers. */
+/* msg: gem's message framing, the same on the wire and on disk (gem-protocol(7); doc/design.md).
+ * A message is one compact JSON object on the first line, '\n', then the binary blobs back to
+ * back. The JSON holds the caller's metadata plus "blobs":[{"name","codec","count","size",
+ * "crc32"}, ...] in the order the blobs follow, so `head -1 file | jq .` shows everything but
+ * the numbers. */
 #ifndef GEM_MSG_H
 #define GEM_MSG_H
 #include <jansson.h>
