@@ -68,10 +68,11 @@ static void log_event(struct ps *s, const char *event, int worker, const char *e
 	run_log_event(s->log, event, s->vtime, worker, s->prog.version, extra);
 }
 
-static void log_update(struct ps *s, int worker, float loss, const char *cause)
+/* An update line; extra: "n":K, the commit's samples, or "by":"leave". */
+static void log_update(struct ps *s, int worker, float loss, const char *extra)
 {
-	run_log_update_by(s->log, cli_wall(), elapsed_of(s), s->vtime, s->prog.version, worker,
-		       s->st.staleness, loss, s->prog.samples, &s->st, cause);
+	run_log_update_x(s->log, cli_wall(), elapsed_of(s), s->vtime, s->prog.version, worker,
+			 s->st.staleness, loss, s->prog.samples, &s->st, extra);
 }
 
 /* ---- workers ---- */
@@ -254,7 +255,12 @@ void ps_stop(struct ps *s, const char *why)
 
 void ps_log_start(struct ps *s, const char *url)
 {
-	run_log_start(s->log, &s->run, s->run.rule.name, url, s->prog.version, &s->layout);
+	/* the options that decide what is applied, for a replay */
+	json_t *o = json_pack("{s:I, s:I, s:b}", "max_updates", (json_int_t)s->o.max_updates,
+			      "max_staleness", (json_int_t)s->o.max_staleness, "keep_running",
+			      s->o.keep_running);
+	run_log_start_x(s->log, &s->run, s->run.rule.name, url, s->prog.version, &s->layout, o);
+	json_decref(o);
 }
 
 void ps_log_stop(struct ps *s, const char *reason)
@@ -296,7 +302,7 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 		if (rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL) == 1) {
 			/* the worker's leave completed a round */
 			s->applied_since_start++;
-			log_update(s, w->id, NAN, "leave");
+			log_update(s, w->id, NAN, "\"by\":\"leave\"");
 			closed = 1;
 		}
 		w->in_rule = 0;
@@ -414,7 +420,8 @@ static int commit_decide(struct ps *s, struct ps_worker *w, const struct ps_comm
 	if (s->o.max_staleness >= 0 && !s->desc->rounds && tau > (uint64_t)s->o.max_staleness) {
 		/* bounded staleness: not applied; the worker recomputes at the current θ */
 		w->refused++;
-		snprintf(extra, sizeof extra, "\"reason\":\"stale\",\"tau\":%llu", (unsigned long long)tau);
+		snprintf(extra, sizeof extra, "\"reason\":\"stale\",\"tau\":%llu,\"n\":%llu",
+			 (unsigned long long)tau, (unsigned long long)c->samples);
 		log_event(s, "refused", w->id, extra);
 		return PS_STALE;
 	}
@@ -456,6 +463,7 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 {
 	struct ps_worker *w = worker_get(s, c->worker);
 	uint64_t before = s->prog.version;
+	char nfield[32];
 	int status;
 
 	memset(r, 0, sizeof r[0]);
@@ -474,6 +482,8 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 		return r->status = status;
 	}
 	r->tau = c->base <= before ? before - c->base : 0;
+	/* the commit's samples, which a replay needs to redo the worker's steps */
+	snprintf(nfield, sizeof nfield, "\"n\":%llu", (unsigned long long)c->samples);
 	status = commit_decide(s, w, c, r->tau, out, err);
 	if (status == PS_E_REFUSED)
 		return r->status = status;
@@ -485,11 +495,11 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 		r->elastic = s->desc->reply_elastic;
 		/* a round of a rule with rounds closes on its last commit */
 		r->round_closed = s->desc->rounds;
-		log_update(s, w->id, c->loss, NULL);
+		log_update(s, w->id, c->loss, nfield);
 		if (s->o.max_updates && s->prog.version >= s->o.max_updates)
 			ps_stop(s, "reached --max-updates");
 	} else if (status == PS_PENDING) {
-		log_event(s, "held", w->id, NULL);
+		log_event(s, "held", w->id, nfield);
 		return status;
 	}
 	if (!r->elastic)
@@ -505,6 +515,7 @@ int ps_leave(struct ps *s, int worker, int done, int gone, struct ps_reply *r, c
 		return r->status = gem_errf(err, PS_E_UNKNOWN, "no such worker");
 	if (w->active)
 		r->round_closed = worker_release(s, w, gone ? "gone" : "leave", done);
+	r->st = &s->st;
 	r->version = s->prog.version;
 	return r->status = PS_APPLIED;
 }

@@ -303,7 +303,7 @@ static void log_floats(FILE *f, const char *key, const struct rule_stats *st, si
 void run_log_update(FILE *f, double time, double elapsed, double vtime, uint64_t version,
 		    int worker, uint64_t tau, float loss, uint64_t samples, const struct rule_stats *st)
 {
-	run_log_update_by(f, time, elapsed, vtime, version, worker, tau, loss, samples, st, NULL);
+	run_log_update_x(f, time, elapsed, vtime, version, worker, tau, loss, samples, st, NULL);
 }
 
 void run_log_json(FILE *f, json_t *obj)
@@ -313,9 +313,9 @@ void run_log_json(FILE *f, json_t *obj)
 	fputc('\n', f);
 }
 
-void run_log_update_by(FILE *f, double time, double elapsed, double vtime, uint64_t version,
-		       int worker, uint64_t tau, float loss, uint64_t samples,
-		       const struct rule_stats *st, const char *by)
+void run_log_update_x(FILE *f, double time, double elapsed, double vtime, uint64_t version,
+		      int worker, uint64_t tau, float loss, uint64_t samples,
+		      const struct rule_stats *st, const char *extra)
 {
 	fprintf(f, "{\"time\":%.3f,\"elapsed\":%.3f,", time, elapsed);
 	if (vtime >= 0)
@@ -327,8 +327,8 @@ void run_log_update_by(FILE *f, double time, double elapsed, double vtime, uint6
 	else
 		fputs("\"loss\":null,", f);
 	fprintf(f, "\"samples\":%llu", (unsigned long long)samples);
-	if (by)
-		fprintf(f, ",\"by\":\"%s\"", by);
+	if (extra && *extra)
+		fprintf(f, ",%s", extra);
 	if (st && st->ntensors > 0) {
 		fputs(",\"pi\":{", f);
 		log_floats(f, "median", st, offsetof(struct rule_tensor_stats, pi_median));
@@ -347,6 +347,12 @@ void run_log_update_by(FILE *f, double time, double elapsed, double vtime, uint6
 void run_log_start(FILE *f, const struct run *r, const char *rule, const char *url, uint64_t version,
 		   const struct layout *l)
 {
+	run_log_start_x(f, r, rule, url, version, l, NULL);
+}
+
+void run_log_start_x(FILE *f, const struct run *r, const char *rule, const char *url,
+		     uint64_t version, const struct layout *l, json_t *more)
+{
 	json_t *names = json_array(), *ev;
 	struct timespec ts;
 	for (int i = 0; i < l->ntensors; i++)
@@ -357,6 +363,8 @@ void run_log_start(FILE *f, const struct run *r, const char *rule, const char *u
 		       rule, "model", r->model_name, "tensors", names);
 	if (ev && url)
 		json_object_set_new(ev, "url", json_string(url));
+	if (ev && more)
+		json_object_update(ev, more);
 	if (ev)
 		json_dumpf(ev, f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(13));
 	fputc('\n', f);

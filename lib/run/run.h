@@ -87,11 +87,11 @@ int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t versi
  * samples, and GEM's π statistics when st has tensors (st may be NULL). */
 void run_log_update(FILE *f, double time, double elapsed, double vtime, uint64_t version,
 		    int worker, uint64_t tau, float loss, uint64_t samples, const struct rule_stats *st);
-/* The same, with "by":BY when BY is not NULL: "leave" for a round a worker's leave closed (the
- * worker named did not commit it). */
-void run_log_update_by(FILE *f, double time, double elapsed, double vtime, uint64_t version,
-		       int worker, uint64_t tau, float loss, uint64_t samples,
-		       const struct rule_stats *st, const char *by);
+/* The same, with more JSON members (extra, may be NULL) after "samples": a server's "n" (the
+ * commit's samples) or "by":"leave" (a round a worker's leave closed). */
+void run_log_update_x(FILE *f, double time, double elapsed, double vtime, uint64_t version,
+		      int worker, uint64_t tau, float loss, uint64_t samples,
+		      const struct rule_stats *st, const char *extra);
 /* One JSON object as a line. */
 void run_log_json(FILE *f, json_t *obj);
 
@@ -104,6 +104,9 @@ void run_log_event(FILE *f, const char *event, double vtime, int worker, uint64_
  * the tensor names of the layout. */
 void run_log_start(FILE *f, const struct run *r, const char *rule, const char *url, uint64_t version,
 		   const struct layout *l);
+/* The same with the members of more (may be NULL) added: a server's options. */
+void run_log_start_x(FILE *f, const struct run *r, const char *rule, const char *url,
+		     uint64_t version, const struct layout *l, json_t *more);
 
 /* The rule's state and the server's record of its workers (an array of objects) at version,
  * to RUNDIR/rule-state.gem atomically. */
