@@ -3,7 +3,7 @@
  * worker's feed continues where the server saw it stop) and the rule's worker half is
  * rules/local (window, what is committed, what the reply does, dma's cycle, whose commits go
  * out on a thread of their own); work_close frees it. Nothing here prints (but log warnings),
- * installs a signal handler or exits: the caller polls nothing, it sets *stop. */
+ * installs a signal handler or exits: the caller's handler sets *stop, which work_run polls. */
 #ifndef GEM_WORK_H
 #define GEM_WORK_H
 #include <signal.h>
