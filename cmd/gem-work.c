@@ -14,6 +14,7 @@
 #include "wire/httpd.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "role/local.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "base/rng.h"
@@ -102,166 +103,157 @@ static int parse_shard(const char *s, int *i, int *n)
 	return sscanf(s, "%d/%d%c", i, n, &tail) == 2 && *n >= 1 && *i >= 0 && *i < *n ? 0 : -1;
 }
 
-/* Save the optimiser's state, then θ (a crash between the two leaves a state newer than θ,
- * which the next session sees by its version and does not use). */
-static int save_local(const struct run *run, const struct sgd *opt, const float *theta, size_t n,
-		      const struct run_progress *p, char *err)
+/* The progress line: on a terminal only, not with -q, at most four times a second. */
+struct progress {
+	int tty;
+	double last;
+	int worker;
+	uint64_t epoch; /* samples per epoch */
+};
+
+static int progress_due(struct progress *p)
 {
-	if (opt->v && run_local_state_save(run, opt->v, opt->n, p->version, err) < 0)
-		return GEM_EFAIL;
-	return run_params_save(run, theta, n, p, err);
+	double now = cli_now();
+	if (!p->tty || now - p->last <= 0.25)
+		return 0;
+	p->last = now;
+	return 1;
+}
+
+static void local_progress(const struct local_result *r, void *ctx)
+{
+	if (!progress_due(ctx))
+		return;
+	fprintf(stderr, "\rgem-work: update %llu  epoch %.2f  loss %.4f  %.0f samples/s   ",
+		(unsigned long long)r->version, (double)r->total / (double)((struct progress *)ctx)->epoch,
+		(double)r->loss, (double)r->samples / r->seconds);
 }
 
 /* Local training: sequential momentum SGD on RUNDIR, resuming where its params file stands. */
 static int train_local(const char *dir, const struct work_opts *o)
 {
+	const struct local_opts lo = {.epochs = o->epochs, .steps = o->steps, .shard_i = o->shard_i,
+				      .shard_n = o->shard_n, .checkpoint_every = o->checkpoint_every,
+				      .slowdown = o->slowdown};
 	char err[GEM_ERRMAX];
-	struct run run;
-	struct model *m = NULL;
-	struct dataset ds;
-	struct batcher b;
-	struct sgd opt;
-	struct rng drop;
-	struct run_progress p;
-	FILE *log = NULL;
-	float *x, loss = 0;
-	uint8_t *y;
-	uint64_t steps_done = 0, target_samples, start_samples;
-	double t0, last_ckpt, last_progress = 0;
-	int rc = EXIT_JOB, tty = isatty(2) && !o->quiet;
+	struct local *l;
+	struct local_result r;
+	struct progress pr = {.tty = isatty(2) && !o->quiet};
+	int rc;
 
-	if (run_open(dir, &run, err) < 0) {
+	if ((rc = local_open(dir, &lo, &l, err)) < 0) {
 		fprintf(stderr, "gem-work: %s\n", err);
-		return EXIT_USAGE;
+		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
 	}
-	if (run_lock(&run, err) < 0 || model_from_json(run.model, &m, err) < 0 ||
-	    model_reserve(m, run.train.batch, err) < 0 ||
-	    run_params_load(&run, NULL, model_params(m), model_nparams(m), &p, err) < 0 ||
-	    dataset_load(run.data_dir, "train", &ds, err) < 0) {
-		fprintf(stderr, "gem-work: %s\n", err);
-		goto out_run;
-	}
-	if (batcher_init(&b, &ds, run.train.batch, run.train.seed, 0, o->shard_i, o->shard_n, run.mean,
-			 run.std, err) < 0 ||
-	    sgd_init(&opt, model_nparams(m), run.train.lr, run.train.momentum, run.train.weight_decay,
-		     run.train.nesterov, err) < 0 ||
-	    run_log_open(&run, &log, err) < 0) {
-		fprintf(stderr, "gem-work: %s\n", err);
-		goto out_data;
-	}
-	/* The momentum of the interrupted session, so that a resumed run is the same run. */
-	if (opt.v && p.version > 0) {
-		int got = run_local_state_load(&run, opt.v, opt.n, p.version, err);
-		if (got < 0) {
-			fprintf(stderr, "gem-work: %s\n", err);
-			goto out_opt;
-		}
-		if (got == 0)
-			log_warn("%s: no optimiser state of version %llu; the momentum starts at 0", dir,
-				 (unsigned long long)p.version);
-	}
-	/* Each epoch consumes exactly the shard once, so samples seen give the position. */
-	batcher_seek(&b, p.samples / b.count, p.samples % b.count);
-	start_samples = p.samples;
-	if (o->steps)
-		target_samples = UINT64_MAX;
-	else if (o->epochs)
-		target_samples = p.samples + (uint64_t)o->epochs * b.count;
-	else
-		target_samples = (uint64_t)run.train.epochs * b.count;
-	if (p.samples >= target_samples) {
+	if (local_info(l)->spent) {
 		if (!o->quiet)
 			fprintf(stderr, "gem-work: %s: the run's budget of %d epochs is spent already "
 					"(use --epochs to train more)\n",
-				dir, run.train.epochs);
-		rc = 0;
-		goto out_opt;
+				dir, local_info(l)->epochs);
+		local_close(l);
+		return 0;
 	}
-	run_log_start(log, &run, "local", NULL, p.version, model_layout(m));
-	x = malloc(sizeof *x * (size_t)run.train.batch * model_input_size(m));
-	y = malloc((size_t)run.train.batch);
-	if (!x || !y) {
-		fprintf(stderr, "gem-work: out of memory\n");
-		free(x);
-		free(y);
-		goto out_opt;
-	}
+	pr.epoch = local_info(l)->epoch;
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	t0 = last_ckpt = cli_now();
-	rc = 0;
-	while (!stop_signal && p.samples < target_samples && (!o->steps || steps_done < o->steps)) {
-		double step_start = cli_now();
-		int n = batcher_next(&b, x, y);
-		/* dropout's randomness is a function of the update, so a resumed run draws the same */
-		rng_seed(&drop, run.train.seed, 0x64726f70ULL + p.version);
-		loss = model_train_step(m, x, y, n, &drop);
-		if (!isfinite(loss)) {
-			fprintf(stderr, "gem-work: training diverged at update %llu (loss %g); the "
-					"parameters stay at the last checkpoint\n",
-				(unsigned long long)p.version + 1, (double)loss);
-			rc = EXIT_JOB;
-			break;
-		}
-		sgd_step(&opt, model_params(m), model_grads(m));
-		p.version++;
-		p.samples += (uint64_t)n;
-		steps_done++;
-		double now = cli_now();
-		run_log_update(log, cli_wall(), p.elapsed + (now - t0), -1, p.version, 0, 0, loss, p.samples,
-			       NULL);
-		if (o->slowdown > 1)
-			work_slowdown(now - step_start, o->slowdown);
-		if (tty && now - last_progress > 0.25) {
-			fprintf(stderr, "\rgem-work: update %llu  epoch %.2f  loss %.4f  %.0f samples/s   ",
-				(unsigned long long)p.version, (double)p.samples / (double)b.count,
-				(double)loss, (double)(p.samples - start_samples) / (now - t0));
-			last_progress = now;
-		}
-		if (o->checkpoint_every > 0 && now - last_ckpt >= o->checkpoint_every) {
-			struct run_progress cp = p;
-			cp.elapsed += now - t0;
-			fflush(log);
-			if (save_local(&run, &opt, model_params(m), model_nparams(m), &cp, err) < 0)
-				log_warn("checkpoint failed: %s", err);
-			last_ckpt = now;
-		}
-	}
-	if (tty)
+	rc = local_run(l, &stop_signal, local_progress, &pr, &r, err);
+	local_close(l);
+	if (pr.tty)
 		fputc('\n', stderr);
-	if (rc == 0) {
-		double secs = cli_now() - t0;
-		p.elapsed += secs;
-		fflush(log);
-		if (save_local(&run, &opt, model_params(m), model_nparams(m), &p, err) < 0) {
-			fprintf(stderr, "gem-work: %s\n", err);
-			rc = EXIT_JOB;
-		} else if (!o->quiet) {
-			fprintf(stderr, "gem-work: %llu updates, %llu samples in %.1f s (%.0f samples/s), "
-					"last loss %.4f\n",
-				(unsigned long long)steps_done,
-				(unsigned long long)(p.samples - start_samples), secs,
-				(double)(p.samples - start_samples) / secs, (double)loss);
-		}
-		if (stop_signal && rc == 0) {
-			fprintf(stderr, "gem-work: interrupted; parameters saved at update %llu\n",
-				(unsigned long long)p.version);
-			rc = 128 + stop_signal;
-		}
+	if (rc < 0) {
+		fprintf(stderr, "gem-work: %s\n", err);
+		return EXIT_JOB;
 	}
-	free(x);
-	free(y);
-out_opt:
-	sgd_free(&opt);
-	if (log)
-		fclose(log);
-	batcher_free(&b);
-out_data:
-	dataset_free(&ds);
-out_run:
-	model_free(m);
-	run_close(&run);
-	return rc;
+	if (r.end == LOCAL_DIVERGED) {
+		fprintf(stderr, "gem-work: training diverged at update %llu (loss %g); the parameters stay "
+				"at the last checkpoint\n",
+			(unsigned long long)r.version + 1, (double)r.loss);
+		return EXIT_JOB;
+	}
+	if (!o->quiet)
+		fprintf(stderr, "gem-work: %llu updates, %llu samples in %.1f s (%.0f samples/s), last loss "
+				"%.4f\n",
+			(unsigned long long)r.steps, (unsigned long long)r.samples, r.seconds,
+			(double)r.samples / r.seconds, (double)r.loss);
+	if (stop_signal) {
+		fprintf(stderr, "gem-work: interrupted; parameters saved at update %llu\n",
+			(unsigned long long)r.version);
+		return 128 + stop_signal;
+	}
+	return 0;
+}
+
+static void server_progress(const struct work_result *r, void *ctx)
+{
+	struct progress *p = ctx;
+	if (!progress_due(p))
+		return;
+	fprintf(stderr, "\rgem-work %d: version %llu  epoch %.2f  loss %.4f  %.0f samples/s   ", p->worker,
+		(unsigned long long)r->version, (double)r->samples / (double)p->epoch, (double)r->loss,
+		(double)r->samples / r->seconds);
+}
+
+/* How a worker's session ended, in words; its exit status (a signal's is the caller's). */
+static int server_report(const struct work_info *in, const struct work_result *r, int rc,
+			 const char *err, int quiet)
+{
+	char idle[96] = "";
+	if (rc < 0) {
+		fprintf(stderr, "gem-work: worker %d: %s\n", in->worker, err);
+		return EXIT_JOB;
+	}
+	if (r->end == WORK_DIVERGED) {
+		fprintf(stderr, "gem-work: worker %d: the loss is %g at version %llu: diverged\n", in->worker,
+			(double)r->loss, (unsigned long long)r->version);
+		return EXIT_JOB;
+	}
+	if (quiet)
+		return 0;
+	if (r->end == WORK_SERVER_ENDED)
+		log_info("worker %d: the server ended the run", in->worker);
+	if (in->background)
+		snprintf(idle, sizeof idle, ", idle %.2f s (%.1f%%), %.2f s of it in the last round", r->idle,
+			 r->seconds > 0 ? 100 * r->idle / r->seconds : 0.0, r->idle_last);
+	log_info("worker %d: %llu steps, %llu samples in %.1f s, last loss %.4f, version %llu%s",
+		 in->worker, (unsigned long long)r->steps, (unsigned long long)r->samples, r->seconds,
+		 (double)r->loss, (unsigned long long)r->version, idle);
+	return 0;
+}
+
+/* One worker of the gem-serve run at url. */
+static int train_server(const char *url, const struct work_opts *o)
+{
+	char err[GEM_ERRMAX];
+	struct worker *w;
+	struct work_result r;
+	const struct work_info *in;
+	struct progress pr = {.tty = isatty(2) && !o->quiet};
+	int rc;
+
+	if ((rc = work_open(url, o, &w, err)) < 0) {
+		fprintf(stderr, "gem-work: %s\n", err);
+		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	}
+	in = work_info(w);
+	if (!o->quiet)
+		log_info("worker %d of %s: rule %s, %llu samples per epoch%s", in->worker, url, in->rule,
+			 (unsigned long long)in->epoch, in->shard_n > 1 ? " (a shard)" : "");
+	pr.worker = in->worker;
+	pr.epoch = in->epoch;
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	rc = work_run(w, &stop_signal, server_progress, &pr, &r, err);
+	if (rc == 0 && r.end == WORK_DIE_AFTER) {
+		/* fault injection: die as a crash would, without a word to the server */
+		fprintf(stderr, "gem-work: worker %d: --die-after %llu: dying\n", in->worker,
+			(unsigned long long)o->die_after);
+		raise(SIGKILL);
+	}
+	if (pr.tty)
+		fputc('\n', stderr);
+	rc = server_report(in, &r, rc, err, o->quiet);
+	work_close(w);
+	return stop_signal ? 128 + stop_signal : rc;
 }
 
 int main(int argc, char **argv)
@@ -398,5 +390,5 @@ int main(int argc, char **argv)
 	cli_blas_init();
 	if (local)
 		return train_local(local, &o);
-	return work_serve(server, &o);
+	return train_server(server, &o);
 }

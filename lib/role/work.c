@@ -3,24 +3,23 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "wire/blob.h"
 #include "base/cli.h"
-#include "nn/data.h"
 #include "base/err.h"
-#include "wire/httpc.h"
 #include "base/log.h"
+#include "nn/data.h"
 #include "nn/model.h"
-#include "wire/msg.h"
-#include "nn/optim.h"
-#include "base/rng.h"
+#include "role/trainer.h"
+#include "rules/local.h"
+#include "rules/rule.h"
 #include "run/run.h"
+#include "wire/blob.h"
+#include "wire/httpc.h"
+#include "wire/msg.h"
 
 #define COMMIT_TIMEOUT_MS (600L * 1000) /* a sync round waits for the slowest worker */
 
@@ -35,14 +34,9 @@ void work_slowdown(double step_seconds, double factor)
 	nanosleep(&ts, NULL);
 }
 
-static volatile sig_atomic_t work_signal;
-static void on_signal(int sig)
-{
-	work_signal = sig;
-}
-
-/* dma: the delta of the last boundary, in flight on a thread of its own with its own client. */
-struct dma_post {
+/* A background commit (dma's delta of the last boundary), in flight on a thread of its own with
+ * its own client. */
+struct bg_post {
 	const struct worker *w;
 	struct httpc *http;
 	struct httpc_resp resp;
@@ -52,28 +46,37 @@ struct dma_post {
 	char err[GEM_ERRMAX];
 };
 
-/* A worker's connection and buffers, allocated once. */
+/* A worker's connection, model, data and buffers, allocated once. */
 struct worker {
-	const struct work_opts *o;
+	struct work_opts o;
+	struct work_info info;
 	struct httpc *http;
 	struct httpc_resp resp;
 	struct blob_codec codec;
 	struct msg_buf buf;
 	const char *codec_name;
 	struct run run;
-	struct model *m;
+	struct dataset ds;
+	struct trainer t;
+	struct feed f;
+	int feed_open;
+	struct rule_local l;
 	size_t n;
-	float *x0, *delta;
-	float *xg;           /* dma: X_j, the last global model received */
-	struct sgd opt;      /* dma: local momentum SGD */
-	struct dma_post post;
-	double idle;         /* dma: seconds blocked waiting for X_{j+1} */
-	int dma;
+	float *v;            /* a reply's vector when it is not θ for x (easgd's d, dma's X_{j+1}) */
+	struct bg_post post;
+	double idle;         /* background commits: seconds blocked waiting for a round's reply */
 	int id;
 	uint64_t version, seq;
 	uint64_t done_samples, done_commits; /* the server's count of this worker's work at join */
+	uint64_t target;     /* samples at which the budget is spent */
 	int shard_i, shard_n;
 };
+
+/* Every failure of a worker is the job's, but for want of memory. */
+static int job_failure(int rc)
+{
+	return rc == GEM_ENOMEM ? rc : GEM_EFAIL;
+}
 
 /* Decode the vector named name of the reply resp into v; header fields into *version. */
 static int take_reply(struct worker *w, const struct httpc_resp *resp, const char *name, float *v,
@@ -101,9 +104,11 @@ static int take_reply(struct worker *w, const struct httpc_resp *resp, const cha
 	return 0;
 }
 
+/* Join (again): θ into x, where the rule's worker half starts (over). */
 static int join(struct worker *w, char *err)
 {
 	json_t *body = json_pack("{s:s}", "codec", w->codec_name), *head = NULL, *v;
+	float *x = model_params(w->t.m);
 	char *text;
 	int rc;
 	if (w->id >= 0)
@@ -112,12 +117,12 @@ static int join(struct worker *w, char *err)
 	json_decref(body);
 	if (!text)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	rc = httpc_post_retry(w->http, "/v1/join", "application/json", text, strlen(text), w->o->retry_for,
+	rc = httpc_post_retry(w->http, "/v1/join", "application/json", text, strlen(text), w->o.retry_for,
 			      &w->resp, err);
 	free(text);
 	if (rc < 0)
 		return rc;
-	if ((rc = take_reply(w, &w->resp, MSG_PARAMS, model_params(w->m), &head, err)) < 0)
+	if ((rc = take_reply(w, &w->resp, MSG_PARAMS, x, &head, err)) < 0)
 		return rc;
 	w->id = (int)json_integer_value(json_object_get(head, "worker"));
 	if (json_is_integer(v = json_object_get(head, "seq")))
@@ -127,11 +132,12 @@ static int join(struct worker *w, char *err)
 	if (json_is_integer(v = json_object_get(head, "commits")))
 		w->done_commits = (uint64_t)json_integer_value(v);
 	v = json_object_get(head, "shard");
-	if (!w->o->shard_set && json_is_array(v)) {
+	if (!w->o.shard_set && json_is_array(v)) {
 		w->shard_i = (int)json_integer_value(json_array_get(v, 0));
 		w->shard_n = (int)json_integer_value(json_array_get(v, 1));
 	}
 	json_decref(head);
+	rule_local_start(&w->l, x);
 	return 0;
 }
 
@@ -143,7 +149,7 @@ static void leave(struct worker *w, int done)
 		log_debug("leave: %s", err);
 }
 
-/* The commit message of the update v into w->buf. */
+/* The commit message of the vector v into w->buf. */
 static int commit_build(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
 	json_t *head;
@@ -155,7 +161,7 @@ static int commit_build(struct worker *w, const float *v, float loss, uint64_t s
 			 (json_int_t)++w->seq, "samples", (json_int_t)samples);
 	if (isfinite(loss))
 		json_object_set_new(head, "loss", json_real(loss));
-	if (w->dma)
+	if (w->l.d->background)
 		json_object_set_new(head, "idle", json_real(w->idle));
 	rc = blob_encode(&w->codec, v, w->n, w->codec_name, -1, &enc, &blob.meta, err);
 	blob.data = enc;
@@ -181,63 +187,61 @@ static int commit_status(struct worker *w, int rc, const struct httpc_resp *resp
 	return rc < 0 ? rc : 0;
 }
 
-/* Send one commit: the update (or easgd's x) in v. 0: applied and the reply taken; 1: the
- * server forgot us or our base (a restart): rejoined, nothing applied; 2: the run is over. */
-static int commit(struct worker *w, const float *v, float loss, uint64_t samples, int easgd, char *err)
+/* Fold the reply resp into x as the rule says: θ itself, easgd's d ("elastic") or dma's X_{j+1}. */
+static int fold_reply(struct worker *w, const struct httpc_resp *resp, char *err)
+{
+	float *x = model_params(w->t.m);
+	int direct = !w->l.d->reply_elastic && w->l.d->sends != RULE_SENDS_CYCLE;
+	float *v = direct ? x : w->v;
+	int rc;
+	if ((rc = take_reply(w, resp, w->l.d->reply_elastic ? "elastic" : MSG_PARAMS, v, NULL, err)) < 0)
+		return rc;
+	rule_local_reply(&w->l, x, v);
+	return 0;
+}
+
+/* Send one commit of v and fold its reply in. 0: done; 1: the server forgot us or our base (a
+ * restart): rejoined, nothing applied; 2: the run is over. */
+static int commit(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
 	int rc;
 
 	if ((rc = commit_build(w, v, loss, samples, err)) < 0)
 		return rc;
 	rc = httpc_post_retry(w->http, "/v1/commit", MSG_CONTENT_TYPE, w->buf.data, w->buf.len,
-			      w->o->retry_for, &w->resp, err);
+			      w->o.retry_for, &w->resp, err);
 	if ((rc = commit_status(w, rc, &w->resp, 1, err)) != 0)
 		return rc;
-	if (easgd) {
-		/* x ← x − d: the worker keeps its own x, pulled towards the center */
-		float *x = model_params(w->m);
-		if ((rc = take_reply(w, &w->resp, "elastic", w->delta, NULL, err)) < 0)
-			return rc;
-		for (size_t i = 0; i < w->n; i++)
-			x[i] -= w->delta[i];
-		return 0;
-	}
-	return take_reply(w, &w->resp, MSG_PARAMS, model_params(w->m), NULL, err);
+	return fold_reply(w, &w->resp, err);
 }
 
-/* ---- dma: delayed model averaging, the worker's half (DESIGN.md §4) ----
+/* ---- background commits: dma, delayed model averaging (DESIGN.md §4) ----
  *
- * Cycles of β local steps of momentum SGD on x_w. At boundary j, with X_j the global model
- * (X_0 = θ at join; for j ≥ 1 the reply to the delta sent at boundary j − 1):
- *
- *     Δ_w^j = x_w − x_w^init                   this cycle's local progress
- *     x_w   = x_w^init = X_j + Δ_w^j           own progress on top of the newest average
- *     send Δ_w^j (base version j), go on       the server: X_{j+1} = X_j + (1/W)·Σ_w Δ_w^j
- *
- * The commit's round trip (the server holds it until every worker's Δ^j is in) overlaps the
- * next β steps; the worker blocks, and counts idle time, only if X_{j+1} has not come back by
- * boundary j + 1. At boundary 0, X_0 = x_w^init, so x_w is unchanged. */
+ * At each boundary the worker commits the vector rule_local_commit gives (dma: its cycle's
+ * delta) and carries on; the commit's round trip (the server holds it until the round is in)
+ * overlaps the next window. The worker blocks, and counts idle time, only if the reply has not
+ * come back by the next boundary; the reply then goes to rule_local_reply. */
 
-static void *dma_post_run(void *arg)
+static void *bg_post_run(void *arg)
 {
-	struct dma_post *p = arg;
+	struct bg_post *p = arg;
 	p->rc = httpc_post_retry(p->http, "/v1/commit", MSG_CONTENT_TYPE, p->w->buf.data,
-				 p->w->buf.len, p->w->o->retry_for, &p->resp, p->err);
+				 p->w->buf.len, p->w->o.retry_for, &p->resp, p->err);
 	return NULL;
 }
 
-/* Send Δ in the background: the message is built here, the thread only posts it. */
-static int dma_send(struct worker *w, const float *delta, float loss, uint64_t samples, char *err)
+/* Send v in the background: the message is built here, the thread only posts it. */
+static int bg_send(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
 	sigset_t all, old;
 	int rc;
 
-	if ((rc = commit_build(w, delta, loss, samples, err)) < 0)
+	if ((rc = commit_build(w, v, loss, samples, err)) < 0)
 		return rc;
-	/* SIGINT and SIGTERM are for the main thread's loop */
+	/* signals are for the caller's thread, which polls the flag they set */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
-	rc = pthread_create(&w->post.thread, NULL, dma_post_run, &w->post);
+	rc = pthread_create(&w->post.thread, NULL, bg_post_run, &w->post);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc)
 		return gem_errf(err, GEM_EFAIL, "pthread_create: %s", strerror(rc));
@@ -245,10 +249,9 @@ static int dma_send(struct worker *w, const float *delta, float loss, uint64_t s
 	return 0;
 }
 
-/* Wait for the answer to the delta in flight: X_{j+1} into w->xg and its version. As commit():
- * 0 taken, 1 rejoined (θ in the model's parameters; only if rejoin), 2 the run is over, < 0 an
- * error. */
-static int dma_wait(struct worker *w, int rejoin, char *err)
+/* Wait for the answer to the commit in flight and fold it in. As commit(): 0 taken, 1 rejoined
+ * (only if rejoin), 2 the run is over, < 0 an error. */
+static int bg_wait(struct worker *w, int rejoin, char *err)
 {
 	double t = cli_now();
 	int rc;
@@ -260,31 +263,17 @@ static int dma_wait(struct worker *w, int rejoin, char *err)
 		snprintf(err, GEM_ERRMAX, "%s", w->post.err);
 	if ((rc = commit_status(w, w->post.rc, &w->post.resp, rejoin, err)) != 0)
 		return rc;
-	return take_reply(w, &w->post.resp, MSG_PARAMS, w->xg, NULL, err);
+	return fold_reply(w, &w->post.resp, err);
 }
 
-/* Boundary j: fold X_j in and send Δ_w^j. 1: rejoined after a restart, nothing sent (x_w starts
- * over from θ); else as dma_wait. */
-static int dma_boundary(struct worker *w, float loss, uint64_t samples, char *err)
+/* A boundary: fold in the last commit's reply, then send this window's vector. 1: rejoined after
+ * a restart, nothing sent (the worker starts over from θ); else as bg_wait. */
+static int bg_boundary(struct worker *w, float loss, uint64_t samples, char *err)
 {
-	float *x = model_params(w->m);
 	int rc;
-
-	if (w->post.busy && (rc = dma_wait(w, 1, err)) != 0) {
-		if (rc == 1) {
-			memcpy(w->x0, x, sizeof(float) * w->n);
-			memcpy(w->xg, x, sizeof(float) * w->n);
-			sgd_reset(&w->opt);
-		}
+	if (w->post.busy && (rc = bg_wait(w, 1, err)) != 0)
 		return rc;
-	}
-	for (size_t i = 0; i < w->n; i++) {
-		/* Δ_w = x_w − x_w^init ; x_w = x_w^init = X_j + Δ_w */
-		float d = x[i] - w->x0[i];
-		w->delta[i] = d;
-		x[i] = w->x0[i] = w->xg[i] + d;
-	}
-	return dma_send(w, w->delta, loss, samples, err);
+	return bg_send(w, rule_local_commit(&w->l, model_params(w->t.m)), loss, samples, err);
 }
 
 static int codec_for(const char *url)
@@ -293,221 +282,224 @@ static int codec_for(const char *url)
 	return strstr(url, "://127.") || strstr(url, "://localhost") || strstr(url, "://[::1]");
 }
 
-int work_serve(const char *url, const struct work_opts *o)
+/* The token, and the two clients (the main thread's, the background commit's). */
+static int open_http(struct worker *w, const char *url, char *err)
 {
-	char err[GEM_ERRMAX];
-	struct worker w = {.o = o, .id = o->worker_id, .shard_i = o->shard_i, .shard_n = o->shard_n};
-	struct dataset ds = {0};
-	struct batcher b = {0};
-	struct rng drop;
 	char *token = NULL;
-	float *x = NULL, *params;
-	uint8_t *y = NULL;
-	json_t *runjson;
-	uint64_t samples = 0, target, steps = 0, commits = 0;
-	double t0, last_progress = 0, wall, idle_last = 0;
-	int rc = EXIT_JOB, easgd, window, tty = isatty(2) && !o->quiet, c, left = 0;
-	float lr, loss = 0;
-
-	w.codec_name = codec_for(url) ? BLOB_RAW : BLOB_CODEC_DEFAULT;
-	blob_codec_init(&w.codec);
-	if (o->token_file && cli_read_token(o->token_file, &token, err) < 0) {
-		fprintf(stderr, "gem-work: %s\n", err);
-		return EXIT_USAGE;
-	}
-	if (httpc_new(url, token, COMMIT_TIMEOUT_MS, &w.http, err) < 0 ||
-	    httpc_new(url, token, COMMIT_TIMEOUT_MS, &w.post.http, err) < 0) {
-		fprintf(stderr, "gem-work: %s\n", err);
-		free(token);
-		httpc_free(w.http);
-		return EXIT_USAGE;
-	}
+	int rc = 0;
+	if (w->o.token_file && cli_read_token(w->o.token_file, &token, err) < 0)
+		return GEM_EUSAGE;
+	if (httpc_new(url, token, COMMIT_TIMEOUT_MS, &w->http, err) < 0 ||
+	    httpc_new(url, token, COMMIT_TIMEOUT_MS, &w->post.http, err) < 0)
+		rc = GEM_EUSAGE;
 	free(token);
-	w.post.w = &w;
-	if (httpc_get_retry(w.http, "/v1/run", o->retry_for, &w.resp, err) < 0) {
-		fprintf(stderr, "gem-work: %s\n", err);
-		goto out;
+	return rc;
+}
+
+/* The run from GET /v1/run, its model, its training set and the rule's worker half. */
+static int open_run(struct worker *w, const char *url, char *err)
+{
+	json_t *runjson;
+	int rc;
+	if ((rc = httpc_get_retry(w->http, "/v1/run", w->o.retry_for, &w->resp, err)) < 0)
+		return rc;
+	if (!(runjson = json_loadb(w->resp.body, w->resp.len, 0, NULL)))
+		return gem_errf(err, GEM_EFAIL, "%s: GET /v1/run: not JSON", url);
+	if ((rc = run_from_json(runjson, &w->run, err)) < 0) {
+		gem_errprefix(err, "%s: ", url);
+		return rc;
 	}
-	if (!(runjson = json_loadb(w.resp.body, w.resp.len, 0, NULL)) ||
-	    run_from_json(runjson, &w.run, err) < 0) {
-		fprintf(stderr, "gem-work: %s: %s\n", url, runjson ? err : "GET /v1/run: not JSON");
-		goto out;
+	if ((rc = trainer_open(&w->t, &w->run, err)) < 0 ||
+	    (rc = dataset_load(w->run.data_dir, "train", &w->ds, err)) < 0)
+		return rc;
+	w->n = model_nparams(w->t.m);
+	/* dma's local steps are momentum SGD with the run's μ, Nesterov and weight decay: the
+	 * server averages models and keeps no momentum of its own */
+	if ((rc = rule_local_init(&w->l, &w->run.rule, w->n, w->run.train.lr, w->run.train.momentum,
+				  w->run.train.weight_decay, w->run.train.nesterov, err)) < 0)
+		return rc;
+	if ((w->l.d->reply_elastic || w->l.d->sends == RULE_SENDS_CYCLE) &&
+	    !(w->v = malloc(sizeof(float) * w->n)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
+	return 0;
+}
+
+/* Join, and the worker's feed where the server saw it stop: a worker that comes back under its
+ * id continues its data order, so that a run interrupted and resumed is the run left alone. */
+static int open_join(struct worker *w, char *err)
+{
+	int rc;
+	if ((rc = join(w, err)) < 0)
+		return rc;
+	/* each worker its own shuffled copy of the data (the paper's setup), or a disjoint shard */
+	if ((rc = feed_open(&w->f, &w->run, &w->ds, w->id, w->shard_i, w->shard_n, err)) < 0)
+		return rc;
+	w->feed_open = 1;
+	feed_seek(&w->f, w->done_samples);
+	w->target = w->o.steps ? UINT64_MAX
+		    : w->o.epochs ? w->done_samples + (uint64_t)w->o.epochs * feed_epoch(&w->f)
+				  : (uint64_t)w->run.train.epochs * feed_epoch(&w->f);
+	w->info = (struct work_info){.worker = w->id, .rule = w->run.rule.name,
+				     .epoch = feed_epoch(&w->f), .shard_n = w->shard_n,
+				     .background = w->l.d->background};
+	return 0;
+}
+
+int work_open(const char *url, const struct work_opts *o, struct worker **out, char *err)
+{
+	struct worker *w = calloc(1, sizeof *w);
+	int rc;
+	*out = NULL;
+	if (!w)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	w->o = *o;
+	w->id = o->worker_id;
+	w->shard_i = o->shard_i;
+	w->shard_n = o->shard_n;
+	w->run.lock_fd = -1;
+	w->post.w = w;
+	w->codec_name = codec_for(url) ? BLOB_RAW : BLOB_CODEC_DEFAULT;
+	blob_codec_init(&w->codec);
+	if ((rc = open_http(w, url, err)) < 0) {
+		work_close(w);
+		return rc;
 	}
-	if (model_from_json(w.run.model, &w.m, err) < 0 || model_reserve(w.m, w.run.train.batch, err) < 0 ||
-	    dataset_load(w.run.data_dir, "train", &ds, err) < 0) {
-		fprintf(stderr, "gem-work: %s\n", err);
-		goto out;
+	if ((rc = open_run(w, url, err)) < 0 || (rc = open_join(w, err)) < 0) {
+		work_close(w);
+		return job_failure(rc);
 	}
-	w.n = model_nparams(w.m);
-	params = model_params(w.m);
-	x = malloc(sizeof *x * (size_t)w.run.train.batch * model_input_size(w.m));
-	y = malloc((size_t)w.run.train.batch);
-	w.x0 = malloc(sizeof(float) * w.n);
-	w.delta = malloc(sizeof(float) * w.n);
-	w.dma = !strcmp(w.run.rule.name, "dma");
-	if (w.dma && !(w.xg = malloc(sizeof(float) * w.n)))
-		w.dma = -1;
-	if (!x || !y || !w.x0 || !w.delta || w.dma < 0) {
-		fprintf(stderr, "gem-work: out of memory\n");
-		goto out;
-	}
-	if (join(&w, err) < 0) {
-		fprintf(stderr, "gem-work: %s\n", err);
-		goto out;
-	}
-	/* Each worker its own shuffled copy of the data (the paper's setup), or a disjoint shard. */
-	if (batcher_init(&b, &ds, w.run.train.batch, w.run.train.seed, 1 + (uint64_t)w.id, w.shard_i,
-			 w.shard_n, w.run.mean, w.run.std, err) < 0) {
-		fprintf(stderr, "gem-work: %s\n", err);
-		goto out;
-	}
-	/* A worker that comes back under its id continues its data order where the server saw it
-	 * stop, so that a run interrupted and resumed is the run left alone. */
-	batcher_seek(&b, (long)(w.done_samples / b.count), w.done_samples % b.count);
-	samples = w.done_samples;
-	easgd = !strcmp(w.run.rule.name, "easgd");
-	window = (easgd || w.dma || !strcmp(w.run.rule.name, "downpour")) && w.run.rule.window > 1
-		 ? w.run.rule.window : 1;
-	if (w.dma) {
-		/* the local steps are momentum SGD with the run's μ, Nesterov and weight decay: the
-		 * server averages models and keeps no momentum of its own */
-		if (sgd_init(&w.opt, w.n, w.run.train.lr, w.run.train.momentum, w.run.train.weight_decay,
-			     w.run.train.nesterov, err) < 0) {
-			fprintf(stderr, "gem-work: %s\n", err);
-			rc = EXIT_JOB;
-			goto out;
+	*out = w;
+	return 0;
+}
+
+const struct work_info *work_info(const struct worker *w)
+{
+	return &w->info;
+}
+
+/* One window of local steps from x (one step for most rules): every step trainer_step, the
+ * rule's local step after it. *got is the samples taken; 1: a loss was not finite. */
+static int train_window(struct worker *w, struct work_result *r, uint64_t *got, char *err)
+{
+	float *x = model_params(w->t.m), loss;
+	double lsum = 0;
+	int n;
+
+	*got = 0;
+	rule_local_begin(&w->l, x);
+	for (int k = 0; k < w->l.window && r->samples + *got < w->target; k++) {
+		if (trainer_step(&w->t, &w->f, &loss, &n, err) < 0) {
+			r->loss = loss;
+			return 1;
 		}
-		/* x_w = x_w^init = X_0 */
-		memcpy(w.x0, params, sizeof(float) * w.n);
-		memcpy(w.xg, params, sizeof(float) * w.n);
+		rule_local_step(&w->l, x, model_grads(w->t.m));
+		lsum += loss;
+		*got += (uint64_t)n;
+		r->steps++;
+		r->loss = (float)(lsum / (k + 1));
 	}
-	lr = w.run.train.lr;
-	target = o->steps ? UINT64_MAX
-		 : o->epochs ? samples + (uint64_t)o->epochs * b.count
-			     : (uint64_t)w.run.train.epochs * b.count;
-	if (!o->quiet)
-		log_info("worker %d of %s: rule %s, %zu samples per epoch%s", w.id, url, w.run.rule.name,
-			 b.count, w.shard_n > 1 ? " (a shard)" : "");
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	t0 = cli_now();
-	rc = 0;
-	while (!work_signal && samples < target && (!o->steps || steps < o->steps)) {
-		uint64_t got = 0;
-		double lsum = 0, step_start = cli_now();
-		/* λ local steps of plain SGD from the parameters received; the update is where they
-		 * led: Δθ = x_λ − x_0, which for λ = 1 is −η∇L at the parameters received. */
-		if (window > 1 && !easgd && !w.dma)
-			memcpy(w.x0, params, sizeof(float) * w.n);
-		for (int k = 0; k < window && samples + got < target; k++) {
-			int nb = batcher_next(&b, x, y);
-			const float *g;
-			/* dropout's randomness is a function of the worker and its data position */
-			rng_seed(&drop, w.run.train.seed ^ ((uint64_t)w.id << 40), 0x776f726bULL + samples + got);
-			lsum += model_train_step(w.m, x, y, nb, &drop);
-			got += (uint64_t)nb;
-			g = model_grads(w.m);
-			if (w.dma) {
-				sgd_step(&w.opt, params, g);
-			} else if (window == 1 && !easgd) {
-				for (size_t i = 0; i < w.n; i++)
-					w.delta[i] = -lr * g[i];
-			} else {
-				for (size_t i = 0; i < w.n; i++)
-					params[i] -= lr * g[i];
-			}
-			steps++;
-			c = k + 1;
-			loss = (float)(lsum / c);
-		}
-		if (window > 1 && !easgd && !w.dma)
-			for (size_t i = 0; i < w.n; i++)
-				w.delta[i] = params[i] - w.x0[i];
-		if (!isfinite(loss)) {
-			fprintf(stderr, "gem-work: worker %d: the loss is %g at version %llu: diverged\n", w.id,
-				(double)loss, (unsigned long long)w.version);
-			rc = EXIT_JOB;
-			break;
-		}
-		if (o->slowdown > 1)
-			work_slowdown(cli_now() - step_start, o->slowdown);
-		c = w.dma ? dma_boundary(&w, loss, got, err)
-			  : commit(&w, easgd ? params : w.delta, loss, got, easgd, err);
-		if (c < 0) {
-			fprintf(stderr, "gem-work: worker %d: %s\n", w.id, err);
-			rc = EXIT_JOB;
-			break;
-		}
-		if (c == 2) {
-			if (!o->quiet)
-				log_info("worker %d: the server ended the run", w.id);
-			break;
-		}
-		samples += got;
-		commits++;
-		if (o->die_after && commits >= o->die_after) {
-			/* fault injection: die as a crash would, without a word to the server */
-			fprintf(stderr, "gem-work: worker %d: --die-after %llu: dying\n", w.id,
-				(unsigned long long)o->die_after);
-			raise(SIGKILL);
-		}
-		if (tty && cli_now() - last_progress > 0.25) {
-			last_progress = cli_now();
-			fprintf(stderr, "\rgem-work %d: version %llu  epoch %.2f  loss %.4f  %.0f samples/s   ",
-				w.id, (unsigned long long)w.version, (double)samples / (double)b.count,
-				(double)loss, (double)samples / (last_progress - t0));
-		}
-	}
-	if (tty)
-		fputc('\n', stderr);
-	if (w.post.busy) {
-		/* dma: the last delta's round. Interrupted, leave first: the round then completes
-		 * without us even if every worker was interrupted at once. */
-		if (rc != 0 || work_signal) {
-			leave(&w, 0);
+	return 0;
+}
+
+/* The end of a session: the background commit still in flight, then leave (done only if the
+ * budget was spent or the server ended the run). rc is the loop's; returns the session's. */
+static int finish(struct worker *w, volatile sig_atomic_t *stop, struct work_result *r, int rc,
+		  char *err)
+{
+	int failed = rc < 0 || r->end == WORK_DIVERGED, stopped = stop && *stop, left = 0;
+	if (w->post.busy) {
+		/* Interrupted, leave first: the round then completes without us even if every
+		 * worker was interrupted at once. */
+		char e[GEM_ERRMAX];
+		double before = w->idle;
+		int c;
+		if (failed || stopped) {
+			leave(w, 0);
 			left = 1;
 		}
-		idle_last = w.idle;
-		c = dma_wait(&w, !left, err);
-		idle_last = w.idle - idle_last;
-		if (c < 0 && rc == 0 && !work_signal) {
-			fprintf(stderr, "gem-work: worker %d: %s\n", w.id, err);
-			rc = EXIT_JOB;
+		c = bg_wait(w, !left, e);
+		r->idle_last = w->idle - before;
+		if (c < 0 && !failed && !stopped) {
+			snprintf(err, GEM_ERRMAX, "%s", e);
+			rc = c;
+			failed = 1;
 		}
 	}
 	if (!left)
-		leave(&w, rc == 0 && !work_signal);
-	wall = cli_now() - t0;
-	if (rc == 0 && !o->quiet) {
-		char idle[96] = "";
-		if (w.dma)
-			snprintf(idle, sizeof idle, ", idle %.2f s (%.1f%%), %.2f s of it in the last round",
-				 w.idle, wall > 0 ? 100 * w.idle / wall : 0.0, idle_last);
-		log_info("worker %d: %llu steps, %llu samples in %.1f s, last loss %.4f, version %llu%s",
-			 w.id, (unsigned long long)steps, (unsigned long long)samples, wall, (double)loss,
-			 (unsigned long long)w.version, idle);
-	}
-	if (work_signal)
-		rc = 128 + work_signal;
-out:
-	if (w.post.busy)
-		pthread_join(w.post.thread, NULL);
-	sgd_free(&w.opt);
-	free(w.xg);
-	httpc_resp_free(&w.post.resp);
-	httpc_free(w.post.http);
-	batcher_free(&b);
-	dataset_free(&ds);
-	free(x);
-	free(y);
-	free(w.x0);
-	free(w.delta);
-	model_free(w.m);
-	if (w.run.json)
-		run_close(&w.run);
-	blob_codec_free(&w.codec);
-	msg_buf_free(&w.buf);
-	httpc_resp_free(&w.resp);
-	httpc_free(w.http);
+		leave(w, !failed && !stopped);
 	return rc;
+}
+
+int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn progress, void *ctx,
+	     struct work_result *r, char *err)
+{
+	double t0 = cli_now();
+	int rc = 0, c;
+
+	memset(r, 0, sizeof *r);
+	r->samples = w->done_samples;
+	r->version = w->version;
+	while (!(stop && *stop) && r->samples < w->target && (!w->o.steps || r->steps < w->o.steps)) {
+		uint64_t got;
+		double step_start = cli_now();
+		if (train_window(w, r, &got, err)) {
+			r->end = WORK_DIVERGED;
+			break;
+		}
+		if (w->o.slowdown > 1)
+			work_slowdown(cli_now() - step_start, w->o.slowdown);
+		c = w->l.d->background ? bg_boundary(w, r->loss, got, err)
+				       : commit(w, rule_local_commit(&w->l, model_params(w->t.m)), r->loss,
+						got, err);
+		if (c < 0) {
+			rc = job_failure(c);
+			break;
+		}
+		if (c == 2) {
+			r->end = WORK_SERVER_ENDED;
+			break;
+		}
+		r->samples += got;
+		r->commits++;
+		r->version = w->version;
+		r->idle = w->idle;
+		r->seconds = cli_now() - t0;
+		if (w->o.die_after && r->commits >= w->o.die_after) {
+			/* fault injection: stop as a crash would, without a word to the server */
+			r->end = WORK_DIE_AFTER;
+			return 0;
+		}
+		if (progress)
+			progress(r, ctx);
+	}
+	if (r->end == WORK_BUDGET && stop && *stop)
+		r->end = WORK_STOPPED;
+	rc = finish(w, stop, r, rc, err);
+	r->version = w->version;
+	r->idle = w->idle;
+	r->seconds = cli_now() - t0;
+	return rc < 0 ? job_failure(rc) : 0;
+}
+
+void work_close(struct worker *w)
+{
+	if (!w)
+		return;
+	if (w->post.busy)
+		pthread_join(w->post.thread, NULL);
+	httpc_resp_free(&w->post.resp);
+	httpc_free(w->post.http);
+	rule_local_free(&w->l);
+	free(w->v);
+	if (w->feed_open)
+		feed_close(&w->f);
+	dataset_free(&w->ds);
+	trainer_close(&w->t);
+	if (w->run.json)
+		run_close(&w->run);
+	blob_codec_free(&w->codec);
+	msg_buf_free(&w->buf);
+	httpc_resp_free(&w->resp);
+	httpc_free(w->http);
+	free(w);
 }

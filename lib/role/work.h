@@ -1,8 +1,12 @@
-/* work: what a worker does besides computing gradients: its options, the loop against a
- * parameter server (join, compute the rule's local update, commit, continue from the reply),
- * and fault injection for experiments. */
+/* work: a worker of a gem-serve run as an object. work_open joins the server (token, GET
+ * /v1/run, model and data, POST /v1/join); work_run trains: every step is trainer_step (the
+ * worker's feed continues where the server saw it stop) and the rule's worker half is
+ * rules/local (window, what is committed, what the reply does, dma's cycle, whose commits go
+ * out on a thread of their own); work_close frees it. Nothing here prints (but log warnings),
+ * installs a signal handler or exits: the caller's handler sets *stop, which work_run polls. */
 #ifndef GEM_WORK_H
 #define GEM_WORK_H
+#include <signal.h>
 #include <stdint.h>
 
 struct work_opts {
@@ -14,13 +18,59 @@ struct work_opts {
 	double retry_for;  /* seconds to keep retrying an unreachable server */
 	double checkpoint_every;
 	double slowdown;   /* >= 1: each step takes this many times as long */
-	uint64_t die_after; /* > 0: die (SIGKILL) after this many commits, as a crash would */
-	int quiet;
+	uint64_t die_after; /* > 0: work_run returns after this many commits, without leaving */
+	int quiet;         /* for the caller: the library prints nothing anyway */
 };
+
+/* What the worker is, once joined. */
+struct work_info {
+	int worker;         /* its id */
+	const char *rule;   /* the run's rule */
+	uint64_t epoch;     /* samples in one epoch of its data (its shard) */
+	int shard_n;        /* shards of the training set (1: the whole set) */
+	int background;     /* the rule commits in the background (dma): idle times mean something */
+};
+
+/* Why work_run returned. */
+enum work_end {
+	WORK_BUDGET,       /* --epochs, --steps or the run's budget is spent; left as done */
+	WORK_SERVER_ENDED, /* the server ended the run (410) */
+	WORK_STOPPED,      /* *stop was set; left, not done */
+	WORK_DIVERGED,     /* a step's loss was not finite (loss says which); left, not done */
+	WORK_DIE_AFTER,    /* die_after commits made: returned at once, without a word to the server */
+};
+
+/* Where work_run stands (to the progress callback, after each commit) or how it ended. */
+struct work_result {
+	enum work_end end;
+	uint64_t steps;    /* local steps of this session */
+	uint64_t commits;  /* commits of this session */
+	uint64_t samples;  /* samples of the worker's commits, this session's and the earlier ones
+			    * the server counted at join */
+	uint64_t version;  /* θ's version last received */
+	float loss;        /* mean loss of the last window (WORK_DIVERGED: the step's) */
+	double seconds;    /* since work_run began */
+	double idle;       /* background commits: seconds blocked waiting for a round's reply */
+	double idle_last;  /* of which at the end, waiting for the last round */
+};
+
+typedef void (*work_progress_fn)(const struct work_result *now, void *ctx);
+
+struct worker;
 
 /* Sleep so that a step that took step_seconds takes factor times as long. */
 void work_slowdown(double step_seconds, double factor);
 
-/* Train as one worker of the gem-serve at url; returns a process exit status. */
-int work_serve(const char *url, const struct work_opts *o);
+/* Join the gem-serve at url. GEM_EUSAGE: the token file or the URL is bad; GEM_EFAIL: the server
+ * could not be reached or refused, the run or its data could not be loaded. */
+int work_open(const char *url, const struct work_opts *o, struct worker **out, char *err);
+const struct work_info *work_info(const struct worker *w);
+/* Train until the budget is spent, the server ends the run, *stop is set (stop may be NULL),
+ * the loss diverges or die_after commits are made; then leave (but after die_after). progress
+ * (may be NULL) is called after each commit. Returns 0 with *r saying why it ended, or a
+ * negative code (err says why; *r as far as it got; the worker left, not done). */
+int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn progress, void *ctx,
+	     struct work_result *r, char *err);
+/* Free everything (waits for a commit still in flight after WORK_DIE_AFTER). NULL is a no-op. */
+void work_close(struct worker *w);
 #endif

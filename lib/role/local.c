@@ -1,0 +1,180 @@
+#include "role/local.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cli.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "nn/data.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+#include "role/trainer.h"
+#include "role/work.h"
+#include "run/run.h"
+
+struct local {
+	struct local_opts o;
+	struct local_info info;
+	struct run run;
+	struct trainer t;
+	struct dataset ds;
+	struct feed f;
+	int feed_open;
+	struct sgd opt;
+	struct run_progress p; /* θ's, as it would be saved now (but elapsed: at the session's start) */
+	FILE *log;
+	uint64_t target;       /* samples at which the budget is spent */
+};
+
+/* Save the optimiser's state, then θ (a crash between the two leaves a state newer than θ,
+ * which the next session sees by its version and does not use). */
+static int save_local(struct local *l, const struct run_progress *p, char *err)
+{
+	fflush(l->log);
+	if (l->opt.v && run_local_state_save(&l->run, l->opt.v, l->opt.n, p->version, err) < 0)
+		return GEM_EFAIL;
+	return run_params_save(&l->run, model_params(l->t.m), model_nparams(l->t.m), p, err);
+}
+
+/* θ, the data, the optimiser and the log of the run just opened. */
+static int open_training(struct local *l, const char *rundir, char *err)
+{
+	struct run *run = &l->run;
+	int rc;
+	if ((rc = run_lock(run, err)) < 0 || (rc = trainer_open(&l->t, run, err)) < 0 ||
+	    (rc = run_params_load(run, NULL, model_params(l->t.m), model_nparams(l->t.m), &l->p, err)) < 0 ||
+	    (rc = dataset_load(run->data_dir, "train", &l->ds, err)) < 0 ||
+	    (rc = feed_open(&l->f, run, &l->ds, TRAINER_LOCAL, l->o.shard_i, l->o.shard_n, err)) < 0)
+		return rc;
+	l->feed_open = 1;
+	if ((rc = sgd_init(&l->opt, model_nparams(l->t.m), run->train.lr, run->train.momentum,
+			   run->train.weight_decay, run->train.nesterov, err)) < 0 ||
+	    (rc = run_log_open(run, &l->log, err)) < 0)
+		return rc;
+	/* The momentum of the interrupted session, so that a resumed run is the same run. */
+	if (l->opt.v && l->p.version > 0) {
+		int got = run_local_state_load(run, l->opt.v, l->opt.n, l->p.version, err);
+		if (got < 0)
+			return got;
+		if (got == 0)
+			log_warn("%s: no optimiser state of version %llu; the momentum starts at 0", rundir,
+				 (unsigned long long)l->p.version);
+	}
+	/* Each epoch consumes exactly the shard once, so samples seen give the position. */
+	feed_seek(&l->f, l->p.samples);
+	return 0;
+}
+
+int local_open(const char *rundir, const struct local_opts *o, struct local **out, char *err)
+{
+	struct local *l = calloc(1, sizeof *l);
+	uint64_t epoch;
+	int rc;
+	*out = NULL;
+	if (!l)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	l->o = *o;
+	if (run_open(rundir, &l->run, err) < 0) {
+		local_close(l);
+		return GEM_EUSAGE;
+	}
+	if ((rc = open_training(l, rundir, err)) < 0) {
+		local_close(l);
+		return rc == GEM_ENOMEM ? rc : GEM_EFAIL;
+	}
+	epoch = feed_epoch(&l->f);
+	l->target = o->steps ? UINT64_MAX
+		    : o->epochs ? l->p.samples + (uint64_t)o->epochs * epoch
+				: (uint64_t)l->run.train.epochs * epoch;
+	l->info = (struct local_info){.epochs = l->run.train.epochs, .epoch = epoch,
+				      .version = l->p.version, .samples = l->p.samples,
+				      .spent = l->p.samples >= l->target};
+	*out = l;
+	return 0;
+}
+
+const struct local_info *local_info(const struct local *l)
+{
+	return &l->info;
+}
+
+/* A checkpoint when checkpoint_every seconds have passed since *last (a failure is a warning:
+ * training goes on, and the final save says whether it is fatal). */
+static void checkpoint_due(struct local *l, double now, double t0, double *last)
+{
+	char err[GEM_ERRMAX];
+	struct run_progress cp = l->p;
+	if (l->o.checkpoint_every <= 0 || now - *last < l->o.checkpoint_every)
+		return;
+	cp.elapsed += now - t0;
+	if (save_local(l, &cp, err) < 0)
+		log_warn("checkpoint failed: %s", err);
+	*last = now;
+}
+
+int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn progress, void *ctx,
+	      struct local_result *r, char *err)
+{
+	double t0 = cli_now(), last_ckpt = t0;
+	float *theta = model_params(l->t.m);
+	int n;
+
+	memset(r, 0, sizeof *r);
+	r->version = l->p.version;
+	r->total = l->p.samples;
+	if (l->info.spent) {
+		r->end = LOCAL_SPENT;
+		return 0;
+	}
+	run_log_start(l->log, &l->run, "local", NULL, l->p.version, model_layout(l->t.m));
+	while (!(stop && *stop) && l->p.samples < l->target && (!l->o.steps || r->steps < l->o.steps)) {
+		double step_start = cli_now(), now;
+		if (trainer_step(&l->t, &l->f, &r->loss, &n, err) < 0) {
+			r->end = LOCAL_DIVERGED;
+			break;
+		}
+		sgd_step(&l->opt, theta, model_grads(l->t.m));
+		l->p.version++;
+		l->p.samples += (uint64_t)n;
+		now = cli_now();
+		run_log_update(l->log, cli_wall(), l->p.elapsed + (now - t0), -1, l->p.version, 0, 0, r->loss,
+			       l->p.samples, NULL);
+		if (l->o.slowdown > 1)
+			work_slowdown(now - step_start, l->o.slowdown);
+		r->steps++;
+		r->samples = l->p.samples - l->info.samples;
+		r->version = l->p.version;
+		r->total = l->p.samples;
+		r->seconds = now - t0;
+		if (progress)
+			progress(r, ctx);
+		checkpoint_due(l, now, t0, &last_ckpt);
+	}
+	if (r->end == LOCAL_BUDGET && stop && *stop)
+		r->end = LOCAL_STOPPED;
+	r->seconds = cli_now() - t0;
+	if (r->end == LOCAL_DIVERGED) {
+		fflush(l->log);
+		return 0;
+	}
+	l->p.elapsed += r->seconds;
+	return save_local(l, &l->p, err) < 0 ? GEM_EFAIL : 0;
+}
+
+void local_close(struct local *l)
+{
+	if (!l)
+		return;
+	sgd_free(&l->opt);
+	if (l->log)
+		fclose(l->log);
+	if (l->feed_open)
+		feed_close(&l->f);
+	dataset_free(&l->ds);
+	trainer_close(&l->t);
+	if (l->run.json)
+		run_close(&l->run);
+	free(l);
+}
