@@ -80,7 +80,7 @@ static int job_failure(int rc)
 
 /* Decode the vector named name of the reply resp into v; header fields into *version. */
 static int take_reply(struct worker *w, const struct httpc_resp *resp, const char *name, float *v,
-		      json_t **head, char *err)
+		      int *found, json_t **head, char *err)
 {
 	struct msg m;
 	const struct msg_blob *b;
@@ -88,7 +88,11 @@ static int take_reply(struct worker *w, const struct httpc_resp *resp, const cha
 	int rc;
 	if ((rc = msg_parse(resp->body, resp->len, &m, err)) < 0)
 		return rc;
-	if (!(b = msg_find(&m, name))) {
+	b = msg_find(&m, name);
+	/* found (may be NULL): 1 if the blob named name came, 0 if θ came instead */
+	if (found && !(*found = b != NULL))
+		b = msg_find(&m, MSG_PARAMS);
+	if (!b) {
 		msg_free(&m);
 		return gem_errf(err, GEM_EFAIL, "the server's reply has no \"%s\" blob", name);
 	}
@@ -122,7 +126,7 @@ static int join(struct worker *w, char *err)
 	free(text);
 	if (rc < 0)
 		return rc;
-	if ((rc = take_reply(w, &w->resp, MSG_PARAMS, x, &head, err)) < 0)
+	if ((rc = take_reply(w, &w->resp, MSG_PARAMS, x, NULL, &head, err)) < 0)
 		return rc;
 	w->id = (int)json_integer_value(json_object_get(head, "worker"));
 	if (json_is_integer(v = json_object_get(head, "seq")))
@@ -191,12 +195,14 @@ static int commit_status(struct worker *w, int rc, const struct httpc_resp *resp
 static int fold_reply(struct worker *w, const struct httpc_resp *resp, char *err)
 {
 	float *x = model_params(w->t.m);
-	int direct = !w->l.d->reply_elastic && w->l.d->sends != RULE_SENDS_CYCLE;
+	int elastic = 0, direct = !w->l.d->reply_elastic && w->l.d->sends != RULE_SENDS_CYCLE;
 	float *v = direct ? x : w->v;
 	int rc;
-	if ((rc = take_reply(w, resp, w->l.d->reply_elastic ? "elastic" : MSG_PARAMS, v, NULL, err)) < 0)
+	/* an applied commit of easgd is answered with d; a refused stale one or a resend with θ */
+	if ((rc = take_reply(w, resp, w->l.d->reply_elastic ? "elastic" : MSG_PARAMS, v, &elastic,
+			     NULL, err)) < 0)
 		return rc;
-	rule_local_reply(&w->l, x, v);
+	rule_local_reply(&w->l, x, v, w->l.d->reply_elastic && elastic);
 	return 0;
 }
 
