@@ -72,7 +72,7 @@ static float *dense_bwd(struct layer *l, float *dy, float *dx, struct layer_pass
 
 static const struct layer_ops dense_ops = {
 	.name = "dense", .input = LAYER_FLAT,
-	.nfields = 1, .fields = {{"out", LAYER_INT, 1, 0, 1, 1 << 24}},
+	.fields = {{"out", LAYER_INT, 1, 0, 1, 1 << 24}},
 	.parse = dense_parse, .forward = dense_fwd, .backward = dense_bwd,
 };
 
@@ -113,7 +113,7 @@ static float *conv2d_bwd(struct layer *l, float *dy, float *dx, struct layer_pas
 
 static const struct layer_ops conv2d_ops = {
 	.name = "conv2d", .input = LAYER_IMAGE,
-	.nfields = 4, .fields = {{"out", LAYER_INT, 1, 0, 1, 1 << 16},
+	.fields = {{"out", LAYER_INT, 1, 0, 1, 1 << 16},
 				 {"kernel", LAYER_INT, 1, 0, 1, 1 << 12},
 				 {"stride", LAYER_INT, 0, 1, 1, 1 << 12},
 				 {"padding", LAYER_INT, 0, 0, 0, 1 << 12}},
@@ -154,18 +154,19 @@ static float *maxpool2d_bwd(struct layer *l, float *dy, float *dx, struct layer_
 
 static const struct layer_ops maxpool2d_ops = {
 	.name = "maxpool2d", .input = LAYER_IMAGE,
-	.nfields = 1, .fields = {{"size", LAYER_INT, 0, 2, 1, 16}},
+	.fields = {{"size", LAYER_INT, 0, 2, 1, 16}},
 	.parse = maxpool2d_parse, .reserve = maxpool2d_reserve, .forward = maxpool2d_fwd,
 	.backward = maxpool2d_bwd,
 };
 
-/* relu: any shape, y = max(x, 0); dy → dx = dy where y > 0, in place. */
+/* The parse of a type whose output has its input's shape and whose fields need no check. */
 static int same_shape_parse(struct layer *l, struct layout *lo, int classes, char *err)
 {
 	(void)l, (void)lo, (void)classes, (void)err;
 	return 0;
 }
 
+/* relu: any shape, y = max(x, 0); dy → dx = dy where y > 0, in place. */
 static const float *relu_fwd(struct layer *l, const float *x, struct layer_pass *p)
 {
 	relu_forward(l->y, x, out_size(l, p));
@@ -208,7 +209,7 @@ static float *dropout_bwd(struct layer *l, float *dy, float *dx, struct layer_pa
 
 static const struct layer_ops dropout_ops = {
 	.name = "dropout",
-	.nfields = 1, .fields = {{"p", LAYER_NUM, 0, 0.5, 0, 1}},
+	.fields = {{"p", LAYER_NUM, 0, 0.5, 0, 1}},
 	.parse = same_shape_parse, .reserve = dropout_reserve, .forward = dropout_fwd,
 	.backward = dropout_bwd,
 };
@@ -239,7 +240,7 @@ static float *dropout2d_bwd(struct layer *l, float *dy, float *dx, struct layer_
 
 static const struct layer_ops dropout2d_ops = {
 	.name = "dropout2d", .input = LAYER_IMAGE,
-	.nfields = 1, .fields = {{"p", LAYER_NUM, 0, 0.5, 0, 1}},
+	.fields = {{"p", LAYER_NUM, 0, 0.5, 0, 1}},
 	.parse = same_shape_parse, .reserve = dropout2d_reserve, .forward = dropout2d_fwd,
 	.backward = dropout2d_bwd,
 };

@@ -33,6 +33,7 @@ union layer_val {
 	float f;
 };
 
+/* One layer of a model: its type, shapes, config and batch buffers. */
 struct layer {
 	const struct layer_ops *ops;
 	int index;                        /* in the spec's "layers" */
@@ -59,12 +60,12 @@ struct layer_pass {
 	float *dW, *db;          /* ... and their gradient */
 };
 
+/* One layer type: what it accepts and how it runs. */
 struct layer_ops {
 	const char *name;
 	enum { LAYER_ANY, LAYER_IMAGE, LAYER_FLAT } input; /* the input it accepts */
 	int loss;                /* the loss: the last layer, and only there */
-	int nfields;
-	struct layer_field fields[LAYER_MAX_FIELDS];
+	struct layer_field fields[LAYER_MAX_FIELDS]; /* the first with a NULL name ends them */
 	/* Check l->v against l->in, add parameter tensors to lo, set l->out (preset to l->in)
 	 * and l->view; 0 or GEM_EUSAGE naming the field (`layers[3].kernel: ...`). */
 	int (*parse)(struct layer *l, struct layout *lo, int classes, char *err);

@@ -94,7 +94,7 @@ static int layer_type(const json_t *o, int li, const struct layer_ops **ops, cha
 				type_list(names, sizeof names, 0, ", "));
 	json_object_foreach((json_t *)o, key, v) {
 		int known = !strcmp(key, "type");
-		for (int f = 0; f < (*ops)->nfields && !known; f++)
+		for (int f = 0; f < LAYER_MAX_FIELDS && (*ops)->fields[f].name && !known; f++)
 			known = !strcmp(key, (*ops)->fields[f].name);
 		if (!known)
 			return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: unknown field for %s", li, key, tname);
@@ -127,7 +127,7 @@ static int layer_parse(struct model *m, struct layer *l, const json_t *o, int li
 	if (!ops->loss && last)
 		return gem_errf(err, GEM_EUSAGE, "layers[%d]: the last layer must be %s, not %s", li,
 				type_list(names, sizeof names, 1, " or "), ops->name);
-	for (int f = 0; f < ops->nfields; f++)
+	for (int f = 0; f < LAYER_MAX_FIELDS && ops->fields[f].name; f++)
 		if ((rc = get_field(o, li, &ops->fields[f], &l->v[f], err)))
 			return rc;
 	if ((rc = ops->parse(l, &m->layout, m->classes, err)))
