@@ -41,6 +41,8 @@ static void test_bad_specs(void)
 	char buf[1024];
 	snprintf(buf, sizeof buf, "{\"type\":\"conv3d\",\"out\":2},%s", tail);
 	bad_spec(buf, "layers[0]: unknown type \"conv3d\"", "unknown layer type");
+	bad_spec(buf, "(known: dense, conv2d, maxpool2d, relu, dropout, dropout2d, flatten, logsoftmax)",
+		 "unknown layer type: the error lists the known ones");
 	snprintf(buf, sizeof buf, "{\"type\":\"conv2d\",\"out\":2},%s", tail);
 	bad_spec(buf, "layers[0].kernel: missing", "missing field");
 	snprintf(buf, sizeof buf, "{\"type\":\"conv2d\",\"out\":2,\"kernel\":\"5\"},%s", tail);

@@ -6,44 +6,10 @@
 #include <string.h>
 
 #include "base/err.h"
-#include "nn/layers.h"
+#include "nn/layer_ops.h"
 
-enum ltype { L_DENSE, L_CONV2D, L_MAXPOOL2D, L_RELU, L_DROPOUT, L_DROPOUT2D, L_FLATTEN, L_LOGSOFTMAX };
-
-static const char *const type_names[] = {"dense",   "conv2d",    "maxpool2d", "relu",
-					 "dropout", "dropout2d", "flatten",   "logsoftmax"};
-
-/* Fields each type accepts besides "type". */
-static const char *const type_fields[L_LOGSOFTMAX + 1][5] = {
-	[L_DENSE] = {"out"},
-	[L_CONV2D] = {"out", "kernel", "stride", "padding"},
-	[L_MAXPOOL2D] = {"size"},
-	[L_DROPOUT] = {"p"},
-	[L_DROPOUT2D] = {"p"},
-};
-
-/* A per-sample activation shape: an image (C,H,W), stored (C,B,H,W) in a batch, or flat
- * features (c, with h = w = 1), stored (B,c). */
-struct shape {
-	int c, h, w, image;
-};
-
-struct layer {
-	enum ltype type;
-	struct shape in, out;
-	struct conv2d_shape cs;
-	int k;        /* maxpool window */
-	float p;      /* dropout probability */
-	int wt, bt;   /* weight and bias tensors in the layout, -1 if none */
-	int need_dx;  /* some earlier layer has parameters */
-	int copy;     /* flatten: a real transpose, not a view */
-	float *y;     /* output buffer (NULL when the output is a view of the input) */
-	float *col;   /* conv2d: im2col of the last forward */
-	uint8_t *arg; /* maxpool2d: argmax of each window */
-	float *mask;  /* dropout: per element; dropout2d: per (channel, sample) */
-	const float *x, *out_view; /* input and output of the last forward */
-};
-
+/* The layers (struct layer, nn/layer_ops.h) know their type through l->ops: nothing here
+ * depends on which types exist. */
 struct model {
 	char name[64];
 	struct shape input;
@@ -54,67 +20,67 @@ struct model {
 	float *xin;    /* input transposed from NCHW to (C,B,H,W) when C > 1 */
 	float *g[2];   /* gradient ping-pong, the largest activation */
 	float *dcol;   /* conv2d backward scratch */
-	size_t gsize, dcolsize;
 };
 
-static size_t shape_size(struct shape s)
+/* The type named name in layer_all, or NULL. */
+static const struct layer_ops *find_type(const char *name)
 {
-	return (size_t)s.c * s.h * s.w;
+	for (const struct layer_ops *const *t = layer_all; *t; t++)
+		if (!strcmp((*t)->name, name))
+			return *t;
+	return NULL;
 }
 
-static void *falloc(size_t n, size_t elem)
+/* The names of layer_all's types (only the losses if losses), joined by sep. */
+static const char *type_list(char *buf, size_t size, int losses, const char *sep)
 {
-	size_t bytes = (n * elem + 63) / 64 * 64;
-	return aligned_alloc(64, bytes ? bytes : 64);
+	size_t len = 0;
+	buf[0] = 0;
+	for (const struct layer_ops *const *t = layer_all; *t && len < size; t++)
+		if (!losses || (*t)->loss)
+			len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? sep : "", (*t)->name);
+	return buf;
 }
 
-/* Read an integer field of layers[li]; `def` < 0 means required. */
-static int get_int(const json_t *o, int li, const char *key, int def, int min, int max, int *out,
-		   char *err)
+/* Read field f of layers[li] (o) into *v: an integer or a number in range, or its default. */
+static int get_field(const json_t *o, int li, const struct layer_field *f, union layer_val *v, char *err)
 {
-	json_t *v = json_object_get(o, key);
-	if (!v) {
-		if (def < 0)
-			return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: missing", li, key);
-		*out = def;
+	json_t *j = json_object_get(o, f->name);
+	if (!j) {
+		if (f->required)
+			return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: missing", li, f->name);
+		if (f->kind == LAYER_INT)
+			v->i = (int)f->def;
+		else
+			v->f = (float)f->def;
 		return 0;
 	}
-	if (!json_is_integer(v))
-		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: must be an integer", li, key);
-	json_int_t x = json_integer_value(v);
-	if (x < min || x > max)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: %lld is out of range [%d, %d]", li, key,
-				(long long)x, min, max);
-	*out = (int)x;
+	if (f->kind == LAYER_NUM) {
+		if (!json_is_number(j))
+			return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: must be a number", li, f->name);
+		double x = json_number_value(j);
+		if (!(x >= f->min && x < f->max))
+			return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: %g is not in [%g, %g)", li, f->name, x,
+					f->min, f->max);
+		v->f = (float)x;
+		return 0;
+	}
+	if (!json_is_integer(j))
+		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: must be an integer", li, f->name);
+	json_int_t x = json_integer_value(j);
+	if (x < f->min || x > f->max)
+		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: %lld is out of range [%d, %d]", li, f->name,
+				(long long)x, (int)f->min, (int)f->max);
+	v->i = (int)x;
 	return 0;
 }
 
-static int add_tensor(struct model *m, int li, const char *kind, int ndim, const int *shape, char *err)
-{
-	struct layout *lo = &m->layout;
-	if (lo->ntensors == LAYOUT_MAX_TENSORS)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d]: more than %d parameter tensors", li,
-				LAYOUT_MAX_TENSORS);
-	struct layout_tensor *t = &lo->t[lo->ntensors];
-	snprintf(t->name, sizeof t->name, "%d.%s", li, kind);
-	t->ndim = ndim;
-	t->size = 1;
-	for (int d = 0; d < 4; d++) {
-		t->shape[d] = d < ndim ? shape[d] : 0;
-		if (d < ndim)
-			t->size *= (size_t)shape[d];
-	}
-	t->offset = lo->total;
-	lo->total += t->size;
-	return lo->ntensors++;
-}
-
-/* Check layers[li] and compute its output shape from l->in. */
-static int layer_parse(struct model *m, struct layer *l, const json_t *o, int li, int last, char *err)
+/* Find layers[li]'s type and check that every key of o is one of its fields. */
+static int layer_type(const json_t *o, int li, const struct layer_ops **ops, char *err)
 {
 	const char *key, *tname;
+	char names[256];
 	json_t *v, *tv = json_object_get(o, "type");
-	int t, rc, out, stride, pad, ntypes = (int)(sizeof type_names / sizeof *type_names);
 
 	if (!json_is_object(o))
 		return gem_errf(err, GEM_EUSAGE, "layers[%d]: must be an object", li);
@@ -123,99 +89,49 @@ static int layer_parse(struct model *m, struct layer *l, const json_t *o, int li
 	if (!json_is_string(tv))
 		return gem_errf(err, GEM_EUSAGE, "layers[%d].type: must be a string", li);
 	tname = json_string_value(tv);
-	for (t = 0; t < ntypes; t++)
-		if (!strcmp(tname, type_names[t]))
-			break;
-	if (t == ntypes)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d]: unknown type \"%s\"", li, tname);
+	if (!(*ops = find_type(tname)))
+		return gem_errf(err, GEM_EUSAGE, "layers[%d]: unknown type \"%s\" (known: %s)", li, tname,
+				type_list(names, sizeof names, 0, ", "));
 	json_object_foreach((json_t *)o, key, v) {
 		int known = !strcmp(key, "type");
-		for (int f = 0; f < 5 && type_fields[t][f] && !known; f++)
-			known = !strcmp(key, type_fields[t][f]);
+		for (int f = 0; f < LAYER_MAX_FIELDS && (*ops)->fields[f].name && !known; f++)
+			known = !strcmp(key, (*ops)->fields[f].name);
 		if (!known)
 			return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: unknown field for %s", li, key, tname);
 	}
-	l->type = (enum ltype)t;
+	return 0;
+}
+
+/* Check layers[li] (o) and compute its output shape from l->in. */
+static int layer_parse(struct model *m, struct layer *l, const json_t *o, int li, int last, char *err)
+{
+	const struct layer_ops *ops = NULL;
+	char names[64];
+	int rc;
+
+	if ((rc = layer_type(o, li, &ops, err)))
+		return rc;
+	l->ops = ops;
+	l->index = li;
 	l->wt = l->bt = -1;
 	l->out = l->in;
-	if ((t == L_CONV2D || t == L_MAXPOOL2D || t == L_DROPOUT2D) && !l->in.image)
+	if (ops->input == LAYER_IMAGE && !l->in.image)
 		return gem_errf(err, GEM_EUSAGE, "layers[%d]: %s needs an image input (C,H,W), got %d features",
-				li, tname, l->in.c);
-	if (t == L_DENSE && l->in.image)
+				li, ops->name, l->in.c);
+	if (ops->input == LAYER_FLAT && l->in.image)
 		return gem_errf(err, GEM_EUSAGE,
-				"layers[%d]: dense needs a flat input, got an image (%d,%d,%d); add a flatten layer",
-				li, l->in.c, l->in.h, l->in.w);
-	if (t == L_LOGSOFTMAX && !last)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d]: logsoftmax must be the last layer", li);
-	if (t != L_LOGSOFTMAX && last)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d]: the last layer must be logsoftmax, not %s", li,
-				tname);
-
-	switch (l->type) {
-	case L_DENSE: {
-		if ((rc = get_int(o, li, "out", -1, 1, 1 << 24, &out, err)))
+				"layers[%d]: %s needs a flat input, got an image (%d,%d,%d); add a flatten layer",
+				li, ops->name, l->in.c, l->in.h, l->in.w);
+	if (ops->loss && !last)
+		return gem_errf(err, GEM_EUSAGE, "layers[%d]: %s must be the last layer", li, ops->name);
+	if (!ops->loss && last)
+		return gem_errf(err, GEM_EUSAGE, "layers[%d]: the last layer must be %s, not %s", li,
+				type_list(names, sizeof names, 1, " or "), ops->name);
+	for (int f = 0; f < LAYER_MAX_FIELDS && ops->fields[f].name; f++)
+		if ((rc = get_field(o, li, &ops->fields[f], &l->v[f], err)))
 			return rc;
-		int ws[2] = {out, l->in.c};
-		if ((l->wt = add_tensor(m, li, "weight", 2, ws, err)) < 0 ||
-		    (l->bt = add_tensor(m, li, "bias", 1, &out, err)) < 0)
-			return GEM_EUSAGE;
-		l->out = (struct shape){out, 1, 1, 0};
-		break;
-	}
-	case L_CONV2D: {
-		int k;
-		if ((rc = get_int(o, li, "out", -1, 1, 1 << 16, &out, err)) ||
-		    (rc = get_int(o, li, "kernel", -1, 1, 1 << 12, &k, err)) ||
-		    (rc = get_int(o, li, "stride", 1, 1, 1 << 12, &stride, err)) ||
-		    (rc = get_int(o, li, "padding", 0, 0, 1 << 12, &pad, err)))
-			return rc;
-		if (conv2d_shape_init(&l->cs, l->in.c, l->in.h, l->in.w, out, k, stride, pad) < 0)
-			return gem_errf(err, GEM_EUSAGE,
-					"layers[%d].kernel: %d is larger than the (padded) input %dx%d", li, k,
-					l->in.h + 2 * pad, l->in.w + 2 * pad);
-		int ws[4] = {out, l->in.c, k, k};
-		if ((l->wt = add_tensor(m, li, "weight", 4, ws, err)) < 0 ||
-		    (l->bt = add_tensor(m, li, "bias", 1, &out, err)) < 0)
-			return GEM_EUSAGE;
-		l->out = (struct shape){out, l->cs.oh, l->cs.ow, 1};
-		break;
-	}
-	case L_MAXPOOL2D:
-		if ((rc = get_int(o, li, "size", 2, 1, 16, &l->k, err)))
-			return rc;
-		if (l->k > l->in.h || l->k > l->in.w)
-			return gem_errf(err, GEM_EUSAGE, "layers[%d].size: %d is larger than the input %dx%d", li,
-					l->k, l->in.h, l->in.w);
-		l->out.h = l->in.h / l->k;
-		l->out.w = l->in.w / l->k;
-		break;
-	case L_DROPOUT:
-	case L_DROPOUT2D:
-		l->p = 0.5f;
-		if ((v = json_object_get(o, "p"))) {
-			if (!json_is_number(v))
-				return gem_errf(err, GEM_EUSAGE, "layers[%d].p: must be a number", li);
-			double p = json_number_value(v);
-			if (!(p >= 0 && p < 1))
-				return gem_errf(err, GEM_EUSAGE, "layers[%d].p: %g is not in [0, 1)", li, p);
-			l->p = (float)p;
-		}
-		break;
-	case L_FLATTEN:
-		l->out = (struct shape){(int)shape_size(l->in), 1, 1, 0};
-		l->copy = l->in.image && l->in.c > 1;
-		break;
-	case L_LOGSOFTMAX:
-		if (l->in.image)
-			return gem_errf(err, GEM_EUSAGE, "layers[%d]: logsoftmax needs a flat input; add a flatten layer",
-					li);
-		if (l->in.c != m->classes)
-			return gem_errf(err, GEM_EUSAGE, "classes: %d, but layers[%d] gets %d inputs", m->classes,
-					li, l->in.c);
-		break;
-	case L_RELU:
-		break;
-	}
+	if ((rc = ops->parse(l, &m->layout, m->classes, err)))
+		return rc;
 	if (shape_size(l->out) > (size_t)1 << 28)
 		return gem_errf(err, GEM_EUSAGE, "layers[%d]: output of %zu floats per sample is too large", li,
 				shape_size(l->out));
@@ -298,8 +214,8 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 		params_before |= l->wt >= 0;
 		s = l->out;
 	}
-	m->theta = falloc(m->layout.total, sizeof *m->theta);
-	m->grad = falloc(m->layout.total, sizeof *m->grad);
+	m->theta = layer_falloc(m->layout.total, sizeof *m->theta);
+	m->grad = layer_falloc(m->layout.total, sizeof *m->grad);
 	if (!m->theta || !m->grad) {
 		rc = gem_errf(err, GEM_ENOMEM, "out of memory for %zu parameters", m->layout.total);
 		goto fail;
@@ -343,11 +259,9 @@ static void free_buffers(struct model *m)
 	for (int i = 0; i < m->nlayers; i++) {
 		struct layer *l = &m->l[i];
 		free(l->y);
-		free(l->col);
-		free(l->arg);
-		free(l->mask);
-		l->y = l->col = l->mask = NULL;
-		l->arg = NULL;
+		free(l->aux);
+		l->y = NULL;
+		l->aux = NULL;
 	}
 	free(m->xin);
 	free(m->g[0]);
@@ -419,9 +333,9 @@ void model_init_params(struct model *m, uint64_t seed)
 			continue;
 		/* kaiming_uniform_(a=√5): gain √(2/(1+5)), bound gain·√(3/fan_in) = 1/√fan_in;
 		 * PyTorch draws the bias from the same interval. */
-		int fan_in = l->type == L_DENSE ? l->in.c : l->cs.c * l->cs.k * l->cs.k;
-		float bound = 1.0f / sqrtf((float)fan_in);
 		const struct layout_tensor *ts[2] = {&m->layout.t[l->wt], &m->layout.t[l->bt]};
+		int fan_in = (int)(ts[0]->size / (size_t)ts[0]->shape[0]); /* W is (OUT, fan-in...) */
+		float bound = 1.0f / sqrtf((float)fan_in);
 		for (int j = 0; j < 2; j++) {
 			float *p = m->theta + ts[j]->offset;
 			for (size_t k = 0; k < ts[j]->size; k++)
@@ -440,31 +354,21 @@ int model_reserve(struct model *m, int batch, char *err)
 		return 0;
 	free_buffers(m);
 	if (m->input.image && m->input.c > 1)
-		fail |= !(m->xin = falloc(B * shape_size(m->input), sizeof(float)));
+		fail |= !(m->xin = layer_falloc(B * shape_size(m->input), sizeof(float)));
 	for (int i = 0; i < m->nlayers; i++) {
 		struct layer *l = &m->l[i];
 		size_t n = B * shape_size(l->out);
 		if (shape_size(l->out) > gmax)
 			gmax = shape_size(l->out);
-		if (l->type != L_FLATTEN || l->copy)
-			fail |= !(l->y = falloc(n, sizeof(float)));
-		if (l->type == L_CONV2D) {
-			size_t cols = conv2d_col_size(&l->cs, batch);
-			fail |= !(l->col = falloc(cols, sizeof(float)));
-			if (l->need_dx && cols > dcol)
-				dcol = cols;
-		}
-		if (l->type == L_MAXPOOL2D)
-			fail |= !(l->arg = falloc(n, sizeof(uint8_t)));
-		if (l->type == L_DROPOUT)
-			fail |= !(l->mask = falloc(n, sizeof(float)));
-		if (l->type == L_DROPOUT2D)
-			fail |= !(l->mask = falloc(B * l->in.c, sizeof(float)));
+		if (!l->view)
+			fail |= !(l->y = layer_falloc(n, sizeof(float)));
+		if (l->ops->reserve)
+			fail |= l->ops->reserve(l, batch, &dcol) < 0;
 	}
-	fail |= !(m->g[0] = falloc(B * gmax, sizeof(float)));
-	fail |= !(m->g[1] = falloc(B * gmax, sizeof(float)));
+	fail |= !(m->g[0] = layer_falloc(B * gmax, sizeof(float)));
+	fail |= !(m->g[1] = layer_falloc(B * gmax, sizeof(float)));
 	if (dcol)
-		fail |= !(m->dcol = falloc(dcol, sizeof(float)));
+		fail |= !(m->dcol = layer_falloc(dcol, sizeof(float)));
 	if (fail) {
 		free_buffers(m);
 		return gem_errf(err, GEM_ENOMEM, "out of memory for a batch of %d", batch);
@@ -473,11 +377,26 @@ int model_reserve(struct model *m, int batch, char *err)
 	return 0;
 }
 
+/* The passes below run every layer through its ops (layer_ops.c), which say each layer's shapes:
+ *   B = batch (n samples), C = channels, H, W = image plane, IN/OUT = features,
+ *   OC/OH/OW = a conv2d's output channels and plane.
+ * Images travel as (C,B,H,W), flat activations as (B,IN); the input arrives as NCHW. */
+
+/* Point p at layer l's parameters and gradient in θ and ∇ (NULL if it has none). */
+static void pass_params(struct model *m, const struct layer *l, struct layer_pass *p)
+{
+	p->W = l->wt >= 0 ? m->theta + m->layout.t[l->wt].offset : NULL;
+	p->b = l->bt >= 0 ? m->theta + m->layout.t[l->bt].offset : NULL;
+	p->dW = l->wt >= 0 ? m->grad + m->layout.t[l->wt].offset : NULL;
+	p->db = l->bt >= 0 ? m->grad + m->layout.t[l->bt].offset : NULL;
+}
+
 /* Run the layers on n samples; returns the log-probabilities (n, classes) and puts the summed
  * loss in *loss (0 if y is NULL). Train mode draws dropout masks from r; eval mode skips them. */
 static const float *forward(struct model *m, const float *x, const uint8_t *y, int n, struct rng *r,
 			    double *loss)
 {
+	struct layer_pass p = {.B = n, .r = r, .label = y};
 	const float *h = x;
 	if (m->xin) {
 		/* NCHW → (C,B,H,W) */
@@ -490,96 +409,29 @@ static const float *forward(struct model *m, const float *x, const uint8_t *y, i
 	}
 	for (int i = 0; i < m->nlayers; i++) {
 		struct layer *l = &m->l[i];
-		size_t size = (size_t)n * shape_size(l->out);
-		const float *W = l->wt >= 0 ? m->theta + m->layout.t[l->wt].offset : NULL;
-		const float *bias = l->bt >= 0 ? m->theta + m->layout.t[l->bt].offset : NULL;
+		pass_params(m, l, &p);
 		l->x = h;
-		switch (l->type) {
-		case L_DENSE:
-			dense_forward(l->y, h, W, bias, n, l->in.c, l->out.c);
-			break;
-		case L_CONV2D:
-			conv2d_forward(l->y, l->col, h, W, bias, n, &l->cs);
-			break;
-		case L_MAXPOOL2D:
-			maxpool2d_forward(l->y, l->arg, h, (size_t)l->in.c * n, l->in.h, l->in.w, l->k);
-			break;
-		case L_RELU:
-			relu_forward(l->y, h, size);
-			break;
-		case L_DROPOUT:
-			if (r)
-				dropout_forward(l->y, l->mask, h, size, l->p, r);
-			break;
-		case L_DROPOUT2D:
-			if (r)
-				dropout2d_forward(l->y, l->mask, h, (size_t)l->in.c * n,
-						  (size_t)l->in.h * l->in.w, l->p, r);
-			break;
-		case L_FLATTEN:
-			if (l->copy)
-				flatten_forward(l->y, h, n, l->in.c, l->in.h * l->in.w);
-			break;
-		case L_LOGSOFTMAX:
-			*loss = logsoftmax_nll_forward(l->y, h, y, n, m->classes);
-			break;
-		}
-		int view = (l->type == L_FLATTEN && !l->copy) ||
-			   ((l->type == L_DROPOUT || l->type == L_DROPOUT2D) && !r);
-		h = l->out_view = view ? h : l->y;
+		h = l->ops->forward(l, h, &p);
 	}
+	*loss = p.loss;
 	return h;
 }
 
+/* From the loss down to the lowest layer with parameters; g holds the gradient of the current
+ * layer's output, a layer that writes its input gradient into the other buffer swaps them. */
 static void backward(struct model *m, const uint8_t *y, int n)
 {
-	float *g = m->g[0], *other = m->g[1], *t;
-	struct layer *last = &m->l[m->nlayers - 1];
-	logsoftmax_nll_backward(g, last->y, y, n, m->classes, 1.0f / (float)n);
-	for (int i = m->nlayers - 2; i >= 0; i--) {
+	struct layer_pass p = {.B = n, .label = y, .scale = 1.0f / (float)n, .dcol = m->dcol};
+	float *g = m->g[0], *other = m->g[1];
+	for (int i = m->nlayers - 1; i >= 0; i--) {
 		struct layer *l = &m->l[i];
-		size_t size = (size_t)n * shape_size(l->out);
-		float *dW = l->wt >= 0 ? m->grad + m->layout.t[l->wt].offset : NULL;
-		float *db = l->bt >= 0 ? m->grad + m->layout.t[l->bt].offset : NULL;
-		const float *W = l->wt >= 0 ? m->theta + m->layout.t[l->wt].offset : NULL;
-		float *dx = l->need_dx ? other : NULL;
 		if (!l->need_dx && l->wt < 0)
 			break; /* nothing below needs a gradient */
-		switch (l->type) {
-		case L_DENSE:
-			dense_backward(dx, dW, db, g, l->x, W, n, l->in.c, l->out.c);
-			break;
-		case L_CONV2D:
-			conv2d_backward(dx, dW, db, dx ? m->dcol : NULL, g, l->col, W, n, &l->cs);
-			break;
-		case L_MAXPOOL2D:
-			maxpool2d_backward(dx, g, l->arg, (size_t)l->in.c * n, l->in.h, l->in.w, l->k);
-			break;
-		case L_RELU:
-			relu_backward(g, g, l->y, size);
-			dx = NULL;
-			break;
-		case L_DROPOUT:
-			dropout_backward(g, g, l->mask, size);
-			dx = NULL;
-			break;
-		case L_DROPOUT2D:
-			dropout2d_backward(g, g, l->mask, (size_t)l->in.c * n, (size_t)l->in.h * l->in.w);
-			dx = NULL;
-			break;
-		case L_FLATTEN:
-			if (l->copy)
-				flatten_backward(dx, g, n, l->in.c, l->in.h * l->in.w);
-			else
-				dx = NULL;
-			break;
-		case L_LOGSOFTMAX:
-			break;
-		}
-		if (dx) {
-			t = g;
-			g = other;
-			other = t;
+		pass_params(m, l, &p);
+		float *gx = l->ops->backward(l, g, l->need_dx ? other : NULL, &p);
+		if (gx == other) {
+			other = g;
+			g = gx;
 		}
 	}
 }

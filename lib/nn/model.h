@@ -5,7 +5,8 @@
  * Spec (share/gem/models/NAME.json):
  *   {"name": "cnn", "input": [1, 28, 28], "classes": 10, "layers": [LAYER, ...]}
  * "input" is [features] (flat) or [channels, height, width] (an image); "name" and
- * "description" are optional; other keys are refused. Each LAYER is an object with "type":
+ * "description" are optional; other keys are refused. Each LAYER is an object with "type", one
+ * of the table layer_all (nn/layer_ops.c, where a type is defined):
  *   {"type": "dense", "out": N}                    flat input of IN → N; W (N,IN), b (N)
  *   {"type": "conv2d", "out": C', "kernel": K, "stride": 1, "padding": 0}
  *                                                   image input; W (C',C,K,K), b (C')
