@@ -107,7 +107,6 @@ int main(int argc, char **argv)
 	struct model *m = NULL;
 	struct dataset ds;
 	struct run run;
-	struct run_progress prog = {0};
 	double mean, std;
 	time_t now;
 	char created[32];
@@ -286,8 +285,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gem-init: %s\n", err);
 		goto out;
 	}
-	model_init_params(m, tr.seed);
-	if (run_params_save(&run, model_params(m), model_nparams(m), &prog, err) < 0) {
+	if (run_params_init(&run, err) < 0) {
 		fprintf(stderr, "gem-init: %s\n", err);
 		run_close(&run);
 		goto out;

@@ -17,12 +17,14 @@
 #include "base/cli.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "role/replay.h"
 #include "role/sim.h"
 
 #define MAX_EVENTS 4096
 
 static const char usage_line[] =
-	"usage: gem-sim -n N [--steps S] [timing options] [--threads T] [gem-init options] RUNDIR";
+	"usage: gem-sim -n N [--steps S] [timing options] [--threads T] [gem-init options] RUNDIR\n"
+	"   or: gem-sim --replay LOG NEWRUN";
 
 static void usage(FILE *f)
 {
@@ -41,6 +43,9 @@ static void usage(FILE *f)
 	      "      --die W@T           worker W dies at time T (repeatable)\n"
 	      "      --join T            a new worker joins at time T (repeatable)\n"
 	      "  -j, --threads T         compute gradients on T threads (same result); default 1\n"
+	      "      --replay LOG        re-run the joins, commits and leaves of a gem-serve run's\n"
+	      "                          LOG (RUN/log.jsonl) in their order into NEWRUN (made from\n"
+	      "                          RUN when it is not a run): the same parameters, bit for bit\n"
 	      "  -q, --quiet             no progress line, no summary on stderr\n"
 	      "  -h, --help              show this help\n"
 	      "  -V, --version           show the version\n"
@@ -55,7 +60,7 @@ static void bad_usage(const char *msg, const char *arg)
 	exit(EXIT_USAGE);
 }
 
-enum { O_STEPTIME = 256, O_JITTER, O_STRAG, O_LAT, O_SRV, O_DIE, O_JOIN };
+enum { O_STEPTIME = 256, O_JITTER, O_STRAG, O_LAT, O_SRV, O_DIE, O_JOIN, O_REPLAY };
 
 static const struct option longopts[] = {
 	{"workers", required_argument, 0, 'n'},      {"steps", required_argument, 0, 't'},
@@ -63,6 +68,7 @@ static const struct option longopts[] = {
 	{"stragglers", required_argument, 0, O_STRAG}, {"latency", required_argument, 0, O_LAT},
 	{"server-time", required_argument, 0, O_SRV}, {"die", required_argument, 0, O_DIE},
 	{"join", required_argument, 0, O_JOIN},      {"threads", required_argument, 0, 'j'},
+	{"replay", required_argument, 0, O_REPLAY},
 	{"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},            {0, 0, 0, 0},
 };
@@ -165,6 +171,36 @@ static void on_signal(int sig)
 	stop_signal = sig;
 }
 
+/* gem-sim --replay LOG NEWRUN: prints what the replay ended with. */
+static int replay(const char *logpath, const char *newrun, int quiet)
+{
+	struct replay_summary sum;
+	char err[GEM_ERRMAX];
+	int rc;
+	cli_blas_init();
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	if ((rc = replay_run(logpath, newrun, &stop_signal, &sum, err)) < 0) {
+		fprintf(stderr, "gem-sim: %s: %s\n", logpath, err);
+		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	}
+	printf("# version\tsamples\tcommits\tworkers\tlines\tseconds\n");
+	printf("%llu\t%llu\t%llu\t%d\t%llu\t%.3f\n", (unsigned long long)sum.version,
+	       (unsigned long long)sum.samples, (unsigned long long)sum.commits, sum.workers,
+	       (unsigned long long)sum.lines, sum.seconds);
+	if (!quiet)
+		fprintf(stderr, "gem-sim: replayed %llu log lines (%llu commits of %d workers) into %s: "
+				"version %llu in %.1f s\n",
+			(unsigned long long)sum.lines, (unsigned long long)sum.commits, sum.workers, newrun,
+			(unsigned long long)sum.version, sum.seconds);
+	if (stop_signal) {
+		fprintf(stderr, "gem-sim: interrupted; parameters saved at version %llu\n",
+			(unsigned long long)sum.version);
+		return 128 + stop_signal;
+	}
+	return 0;
+}
+
 static void progress(void *ctx, uint64_t version, double vtime, int active)
 {
 	double *t0 = ctx;
@@ -180,7 +216,7 @@ int main(int argc, char **argv)
 	static double joins[MAX_EVENTS];
 	char err[GEM_ERRMAX], runjson[PATH_MAX + 16];
 	char nbuf[32];
-	const char *rundir;
+	const char *rundir, *replay_log = NULL;
 	int sargc = 0, iargc = 0, c, quiet = 0, rc, ninit;
 	long v;
 	double t0;
@@ -269,6 +305,7 @@ int main(int argc, char **argv)
 				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
 			o.threads = (int)v;
 			break;
+		case O_REPLAY: replay_log = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-sim"); return 0;
@@ -280,6 +317,17 @@ int main(int argc, char **argv)
 	if (optind + 1 != sargc)
 		bad_usage("unexpected argument: ", sargv[optind + 1]);
 	rundir = sargv[optind];
+	if (replay_log) {
+		/* the log says who commits when: timing, workers and a new run's options do not apply */
+		if (sargc != optind + 1 || iargc > ninit || o.nworkers != 1 || o.steps || o.ndeaths ||
+		    o.njoins || o.threads != 1 || o.jitter > 0 || o.stragglers || o.latency > 0 ||
+		    o.server_time > 0 || o.step.kind != SIM_CONST || o.step.a != 1)
+			bad_usage("--replay takes no other option but -q", NULL);
+		free(iargv);
+		rc = replay(replay_log, rundir, quiet);
+		free(sargv);
+		return rc;
+	}
 	o.deaths = deaths;
 	o.joins = joins;
 	if (sim_opts_check(&o, err) < 0)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "nn/data.h"
+#include "nn/model.h"
 #include "base/err.h"
 #include "base/fsutil.h"
 #include "wire/msg.h"
@@ -250,6 +251,19 @@ int run_params_save(const struct run *r, const float *theta, size_t n, const str
 	blob_codec_free(&c);
 	msg_buf_free(&b);
 	json_decref(h);
+	return rc;
+}
+
+int run_params_init(const struct run *r, char *err)
+{
+	struct run_progress p = {0};
+	struct model *m;
+	int rc;
+	if ((rc = model_from_json(r->model, &m, err)) < 0)
+		return rc;
+	model_init_params(m, r->train.seed);
+	rc = run_params_save(r, model_params(m), model_nparams(m), &p, err);
+	model_free(m);
 	return rc;
 }
 

@@ -69,6 +69,8 @@ int run_lock(struct run *r, char *err);
 /* The progress recorded in a params message's header (missing fields are 0). */
 void run_progress_of(const json_t *header, struct run_progress *p);
 
+/* θ₀ of the run: its model initialised from its seed, to RUNDIR/params.gem at version 0. */
+int run_params_init(const struct run *r, char *err);
 /* θ to RUNDIR/params.gem atomically, with its progress. */
 int run_params_save(const struct run *r, const float *theta, size_t n, const struct run_progress *p,
 		    char *err);

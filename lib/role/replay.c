@@ -1,0 +1,368 @@
+#include "role/replay.h"
+
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/cli.h"
+#include "base/err.h"
+#include "role/ps.h"
+#include "role/trainer.h"
+#include "role/vworker.h"
+
+struct replay {
+	const char *newrun;
+	struct ps *ps;
+	const struct run *run; /* the core's */
+	size_t n;
+	float *reply;
+	struct dataset ds;
+	int has_data;
+	struct trainer t;
+	int has_trainer;
+	struct vworker *w[PS_MAX_WORKERS];
+	unsigned char joined[PS_MAX_WORKERS], pending[PS_MAX_WORKERS];
+	int stopped;   /* the log's server stopped cleanly: a "start" reopens the run */
+	double t0;     /* the log's first time: the replay's vtime is the log's time since then */
+	struct replay_summary sum;
+};
+
+/* ---- reading a line ---- */
+
+/* An integer field in [lo, hi], or def when absent; -2 when present and not such an integer. */
+static long long field_int(const json_t *j, const char *key, long long lo, long long hi, long long def)
+{
+	json_t *v = json_object_get(j, key);
+	if (!v)
+		return def;
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+		return -2;
+	return json_integer_value(v);
+}
+
+/* ---- the run and its first parameters ---- */
+
+/* newrun as the log's run was made: its run.json, θ₀ from its seed. */
+static int make_newrun(const char *logpath, const char *newrun, char *err)
+{
+	char copy[PATH_MAX], from[PATH_MAX + 16];
+	json_error_t je;
+	json_t *runjson;
+	struct run r;
+	int rc;
+
+	snprintf(copy, sizeof copy, "%s", logpath);
+	snprintf(from, sizeof from, "%s/" RUN_JSON, dirname(copy));
+	if (!(runjson = json_load_file(from, 0, &je)))
+		return gem_errf(err, GEM_EUSAGE, "%s: %s (the log's run, to make %s from)", from, je.text,
+				newrun);
+	rc = run_create(newrun, runjson, 0, err);
+	json_decref(runjson);
+	if (rc < 0)
+		return rc;
+	if ((rc = run_open(newrun, &r, err)) < 0)
+		return rc;
+	rc = run_params_init(&r, err);
+	run_close(&r);
+	return rc;
+}
+
+/* The log's server started (again): open newrun through the core with the server's options. */
+static int server_start(struct replay *p, const json_t *j, char *err)
+{
+	struct ps_opts po = {.max_staleness = -1};
+	const char *rule = json_string_value(json_object_get(j, "rule"));
+	long long v;
+	int rc;
+
+	if (p->ps && !p->stopped)
+		return gem_errf(err, GEM_EUSAGE,
+				"the log's server started again without stopping (killed?): its lost "
+				"commits cannot be replayed");
+	if (!rule || !rule_describe(rule))
+		return gem_errf(err, GEM_EUSAGE, "a log of %s, not of gem-serve or gem-sim",
+				rule ? rule : "no rule");
+	if (rule_describe(rule)->background)
+		return gem_errf(err, GEM_EUSAGE,
+				"rule %s: its workers commit in the background, which a replay does not model",
+				rule);
+	if ((v = field_int(j, "max_updates", 0, INT64_MAX, 0)) < 0 ||
+	    (po.max_staleness = (long)field_int(j, "max_staleness", -1, INT64_MAX, -1)) < -1)
+		return gem_errf(err, GEM_EUSAGE, "bad server options in the start event");
+	po.max_updates = (uint64_t)v;
+	po.keep_running = json_is_true(json_object_get(j, "keep_running"));
+	if (p->ps) {
+		ps_close(p->ps);
+		p->ps = NULL;
+	}
+	if ((rc = ps_open(p->newrun, &po, &p->ps, err)) < 0)
+		return rc;
+	p->run = ps_run(p->ps);
+	p->stopped = 0;
+	if ((uint64_t)field_int(j, "version", 0, INT64_MAX, 0) != ps_version(p->ps))
+		return gem_errf(err, GEM_EUSAGE, "the log's server starts at version %lld, %s is at %llu",
+				field_int(j, "version", 0, INT64_MAX, 0), p->newrun,
+				(unsigned long long)ps_version(p->ps));
+	ps_log_start(p->ps, NULL);
+	return 0;
+}
+
+/* Data, a model and a reply buffer, once the run is known. */
+static int ensure_ready(struct replay *p, char *err)
+{
+	int rc;
+	if (!p->ps)
+		return gem_errf(err, GEM_EUSAGE, "the log does not begin with a start event");
+	if (p->has_trainer)
+		return 0;
+	p->n = ps_nparams(p->ps);
+	if (!(p->reply = malloc(sizeof(float) * p->n)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	if ((rc = dataset_load(p->run->data_dir, "train", &p->ds, err)) < 0)
+		return rc;
+	p->has_data = 1;
+	if ((rc = trainer_open(&p->t, p->run, err)) < 0)
+		return rc;
+	p->has_trainer = 1;
+	return 0;
+}
+
+/* ---- the workers' side ---- */
+
+/* A round closed: the workers held in it get θ. */
+static void release_round(struct replay *p)
+{
+	ps_copy_theta(p->ps, p->reply);
+	for (int i = 0; i < PS_MAX_WORKERS; i++)
+		if (p->pending[i]) {
+			p->pending[i] = 0;
+			vworker_reply(p->w[i], p->reply, 0, ps_version(p->ps));
+		}
+}
+
+static int do_join(struct replay *p, int id, char *err)
+{
+	struct ps_joined j;
+	int rc;
+	if (!p->w[id]) {
+		if (!(p->w[id] = calloc(1, sizeof *p->w[id])))
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		if ((rc = vworker_open(p->w[id], id, p->run, p->n, err)) < 0) {
+			free(p->w[id]);
+			p->w[id] = NULL;
+			return rc;
+		}
+		p->sum.workers++;
+	}
+	if ((rc = ps_join(p->ps, id, p->reply, &j, err)) < 0)
+		return gem_errf(err, GEM_EFAIL, "the join of worker %d was refused: %s", id, err);
+	p->joined[id] = 1;
+	p->pending[id] = 0;
+	return vworker_joined(p->w[id], p->run, &p->ds, &j, p->reply, err);
+}
+
+static int do_leave(struct replay *p, int id, int done, int gone, char *err)
+{
+	struct ps_reply r;
+	if (ps_leave(p->ps, id, done, gone, &r, err) < 0)
+		return gem_errf(err, GEM_EFAIL, "the leave of worker %d was refused: %s", id, err);
+	p->joined[id] = 0;
+	p->pending[id] = 0;
+	if (r.round_closed)
+		release_round(p);
+	return 0;
+}
+
+/* Worker id computes its next commit of n samples and sends it; the core must decide `want`. */
+static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
+{
+	struct vworker *w = p->w[id];
+	struct ps_commit c = {.worker = id, .idle = -1};
+	struct ps_reply r;
+	int st;
+
+	if (!w || !p->joined[id] || n == 0)
+		return gem_errf(err, GEM_EFAIL, "worker %d commits %llu samples, not joined", id,
+				(unsigned long long)n);
+	vworker_compute(w, &p->t, 0, n);
+	if (w->diverged || w->got != n)
+		return gem_errf(err, GEM_EFAIL, "worker %d computed %llu samples%s, the log says %llu", id,
+				(unsigned long long)w->got, w->diverged ? " and diverged" : "",
+				(unsigned long long)n);
+	c.base = w->base;
+	c.samples = w->got;
+	c.loss = w->loss;
+	c.update = w->update;
+	p->sum.commits++;
+	st = ps_commit(p->ps, &c, p->reply, &r, err);
+	if (st != want)
+		return gem_errf(err, GEM_EFAIL, "worker %d's commit was %s here, %s in the log%s%s", id,
+				ps_status_code(st), ps_status_code(want), st < 0 ? ": " : "", st < 0 ? err : "");
+	if (st == PS_PENDING) {
+		p->pending[id] = 1;
+		return 0;
+	}
+	vworker_reply(w, p->reply, r.elastic, r.version);
+	if (r.round_closed)
+		release_round(p);
+	return 0;
+}
+
+/* ---- one line ---- */
+
+static int do_event(struct replay *p, const char *ev, const json_t *j, int id, char *err)
+{
+	const char *reason = json_string_value(json_object_get(j, "reason"));
+	long long n = field_int(j, "n", 1, (long long)1 << 40, 0);
+	if (!strcmp(ev, "held"))
+		return do_commit(p, id, (uint64_t)n, PS_PENDING, err);
+	if (!strcmp(ev, "refused") && reason && !strcmp(reason, "stale"))
+		return do_commit(p, id, (uint64_t)n, PS_STALE, err);
+	if (!strcmp(ev, "refused")) {
+		/* refused before the core saw an update (a bad message, a dropped one): told as such */
+		ps_refused(p->ps, id, reason ? reason : "refused");
+		return 0;
+	}
+	if (!strcmp(ev, "duplicate")) {
+		/* a commit sent again: the worker takes θ as it is now */
+		ps_copy_theta(p->ps, p->reply);
+		if (p->w[id])
+			vworker_reply(p->w[id], p->reply, 0, ps_version(p->ps));
+		return 0;
+	}
+	if (!strcmp(ev, "join"))
+		return do_join(p, id, err);
+	if (!strcmp(ev, "leave") || !strcmp(ev, "gone"))
+		return do_leave(p, id, json_is_true(json_object_get(j, "done")), !strcmp(ev, "gone"), err);
+	if (!strcmp(ev, "stop")) {
+		ps_stop(p->ps, reason ? reason : "stopped");
+		p->stopped = 1;
+		ps_log_stop(p->ps, reason ? reason : "stopped");
+		return ps_checkpoint(p->ps, err);
+	}
+	return 0; /* "sim" and anything newer: nothing the server decided */
+}
+
+/* Which worker a line names (-1: none); -2 a bad one. */
+static int line_worker(const json_t *j)
+{
+	long long id = field_int(j, "worker", 0, PS_MAX_WORKERS - 1, -1);
+	return id < -1 ? -2 : (int)id;
+}
+
+static int replay_line(struct replay *p, const json_t *j, char *err)
+{
+	const char *ev = json_string_value(json_object_get(j, "event"));
+	int id = line_worker(j), rc;
+	long long v;
+
+	if (ev && !strcmp(ev, "start"))
+		return server_start(p, j, err);
+	if ((rc = ensure_ready(p, err)) < 0)
+		return rc;
+	if (id == -2 || (!ev && id < 0))
+		return gem_errf(err, GEM_EFAIL, "a bad \"worker\"");
+	if (json_is_number(json_object_get(j, "time")))
+		ps_set_vtime(p->ps, json_number_value(json_object_get(j, "time")) - p->t0);
+	if (!ev && json_object_get(j, "by"))
+		return 0; /* a round a leave closed: the leave that follows closes it here */
+	rc = ev ? do_event(p, ev, j, id, err)
+		: do_commit(p, id, (uint64_t)field_int(j, "n", 1, (long long)1 << 40, 0), PS_APPLIED, err);
+	if (rc < 0)
+		return rc;
+	v = field_int(j, "version", 0, INT64_MAX, -1);
+	if (v >= 0 && (uint64_t)v != ps_version(p->ps))
+		return gem_errf(err, GEM_EFAIL, "the replay is at version %llu, the log at %lld",
+				(unsigned long long)ps_version(p->ps), v);
+	return 0;
+}
+
+/* ---- the whole log ---- */
+
+static int replay_lines(struct replay *p, FILE *f, volatile sig_atomic_t *stop, char *err)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	int rc = 0;
+	while (getline(&line, &cap, f) > 0 && !(stop && *stop)) {
+		json_error_t je;
+		json_t *j = json_loads(line, 0, &je);
+		p->sum.lines++;
+		if (!json_is_object(j)) {
+			rc = gem_errf(err, GEM_EFAIL, "line %llu: not JSON: %s",
+				      (unsigned long long)p->sum.lines, je.text);
+		} else {
+			if (p->sum.lines == 1)
+				p->t0 = json_number_value(json_object_get(j, "time"));
+			if ((rc = replay_line(p, j, err)) < 0)
+				gem_errprefix(err, "line %llu: ", (unsigned long long)p->sum.lines);
+		}
+		json_decref(j);
+		if (rc < 0)
+			break;
+	}
+	free(line);
+	return rc;
+}
+
+static void replay_free(struct replay *p)
+{
+	for (int i = 0; i < PS_MAX_WORKERS; i++)
+		if (p->w[i]) {
+			vworker_close(p->w[i]);
+			free(p->w[i]);
+		}
+	if (p->has_trainer)
+		trainer_close(&p->t);
+	if (p->has_data)
+		dataset_free(&p->ds);
+	free(p->reply);
+	ps_close(p->ps);
+	free(p);
+}
+
+int replay_run(const char *logpath, const char *newrun, volatile sig_atomic_t *stop,
+	       struct replay_summary *sum, char *err)
+{
+	struct replay *p;
+	struct stat st;
+	char runjson[PATH_MAX + 16];
+	FILE *f;
+	int rc;
+
+	if (!(f = fopen(logpath, "r")))
+		return gem_errf(err, GEM_EUSAGE, "%s: cannot read", logpath);
+	snprintf(runjson, sizeof runjson, "%s/" RUN_JSON, newrun);
+	if (stat(runjson, &st) != 0 && (rc = make_newrun(logpath, newrun, err)) < 0) {
+		fclose(f);
+		return rc;
+	}
+	if (!(p = calloc(1, sizeof *p))) {
+		fclose(f);
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
+	p->newrun = newrun;
+	p->sum.seconds = cli_now();
+	rc = replay_lines(p, f, stop, err);
+	fclose(f);
+	if (rc == 0 && p->ps && !p->stopped) {
+		ps_log_stop(p->ps, stop && *stop ? "stopped by a signal" : "the log ends here");
+		rc = ps_checkpoint(p->ps, err);
+	}
+	if (rc == 0 && !p->ps)
+		rc = gem_errf(err, GEM_EUSAGE, "%s: no start event: not a log of gem-serve", logpath);
+	if (p->ps) {
+		struct run_progress pr = ps_progress(p->ps);
+		p->sum.version = pr.version;
+		p->sum.samples = pr.samples;
+	}
+	p->sum.seconds = cli_now() - p->sum.seconds;
+	if (sum)
+		*sum = p->sum;
+	replay_free(p);
+	return rc;
+}

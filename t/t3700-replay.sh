@@ -1,0 +1,69 @@
+#!/bin/bash
+# t3700: gem-sim --replay re-runs a real asynchronous run from its log and ends with the same θ,
+# bit for bit: the simulator runs the server's core and the worker's step. The default cnn
+# (dropout on) on Fashion-MNIST, real gem-serve and gem-work processes.
+. "$(dirname "$0")/test-lib.sh"
+test_have_dataset
+
+# blob FILE: the params file without its header line (which holds the wall-clock elapsed)
+blob() { tail -n +2 "$1"; }
+
+# served RUN RULE N STEPS [gem-init options]: a real run of N workers of STEPS steps each
+served() {
+	_run=$1 _rule=$2 _n=$3 _steps=$4
+	shift 4
+	gem-init -q --rule "$_rule" --workers "$_n" --lr 0.02 --batch 32 --seed 3 "$@" "$_run" &&
+	start_server "$_run" &&
+	_pids= &&
+	for _i in $(seq "$_n"); do
+		gem-work -q --server "$URL" --steps "$_steps" 2>>"$_run/work.err" &
+		_pids="$_pids $!"
+	done &&
+	for _p in $_pids; do wait_exit $_p 120 || return 1; done &&
+	wait_exit $SERVER_PID 30
+}
+
+# same RUN NEW: NEW's θ is RUN's, bit for bit
+same() {
+	blob "$1/params.gem" >"$1.blob" && blob "$2/params.gem" >"$2.blob" && cmp "$1.blob" "$2.blob"
+}
+
+for spec in "gem 4 6" "downpour 3 6 --window 2" "dynsgd 3 6" "easgd 3 6 --window 2" \
+	    "dcasgd 3 6" "sync 3 5"; do
+	set -- $spec
+	rule=$1
+	test_expect_success "replay of a served $rule run with cnn and $2 workers: the same θ" "
+		served real-$rule $spec &&
+		gem-sim -q --replay real-$rule/log.jsonl new-$rule >replay.tsv &&
+		same real-$rule new-$rule &&
+		awk 'NR==2 { exit !(\$4 == $2) }' replay.tsv
+	"
+done
+
+test_expect_success 'the replayed log has the real one'"'"'s updates, in order' '
+	grep -v "\"event\"" real-gem/log.jsonl | sed -E "s/.*\"version\":([0-9]+),\"worker\":([0-9]+),\"tau\":([0-9]+).*/\1 \2 \3/" >real.u &&
+	grep -v "\"event\"" new-gem/log.jsonl | sed -E "s/.*\"version\":([0-9]+),\"worker\":([0-9]+),\"tau\":([0-9]+).*/\1 \2 \3/" >new.u &&
+	test $(wc -l <real.u) = 24 && cmp real.u new.u
+'
+
+test_expect_success 'a replay that goes another way than the log says where' '
+	cp -r real-gem bad &&
+	sed -i "0,/\"n\":32/s//\"n\":40/" bad/log.jsonl &&
+	{ gem-sim -q --replay bad/log.jsonl new-bad 2>err; test $? = 1; } &&
+	grep -q "line [0-9]*: worker [0-9]* computed" err
+'
+
+test_expect_success 'dma is not replayed, and says so' '
+	gem-init -q --rule dma --workers 2 dma &&
+	printf "{\"event\":\"start\",\"time\":1,\"version\":0,\"rule\":\"dma\"}\n" >dma/log.jsonl &&
+	{ gem-sim -q --replay dma/log.jsonl new-dma 2>err; test $? = 2; } &&
+	grep -q "background" err
+'
+
+test_expect_success 'gem-sim -n 1 equals gem-serve with one gem-work (cnn, dropout)' '
+	served one gem 1 12 &&
+	gem-init -q --rule gem --lr 0.02 --batch 32 --seed 3 sim1 &&
+	gem-sim -q -n 1 --steps 12 sim1 >/dev/null &&
+	same one sim1
+'
+test_done
