@@ -1,0 +1,58 @@
+#!/bin/bash
+# t3101: a commit's reply tells that commit's own staleness and fate, whatever the server did
+# before it (applied, refused as too stale, sent again after a lost reply).
+. "$(dirname "$0")/test-lib.sh"
+
+# commit WORKER BASE SEQ: POST one commit of small updates; the reply's header line on stdout
+commit() {
+	python3 "$GEM_SRC/t/gem-msg.py" --worker "$1" --base "$2" --seq "$3" --count 1108 \
+		--value 0.001 >msg &&
+	curl -sf -H "Authorization: Bearer secret" --data-binary @msg "$URL/v1/commit" | head -1
+}
+join() {
+	curl -sf -H "Authorization: Bearer secret" -d "{\"worker\":$1,\"codec\":\"raw\"}" \
+		"$URL/v1/join" >/dev/null
+}
+# field JSON KEY
+field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+
+test_expect_success 'setup' '
+	make_tiny_data data &&
+	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 --rule dynsgd run &&
+	echo secret >token &&
+	start_server run --token-file token --max-staleness 1 &&
+	join 0 && join 1
+'
+
+test_expect_success 'an applied commit: its τ' '
+	r=$(commit 0 0 1) && test "$(field "$r" tau)" = 0 && test "$(field "$r" applied)" = True &&
+	r=$(commit 0 1 2) && test "$(field "$r" tau)" = 0 &&
+	r=$(commit 1 1 1) && test "$(field "$r" tau)" = 1 && test "$(field "$r" version)" = 3
+'
+
+test_expect_success 'a commit refused as too stale: its τ as the log says, not the last applied one' '
+	r=$(commit 1 0 2) &&
+	test "$(field "$r" applied)" = False && test "$(field "$r" tau)" = 3 &&
+	grep "\"refused\"" run/log.jsonl | tail -1 | grep -q "\"reason\":\"stale\",\"tau\":3"
+'
+
+test_expect_success 'a commit sent again: nothing applied, its own τ' '
+	r=$(commit 0 1 2) &&
+	test "$(field "$r" version)" = 3 && test "$(field "$r" tau)" = 2 &&
+	grep -q "\"event\":\"duplicate\",.*\"worker\":0" run/log.jsonl
+'
+
+test_expect_success 'out-of-range ids, sequence numbers and counts are refused, not narrowed' '
+	python3 "$GEM_SRC/t/gem-msg.py" --worker 4294967296 --base 3 --count 1108 >big &&
+	test "$(curl -s -o out -w "%{http_code}" -H "Authorization: Bearer secret" \
+		--data-binary @big "$URL/v1/commit")" = 409 &&
+	python3 "$GEM_SRC/t/gem-msg.py" --worker 0 --base 3 --seq -1 --count 1108 >neg &&
+	test "$(curl -s -o out -w "%{http_code}" -H "Authorization: Bearer secret" \
+		--data-binary @neg "$URL/v1/commit")" = 400 &&
+	test "$(curl -s -o out -w "%{http_code}" -H "Authorization: Bearer secret" \
+		-d "{\"worker\":4294967297}" "$URL/v1/leave")" = 400 &&
+	curl -sf "$URL/v1/stats" | python3 -c "
+import json,sys; s=json.load(sys.stdin)
+assert [w[\"active\"] for w in s[\"workers\"]]==[True, True], s"
+'
+test_done
