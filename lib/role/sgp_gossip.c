@@ -186,6 +186,34 @@ static int hello_barrier(struct sgp_node *s, char *err)
 	return 0;
 }
 
+/* POST the hello to peer p, retrying what httpc_post_retry retries for o.retry_for in all, in
+ * slices of a second, so that a stop or a peer's mismatch ends the wait at once. */
+static int hello_one(struct sgp_node *s, int p, const char *text, struct httpc_resp *resp,
+		     char *err)
+{
+	double t0 = cli_now();
+	for (;;) {
+		double left = s->o.retry_for - (cli_now() - t0);
+		int rc = httpc_post_retry(s->http[p], "/v1/hello", "application/json", text, strlen(text),
+					  left < 1 ? (left > 0 ? left : 0) : 1, resp, err), mismatch;
+		if (rc == 0 || (rc != HTTPC_ETRANSPORT && !(rc == HTTPC_EHTTP && resp->status == 503)))
+			return rc;
+		if (left <= 1) { /* the last cause, without the last slice's "unreachable for N s" */
+			const char *cause = strstr(err, " s: ");
+			char last[GEM_ERRMAX];
+			snprintf(last, sizeof last, "%s", cause ? cause + 4 : err);
+			return gem_errf(err, rc, "no answer in %.0f s: %s", s->o.retry_for, last);
+		}
+		if (sgp_stopping(s))
+			return gem_errf(err, GEM_EFAIL, "interrupted");
+		pthread_mutex_lock(&s->mu);
+		mismatch = s->mismatch;
+		pthread_mutex_unlock(&s->mu);
+		if (mismatch) /* sgp_hello_all reports it */
+			return GEM_EUSAGE;
+	}
+}
+
 int sgp_hello_all(struct sgp_node *s, char *err)
 {
 	json_t *body = sgp_hello_body(s);
@@ -198,8 +226,7 @@ int sgp_hello_all(struct sgp_node *s, char *err)
 	for (int p = 0; p < s->nn && rc == 0; p++) {
 		if (p == s->id)
 			continue;
-		rc = httpc_post_retry(s->http[p], "/v1/hello", "application/json", text, strlen(text),
-				      s->o.retry_for, &resp, err);
+		rc = hello_one(s, p, text, &resp, err);
 		if (rc == HTTPC_EHTTP && resp.status == 409)
 			rc = GEM_EUSAGE;
 		if (rc < 0)
