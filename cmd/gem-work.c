@@ -256,6 +256,67 @@ static int train_server(const char *url, const struct work_opts *o)
 	return stop_signal ? 128 + stop_signal : rc;
 }
 
+/* --rule sgp: what the progress line of a node needs between two calls. */
+struct sgp_show {
+	const struct sgp_opts *o;
+	const char *url;
+	int quiet, tty, shown;
+	double last;
+};
+
+/* A node's progress: where it stands once it starts, then a line on a terminal. */
+static void sgp_show(const struct sgp_status *st, void *ctx)
+{
+	struct sgp_show *sh = ctx;
+	if (st->iter == 0 && !sh->quiet)
+		log_info("node %d of %d at %s: %s, %s graph, %d peer%s per iteration, %llu iterations, "
+			 "shard %d/%d (%zu samples)",
+			 st->node, st->nodes, sh->url, st->rule, sgp_topology_name(sh->o->topology),
+			 st->peers_per_iter, st->peers_per_iter == 1 ? "" : "s",
+			 (unsigned long long)st->iters, st->shard_i, st->shard_n, st->shard_samples);
+	if (sh->tty && st->iter > 0 && cli_now() - sh->last > 0.25) {
+		sh->last = cli_now();
+		sh->shown = 1;
+		fprintf(stderr, "\rgem-work node %d: iteration %llu/%llu  loss %.4f  w %.3f   ", st->node,
+			(unsigned long long)st->iter, (unsigned long long)st->iters, (double)st->loss,
+			st->w);
+	}
+}
+
+/* One SGP node: its URL on stdout (the handshake), SIGINT/SIGTERM stop it, its errors and
+ * summary on stderr; returns 0, 1 failed, 2 bad usage or topology mismatch, 128+N on signal N. */
+static int run_sgp_node(const struct sgp_opts *so, int quiet)
+{
+	char err[GEM_ERRMAX];
+	struct sgp_node *node;
+	struct sgp_status st;
+	struct sgp_show sh = {.o = so, .quiet = quiet, .tty = isatty(2) && !quiet};
+	int rc = sgp_node_open(so, &node, err);
+
+	if (rc < 0) {
+		log_error("%s", err);
+		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	}
+	sh.url = sgp_node_url(node);
+	printf("%s\n", sh.url);
+	fflush(stdout);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	rc = sgp_node_run(node, &stop_signal, sgp_show, &sh, &st, err);
+	if (sh.shown)
+		fputc('\n', stderr);
+	if (rc < 0)
+		log_error("%s", err);
+	else if (!quiet)
+		log_info("node %d: %llu iterations, %llu samples in %.1f s, last loss %.4f, w %.4f", st.node,
+			 (unsigned long long)st.iter, (unsigned long long)st.samples, st.seconds,
+			 (double)st.loss, st.w);
+	sgp_node_close(node);
+	if (stop_signal)
+		return 128 + stop_signal;
+	return rc == 0 ? 0 : rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+}
+
 int main(int argc, char **argv)
 {
 	struct work_opts o = {.shard_i = 0, .shard_n = 1, .retry_for = 60, .checkpoint_every = 60,
@@ -378,9 +439,8 @@ int main(int argc, char **argv)
 		so.token_file = o.token_file;
 		so.retry_for = o.retry_for;
 		so.slowdown = o.slowdown;
-		so.quiet = o.quiet;
 		cli_blas_init();
-		return sgp_node_run(&so);
+		return run_sgp_node(&so, o.quiet);
 	}
 	if (so.rundir || listen_set || so.peers || so.peers_file || so.node >= 0 || sgp_only)
 		bad_usage("--run, --listen, --public, --peers, --peers-file, --node, --topology, "

@@ -4,7 +4,7 @@
  * topology hash and the peer list parser. */
 #include "base/err.h"
 #include "base/rng.h"
-#include "role/sgp.h"
+#include "rules/pushsum.h"
 #include "tap.h"
 
 #include <stdlib.h>

@@ -1,54 +1,13 @@
-/* sgp: Stochastic Gradient Push (Assran et al., 2019), push-sum gossip between training nodes
- * with no parameter server (DESIGN.md §4). Each node keeps x and a push-sum weight w (w₀ = 1),
- * takes gradients at z = x/w, a local Nesterov momentum step on x, then keeps 1/(m+1) of (x, w)
- * and pushes 1/(m+1) to each of its m out-peers of this iteration. The pure part (topologies,
- * mixing, the topology hash) is what the tests drive; sgp_node_run is one node over HTTP. */
+/* sgp: one node of a Stochastic Gradient Push run (Assran et al., 2019; doc/rules.md), push-sum
+ * gossip between training nodes with no parameter server, as a library object: open (listen),
+ * run (peer list, hello, train, save node-I.gem), close. It prints nothing and never exits. */
 #ifndef GEM_SGP_H
 #define GEM_SGP_H
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define SGP_MAX_NODES 4096
-#define SGP_MAX_PEERS 16 /* out-peers per iteration */
-
-enum sgp_topology {
-	SGP_EXP,  /* time-varying directed exponential graph: i → i + 2^k mod n */
-	SGP_RING, /* static directed ring: i → i + 1, ..., i + m mod n */
-};
-
-/* "exp" or "ring" into *t; -1 for anything else. */
-int sgp_topology_parse(const char *name, enum sgp_topology *t);
-const char *sgp_topology_name(enum sgp_topology t);
-/* The exponents the exponential graph cycles over: ⌊log2(n−1)⌋ + 1 for n >= 2, 0 for n = 1. */
-int sgp_exp_cycle(int n);
-/* The out-peers per iteration actually used: m, at most the distinct peers the topology has
- * (exp: sgp_exp_cycle(n); ring: n − 1). */
-int sgp_peers_per_iter(enum sgp_topology t, int n, int m);
-/* The offsets o (peer = i + o mod n) of iteration iter, the same for every node: exp with m
- * peers per iteration uses 2^k for k = (iter·m + j) mod K, j < m; ring uses 1..m. Returns how
- * many (sgp_peers_per_iter) were written to off. */
-int sgp_offsets(enum sgp_topology t, int n, int m, uint64_t iter, int *off);
-/* Node i's out-peers (i + o mod n) and in-peers (i − o mod n) of iteration iter. */
-int sgp_out_peers(enum sgp_topology t, int n, int m, int i, uint64_t iter, int *out);
-int sgp_in_peers(enum sgp_topology t, int n, int m, int i, uint64_t iter, int *in);
-
-/* Push-sum's split: x ← x/(m+1), w ← w/(m+1). What stays is also the share each out-peer gets. */
-void sgp_split(float *x, size_t len, double *w, int m);
-/* Push-sum's receive: x ← x + xj, w ← w + wj. */
-void sgp_receive(float *x, size_t len, double *w, const float *xj, double wj);
-/* The de-biased parameters z = x/w, where gradients are taken. */
-void sgp_debias(const float *x, double w, float *z, size_t len);
-/* ‖a − b‖₂ */
-double sgp_distance(const float *a, const float *b, size_t len);
-/* What every node must agree on before it runs: n, the topology, m and the peer list in order
- * (it fixes the node ids); FNV-1a 64. */
-uint64_t sgp_topology_hash(enum sgp_topology t, int m, const char *const *peers, int n);
-
-/* Read a peer list: URLs separated by commas, blanks or newlines; '#' starts a comment to the
- * end of the line. Trailing slashes are dropped. *peers (malloc'd, each entry malloc'd) and *n
- * are set; GEM_EUSAGE names a bad entry. sgp_peers_free releases them. */
-int sgp_peers_parse(const char *text, char ***peers, int *n, char *err);
-void sgp_peers_free(char **peers, int n);
+#include "rules/pushsum.h"
 
 /* One node of an SGP run. */
 struct sgp_opts {
@@ -69,11 +28,38 @@ struct sgp_opts {
 	const char *token_file; /* bearer token of every node (pushes, hellos) */
 	double retry_for;       /* seconds to wait for the peer list, a peer, a message */
 	double slowdown;        /* >= 1: each step this many times as long */
-	int quiet;
 };
 
-/* Run one node: print its URL on stdout (one line) once it listens, wait for the peer list,
- * check that every peer agrees on the topology (hello), train, save RUNDIR/node-I.gem; returns
- * a process exit status (0, 1 failed, 2 bad usage or topology mismatch, 128+N on signal N). */
-int sgp_node_run(const struct sgp_opts *o);
+/* Where a node stands: given to the progress callback (once when training starts, with iter 0,
+ * then after each iteration) and returned by sgp_node_run. */
+struct sgp_status {
+	int node, nodes;         /* this node's index, of how many (-1, 0 before the peer list) */
+	int peers_per_iter, tau; /* m as used, Overlap-SGP's τ */
+	int shard_i, shard_n;
+	size_t shard_samples;
+	const char *rule;        /* "sgp" or "overlap-sgp" */
+	uint64_t iter, iters;    /* iterations done, of how many */
+	uint64_t samples;
+	float loss;              /* the last iteration's mean loss; NaN before the first */
+	double w, seconds;       /* the push-sum weight; seconds since training started */
+	int saved;               /* node-I.gem written */
+};
+
+typedef void (*sgp_progress_fn)(const struct sgp_status *st, void *ctx);
+
+struct sgp_node;
+
+/* Open the run, load θ₀ and the data, listen (o is copied, its strings are not). GEM_EUSAGE: a
+ * bad run, token file or address. */
+int sgp_node_open(const struct sgp_opts *o, struct sgp_node **out, char *err);
+/* The URL the node listens on ("http://127.0.0.1:PORT"). */
+const char *sgp_node_url(const struct sgp_node *s);
+/* Wait for the peer list, check that every peer agrees on the topology (hello), train, save
+ * RUNDIR/node-I.gem (also when stopped or failed while training). Returns 0, GEM_EUSAGE (a bad
+ * peer list, a topology mismatch) or GEM_EFAIL (also when *stop was set: err says
+ * "interrupted"); *st (may be NULL) gets where the node stands. Once per node. */
+int sgp_node_run(struct sgp_node *s, volatile sig_atomic_t *stop, sgp_progress_fn progress,
+		 void *ctx, struct sgp_status *st, char *err);
+/* Stop serving and free everything (NULL is fine). */
+void sgp_node_close(struct sgp_node *s);
 #endif

@@ -36,3 +36,55 @@ int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t
 	msg_buf_free(&b);
 	return rc;
 }
+
+/* GET /v1/health: {"ok": true, the owner's fields}. */
+static int get_health(struct httpd_req *req, void *ctx)
+{
+	const struct reply_get *g = ctx;
+	json_t *j = json_pack("{s:b}", "ok", 1), *fields = g->health(g->ctx);
+	int rc;
+	if (!j || !fields || json_object_update(j, fields) < 0)
+		rc = httpd_reply_error(req, 503, "busy", "out of memory");
+	else
+		rc = httpd_reply_json(req, 200, j);
+	json_decref(fields);
+	json_decref(j);
+	return rc;
+}
+
+/* GET /v1/run: run.json as it is. */
+static int get_run(struct httpd_req *req, void *ctx)
+{
+	const struct reply_get *g = ctx;
+	return httpd_reply_json(req, 200, g->run);
+}
+
+/* GET /v1/params[?codec=C]: a snapshot of θ with the owner's header. */
+static int get_params(struct httpd_req *req, void *ctx)
+{
+	const struct reply_get *g = ctx;
+	const char *codec = httpd_query(req, "codec");
+	float *copy;
+	json_t *head;
+	int rc;
+
+	if (reply_check_codec(req, codec) < 0)
+		return 0;
+	if (!(copy = malloc(sizeof *copy * g->n)))
+		return httpd_reply_error(req, 503, "busy", "out of memory");
+	if ((head = g->params(g->ctx, copy)))
+		rc = reply_params(req, head, copy, g->n, codec);
+	else
+		rc = httpd_reply_error(req, 503, "busy", "out of memory");
+	free(copy);
+	json_decref(head);
+	return rc;
+}
+
+void reply_get_routes(const struct reply_get *g, struct httpd_route r[REPLY_GET_ROUTES])
+{
+	void *ctx = (void *)g; /* the handlers only read it */
+	r[0] = (struct httpd_route){"GET", "/v1/health", get_health, ctx, 0};
+	r[1] = (struct httpd_route){"GET", "/v1/run", get_run, ctx, 0};
+	r[2] = (struct httpd_route){"GET", "/v1/params", get_params, ctx, 0};
+}

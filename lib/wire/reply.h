@@ -1,5 +1,6 @@
-/* reply: the HTTP replies of the protocol that carry parameters (GET /v1/params of gem-serve
- * and of SGP nodes): a message of the caller's header and one "params" blob. */
+/* reply: the HTTP replies of the protocol that every training process serves the same way:
+ * GET /v1/params (a message of the caller's header and one "params" blob), and the read-only
+ * routes GET /v1/health, /v1/run and /v1/params of gem-serve and of SGP nodes (reply_get). */
 #ifndef GEM_REPLY_H
 #define GEM_REPLY_H
 #include <jansson.h>
@@ -13,4 +14,21 @@ int reply_check_codec(struct httpd_req *req, const char *codec);
  * message, or 500 when encoding fails. */
 int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t n,
 		 const char *codec);
+
+/* What a training process serves on its GET routes: its data, read through its callbacks (which
+ * take its own lock). Must outlive the server it is routed on. */
+struct reply_get {
+	const json_t *run; /* GET /v1/run: run.json, unchanged while serving */
+	size_t n;          /* floats in θ */
+	/* GET /v1/health's fields after "ok": true (a new reference; NULL: out of memory). */
+	json_t *(*health)(void *ctx);
+	/* Copy θ (n floats) into theta and return GET /v1/params' header of the same moment (a
+	 * new reference: version, samples, elapsed, model, the owner's own fields; NULL: no memory). */
+	json_t *(*params)(void *ctx, float *theta);
+	void *ctx;
+};
+
+#define REPLY_GET_ROUTES 3
+/* Fill r[0..2] with GET /v1/health, /v1/run and /v1/params served from g (not mutating). */
+void reply_get_routes(const struct reply_get *g, struct httpd_route r[REPLY_GET_ROUTES]);
 #endif

@@ -1,0 +1,263 @@
+/* sgp_http: an SGP node's endpoints. POST /v1/hello (a peer's topology), /v1/push (a share of a
+ * peer's (x, w)) and /v1/bye (Overlap-SGP: a peer has finished) are the node's own; GET
+ * /v1/health, /v1/run and /v1/params are gem-serve's (wire/reply.h), served from z. */
+#include "role/sgp_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *sgp_rule_name(const struct sgp_node *s)
+{
+	return s->o.overlap ? "overlap-sgp" : "sgp";
+}
+
+/* GET /v1/health's fields: the node, its progress, whether it has its peers. */
+static json_t *get_health(void *ctx)
+{
+	struct sgp_node *s = ctx;
+	json_t *j;
+	pthread_mutex_lock(&s->mu);
+	j = json_pack("{s:s, s:i, s:i, s:I, s:f, s:b, s:b}", "rule", sgp_rule_name(s), "node", s->id,
+		      "nodes", s->nn, "version", (json_int_t)s->pub_iter, "w", s->pub_w, "ready",
+		      s->ready, "stopping", s->closed);
+	pthread_mutex_unlock(&s->mu);
+	return j;
+}
+
+/* GET /v1/params: z, the node's de-biased parameters, as at the end of its last iteration. */
+static json_t *get_params(void *ctx, float *theta)
+{
+	struct sgp_node *s = ctx;
+	json_t *head;
+	pthread_mutex_lock(&s->mu);
+	memcpy(theta, s->zpub, sizeof *theta * s->n);
+	head = json_pack("{s:I, s:I, s:f, s:s, s:i, s:i, s:f}", "version", (json_int_t)s->pub_iter,
+			 "samples", (json_int_t)s->pub_samples, "elapsed", s->pub_elapsed, "model",
+			 s->run.model_name, "node", s->id, "nodes", s->nn, "w", s->pub_w);
+	pthread_mutex_unlock(&s->mu);
+	return head;
+}
+
+json_t *sgp_hello_body(const struct sgp_node *s)
+{
+	char hash[17];
+	snprintf(hash, sizeof hash, "%016llx", (unsigned long long)s->hash);
+	return json_pack("{s:i, s:i, s:s, s:i, s:I, s:b, s:s}", "node", s->id, "nodes", s->nn,
+			 "topology", sgp_topology_name(s->o.topology), "peers_per_iter", s->mper,
+			 "iters", (json_int_t)s->iters, "overlap", s->o.overlap, "hash", hash);
+}
+
+/* A JSON string's value, or "?". */
+static const char *str_or(const json_t *v)
+{
+	return json_is_string(v) ? json_string_value(v) : "?";
+}
+
+/* Under ready (the fields are fixed): why a peer's hello j does not agree with this node's, in
+ * why; empty if it agrees. */
+static void hello_check(const struct sgp_node *s, const json_t *j, const char *client, char *why,
+			size_t len)
+{
+	json_t *mine = sgp_hello_body(s);
+	int from = (int)json_integer_value(json_object_get(j, "node"));
+	*why = 0;
+	if (!json_equal(json_object_get(j, "hash"), json_object_get(mine, "hash")) ||
+	    !json_equal(json_object_get(j, "nodes"), json_object_get(mine, "nodes")))
+		snprintf(why, len,
+			 "node %d (%s) has another topology: %lld nodes, %s, %lld peers per iteration, "
+			 "peer list hash %s; this node %d has %d nodes, %s, %d peers per iteration, hash "
+			 "%s (every node needs the same --peers list, in the same order, and the same "
+			 "--topology and --peers-per-iter)",
+			 from, client, json_integer_value(json_object_get(j, "nodes")),
+			 str_or(json_object_get(j, "topology")),
+			 json_integer_value(json_object_get(j, "peers_per_iter")),
+			 str_or(json_object_get(j, "hash")), s->id, s->nn,
+			 sgp_topology_name(s->o.topology), s->mper, str_or(json_object_get(mine, "hash")));
+	else if (!json_is_integer(json_object_get(j, "node")) || from < 0 || from >= s->nn ||
+		 from == s->id)
+		snprintf(why, len, "a hello from %s names node %d", client, from);
+	else if (!json_equal(json_object_get(j, "iters"), json_object_get(mine, "iters")))
+		snprintf(why, len,
+			 "node %d runs %lld iterations, this node %d runs %llu (give every node the "
+			 "same --epochs, --steps and --shard)",
+			 from, json_integer_value(json_object_get(j, "iters")), s->id,
+			 (unsigned long long)s->iters);
+	else if (!json_equal(json_object_get(j, "overlap"), json_object_get(mine, "overlap")))
+		snprintf(why, len, "node %d %s --overlap and this node %d %s", from,
+			 json_is_true(json_object_get(j, "overlap")) ? "runs with" : "runs without",
+			 s->id, s->o.overlap ? "with" : "without");
+	json_decref(mine);
+}
+
+/* 503 with Retry-After: the node has no peer list yet. */
+static int not_ready(struct httpd_req *req)
+{
+	httpd_add_header(req, "Retry-After", "0");
+	return httpd_reply_error(req, 503, "not_ready", "this node has no peer list yet");
+}
+
+/* POST /v1/hello: a peer says which topology it runs; the same as ours, or both refuse to run. */
+static int h_hello(struct httpd_req *req, void *ctx)
+{
+	struct sgp_node *s = ctx;
+	json_error_t je;
+	json_t *j = json_loadb((const char *)req->body, req->body_len, 0, &je);
+	char why[GEM_ERRMAX];
+	int rc, from, ready;
+
+	if (!json_is_object(j)) {
+		json_decref(j);
+		return httpd_reply_error(req, 400, "bad_json", "hello: %s", j ? "not an object" : je.text);
+	}
+	pthread_mutex_lock(&s->mu);
+	ready = s->ready;
+	pthread_mutex_unlock(&s->mu);
+	if (!ready) {
+		json_decref(j);
+		return not_ready(req);
+	}
+	hello_check(s, j, req->client, why, sizeof why);
+	from = (int)json_integer_value(json_object_get(j, "node"));
+	json_decref(j);
+	pthread_mutex_lock(&s->mu);
+	if (*why && !s->mismatch)
+		snprintf(s->mismatch_msg, sizeof s->mismatch_msg, "%s", why);
+	if (*why)
+		s->mismatch = 1;
+	else if (!s->hello[from]) {
+		s->hello[from] = 1;
+		s->nhello++;
+	}
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	if (*why)
+		return httpd_reply_error(req, 409, "topology_mismatch", "%s", why);
+	j = json_pack("{s:b, s:i}", "ok", 1, "node", s->id);
+	rc = httpd_reply_json(req, 200, j);
+	json_decref(j);
+	return rc;
+}
+
+/* Decode push message m's "x" blob into in (n floats, all finite). */
+static int decode_share(const struct msg *m, struct inmsg *in, size_t n, char *err)
+{
+	const struct msg_blob *b = msg_find(m, "x");
+	struct blob_codec c;
+	int rc;
+	if (!b)
+		return gem_errf(err, GEM_EUSAGE, "no \"x\" blob");
+	blob_codec_init(&c);
+	rc = blob_decode(&c, b->data, &b->meta, in->x, n, err);
+	blob_codec_free(&c);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		if (!isfinite(in->x[i]))
+			rc = gem_errf(err, GEM_EUSAGE, "x[%zu] is not finite", i);
+	return rc;
+}
+
+/* POST /v1/push: a share of a peer's (x, w), checked whole, then queued for the trainer to add.
+ * The node's id and size are read under mu, with ready (before it they are being set). */
+static int h_push(struct httpd_req *req, void *ctx)
+{
+	struct sgp_node *s = ctx;
+	char err[GEM_ERRMAX];
+	struct msg m;
+	struct inmsg *in;
+	json_t *jn, *ji, *jw;
+	int rc, ready, closed, id, nn;
+
+	if (msg_parse(req->body, req->body_len, &m, err) < 0)
+		return httpd_reply_error(req, 400, "bad_message", "%s", err);
+	pthread_mutex_lock(&s->mu);
+	ready = s->ready, closed = s->closed, id = s->id, nn = s->nn;
+	pthread_mutex_unlock(&s->mu);
+	if (!ready || closed) {
+		msg_free(&m);
+		return closed ? httpd_reply_error(req, 410, "finished", "node %d has finished", id)
+			      : not_ready(req);
+	}
+	jn = json_object_get(m.header, "node");
+	ji = json_object_get(m.header, "iter");
+	jw = json_object_get(m.header, "w");
+	if (!json_is_integer(jn) || json_integer_value(jn) < 0 || json_integer_value(jn) >= nn ||
+	    json_integer_value(jn) == id || !json_is_integer(ji) || json_integer_value(ji) < 0 ||
+	    !json_is_number(jw) || !(json_number_value(jw) > 0) || !isfinite(json_number_value(jw))) {
+		msg_free(&m);
+		return httpd_reply_error(req, 400, "bad_field",
+					 "push: want node (another node's index), iter >= 0 and w > 0");
+	}
+	if (!(in = sgp_msg_new(s))) {
+		msg_free(&m);
+		return httpd_reply_error(req, 503, "busy", "out of memory");
+	}
+	rc = decode_share(&m, in, s->n, err);
+	in->from = (int)json_integer_value(jn);
+	in->iter = (uint64_t)json_integer_value(ji);
+	in->w = json_number_value(jw);
+	msg_free(&m);
+	pthread_mutex_lock(&s->mu);
+	if (rc < 0 || s->closed) {
+		sgp_msg_recycle(s, in);
+		pthread_mutex_unlock(&s->mu);
+		return rc < 0 ? httpd_reply_error(req, 400, "bad_blob", "push: %s", err)
+			      : httpd_reply_error(req, 410, "finished", "node %d has finished", id);
+	}
+	sgp_inbox_add(s, in);
+	pthread_mutex_unlock(&s->mu);
+	return httpd_reply_bytes(req, 200, "application/json", "{\"ok\":true}\n", 12, 0);
+}
+
+/* POST /v1/bye {"node": J}: Overlap-SGP's peer J has finished; nobody waits for its messages
+ * any more. Anything but another node's index is refused. */
+static int h_bye(struct httpd_req *req, void *ctx)
+{
+	struct sgp_node *s = ctx;
+	json_t *j = json_loadb((const char *)req->body, req->body_len, 0, NULL);
+	json_t *v = json_object_get(j, "node");
+	json_int_t from = json_is_integer(v) ? json_integer_value(v) : -1;
+	int ok = json_is_object(j) && json_is_integer(v);
+	json_decref(j);
+	pthread_mutex_lock(&s->mu);
+	if (!s->ready) {
+		pthread_mutex_unlock(&s->mu);
+		return not_ready(req);
+	}
+	if (!ok || from < 0 || from >= s->nn || from == s->id) {
+		pthread_mutex_unlock(&s->mu);
+		return httpd_reply_error(req, 400, "bad_field",
+					 "bye: want {\"node\": J}, J another node's index");
+	}
+	if (!s->bye[from]) {
+		s->bye[from] = 1;
+		s->nbye++;
+	}
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return httpd_reply_bytes(req, 200, "application/json", "{\"ok\":true}\n", 12, 0);
+}
+
+int sgp_http_start(struct sgp_node *s, char *err)
+{
+	struct httpd_route r[REPLY_GET_ROUTES + 3];
+	struct httpd_config hc = {0};
+	const char *host = s->o.host ? s->o.host : "127.0.0.1";
+	int rc;
+	s->get = (struct reply_get){s->run.json, s->n, get_health, get_params, s};
+	reply_get_routes(&s->get, r);
+	r[REPLY_GET_ROUTES] = (struct httpd_route){"POST", "/v1/hello", h_hello, s, 1};
+	r[REPLY_GET_ROUTES + 1] = (struct httpd_route){"POST", "/v1/push", h_push, s, 1};
+	r[REPLY_GET_ROUTES + 2] = (struct httpd_route){"POST", "/v1/bye", h_bye, s, 1};
+	hc.host = host;
+	hc.port = s->o.port;
+	hc.allow_public = s->o.allow_public;
+	hc.token = s->token;
+	hc.max_body = s->n * 8 + (size_t)MSG_HEAD_MAX + 4096;
+	hc.routes = r;
+	hc.n_routes = sizeof r / sizeof *r;
+	if ((rc = httpd_start(&hc, &s->httpd, err)) < 0)
+		return rc;
+	snprintf(s->url, sizeof s->url, strchr(host, ':') ? "http://[%s]:%d" : "http://%s:%d", host,
+		 httpd_port(s->httpd));
+	return 0;
+}

@@ -1,0 +1,129 @@
+/* sgp_impl: what the files of an SGP node share (not part of libgem's interface): the node
+ * object, its inbox of pushed shares and the send queue of Overlap-SGP. sgp.c opens, trains
+ * and closes a node; sgp_http.c serves its endpoints; sgp_gossip.c talks to its peers. */
+#ifndef GEM_ROLE_SGP_IMPL_H
+#define GEM_ROLE_SGP_IMPL_H
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "nn/data.h"
+#include "role/sgp.h"
+#include "role/trainer.h"
+#include "run/run.h"
+#include "wire/blob.h"
+#include "wire/httpc.h"
+#include "wire/httpd.h"
+#include "wire/msg.h"
+#include "wire/reply.h"
+
+#define SGP_POLL_MS 50
+#define SGP_MAX_JOBS 4 /* overlap: messages queued for sending before the trainer waits */
+
+/* A message received: 1/(m+1) of the sender's (x, w) at its iteration iter. from = self for a
+ * share that could not be delivered and comes back. */
+struct inmsg {
+	struct inmsg *next;
+	int from;
+	uint64_t iter;
+	double w;
+	float *x;
+};
+
+/* Overlap: a share to push to some peers, by the sender thread. */
+struct job {
+	struct job *next;
+	uint64_t iter;
+	double w;
+	float *x;
+	int npeers, peers[SGP_MAX_PEERS];
+};
+
+/* One node. Fixed once it listens: o, run, n, token, url, get. Written by the trainer before it
+ * sets ready under mu, then fixed (a handler reads them only after it has seen ready under mu):
+ * peers, mper, tau, hash, iters, bye, hello. id and nn change only under mu (with ready). */
+struct sgp_node {
+	struct sgp_opts o;
+	struct run run;
+	struct trainer tr;
+	struct dataset ds;
+	size_t n;
+	float *x, *scratch; /* push-sum's numerator x (θ₀ at first), scratch for the mixing */
+	char *token;
+	struct httpd *httpd;
+	char url[300];
+	struct reply_get get; /* GET /v1/health, /v1/run, /v1/params */
+	volatile sig_atomic_t *stop;
+	int ran;
+
+	int id, nn, mper, tau;
+	char **peers;
+	uint64_t hash, iters;
+	const char *codec_name;
+	struct httpc **http; /* one per peer (NULL for this node): used by one thread at a time */
+	double t0;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	/* under mu */
+	int ready, closed, mismatch;
+	char mismatch_msg[GEM_ERRMAX];
+	struct inmsg *inbox, *free_msgs;
+	int *bye, nbye;
+	int *hello, nhello; /* the peers that have said hello (and agree) */
+	float *zpub;
+	uint64_t pub_iter, pub_samples;
+	double pub_w, pub_elapsed;
+	struct job *jobs, *jobs_tail;
+	int njobs, sender_quit;
+	/* the sender thread only */
+	int *gone;
+	struct blob_codec send_codec;
+	struct msg_buf send_buf;
+	struct httpc_resp send_resp;
+};
+
+/* What mix_in added at one iteration. */
+struct mixed {
+	int got;          /* messages added */
+	int last_from;    /* the last peer heard from, -1: none */
+	double dist;      /* ‖z − z_j‖ to it, before adding */
+	uint64_t age_max; /* iterations between a message's and ours */
+	double waited;    /* seconds spent waiting */
+};
+
+/* sgp_http.c */
+/* Listen on o->host:o->port with every route of the node; sets s->url. */
+int sgp_http_start(struct sgp_node *s, char *err);
+/* The hello this node sends and checks peers' against (a new reference). */
+json_t *sgp_hello_body(const struct sgp_node *s);
+/* "sgp" or "overlap-sgp". */
+const char *sgp_rule_name(const struct sgp_node *s);
+
+/* sgp_gossip.c */
+/* A free message (x of n floats), or NULL when out of memory. */
+struct inmsg *sgp_msg_new(struct sgp_node *s);
+/* Under mu: put m back on the free list. */
+void sgp_msg_recycle(struct sgp_node *s, struct inmsg *m);
+/* Under mu: append m to the inbox (arrival order) and wake the waiters. */
+void sgp_inbox_add(struct sgp_node *s, struct inmsg *m);
+/* Say hello to every other node, then wait until each has said hello to this one. */
+int sgp_hello_all(struct sgp_node *s, char *err);
+/* Send the share of iteration iter (x, w already split) to the out-peers: at once, or through
+ * the sender thread with o.overlap. */
+int sgp_push_shares(struct sgp_node *s, const float *x, double w, uint64_t iter,
+		    struct blob_codec *c, struct msg_buf *buf, struct httpc_resp *resp, char *err);
+/* Add the messages due at iteration iter into (x, w); z is scratch. See sgp_gossip.c. */
+int sgp_mix_in(struct sgp_node *s, float *x, double *w, uint64_t iter, uint64_t *quiet, float *z,
+	       struct mixed *mx, char *err);
+/* Overlap's sender thread (arg: the node). */
+void *sgp_sender_main(void *arg);
+/* Overlap: stop the sender thread once its queue is empty, and wait for it. */
+void sgp_sender_stop(struct sgp_node *s, pthread_t t);
+/* Overlap: tell every peer still there that this node has finished. */
+void sgp_bye_all(struct sgp_node *s);
+/* 1 once the caller's stop flag is set. */
+int sgp_stopping(const struct sgp_node *s);
+#endif

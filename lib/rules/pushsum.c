@@ -1,0 +1,209 @@
+#include "rules/pushsum.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+
+int sgp_topology_parse(const char *name, enum sgp_topology *t)
+{
+	if (!strcmp(name, "exp"))
+		*t = SGP_EXP;
+	else if (!strcmp(name, "ring"))
+		*t = SGP_RING;
+	else
+		return -1;
+	return 0;
+}
+
+const char *sgp_topology_name(enum sgp_topology t)
+{
+	return t == SGP_RING ? "ring" : "exp";
+}
+
+int sgp_exp_cycle(int n)
+{
+	int k = 0;
+	if (n < 2)
+		return 0;
+	while ((2L << k) <= n - 1) /* largest k with 2^k <= n − 1 */
+		k++;
+	return k + 1;
+}
+
+int sgp_peers_per_iter(enum sgp_topology t, int n, int m)
+{
+	int most = t == SGP_EXP ? sgp_exp_cycle(n) : n - 1;
+	if (m > most)
+		m = most;
+	if (m > SGP_MAX_PEERS)
+		m = SGP_MAX_PEERS;
+	return m < 0 ? 0 : m;
+}
+
+int sgp_offsets(enum sgp_topology t, int n, int m, uint64_t iter, int *off)
+{
+	int k = sgp_exp_cycle(n);
+	m = sgp_peers_per_iter(t, n, m);
+	for (int j = 0; j < m; j++) {
+		/* 2^k < n for every k of the cycle: the offsets are distinct and nonzero mod n */
+		if (t == SGP_EXP)
+			off[j] = 1 << (int)((iter * (uint64_t)m + (uint64_t)j) % (uint64_t)k);
+		else
+			off[j] = j + 1;
+	}
+	return m;
+}
+
+int sgp_out_peers(enum sgp_topology t, int n, int m, int i, uint64_t iter, int *out)
+{
+	int c = sgp_offsets(t, n, m, iter, out);
+	for (int j = 0; j < c; j++)
+		out[j] = (i + out[j]) % n;
+	return c;
+}
+
+int sgp_in_peers(enum sgp_topology t, int n, int m, int i, uint64_t iter, int *in)
+{
+	int c = sgp_offsets(t, n, m, iter, in);
+	for (int j = 0; j < c; j++)
+		in[j] = ((i - in[j]) % n + n) % n;
+	return c;
+}
+
+void sgp_split(float *x, size_t len, double *w, int m)
+{
+	float s = 1.0f / (float)(m + 1);
+	if (m == 0)
+		return;
+	for (size_t i = 0; i < len; i++)
+		x[i] *= s;
+	*w /= m + 1;
+}
+
+void sgp_receive(float *x, size_t len, double *w, const float *xj, double wj)
+{
+	for (size_t i = 0; i < len; i++)
+		x[i] += xj[i];
+	*w += wj;
+}
+
+void sgp_debias(const float *x, double w, float *z, size_t len)
+{
+	float inv = (float)(1.0 / w);
+	for (size_t i = 0; i < len; i++)
+		z[i] = x[i] * inv;
+}
+
+double sgp_distance(const float *a, const float *b, size_t len)
+{
+	double s = 0;
+	for (size_t i = 0; i < len; i++) {
+		double d = (double)a[i] - (double)b[i];
+		s += d * d;
+	}
+	return sqrt(s);
+}
+
+double sgp_share_distance(const float *z, const float *xj, double wj, size_t len)
+{
+	double d2 = 0, inv = 1.0 / wj;
+	for (size_t i = 0; i < len; i++) {
+		double d = (double)z[i] - xj[i] * inv;
+		d2 += d * d;
+	}
+	return sqrt(d2);
+}
+
+/* FNV-1a 64 of len bytes, continuing from h. */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t len)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < len; i++) {
+		h ^= b[i];
+		h *= UINT64_C(0x100000001b3);
+	}
+	return h;
+}
+
+uint64_t sgp_topology_hash(enum sgp_topology t, int m, const char *const *peers, int n)
+{
+	char head[64];
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	int len = snprintf(head, sizeof head, "sgp n=%d %s m=%d\n", n, sgp_topology_name(t),
+			   sgp_peers_per_iter(t, n, m));
+	h = fnv1a(h, head, (size_t)len);
+	for (int i = 0; i < n; i++) {
+		h = fnv1a(h, peers[i], strlen(peers[i]));
+		h = fnv1a(h, "\n", 1);
+	}
+	return h;
+}
+
+void sgp_peers_free(char **peers, int n)
+{
+	for (int i = 0; peers && i < n; i++)
+		free(peers[i]);
+	free(peers);
+}
+
+int sgp_peers_parse(const char *text, char ***peers, int *n, char *err)
+{
+	char **list = NULL;
+	int count = 0, cap = 0;
+	const char *p = text;
+	*peers = NULL;
+	*n = 0;
+	while (*p) {
+		size_t len;
+		if (*p == '#') {
+			while (*p && *p != '\n')
+				p++;
+			continue;
+		}
+		if (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') {
+			p++;
+			continue;
+		}
+		len = strcspn(p, ", \t\r\n#");
+		while (len > 0 && p[len - 1] == '/')
+			len--;
+		if (strncmp(p, "http://", 7) && strncmp(p, "https://", 8)) {
+			sgp_peers_free(list, count);
+			return gem_errf(err, GEM_EUSAGE, "peer %d: not an http:// URL: %.*s", count,
+					(int)strcspn(p, ", \t\r\n#"), p);
+		}
+		if (count == SGP_MAX_NODES) {
+			sgp_peers_free(list, count);
+			return gem_errf(err, GEM_EUSAGE, "more than %d peers", SGP_MAX_NODES);
+		}
+		if (count == cap) {
+			char **grown = realloc(list, sizeof *list * (size_t)(cap = cap ? 2 * cap : 8));
+			if (!grown) {
+				sgp_peers_free(list, count);
+				return gem_errf(err, GEM_ENOMEM, "out of memory");
+			}
+			list = grown;
+		}
+		if (!(list[count] = strndup(p, len))) {
+			sgp_peers_free(list, count);
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		}
+		count++;
+		p += strcspn(p, ", \t\r\n#");
+	}
+	if (count == 0)
+		return gem_errf(err, GEM_EUSAGE, "the peer list is empty");
+	for (int i = 0; i < count; i++)
+		for (int j = 0; j < i; j++)
+			if (!strcmp(list[i], list[j])) {
+				gem_errf(err, GEM_EUSAGE, "peers %d and %d are both %s", j, i, list[i]);
+				sgp_peers_free(list, count);
+				return GEM_EUSAGE;
+			}
+	*peers = list;
+	*n = count;
+	return 0;
+}
