@@ -543,8 +543,8 @@ void ps_liveness(struct ps *s, void (*gone)(void *ctx, int worker, double silent
 
 json_t *ps_health_json(const struct ps *s)
 {
-	return json_pack("{s:b, s:I, s:i, s:b}", "ok", 1, "version", (json_int_t)s->prog.version,
-			 "workers", s->nactive, "stopping", s->stop_why != NULL);
+	return json_pack("{s:I, s:i, s:b}", "version", (json_int_t)s->prog.version, "workers",
+			 s->nactive, "stopping", s->stop_why != NULL);
 }
 
 static json_t *worker_stats(const struct ps_worker *w, double now)

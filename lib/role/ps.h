@@ -125,7 +125,7 @@ int ps_active(const struct ps *s);
 /* A held worker waits for its round (it is not silent meanwhile). */
 void ps_waiting(struct ps *s, int worker, int waiting);
 
-/* GET /v1/health's object and GET /v1/stats's (new references). */
+/* GET /v1/health's fields (beside "ok") and GET /v1/stats's object (new references). */
 json_t *ps_health_json(const struct ps *s);
 json_t *ps_stats_json(const struct ps *s);
 #endif

@@ -35,6 +35,7 @@ struct server {
 	struct ps *ps;
 	struct serve_opts opts;
 	struct httpd *http;
+	struct reply_get get; /* the GET routes it shares with SGP nodes */
 	char url[128];
 	size_t n;
 
@@ -153,46 +154,28 @@ static int reply_json_new(struct httpd_req *req, json_t *j)
 	return rc;
 }
 
-static int h_health(struct httpd_req *req, void *ctx)
+/* GET /v1/health's fields after "ok" (reply_get). */
+static json_t *get_health(void *ctx)
 {
 	struct server *s = ctx;
 	json_t *j;
 	pthread_mutex_lock(&s->mu);
 	j = ps_health_json(s->ps);
 	pthread_mutex_unlock(&s->mu);
-	return reply_json_new(req, j);
+	return j;
 }
 
-static int h_run(struct httpd_req *req, void *ctx)
+/* θ and GET /v1/params' header of the same moment (reply_get). */
+static json_t *get_params(void *ctx, float *theta)
 {
 	struct server *s = ctx;
-	return httpd_reply_json(req, 200, ps_run(s->ps)->json);
-}
-
-static int h_params(struct httpd_req *req, void *ctx)
-{
-	struct server *s = ctx;
-	const char *codec = httpd_query(req, "codec");
 	struct run_progress p;
-	float *copy;
-	json_t *head;
-	int rc;
-
-	if (reply_check_codec(req, codec) < 0)
-		return 0;
-	if (!(copy = malloc(sizeof *copy * s->n)))
-		return httpd_reply_error(req, 503, "busy", "out of memory");
 	pthread_mutex_lock(&s->mu);
-	ps_copy_theta(s->ps, copy);
+	ps_copy_theta(s->ps, theta);
 	p = ps_progress(s->ps);
 	pthread_mutex_unlock(&s->mu);
-	head = json_pack("{s:I, s:I, s:f, s:s}", "version", (json_int_t)p.version, "samples",
+	return json_pack("{s:I, s:I, s:f, s:s}", "version", (json_int_t)p.version, "samples",
 			 (json_int_t)p.samples, "elapsed", p.elapsed, "model", ps_run(s->ps)->model_name);
-	rc = head ? reply_params(req, head, copy, s->n, codec)
-		  : httpd_reply_error(req, 503, "busy", "out of memory");
-	free(copy);
-	json_decref(head);
-	return rc;
 }
 
 /* POST /v1/join's body: {"worker": ID (optional), "codec": NAME (optional)}. */
@@ -563,20 +546,21 @@ static int start_http(struct server *s, const struct serve_opts *o, char *err)
 		httpd_handler_fn fn;
 		int mutating;
 	} routes[] = {
-		{"GET", "/v1/health", h_health, 0},       {"GET", "/v1/run", h_run, 0},
-		{"GET", "/v1/params", h_params, 0},       {"GET", "/v1/stats", h_stats, 0},
+		{"GET", "/v1/stats", h_stats, 0},
 		{"POST", "/v1/join", h_join, 1},          {"POST", "/v1/commit", h_commit, 1},
 		{"POST", "/v1/leave", h_leave, 1},        {"POST", "/v1/checkpoint", h_checkpoint, 1},
 		{"POST", "/v1/stop", h_stop, 1},
 	};
-	struct httpd_route r[sizeof routes / sizeof *routes];
+	struct httpd_route r[REPLY_GET_ROUTES + sizeof routes / sizeof *routes];
 	struct httpd_config hc = {0};
 	const char *host = o->host ? o->host : "127.0.0.1";
 	int rc;
 
+	s->get = (struct reply_get){ps_run(s->ps)->json, s->n, get_health, get_params, s};
+	reply_get_routes(&s->get, r);
 	for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
-		r[i] = (struct httpd_route){routes[i].method, routes[i].path, routes[i].fn, s,
-					    routes[i].mutating};
+		r[REPLY_GET_ROUTES + i] = (struct httpd_route){routes[i].method, routes[i].path,
+							       routes[i].fn, s, routes[i].mutating};
 	hc.host = host;
 	hc.port = o->port;
 	hc.allow_public = o->allow_public;
@@ -584,7 +568,7 @@ static int start_http(struct server *s, const struct serve_opts *o, char *err)
 	/* the largest honest body: an uncompressed update plus a header */
 	hc.max_body = o->max_body ? o->max_body : s->n * 4 + s->n / 64 + (1 << 16);
 	hc.routes = r;
-	hc.n_routes = sizeof routes / sizeof *routes;
+	hc.n_routes = REPLY_GET_ROUTES + sizeof routes / sizeof *routes;
 	if ((rc = httpd_start(&hc, &s->http, err)) < 0)
 		return rc;
 	snprintf(s->url, sizeof s->url, strchr(host, ':') ? "http://[%s]:%d" : "http://%s:%d", host,
