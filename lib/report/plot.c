@@ -265,17 +265,107 @@ static int add_worker(struct plot_log *lg, int64_t w)
 }
 
 /* One line of the log; -1 only when out of memory. */
-static int read_line(struct reader *r, const char *line, size_t len)
+/* An update line's fields into *u: 0, or 1 when the line is bad (reported). */
+static int line_update(struct reader *r, json_t *o, struct plot_update *u)
 {
-	struct plot_log *lg = r->lg;
-	struct plot_update u;
-	json_error_t jerr;
-	json_t *o, *loss, *pi;
-	const char *why = NULL;
 	static const char *ikeys[] = {"version", "worker", "tau", "samples"};
+	const char *why = NULL;
+	json_t *loss;
 	int64_t iv[4];
 	double t;
-	int rc = 0;
+
+	for (int i = 0; i < 4; i++) {
+		if (get_int(o, ikeys[i], &iv[i], &why) < 0) {
+			bad_line(r, !strcmp(why, "missing") ? "missing \"%s\"%s" : "\"%s\" is %s",
+				 ikeys[i], !strcmp(why, "missing") ? "" : why);
+			return 1;
+		}
+	}
+	if (iv[0] < 0 || iv[2] < 0 || iv[3] < 0) {
+		bad_line(r, "negative %s%s", iv[0] < 0 ? "version" : iv[2] < 0 ? "tau" : "samples", "");
+		return 1;
+	}
+	/* τ updates came between the version computed on and this one: τ < version. */
+	if (iv[2] > iv[0]) {
+		bad_line(r, "\"tau\" greater than \"version\"%s%s", "", "");
+		return 1;
+	}
+	if (json_object_get(o, "vtime")) {
+		if (get_num(o, "vtime", &t, &why) < 0) {
+			bad_line(r, "\"%s\" is %s", "vtime", why);
+			return 1;
+		}
+	} else if (get_num(o, "elapsed", &t, &why) < 0) {
+		bad_line(r, !strcmp(why, "missing") ? "missing \"%s\"%s" : "\"%s\" is %s", "elapsed",
+			 !strcmp(why, "missing") ? "" : why);
+		return 1;
+	}
+	loss = json_object_get(o, "loss");
+	if (!loss) {
+		bad_line(r, "missing \"%s\"%s", "loss", "");
+		return 1;
+	}
+	if (!json_is_null(loss) && !json_is_number(loss)) {
+		bad_line(r, "\"%s\" is %s", "loss", "neither a number nor null");
+		return 1;
+	}
+	u->version = (uint64_t)iv[0];
+	u->worker = iv[1];
+	u->tau = iv[2];
+	u->samples = (uint64_t)iv[3];
+	u->t = t;
+	u->loss = json_is_null(loss) ? NAN : json_number_value(loss);
+	return 0;
+}
+
+/* An update line's π object into the next row of lg->pi: 0, 1 a bad line (reported), -1 no
+ * memory. */
+static int line_pi(struct reader *r, json_t *pi)
+{
+	struct plot_log *lg = r->lg;
+	json_t *a;
+	size_t na;
+	if (!json_is_object(pi)) {
+		bad_line(r, "\"%s\" is %s", "pi", "not an object");
+		return 1;
+	}
+	a = json_object_get(pi, stat_names[r->stat]);
+	na = json_is_array(a) ? json_array_size(a) : 0;
+	if (!lg->tensors && na > 0 && set_tensor_names(lg, NULL, na) < 0)
+		return -1;
+	/* A start event naming fewer tensors than the first π row has values had its list cut
+	 * short: the row decides, names beyond those given read "tensorN". */
+	if (lg->npi == 0 && na > lg->ntensors && fit_tensor_names(r, na) < 0)
+		return -1;
+	if (grow(&lg->pi, &lg->picap, (lg->npi + 1) * (lg->ntensors ? lg->ntensors : 1),
+		 sizeof *lg->pi) < 0)
+		return -1;
+	return read_pi(r, pi, lg->pi + lg->npi * lg->ntensors, lg->ntensors) < 0 ? 1 : 0;
+}
+
+/* Keep update u (and the π row just read, if any). */
+static int keep_update(struct plot_log *lg, const struct plot_update *u, int with_pi)
+{
+	if (grow(&lg->u, &lg->ucap, lg->n + 1, sizeof *lg->u) < 0 || add_worker(lg, u->worker) < 0)
+		return -1;
+	lg->u[lg->n++] = *u;
+	if (with_pi) {
+		/* pi_version grows with npi; its capacity is tracked by the row count itself. */
+		uint64_t *pv = realloc(lg->pi_version, (lg->npi + 1) * sizeof *pv);
+		if (!pv)
+			return -1;
+		lg->pi_version = pv;
+		lg->pi_version[lg->npi++] = u->version;
+	}
+	return 0;
+}
+
+static int read_line(struct reader *r, const char *line, size_t len)
+{
+	struct plot_update u;
+	json_error_t jerr;
+	json_t *o, *pi, *ev;
+	int rc = 0, with_pi;
 
 	while (len && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
 		len--;
@@ -288,97 +378,18 @@ static int read_line(struct reader *r, const char *line, size_t len)
 	}
 	if (!json_is_object(o)) {
 		bad_line(r, "not a JSON object%s%s", "", "");
-		goto out;
-	}
-	if (json_object_get(o, "event")) {
-		json_t *ev = json_object_get(o, "event");
+	} else if ((ev = json_object_get(o, "event"))) {
 		if (json_is_string(ev) && !strcmp(json_string_value(ev), "start"))
 			start_event(r, o);
-		goto out;
+	} else if (line_update(r, o, &u) == 0) {
+		pi = json_object_get(o, "pi");
+		with_pi = r->want_pi && pi;
+		rc = with_pi ? line_pi(r, pi) : 0;
+		if (rc == 0)
+			rc = keep_update(r->lg, &u, with_pi);
+		if (rc > 0)
+			rc = 0;
 	}
-	for (int i = 0; i < 4; i++) {
-		if (get_int(o, ikeys[i], &iv[i], &why) < 0) {
-			bad_line(r, !strcmp(why, "missing") ? "missing \"%s\"%s" : "\"%s\" is %s",
-				 ikeys[i], !strcmp(why, "missing") ? "" : why);
-			goto out;
-		}
-	}
-	if (iv[0] < 0 || iv[2] < 0 || iv[3] < 0) {
-		bad_line(r, "negative %s%s", iv[0] < 0 ? "version" : iv[2] < 0 ? "tau" : "samples", "");
-		goto out;
-	}
-	/* τ updates came between the version computed on and this one: τ < version. */
-	if (iv[2] > iv[0]) {
-		bad_line(r, "\"tau\" greater than \"version\"%s%s", "", "");
-		goto out;
-	}
-	if (json_object_get(o, "vtime")) {
-		if (get_num(o, "vtime", &t, &why) < 0) {
-			bad_line(r, "\"%s\" is %s", "vtime", why);
-			goto out;
-		}
-	} else if (get_num(o, "elapsed", &t, &why) < 0) {
-		bad_line(r, !strcmp(why, "missing") ? "missing \"%s\"%s" : "\"%s\" is %s", "elapsed",
-			 !strcmp(why, "missing") ? "" : why);
-		goto out;
-	}
-	loss = json_object_get(o, "loss");
-	if (!loss) {
-		bad_line(r, "missing \"%s\"%s", "loss", "");
-		goto out;
-	}
-	if (!json_is_null(loss) && !json_is_number(loss)) {
-		bad_line(r, "\"%s\" is %s", "loss", "neither a number nor null");
-		goto out;
-	}
-	pi = json_object_get(o, "pi");
-	if (r->want_pi && pi) {
-		if (!json_is_object(pi)) {
-			bad_line(r, "\"%s\" is %s", "pi", "not an object");
-			goto out;
-		}
-		json_t *a = json_object_get(pi, stat_names[r->stat]);
-		size_t na = json_is_array(a) ? json_array_size(a) : 0;
-		if (!lg->tensors && na > 0 && set_tensor_names(lg, NULL, na) < 0) {
-			rc = -1;
-			goto out;
-		}
-		/* A start event naming fewer tensors than the first π row has values had its list
-		 * cut short: the row decides, names beyond those given read "tensorN". */
-		if (lg->npi == 0 && na > lg->ntensors && fit_tensor_names(r, na) < 0) {
-			rc = -1;
-			goto out;
-		}
-		if (grow(&lg->pi, &lg->picap, (lg->npi + 1) * (lg->ntensors ? lg->ntensors : 1),
-			 sizeof *lg->pi) < 0) {
-			rc = -1;
-			goto out;
-		}
-		if (read_pi(r, pi, lg->pi + lg->npi * lg->ntensors, lg->ntensors) < 0)
-			goto out;
-	}
-	u.version = (uint64_t)iv[0];
-	u.worker = iv[1];
-	u.tau = iv[2];
-	u.samples = (uint64_t)iv[3];
-	u.t = t;
-	u.loss = json_is_null(loss) ? NAN : json_number_value(loss);
-	if (grow(&lg->u, &lg->ucap, lg->n + 1, sizeof *lg->u) < 0 || add_worker(lg, u.worker) < 0) {
-		rc = -1;
-		goto out;
-	}
-	lg->u[lg->n++] = u;
-	if (r->want_pi && pi) {
-		/* pi_version grows with npi; its capacity is tracked by the row count itself. */
-		uint64_t *pv = realloc(lg->pi_version, (lg->npi + 1) * sizeof *pv);
-		if (!pv) {
-			rc = -1;
-			goto out;
-		}
-		lg->pi_version = pv;
-		lg->pi_version[lg->npi++] = u.version;
-	}
-out:
 	json_decref(o);
 	return rc;
 }
