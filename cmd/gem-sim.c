@@ -1,5 +1,6 @@
 /* gem-sim: N asynchronous workers of a run, simulated in one process on a virtual clock, against
- * the rules gem-serve uses (lib/sim). Options it does not know are gem-init's: with them (or
+ * gem-serve's own server core (lib/role/sim.c, lib/role/ps.c); or a replay of a served run
+ * (--replay, lib/role/replay.c). Options it does not know are gem-init's: with them (or
  * when RUNDIR is not a run yet) it makes the run with the gem-init beside it first. */
 #include <errno.h>
 #include <getopt.h>

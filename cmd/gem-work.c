@@ -1,6 +1,6 @@
 /* gem-work: a worker. With --local RUNDIR it trains in this process with sequential momentum
  * SGD (GEM's proxy); with --server URL it trains against a gem-serve parameter server; with
- * --rule sgp it is one node of a Stochastic Gradient Push run (lib/sgp), with no server. */
+ * --rule sgp it is one node of a Stochastic Gradient Push run (lib/role/sgp.c), with no server. */
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>

@@ -1,7 +1,7 @@
 /* sim: many asynchronous workers of one run, simulated in one process on a virtual clock.
- * Each virtual worker does what gem-work does (its own data order, dropout stream, stale θ and,
- * for easgd, its own x); their commits reach a virtual gem-serve that applies them one at a time
- * in order of arrival (FIFO) with the same rule code (lib/rule), and logs them as gem-serve does
+ * Each virtual worker is a gem-work (role/vworker: the same training step and rule half, its
+ * own data order, dropout and stale θ); their commits reach gem-serve's own core (role/ps) one
+ * at a time in order of arrival (FIFO), which decides and logs them as it does in gem-serve
  * (log.jsonl, with vtime). When a worker's message arrives follows from a timing model: step
  * times, stragglers, latency, server time, deaths and late joins. Nothing depends on the wall
  * clock or on the number of threads: the same run and options give the same log and θ, bit for

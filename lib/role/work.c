@@ -221,7 +221,7 @@ static int commit(struct worker *w, const float *v, float loss, uint64_t samples
 	return fold_reply(w, &w->resp, err);
 }
 
-/* ---- background commits: dma, delayed model averaging (DESIGN.md §4) ----
+/* ---- background commits: dma, delayed model averaging (doc/rules.md) ----
  *
  * At each boundary the worker commits the vector rule_local_commit gives (dma: its cycle's
  * delta) and carries on; the commit's round trip (the server holds it until the round is in)

@@ -1,5 +1,5 @@
 /* rule: configs, workers, versions and checkpoints common to every rule; the rules' arithmetic
- * lives in rule_<name>.c behind struct rule_ops (rule_impl.h). */
+ * lives in lib/rules/<name>.c behind struct rule_ops (rules/impl.h), each with its descriptor. */
 #include "rules/rule.h"
 
 #include <math.h>

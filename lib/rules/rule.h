@@ -1,5 +1,5 @@
 /* rule: the server side of every update rule (GEM, DOWNPOUR, DynSGD, EASGD, DC-ASGD, synchronous
- * momentum SGD, delayed model averaging) behind one interface, exactly as DESIGN.md §4. The
+ * momentum SGD, delayed model averaging) behind one interface, exactly as doc/rules.md. The
  * caller (gem-serve) owns θ and its version counter and serialises calls; a rule keeps
  * per-worker state allocated once at join, so a commit allocates nothing. Not thread-safe: call
  * everything under the server's lock. */
