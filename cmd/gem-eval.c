@@ -234,7 +234,7 @@ static int nodes_parse(struct nodes *nd, const char *list, char *err)
 			for (int i = 0;; i++) {
 				char f[PATH_MAX + 32];
 				struct stat st;
-				snprintf(f, sizeof f, "%s/node-%d.gem", item, i);
+				snprintf(f, sizeof f, "%s/" RUN_NODE_PARAMS, item, i);
 				if (stat(f, &st) < 0)
 					break;
 				if (nodes_add(nd, f, strlen(f)) < 0)

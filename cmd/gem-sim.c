@@ -18,6 +18,7 @@
 #include "base/cli.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "run/run.h"
 #include "role/replay.h"
 #include "role/sim.h"
 
@@ -335,7 +336,7 @@ int main(int argc, char **argv)
 		bad_usage("", err);
 
 	/* Make the run first when gem-init options are given, or when there is none yet. */
-	snprintf(runjson, sizeof runjson, "%s/run.json", rundir);
+	snprintf(runjson, sizeof runjson, "%s/" RUN_JSON, rundir);
 	if (iargc > ninit || stat(runjson, &stt) != 0) {
 		snprintf(nbuf, sizeof nbuf, "%d", o.nworkers);
 		iargv[iargc++] = (char *)rundir;

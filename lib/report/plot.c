@@ -9,6 +9,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "run/run.h"
 
 /* Past this many, malformed lines of one log are counted, not each reported. */
 #define PLOT_MAXREPORT 20
@@ -407,7 +408,7 @@ static int run_label(const char *dir, size_t nworkers, char *out, size_t cap)
 	json_error_t jerr;
 	json_t *root, *rule;
 	const char *name = NULL;
-	snprintf(path, sizeof path, "%s/run.json", dir);
+	snprintf(path, sizeof path, "%s/" RUN_JSON, dir);
 	root = json_load_file(path, 0, &jerr);
 	if (!root)
 		return -1;
@@ -444,7 +445,7 @@ int plot_log_read(const char *arg, int want_pi, enum plot_stat stat, struct plot
 	} else {
 		const char *slash;
 		if (is_dir(arg)) {
-			if ((size_t)snprintf(lg->path, sizeof lg->path, "%s/log.jsonl", arg) >= sizeof lg->path)
+			if ((size_t)snprintf(lg->path, sizeof lg->path, "%s/" RUN_LOG, arg) >= sizeof lg->path)
 				return gem_errf(err, GEM_EUSAGE, "%s: path too long", arg);
 			snprintf(dir, sizeof dir, "%s", arg);
 		} else {

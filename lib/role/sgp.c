@@ -177,7 +177,7 @@ static int log_open(struct sgp_node *s, struct loop *l, const struct sgp_status 
 {
 	char name[64], path[PATH_MAX + 80];
 	json_t *ev, *pl;
-	snprintf(name, sizeof name, "node-%d.jsonl", s->id);
+	snprintf(name, sizeof name, RUN_NODE_LOG, s->id);
 	run_file(&s->run, name, path, sizeof path);
 	if (!(l->log = fopen(path, "w")))
 		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
@@ -272,7 +272,7 @@ static int save_node(struct sgp_node *s, const float *z, const struct loop *l, c
 	struct blob_codec c;
 	json_t *h;
 	int rc;
-	snprintf(name, sizeof name, "node-%d.gem", s->id);
+	snprintf(name, sizeof name, RUN_NODE_PARAMS, s->id);
 	run_file(&s->run, name, path, sizeof path);
 	h = json_pack("{s:I, s:I, s:f, s:s, s:i, s:i, s:f}", "version", (json_int_t)l->iter,
 		      "samples", (json_int_t)l->feed.samples, "elapsed", cli_now() - s->t0, "rule",
