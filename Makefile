@@ -4,7 +4,7 @@ DESTDIR ?=
 CC      ?= cc
 VERSION  = 0.1.0
 
-PKGS     = libcurl jansson zlib libmicrohttpd
+PKGS     = libcurl jansson zlib libmicrohttpd libdeflate
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

@@ -6,6 +6,7 @@
 #include "tap.h"
 
 #include <string.h>
+#include <zlib.h>
 
 static const char *codecs[] = {BLOB_RAW, BLOB_ZLIB, BLOB_ZLIB_SHUFFLE};
 
@@ -76,6 +77,22 @@ int main(void)
 		   "%s: crc32 of the raw bytes", codecs[k]);
 	}
 	ok(sizes[0] == n * 4, "raw is 4 bytes a float");
+	/* the zlib format, whoever writes it: plain zlib reads what gem writes and the reverse */
+	{
+		uLongf zlen = sizeof enc;
+		uLongf dlen = (uLongf)(n * 4);
+		blob_encode(&c, v, n, BLOB_ZLIB, -1, &out, &m, err);
+		memset(w, 0, sizeof w);
+		ok(uncompress((Bytef *)w, &dlen, out, (uLong)m.nbytes) == Z_OK && dlen == n * 4 &&
+			   !memcmp(v, w, n * 4),
+		   "zlib's uncompress reads gem's zlib blob");
+		ok(compress2((Bytef *)enc, &zlen, (const Bytef *)v, (uLong)(n * 4), 6) == Z_OK,
+		   "zlib's compress2 at level 6");
+		m.nbytes = zlen;
+		memset(w, 0, sizeof w);
+		ok(blob_decode(&c, enc, &m, w, n, err) == 0 && !memcmp(v, w, n * 4),
+		   "gem reads zlib's own level-6 stream: %s", err);
+	}
 	diag("ratio raw/encoded: zlib %.3f, zlib+shuffle %.3f", (double)sizes[0] / (double)sizes[1],
 	     (double)sizes[0] / (double)sizes[2]);
 	ok(sizes[1] < sizes[0] && sizes[2] < sizes[1], "shuffle compresses better than plain zlib");

@@ -1,6 +1,7 @@
 #include "wire/blob.h"
 #include "base/err.h"
 
+#include <libdeflate.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,6 @@
 /* The blob format is little-endian float32; a big-endian host would need byte swaps. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "gem blobs need a little-endian host");
 _Static_assert(sizeof(float) == 4, "gem blobs need 32-bit floats");
-_Static_assert(BLOB_MAX_COUNT * 4 <= UINT_MAX, "z_stream sizes are uInt");
 
 enum { C_RAW, C_ZLIB, C_SHUF };
 
@@ -36,10 +36,10 @@ void blob_codec_init(struct blob_codec *c)
 
 void blob_codec_free(struct blob_codec *c)
 {
-	if (c->def_ready)
-		deflateEnd(&c->def);
-	if (c->inf_ready)
-		inflateEnd(&c->inf);
+	if (c->def)
+		libdeflate_free_compressor(c->def);
+	if (c->inf)
+		libdeflate_free_decompressor(c->inf);
 	free(c->out);
 	free(c->tmp);
 	free(c->tmp2);
@@ -88,31 +88,20 @@ static int deflate_into(struct blob_codec *c, const unsigned char *in, size_t le
 			size_t *outlen, char *err)
 {
 	size_t bound;
-	int rc;
-	if (c->def_ready && c->def_level != level) {
-		deflateEnd(&c->def);
-		c->def_ready = 0;
+	if (c->def && c->def_level != level) {
+		libdeflate_free_compressor(c->def);
+		c->def = NULL;
 	}
-	if (!c->def_ready) {
-		memset(&c->def, 0, sizeof c->def);
-		if (deflateInit(&c->def, level) != Z_OK)
-			return gem_errf(err, GEM_ENOMEM, "blob: deflateInit failed");
-		c->def_ready = 1;
+	if (!c->def) {
+		if (!(c->def = libdeflate_alloc_compressor(level)))
+			return gem_errf(err, GEM_ENOMEM, "blob: out of memory for a compressor");
 		c->def_level = level;
-	} else if (deflateReset(&c->def) != Z_OK) {
-		return gem_errf(err, GEM_EFAIL, "blob: deflateReset failed");
 	}
-	bound = deflateBound(&c->def, (uLong)len);
+	bound = libdeflate_zlib_compress_bound(c->def, len);
 	if (reserve(&c->out, &c->out_cap, bound) < 0)
 		return gem_errf(err, GEM_ENOMEM, "blob: out of memory (%zu bytes)", bound);
-	c->def.next_in = (unsigned char *)in;
-	c->def.avail_in = (uInt)len;
-	c->def.next_out = c->out;
-	c->def.avail_out = (uInt)c->out_cap;
-	rc = deflate(&c->def, Z_FINISH);
-	if (rc != Z_STREAM_END)
-		return gem_errf(err, GEM_EFAIL, "blob: deflate failed (%d)", rc);
-	*outlen = c->def.total_out;
+	if (!(*outlen = libdeflate_zlib_compress(c->def, in, len, c->out, c->out_cap)))
+		return gem_errf(err, GEM_EFAIL, "blob: deflate failed");
 	return 0;
 }
 
@@ -138,7 +127,7 @@ int blob_encode(struct blob_codec *c, const float *v, size_t count, const char *
 	memset(meta, 0, sizeof *meta);
 	snprintf(meta->codec, sizeof meta->codec, "%s", codec);
 	meta->count = count;
-	meta->crc32 = (uint32_t)crc32_z(0, raw, len);
+	meta->crc32 = (uint32_t)libdeflate_crc32(0, raw, len);
 	switch (id) {
 	case C_RAW:
 		*out = v;
@@ -165,40 +154,25 @@ int blob_encode(struct blob_codec *c, const float *v, size_t count, const char *
 static int inflate_exact(struct blob_codec *c, const unsigned char *in, size_t inlen,
 			 unsigned char *out, size_t outlen, char *err)
 {
-	int rc;
-	if (!c->inf_ready) {
-		memset(&c->inf, 0, sizeof c->inf);
-		if (inflateInit(&c->inf) != Z_OK)
-			return gem_errf(err, GEM_ENOMEM, "blob: inflateInit failed");
-		c->inf_ready = 1;
-	} else if (inflateReset(&c->inf) != Z_OK) {
-		return gem_errf(err, GEM_EFAIL, "blob: inflateReset failed");
-	}
-	c->inf.next_in = (unsigned char *)in;
-	c->inf.avail_in = (uInt)inlen;
-	c->inf.next_out = out;
-	c->inf.avail_out = (uInt)outlen;
-	rc = inflate(&c->inf, Z_FINISH);
-	if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_STREAM_ERROR)
-		return gem_errf(err, GEM_EFAIL, "blob: corrupt zlib data (%s)",
-				c->inf.msg ? c->inf.msg : "bad stream");
-	if (rc == Z_MEM_ERROR)
-		return gem_errf(err, GEM_ENOMEM, "blob: inflate out of memory");
-	if (rc != Z_STREAM_END) {
-		if (c->inf.avail_out == 0)
-			return gem_errf(err, GEM_EFAIL,
-					"blob: zlib data does not end after %zu bytes "
-					"(too long or truncated)", outlen);
+	size_t used = 0, got = 0;
+	enum libdeflate_result rc;
+	if (!c->inf && !(c->inf = libdeflate_alloc_decompressor()))
+		return gem_errf(err, GEM_ENOMEM, "blob: out of memory for a decompressor");
+	rc = libdeflate_zlib_decompress_ex(c->inf, in, inlen, out, outlen, &used, &got);
+	if (rc == LIBDEFLATE_BAD_DATA)
+		return gem_errf(err, GEM_EFAIL, "blob: corrupt zlib data");
+	if (rc == LIBDEFLATE_INSUFFICIENT_SPACE)
 		return gem_errf(err, GEM_EFAIL,
-				"blob: truncated zlib data (%zu of %zu bytes decoded)",
-				outlen - c->inf.avail_out, outlen);
-	}
-	if (c->inf.avail_out != 0)
-		return gem_errf(err, GEM_EFAIL, "blob: zlib data decodes to %zu bytes, want %zu",
-				outlen - c->inf.avail_out, outlen);
-	if (c->inf.avail_in != 0)
-		return gem_errf(err, GEM_EFAIL, "blob: %u bytes after the end of the zlib data",
-				c->inf.avail_in);
+				"blob: zlib data does not end after %zu bytes (too long or truncated)",
+				outlen);
+	if (rc != LIBDEFLATE_SUCCESS && rc != LIBDEFLATE_SHORT_OUTPUT)
+		return gem_errf(err, GEM_EFAIL, "blob: zlib data not decoded (%d)", (int)rc);
+	if (got != outlen)
+		return gem_errf(err, GEM_EFAIL, "blob: zlib data decodes to %zu bytes, want %zu", got,
+				outlen);
+	if (used != inlen)
+		return gem_errf(err, GEM_EFAIL, "blob: %zu bytes after the end of the zlib data",
+				inlen - used);
 	return 0;
 }
 
@@ -224,7 +198,8 @@ int blob_decode(struct blob_codec *c, const void *in, const struct blob_meta *me
 					meta->nbytes, len);
 		raw = in;
 	} else {
-		if (meta->nbytes > UINT_MAX)
+		/* deflate expands nothing by more than a small fraction */
+		if (meta->nbytes > len + len / 8 + 64)
 			return gem_errf(err, GEM_EFAIL, "blob: encoded size %zu is too large",
 					meta->nbytes);
 		if (reserve(&c->tmp2, &c->tmp2_cap, len) < 0)
@@ -241,7 +216,7 @@ int blob_decode(struct blob_codec *c, const void *in, const struct blob_meta *me
 			raw = c->tmp;
 		}
 	}
-	crc = (uint32_t)crc32_z(0, raw, len);
+	crc = (uint32_t)libdeflate_crc32(0, raw, len);
 	if (crc != meta->crc32)
 		return gem_errf(err, GEM_EFAIL, "blob: CRC mismatch (data %08x, header %08x)", crc,
 				meta->crc32);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install the Debian packages gem needs to build, test and run; only those missing.
 set -e
-pkgs="build-essential libcurl4-openssl-dev libjansson-dev zlib1g-dev libblis-dev libmicrohttpd-dev
+pkgs="build-essential libcurl4-openssl-dev libjansson-dev zlib1g-dev libdeflate-dev libblis-dev libmicrohttpd-dev
 pkg-config gnuplot-nox dataset-fashion-mnist perl curl python3 groff-base man-db procps
 hostname findutils"
 missing=
