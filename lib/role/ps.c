@@ -344,8 +344,11 @@ static int worker_enter_rule(struct ps *s, struct ps_worker *w, char *err)
 		rule_sent(s->rule, w->id, s->theta);
 		return 0;
 	}
-	if (w->in_rule)
-		rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL);
+	if (w->in_rule && rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL) == 1) {
+		/* its old state's leave closed a round */
+		s->applied_since_start++;
+		log_update(s, w->id, NAN, "\"by\":\"leave\"");
+	}
 	w->in_rule = 0;
 	if (rule_join(s->rule, w->id, s->theta, err) < 0)
 		return PS_E_REFUSED;
