@@ -195,8 +195,7 @@ static int log_open(struct sgp_node *s, struct loop *l, const struct sgp_status 
 	for (int p = 0; p < s->nn; p++)
 		json_array_append_new(pl, json_string(s->peers[p]));
 	json_object_set_new(ev, "peers", pl);
-	json_dumpf(ev, l->log, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	fputc('\n', l->log);
+	run_log_json(l->log, ev);
 	json_decref(ev);
 	return 0;
 }
@@ -205,18 +204,13 @@ static int log_open(struct sgp_node *s, struct loop *l, const struct sgp_status 
 static void log_iter(FILE *f, const struct sgp_node *s, const struct loop *l,
 		     const struct mixed *mx)
 {
-	char line[512], loss[32] = "null", peer[64] = "";
-	if (isfinite(l->loss))
-		snprintf(loss, sizeof loss, "%.6g", (double)l->loss);
+	char extra[160], peer[64] = "";
 	if (mx->last_from >= 0)
 		snprintf(peer, sizeof peer, ",\"peer\":%d,\"dist\":%.6g", mx->last_from, mx->dist);
-	snprintf(line, sizeof line,
-		 "{\"time\":%.3f,\"elapsed\":%.3f,\"version\":%llu,\"worker\":%d,\"tau\":%llu,"
-		 "\"loss\":%s,\"samples\":%llu,\"w\":%.9g,\"msgs\":%d,\"wait\":%.4f%s}\n",
-		 cli_wall(), cli_now() - s->t0, (unsigned long long)l->iter + 1, s->id,
-		 (unsigned long long)mx->age_max, loss, (unsigned long long)l->feed.samples, l->w,
-		 mx->got, mx->waited, peer);
-	fputs(line, f);
+	snprintf(extra, sizeof extra, "\"w\":%.9g,\"msgs\":%d,\"wait\":%.4f%s", l->w, mx->got,
+		 mx->waited, peer);
+	run_log_update_x(f, cli_wall(), cli_now() - s->t0, -1, l->iter + 1, s->id, mx->age_max,
+			 l->loss, l->feed.samples, NULL, extra);
 }
 
 /* z and the node's progress for GET /v1/params and /v1/health. */
