@@ -194,8 +194,8 @@ static void server_progress(const struct work_result *r, void *ctx)
 }
 
 /* How a worker's session ended, in words; its exit status (a signal's is the caller's). */
-static int server_report(const struct work_info *in, const struct work_result *r, int rc,
-			 const char *err, int quiet)
+static int server_report(const struct work_info *in, const struct work_opts *o,
+			 const struct work_result *r, int rc, const char *err)
 {
 	char idle[96] = "";
 	if (rc < 0) {
@@ -207,7 +207,19 @@ static int server_report(const struct work_info *in, const struct work_result *r
 			(double)r->loss, (unsigned long long)r->version);
 		return EXIT_JOB;
 	}
-	if (quiet)
+	if (r->end == WORK_SERVER_ENDED && r->unfinished) {
+		/* unfinished work is not a success: a script learns that the run needs resuming */
+		if (r->target == UINT64_MAX)
+			fprintf(stderr, "gem-work: worker %d: the server ended the run after %llu of the "
+					"%llu steps asked for\n", in->worker, (unsigned long long)r->commits,
+				(unsigned long long)o->steps);
+		else
+			fprintf(stderr, "gem-work: worker %d: the server ended the run with %llu of the "
+					"worker's %llu samples done (rejoin with --worker-id %d)\n", in->worker,
+				(unsigned long long)r->samples, (unsigned long long)r->target, in->worker);
+		return EXIT_JOB;
+	}
+	if (o->quiet)
 		return 0;
 	if (r->end == WORK_SERVER_ENDED)
 		log_info("worker %d: the server ended the run", in->worker);
@@ -251,7 +263,7 @@ static int train_server(const char *url, const struct work_opts *o)
 	}
 	if (pr.tty)
 		fputc('\n', stderr);
-	rc = server_report(in, &r, rc, err, o->quiet);
+	rc = server_report(in, o, &r, rc, err);
 	work_close(w);
 	return stop_signal ? 128 + stop_signal : rc;
 }

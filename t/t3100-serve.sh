@@ -85,10 +85,11 @@ test_expect_success 'a second server on the same run is refused (exit 2, naming 
 	stop_server
 '
 
-test_expect_success '--max-updates stops the run and the workers end cleanly' '
+test_expect_success '--max-updates stops the run; the worker, its steps not done, exits 1' '
 	start_server run --max-updates 80 &&
 	test_when_finished "stop_if_running $SERVER_PID" &&
-	gem-work -q --server "$URL" --steps 1000 &&
+	{ gem-work -q --server "$URL" --steps 1000 2>err; rc=$?; } && cat err && test $rc = 1 &&
+	grep -q "the server ended the run after [0-9]* of the 1000 steps asked for" err &&
 	wait_exit $SERVER_PID &&
 	head -1 run/params.gem | grep -q "\"version\":80"
 '
