@@ -42,7 +42,7 @@ static void usage(FILE *f)
 	      "      --lambda-dc X       dcasgd: λ; default 0.04\n"
 	      "  -n, --workers N         workers the run expects (sync and dma wait for that many;\n"
 	      "                          easgd's α; gem-serve ends the run once they came); default 1\n"
-	      "  -f, --force             overwrite an existing run\n"
+	      "  -f, --force             replace an existing run (not one in use) and remove its files\n"
 	      "  -q, --quiet             print nothing on success\n"
 	      "  -h, --help              show this help\n"
 	      "  -V, --version           show the version\n",
@@ -285,7 +285,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gem-init: %s\n", err);
 		goto out;
 	}
-	if (run_params_init(&run, err) < 0) {
+	if ((rc_create = run_lock(&run, err)) < 0 || run_params_init(&run, err) < 0) {
+		status = rc_create == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
 		fprintf(stderr, "gem-init: %s\n", err);
 		run_close(&run);
 		goto out;

@@ -23,6 +23,7 @@ evaluates each node and their average.
       --resume        continue the run in RUNDIR instead of making a new one
       --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2;
                       with --rule sgp e.g. --work-opt=--overlap, --work-opt=--topology=ring
+      --serve-opt OPT pass OPT to gem-serve (repeatable), e.g. --serve-opt=--max-updates=100
       --rule sgp      train with SGP nodes instead of a server (other rules go to gem-init)
   -q, --quiet         no progress
   -h, --help          show this help
@@ -33,7 +34,7 @@ USAGE
 
 die_usage() { echo "gem-run: $*" >&2; echo "$usage_line" >&2; exit 2; }
 
-workers=4 workers_set=0 hosts= listen= resume=0 quiet=0 initopts=() workopts=() rundir= sgp=0
+workers=4 workers_set=0 hosts= listen= resume=0 quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; workers_set=1; shift ;;
@@ -45,6 +46,8 @@ while [ $# -gt 0 ]; do
 	--resume) resume=1 ;;
 	--work-opt) [ $# -ge 2 ] || die_usage "$1 needs a value"; workopts+=("$2"); shift ;;
 	--work-opt=*) workopts+=("${1#*=}") ;;
+	--serve-opt) [ $# -ge 2 ] || die_usage "$1 needs a value"; serveopts+=("$2"); shift ;;
+	--serve-opt=*) serveopts+=("${1#*=}") ;;
 	-r|--rule) [ $# -ge 2 ] || die_usage "$1 needs a value"
 		if [ "$2" = sgp ]; then sgp=1; else initopts+=("$1" "$2"); fi; shift ;;
 	--rule=*) if [ "${1#*=}" = sgp ]; then sgp=1; else initopts+=("$1"); fi ;;
@@ -172,7 +175,7 @@ sgp_run() {
 			scp -q -o BatchMode=yes "$h:$rundir/node-$i.gem" "$h:$rundir/node-$i.jsonl" "$rundir/" 2>/dev/null
 		done
 	fi
-	[ $failed = 0 ] || { echo "gem-run: $failed of $workers nodes failed" >&2; exit 1; }
+	[ $failed = 0 ] || { echo "gem-run: $failed of $workers node$([ "$workers" = 1 ] || echo s) failed" >&2; exit 1; }
 	gem-eval --nodes "$rundir" || exit 1
 	exit 0
 }
@@ -214,7 +217,7 @@ if [ -n "$hosts" ]; then
 	token=(--token-file "$rundir/token")
 fi
 rm -f "$rundir/server.url"
-gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "$rundir" >/dev/null 2>"$rundir/serve.err" &
+gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "${serveopts[@]}" "$rundir" >/dev/null 2>"$rundir/serve.err" &
 server=$!
 for ((i = 0; i < 300; i++)); do
 	[ -s "$rundir/server.url" ] && break
@@ -232,10 +235,10 @@ fi
 for ((i = 0; i < workers; i++)); do
 	if [ ${#slots[@]} -gt 0 ]; then
 		h=${slots[$((i % ${#slots[@]}))]}
-		ssh -o BatchMode=yes "$h" gem-work -q --server "$url" --token-file /dev/stdin "${workopts[@]}" \
-			<"$rundir/token" >"$rundir/worker-$i.log" 2>&1 &
+		ssh -o BatchMode=yes "$h" gem-work -q --server "$url" --worker-id "$i" --token-file /dev/stdin "${workopts[@]}" \
+			<"$rundir/token" >>"$rundir/worker-$i.log" 2>&1 &
 	else
-		gem-work -q --server "$url" "${workopts[@]}" >"$rundir/worker-$i.log" 2>&1 &
+		gem-work -q --server "$url" --worker-id "$i" "${workopts[@]}" >>"$rundir/worker-$i.log" 2>&1 &
 	fi
 	pids+=($!)
 done
@@ -264,6 +267,12 @@ kill "$server" 2>/dev/null
 wait "$server"
 server=
 [ -n "${progress:-}" ] && { kill "$progress" 2>/dev/null; wait "$progress" 2>/dev/null; echo >&2; }
+if [ $failed != 0 ]; then
+	# no TSV: it would read as the run's result
+	echo "gem-run: $failed of $workers worker$([ "$workers" = 1 ] || echo s) failed; the server checkpointed at version" \
+		"$(sed -n '1s/.*"version":\([0-9]*\).*/\1/p' "$rundir/params.gem")" >&2
+	echo "gem-run: gem-run --resume -n $workers $rundir continues the run" >&2
+	exit 1
+fi
 gem-eval "$rundir" || exit 1
-[ $failed = 0 ] || { echo "gem-run: $failed of $workers workers failed" >&2; exit 1; }
 exit 0

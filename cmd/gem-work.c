@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/cli.h"
@@ -23,7 +25,7 @@
 #include "role/work.h"
 
 static const char usage_line[] =
-	"usage: gem-work (--local RUNDIR | --server URL) [--epochs E | --steps S] [options]\n"
+	"usage: gem-work (--local RUNDIR | --server URL|RUNDIR) [--epochs E | --steps S] [options]\n"
 	"   or: gem-work --rule sgp --run RUNDIR (--peers URL,... | --peers-file FILE) [options]";
 
 static void usage(FILE *f)
@@ -33,7 +35,8 @@ static void usage(FILE *f)
 	      "one node of a Stochastic Gradient Push run (--rule sgp): no server, push-sum gossip.\n"
 	      "\n"
 	      "  -l, --local RUNDIR        train in this process with sequential momentum SGD\n"
-	      "  -S, --server URL          join the parameter server at URL (see gem-serve)\n"
+	      "  -S, --server URL|RUNDIR   join the parameter server at URL (see gem-serve), or the\n"
+	      "                            one of RUNDIR, once RUNDIR/server.url appears\n"
 	      "  -e, --epochs E            train E epochs (default: the run's budget)\n"
 	      "  -t, --steps S             train S steps (minibatches)\n"
 	      "      --shard I/N           see only part I of N of the training set (0 <= I < N)\n"
@@ -194,8 +197,8 @@ static void server_progress(const struct work_result *r, void *ctx)
 }
 
 /* How a worker's session ended, in words; its exit status (a signal's is the caller's). */
-static int server_report(const struct work_info *in, const struct work_result *r, int rc,
-			 const char *err, int quiet)
+static int server_report(const struct work_info *in, const struct work_opts *o,
+			 const struct work_result *r, int rc, const char *err)
 {
 	char idle[96] = "";
 	if (rc < 0) {
@@ -207,7 +210,19 @@ static int server_report(const struct work_info *in, const struct work_result *r
 			(double)r->loss, (unsigned long long)r->version);
 		return EXIT_JOB;
 	}
-	if (quiet)
+	if (r->end == WORK_SERVER_ENDED && r->unfinished) {
+		/* unfinished work is not a success: a script learns that the run needs resuming */
+		if (r->target == UINT64_MAX)
+			fprintf(stderr, "gem-work: worker %d: the server ended the run after %llu of the "
+					"%llu steps asked for\n", in->worker, (unsigned long long)r->commits,
+				(unsigned long long)o->steps);
+		else
+			fprintf(stderr, "gem-work: worker %d: the server ended the run with %llu of the "
+					"worker's %llu samples done (rejoin with --worker-id %d)\n", in->worker,
+				(unsigned long long)r->samples, (unsigned long long)r->target, in->worker);
+		return EXIT_JOB;
+	}
+	if (o->quiet)
 		return 0;
 	if (r->end == WORK_SERVER_ENDED)
 		log_info("worker %d: the server ended the run", in->worker);
@@ -220,16 +235,59 @@ static int server_report(const struct work_info *in, const struct work_result *r
 	return 0;
 }
 
-/* One worker of the gem-serve run at url. */
+/* --server RUNDIR: the URL in RUNDIR/server.url, waiting up to --retry-for for the server to
+ * write it. 0, or an exit status. */
+static int server_of_run(const char *dir, const struct work_opts *o, char *url, size_t cap)
+{
+	char err[GEM_ERRMAX], path[PATH_MAX];
+	double t0 = cli_now();
+	int said = 0;
+	struct timespec ts = {0, 50 * 1000 * 1000};
+	int rc = 0;
+	snprintf(path, sizeof path, "%s/%s", dir, RUN_JSON);
+	if (access(path, F_OK) < 0) {
+		fprintf(stderr, "gem-work: --server %s: neither a URL nor a run (no %s)\n", dir, path);
+		return EXIT_USAGE;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	while (run_server_url_read(dir, url, cap, err) < 0) {
+		if (stop_signal) {
+			rc = 128 + stop_signal;
+			break;
+		}
+		if (cli_now() - t0 >= o->retry_for) {
+			fprintf(stderr, "gem-work: %s: no server after %g s (%s)\n", dir, o->retry_for, err);
+			rc = EXIT_JOB;
+			break;
+		}
+		if (!said++ && !o->quiet && isatty(2))
+			fprintf(stderr, "gem-work: waiting for the server of %s (retrying for %g s)\n", dir,
+				o->retry_for);
+		nanosleep(&ts, NULL);
+	}
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	return rc;
+}
+
+/* One worker of the gem-serve run at url (or of the run directory url). */
 static int train_server(const char *url, const struct work_opts *o)
 {
-	char err[GEM_ERRMAX];
+	char err[GEM_ERRMAX], found[1024];
 	struct worker *w;
 	struct work_result r;
 	const struct work_info *in;
 	struct progress pr = {.tty = isatty(2) && !o->quiet};
 	int rc;
 
+	if (!strstr(url, "://")) {
+		if ((rc = server_of_run(url, o, found, sizeof found)))
+			return rc;
+		url = found;
+	}
+	if (!o->quiet && isatty(2))
+		fprintf(stderr, "gem-work: joining %s (retrying for %g s)\n", url, o->retry_for);
 	if ((rc = work_open(url, o, &w, err)) < 0) {
 		fprintf(stderr, "gem-work: %s\n", err);
 		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
@@ -251,7 +309,7 @@ static int train_server(const char *url, const struct work_opts *o)
 	}
 	if (pr.tty)
 		fputc('\n', stderr);
-	rc = server_report(in, &r, rc, err, o->quiet);
+	rc = server_report(in, o, &r, rc, err);
 	work_close(w);
 	return stop_signal ? 128 + stop_signal : rc;
 }

@@ -77,17 +77,19 @@ test_expect_success 'a restarted server resumes at the checkpointed version' '
 	stop_server && grep -q "\"event\":\"stop\"" run/log.jsonl
 '
 
-test_expect_success 'a second server on the same run is refused' '
+test_expect_success 'a second server on the same run is refused (exit 2, naming the first)' '
 	start_server run &&
 	test_when_finished "stop_if_running $SERVER_PID" &&
-	! gem-serve --listen 127.0.0.1:0 run 2>err && grep -q "in use" err &&
+	{ gem-serve --listen 127.0.0.1:0 run 2>err; rc=$?; } && cat err && test $rc = 2 &&
+	grep -q "run: the run is in use by pid $SERVER_PID (gem-serve at $URL)" err &&
 	stop_server
 '
 
-test_expect_success '--max-updates stops the run and the workers end cleanly' '
+test_expect_success '--max-updates stops the run; the worker, its steps not done, exits 1' '
 	start_server run --max-updates 80 &&
 	test_when_finished "stop_if_running $SERVER_PID" &&
-	gem-work -q --server "$URL" --steps 1000 &&
+	{ gem-work -q --server "$URL" --steps 1000 2>err; rc=$?; } && cat err && test $rc = 1 &&
+	grep -q "the server ended the run after [0-9]* of the 1000 steps asked for" err &&
 	wait_exit $SERVER_PID &&
 	head -1 run/params.gem | grep -q "\"version\":80"
 '

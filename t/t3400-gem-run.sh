@@ -6,6 +6,9 @@
 
 TINY="--model tiny.json --data data --batch 32 --lr 0.1 --seed 3"
 
+# test_expect_fail_ CMD...: CMD exits 1.
+test_expect_fail_() { "$@"; test $? = 1; }
+
 # started_by PID: the pids of PID's children, grandchildren and so on.
 started_by() {
 	for c in $(pgrep -P "$1"); do
@@ -121,6 +124,38 @@ test_expect_success 'gem-run --resume continues the interrupted run' '
 	gem-run -q --resume -n 1 --work-opt=--steps=5 run-int >resume.tsv &&
 	cat resume.tsv &&
 	awk -v v0=$v0 "NR == 2 && \$2 == v0 + 5 { ok = 1 } END { exit !ok }" resume.tsv
+'
+
+updates() { grep -vc '"event"' "$1/log.jsonl"; }
+version_of() { head -1 "$1/params.gem" | sed -n 's/.*"version":\([0-9]*\).*/\1/p'; }
+
+# same_run A B: the same update count, version and θ, bit for bit
+same_run() {
+	echo "updates $(updates $1) $(updates $2), versions $(version_of $1) $(version_of $2)" &&
+	test "$(updates $1)" = "$(updates $2)" && test "$(version_of $1)" = "$(version_of $2)" &&
+	tail -n +2 "$1/params.gem" >"$1.theta" && tail -n +2 "$2/params.gem" >"$2.theta" &&
+	cmp "$1.theta" "$2.theta"
+}
+
+test_expect_success 'interrupted (the server stopped at 40 updates) and resumed, one worker: the run left alone' '
+	gem-run -q -n 1 $TINY --epochs 2 alone1 >alone1.tsv &&
+	test_expect_fail_ gem-run -q -n 1 $TINY --epochs 2 --serve-opt=--max-updates=40 parts1 \
+		>parts1.tsv 2>parts1.err &&
+	cat parts1.err && test ! -s parts1.tsv && grep -q "checkpointed at version 40" parts1.err &&
+	grep -q "\"event\":\"leave\".*\"done\":false" parts1/log.jsonl &&
+	gem-run -q --resume -n 1 parts1 >parts1.tsv &&
+	same_run alone1 parts1 && cut -f 2- alone1.tsv >a.tsv && cut -f 2- parts1.tsv >p.tsv && cmp a.tsv p.tsv
+'
+
+test_expect_success 'the same with two sync workers: they rejoin under their ids' '
+	gem-run -q -n 2 $TINY --rule sync alone2 >alone2.tsv &&
+	test_expect_fail_ gem-run -q -n 2 $TINY --rule sync --serve-opt=--max-updates=11 parts2 \
+		>parts2.tsv 2>parts2.err &&
+	test "$(grep -c "\"event\":\"leave\".*\"done\":false" parts2/log.jsonl)" = 2 &&
+	gem-run -q --resume -n 2 parts2 >parts2.tsv &&
+	grep "\"event\":\"join\"" parts2/log.jsonl &&
+	test "$(grep -c "\"event\":\"join\".*\"worker\":[01][,}]" parts2/log.jsonl)" = 4 &&
+	same_run alone2 parts2
 '
 
 test_done

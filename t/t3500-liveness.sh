@@ -93,7 +93,8 @@ test_expect_success 'resumed through the server, a run is bit for bit the run le
 	gem-init -q --model tiny.json --data data --lr 0.05 --batch 32 --seed 4 whole &&
 	gem-init -q --model tiny.json --data data --lr 0.05 --batch 32 --seed 4 parts &&
 	start_server whole && gem-work -q --server "$URL" --steps 100 && wait_exit $SERVER_PID &&
-	start_server parts --max-updates 40 && gem-work -q --server "$URL" --steps 100 &&
+	start_server parts --max-updates 40 &&
+	{ gem-work -q --server "$URL" --steps 100 2>err; test $? = 1; } && cat err &&
 	wait_exit $SERVER_PID && test "$(version_of parts)" = 40 &&
 	start_server parts && gem-work -q --server "$URL" --steps 60 --worker-id 0 && wait_exit $SERVER_PID &&
 	test "$(version_of parts)" = 100 &&

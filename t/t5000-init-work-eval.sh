@@ -19,6 +19,34 @@ test_expect_success 'gem-init --force replaces it' '
 	gem-init --force --model tiny.json --data data/quarters --lr 0.1 --batch 32 --seed 3 run
 '
 
+test_expect_success 'gem-init makes the parents of RUNDIR' '
+	gem-init -q --model tiny.json --data data/quarters a/b/c &&
+	test -f a/b/c/run.json && test -f a/b/c/params.gem
+'
+
+test_expect_success 'gem-init --force refuses a run in use, naming the holder, and touches nothing' '
+	gem-init -q --model tiny.json --data data/quarters busy &&
+	start_server busy --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
+	cp busy/run.json busy/params.gem . &&
+	{ gem-init -f -q --model tiny.json --data data/quarters --seed 9 busy/ 2>err; rc=$?; } &&
+	cat err && test $rc = 2 &&
+	grep -q "in use by pid $SERVER_PID (gem-serve at $URL)" err &&
+	! grep -q "busy//" err &&
+	cmp run.json busy/run.json && cmp params.gem busy/params.gem &&
+	test -s busy/log.jsonl && test "$(cat busy/server.url)" = "$URL" &&
+	stop_server
+'
+
+test_expect_success 'gem-init --force removes every file the old run left' '
+	for f in log.jsonl local-state.gem rule-state.gem server.url peers serve.err worker-0.log \
+		node-0.gem node-1.jsonl node-0.url node-0.log; do echo old >busy/$f || return 1; done &&
+	echo mine >busy/notes.txt &&
+	gem-init -f -q --model tiny.json --data data/quarters busy &&
+	ls -A busy | sort >files && printf "%s\n" .lock notes.txt params.gem run.json >want &&
+	diff want files
+'
+
 test_expect_success 'the same seed gives the same initial parameters' '
 	gem-init -q --model tiny.json --data data/quarters --lr 0.1 --batch 32 --seed 3 run2 &&
 	cmp run/params.gem run2/params.gem &&

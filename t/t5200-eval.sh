@@ -134,7 +134,7 @@ test_expect_success '--follow URL exits 0 when the server said it was stopping' 
 	wait_until "test \"\$(health_version)\" -gt 50" &&
 	stop_server &&
 	wait $fpid &&
-	wait $wpid &&
+	{ wait $wpid; test $? = 1; } &&
 	test "$(data_lines fu.tsv)" -ge 2
 '
 

@@ -408,11 +408,16 @@ static int train_window(struct worker *w, struct work_result *r, uint64_t *got, 
 }
 
 /* The end of a session: the background commit still in flight, then leave (done only if the
- * budget was spent or the server ended the run). rc is the loop's; returns the session's. */
+ * budget was spent). rc is the loop's; returns the session's. */
 static int finish(struct worker *w, volatile sig_atomic_t *stop, struct work_result *r, int rc,
 		  char *err)
 {
 	int failed = rc < 0 || r->end == WORK_DIVERGED, stopped = stop && *stop, left = 0;
+	/* an interrupted worker (a signal, a server that ended the run early) is not done: it
+	 * comes back under its id to the rest of its budget */
+	r->unfinished = r->samples < w->target && !(w->o.steps && r->steps >= w->o.steps);
+	r->target = w->target;
+	stopped |= r->unfinished;
 	if (w->post.busy) {
 		/* Interrupted, leave first: the round then completes without us even if every
 		 * worker was interrupted at once. */

@@ -34,7 +34,7 @@ struct work_info {
 /* Why work_run returned. */
 enum work_end {
 	WORK_BUDGET,       /* --epochs, --steps or the run's budget is spent; left as done */
-	WORK_SERVER_ENDED, /* the server ended the run (410) */
+	WORK_SERVER_ENDED, /* the server ended the run (410); left as done if the budget is spent */
 	WORK_STOPPED,      /* *stop was set; left, not done */
 	WORK_DIVERGED,     /* a step's loss was not finite (loss says which); left, not done */
 	WORK_DIE_AFTER,    /* die_after commits made: returned at once, without a word to the server */
@@ -52,6 +52,9 @@ struct work_result {
 	double seconds;    /* since work_run began */
 	double idle;       /* background commits: seconds blocked waiting for a round's reply */
 	double idle_last;  /* of which at the end, waiting for the last round */
+	int unfinished;    /* the budget (--epochs, --steps, the run's) was not spent: the worker
+			    * left as not done, and comes back to it under its id */
+	uint64_t target;   /* samples at which the budget is spent (UINT64_MAX with --steps) */
 };
 
 typedef void (*work_progress_fn)(const struct work_result *now, void *ctx);

@@ -1,6 +1,8 @@
 #include "run/run.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stddef.h>
 #include <fcntl.h>
@@ -15,40 +17,81 @@
 #include "nn/model.h"
 #include "base/err.h"
 #include "base/fsutil.h"
+#include "base/log.h"
 #include "wire/msg.h"
 
-int run_create(const char *dir, json_t *runjson, int force, char *err)
+static int lock_dir(const char *dir, int *fd, char *err);
+
+/* dir/name with one slash between them, whatever dir ends with. */
+static int dir_file(const char *dir, const char *name, char *out, size_t cap)
+{
+	size_t len = strlen(dir);
+	int n;
+	while (len > 1 && dir[len - 1] == '/')
+		len--;
+	n = snprintf(out, cap, "%.*s%s%s", (int)len, dir, len && dir[len - 1] == '/' ? "" : "/", name);
+	return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* mkdir -p dir. */
+static int make_dirs(const char *dir, char *err)
+{
+	char path[PATH_MAX];
+	if (strlen(dir) >= sizeof path)
+		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
+	snprintf(path, sizeof path, "%s", dir);
+	for (char *p = path + 1;; p++) {
+		if (*p != '/' && *p)
+			continue;
+		char c = *p;
+		*p = 0;
+		if (mkdir(path, 0777) < 0 && errno != EEXIST)
+			return gem_errf(err, GEM_EFAIL, "%s: cannot create: %s", path, strerror(errno));
+		if (!(*p = c))
+			return 0;
+	}
+}
+
+/* Every file a run leaves beside run.json: its log, checkpoints and states, the server's URL,
+ * SGP's node files and peer list, gem-run's worker logs and the server's messages. */
+static const char *const run_leaves[] = {
+	RUN_LOG, RUN_PARAMS, RUN_LOCAL_STATE, RUN_RULE_STATE, RUN_SERVER_URL, RUN_PEERS,
+	RUN_PEERS ".tmp", RUN_SERVE_ERR, "serve.out", "node-*.gem", "node-*.jsonl", "node-*.url",
+	"node-*.log", "worker-*.log",
+};
+
+static int remove_run_files(const char *dir, char *err)
 {
 	char path[PATH_MAX + 16];
-	struct stat st;
-	char *text;
-	int rc;
+	struct dirent *e;
+	DIR *d = opendir(dir);
+	if (!d)
+		return gem_errf(err, GEM_EFAIL, "%s: %s", dir, strerror(errno));
+	while ((e = readdir(d)))
+		for (size_t i = 0; i < sizeof run_leaves / sizeof *run_leaves; i++)
+			if (!fnmatch(run_leaves[i], e->d_name, FNM_PERIOD)) {
+				dir_file(dir, e->d_name, path, sizeof path);
+				if (unlink(path) < 0 && errno != ENOENT) {
+					gem_errf(err, GEM_EFAIL, "%s: cannot remove: %s", path, strerror(errno));
+					closedir(d);
+					return GEM_EFAIL;
+				}
+				break;
+			}
+	closedir(d);
+	return 0;
+}
 
-	if (mkdir(dir, 0777) < 0 && errno != EEXIST)
-		return gem_errf(err, GEM_EFAIL, "%s: cannot create: %s", dir, strerror(errno));
-	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-		return gem_errf(err, GEM_EUSAGE, "%s: not a directory", dir);
-	snprintf(path, sizeof path, "%s/" RUN_JSON, dir);
-	if (!force && access(path, F_OK) == 0)
-		return gem_errf(err, GEM_EUSAGE, "%s: a run exists there already (use --force to replace it)",
-				dir);
-	if (force) {
-		/* a new run starts with no log, no checkpoint of the old one */
-		static const char *stale[] = {RUN_LOG, RUN_PARAMS, RUN_LOCAL_STATE, RUN_RULE_STATE,
-					       RUN_SERVER_URL};
-		for (size_t i = 0; i < sizeof stale / sizeof *stale; i++) {
-			snprintf(path, sizeof path, "%s/%s", dir, stale[i]);
-			unlink(path);
-		}
-		snprintf(path, sizeof path, "%s/" RUN_JSON, dir);
-	}
-	text = json_dumps(runjson, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
+static int write_run_json(const char *path, json_t *runjson, char *err)
+{
+	char *text = json_dumps(runjson, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
+	char *withnl;
+	size_t len;
+	int rc;
 	if (!text)
 		return gem_errf(err, GEM_ENOMEM, "run.json: cannot encode");
-	size_t len = strlen(text);
-	text[len] = 0;
-	char *withnl = malloc(len + 2);
-	if (!withnl) {
+	len = strlen(text);
+	if (!(withnl = malloc(len + 2))) {
 		free(text);
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	}
@@ -57,6 +100,33 @@ int run_create(const char *dir, json_t *runjson, int force, char *err)
 	rc = fs_write_atomic(path, withnl, len + 1, err);
 	free(withnl);
 	free(text);
+	return rc;
+}
+
+int run_create(const char *dir, json_t *runjson, int force, char *err)
+{
+	char path[PATH_MAX + 16];
+	struct stat st;
+	int rc, fd = -1;
+
+	if ((rc = make_dirs(dir, err)) < 0)
+		return rc;
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		return gem_errf(err, GEM_EUSAGE, "%s: not a directory", dir);
+	if (dir_file(dir, RUN_JSON, path, sizeof path) < 0)
+		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
+	if (!force && access(path, F_OK) == 0)
+		return gem_errf(err, GEM_EUSAGE, "%s: a run exists there already (use --force to replace it)",
+				dir);
+	/* no server or trainer may have the run while it is replaced under it; a new run starts
+	 * with none of the old one's files */
+	if ((rc = lock_dir(dir, &fd, err)) < 0)
+		return rc;
+	if (force)
+		rc = remove_run_files(dir, err);
+	if (rc == 0)
+		rc = write_run_json(path, runjson, err);
+	close(fd);
 	return rc;
 }
 
@@ -153,7 +223,7 @@ int run_open(const char *dir, struct run *r, char *err)
 	if (strlen(dir) >= sizeof r->dir)
 		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
 	snprintf(r->dir, sizeof r->dir, "%s", dir);
-	snprintf(path, sizeof path, "%s/" RUN_JSON, dir);
+	dir_file(dir, RUN_JSON, path, sizeof path);
 	r->json = json_load_file(path, 0, &je);
 	if (!r->json) {
 		if (access(path, F_OK) < 0)
@@ -196,24 +266,49 @@ void run_close(struct run *r)
 
 int run_file(const struct run *r, const char *name, char *out, size_t cap)
 {
-	int n = snprintf(out, cap, "%s/%s", r->dir, name);
-	return n < 0 || (size_t)n >= cap ? -1 : 0;
+	return dir_file(r->dir, name, out, cap);
+}
+
+/* Who holds RUNDIR/.lock, in words: the pid it wrote there and the URL of its server. */
+static void lock_holder(const char *dir, int fd, char *out, size_t cap)
+{
+	char buf[32], url[256], e[GEM_ERRMAX];
+	ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+	long pid = 0;
+	buf[n > 0 ? n : 0] = 0;
+	if (sscanf(buf, "%ld", &pid) != 1 || pid <= 0)
+		snprintf(out, cap, "another gem-serve or gem-work --local");
+	else if (run_server_url_read(dir, url, sizeof url, e) == 0)
+		snprintf(out, cap, "pid %ld (gem-serve at %s)", pid, url);
+	else
+		snprintf(out, cap, "pid %ld", pid);
+}
+
+/* Take dir/.lock exclusively into *fd and write our pid in it; GEM_EUSAGE naming the holder. */
+static int lock_dir(const char *dir, int *fd, char *err)
+{
+	char path[PATH_MAX + 16], who[400], pid[32];
+	int n;
+	*fd = -1;
+	if (dir_file(dir, RUN_LOCK, path, sizeof path) < 0)
+		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
+	if ((*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666)) < 0)
+		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+	if (flock(*fd, LOCK_EX | LOCK_NB) < 0) {
+		lock_holder(dir, *fd, who, sizeof who);
+		close(*fd);
+		*fd = -1;
+		return gem_errf(err, GEM_EUSAGE, "%s: the run is in use by %s", dir, who);
+	}
+	n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+	if (ftruncate(*fd, 0) < 0 || pwrite(*fd, pid, (size_t)n, 0) != n)
+		log_debug("%s: cannot write the pid: %s", path, strerror(errno));
+	return 0;
 }
 
 int run_lock(struct run *r, char *err)
 {
-	char path[PATH_MAX + 16];
-	run_file(r, RUN_LOCK, path, sizeof path);
-	r->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-	if (r->lock_fd < 0)
-		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
-	if (flock(r->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		close(r->lock_fd);
-		r->lock_fd = -1;
-		return gem_errf(err, GEM_EFAIL,
-				"%s: the run is in use by another gem-serve or gem-work --local", r->dir);
-	}
-	return 0;
+	return lock_dir(r->dir, &r->lock_fd, err);
 }
 
 int run_log_open(const struct run *r, FILE **out, char *err)
@@ -595,7 +690,7 @@ int run_server_url_read(const char *dir, char *url, size_t cap, char *err)
 	FILE *f;
 	size_t len;
 
-	snprintf(path, sizeof path, "%s/" RUN_SERVER_URL, dir);
+	dir_file(dir, RUN_SERVER_URL, path, sizeof path);
 	if (!(f = fopen(path, "r")))
 		return gem_errf(err, GEM_EUSAGE, "%s: %s", path, strerror(errno));
 	if (!fgets(line, sizeof line, f))

@@ -22,6 +22,9 @@
 #define RUN_RULE_STATE  "rule-state.gem"  /* gem-serve's rule state and workers */
 #define RUN_NODE_PARAMS "node-%d.gem"     /* SGP node I's de-biased parameters */
 #define RUN_NODE_LOG    "node-%d.jsonl"   /* SGP node I's log */
+#define RUN_PEERS       "peers"           /* gem-run's SGP peer list */
+#define RUN_SERVE_ERR   "serve.err"       /* gem-run's server's messages */
+#define RUN_WORKER_LOG  "worker-%d.log"   /* gem-run's worker I's messages */
 
 /* The hyper-parameters of local training, as recorded in run.json "train". */
 struct run_train {
@@ -52,8 +55,9 @@ struct run_progress {
 	double elapsed;   /* training seconds, accumulated over every session */
 };
 
-/* Create RUNDIR (or reuse an empty one) and write run.json atomically. An existing run is
- * refused (GEM_EUSAGE) unless force. */
+/* Create RUNDIR and its parents (or reuse an empty one) and write run.json atomically, under
+ * the run's lock. An existing run is refused (GEM_EUSAGE) unless force, which removes every
+ * file the old run left; a run in use (locked) is refused (GEM_EUSAGE, naming the holder). */
 int run_create(const char *dir, json_t *runjson, int force, char *err);
 /* Read and check RUNDIR/run.json; every missing or ill-typed field is named. */
 int run_open(const char *dir, struct run *r, char *err);
@@ -63,7 +67,8 @@ int run_from_json(json_t *json, struct run *r, char *err);
 void run_close(struct run *r);
 /* Path of a file in the run: RUNDIR/name. */
 int run_file(const struct run *r, const char *name, char *out, size_t cap);
-/* Take RUNDIR/.lock exclusively (no other trainer or server on this run); -1 if held. */
+/* Take RUNDIR/.lock exclusively (no other trainer or server on this run) and write our pid in
+ * it; GEM_EUSAGE naming the holder (its pid, its server's URL) if held. */
 int run_lock(struct run *r, char *err);
 
 /* The progress recorded in a params message's header (missing fields are 0). */
