@@ -214,18 +214,26 @@ static int h_join(struct httpd_req *req, void *ctx)
 	const char *codec;
 	json_t *body, *head;
 	struct slot *w = NULL;
+	float *theta;
 	int id, st, rc;
 
 	if (join_parse(req, &id, &codec, &body) < 0) {
 		json_decref(body);
 		return 0;
 	}
+	/* the θ the rule records as sent (GEM's s_w) is the θ the worker gets: taken in the same
+	 * critical section as the join, before any later commit moves it */
+	if (!(theta = malloc(sizeof *theta * s->n))) {
+		json_decref(body);
+		return httpd_reply_error(req, 503, "busy", "out of memory");
+	}
 	pthread_mutex_lock(&s->mu);
-	st = ps_join(s->ps, id, NULL, &j, err);
+	st = ps_join(s->ps, id, theta, &j, err);
 	if (st == PS_APPLIED && !(w = slot_get(s, j.worker, err)))
 		st = PS_E_NOMEM;
 	pthread_mutex_unlock(&s->mu);
 	if (st < 0) {
+		free(theta);
 		json_decref(body);
 		return httpd_reply_error(req, http_status(st), ps_status_code(st), "%s", err);
 	}
@@ -237,11 +245,10 @@ static int h_join(struct httpd_req *req, void *ctx)
 	if (head && j.shard_n > 0)
 		json_object_set_new(head, "shard", json_pack("[i,i]", j.shard_i, j.shard_n));
 	pthread_mutex_lock(&w->lock);
-	pthread_mutex_lock(&s->mu);
-	ps_copy_theta(s->ps, w->out);
-	pthread_mutex_unlock(&s->mu);
+	memcpy(w->out, theta, sizeof *theta * s->n);
 	rc = reply_vector(s, req, w, head, MSG_PARAMS, codec_of(s, codec));
 	pthread_mutex_unlock(&w->lock);
+	free(theta);
 	json_decref(head);
 	json_decref(body);
 	return rc;
