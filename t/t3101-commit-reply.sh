@@ -55,4 +55,10 @@ test_expect_success 'out-of-range ids, sequence numbers and counts are refused, 
 import json,sys; s=json.load(sys.stdin)
 assert [w[\"active\"] for w in s[\"workers\"]]==[True, True], s"
 '
+test_expect_success 'a run whose workers left, one of them unfinished, does not say every one finished' '
+	curl -sf -H "Authorization: Bearer secret" -d "{\"worker\":0,\"done\":true}" "$URL/v1/leave" &&
+	curl -sf -H "Authorization: Bearer secret" -d "{\"worker\":1,\"done\":false}" "$URL/v1/leave" &&
+	wait_exit $SERVER_PID &&
+	grep "\"event\":\"stop\"" run/log.jsonl | grep -q "every worker has left, 1 of 2 finished"
+'
 test_done

@@ -37,6 +37,7 @@ struct ps {
 	struct ps_worker *w[PS_MAX_WORKERS];
 	int nslots, nactive, ndone, nknown;
 	const char *stop_why;
+	char stop_buf[96]; /* a stop reason made up here */
 	int failed;
 	uint64_t applied_since_start;
 	struct rule_stats st; /* of the last applied update */
@@ -320,8 +321,15 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 	/* the run is over once no worker is left, one at least finished, and as many as the run
 	 * expects (gem-init --workers) have come: a fast worker done before a slow one joined
 	 * does not end it, a dead one does not hold it up */
-	if (s->nactive == 0 && s->ndone > 0 && s->nknown >= s->run.rule.nworkers && !s->o.keep_running)
-		ps_stop(s, "every worker has finished");
+	if (s->nactive == 0 && s->ndone > 0 && s->nknown >= s->run.rule.nworkers && !s->o.keep_running) {
+		if (s->ndone == s->nknown) {
+			ps_stop(s, "every worker has finished");
+		} else {
+			snprintf(s->stop_buf, sizeof s->stop_buf, "every worker has left, %d of %d finished",
+				 s->ndone, s->nknown);
+			ps_stop(s, s->stop_buf);
+		}
+	}
 	return closed;
 }
 
