@@ -131,6 +131,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
+	/* a closed terminal stops the run as TERM does: checkpointed, not killed mid-write */
+	signal(SIGHUP, on_signal);
 	if ((rc = serve_open(argv[optind], &o, &s, err)) < 0) {
 		fprintf(stderr, "gem-serve: %s\n", err);
 		free(token);
@@ -151,5 +153,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gem-serve: final checkpoint failed: %s\n", err);
 		return EXIT_JOB;
 	}
-	return failed ? EXIT_JOB : 0;
+	/* stopped by a signal: 128 + its number, as the other programs and the shell say it */
+	return failed ? EXIT_JOB : got_signal ? 128 + got_signal : 0;
 }

@@ -32,4 +32,19 @@ test_expect_success 'and a server again, its rule state of another version dropp
 	grep -q "starts afresh" run/serve.err &&
 	head -1 run/params.gem | grep -q "\"version\":38"
 '
+test_expect_success 'SIGHUP (a closed terminal) stops gem-serve as TERM does: checkpoint, 129' '
+	start_server run --keep-running &&
+	gem-work -q --server "$URL" --steps 2 --worker-id 7 &&
+	kill -HUP $SERVER_PID &&
+	{ wait_exit $SERVER_PID; rc=$?; } ; test $rc = 129 &&
+	tail -1 run/log.jsonl | grep -q "\"event\":\"stop\"" &&
+	head -1 run/params.gem | grep -q "\"version\":40"
+'
+
+test_expect_success 'SIGINT: 130, after the checkpoint' '
+	start_server run &&
+	kill -INT $SERVER_PID &&
+	{ wait_exit $SERVER_PID; rc=$?; } ; test $rc = 130 &&
+	tail -1 run/log.jsonl | grep -q "stopped by a signal"
+'
 test_done
