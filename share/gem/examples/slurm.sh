@@ -62,8 +62,11 @@ if [ "$SLURM_PROCID" = 0 ]; then
 		sleep 0.5
 	done
 	kill $server 2>/dev/null || :
-	wait $server
-	exit
+	# stopped by our TERM, it checkpoints and exits 143
+	rc=0
+	wait $server || rc=$?
+	[ $rc = 143 ] && exit 0
+	exit $rc
 fi
 
 # A worker: wait for the server's URL, then train against task 0's host.
