@@ -376,8 +376,12 @@ int main(int argc, char **argv)
 			sum.workers, sum.finished, sum.died, sum.failed, (unsigned long long)sum.updates,
 			sum.vtime, sum.seconds, (double)sum.updates / (sum.seconds > 0 ? sum.seconds : 1));
 	if (stop_signal) {
-		fprintf(stderr, "gem-sim: interrupted; parameters saved at version %llu\n",
-			(unsigned long long)sum.version);
+		/* the virtual workers' state (their x, data positions, the event queue) is not
+		 * saved: say so rather than let a second run pass for a resumed one */
+		fprintf(stderr, "gem-sim: interrupted; parameters saved at version %llu. A simulation "
+				"is not resumed: gem-sim on %s again starts new workers with a full budget "
+				"from these parameters\n",
+			(unsigned long long)sum.version, rundir);
 		return 128 + stop_signal;
 	}
 	return sum.failed ? EXIT_JOB : 0;

@@ -151,4 +151,10 @@ test_expect_code 2 'rule dma is refused, not simulated wrongly' '
 	gem-init -q --model tiny.json --data data --rule dma --workers 2 dmarun &&
 	gem-sim -n 2 dmarun 2>err; rc=$?; cat err; grep -q "dma" err; exit $rc
 '
+test_expect_success 'a run already trained: gem-sim says it is not resuming it' '
+	cp -r base again &&
+	gem-sim -q -n 2 --steps 3 again >/dev/null &&
+	gem-sim -n 2 --steps 3 again >/dev/null 2>err &&
+	grep -q "at version 6 already: the simulated workers train a full budget" err
+'
 test_done

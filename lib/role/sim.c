@@ -696,6 +696,9 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 		return rc;
 	s->run = ps_run(s->ps);
 	s->n = ps_nparams(s->ps);
+	if (ps_version(s->ps) > 0)
+		log_warn("%s is at version %llu already: the simulated workers train a full budget from "
+			 "there (a simulation is not resumed)", rundir, (unsigned long long)ps_version(s->ps));
 	if (rule_describe(s->run->rule.name)->background)
 		/* dma's worker commits in the background and carries on: not modelled yet */
 		return gem_errf(err, GEM_EUSAGE, "rule %s is not simulated (use gem-serve and gem-work)",
