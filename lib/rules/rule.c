@@ -137,7 +137,8 @@ int rule_config_check(const struct rule_config *c, char *err)
 	}
 	if (rule_all[ri]->desc.rounds && c->nworkers < 1)
 		return gem_errf(err, GEM_EUSAGE,
-				"nworkers: rule %s needs the number of workers per round (>= 1)",
+				"rule %s needs the number of workers per round: give --workers N "
+				"(run.json: rule.nworkers >= 1)",
 				rule_all[ri]->desc.name);
 	return 0;
 }
