@@ -45,10 +45,9 @@ int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float
 	double loss = 0;
 	long correct = 0;
 
-	if ((size_t)d->dim != model_input_size(m))
-		return gem_errf(err, GEM_EUSAGE, "the data has %d inputs per sample, the model %zu",
-				d->dim, model_input_size(m));
-	if (d->classes > classes || classes > EVAL_MAX_CLASSES)
+	if (model_fits(m, d, err) < 0)
+		return GEM_EUSAGE;
+	if (classes > EVAL_MAX_CLASSES)
 		return gem_errf(err, GEM_EUSAGE, "the data has %d classes, the model %d", d->classes,
 				classes);
 	memset(res, 0, sizeof *res);

@@ -706,7 +706,7 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 	s->w = calloc((size_t)s->nw, sizeof *s->w);
 	if (!s->reply || !s->w)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	if ((rc = dataset_load(s->run->data_dir, "train", &s->ds, err)) < 0 ||
+	if ((rc = run_data_load(s->run, NULL, "train", &s->ds, err)) < 0 ||
 	    (rc = threads_start(s, err)) < 0 || (rc = workers_setup(s, err)) < 0)
 		return rc;
 	ps_log_start(s->ps, NULL);
