@@ -27,6 +27,31 @@ RULE_NOINLINE static void rule_dcasgd_apply(float *restrict theta, float *restri
 	}
 }
 
+RULE_NOINLINE static int rule_dcasgd_finite(const float *restrict theta, const float *restrict bak,
+					    const float *restrict d, size_t n, float c)
+{
+	float acc[RULE_BLOCK] = {0};
+	size_t i = 0;
+	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
+		for (int j = 0; j < RULE_BLOCK; j++) {
+			float t = theta[i + j];
+			float dj = d[i + j];
+			RULE_FINITE_ADD(acc[j], t + dj - c * dj * dj * (t - bak[i + j]));
+		}
+	for (; i < n; i++) {
+		float t = theta[i];
+		RULE_FINITE_ADD(acc[0], t + d[i] - c * d[i] * d[i] * (t - bak[i]));
+	}
+	return rule_finite(acc);
+}
+
+static int rule_dcasgd_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+			     const float *theta)
+{
+	(void)tau;
+	return rule_dcasgd_finite(theta, w->vec[0], in, r->n, r->c.lambda_dc / r->c.lr);
+}
+
 static int rule_dcasgd_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
 			      float *theta, float *reply, struct rule_stats *st, char *err)
 {
@@ -41,5 +66,6 @@ const struct rule_ops rule_dcasgd_ops = {
 	.nvec = 1,
 	.vec = {"bak"},
 	.sent_vec = 0,
+	.check = rule_dcasgd_check,
 	.commit = rule_dcasgd_commit,
 };

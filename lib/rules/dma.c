@@ -30,6 +30,31 @@ RULE_NOINLINE static void rule_dma_average(float *restrict theta, float *restric
 	}
 }
 
+/* the average with sum s = sum + in: s and X + s/W finite */
+RULE_NOINLINE static int rule_dma_finite(const float *restrict theta, const float *restrict sum,
+					 const float *restrict in, size_t n, float nw)
+{
+	float acc[RULE_BLOCK] = {0};
+	size_t i = 0;
+	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
+		for (int j = 0; j < RULE_BLOCK; j++) {
+			float s = sum[i + j] + in[i + j];
+			RULE_FINITE_ADD(acc[j], s);
+			RULE_FINITE_ADD(acc[j], theta[i + j] + s / nw);
+		}
+	for (; i < n; i++) {
+		float s = sum[i] + in[i];
+		RULE_FINITE_ADD(acc[0], s);
+		RULE_FINITE_ADD(acc[0], theta[i] + s / nw);
+	}
+	return rule_finite(acc);
+}
+
+static int rule_dma_round_check(const struct rule *r, const float *theta, const float *in, float k)
+{
+	return rule_dma_finite(theta, r->global[0], in, r->n, k);
+}
+
 static void rule_dma_close(struct rule *r, float *theta)
 {
 	rule_dma_average(theta, r->global[0], r->n, (float)r->ncontrib);
@@ -40,9 +65,11 @@ const struct rule_ops rule_dma_ops = {
 	.desc = {"dma", "window", 4, RULE_SENDS_CYCLE, 0, 1, 1, 0},
 	.round_sum = 0,
 	.round_close = rule_dma_close,
+	.round_check = rule_dma_round_check,
 	.sent_vec = -1,
 	.nglobal = 1,
 	.global = {"sum"},
+	.check = rule_round_check,
 	.commit = rule_round_commit,
 	.join = rule_round_join,
 	.leave = rule_round_leave,

@@ -18,20 +18,57 @@
  *   θ   ← θ + π ⊙ Δθ ;  s_w ← θ
  * The clamp is written so that a NaN π (0/0 when ε = 0) becomes 0, in the one form gcc -O2
  * vectorises. */
+static inline float rule_gem_pi(float theta, float m, float s, float d, float mu, float kappa,
+				float pi_max, float eps, float *mi)
+{
+	float pi;
+	*mi = mu * m + d;
+	pi = (kappa * fabsf(*mi) - fabsf(theta - s)) / (fabsf(d) + eps);
+	pi = pi >= 0 ? pi : 0;
+	return pi > pi_max ? pi_max : pi;
+}
+
 static inline float rule_gem_elem(float *restrict theta, float *restrict m, float *restrict s,
 				  const float *restrict d, size_t i, float mu, float kappa,
 				  float pi_max, float eps)
 {
-	float mi = mu * m[i] + d[i];
-	float pi = (kappa * fabsf(mi) - fabsf(theta[i] - s[i])) / (fabsf(d[i]) + eps);
-	float t;
-	pi = pi >= 0 ? pi : 0;
-	pi = pi > pi_max ? pi_max : pi;
+	float mi, t;
+	float pi = rule_gem_pi(theta[i], m[i], s[i], d[i], mu, kappa, pi_max, eps, &mi);
 	m[i] = mi;
 	t = theta[i] + pi * d[i];
 	theta[i] = t;
 	s[i] = t;
 	return pi;
+}
+
+/* The check (impl.h): m_w and θ (= s_w) finite after the commit; π is clamped, so finite. */
+RULE_NOINLINE static int rule_gem_finite(const float *restrict theta, const float *restrict m,
+					 const float *restrict s, const float *restrict d, size_t n,
+					 const struct rule_config *c)
+{
+	float acc[RULE_BLOCK] = {0};
+	const float mu = c->momentum, kappa = c->kappa, pi_max = c->pi_max, eps = c->eps;
+	size_t i = 0;
+	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
+		for (int j = 0; j < RULE_BLOCK; j++) {
+			float mi, pi = rule_gem_pi(theta[i + j], m[i + j], s[i + j], d[i + j], mu,
+						   kappa, pi_max, eps, &mi);
+			RULE_FINITE_ADD(acc[j], mi);
+			RULE_FINITE_ADD(acc[j], theta[i + j] + pi * d[i + j]);
+		}
+	for (; i < n; i++) {
+		float mi, pi = rule_gem_pi(theta[i], m[i], s[i], d[i], mu, kappa, pi_max, eps, &mi);
+		RULE_FINITE_ADD(acc[0], mi);
+		RULE_FINITE_ADD(acc[0], theta[i] + pi * d[i]);
+	}
+	return rule_finite(acc);
+}
+
+static int rule_gem_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+			  const float *theta)
+{
+	(void)tau;
+	return rule_gem_finite(theta, w->vec[0], w->vec[1], in, r->n, &r->c);
 }
 
 /* Apply elements [a, b) of one tensor, π into p, its sums into sums. */
@@ -234,5 +271,6 @@ const struct rule_ops rule_gem_ops = {
 	.nvec = 2,
 	.vec = {"m", "s"},
 	.sent_vec = 1,
+	.check = rule_gem_check,
 	.commit = rule_gem_commit,
 };

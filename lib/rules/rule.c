@@ -289,6 +289,26 @@ void rule_destroy(struct rule *r)
 	free(r);
 }
 
+int rule_finite(const float acc[RULE_BLOCK])
+{
+	for (int j = 0; j < RULE_BLOCK; j++)
+		if (acc[j] != 0)
+			return 0;
+	return 1;
+}
+
+RULE_NOINLINE int rule_check_add(const float *restrict a, const float *restrict d, size_t n)
+{
+	float acc[RULE_BLOCK] = {0};
+	size_t i = 0;
+	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
+		for (int j = 0; j < RULE_BLOCK; j++)
+			RULE_FINITE_ADD(acc[j], a[i + j] + d[i + j]);
+	for (; i < n; i++)
+		RULE_FINITE_ADD(acc[0], a[i] + d[i]);
+	return rule_finite(acc);
+}
+
 RULE_NOINLINE void rule_vec_add(float *restrict a, const float *restrict d, size_t n)
 {
 	size_t i = 0;
@@ -390,6 +410,11 @@ int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_versi
 		st->ntensors = 0;
 		memset(&st->all, 0, sizeof st->all);
 	}
+	if (!r->ops->check(r, w, in, tau, theta))
+		return gem_errf(err, RULE_E_NON_FINITE,
+				"%s: worker %d's update would make the parameters or the rule's state "
+				"non-finite (an overflow): refused, nothing changed",
+				r->ops->desc.name, worker);
 	rc = r->ops->commit(r, w, in, tau, theta, reply, st, err);
 	if (rc == RULE_APPLIED)
 		++*version;

@@ -24,6 +24,36 @@ RULE_NOINLINE static void rule_sync_step(float *restrict theta, float *restrict 
 	}
 }
 
+/* the step with sum s = sum + in: v' = μv + s/k and θ + v' finite */
+RULE_NOINLINE static int rule_sync_finite(const float *restrict theta, const float *restrict v,
+					  const float *restrict sum, const float *restrict in,
+					  size_t n, float mu, float k)
+{
+	float acc[RULE_BLOCK] = {0};
+	size_t i = 0;
+	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
+		for (int j = 0; j < RULE_BLOCK; j++) {
+			float s = sum[i + j] + in[i + j];
+			float vj = mu * v[i + j] + s / k;
+			RULE_FINITE_ADD(acc[j], s);
+			RULE_FINITE_ADD(acc[j], vj);
+			RULE_FINITE_ADD(acc[j], theta[i + j] + vj);
+		}
+	for (; i < n; i++) {
+		float s = sum[i] + in[i];
+		float vi = mu * v[i] + s / k;
+		RULE_FINITE_ADD(acc[0], s);
+		RULE_FINITE_ADD(acc[0], vi);
+		RULE_FINITE_ADD(acc[0], theta[i] + vi);
+	}
+	return rule_finite(acc);
+}
+
+static int rule_sync_round_check(const struct rule *r, const float *theta, const float *in, float k)
+{
+	return rule_sync_finite(theta, r->global[0], r->global[1], in, r->n, r->c.momentum, k);
+}
+
 static void rule_sync_close(struct rule *r, float *theta)
 {
 	rule_sync_step(theta, r->global[0], r->global[1], r->n, r->c.momentum, (float)r->ncontrib);
@@ -34,9 +64,11 @@ const struct rule_ops rule_sync_ops = {
 	.desc = {"sync", "", 1, RULE_SENDS_STEP, 0, 1, 0, 0},
 	.round_sum = 1,
 	.round_close = rule_sync_close,
+	.round_check = rule_sync_round_check,
 	.sent_vec = -1,
 	.nglobal = 2,
 	.global = {"v", "sum"},
+	.check = rule_round_check,
 	.commit = rule_round_commit,
 	.join = rule_round_join,
 	.leave = rule_round_leave,
