@@ -30,19 +30,19 @@ RULE_NOINLINE static void rule_dcasgd_apply(float *restrict theta, float *restri
 RULE_NOINLINE static int rule_dcasgd_finite(const float *restrict theta, const float *restrict bak,
 					    const float *restrict d, size_t n, float c)
 {
-	float acc[RULE_BLOCK] = {0};
+	rule_i4 acc = {0};
+	float tail = 0;
 	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++) {
-			float t = theta[i + j];
-			float dj = d[i + j];
-			RULE_FINITE_ADD(acc[j], t + dj - c * dj * dj * (t - bak[i + j]));
-		}
-	for (; i < n; i++) {
-		float t = theta[i];
-		RULE_FINITE_ADD(acc[0], t + d[i] - c * d[i] * d[i] * (t - bak[i]));
+	for (; i + 4 <= n; i += 4) {
+		rule_v4 t = rule_load4(theta + i), dj = rule_load4(d + i);
+		rule_v4 u = t + dj - c * dj * dj * (t - rule_load4(bak + i));
+		acc |= (rule_i4)(u - u);
 	}
-	return rule_finite(acc);
+	for (; i < n; i++) {
+		float t = theta[i], u = t + d[i] - c * d[i] * d[i] * (t - bak[i]);
+		tail += u - u;
+	}
+	return rule_finite4(acc, tail);
 }
 
 static int rule_dcasgd_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,

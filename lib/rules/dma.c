@@ -34,20 +34,18 @@ RULE_NOINLINE static void rule_dma_average(float *restrict theta, float *restric
 RULE_NOINLINE static int rule_dma_finite(const float *restrict theta, const float *restrict sum,
 					 const float *restrict in, size_t n, float nw)
 {
-	float acc[RULE_BLOCK] = {0};
+	rule_i4 acc = {0};
+	float tail = 0;
 	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++) {
-			float s = sum[i + j] + in[i + j];
-			RULE_FINITE_ADD(acc[j], s);
-			RULE_FINITE_ADD(acc[j], theta[i + j] + s / nw);
-		}
-	for (; i < n; i++) {
-		float s = sum[i] + in[i];
-		RULE_FINITE_ADD(acc[0], s);
-		RULE_FINITE_ADD(acc[0], theta[i] + s / nw);
+	for (; i + 4 <= n; i += 4) {
+		rule_v4 s = rule_load4(sum + i) + rule_load4(in + i), t = rule_load4(theta + i) + s / nw;
+		acc |= (rule_i4)((s - s) + (t - t));
 	}
-	return rule_finite(acc);
+	for (; i < n; i++) {
+		float s = sum[i] + in[i], t = theta[i] + s / nw;
+		tail += (s - s) + (t - t);
+	}
+	return rule_finite4(acc, tail);
 }
 
 static int rule_dma_round_check(const struct rule *r, const float *theta, const float *in, float k)

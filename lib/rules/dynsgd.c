@@ -19,14 +19,18 @@ RULE_NOINLINE static void rule_dynsgd_add(float *restrict theta, const float *re
 RULE_NOINLINE static int rule_dynsgd_finite(const float *restrict theta, const float *restrict d,
 					    size_t n, float k)
 {
-	float acc[RULE_BLOCK] = {0};
+	rule_i4 acc = {0};
+	float tail = 0;
 	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++)
-			RULE_FINITE_ADD(acc[j], theta[i + j] + d[i + j] / k);
-	for (; i < n; i++)
-		RULE_FINITE_ADD(acc[0], theta[i] + d[i] / k);
-	return rule_finite(acc);
+	for (; i + 4 <= n; i += 4) {
+		rule_v4 x = rule_load4(theta + i) + rule_load4(d + i) / k;
+		acc |= (rule_i4)(x - x);
+	}
+	for (; i < n; i++) {
+		float x = theta[i] + d[i] / k;
+		tail += x - x;
+	}
+	return rule_finite4(acc, tail);
 }
 
 static int rule_dynsgd_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,

@@ -25,20 +25,18 @@ RULE_NOINLINE static void rule_easgd_move(float *restrict theta, const float *re
 RULE_NOINLINE static int rule_easgd_finite(const float *restrict theta, const float *restrict x,
 					   size_t n, float alpha)
 {
-	float acc[RULE_BLOCK] = {0};
+	rule_i4 acc = {0};
+	float tail = 0;
 	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++) {
-			float d = alpha * (x[i + j] - theta[i + j]);
-			RULE_FINITE_ADD(acc[j], d);
-			RULE_FINITE_ADD(acc[j], theta[i + j] + d);
-		}
-	for (; i < n; i++) {
-		float d = alpha * (x[i] - theta[i]);
-		RULE_FINITE_ADD(acc[0], d);
-		RULE_FINITE_ADD(acc[0], theta[i] + d);
+	for (; i + 4 <= n; i += 4) {
+		rule_v4 t = rule_load4(theta + i), d = alpha * (rule_load4(x + i) - t), u = t + d;
+		acc |= (rule_i4)((d - d) + (u - u));
 	}
-	return rule_finite(acc);
+	for (; i < n; i++) {
+		float d = alpha * (x[i] - theta[i]), u = theta[i] + d;
+		tail += (d - d) + (u - u);
+	}
+	return rule_finite4(acc, tail);
 }
 
 static float rule_easgd_alpha(const struct rule *r)

@@ -289,24 +289,20 @@ void rule_destroy(struct rule *r)
 	free(r);
 }
 
-int rule_finite(const float acc[RULE_BLOCK])
-{
-	for (int j = 0; j < RULE_BLOCK; j++)
-		if (acc[j] != 0)
-			return 0;
-	return 1;
-}
-
 RULE_NOINLINE int rule_check_add(const float *restrict a, const float *restrict d, size_t n)
 {
-	float acc[RULE_BLOCK] = {0};
+	rule_i4 acc = {0};
+	float tail = 0;
 	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++)
-			RULE_FINITE_ADD(acc[j], a[i + j] + d[i + j]);
-	for (; i < n; i++)
-		RULE_FINITE_ADD(acc[0], a[i] + d[i]);
-	return rule_finite(acc);
+	for (; i + 4 <= n; i += 4) {
+		rule_v4 x = rule_load4(a + i) + rule_load4(d + i);
+		acc |= (rule_i4)(x - x);
+	}
+	for (; i < n; i++) {
+		float x = a[i] + d[i];
+		tail += x - x;
+	}
+	return rule_finite4(acc, tail);
 }
 
 RULE_NOINLINE void rule_vec_add(float *restrict a, const float *restrict d, size_t n)

@@ -29,24 +29,19 @@ RULE_NOINLINE static int rule_sync_finite(const float *restrict theta, const flo
 					  const float *restrict sum, const float *restrict in,
 					  size_t n, float mu, float k)
 {
-	float acc[RULE_BLOCK] = {0};
+	rule_i4 acc = {0};
+	float tail = 0;
 	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++) {
-			float s = sum[i + j] + in[i + j];
-			float vj = mu * v[i + j] + s / k;
-			RULE_FINITE_ADD(acc[j], s);
-			RULE_FINITE_ADD(acc[j], vj);
-			RULE_FINITE_ADD(acc[j], theta[i + j] + vj);
-		}
-	for (; i < n; i++) {
-		float s = sum[i] + in[i];
-		float vi = mu * v[i] + s / k;
-		RULE_FINITE_ADD(acc[0], s);
-		RULE_FINITE_ADD(acc[0], vi);
-		RULE_FINITE_ADD(acc[0], theta[i] + vi);
+	for (; i + 4 <= n; i += 4) {
+		rule_v4 s = rule_load4(sum + i) + rule_load4(in + i);
+		rule_v4 vj = mu * rule_load4(v + i) + s / k, t = rule_load4(theta + i) + vj;
+		acc |= (rule_i4)((s - s) + (vj - vj) + (t - t));
 	}
-	return rule_finite(acc);
+	for (; i < n; i++) {
+		float s = sum[i] + in[i], vi = mu * v[i] + s / k, t = theta[i] + vi;
+		tail += (s - s) + (vi - vi) + (t - t);
+	}
+	return rule_finite4(acc, tail);
 }
 
 static int rule_sync_round_check(const struct rule *r, const float *theta, const float *in, float k)
