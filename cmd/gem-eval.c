@@ -169,11 +169,11 @@ static int evaluator_init(struct evaluator *e, const struct run *run, const char
 	e->std = run->std;
 	if ((rc = model_from_json(run->model, &e->m, err)) < 0 ||
 	    (rc = eval_buf_init(&e->buf, e->m, err)) < 0 ||
-	    (rc = dataset_load(dir, "test", &e->test, err)) < 0)
+	    (rc = run_data_load(run, dir, "test", &e->test, err)) < 0)
 		return rc < 0 ? GEM_EFAIL : rc;
 	e->res.classes = model_classes(e->m);
 	if (e->train_subset) {
-		if ((rc = dataset_load(dir, "train", &full, err)) < 0)
+		if ((rc = run_data_load(run, dir, "train", &full, err)) < 0)
 			return GEM_EFAIL;
 		rc = eval_subset(&full, e->train_subset, run->train.seed, &e->train, err);
 		dataset_free(&full);

@@ -141,8 +141,8 @@ int main(int argc, char **argv)
 			tr.epochs = (int)v;
 			break;
 		case 's':
-			if (cli_u64(optarg, &tr.seed))
-				bad_usage("--seed: not an unsigned integer: %s", optarg);
+			if (cli_u64(optarg, &tr.seed) || tr.seed > INT64_MAX)
+				bad_usage("--seed: not an integer in [0, 2^63): %s", optarg);
 			break;
 		case O_KAPPA: case O_PIMAX: case O_EPS: case O_WINDOW: case O_ALPHA: case O_LDC: case 'n':
 			if (nruleopts == (int)(sizeof ruleopts / sizeof *ruleopts))
@@ -242,10 +242,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	nsamples = ds.n;
-	if ((size_t)ds.dim != model_input_size(m) || ds.classes > model_classes(m)) {
-		fprintf(stderr, "gem-init: the data (%d values, %d classes per sample) does not fit the "
-				"model %s (%zu inputs, %d classes)\n",
-			ds.dim, ds.classes, model_path, model_input_size(m), model_classes(m));
+	if (model_fits(m, &ds, err) < 0) {
+		fprintf(stderr, "gem-init: %s: %s\n", model_path, err);
 		dataset_free(&ds);
 		goto out;
 	}

@@ -4,14 +4,24 @@
 #include "nn/layer_ops.h"
 
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/err.h"
 
 void *layer_falloc(size_t n, size_t elem)
 {
-	size_t bytes = (n * elem + 63) / 64 * 64;
-	return aligned_alloc(64, bytes ? bytes : 64);
+	size_t bytes;
+	void *p;
+	if (elem && n > (SIZE_MAX - LAYER_GEMM_PAD - 64) / elem)
+		return NULL;
+	bytes = (n * elem + LAYER_GEMM_PAD + 63) / 64 * 64;
+	p = aligned_alloc(64, bytes);
+	/* the padding is read (by blis), never used: zero it so that it is defined */
+	if (p)
+		memset((char *)p + n * elem, 0, bytes - n * elem);
+	return p;
 }
 
 static int add_tensor(struct layout *lo, int li, const char *kind, int ndim, const int *shape, char *err)

@@ -82,7 +82,17 @@ struct layer_ops {
 /* Every layer type, NULL-terminated; a spec's "type" is looked up by name here. */
 extern const struct layer_ops *const layer_all[];
 
-/* 64-byte aligned room for n elements of elem bytes (free()d); NULL when out of memory. */
+/* libblis 0.9.0's sgemm reads past the end of its operands (an upstream defect, flame/blis
+ * issue 635): its small-matrix path reads up to one row of an operand beyond its last row (the
+ * cnn's 300→200 dense layer at batch 64 read 1200 bytes past its input); with larger rows it
+ * packs, and reads nothing beyond. So every buffer that can be a gemm operand (θ, the gradient,
+ * activations, the batch input) is allocated with layer_falloc, which adds LAYER_GEMM_PAD bytes
+ * after the n elements: the over-read stays inside memory gem owns. t1006 checks it with a
+ * PROT_NONE guard page right after the padding. */
+#define LAYER_GEMM_PAD 16384
+
+/* 64-byte aligned room for n elements of elem bytes and LAYER_GEMM_PAD more (free()d); NULL
+ * when out of memory. */
 void *layer_falloc(size_t n, size_t elem);
 
 static inline size_t shape_size(struct shape s)

@@ -313,6 +313,16 @@ size_t model_input_size(const struct model *m)
 	return shape_size(m->input);
 }
 
+int model_fits(const struct model *m, const struct dataset *d, char *err)
+{
+	if (d->dim < 1 || (size_t)d->dim != model_input_size(m) || d->classes > model_classes(m))
+		return gem_errf(err, GEM_EUSAGE,
+				"the data (%d values, %d classes per sample) does not fit the model (%zu "
+				"inputs, %d classes)",
+				d->dim, d->classes, model_input_size(m), model_classes(m));
+	return 0;
+}
+
 int model_classes(const struct model *m)
 {
 	return m->classes;

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nn/data.h"
 #include "nn/layout.h"
 #include "base/rng.h"
 
@@ -52,6 +53,11 @@ float *model_grads(struct model *m);
 size_t model_input_size(const struct model *m);
 /* Number of classes (outputs of the last layer). */
 int model_classes(const struct model *m);
+/* The one check that data d fits model m (every program where a run meets its data makes it,
+ * gem-init first): as many values per sample as the model's inputs, no label beyond its
+ * classes. A sample too big overflows the batch buffer, a label too large reads past the
+ * output: GEM_EUSAGE saying which. */
+int model_fits(const struct model *m, const struct dataset *d, char *err);
 
 /* PyTorch default init: weights and biases U(−1/√fan_in, 1/√fan_in) (kaiming-uniform with
  * a = √5 for weights), drawn in layout order from a lib/rng generator seeded with seed. */

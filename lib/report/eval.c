@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/cli.h"
+#include "nn/layer_ops.h"
 #include "base/err.h"
 #include "wire/msg.h"
 #include "base/rng.h"
@@ -20,7 +21,8 @@ int eval_buf_init(struct eval_buf *b, struct model *m, char *err)
 {
 	size_t dim = model_input_size(m);
 	memset(b, 0, sizeof *b);
-	b->x = malloc(sizeof *b->x * EVAL_CHUNK * dim);
+	/* the first layer's gemm operand: padded (nn/layer_ops.h) */
+	b->x = layer_falloc((size_t)EVAL_CHUNK * dim, sizeof *b->x);
 	b->y = malloc(EVAL_CHUNK);
 	b->pred = malloc(EVAL_CHUNK);
 	if (!b->x || !b->y || !b->pred) {
@@ -45,10 +47,9 @@ int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float
 	double loss = 0;
 	long correct = 0;
 
-	if ((size_t)d->dim != model_input_size(m))
-		return gem_errf(err, GEM_EUSAGE, "the data has %d inputs per sample, the model %zu",
-				d->dim, model_input_size(m));
-	if (d->classes > classes || classes > EVAL_MAX_CLASSES)
+	if (model_fits(m, d, err) < 0)
+		return GEM_EUSAGE;
+	if (classes > EVAL_MAX_CLASSES)
 		return gem_errf(err, GEM_EUSAGE, "the data has %d classes, the model %d", d->classes,
 				classes);
 	memset(res, 0, sizeof *res);

@@ -45,7 +45,7 @@ static int open_training(struct local *l, const char *rundir, char *err)
 	int rc;
 	if ((rc = run_lock(run, err)) < 0 || (rc = trainer_open(&l->t, run, err)) < 0 ||
 	    (rc = run_params_load(run, NULL, model_params(l->t.m), model_nparams(l->t.m), &l->p, err)) < 0 ||
-	    (rc = dataset_load(run->data_dir, "train", &l->ds, err)) < 0 ||
+	    (rc = run_data_load(run, NULL, "train", &l->ds, err)) < 0 ||
 	    (rc = feed_open(&l->f, run, &l->ds, TRAINER_LOCAL, l->o.shard_i, l->o.shard_n, err)) < 0)
 		return rc;
 	l->feed_open = 1;

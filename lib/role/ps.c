@@ -52,6 +52,7 @@ const char *ps_status_code(int status)
 	case PS_E_REFUSED: return "refused";
 	case PS_E_NON_FINITE: return "non_finite";
 	case PS_E_NOMEM: return "busy";
+	case PS_E_NON_FINITE_RESULT: return "non_finite_result";
 	case PS_STALE: return "stale";
 	case PS_DUPLICATE: return "duplicate";
 	case PS_PENDING: return "held";
@@ -438,6 +439,12 @@ static int commit_decide(struct ps *s, struct ps_worker *w, const struct ps_comm
 	}
 	int rc = rule_commit(s->rule, w->id, c->update, c->base, s->theta, &s->prog.version, out,
 			     &s->st, err);
+	if (rc == RULE_E_NON_FINITE) {
+		/* the rule checked the result before it wrote anything: θ and its state are as
+		 * they were */
+		ps_refused(s, w->id, ps_status_code(PS_E_NON_FINITE_RESULT));
+		return PS_E_NON_FINITE_RESULT;
+	}
 	if (rc < 0) {
 		ps_refused(s, w->id, "refused");
 		return PS_E_REFUSED;
@@ -496,7 +503,7 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 	/* the commit's samples, which a replay needs to redo the worker's steps */
 	snprintf(nfield, sizeof nfield, "\"n\":%llu", (unsigned long long)c->samples);
 	status = commit_decide(s, w, c, r->tau, out, err);
-	if (status == PS_E_REFUSED)
+	if (status < 0)
 		return r->status = status;
 	commit_count(s, w, c, status, r->tau);
 	r->status = status;

@@ -36,6 +36,8 @@ enum ps_status {
 	PS_E_REFUSED = -4, /* the rule refused it (a second commit in a round, a base ahead...) */
 	PS_E_NON_FINITE = -5,
 	PS_E_NOMEM = -6,
+	PS_E_NON_FINITE_RESULT = -7, /* finite, but applied it would make θ or the rule's state
+				      * non-finite (an overflow): refused, nothing changed */
 };
 
 /* The short error code of a refusal ("stopping", "full", ...), for the protocol and the log. */

@@ -122,7 +122,7 @@ static int ensure_ready(struct replay *p, char *err)
 	p->n = ps_nparams(p->ps);
 	if (!(p->reply = malloc(sizeof(float) * p->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	if ((rc = dataset_load(p->run->data_dir, "train", &p->ds, err)) < 0)
+	if ((rc = run_data_load(p->run, NULL, "train", &p->ds, err)) < 0)
 		return rc;
 	p->has_data = 1;
 	if ((rc = trainer_open(&p->t, p->run, err)) < 0)

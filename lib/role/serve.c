@@ -62,7 +62,7 @@ static unsigned http_status(int st)
 	case PS_E_STOPPING: return 410;
 	case PS_E_FULL: case PS_E_NOMEM: return 503;
 	case PS_E_UNKNOWN: case PS_E_REFUSED: return 409;
-	case PS_E_NON_FINITE: return 400;
+	case PS_E_NON_FINITE: case PS_E_NON_FINITE_RESULT: return 400;
 	}
 	return 200;
 }

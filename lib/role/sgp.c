@@ -412,7 +412,7 @@ static int load(struct sgp_node *s, char *err)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	/* every node starts from the run's θ₀ */
 	if ((rc = run_params_load(&s->run, NULL, s->x, s->n, &p0, err)) < 0 ||
-	    (rc = dataset_load(s->run.data_dir, "train", &s->ds, err)) < 0)
+	    (rc = run_data_load(&s->run, NULL, "train", &s->ds, err)) < 0)
 		return rc;
 	memcpy(s->zpub, s->x, sizeof(float) * s->n);
 	s->pub_w = 1;

@@ -521,7 +521,7 @@ static int serve_commit(struct sim *s, struct simw *w, double t, char *err)
 	ps_set_vtime(s->ps, tout);
 	st = ps_commit(s->ps, &c, s->reply, &r, err);
 	s->server_free = tout;
-	if (st == PS_E_NON_FINITE) /* refused: the worker gives up and leaves */
+	if (st == PS_E_NON_FINITE || st == PS_E_NON_FINITE_RESULT) /* refused: it gives up, leaves */
 		return worker_fails(s, w, t + 2 * s->o->latency, "its update is not finite: refused", err);
 	if (st < 0)
 		return gem_errf(err, GEM_EFAIL, "worker %d: commit refused: %s", w->v.id, err);
@@ -709,7 +709,7 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 	s->w = calloc((size_t)s->nw, sizeof *s->w);
 	if (!s->reply || !s->w)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	if ((rc = dataset_load(s->run->data_dir, "train", &s->ds, err)) < 0 ||
+	if ((rc = run_data_load(s->run, NULL, "train", &s->ds, err)) < 0 ||
 	    (rc = threads_start(s, err)) < 0 || (rc = workers_setup(s, err)) < 0)
 		return rc;
 	ps_log_start(s->ps, NULL);

@@ -6,6 +6,7 @@
 
 #include "base/err.h"
 #include "base/rng.h"
+#include "nn/layer_ops.h"
 
 int feed_open(struct feed *f, const struct run *run, const struct dataset *ds, int who, int shard_i,
 	      int shard_n, char *err)
@@ -43,7 +44,8 @@ int trainer_open(struct trainer *t, const struct run *run, char *err)
 		trainer_close(t);
 		return rc;
 	}
-	t->x = malloc(sizeof *t->x * (size_t)t->batch * model_input_size(t->m));
+	/* the batch is the first layer's gemm operand: padded (nn/layer_ops.h) */
+	t->x = layer_falloc((size_t)t->batch * model_input_size(t->m), sizeof *t->x);
 	t->y = malloc((size_t)t->batch);
 	if (!t->x || !t->y) {
 		trainer_close(t);

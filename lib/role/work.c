@@ -316,7 +316,7 @@ static int open_run(struct worker *w, const char *url, char *err)
 		return rc;
 	}
 	if ((rc = trainer_open(&w->t, &w->run, err)) < 0 ||
-	    (rc = dataset_load(w->run.data_dir, "train", &w->ds, err)) < 0)
+	    (rc = run_data_load(&w->run, NULL, "train", &w->ds, err)) < 0)
 		return rc;
 	w->n = model_nparams(w->t.m);
 	/* dma's local steps are momentum SGD with the run's μ, Nesterov and weight decay: the

@@ -27,6 +27,31 @@ RULE_NOINLINE static void rule_dcasgd_apply(float *restrict theta, float *restri
 	}
 }
 
+RULE_NOINLINE static int rule_dcasgd_finite(const float *restrict theta, const float *restrict bak,
+					    const float *restrict d, size_t n, float c)
+{
+	rule_i4 acc = {0};
+	float tail = 0;
+	size_t i = 0;
+	for (; i + 4 <= n; i += 4) {
+		rule_v4 t = rule_load4(theta + i), dj = rule_load4(d + i);
+		rule_v4 u = t + dj - c * dj * dj * (t - rule_load4(bak + i));
+		acc |= (rule_i4)(u - u);
+	}
+	for (; i < n; i++) {
+		float t = theta[i], u = t + d[i] - c * d[i] * d[i] * (t - bak[i]);
+		tail += u - u;
+	}
+	return rule_finite4(acc, tail);
+}
+
+static int rule_dcasgd_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+			     const float *theta)
+{
+	(void)tau;
+	return rule_dcasgd_finite(theta, w->vec[0], in, r->n, r->c.lambda_dc / r->c.lr);
+}
+
 static int rule_dcasgd_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
 			      float *theta, float *reply, struct rule_stats *st, char *err)
 {
@@ -41,5 +66,6 @@ const struct rule_ops rule_dcasgd_ops = {
 	.nvec = 1,
 	.vec = {"bak"},
 	.sent_vec = 0,
+	.check = rule_dcasgd_check,
 	.commit = rule_dcasgd_commit,
 };

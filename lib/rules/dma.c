@@ -30,6 +30,29 @@ RULE_NOINLINE static void rule_dma_average(float *restrict theta, float *restric
 	}
 }
 
+/* the average with sum s = sum + in: s and X + s/W finite */
+RULE_NOINLINE static int rule_dma_finite(const float *restrict theta, const float *restrict sum,
+					 const float *restrict in, size_t n, float nw)
+{
+	rule_i4 acc = {0};
+	float tail = 0;
+	size_t i = 0;
+	for (; i + 4 <= n; i += 4) {
+		rule_v4 s = rule_load4(sum + i) + rule_load4(in + i), t = rule_load4(theta + i) + s / nw;
+		acc |= (rule_i4)((s - s) + (t - t));
+	}
+	for (; i < n; i++) {
+		float s = sum[i] + in[i], t = theta[i] + s / nw;
+		tail += (s - s) + (t - t);
+	}
+	return rule_finite4(acc, tail);
+}
+
+static int rule_dma_round_check(const struct rule *r, const float *theta, const float *in, float k)
+{
+	return rule_dma_finite(theta, r->global[0], in, r->n, k);
+}
+
 static void rule_dma_close(struct rule *r, float *theta)
 {
 	rule_dma_average(theta, r->global[0], r->n, (float)r->ncontrib);
@@ -40,9 +63,11 @@ const struct rule_ops rule_dma_ops = {
 	.desc = {"dma", "window", 4, RULE_SENDS_CYCLE, 0, 1, 1, 0},
 	.round_sum = 0,
 	.round_close = rule_dma_close,
+	.round_check = rule_dma_round_check,
 	.sent_vec = -1,
 	.nglobal = 1,
 	.global = {"sum"},
+	.check = rule_round_check,
 	.commit = rule_round_commit,
 	.join = rule_round_join,
 	.leave = rule_round_leave,

@@ -18,20 +18,74 @@
  *   θ   ← θ + π ⊙ Δθ ;  s_w ← θ
  * The clamp is written so that a NaN π (0/0 when ε = 0) becomes 0, in the one form gcc -O2
  * vectorises. */
+static inline float rule_gem_pi(float theta, float m, float s, float d, float mu, float kappa,
+				float pi_max, float eps, float *mi)
+{
+	float pi;
+	*mi = mu * m + d;
+	pi = (kappa * fabsf(*mi) - fabsf(theta - s)) / (fabsf(d) + eps);
+	pi = pi >= 0 ? pi : 0;
+	return pi > pi_max ? pi_max : pi;
+}
+
 static inline float rule_gem_elem(float *restrict theta, float *restrict m, float *restrict s,
 				  const float *restrict d, size_t i, float mu, float kappa,
 				  float pi_max, float eps)
 {
-	float mi = mu * m[i] + d[i];
-	float pi = (kappa * fabsf(mi) - fabsf(theta[i] - s[i])) / (fabsf(d[i]) + eps);
-	float t;
-	pi = pi >= 0 ? pi : 0;
-	pi = pi > pi_max ? pi_max : pi;
+	float mi, t;
+	float pi = rule_gem_pi(theta[i], m[i], s[i], d[i], mu, kappa, pi_max, eps, &mi);
 	m[i] = mi;
 	t = theta[i] + pi * d[i];
 	theta[i] = t;
 	s[i] = t;
 	return pi;
+}
+
+/* The exact check (impl.h): m_w and θ (= s_w) finite after the commit, each computed as
+ * rule_gem_elem does; π is clamped, so finite. */
+RULE_NOINLINE static int rule_gem_finite(const float *restrict theta, const float *restrict m,
+					 const float *restrict s, const float *restrict d, size_t n,
+					 const struct rule_config *c)
+{
+	const float mu = c->momentum, kappa = c->kappa, pi_max = c->pi_max, eps = c->eps;
+	float tail = 0;
+	for (size_t i = 0; i < n; i++) {
+		float mi, pi = rule_gem_pi(theta[i], m[i], s[i], d[i], mu, kappa, pi_max, eps, &mi);
+		float t = theta[i] + pi * d[i];
+		tail += (mi - mi) + (t - t);
+	}
+	return tail == 0;
+}
+
+/* A bound without the division: |m_w'| <= μ|m_w| + |Δθ| and, as 0 <= π <= π_max,
+ * |θ'| <= |θ| + π_max·|Δθ|, each side in floats (rounding is monotone and symmetric, so the
+ * rounded bound bounds the rounded value). Finite bounds: the commit is finite. */
+RULE_NOINLINE static int rule_gem_bounded(const float *restrict theta, const float *restrict m,
+					  const float *restrict d, size_t n, float mu, float pi_max)
+{
+	rule_i4 acc = {0};
+	float tail = 0;
+	size_t i = 0;
+	for (; i + 4 <= n; i += 4) {
+		rule_v4 ad = rule_abs4(rule_load4(d + i));
+		rule_v4 bm = mu * rule_abs4(rule_load4(m + i)) + ad;
+		rule_v4 bt = rule_abs4(rule_load4(theta + i)) + pi_max * ad;
+		acc |= (rule_i4)((bm - bm) + (bt - bt));
+	}
+	for (; i < n; i++) {
+		float bm = mu * fabsf(m[i]) + fabsf(d[i]), bt = fabsf(theta[i]) + pi_max * fabsf(d[i]);
+		tail += (bm - bm) + (bt - bt);
+	}
+	return rule_finite4(acc, tail);
+}
+
+static int rule_gem_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+			  const float *theta)
+{
+	(void)tau;
+	/* the bound is a cheap pass; only near FLT_MAX does it take the exact one */
+	return rule_gem_bounded(theta, w->vec[0], in, r->n, r->c.momentum, r->c.pi_max) ||
+	       rule_gem_finite(theta, w->vec[0], w->vec[1], in, r->n, &r->c);
 }
 
 /* Apply elements [a, b) of one tensor, π into p, its sums into sums. */
@@ -234,5 +288,6 @@ const struct rule_ops rule_gem_ops = {
 	.nvec = 2,
 	.vec = {"m", "s"},
 	.sent_vec = 1,
+	.check = rule_gem_check,
 	.commit = rule_gem_commit,
 };

@@ -3,6 +3,9 @@
  * rule.c keeps the workers, versions, configs and checkpoints; a rule file only updates θ. */
 #ifndef GEM_RULE_IMPL_H
 #define GEM_RULE_IMPL_H
+#include <stdint.h>
+#include <string.h>
+
 #include "rules/rule.h"
 
 /* Element loops are written as blocks of RULE_BLOCK with a fixed-count inner loop plus a scalar
@@ -28,8 +31,18 @@ struct rule_ops {
 	int round_sum;      /* rounds: the global vector that sums the round's updates */
 	/* rounds: apply a complete round to θ (r->ncontrib updates in the sum; zero the sum) */
 	void (*round_close)(struct rule *r, float *theta);
+	/* rounds: 1 if round_close would leave θ (and the rule's vectors) finite with the sum
+	 * sum + in of k contributions */
+	int (*round_check)(const struct rule *r, const float *theta, const float *in, float k);
 	int nglobal;        /* rule-wide vectors (sync: "v", "sum"; dma: "sum") */
 	const char *global[2];
+	/* Whether one commit would leave θ, the reply and the rule's state finite: 1 yes (or the
+	 * commit will be refused for another reason), 0 no. It reads and writes nothing else: a
+	 * pass over the vectors commit will touch, computing each new value as commit does
+	 * (same expressions, same order: the same floats), so a commit is refused before it
+	 * changes anything (rule_commit). Finite inputs can overflow (2·FLT_MAX). */
+	int (*check)(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+		     const float *theta);
 	/* Apply one commit (τ computed, worker checked); RULE_APPLIED, RULE_PENDING or < 0. */
 	int (*commit)(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
 		      float *theta, float *reply, struct rule_stats *st, char *err);
@@ -50,10 +63,44 @@ struct rule {
 	int target, ncommitted, ncontrib; /* sync and dma round: see round.c */
 };
 
+/* The checks (ops->check) run on vectors of 4 floats (GCC's vector extension), their lanes in
+ * registers: written as the commit loops are, gcc kept the check's lanes in memory and the
+ * pass took 3 times as long as the commit. A check ORs the bits of x − x of every new value x
+ * into its lanes: +0 (no bit set) for a finite x, NaN for an infinite or NaN one; an OR, not a
+ * sum, so that no chain of float additions bounds the loop. rule_finite4: all lanes 0. */
+typedef float rule_v4 __attribute__((vector_size(4 * sizeof(float))));
+typedef int32_t rule_i4 __attribute__((vector_size(4 * sizeof(int32_t))));
+
+static inline rule_v4 rule_load4(const float *p)
+{
+	rule_v4 v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+static inline rule_v4 rule_abs4(rule_v4 x)
+{
+	return (rule_v4)((rule_i4)x & 0x7fffffff);
+}
+
+/* acc's lanes and the scalar tail's sum all 0 */
+static inline int rule_finite4(rule_i4 acc, float tail)
+{
+	return !(acc[0] | acc[1] | acc[2] | acc[3]) && tail == 0;
+}
+
+/* 1 if a + d is finite for all n floats (DOWNPOUR's θ + Δ). */
+int rule_check_add(const float *restrict a, const float *restrict d, size_t n);
+
 /* a ← a + d over n floats (DOWNPOUR's θ += Δ, a round's sum += Δ). */
 void rule_vec_add(float *restrict a, const float *restrict d, size_t n);
 
 /* The rules with rounds use these as their commit, join and leave (round.c). */
+/* A round's check: the sum with this commit, and the round closed now with it (ops->round_check
+ * does that part: the sum s = sum + in and k = ncontrib + 1 contributions). A round closed later by
+ * a leave is closed with that same sum and θ, so it stays finite too. */
+int rule_round_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+		     const float *theta);
 int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
 		      float *theta, float *reply, struct rule_stats *st, char *err);
 int rule_round_join(struct rule *r, char *err);

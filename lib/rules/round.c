@@ -20,6 +20,14 @@ static void rule_round_close(struct rule *r, float *theta)
 	r->ncommitted = r->ncontrib = 0;
 }
 
+int rule_round_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+		     const float *theta)
+{
+	if (w->committed || tau)
+		return 1; /* rule_round_commit refuses it */
+	return r->ops->round_check(r, theta, in, (float)(r->ncontrib + 1));
+}
+
 int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
 		      float *theta, float *reply, struct rule_stats *st, char *err)
 {

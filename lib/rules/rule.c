@@ -290,6 +290,22 @@ void rule_destroy(struct rule *r)
 	free(r);
 }
 
+RULE_NOINLINE int rule_check_add(const float *restrict a, const float *restrict d, size_t n)
+{
+	rule_i4 acc = {0};
+	float tail = 0;
+	size_t i = 0;
+	for (; i + 4 <= n; i += 4) {
+		rule_v4 x = rule_load4(a + i) + rule_load4(d + i);
+		acc |= (rule_i4)(x - x);
+	}
+	for (; i < n; i++) {
+		float x = a[i] + d[i];
+		tail += x - x;
+	}
+	return rule_finite4(acc, tail);
+}
+
 RULE_NOINLINE void rule_vec_add(float *restrict a, const float *restrict d, size_t n)
 {
 	size_t i = 0;
@@ -391,6 +407,11 @@ int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_versi
 		st->ntensors = 0;
 		memset(&st->all, 0, sizeof st->all);
 	}
+	if (!r->ops->check(r, w, in, tau, theta))
+		return gem_errf(err, RULE_E_NON_FINITE,
+				"%s: worker %d's update would make the parameters or the rule's state "
+				"non-finite (an overflow): refused, nothing changed",
+				r->ops->desc.name, worker);
 	rc = r->ops->commit(r, w, in, tau, theta, reply, st, err);
 	if (rc == RULE_APPLIED)
 		++*version;

@@ -21,6 +21,7 @@
 enum {
 	RULE_APPLIED = 0, /* θ was updated and *version incremented: reply now */
 	RULE_PENDING = 1, /* sync, dma: held for the round; reply when a later call is RULE_APPLIED */
+	RULE_E_NON_FINITE = -10, /* refused: θ or the rule's state would not be finite */
 };
 
 /* What the worker does between two commits (its half of the rule: lib/rules/local.h). */
@@ -116,7 +117,8 @@ void rule_sent(struct rule *r, int worker, const float *theta);
  * base_version (downpour: the sum of λ local updates; easgd: the worker's x) to θ, of which
  * *version is the version (dma: the worker's delta of one cycle, Δ_w = x_w − x_w^init). Returns
  * RULE_APPLIED (θ updated, ++*version), RULE_PENDING (sync, dma: held until the round's last
- * commit, which returns RULE_APPLIED), or GEM_EUSAGE: unknown worker, base_version ahead of
+ * commit, which returns RULE_APPLIED), RULE_E_NON_FINITE when the result (θ, the reply or the
+ * rule's state) would not be finite, an overflow of finite inputs: nothing changed, or GEM_EUSAGE: unknown worker, base_version ahead of
  * *version, sync and dma: a second commit in a round or a stale base. easgd needs
  * reply (total floats): the elastic difference d the worker subtracts; others ignore it. st (may be
  * NULL) receives the commit's statistics. */

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <fnmatch.h>
 #include <math.h>
 #include <stddef.h>
@@ -151,10 +152,48 @@ static int get_str(json_t *obj, const char *sect, const char *key, char *out, si
 	return 0;
 }
 
+/* A number of "train" in [lo, hi] (and whole if integral), checked before it is narrowed. */
+static int get_range(json_t *train, const char *key, double lo, double hi, int integral,
+		     double *out, char *err)
+{
+	if (get_num(train, "train", key, out, err))
+		return GEM_EUSAGE;
+	if (!(*out >= lo && *out <= hi) || (integral && *out != floor(*out)))
+		return gem_errf(err, GEM_EUSAGE, "train.%s: %s in [%g, %g]", key,
+				integral ? "an integer" : "a number", lo, hi);
+	return 0;
+}
+
+/* run.json "train": every field in the range gem-init gives it, checked before it is narrowed
+ * (a double beyond an int or a float, or a negative one cast to uint64_t, is undefined
+ * behaviour). */
+static int parse_train(json_t *train, struct run_train *t, char *err)
+{
+	double lr, mu, wd, batch, epochs;
+	json_t *seed = json_object_get(train, "seed");
+	if (get_range(train, "lr", 1e-12, 1e6, 0, &lr, err) ||
+	    get_range(train, "momentum", 0, 0.999999, 0, &mu, err) ||
+	    get_range(train, "weight_decay", 0, 1e6, 0, &wd, err) ||
+	    get_range(train, "batch", 1, RUN_MAX_BATCH, 1, &batch, err) ||
+	    get_range(train, "epochs", 1, RUN_MAX_EPOCHS, 1, &epochs, err))
+		return GEM_EUSAGE;
+	/* read exactly, as gem-init writes it: a JSON integer (a double has 53 bits) */
+	if (!json_is_integer(seed) || json_integer_value(seed) < 0)
+		return gem_errf(err, GEM_EUSAGE, "train.seed: missing or not an integer in [0, 2^63)");
+	t->lr = (float)lr;
+	t->momentum = (float)mu;
+	t->weight_decay = (float)wd;
+	t->batch = (int)batch;
+	t->epochs = (int)epochs;
+	t->seed = (uint64_t)json_integer_value(seed);
+	return 0;
+}
+
 static int parse_run(struct run *r, char *err)
 {
 	json_t *j = r->json, *data, *train;
 	double v;
+	int rc;
 
 	if (!json_is_object(j))
 		return gem_errf(err, GEM_EUSAGE, "not a JSON object");
@@ -171,33 +210,23 @@ static int parse_run(struct run *r, char *err)
 	if (get_str(data, "data", "name", r->data_name, sizeof r->data_name, err) ||
 	    get_str(data, "data", "dir", r->data_dir, sizeof r->data_dir, err))
 		return GEM_EUSAGE;
+	/* of pixels scaled to [0, 1] (dataset_stats): a std that small keeps x/std a float */
 	if (get_num(data, "data", "mean", &v, err))
 		return GEM_EUSAGE;
+	if (!(v >= 0 && v <= 1))
+		return gem_errf(err, GEM_EUSAGE, "data.mean: a number in [0, 1]");
 	r->mean = (float)v;
 	if (get_num(data, "data", "std", &v, err))
 		return GEM_EUSAGE;
+	if (!(v >= 1e-30 && v <= 1))
+		return gem_errf(err, GEM_EUSAGE, "data.std: a number in [1e-30, 1]");
 	r->std = (float)v;
-	if (!(r->std > 0))
-		return gem_errf(err, GEM_EUSAGE, "data.std: must be > 0");
 	train = json_object_get(j, "train");
 	if (!json_is_object(train))
 		return gem_errf(err, GEM_EUSAGE, "train: missing or not an object");
-#define TRAIN_NUM(field, cast)                                                                    \
-	do {                                                                                       \
-		if (get_num(train, "train", #field, &v, err))                                      \
-			return GEM_EUSAGE;                                                         \
-		r->train.field = (cast)v;                                                          \
-	} while (0)
-	TRAIN_NUM(lr, float);
-	TRAIN_NUM(momentum, float);
-	TRAIN_NUM(weight_decay, float);
-	TRAIN_NUM(batch, int);
-	TRAIN_NUM(epochs, int);
-	TRAIN_NUM(seed, uint64_t);
-#undef TRAIN_NUM
+	if ((rc = parse_train(train, &r->train, err)) < 0)
+		return rc;
 	r->train.nesterov = json_is_true(json_object_get(train, "nesterov"));
-	if (r->train.batch < 1 || r->train.epochs < 1 || !(r->train.lr > 0))
-		return gem_errf(err, GEM_EUSAGE, "train: batch, epochs and lr must be positive");
 	if (rule_config_from_json(json_object_get(j, "rule"), &r->rule, err) < 0) {
 		gem_errprefix(err, "rule: ");
 		return GEM_EUSAGE;
@@ -252,6 +281,21 @@ int run_from_json(json_t *json, struct run *r, char *err)
 	}
 	find_data(r);
 	return 0;
+}
+
+int run_data_load(const struct run *r, const char *dir, const char *split, struct dataset *ds,
+		  char *err)
+{
+	struct model *m;
+	int rc;
+	memset(ds, 0, sizeof *ds);
+	if ((rc = model_from_json(r->model, &m, err)) < 0)
+		return rc;
+	if ((rc = dataset_load(dir ? dir : r->data_dir, split, ds, err)) == 0 &&
+	    (rc = model_fits(m, ds, err)) < 0)
+		dataset_free(ds);
+	model_free(m);
+	return rc;
 }
 
 void run_close(struct run *r)

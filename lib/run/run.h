@@ -8,9 +8,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "nn/data.h"
 #include "rules/rule.h"
 
 #define RUN_FORMAT 1
+#define RUN_MAX_BATCH 65536       /* run.json "train": batch in [1, RUN_MAX_BATCH] */
+#define RUN_MAX_EPOCHS (1 << 20)  /* epochs in [1, RUN_MAX_EPOCHS] */
 
 /* Every file in RUNDIR. */
 #define RUN_JSON        "run.json"        /* model spec, data, rule, hyper-parameters, seed */
@@ -65,6 +68,11 @@ int run_open(const char *dir, struct run *r, char *err);
  * copy from the server's GET /v1/run. */
 int run_from_json(json_t *json, struct run *r, char *err);
 void run_close(struct run *r);
+/* Split "train" or "test" of the run's data (of dir instead when dir is non-NULL), checked
+ * against the run's model with model_fits: every program where a run meets its data loads it
+ * here, so a model spec that does not fit its data (from a lying server) is refused. */
+int run_data_load(const struct run *r, const char *dir, const char *split, struct dataset *ds,
+		  char *err);
 /* Path of a file in the run: RUNDIR/name. */
 int run_file(const struct run *r, const char *name, char *out, size_t cap);
 /* Take RUNDIR/.lock exclusively (no other trainer or server on this run) and write our pid in

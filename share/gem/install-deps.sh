@@ -1,9 +1,12 @@
 #!/bin/sh
 # Install the Debian packages gem needs to build, test and run; only those missing.
+# With the argument fuzz, also those of make fuzz.
 set -e
 pkgs="build-essential libcurl4-openssl-dev libjansson-dev zlib1g-dev libdeflate-dev libblis-dev libmicrohttpd-dev
 pkg-config gnuplot-nox dataset-fashion-mnist perl curl python3 groff-base man-db procps
 hostname findutils"
+# sh install-deps.sh fuzz: also what make fuzz needs (clang with libFuzzer); not make check
+[ "$1" = fuzz ] && pkgs="$pkgs clang libclang-rt-dev"
 missing=
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

@@ -1,0 +1,65 @@
+#!/bin/bash
+# t6300: a finite commit that would make θ or the rule's state non-finite is refused (400
+# non_finite_result, logged as refused), leaves θ, its version and the checkpoint as they were,
+# and the run goes on (issue 13, 5: two commits of all FLT_MAX overflowed GEM's momentum).
+. "$(dirname "$0")/test-lib.sh"
+FLT_MAX=3.4028234663852886e38
+msg() { python3 "$GEM_SRC/t/gem-msg.py" --count 1108 "$@"; }
+
+# finite_params FILE: the raw params message FILE holds 1108 finite floats; prints their sum.
+finite_params() {
+	python3 - "$1" <<'PY'
+import json, math, struct, sys
+b = open(sys.argv[1], "rb").read(); nl = b.index(b"\n"); h = json.loads(b[:nl])
+v = struct.unpack("<%df" % h["blobs"][0]["count"], b[nl + 1:nl + 1 + h["blobs"][0]["size"]])
+assert len(v) == 1108 and all(math.isfinite(x) for x in v), "not finite"
+print(sum(v))
+PY
+}
+
+# expect STATUS ERROR [curl args...]
+expect() {
+	status=$1 error=$2; shift 2
+	got=$(curl -s -o reply.json -w "%{http_code}" "$@") &&
+	echo "status $got: $(head -1 reply.json | tr -d "\\000")" &&
+	test "$got" = "$status" &&
+	python3 -c "import json; r=json.load(open(\"reply.json\")); assert r[\"error\"]==\"$error\", r"
+}
+
+for rule in gem downpour; do
+	test_expect_success "$rule: setup, one worker joined" "
+		make_tiny_data data &&
+		rm -rf $rule && gem-init -q --model tiny.json --data data --rule $rule $rule &&
+		start_server $rule &&
+		curl -sf -X POST -d '{}' \$URL/v1/join | head -1 | grep -q '\"worker\":0'
+	"
+	test_expect_success "$rule: a commit of all FLT_MAX is applied, θ stays finite" "
+		msg --value $FLT_MAX --seq 1 >m1 &&
+		curl -sf -X POST --data-binary @m1 \$URL/v1/commit >/dev/null &&
+		curl -sf \"\$URL/v1/params?codec=raw\" >after1.msg &&
+		finite_params after1.msg
+	"
+	test_expect_success "$rule: a second one would overflow: 400 non_finite_result" "
+		msg --value $FLT_MAX --base 1 --seq 2 >m2 &&
+		expect 400 non_finite_result -X POST --data-binary @m2 \$URL/v1/commit &&
+		curl -sf \$URL/v1/health | grep -q '\"version\": *1\\b'
+	"
+	test_expect_success "$rule: θ as it was" "
+		curl -sf \"\$URL/v1/params?codec=raw\" >after2.msg &&
+		tail -n +2 after1.msg >theta1 && tail -n +2 after2.msg >theta2 &&
+		cmp theta1 theta2
+	"
+	test_expect_success "$rule: honest commits go on; the refusal logged with its reason; the checkpoint resumes finite" "
+		msg --value -0.001 --base 1 --seq 3 >m3 &&
+		curl -sf -X POST --data-binary @m3 \$URL/v1/commit >/dev/null &&
+		curl -sf \$URL/v1/health | grep -q '\"version\": *2\\b' &&
+		stop_if_running \$SERVER_PID &&
+		grep '\"event\":\"refused\"' $rule/log.jsonl | grep -q '\"reason\":\"non_finite_result\"' &&
+		start_server $rule &&
+		curl -sf \"\$URL/v1/params?codec=raw\" >resumed.msg &&
+		finite_params resumed.msg &&
+		stop_if_running \$SERVER_PID
+	"
+done
+
+test_done
