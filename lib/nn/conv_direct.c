@@ -1,0 +1,258 @@
+#include "nn/conv_direct.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define CD_X86 1
+#define CD_AVX2 __attribute__((target("avx2,fma")))
+#define CD_INLINE static inline __attribute__((always_inline))
+#endif
+
+/* Output channels per forward tile: two rows × 5 channels = 10 accumulators, 2 input vectors
+ * and a broadcast weight fit the 16 AVX2 registers; 10 and 20 channels split evenly. */
+#define CD_G 5
+/* Kernel columns per weight-gradient tile (2 channels × 5 = 10 accumulators). */
+#define CD_KJ 5
+
+static int forced = -1; /* tests: 0 or 1 forces a path; -1 asks the CPU at every call */
+
+/* The CPU has AVX2 and FMA (libgcc's constructor has filled __builtin_cpu_supports' data). */
+static int simd_available(void)
+{
+#ifdef CD_X86
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+	return 0;
+#endif
+}
+
+int conv_direct_simd(int on)
+{
+	int was = forced >= 0 ? forced : simd_available();
+	if (on >= 0)
+		forced = on && simd_available();
+	return was;
+}
+
+int conv_direct_fits(const struct conv2d_shape *s)
+{
+	return s->stride == 1 && s->pad == 0 && s->ow % 8 == 0;
+}
+
+/* ---- portable ---- */
+
+static void forward_c(float *y, const float *x, const float *W, const float *b, int B,
+		      const struct conv2d_shape *s)
+{
+	size_t plane = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw;
+	int k = s->k, ckk = s->c * k * k;
+	for (int o = 0; o < s->oc; o++)
+		for (int bb = 0; bb < B; bb++)
+			for (int i = 0; i < s->oh; i++)
+				for (int j = 0; j < s->ow; j++) {
+					float acc = 0;
+					for (int ch = 0; ch < s->c; ch++) {
+						const float *xp = x + ((size_t)ch * B + bb) * plane + (size_t)i * s->w + j;
+						const float *wp = W + (size_t)o * ckk + (size_t)ch * k * k;
+						for (int ki = 0; ki < k; ki++)
+							for (int kj = 0; kj < k; kj++)
+								acc += xp[ki * s->w + kj] * wp[ki * k + kj];
+					}
+					y[(size_t)o * n + bb * ohw + (size_t)i * s->ow + j] = acc + b[o];
+				}
+}
+
+/* 8 lane sums added as the SIMD horizontal sum does: (l + l+4), then (+2), then (+1). */
+static float lanes_sum(const float *l)
+{
+	float a[4];
+	for (int i = 0; i < 4; i++)
+		a[i] = l[i] + l[i + 4];
+	return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+static void dW_c(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
+{
+	size_t plane = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw;
+	int k = s->k;
+	for (int o = 0; o < s->oc; o++)
+		for (int ch = 0; ch < s->c; ch++)
+			for (int ki = 0; ki < k; ki++)
+				for (int kj = 0; kj < k; kj++) {
+					float l[8] = {0};
+					for (int bb = 0; bb < B; bb++)
+						for (int i = 0; i < s->oh; i++) {
+							const float *d = dy + (size_t)o * n + bb * ohw + (size_t)i * s->ow;
+							const float *xr = x + ((size_t)ch * B + bb) * plane +
+									  (size_t)(i + ki) * s->w + kj;
+							for (int j = 0; j < s->ow; j++)
+								l[j % 8] += d[j] * xr[j];
+						}
+					dW[(((size_t)o * s->c + ch) * k + ki) * k + kj] = lanes_sum(l);
+				}
+}
+
+/* ---- AVX2 + FMA ---- */
+#ifdef CD_X86
+
+/* Output rows i (and i+1 if two), columns [8j, 8j+8), channels o..o+ng−1 of one sample: x and
+ * W point at the tile's first input pixel and first channel's weights, y at its first output;
+ * channels are xs (input), ckk (weights) and ys (output) floats apart. */
+CD_AVX2 CD_INLINE void fwd_tile(float *y, size_t ys, int ow, const float *x, size_t xs, int w,
+				const float *W, int ckk, const float *b, int c, int k, int two, int ng)
+{
+	__m256 a0[CD_G], a1[CD_G];
+#pragma GCC unroll 8
+	for (int g = 0; g < CD_G; g++)
+		a0[g] = a1[g] = _mm256_setzero_ps();
+	for (int ch = 0; ch < c; ch++)
+		for (int ki = 0; ki < k; ki++) {
+			const float *xr = x + (size_t)ch * xs + (size_t)ki * w, *wr = W + (ch * k + ki) * k;
+			for (int kj = 0; kj < k; kj++) {
+				__m256 v0 = _mm256_loadu_ps(xr + kj);
+				__m256 v1 = two ? _mm256_loadu_ps(xr + w + kj) : v0;
+#pragma GCC unroll 8
+				for (int g = 0; g < CD_G; g++)
+					if (g < ng) {
+						__m256 wv = _mm256_broadcast_ss(wr + g * ckk + kj);
+						a0[g] = _mm256_fmadd_ps(v0, wv, a0[g]);
+						if (two)
+							a1[g] = _mm256_fmadd_ps(v1, wv, a1[g]);
+					}
+			}
+		}
+#pragma GCC unroll 8
+	for (int g = 0; g < CD_G; g++)
+		if (g < ng) {
+			__m256 bv = _mm256_set1_ps(b[g]);
+			_mm256_storeu_ps(y + g * ys, _mm256_add_ps(a0[g], bv));
+			if (two)
+				_mm256_storeu_ps(y + g * ys + ow, _mm256_add_ps(a1[g], bv));
+		}
+}
+
+/* fwd_tile with ng and two as constants, so each case unrolls into registers. */
+CD_AVX2 static void fwd_tile_any(float *y, size_t ys, int ow, const float *x, size_t xs, int w,
+				 const float *W, int ckk, const float *b, int c, int k, int two, int ng)
+{
+#define CD_T(t, g) fwd_tile(y, ys, ow, x, xs, w, W, ckk, b, c, k, t, g)
+	if (two)
+		switch (ng) {
+		case 5: CD_T(1, 5); break;
+		case 4: CD_T(1, 4); break;
+		case 3: CD_T(1, 3); break;
+		case 2: CD_T(1, 2); break;
+		default: CD_T(1, 1); break;
+		}
+	else
+		switch (ng) {
+		case 5: CD_T(0, 5); break;
+		case 4: CD_T(0, 4); break;
+		case 3: CD_T(0, 3); break;
+		case 2: CD_T(0, 2); break;
+		default: CD_T(0, 1); break;
+		}
+#undef CD_T
+}
+
+CD_AVX2 static void forward_avx2(float *y, const float *x, const float *W, const float *b, int B,
+				 const struct conv2d_shape *s)
+{
+	size_t plane = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw;
+	int ckk = s->c * s->k * s->k;
+	for (int bb = 0; bb < B; bb++)
+		for (int o = 0; o < s->oc; o += CD_G) {
+			int ng = s->oc - o < CD_G ? s->oc - o : CD_G;
+			for (int i = 0; i < s->oh; i += 2)
+				for (int j = 0; j < s->ow; j += 8)
+					fwd_tile_any(y + (size_t)o * n + bb * ohw + (size_t)i * s->ow + j, n, s->ow,
+						     x + (size_t)bb * plane + (size_t)i * s->w + j, (size_t)B * plane,
+						     s->w, W + (size_t)o * ckk, ckk, b + o, s->c, s->k,
+						     i + 1 < s->oh, ng);
+		}
+}
+
+CD_AVX2 static float hsum8(__m256 v)
+{
+	__m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	__m128 h = _mm_add_ps(a, _mm_movehl_ps(a, a));
+	return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+/* dW of channels o (and o+1 if two), input channel ch, kernel row ki, columns kj0..kj0+nk−1,
+ * over the batch: dy at channel o's first output, x at channel ch's first pixel, row ki. */
+CD_AVX2 CD_INLINE void dW_tile(float *dW, size_t dws, const float *dy, size_t n, const float *x,
+			       int B, const struct conv2d_shape *s, int two, int nk)
+{
+	size_t plane = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow;
+	__m256 a0[CD_KJ], a1[CD_KJ];
+#pragma GCC unroll 8
+	for (int t = 0; t < CD_KJ; t++)
+		a0[t] = a1[t] = _mm256_setzero_ps();
+	for (int bb = 0; bb < B; bb++)
+		for (int i = 0; i < s->oh; i++)
+			for (int j = 0; j < s->ow; j += 8) {
+				const float *d = dy + bb * ohw + (size_t)i * s->ow + j;
+				const float *xr = x + bb * plane + (size_t)i * s->w + j;
+				__m256 d0 = _mm256_loadu_ps(d), d1 = two ? _mm256_loadu_ps(d + n) : d0;
+#pragma GCC unroll 8
+				for (int t = 0; t < CD_KJ; t++)
+					if (t < nk) {
+						__m256 xv = _mm256_loadu_ps(xr + t);
+						a0[t] = _mm256_fmadd_ps(d0, xv, a0[t]);
+						if (two)
+							a1[t] = _mm256_fmadd_ps(d1, xv, a1[t]);
+					}
+			}
+	for (int t = 0; t < nk; t++) {
+		dW[t] = hsum8(a0[t]);
+		if (two)
+			dW[dws + t] = hsum8(a1[t]);
+	}
+}
+
+CD_AVX2 static void dW_avx2(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
+{
+	size_t plane = (size_t)s->h * s->w, n = (size_t)B * s->oh * s->ow;
+	int k = s->k, ckk = s->c * k * k;
+	for (int o = 0; o < s->oc; o += 2)
+		for (int ch = 0; ch < s->c; ch++)
+			for (int ki = 0; ki < k; ki++)
+				for (int kj = 0; kj < k; kj += CD_KJ) {
+					float *dw = dW + (size_t)o * ckk + ((size_t)ch * k + ki) * k + kj;
+					const float *d = dy + (size_t)o * n;
+					const float *xp = x + (size_t)ch * B * plane + (size_t)ki * s->w + kj;
+					int nk = k - kj < CD_KJ ? k - kj : CD_KJ;
+					if (o + 1 < s->oc && nk == CD_KJ)
+						dW_tile(dw, (size_t)ckk, d, n, xp, B, s, 1, CD_KJ);
+					else if (o + 1 < s->oc)
+						dW_tile(dw, (size_t)ckk, d, n, xp, B, s, 1, nk);
+					else
+						dW_tile(dw, (size_t)ckk, d, n, xp, B, s, 0, nk);
+				}
+}
+#endif
+
+void conv_direct_forward(float *y, const float *x, const float *W, const float *b, int B,
+			 const struct conv2d_shape *s)
+{
+#ifdef CD_X86
+	if (conv_direct_simd(-1)) {
+		forward_avx2(y, x, W, b, B, s);
+		return;
+	}
+#endif
+	forward_c(y, x, W, b, B, s);
+}
+
+void conv_direct_dW(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
+{
+#ifdef CD_X86
+	if (conv_direct_simd(-1)) {
+		dW_avx2(dW, dy, x, B, s);
+		return;
+	}
+#endif
+	dW_c(dW, dy, x, B, s);
+}

@@ -1,0 +1,24 @@
+/* conv_direct: conv2d forward and weight gradient straight from the image planes (no im2col),
+ * for stride 1, no padding and output rows a multiple of 8 wide (both of the cnn's layers),
+ * vectorised over 8 output pixels of a row. x86-64 with AVX2+FMA (asked at run time) runs
+ * intrinsics; elsewhere portable C does the same sums in the same order, with a rounding
+ * after every multiply (no FMA). Layouts as in layers.h: x (C,B,H,W), y (OC,B,OH,OW).
+ *
+ * Summation order, against im2col + BLIS: each output is Σ over (c, ki, kj) in that order,
+ * one running sum from 0, then + bias; each dW entry is 8 partial sums (output column mod 8)
+ * over (b, oh, column) in order, added pairwise (0+4, 1+5, ... then halves). */
+#ifndef GEM_CONV_DIRECT_H
+#define GEM_CONV_DIRECT_H
+#include "nn/layers.h"
+
+// 1 if the direct kernels take shape s
+int conv_direct_fits(const struct conv2d_shape *s);
+// y = W ⊛ x + b, for B samples (conv_direct_fits(s))
+void conv_direct_forward(float *y, const float *x, const float *W, const float *b, int B,
+			 const struct conv2d_shape *s);
+// dW (OC,C,K,K) = Σ over the batch of dy ⊗ x (conv_direct_fits(s))
+void conv_direct_dW(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s);
+// Use the SIMD kernels when on = 1 and the CPU has them, the portable ones when 0 (tests);
+// on = -1 only asks. Returns whether the SIMD kernels were in use before.
+int conv_direct_simd(int on);
+#endif
