@@ -6,32 +6,38 @@
 #include <immintrin.h>
 #define CD_X86 1
 #define CD_AVX2 __attribute__((target("avx2,fma")))
+#define CD_AVX512 __attribute__((target("avx2,fma,avx512f,avx512vl")))
 #define CD_INLINE static inline __attribute__((always_inline))
 #endif
 
 /* Output channels per forward tile: two rows × 5 channels = 10 accumulators, 2 input vectors
  * and a broadcast weight fit the 16 AVX2 registers; 10 and 20 channels split evenly. */
 #define CD_G 5
-/* Kernel columns per weight-gradient tile (2 channels × 5 = 10 accumulators). */
+/* Kernel columns per weight-gradient tile, and at most CD_NO output channels (× 5 = 20
+ * accumulators with AVX-512VL's 32 registers, 2 × 5 with AVX2's 16). */
 #define CD_KJ 5
+#define CD_NO 4
 
-static int forced = -1; /* tests: 0 or 1 forces a path; -1 asks the CPU at every call */
+static int forced = -1; /* tests: a level forced; -1 asks the CPU at every call */
 
-/* The CPU has AVX2 and FMA (libgcc's constructor has filled __builtin_cpu_supports' data). */
+/* What the CPU has (libgcc's constructor has filled __builtin_cpu_supports' data): 2 AVX2,
+ * FMA and AVX-512VL, 1 AVX2 and FMA, 0 neither. */
 static int simd_available(void)
 {
 #ifdef CD_X86
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		return 0;
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") ? 2 : 1;
 #else
 	return 0;
 #endif
 }
 
-int conv_direct_simd(int on)
+int conv_direct_simd(int level)
 {
-	int was = forced >= 0 ? forced : simd_available();
-	if (on >= 0)
-		forced = on && simd_available();
+	int was = forced >= 0 ? forced : simd_available(), have = simd_available();
+	if (level >= 0)
+		forced = level < have ? level : have;
 	return was;
 }
 
@@ -180,57 +186,73 @@ CD_AVX2 static float hsum8(__m256 v)
 	return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
 }
 
-/* dW of channels o (and o+1 if two), input channel ch, kernel row ki, columns kj0..kj0+nk−1,
- * over the batch: dy at channel o's first output, x at channel ch's first pixel, row ki. */
+/* dW of channels o..o+no−1, input channel ch, kernel row ki, columns kj0..kj0+nk−1, over the
+ * batch: dy at channel o's first output (channels n apart), x at channel ch's first pixel, row
+ * ki, column kj0; dW at (o, ch, ki, kj0), channels dws apart. */
 CD_AVX2 CD_INLINE void dW_tile(float *dW, size_t dws, const float *dy, size_t n, const float *x,
-			       int B, const struct conv2d_shape *s, int two, int nk)
+			       int B, const struct conv2d_shape *s, int no, int nk)
 {
 	size_t plane = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow;
-	__m256 a0[CD_KJ], a1[CD_KJ];
+	__m256 a[CD_NO][CD_KJ];
 #pragma GCC unroll 8
-	for (int t = 0; t < CD_KJ; t++)
-		a0[t] = a1[t] = _mm256_setzero_ps();
+	for (int q = 0; q < CD_NO; q++)
+#pragma GCC unroll 8
+		for (int t = 0; t < CD_KJ; t++)
+			a[q][t] = _mm256_setzero_ps();
 	for (int bb = 0; bb < B; bb++)
 		for (int i = 0; i < s->oh; i++)
 			for (int j = 0; j < s->ow; j += 8) {
 				const float *d = dy + bb * ohw + (size_t)i * s->ow + j;
 				const float *xr = x + bb * plane + (size_t)i * s->w + j;
-				__m256 d0 = _mm256_loadu_ps(d), d1 = two ? _mm256_loadu_ps(d + n) : d0;
+				__m256 dv[CD_NO];
+#pragma GCC unroll 8
+				for (int q = 0; q < CD_NO; q++)
+					dv[q] = q < no ? _mm256_loadu_ps(d + q * n) : _mm256_setzero_ps();
 #pragma GCC unroll 8
 				for (int t = 0; t < CD_KJ; t++)
 					if (t < nk) {
 						__m256 xv = _mm256_loadu_ps(xr + t);
-						a0[t] = _mm256_fmadd_ps(d0, xv, a0[t]);
-						if (two)
-							a1[t] = _mm256_fmadd_ps(d1, xv, a1[t]);
+#pragma GCC unroll 8
+						for (int q = 0; q < CD_NO; q++)
+							if (q < no)
+								a[q][t] = _mm256_fmadd_ps(dv[q], xv, a[q][t]);
 					}
 			}
-	for (int t = 0; t < nk; t++) {
-		dW[t] = hsum8(a0[t]);
-		if (two)
-			dW[dws + t] = hsum8(a1[t]);
-	}
+	for (int q = 0; q < no; q++)
+		for (int t = 0; t < nk; t++)
+			dW[q * dws + t] = hsum8(a[q][t]);
 }
 
-CD_AVX2 static void dW_avx2(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
+/* dW_tile over every tile, at most NO output channels at a time (a constant: 2 fits the 16
+ * AVX2 registers, 4 the 32 of AVX-512VL). */
+CD_AVX2 CD_INLINE void dW_all(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s,
+			      int NO)
 {
 	size_t plane = (size_t)s->h * s->w, n = (size_t)B * s->oh * s->ow;
 	int k = s->k, ckk = s->c * k * k;
-	for (int o = 0; o < s->oc; o += 2)
+	for (int o = 0; o < s->oc; o += NO)
 		for (int ch = 0; ch < s->c; ch++)
 			for (int ki = 0; ki < k; ki++)
 				for (int kj = 0; kj < k; kj += CD_KJ) {
 					float *dw = dW + (size_t)o * ckk + ((size_t)ch * k + ki) * k + kj;
 					const float *d = dy + (size_t)o * n;
 					const float *xp = x + (size_t)ch * B * plane + (size_t)ki * s->w + kj;
-					int nk = k - kj < CD_KJ ? k - kj : CD_KJ;
-					if (o + 1 < s->oc && nk == CD_KJ)
-						dW_tile(dw, (size_t)ckk, d, n, xp, B, s, 1, CD_KJ);
-					else if (o + 1 < s->oc)
-						dW_tile(dw, (size_t)ckk, d, n, xp, B, s, 1, nk);
+					int nk = k - kj < CD_KJ ? k - kj : CD_KJ, no = s->oc - o < NO ? s->oc - o : NO;
+					if (no == NO && nk == CD_KJ)
+						dW_tile(dw, (size_t)ckk, d, n, xp, B, s, NO, CD_KJ);
 					else
-						dW_tile(dw, (size_t)ckk, d, n, xp, B, s, 0, nk);
+						dW_tile(dw, (size_t)ckk, d, n, xp, B, s, no, nk);
 				}
+}
+
+CD_AVX2 static void dW_avx2(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
+{
+	dW_all(dW, dy, x, B, s, 2);
+}
+
+CD_AVX512 static void dW_avx512(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
+{
+	dW_all(dW, dy, x, B, s, 4);
 }
 #endif
 
@@ -249,7 +271,12 @@ void conv_direct_forward(float *y, const float *x, const float *W, const float *
 void conv_direct_dW(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
 {
 #ifdef CD_X86
-	if (conv_direct_simd(-1)) {
+	int level = conv_direct_simd(-1);
+	if (level == 2) {
+		dW_avx512(dW, dy, x, B, s);
+		return;
+	}
+	if (level) {
 		dW_avx2(dW, dy, x, B, s);
 		return;
 	}

@@ -1,8 +1,9 @@
 /* conv_direct: conv2d forward and weight gradient straight from the image planes (no im2col),
  * for stride 1, no padding and output rows a multiple of 8 wide (both of the cnn's layers),
  * vectorised over 8 output pixels of a row. x86-64 with AVX2+FMA (asked at run time) runs
- * intrinsics; elsewhere portable C does the same sums in the same order, with a rounding
- * after every multiply (no FMA). Layouts as in layers.h: x (C,B,H,W), y (OC,B,OH,OW).
+ * intrinsics (with AVX-512VL, the weight gradient takes 4 output channels at a time instead of
+ * 2: the same sums); elsewhere portable C does the same sums in the same order, with a
+ * rounding after every multiply (no FMA). Layouts as in layers.h: x (C,B,H,W), y (OC,B,OH,OW).
  *
  * Summation order, against im2col + BLIS: each output is Σ over (c, ki, kj) in that order,
  * one running sum from 0, then + bias; each dW entry is 8 partial sums (output column mod 8)
@@ -18,7 +19,8 @@ void conv_direct_forward(float *y, const float *x, const float *W, const float *
 			 const struct conv2d_shape *s);
 // dW (OC,C,K,K) = Σ over the batch of dy ⊗ x (conv_direct_fits(s))
 void conv_direct_dW(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s);
-// Use the SIMD kernels when on = 1 and the CPU has them, the portable ones when 0 (tests);
-// on = -1 only asks. Returns whether the SIMD kernels were in use before.
-int conv_direct_simd(int on);
+// The kernels to use: 2 AVX2 + FMA with AVX-512VL's 32 registers where the tiles gain from
+// them, 1 AVX2 + FMA, 0 portable; a level the CPU lacks becomes the highest it has (tests
+// force each). level = -1 only asks. Returns the level in use before.
+int conv_direct_simd(int level);
 #endif
