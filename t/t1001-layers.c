@@ -185,6 +185,21 @@ static void test_conv_direct_paths(int B, int c, int h, int w, int oc, int k)
 		conv_direct_dW(dW[i], dy, x, B, &s);
 	}
 	conv_direct_simd(was);
+	/* threads split the work, not the sums: bit for bit the same */
+	float *yt = malloc(ny * 4), *dWt = malloc(nw * 4);
+	conv_direct_threads(3);
+	conv_direct_forward(yt, x, W, b, B, &s);
+	conv_direct_dW(dWt, dy, x, B, &s);
+	conv_direct_threads(1);
+	conv_direct_forward(y[0], x, W, b, B, &s);
+	conv_direct_dW(dW[0], dy, x, B, &s);
+	ok(!memcmp(yt, y[0], ny * 4) && !memcmp(dWt, dW[0], nw * 4),
+	   "conv2d direct %dx%dx%d k%d: 3 threads give the bits of 1", c, h, w, k);
+	free(yt), free(dWt);
+	conv_direct_simd(0);
+	conv_direct_forward(y[0], x, W, b, B, &s);
+	conv_direct_dW(dW[0], dy, x, B, &s);
+	conv_direct_simd(was);
 	/* each dW entry sums B·OH·OW products: allow rounding growing as its square root */
 	double tw = 4 * sqrt((double)B * s.oh * s.ow) * FLT_EPSILON;
 	for (int l = 1; l <= 2; l++) {

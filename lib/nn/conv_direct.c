@@ -1,5 +1,6 @@
 #include "nn/conv_direct.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -48,13 +49,15 @@ int conv_direct_fits(const struct conv2d_shape *s)
 
 /* ---- portable ---- */
 
+/* Each kernel below does a part of the work: forward the samples [lo, hi), dW the output
+ * channels [lo, hi) (lo a multiple of the tile's channels). */
 static void forward_c(float *y, const float *x, const float *W, const float *b, int B,
-		      const struct conv2d_shape *s)
+		      const struct conv2d_shape *s, int lo, int hi)
 {
 	size_t plane = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw;
 	int k = s->k, ckk = s->c * k * k;
 	for (int o = 0; o < s->oc; o++)
-		for (int bb = 0; bb < B; bb++)
+		for (int bb = lo; bb < hi; bb++)
 			for (int i = 0; i < s->oh; i++)
 				for (int j = 0; j < s->ow; j++) {
 					float acc = 0;
@@ -78,11 +81,12 @@ static float lanes_sum(const float *l)
 	return (a[0] + a[2]) + (a[1] + a[3]);
 }
 
-static void dW_c(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
+static void dW_c(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s, int lo,
+		 int hi)
 {
 	size_t plane = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw;
 	int k = s->k;
-	for (int o = 0; o < s->oc; o++)
+	for (int o = lo; o < hi; o++)
 		for (int ch = 0; ch < s->c; ch++)
 			for (int ki = 0; ki < k; ki++)
 				for (int kj = 0; kj < k; kj++) {
@@ -163,11 +167,11 @@ CD_AVX2 static void fwd_tile_any(float *y, size_t ys, int ow, const float *x, si
 }
 
 CD_AVX2 static void forward_avx2(float *y, const float *x, const float *W, const float *b, int B,
-				 const struct conv2d_shape *s)
+				 const struct conv2d_shape *s, int lo, int hi)
 {
 	size_t plane = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw;
 	int ckk = s->c * s->k * s->k;
-	for (int bb = 0; bb < B; bb++)
+	for (int bb = lo; bb < hi; bb++)
 		for (int o = 0; o < s->oc; o += CD_G) {
 			int ng = s->oc - o < CD_G ? s->oc - o : CD_G;
 			for (int i = 0; i < s->oh; i += 2)
@@ -226,18 +230,18 @@ CD_AVX2 CD_INLINE void dW_tile(float *dW, size_t dws, const float *dy, size_t n,
 /* dW_tile over every tile, at most NO output channels at a time (a constant: 2 fits the 16
  * AVX2 registers, 4 the 32 of AVX-512VL). */
 CD_AVX2 CD_INLINE void dW_all(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s,
-			      int NO)
+			      int NO, int lo, int hi)
 {
 	size_t plane = (size_t)s->h * s->w, n = (size_t)B * s->oh * s->ow;
 	int k = s->k, ckk = s->c * k * k;
-	for (int o = 0; o < s->oc; o += NO)
+	for (int o = lo; o < hi; o += NO)
 		for (int ch = 0; ch < s->c; ch++)
 			for (int ki = 0; ki < k; ki++)
 				for (int kj = 0; kj < k; kj += CD_KJ) {
 					float *dw = dW + (size_t)o * ckk + ((size_t)ch * k + ki) * k + kj;
 					const float *d = dy + (size_t)o * n;
 					const float *xp = x + (size_t)ch * B * plane + (size_t)ki * s->w + kj;
-					int nk = k - kj < CD_KJ ? k - kj : CD_KJ, no = s->oc - o < NO ? s->oc - o : NO;
+					int nk = k - kj < CD_KJ ? k - kj : CD_KJ, no = hi - o < NO ? hi - o : NO;
 					if (no == NO && nk == CD_KJ)
 						dW_tile(dw, (size_t)ckk, d, n, xp, B, s, NO, CD_KJ);
 					else
@@ -245,41 +249,92 @@ CD_AVX2 CD_INLINE void dW_all(float *dW, const float *dy, const float *x, int B,
 				}
 }
 
-CD_AVX2 static void dW_avx2(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
+CD_AVX2 static void dW_avx2(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s,
+			    int lo, int hi)
 {
-	dW_all(dW, dy, x, B, s, 2);
+	dW_all(dW, dy, x, B, s, 2, lo, hi);
 }
 
-CD_AVX512 static void dW_avx512(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
+CD_AVX512 static void dW_avx512(float *dW, const float *dy, const float *x, int B,
+				const struct conv2d_shape *s, int lo, int hi)
 {
-	dW_all(dW, dy, x, B, s, 4);
+	dW_all(dW, dy, x, B, s, 4, lo, hi);
 }
 #endif
+
+/* One thread's part of a kernel call. */
+struct part {
+	int dW, level, lo, hi, B;
+	float *out;
+	const float *x, *W, *b, *dy;
+	const struct conv2d_shape *s;
+};
+
+static void *run_part(void *arg)
+{
+	const struct part *p = arg;
+#ifdef CD_X86
+	if (!p->dW && p->level) {
+		forward_avx2(p->out, p->x, p->W, p->b, p->B, p->s, p->lo, p->hi);
+		return NULL;
+	}
+	if (p->dW && p->level == 2) {
+		dW_avx512(p->out, p->dy, p->x, p->B, p->s, p->lo, p->hi);
+		return NULL;
+	}
+	if (p->dW && p->level) {
+		dW_avx2(p->out, p->dy, p->x, p->B, p->s, p->lo, p->hi);
+		return NULL;
+	}
+#endif
+	if (p->dW)
+		dW_c(p->out, p->dy, p->x, p->B, p->s, p->lo, p->hi);
+	else
+		forward_c(p->out, p->x, p->W, p->b, p->B, p->s, p->lo, p->hi);
+	return NULL;
+}
+
+#define CD_MAX_THREADS 64
+static int nthreads = 1;
+
+void conv_direct_threads(int t)
+{
+	nthreads = t < 1 ? 1 : t > CD_MAX_THREADS ? CD_MAX_THREADS : t;
+}
+
+/* Split [0, n) in units of `unit` among the threads; this thread runs the first part. A part
+ * writes only its own outputs, in the order one thread would: the result does not depend on
+ * the number of threads. */
+static void run_split(struct part base, int n, int unit)
+{
+	int units = (n + unit - 1) / unit, T = nthreads < units ? nthreads : units;
+	struct part parts[CD_MAX_THREADS];
+	pthread_t th[CD_MAX_THREADS];
+	int started[CD_MAX_THREADS] = {0};
+	for (int i = 0; i < T; i++) {
+		parts[i] = base;
+		parts[i].lo = units * i / T * unit;
+		parts[i].hi = units * (i + 1) / T * unit < n ? units * (i + 1) / T * unit : n;
+	}
+	for (int i = 1; i < T; i++)
+		started[i] = pthread_create(&th[i], NULL, run_part, &parts[i]) == 0;
+	run_part(&parts[0]);
+	for (int i = 1; i < T; i++)
+		if (started[i])
+			pthread_join(th[i], NULL);
+		else
+			run_part(&parts[i]);
+}
 
 void conv_direct_forward(float *y, const float *x, const float *W, const float *b, int B,
 			 const struct conv2d_shape *s)
 {
-#ifdef CD_X86
-	if (conv_direct_simd(-1)) {
-		forward_avx2(y, x, W, b, B, s);
-		return;
-	}
-#endif
-	forward_c(y, x, W, b, B, s);
+	struct part p = {0, conv_direct_simd(-1), 0, B, B, y, x, W, b, NULL, s};
+	run_split(p, B, 1);
 }
 
 void conv_direct_dW(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
 {
-#ifdef CD_X86
-	int level = conv_direct_simd(-1);
-	if (level == 2) {
-		dW_avx512(dW, dy, x, B, s);
-		return;
-	}
-	if (level) {
-		dW_avx2(dW, dy, x, B, s);
-		return;
-	}
-#endif
-	dW_c(dW, dy, x, B, s);
+	struct part p = {1, conv_direct_simd(-1), 0, s->oc, B, dW, x, NULL, NULL, dy, s};
+	run_split(p, s->oc, p.level == 2 ? 4 : 2);
 }

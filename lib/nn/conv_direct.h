@@ -19,6 +19,9 @@ void conv_direct_forward(float *y, const float *x, const float *W, const float *
 			 const struct conv2d_shape *s);
 // dW (OC,C,K,K) = Σ over the batch of dy ⊗ x (conv_direct_fits(s))
 void conv_direct_dW(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s);
+// Run each kernel call on t threads (default 1): forward splits the samples, dW the output
+// channels; every output is computed as on one thread, so results do not change with t.
+void conv_direct_threads(int t);
 // The kernels to use: 2 AVX2 + FMA with AVX-512VL's 32 registers where the tiles gain from
 // them, 1 AVX2 + FMA, 0 portable; a level the CPU lacks becomes the highest it has (tests
 // force each). level = -1 only asks. Returns the level in use before.

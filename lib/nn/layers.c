@@ -89,6 +89,12 @@ static void scale_floats(float *restrict d, const float *restrict s, float v, si
 		d[i] = s[i] * v;
 }
 
+void layers_set_threads(int t)
+{
+	bli_thread_set_num_threads(t);
+	conv_direct_threads(t);
+}
+
 int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k, int stride, int pad)
 {
 	if (c < 1 || h < 1 || w < 1 || oc < 1 || k < 1 || stride < 1 || pad < 0 ||

@@ -21,6 +21,9 @@ int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k
 /* Floats in the im2col matrix for B samples: C·K·K rows × B·OH·OW columns. */
 size_t conv2d_col_size(const struct conv2d_shape *s, int B);
 
+// Run the kernels on t threads (BLIS's and nn/conv_direct.h's); the default is 1
+void layers_set_threads(int t);
+
 // x (B,IN) · W (OUT,IN)ᵀ + b → y (B,OUT)
 void dense_forward(float *y, const float *x, const float *W, const float *b, int B, int in, int out);
 // dy (B,OUT) → dW (OUT,IN) = dyᵀ·x, db (OUT) = Σ_b dy, dx (B,IN) = dy·W (skipped if dx NULL)
