@@ -175,6 +175,7 @@ static void test_conv_direct_paths(int B, int c, int h, int w, int oc, int k)
 	float *x = malloc(nx * 4), *W = malloc(nw * 4), *b = malloc(oc * 4), *dy = malloc(ny * 4);
 	float *y[3] = {malloc(ny * 4), malloc(ny * 4), malloc(ny * 4)};
 	float *dW[3] = {malloc(nw * 4), malloc(nw * 4), malloc(nw * 4)};
+	float *dx[3] = {malloc(nx * 4), malloc(nx * 4), malloc(nx * 4)};
 	fill(x, nx, -1, 1), fill(W, nw, -1, 1), fill(b, oc, -1, 1), fill(dy, ny, -1, 1);
 	int was = conv_direct_simd(-1);
 	conv_direct_simd(2); /* the highest level this CPU has */
@@ -183,27 +184,33 @@ static void test_conv_direct_paths(int B, int c, int h, int w, int oc, int k)
 		conv_direct_simd(i);
 		conv_direct_forward(y[i], x, W, b, B, &s);
 		conv_direct_dW(dW[i], dy, x, B, &s);
+		conv_direct_dx(dx[i], dy, W, B, &s);
 	}
 	conv_direct_simd(was);
 	/* threads split the work, not the sums: bit for bit the same */
-	float *yt = malloc(ny * 4), *dWt = malloc(nw * 4);
+	float *yt = malloc(ny * 4), *dWt = malloc(nw * 4), *dxt = malloc(nx * 4);
 	conv_direct_threads(3);
 	conv_direct_forward(yt, x, W, b, B, &s);
 	conv_direct_dW(dWt, dy, x, B, &s);
+	conv_direct_dx(dxt, dy, W, B, &s);
 	conv_direct_threads(1);
 	conv_direct_forward(y[0], x, W, b, B, &s);
 	conv_direct_dW(dW[0], dy, x, B, &s);
-	ok(!memcmp(yt, y[0], ny * 4) && !memcmp(dWt, dW[0], nw * 4),
+	conv_direct_dx(dx[0], dy, W, B, &s);
+	ok(!memcmp(yt, y[0], ny * 4) && !memcmp(dWt, dW[0], nw * 4) && !memcmp(dxt, dx[0], nx * 4),
 	   "conv2d direct %dx%dx%d k%d: 3 threads give the bits of 1", c, h, w, k);
-	free(yt), free(dWt);
+	free(yt), free(dWt), free(dxt);
 	conv_direct_simd(0);
 	conv_direct_forward(y[0], x, W, b, B, &s);
 	conv_direct_dW(dW[0], dy, x, B, &s);
+	conv_direct_dx(dx[0], dy, W, B, &s);
 	conv_direct_simd(was);
 	/* each dW entry sums B·OH·OW products: allow rounding growing as its square root */
 	double tw = 4 * sqrt((double)B * s.oh * s.ow) * FLT_EPSILON;
 	for (int l = 1; l <= 2; l++) {
-		double ey = 0, ew = 0;
+		double ey = 0, ew = 0, ex = 0;
+		for (size_t i = 0; i < nx; i++)
+			ex = fmax(ex, fabs((double)dx[l][i] - dx[0][i]) / (1 + fabs((double)dx[0][i])));
 		for (size_t i = 0; i < ny; i++)
 			ey = fmax(ey, fabs((double)y[l][i] - y[0][i]) / (1 + fabs((double)y[0][i])));
 		for (size_t i = 0; i < nw; i++)
@@ -214,9 +221,11 @@ static void test_conv_direct_paths(int B, int c, int h, int w, int oc, int k)
 		   c, h, w, k, l, ey);
 		ok(ew < tw, "conv2d direct %dx%dx%d k%d: SIMD level %d and portable dW agree (max rel diff %.2g)", c,
 		   h, w, k, l, ew);
+		ok(ex < 1e-5, "conv2d direct %dx%dx%d k%d: SIMD level %d and portable dx agree (max rel diff %.2g)", c,
+		   h, w, k, l, ex);
 	}
 	for (int i = 0; i < 3; i++)
-		free(y[i]), free(dW[i]);
+		free(y[i]), free(dW[i]), free(dx[i]);
 	free(x), free(W), free(b), free(dy);
 }
 
@@ -426,6 +435,7 @@ int main(void)
 	test_conv_direct_paths(64, 10, 12, 12, 20, 5); /* the cnn's layers */
 	test_conv_direct_paths(64, 1, 28, 28, 10, 5);
 	test_conv_direct_paths(3, 2, 10, 14, 3, 7);
+	test_conv_direct_paths(2, 7, 9, 19, 4, 4); /* OW = 16: dx through stored rows */
 	test_pool(3, 6, 18, 2); /* four-at-a-time path and a tail */
 	test_pool(2, 5, 11, 2); /* odd height and width */
 	test_pool(2, 7, 9, 3);

@@ -18,6 +18,12 @@
  * accumulators with AVX-512VL's 32 registers, 2 × 5 with AVX2's 16). */
 #define CD_KJ 5
 #define CD_NO 4
+/* The input gradient's limits: kernels up to CD_KMAX wide, output rows up to CD_OWMAX. */
+#define CD_KMAX 8
+#define CD_OWMAX 64
+/* Input channels per input-gradient tile: up to 5 (× 5 kernel columns = 25 accumulators with
+ * AVX-512VL), 2 with AVX2. */
+#define CD_DXG 5
 
 static int forced = -1; /* tests: a level forced; -1 asks the CPU at every call */
 
@@ -101,6 +107,43 @@ static void dW_c(float *dW, const float *dy, const float *x, int B, const struct
 						}
 					dW[(((size_t)o * s->c + ch) * k + ki) * k + kj] = lanes_sum(l);
 				}
+}
+
+/* dx row r of channel c, sample b, from T[kj][l] = Σ_o Σ_ki W[o][c][ki][kj]·dy[o][b][r−ki][l]:
+ * dx[r][iw] = Σ_kj T[kj][iw − kj] over the l inside the output row. */
+static void dx_combine(float *row, const float *T, int w, int k, int ow)
+{
+	for (int iw = 0; iw < w; iw++) {
+		int kj0 = iw - ow + 1 > 0 ? iw - ow + 1 : 0, kj1 = iw + 1 < k ? iw + 1 : k;
+		const float *t = T + iw;
+		float sum = 0;
+		for (int kj = kj0; kj < kj1; kj++)
+			sum += t[kj * (ow - 1)]; /* T[kj][iw − kj] */
+		row[iw] = sum;
+	}
+}
+
+static void dx_c(float *dx, const float *dy, const float *W, int B, const struct conv2d_shape *s, int lo,
+		 int hi)
+{
+	size_t plane = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw;
+	int k = s->k, kk = k * k, ckk = s->c * kk;
+	float T[CD_KMAX * CD_OWMAX];
+	for (int bb = lo; bb < hi; bb++)
+		for (int c = 0; c < s->c; c++)
+			for (int r = 0; r < s->h; r++) {
+				int ki0 = r - s->oh + 1 > 0 ? r - s->oh + 1 : 0, ki1 = r + 1 < k ? r + 1 : k;
+				for (int kj = 0; kj < k; kj++)
+					for (int l = 0; l < s->ow; l++) {
+						float a = 0;
+						for (int o = 0; o < s->oc; o++)
+							for (int ki = ki0; ki < ki1; ki++)
+								a += W[(size_t)o * ckk + (size_t)c * kk + ki * k + kj] *
+								     dy[o * n + bb * ohw + (size_t)(r - ki) * s->ow + l];
+						T[kj * s->ow + l] = a;
+					}
+				dx_combine(dx + ((size_t)c * B + bb) * plane + (size_t)r * s->w, T, s->w, k, s->ow);
+			}
 }
 
 /* ---- AVX2 + FMA ---- */
@@ -262,9 +305,122 @@ CD_AVX512 static void dW_avx512(float *dW, const float *dy, const float *x, int 
 }
 #endif
 
+#ifdef CD_X86
+/* T[g][kj0 + t][8j ..] for channels c..c+ng−1 (W at channel c's weights of o = 0), kernel
+ * columns kj0..kj0+nk−1, dy at sample b's output row 0 (channels n apart), dx row r: Σ over
+ * o, then the kernel rows ki0..ki1−1 that reach an output row. */
+CD_AVX2 CD_INLINE void dx_tile(float *T, const float *dy, size_t n, const float *W, int ckk,
+			       const struct conv2d_shape *s, int r, int ki0, int ki1, int j, int kj0, int ng,
+			       int nk, int k, __m256 *lo8, __m256 *hi8)
+{
+	int kk = k * k;
+	__m256 a[CD_DXG][CD_KJ];
+#pragma GCC unroll 8
+	for (int g = 0; g < CD_DXG; g++)
+#pragma GCC unroll 8
+		for (int t = 0; t < CD_KJ; t++)
+			a[g][t] = _mm256_setzero_ps();
+	const float *d0 = dy + (size_t)(r - ki0) * s->ow + 8 * j, *w0 = W + ki0 * k + kj0;
+	for (int o = 0; o < s->oc; o++, d0 += n, w0 += ckk) {
+		const float *dp = d0, *w = w0;
+		for (int ki = ki0; ki < ki1; ki++, dp -= s->ow, w += k) {
+			__m256 d = _mm256_loadu_ps(dp);
+#pragma GCC unroll 8
+			for (int g = 0; g < CD_DXG; g++)
+#pragma GCC unroll 8
+				for (int t = 0; t < CD_KJ; t++)
+					if (g < ng && t < nk)
+						a[g][t] = _mm256_fmadd_ps(d, _mm256_broadcast_ss(w + g * kk + t), a[g][t]);
+		}
+	}
+	if (lo8) {
+		/* OW = 8: dx row [0, 8) += T[kj] shifted right by kj, [8, 16) += what falls out */
+		__m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 8
+		for (int t = 0; t < CD_KJ; t++) {
+			__m256i kj = _mm256_set1_epi32(kj0 + t);
+			__m256i idx = _mm256_and_si256(_mm256_sub_epi32(lane, kj), _mm256_set1_epi32(7));
+			__m256 mhi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(kj, lane));
+#pragma GCC unroll 8
+			for (int g = 0; g < CD_DXG; g++)
+				if (g < ng && t < nk) {
+					__m256 v = _mm256_permutevar8x32_ps(a[g][t], idx);
+					lo8[g] = _mm256_add_ps(lo8[g], _mm256_andnot_ps(mhi, v));
+					hi8[g] = _mm256_add_ps(hi8[g], _mm256_and_ps(mhi, v));
+				}
+		}
+		return;
+	}
+#pragma GCC unroll 8
+	for (int g = 0; g < CD_DXG; g++)
+#pragma GCC unroll 8
+		for (int t = 0; t < CD_KJ; t++)
+			if (g < ng && t < nk)
+				_mm256_storeu_ps(T + ((size_t)g * k + kj0 + t) * s->ow + 8 * j, a[g][t]);
+}
+
+/* dx for the samples [lo, hi), NO input channels at a time (2 for AVX2, 5 for AVX-512VL). */
+CD_AVX2 CD_INLINE void dx_all(float *dx, const float *dy, const float *W, int B, const struct conv2d_shape *s,
+			      int NO, int lo, int hi, int k)
+{
+	size_t plane = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw;
+	int kk = k * k, ckk = s->c * kk;
+	float T[CD_DXG * CD_KMAX * CD_OWMAX];
+	for (int bb = lo; bb < hi; bb++)
+		for (int c = 0; c < s->c; c += NO) {
+			int ng = s->c - c < NO ? s->c - c : NO;
+			for (int r = 0; r < s->h; r++) {
+				int ki0 = r - s->oh + 1 > 0 ? r - s->oh + 1 : 0, ki1 = r + 1 < k ? r + 1 : k;
+				__m256 lo8[CD_DXG], hi8[CD_DXG], *l8 = s->ow == 8 ? lo8 : NULL;
+				for (int g = 0; g < CD_DXG; g++)
+					lo8[g] = hi8[g] = _mm256_setzero_ps();
+				for (int j = 0; j < s->ow / 8; j++)
+					for (int kj = 0; kj < k; kj += CD_KJ) {
+						int nk = k - kj < CD_KJ ? k - kj : CD_KJ;
+						if (ng == NO && nk == CD_KJ)
+							dx_tile(T, dy + bb * ohw, n, W + (size_t)c * kk, ckk, s, r, ki0, ki1, j,
+								kj, NO, CD_KJ, k, l8, hi8);
+						else
+							dx_tile(T, dy + bb * ohw, n, W + (size_t)c * kk, ckk, s, r, ki0, ki1, j,
+								kj, ng, nk, k, l8, hi8);
+					}
+				for (int g = 0; g < ng; g++) {
+					float *row = dx + ((size_t)(c + g) * B + bb) * plane + (size_t)r * s->w;
+					if (!l8) {
+						dx_combine(row, T + (size_t)g * k * s->ow, s->w, k, s->ow);
+						continue;
+					}
+					__m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(s->w - 8),
+								       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+					_mm256_storeu_ps(row, lo8[g]);
+					_mm256_maskstore_ps(row + 8, m, hi8[g]);
+				}
+			}
+		}
+}
+
+CD_AVX2 static void dx_avx2(float *dx, const float *dy, const float *W, int B, const struct conv2d_shape *s,
+			    int lo, int hi)
+{
+	if (s->k == 5) /* the usual kernel, its offsets constants */
+		dx_all(dx, dy, W, B, s, 2, lo, hi, 5);
+	else
+		dx_all(dx, dy, W, B, s, 2, lo, hi, s->k);
+}
+
+CD_AVX512 static void dx_avx512(float *dx, const float *dy, const float *W, int B,
+				const struct conv2d_shape *s, int lo, int hi)
+{
+	if (s->k == 5)
+		dx_all(dx, dy, W, B, s, 5, lo, hi, 5);
+	else
+		dx_all(dx, dy, W, B, s, 5, lo, hi, s->k);
+}
+#endif
+
 /* One thread's part of a kernel call. */
 struct part {
-	int dW, level, lo, hi, B;
+	int dW, level, lo, hi, B; /* dW: 0 forward, 1 dW, 2 dx */
 	float *out;
 	const float *x, *W, *b, *dy;
 	const struct conv2d_shape *s;
@@ -273,6 +429,17 @@ struct part {
 static void *run_part(void *arg)
 {
 	const struct part *p = arg;
+	if (p->dW == 2) {
+#ifdef CD_X86
+		if (p->level == 2)
+			dx_avx512(p->out, p->dy, p->W, p->B, p->s, p->lo, p->hi);
+		else if (p->level)
+			dx_avx2(p->out, p->dy, p->W, p->B, p->s, p->lo, p->hi);
+		else
+#endif
+			dx_c(p->out, p->dy, p->W, p->B, p->s, p->lo, p->hi);
+		return NULL;
+	}
 #ifdef CD_X86
 	if (!p->dW && p->level) {
 		forward_avx2(p->out, p->x, p->W, p->b, p->B, p->s, p->lo, p->hi);
@@ -337,4 +504,15 @@ void conv_direct_dW(float *dW, const float *dy, const float *x, int B, const str
 {
 	struct part p = {1, conv_direct_simd(-1), 0, s->oc, B, dW, x, NULL, NULL, dy, s};
 	run_split(p, s->oc, p.level == 2 ? 4 : 2);
+}
+
+int conv_direct_dx_fits(const struct conv2d_shape *s)
+{
+	return conv_direct_fits(s) && s->k <= CD_KMAX && s->ow <= CD_OWMAX;
+}
+
+void conv_direct_dx(float *dx, const float *dy, const float *W, int B, const struct conv2d_shape *s)
+{
+	struct part p = {2, conv_direct_simd(-1), 0, B, B, dx, NULL, W, NULL, dy, s};
+	run_split(p, B, 1);
 }

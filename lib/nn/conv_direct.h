@@ -19,7 +19,13 @@ void conv_direct_forward(float *y, const float *x, const float *W, const float *
 			 const struct conv2d_shape *s);
 // dW (OC,C,K,K) = Σ over the batch of dy ⊗ x (conv_direct_fits(s))
 void conv_direct_dW(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s);
-// Run each kernel call on t threads (default 1): forward splits the samples, dW the output
+// 1 if conv_direct_dx takes shape s: conv_direct_fits(s), K <= 8, OW <= 64
+int conv_direct_dx_fits(const struct conv2d_shape *s);
+// dx (C,B,H,W) = Σ_o Σ_ki,kj W[o][c][ki][kj]·dy[o][b][ih−ki][iw−kj] over the output pixels
+// that exist: for each dx row, 8-wide partial rows T[kj] = Σ over o, then ki, and dx[iw] =
+// Σ_kj T[kj][iw − kj] in kj order
+void conv_direct_dx(float *dx, const float *dy, const float *W, int B, const struct conv2d_shape *s);
+// Run each kernel call on t threads (default 1): forward and dx split the samples, dW the output
 // channels; every output is computed as on one thread, so results do not change with t.
 void conv_direct_threads(int t);
 // The kernels to use: 2 AVX2 + FMA with AVX-512VL's 32 registers where the tiles gain from

@@ -252,6 +252,10 @@ void conv2d_backward(float *dx, float *dW, float *db, float *dcol, const float *
 	int direct = conv_direct_fits(s);
 	if (direct)
 		conv_direct_dW(dW, dy, x, B, s); /* col is not filled: forward took the direct path */
+	if (direct && dx && conv_direct_dx_fits(s)) {
+		conv_direct_dx(dx, dy, W, B, s);
+		return;
+	}
 	for (int b0 = 0; b0 < B; b0 += nb) {
 		int m = B - b0 < nb ? B - b0 : nb;
 		size_t cm = (size_t)m * ohw;
