@@ -1,5 +1,6 @@
 /* bench-train: how fast the training kernels run on one thread. Prints TSV on stdout:
- * sgemm GFLOP/s for the shapes the mlp and cnn layers use, then training samples/s at batch
+ * sgemm GFLOP/s for the shapes the mlp layers use and the cnn's would under im2col, the
+ * direct conv kernels' GFLOP/s on the cnn's two conv layers, then training samples/s at batch
  * 64 and evaluation samples/s at batch 1000 for share/gem/models/{mlp,cnn}.json (found via
  * $GEM_SRC, else the current directory). Rates are per second of the thread's CPU time (one
  * BLIS thread). Beside each model figure: the fraction of this core's FMA peak it reaches
@@ -18,6 +19,7 @@
 #endif
 
 #include "base/err.h"
+#include "nn/conv_direct.h"
 #include "nn/model.h"
 #include "base/rng.h"
 
@@ -188,6 +190,35 @@ static void bench_gemm(const char *what, int m, int n, int k, int ta, int tb, do
 	free(c);
 }
 
+/* GFLOP/s of nn/conv_direct.h's kernels (what the cnn's conv layers run) at batch B. */
+static void bench_direct(const char *what, int B, int c, int hw, int oc, int k, double secs, struct rng *r)
+{
+	struct conv2d_shape s;
+	conv2d_shape_init(&s, c, hw, hw, oc, k, 1, 0);
+	size_t nx = (size_t)c * B * hw * hw, ny = (size_t)oc * B * s.oh * s.ow, nw = (size_t)oc * c * k * k;
+	float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * ny), *W = malloc(sizeof(float) * nw);
+	float *b = malloc(sizeof(float) * oc), *dW = malloc(sizeof(float) * nw), *dx = malloc(sizeof(float) * nx);
+	double flops = 2.0 * ny * c * k * k;
+	fill(x, nx, r), fill(y, ny, r), fill(W, nw, r), fill(b, (size_t)oc, r);
+	for (int kind = 0; kind < (c > 1 ? 3 : 2); kind++) { /* the first layer needs no dx */
+		long reps = 0;
+		double t0 = now(), t;
+		do {
+			if (kind == 0)
+				conv_direct_forward(y, x, W, b, B, &s);
+			else if (kind == 1)
+				conv_direct_dW(dW, y, x, B, &s);
+			else
+				conv_direct_dx(dx, y, W, B, &s);
+			reps++;
+			t = now() - t0;
+		} while (t < secs);
+		printf("direct\t%s %s, batch %d\t%.1f\tGFLOP/s\n", what, kind == 0 ? "fwd" : kind == 1 ? "dW" : "dx", B,
+		       flops * reps / t * 1e-9);
+	}
+	free(x), free(y), free(W), free(b), free(dW), free(dx);
+}
+
 static int bench_model(const char *name, double secs, double peak, struct rng *r)
 {
 	char path[4096], err[GEM_ERRMAX];
@@ -264,6 +295,8 @@ int main(int argc, char **argv)
 	bench_gemm("cnn conv3 dcol", 250, 4096, 20, 1, 0, gs, &r);
 	bench_gemm("cnn dense8 fwd", 64, 300, 320, 0, 1, gs, &r);
 	bench_gemm("square", 512, 512, 512, 0, 0, gs, &r);
+	bench_direct("cnn conv0 1x28x28→10 k5", 64, 1, 28, 10, 5, gs, &r);
+	bench_direct("cnn conv3 10x12x12→20 k5", 64, 10, 12, 20, 5, gs, &r);
 	rc |= bench_model("mlp", secs, peak, &r);
 	rc |= bench_model("cnn", secs, peak, &r);
 	if (!rc)
