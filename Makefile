@@ -111,7 +111,7 @@ test: $(PROGS) $(T_PROGS)
 	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) $(TEST_ENV) prove -j2 --timer --exec $(CURDIR)/t/run-test $(T_RUN)
 
 bench: $(PROGS) $(PERF)
-	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) sh t/perf/run $(O)/perf
+	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) GEM_BENCH_LAST=$(abspath $(O))/bench-last.tsv sh t/perf/run $(O)/perf
 
 deps:
 	sh share/gem/install-deps.sh

@@ -10,6 +10,7 @@
 
 #include "base/cli.h"
 #include "nn/data.h"
+#include "nn/layers.h"
 #include "base/err.h"
 #include "report/eval.h"
 #include "base/log.h"
@@ -38,6 +39,7 @@ static void usage(FILE *f)
 	      "                          print a line per new version until the server stops\n"
 	      "  -i, --interval SEC      seconds between polls with --follow; default 2\n"
 	      "      --retry-for SEC     wait this long for an unreachable server; default 10\n"
+	      "      --threads T         compute on T threads (BLIS and the conv kernels); default 1\n"
 	      "  -N, --nodes LIST        an SGP run: evaluate each node's parameters (a node's URL, its\n"
 	      "                          node-I.gem, or RUNDIR for all its node-*.gem; comma-separated),\n"
 	      "                          then their mean, spread and average; columns node, version,\n"
@@ -47,14 +49,14 @@ static void usage(FILE *f)
 	      f);
 }
 
-enum { O_RETRY = 256 };
+enum { O_RETRY = 256, O_THREADS };
 
 static const struct option longopts[] = {
 	{"run", required_argument, 0, 'r'},      {"data", required_argument, 0, 'd'},
 	{"train-subset", required_argument, 0, 't'}, {"per-class", no_argument, 0, 'c'},
 	{"json", no_argument, 0, 'j'},           {"follow", required_argument, 0, 'f'},
 	{"interval", required_argument, 0, 'i'}, {"retry-for", required_argument, 0, O_RETRY},
-	{"nodes", required_argument, 0, 'N'},
+	{"nodes", required_argument, 0, 'N'},    {"threads", required_argument, 0, O_THREADS},
 	{"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
 	{0, 0, 0, 0},
 };
@@ -364,7 +366,7 @@ int main(int argc, char **argv)
 	char err[GEM_ERRMAX], dirbuf[PATH_MAX];
 	struct nodes nd = {0};
 	double interval = 2, retry_for = 10;
-	long n;
+	long n, threads = 1;
 	int c, rc = EXIT_JOB, have_run = 0;
 	struct run run;
 	struct run_progress p;
@@ -394,6 +396,10 @@ int main(int argc, char **argv)
 		case O_RETRY:
 			if (cli_double(optarg, 0, 1e6, &retry_for))
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
+			break;
+		case O_THREADS:
+			if (cli_long(optarg, 1, 256, &threads))
+				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
 			break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-eval"); return 0;
@@ -445,6 +451,7 @@ int main(int argc, char **argv)
 	if (run_opt && !nodes_opt && (url || follow))
 		bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate", "");
 	cli_blas_init();
+	layers_set_threads((int)threads);
 
 	/* the run: from its directory, or from the server */
 	if (rundir) {

@@ -13,6 +13,7 @@
 
 #include "base/cli.h"
 #include "nn/data.h"
+#include "nn/layers.h"
 #include "wire/httpd.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -46,6 +47,8 @@ static void usage(FILE *f)
 	      "      --checkpoint-every SEC  save the parameters this often (--local); default 60\n"
 	      "      --slowdown F          make each step F times slower (fault injection); default 1\n"
 	      "      --die-after N         die abruptly (SIGKILL) after N commits (fault injection)\n"
+	      "      --threads T           compute on T threads (BLIS and the conv kernels; same\n"
+	      "                            result); default 1\n"
 	      "\n"
 	      "SGP nodes (--rule sgp):\n"
 	      "      --rule sgp            be one node of an SGP run\n"
@@ -75,7 +78,7 @@ static void bad_usage(const char *msg, const char *arg)
 }
 
 enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN, O_LISTEN,
-       O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU };
+       O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU, O_THREADS };
 
 static const struct option longopts[] = {
 	{"local", required_argument, 0, 'l'},       {"server", required_argument, 0, 'S'},
@@ -83,7 +86,7 @@ static const struct option longopts[] = {
 	{"shard", required_argument, 0, O_SHARD},   {"worker-id", required_argument, 0, O_WID},
 	{"token-file", required_argument, 0, O_TOKEN}, {"retry-for", required_argument, 0, O_RETRY},
 	{"checkpoint-every", required_argument, 0, O_CKPT}, {"slowdown", required_argument, 0, O_SLOW},
-	{"die-after", required_argument, 0, O_DIE},
+	{"die-after", required_argument, 0, O_DIE}, {"threads", required_argument, 0, O_THREADS},
 	{"rule", required_argument, 0, O_RULE},     {"run", required_argument, 0, O_RUN},
 	{"listen", required_argument, 0, O_LISTEN}, {"public", no_argument, 0, O_PUBLIC},
 	{"peers", required_argument, 0, O_PEERS},   {"peers-file", required_argument, 0, O_PEERS_FILE},
@@ -382,7 +385,7 @@ int main(int argc, char **argv)
 	struct sgp_opts so = {.node = -1, .topology = SGP_EXP, .peers_per_iter = 1};
 	const char *local = NULL, *server = NULL, *rule = NULL;
 	char host[256] = "127.0.0.1";
-	int c, listen_set = 0, sgp_only = 0;
+	int c, listen_set = 0, sgp_only = 0, threads = 1;
 	long v;
 
 	log_init("gem-work");
@@ -464,6 +467,11 @@ int main(int argc, char **argv)
 			so.tau = (int)v;
 			sgp_only = 1;
 			break;
+		case O_THREADS:
+			if (cli_long(optarg, 1, 256, &v))
+				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
+			threads = (int)v;
+			break;
 		case 'q': o.quiet = 1; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-work"); return 0;
@@ -498,6 +506,7 @@ int main(int argc, char **argv)
 		so.retry_for = o.retry_for;
 		so.slowdown = o.slowdown;
 		cli_blas_init();
+		layers_set_threads(threads);
 		return run_sgp_node(&so, o.quiet);
 	}
 	if (so.rundir || listen_set || so.peers || so.peers_file || so.node >= 0 || sgp_only)
@@ -506,6 +515,7 @@ int main(int argc, char **argv)
 	if (!local == !server)
 		bad_usage("give exactly one of --local RUNDIR and --server URL", NULL);
 	cli_blas_init();
+	layers_set_threads(threads);
 	if (local)
 		return train_local(local, &o);
 	return train_server(server, &o);

@@ -7,8 +7,10 @@
  * missing term gives errors of order 1.
  * Inputs of relu and maxpool stay at least 0.05 away from their kinks, so ±ε never crosses one. */
 #include <blis.h>
+#include <float.h>
 #include <string.h>
 
+#include "nn/conv_direct.h"
 #include "nn/layers.h"
 #include "tap.h"
 
@@ -126,7 +128,7 @@ struct conv_ctx {
 static void conv_run(void *c)
 {
 	struct conv_ctx *d = c;
-	conv2d_forward(d->y, d->col, d->x, d->W, d->b, d->B, &d->s);
+	conv2d_forward(d->y, d->col, d->x, d->W, d->b, d->B, &d->s, 1);
 }
 
 static void test_conv(int B, int c, int h, int w, int oc, int k, int stride, int pad)
@@ -154,13 +156,77 @@ static void test_conv(int B, int c, int h, int w, int oc, int k, int stride, int
 						x[(((size_t)ch * B + bb) * h + ih) * w + iw];
 			}
 	is_near(y[(((size_t)o * B + bb) * d.s.oh + i) * d.s.ow + j], want, 1e-4, "conv2d: an output by definition");
-	conv2d_backward(dx, dW, db, dcol, R, col, W, B, &d.s);
+	conv2d_backward(dx, dW, db, dcol, R, col, x, W, B, &d.s);
 	struct probe p = {conv_run, &d, y, R, ny};
 	double ex = check(&p, x, dx, nx), ew = check(&p, W, dW, nw), eb = check(&p, b, db, oc);
 	ok(ex < BOUND, "conv2d: dx matches finite differences (max rel err %.2g)", ex);
 	ok(ew < BOUND, "conv2d: dW matches finite differences (max rel err %.2g)", ew);
 	ok(eb < BOUND, "conv2d: db matches finite differences (max rel err %.2g)", eb);
 	free(x), free(W), free(b), free(y), free(R), free(dx), free(dW), free(db), free(col), free(dcol);
+}
+
+/* Each SIMD level of the direct kernels (nn/conv_direct.h) agrees with the portable one within
+ * float rounding. */
+static void test_conv_direct_paths(int B, int c, int h, int w, int oc, int k)
+{
+	struct conv2d_shape s;
+	conv2d_shape_init(&s, c, h, w, oc, k, 1, 0);
+	size_t nx = (size_t)c * B * h * w, nw = (size_t)oc * c * k * k, ny = (size_t)oc * B * s.oh * s.ow;
+	float *x = malloc(nx * 4), *W = malloc(nw * 4), *b = malloc(oc * 4), *dy = malloc(ny * 4);
+	float *y[3] = {malloc(ny * 4), malloc(ny * 4), malloc(ny * 4)};
+	float *dW[3] = {malloc(nw * 4), malloc(nw * 4), malloc(nw * 4)};
+	float *dx[3] = {malloc(nx * 4), malloc(nx * 4), malloc(nx * 4)};
+	fill(x, nx, -1, 1), fill(W, nw, -1, 1), fill(b, oc, -1, 1), fill(dy, ny, -1, 1);
+	int was = conv_direct_simd(-1);
+	conv_direct_simd(2); /* the highest level this CPU has */
+	int have = conv_direct_simd(-1);
+	for (int i = 0; i < 3; i++) {
+		conv_direct_simd(i);
+		conv_direct_forward(y[i], x, W, b, B, &s);
+		conv_direct_dW(dW[i], dy, x, B, &s);
+		conv_direct_dx(dx[i], dy, W, B, &s);
+	}
+	conv_direct_simd(was);
+	/* threads split the work, not the sums: bit for bit the same */
+	float *yt = malloc(ny * 4), *dWt = malloc(nw * 4), *dxt = malloc(nx * 4);
+	conv_direct_threads(3);
+	conv_direct_forward(yt, x, W, b, B, &s);
+	conv_direct_dW(dWt, dy, x, B, &s);
+	conv_direct_dx(dxt, dy, W, B, &s);
+	conv_direct_threads(1);
+	conv_direct_forward(y[0], x, W, b, B, &s);
+	conv_direct_dW(dW[0], dy, x, B, &s);
+	conv_direct_dx(dx[0], dy, W, B, &s);
+	ok(!memcmp(yt, y[0], ny * 4) && !memcmp(dWt, dW[0], nw * 4) && !memcmp(dxt, dx[0], nx * 4),
+	   "conv2d direct %dx%dx%d k%d: 3 threads give the bits of 1", c, h, w, k);
+	free(yt), free(dWt), free(dxt);
+	conv_direct_simd(0);
+	conv_direct_forward(y[0], x, W, b, B, &s);
+	conv_direct_dW(dW[0], dy, x, B, &s);
+	conv_direct_dx(dx[0], dy, W, B, &s);
+	conv_direct_simd(was);
+	/* each dW entry sums B·OH·OW products: allow rounding growing as its square root */
+	double tw = 4 * sqrt((double)B * s.oh * s.ow) * FLT_EPSILON;
+	for (int l = 1; l <= 2; l++) {
+		double ey = 0, ew = 0, ex = 0;
+		for (size_t i = 0; i < nx; i++)
+			ex = fmax(ex, fabs((double)dx[l][i] - dx[0][i]) / (1 + fabs((double)dx[0][i])));
+		for (size_t i = 0; i < ny; i++)
+			ey = fmax(ey, fabs((double)y[l][i] - y[0][i]) / (1 + fabs((double)y[0][i])));
+		for (size_t i = 0; i < nw; i++)
+			ew = fmax(ew, fabs((double)dW[l][i] - dW[0][i]) / (1 + fabs((double)dW[0][i])));
+		if (l > have)
+			diag("SIMD level %d is missing here: it ran level %d", l, have);
+		ok(ey < 1e-5, "conv2d direct %dx%dx%d k%d: SIMD level %d and portable forward agree (max rel diff %.2g)",
+		   c, h, w, k, l, ey);
+		ok(ew < tw, "conv2d direct %dx%dx%d k%d: SIMD level %d and portable dW agree (max rel diff %.2g)", c,
+		   h, w, k, l, ew);
+		ok(ex < 1e-5, "conv2d direct %dx%dx%d k%d: SIMD level %d and portable dx agree (max rel diff %.2g)", c,
+		   h, w, k, l, ex);
+	}
+	for (int i = 0; i < 3; i++)
+		free(y[i]), free(dW[i]), free(dx[i]);
+	free(x), free(W), free(b), free(dy);
 }
 
 /* ---- maxpool2d ---- */
@@ -357,6 +423,19 @@ int main(void)
 	test_conv(2, 3, 7, 6, 4, 3, 1, 0);
 	test_conv(3, 2, 9, 8, 3, 3, 2, 1);
 	test_conv(2, 1, 8, 11, 2, 5, 1, 2);
+	/* shapes the direct kernels take (ow a multiple of 8): 5 + 2 output channels, odd OH,
+	 * kernels narrower and wider than a 5-column tile; each on every path */
+	for (int simd = 2; simd >= 0; simd--) {
+		int was = conv_direct_simd(simd);
+		test_conv(2, 1, 12, 12, 7, 5, 1, 0);
+		test_conv(2, 3, 10, 19, 3, 4, 1, 0);
+		test_conv(3, 2, 10, 14, 1, 7, 1, 0);
+		conv_direct_simd(was);
+	}
+	test_conv_direct_paths(64, 10, 12, 12, 20, 5); /* the cnn's layers */
+	test_conv_direct_paths(64, 1, 28, 28, 10, 5);
+	test_conv_direct_paths(3, 2, 10, 14, 3, 7);
+	test_conv_direct_paths(2, 7, 9, 19, 4, 4); /* OW = 16: dx through stored rows */
 	test_pool(3, 6, 18, 2); /* four-at-a-time path and a tail */
 	test_pool(2, 5, 11, 2); /* odd height and width */
 	test_pool(2, 7, 9, 3);

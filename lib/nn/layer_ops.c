@@ -111,13 +111,13 @@ static int conv2d_reserve(struct layer *l, int B, size_t *dcol)
 
 static const float *conv2d_fwd(struct layer *l, const float *x, struct layer_pass *p)
 {
-	conv2d_forward(l->y, l->aux, x, p->W, p->b, p->B, &l->cs);
+	conv2d_forward(l->y, l->aux, x, p->W, p->b, p->B, &l->cs, p->r != NULL);
 	return l->y;
 }
 
 static float *conv2d_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
 {
-	conv2d_backward(dx, p->dW, p->db, dx ? p->dcol : NULL, dy, l->aux, p->W, p->B, &l->cs);
+	conv2d_backward(dx, p->dW, p->db, dx ? p->dcol : NULL, dy, l->aux, l->x, p->W, p->B, &l->cs);
 	return dx;
 }
 

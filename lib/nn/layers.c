@@ -1,5 +1,7 @@
 #include "nn/layers.h"
 
+#include "nn/conv_direct.h"
+
 #include <blis.h>
 #include <math.h>
 #include <string.h>
@@ -87,6 +89,12 @@ static void scale_floats(float *restrict d, const float *restrict s, float v, si
 		d[i] = s[i] * v;
 }
 
+void layers_set_threads(int t)
+{
+	bli_thread_set_num_threads(t);
+	conv_direct_threads(t);
+}
+
 int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k, int stride, int pad)
 {
 	if (c < 1 || h < 1 || w < 1 || oc < 1 || k < 1 || stride < 1 || pad < 0 ||
@@ -133,18 +141,19 @@ static void conv_cols(const struct conv2d_shape *s, int kj, int *lo, int *hi)
 		*lo = *hi;
 }
 
-/* col[(c,ki,kj)][(b,oh,ow)] = x[c][b][oh·S − P + ki][ow·S − P + kj], 0 outside the input. */
-static void im2col(float *col, const float *x, int B, const struct conv2d_shape *s)
+/* col[(c,ki,kj)][(b,oh,ow)] = x[c][b][oh·S − P + ki][ow·S − P + kj], 0 outside the input, for
+ * the nb samples from x on (x's channels are xb samples apart); col's rows are ld apart. */
+static void im2col(float *col, size_t ld, const float *x, int xb, int nb, const struct conv2d_shape *s)
 {
-	size_t n = (size_t)B * s->oh * s->ow, plane = (size_t)s->h * s->w;
+	size_t plane = (size_t)s->h * s->w;
 	float *dst = col;
 	for (int c = 0; c < s->c; c++)
 		for (int ki = 0; ki < s->k; ki++)
-			for (int kj = 0; kj < s->k; kj++, dst += n) {
+			for (int kj = 0; kj < s->k; kj++, dst += ld) {
 				int lo, hi;
 				conv_cols(s, kj, &lo, &hi);
-				for (int b = 0; b < B; b++) {
-					const float *xp = x + ((size_t)c * B + b) * plane;
+				for (int b = 0; b < nb; b++) {
+					const float *xp = x + ((size_t)c * xb + b) * plane;
 					for (int oh = 0; oh < s->oh; oh++) {
 						float *d = dst + ((size_t)b * s->oh + oh) * s->ow;
 						int ih = oh * s->stride - s->pad + ki;
@@ -170,19 +179,21 @@ static void im2col(float *col, const float *x, int B, const struct conv2d_shape 
 			}
 }
 
-/* The adjoint of im2col: dx[c][b][ih][iw] = Σ over the col entries that read it. */
-static void col2im(float *dx, const float *col, int B, const struct conv2d_shape *s)
+/* The adjoint of im2col: dx[c][b][ih][iw] = Σ over the col entries that read it (nb samples
+ * from dx on, channels xb samples apart, col rows ld apart). */
+static void col2im(float *dx, const float *col, size_t ld, int xb, int nb, const struct conv2d_shape *s)
 {
-	size_t n = (size_t)B * s->oh * s->ow, plane = (size_t)s->h * s->w;
+	size_t plane = (size_t)s->h * s->w;
 	const float *src = col;
-	memset(dx, 0, sizeof *dx * plane * s->c * B);
+	for (int c = 0; c < s->c; c++)
+		memset(dx + (size_t)c * xb * plane, 0, sizeof *dx * plane * nb);
 	for (int c = 0; c < s->c; c++)
 		for (int ki = 0; ki < s->k; ki++)
-			for (int kj = 0; kj < s->k; kj++, src += n) {
+			for (int kj = 0; kj < s->k; kj++, src += ld) {
 				int lo, hi;
 				conv_cols(s, kj, &lo, &hi);
-				for (int b = 0; b < B; b++) {
-					float *xp = dx + ((size_t)c * B + b) * plane;
+				for (int b = 0; b < nb; b++) {
+					float *xp = dx + ((size_t)c * xb + b) * plane;
 					for (int oh = 0; oh < s->oh; oh++) {
 						const float *d = src + ((size_t)b * s->oh + oh) * s->ow;
 						int ih = oh * s->stride - s->pad + ki;
@@ -199,29 +210,63 @@ static void col2im(float *dx, const float *col, int B, const struct conv2d_shape
 			}
 }
 
-void conv2d_forward(float *y, float *col, const float *x, const float *W, const float *b, int B,
-		    const struct conv2d_shape *s)
+/* Samples per chunk: the convolutions run over the batch in chunks whose im2col slice (C·K·K ×
+ * chunk·OH·OW floats) stays in the L2 cache while BLIS packs it, about 256 KB. */
+static int conv_chunk(const struct conv2d_shape *s, int B)
 {
-	size_t n = (size_t)B * s->oh * s->ow;
-	int ckk = s->c * s->k * s->k;
-	im2col(col, x, B, s);
+	size_t per = conv2d_col_size(s, 1), room = (size_t)64 << 10;
+	int nb = per >= room ? 1 : (int)(room / per);
+	return nb < B ? nb : B;
+}
+
+void conv2d_forward(float *y, float *col, const float *x, const float *W, const float *b, int B,
+		    const struct conv2d_shape *s, int keep)
+{
+	size_t n = (size_t)B * s->oh * s->ow, ohw = (size_t)s->oh * s->ow;
+	size_t plane = (size_t)s->h * s->w;
+	int ckk = s->c * s->k * s->k, nb = conv_chunk(s, B);
+	if (conv_direct_fits(s)) {
+		conv_direct_forward(y, x, W, b, B, s);
+		return;
+	}
 	for (int o = 0; o < s->oc; o++)
 		fill_floats(y + (size_t)o * n, b[o], n); /* then y += W·col */
-	gemm(s->oc, n, ckk, W, ckk, 1, col, n, 1, 1.0f, y, n, 1);
+	for (int b0 = 0; b0 < B; b0 += nb) {
+		int m = B - b0 < nb ? B - b0 : nb;
+		/* keep: the whole im2col for backward, else one chunk's room reused */
+		float *c = keep ? col + b0 * ohw : col;
+		size_t ld = keep ? n : (size_t)m * ohw;
+		im2col(c, ld, x + b0 * plane, B, m, s);
+		gemm(s->oc, (dim_t)(m * ohw), ckk, W, ckk, 1, c, (inc_t)ld, 1, 1.0f, y + b0 * ohw, (inc_t)n, 1);
+	}
 }
 
 void conv2d_backward(float *dx, float *dW, float *db, float *dcol, const float *dy, const float *col,
-		     const float *W, int B, const struct conv2d_shape *s)
+		     const float *x, const float *W, int B, const struct conv2d_shape *s)
 {
-	size_t n = (size_t)B * s->oh * s->ow;
-	int ckk = s->c * s->k * s->k;
-	gemm(s->oc, ckk, n, dy, n, 1, col, 1, n, 0.0f, dW, ckk, 1);
+	size_t n = (size_t)B * s->oh * s->ow, ohw = (size_t)s->oh * s->ow;
+	size_t plane = (size_t)s->h * s->w;
+	int ckk = s->c * s->k * s->k, nb = conv_chunk(s, B);
 	for (int o = 0; o < s->oc; o++)
 		db[o] = sum_floats(dy + (size_t)o * n, n);
-	if (!dx || !dcol)
+	int direct = conv_direct_fits(s);
+	if (direct)
+		conv_direct_dW(dW, dy, x, B, s); /* col is not filled: forward took the direct path */
+	if (direct && dx && conv_direct_dx_fits(s)) {
+		conv_direct_dx(dx, dy, W, B, s);
 		return;
-	gemm(ckk, n, s->oc, W, 1, ckk, dy, n, 1, 0.0f, dcol, n, 1);
-	col2im(dx, dcol, B, s);
+	}
+	for (int b0 = 0; b0 < B; b0 += nb) {
+		int m = B - b0 < nb ? B - b0 : nb;
+		size_t cm = (size_t)m * ohw;
+		if (!direct)
+			gemm(s->oc, ckk, (dim_t)cm, dy + b0 * ohw, (inc_t)n, 1, col + b0 * ohw, 1, (inc_t)n,
+		     b0 ? 1.0f : 0.0f, dW, ckk, 1);
+		if (!dx || !dcol)
+			continue;
+		gemm(ckk, (dim_t)cm, s->oc, W, 1, ckk, dy + b0 * ohw, (inc_t)n, 1, 0.0f, dcol, (inc_t)cm, 1);
+		col2im(dx + b0 * plane, dcol, cm, B, m, s);
+	}
 }
 
 /* 2×2 windows, the common case, four outputs at a time with GCC/Clang generic vectors (SSE on

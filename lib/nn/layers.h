@@ -21,19 +21,25 @@ int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k
 /* Floats in the im2col matrix for B samples: C·K·K rows × B·OH·OW columns. */
 size_t conv2d_col_size(const struct conv2d_shape *s, int B);
 
+// Run the kernels on t threads (BLIS's and nn/conv_direct.h's); the default is 1
+void layers_set_threads(int t);
+
 // x (B,IN) · W (OUT,IN)ᵀ + b → y (B,OUT)
 void dense_forward(float *y, const float *x, const float *W, const float *b, int B, int in, int out);
 // dy (B,OUT) → dW (OUT,IN) = dyᵀ·x, db (OUT) = Σ_b dy, dx (B,IN) = dy·W (skipped if dx NULL)
 void dense_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
 		    int B, int in, int out);
 
-// x (C,B,H,W) → col (C·K·K, B·OH·OW); W (OC,C·K·K) · col + b → y (OC,B,OH,OW)
+// x (C,B,H,W) → col (C·K·K, B·OH·OW); W (OC,C·K·K) · col + b → y (OC,B,OH,OW). keep: col
+// holds the whole im2col afterwards (backward reads it); 0: col is scratch (eval)
 void conv2d_forward(float *y, float *col, const float *x, const float *W, const float *b, int B,
-		    const struct conv2d_shape *s);
+		    const struct conv2d_shape *s, int keep);
 // dy (OC,B,OH,OW) → dW (OC,C,K,K) = dy·colᵀ, db (OC), dx (C,B,H,W) = col2im(Wᵀ·dy) through the
-// scratch dcol (conv2d_col_size floats); dx and dcol may be NULL (no input gradient)
+// scratch dcol (conv2d_col_size floats); dx and dcol may be NULL (no input gradient). x is the
+// forward's input: shapes nn/conv_direct.h takes compute dW from x, not col, and forward
+// leaves col unwritten for them.
 void conv2d_backward(float *dx, float *dW, float *db, float *dcol, const float *dy, const float *col,
-		     const float *W, int B, const struct conv2d_shape *s);
+		     const float *x, const float *W, int B, const struct conv2d_shape *s);
 
 // x (P,H,W) planes → y (P,H/k,W/k), max over k×k windows with stride k (floor), k <= 16; arg
 // (P,H/k,W/k) keeps the position di·k + dj of each window's first maximum
