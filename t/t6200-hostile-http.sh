@@ -61,6 +61,11 @@ test_expect_success 'a long UTF-8 path, its detail cut past 1 KiB: 404' '
 	python3 -c "import json; json.load(open(\"reply.json\"))" &&
 	health
 '
+test_expect_success '/v1/params%00x: 404, not /v1/params' '
+	serve &&
+	test "$(curl -s -o reply.json -w "%{http_code}" "$URL/v1/params%00x")" = 404 &&
+	test "$(curl -s -o reply.json -w "%{http_code}" "$URL/v1/params?codec=raw%00")" = 400
+'
 test_expect_success 'a body on a GET: 413, not buffered' '
 	serve &&
 	test "$(curl -s -o reply.json -w "%{http_code}" -X GET --data-binary "xyz" "$URL/v1/health")" = 413 &&

@@ -4,6 +4,7 @@
 #include "base/log.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -574,6 +575,26 @@ static enum MHD_Result httpd_access(void *cls, struct MHD_Connection *mc, const 
 	return hc->state == HTTPD_DONE ? MHD_YES : MHD_NO;
 }
 
+/* libmicrohttpd's unescaping of the path and of query arguments, but %00 stays as it is: a NUL
+ * would end the string early, and "/v1/params%00x" would be routed as /v1/params. */
+static size_t httpd_unescape(void *cls, struct MHD_Connection *mc, char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+	char *out = s, *in = s, *h1, *h2;
+	(void)cls, (void)mc;
+	while (*in) {
+		if (in[0] == '%' && in[1] && in[2] && (h1 = strchr(hex, tolower((unsigned char)in[1]))) &&
+		    (h2 = strchr(hex, tolower((unsigned char)in[2]))) && (h1 != hex || h2 != hex)) {
+			*out++ = (char)((h1 - hex) << 4 | (h2 - hex));
+			in += 3;
+		} else {
+			*out++ = *in++;
+		}
+	}
+	*out = 0;
+	return (size_t)(out - s);
+}
+
 static int httpd_listen(const char *host, int port, int *fd_out, char *err)
 {
 	struct addrinfo hints = {0}, *res, *ai;
@@ -684,6 +705,7 @@ int httpd_start(const struct httpd_config *c, struct httpd **out, char *err)
 		MHD_OPTION_CONNECTION_TIMEOUT, d->timeout_s,
 		MHD_OPTION_CONNECTION_LIMIT, d->max_conns + HTTPD_EVICT_SLACK,
 		MHD_OPTION_NOTIFY_CONNECTION, httpd_notify_conn, d,
+		MHD_OPTION_UNESCAPE_CALLBACK, httpd_unescape, d,
 		MHD_OPTION_NOTIFY_COMPLETED, httpd_request_done, d,
 		MHD_OPTION_END);
 	if (!d->mhd) {
