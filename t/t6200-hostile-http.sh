@@ -127,6 +127,8 @@ test_expect_success 'a worker that leaves gives its buffers back: --max-workers 
 test_expect_code 2 '--public without a token is refused' 'gem-serve --listen 0.0.0.0:0 --public run'
 test_expect_code 2 '--no-token with --token-file is refused' '
 	echo secret >tok && gem-serve --no-token --token-file tok run'
+test_expect_code 2 'an SGP node with --public and no token is refused' '
+	gem-work --rule sgp --run run --peers http://127.0.0.1:1 --listen 0.0.0.0:0 --public'
 test_expect_success '--public --no-token serves' '
 	start_server run --public --no-token && health && stop_server
 '
