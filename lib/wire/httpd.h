@@ -1,6 +1,7 @@
 /* httpd: gem's HTTP server layer, a thin route table over GNU libmicrohttpd. One thread per
  * connection, so a handler may block (a sync barrier, a long poll) without holding up other
- * clients. Bodies are accumulated per connection up to a cap (413 beyond it); errors are JSON
+ * clients. Bodies are accumulated per connection up to their route's cap (413 beyond it; GET
+ * routes take none); past max_conns an idle connection is closed to make room; errors are JSON
  * {"error": "...", "detail": "..."}; routes marked mutating may require a bearer token. */
 #ifndef GEM_HTTPD_H
 #define GEM_HTTPD_H
