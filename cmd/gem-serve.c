@@ -10,6 +10,7 @@
 #include "base/fsutil.h"
 #include "wire/httpd.h"
 #include "base/log.h"
+#include "role/ps.h"
 #include "role/serve.h"
 
 static const char usage_line[] = "usage: gem-serve [options] RUNDIR";
@@ -22,8 +23,11 @@ static void usage(FILE *f)
 	      "\n"
 	      "  -l, --listen HOST:PORT      address to listen on; port 0 picks a free port;\n"
 	      "                              default 127.0.0.1:7470\n"
-	      "      --public                allow listening on a non-loopback address\n"
+	      "      --public                allow listening on a non-loopback address (needs\n"
+	      "                              --token-file, or --no-token)\n"
 	      "      --token-file FILE       require this bearer token on mutating requests\n"
+	      "      --no-token              allow --public without a token: anyone who reaches\n"
+	      "                              the port can change the run\n"
 	      "      --checkpoint-every SEC  save θ and the rule's state this often; 0: only at\n"
 	      "                              the end; default 60\n"
 	      "      --max-updates N         stop after N central updates in all; default: no limit\n"
@@ -37,12 +41,15 @@ static void usage(FILE *f)
 	      "                              recomputes); default: no bound\n"
 	      "      --drop-rate P           refuse a fraction P of commits with 503 (fault\n"
 	      "                              injection); default 0\n"
+	      "      --max-workers N         workers joined at once (each holds about 24 bytes\n"
+	      "                              per parameter); default 256, at most 4096\n"
 	      "  -h, --help                  show this help\n"
 	      "  -V, --version               show the version\n",
 	      f);
 }
 
-enum { O_PUBLIC = 256, O_TOKEN, O_CKPT, O_MAXUPD, O_KEEP, O_CODEC, O_WTO, O_ITO, O_STALE, O_DROP };
+enum { O_PUBLIC = 256, O_TOKEN, O_CKPT, O_MAXUPD, O_KEEP, O_CODEC, O_WTO, O_ITO, O_STALE, O_DROP,
+       O_NOTOKEN, O_MAXW };
 
 static const struct option longopts[] = {
 	{"listen", required_argument, 0, 'l'},         {"public", no_argument, 0, O_PUBLIC},
@@ -50,7 +57,8 @@ static const struct option longopts[] = {
 	{"max-updates", required_argument, 0, O_MAXUPD}, {"keep-running", no_argument, 0, O_KEEP},
 	{"codec", required_argument, 0, O_CODEC},      {"worker-timeout", required_argument, 0, O_WTO},
 	{"idle-timeout", required_argument, 0, O_ITO}, {"max-staleness", required_argument, 0, O_STALE},
-	{"drop-rate", required_argument, 0, O_DROP},   {"help", no_argument, 0, 'h'},
+	{"drop-rate", required_argument, 0, O_DROP},   {"no-token", no_argument, 0, O_NOTOKEN},
+	{"max-workers", required_argument, 0, O_MAXW}, {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},              {0, 0, 0, 0},
 };
 
@@ -74,7 +82,8 @@ int main(int argc, char **argv)
 	const char *token_file = NULL, *why;
 	struct server *s;
 	char *token = NULL;
-	int c, rc, failed;
+	int c, rc, failed, no_token = 0;
+	long max_workers = SERVE_MAX_WORKERS;
 
 	log_init("gem-serve");
 	while ((c = getopt_long(argc, argv, "l:hV", longopts, NULL)) != -1) {
@@ -112,6 +121,12 @@ int main(int argc, char **argv)
 			if (cli_double(optarg, 0, 1, &o.drop_rate))
 				bad_usage("--drop-rate: not a fraction in [0, 1]: ", optarg);
 			break;
+		case O_NOTOKEN: no_token = 1; break;
+		case O_MAXW:
+			if (cli_long(optarg, 1, PS_MAX_WORKERS, &max_workers))
+				bad_usage("--max-workers: not an integer in [1, 4096]: ", optarg);
+			o.max_workers = (int)max_workers;
+			break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-serve"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
@@ -121,6 +136,11 @@ int main(int argc, char **argv)
 		bad_usage(optind == argc ? "no RUNDIR given" : "too many arguments", NULL);
 	if (!o.allow_public && !httpd_is_loopback(o.host))
 		bad_usage("refusing to listen on a non-loopback address without --public: ", o.host);
+	if (token_file && no_token)
+		bad_usage("--token-file and --no-token contradict each other", NULL);
+	if (o.allow_public && !token_file && !no_token)
+		bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches the "
+			  "port change the run)", NULL);
 	if (token_file) {
 		if (cli_read_token(token_file, &token, err) < 0) {
 			fprintf(stderr, "gem-serve: %s\n", err);

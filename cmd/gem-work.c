@@ -55,7 +55,10 @@ static void usage(FILE *f)
 	      "      --run RUNDIR          the run (model, data, hyper-parameters, initial parameters);\n"
 	      "                            node-I.gem and node-I.jsonl are written there\n"
 	      "      --listen HOST:PORT    where this node receives pushes; default 127.0.0.1:0\n"
-	      "      --public              allow listening on a non-loopback address\n"
+	      "      --public              allow listening on a non-loopback address (needs\n"
+	      "                            --token-file, or --no-token)\n"
+	      "      --no-token            allow --public without a token: anyone who reaches\n"
+	      "                            the port can push into the run\n"
 	      "      --peers URL,...       every node's URL, in node order (this node's too)\n"
 	      "      --peers-file FILE     the same, one per line, read once FILE appears\n"
 	      "      --node I              this node's index in the list; default: the entry of --listen\n"
@@ -78,7 +81,8 @@ static void bad_usage(const char *msg, const char *arg)
 }
 
 enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN, O_LISTEN,
-       O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU, O_THREADS };
+       O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU, O_THREADS,
+       O_NOTOKEN };
 
 static const struct option longopts[] = {
 	{"local", required_argument, 0, 'l'},       {"server", required_argument, 0, 'S'},
@@ -92,7 +96,7 @@ static const struct option longopts[] = {
 	{"peers", required_argument, 0, O_PEERS},   {"peers-file", required_argument, 0, O_PEERS_FILE},
 	{"node", required_argument, 0, O_NODE},     {"topology", required_argument, 0, O_TOPO},
 	{"peers-per-iter", required_argument, 0, O_PPI}, {"overlap", no_argument, 0, O_OVERLAP},
-	{"tau", required_argument, 0, O_TAU},
+	{"tau", required_argument, 0, O_TAU},       {"no-token", no_argument, 0, O_NOTOKEN},
 	{"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},
 };
@@ -385,7 +389,7 @@ int main(int argc, char **argv)
 	struct sgp_opts so = {.node = -1, .topology = SGP_EXP, .peers_per_iter = 1};
 	const char *local = NULL, *server = NULL, *rule = NULL;
 	char host[256] = "127.0.0.1";
-	int c, listen_set = 0, sgp_only = 0, threads = 1;
+	int c, listen_set = 0, sgp_only = 0, threads = 1, no_token = 0;
 	long v;
 
 	log_init("gem-work");
@@ -442,6 +446,7 @@ int main(int argc, char **argv)
 			listen_set = 1;
 			break;
 		case O_PUBLIC: so.allow_public = 1; sgp_only = 1; break;
+		case O_NOTOKEN: no_token = 1; sgp_only = 1; break;
 		case O_PEERS: so.peers = optarg; break;
 		case O_PEERS_FILE: so.peers_file = optarg; break;
 		case O_NODE:
@@ -496,6 +501,11 @@ int main(int argc, char **argv)
 				  "SGP nodes", NULL);
 		if (!so.allow_public && !httpd_is_loopback(host))
 			bad_usage("refusing to listen on a non-loopback address without --public: ", host);
+		if (o.token_file && no_token)
+			bad_usage("--token-file and --no-token contradict each other", NULL);
+		if (so.allow_public && !o.token_file && !no_token)
+			bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches "
+				  "the port push into the run)", NULL);
 		so.host = host;
 		so.epochs = o.epochs;
 		so.steps = o.steps;
@@ -510,8 +520,9 @@ int main(int argc, char **argv)
 		return run_sgp_node(&so, o.quiet);
 	}
 	if (so.rundir || listen_set || so.peers || so.peers_file || so.node >= 0 || sgp_only)
-		bad_usage("--run, --listen, --public, --peers, --peers-file, --node, --topology, "
-			  "--peers-per-iter, --overlap and --tau are for SGP nodes (--rule sgp)", NULL);
+		bad_usage("--run, --listen, --public, --no-token, --peers, --peers-file, --node, "
+			  "--topology, --peers-per-iter, --overlap and --tau are for SGP nodes (--rule sgp)",
+			  NULL);
 	if (!local == !server)
 		bad_usage("give exactly one of --local RUNDIR and --server URL", NULL);
 	cli_blas_init();

@@ -101,12 +101,12 @@ static long post_chunked(const char *url, size_t n)
 int main(void)
 {
 	static const struct httpd_route routes[] = {
-		{"GET", "/v1/ping", on_ping, NULL, 0},
-		{"POST", "/v1/echo", on_echo, NULL, 0},
-		{"PUT", "/v1/echo", on_echo, NULL, 0},
-		{"POST", "/v1/owned", on_owned, NULL, 1},
-		{"POST", "/v1/update", on_update, NULL, 1},
-		{"GET", "/v1/forgetful", on_forgetful, NULL, 0},
+		{"GET", "/v1/ping", on_ping, NULL, 0, 0},
+		{"POST", "/v1/echo", on_echo, NULL, 0, 0},
+		{"PUT", "/v1/echo", on_echo, NULL, 0, 0},
+		{"POST", "/v1/owned", on_owned, NULL, 1, 0},
+		{"POST", "/v1/update", on_update, NULL, 1, 0},
+		{"GET", "/v1/forgetful", on_forgetful, NULL, 0, 0},
 	};
 	struct httpd_config cfg = {.host = "127.0.0.1", .token = "s3cret-token", .max_body = LIMIT,
 				   .routes = routes, .n_routes = sizeof routes / sizeof routes[0]};

@@ -106,10 +106,10 @@ static int wait_parked(int n)
 int main(void)
 {
 	static const struct httpd_route routes[] = {
-		{"GET", "/v1/wait", on_wait, NULL, 0},
-		{"POST", "/v1/release", on_release, NULL, 0},
-		{"GET", "/v1/ping", on_ping, NULL, 0},
-		{"GET", "/v1/slow", on_slow, NULL, 0},
+		{"GET", "/v1/wait", on_wait, NULL, 0, 0},
+		{"POST", "/v1/release", on_release, NULL, 0, 0},
+		{"GET", "/v1/ping", on_ping, NULL, 0, 0},
+		{"GET", "/v1/slow", on_slow, NULL, 0, 0},
 	};
 	struct httpd_config cfg = {.routes = routes, .n_routes = 4};
 	static struct waiter w[NWAIT];

@@ -46,8 +46,8 @@ static int on_bad(struct httpd_req *req, void *ctx)
 int main(void)
 {
 	static const struct httpd_route routes[] = {
-		{"POST", "/v1/update", on_update, NULL, 0},
-		{"GET", "/v1/bad", on_bad, NULL, 0},
+		{"POST", "/v1/update", on_update, NULL, 0, 0},
+		{"GET", "/v1/bad", on_bad, NULL, 0, 0},
 	};
 	struct httpd_config cfg = {.routes = routes, .n_routes = 2};
 	struct sockaddr_in sa = {.sin_family = AF_INET};

@@ -22,10 +22,13 @@
 #include "wire/msg.h"
 #include "wire/reply.h"
 
-/* A worker's buffers, allocated at its first join and reused by every request; `lock` keeps
- * two requests of one worker from sharing them. */
+/* A worker's buffers, allocated at its join and freed when it leaves (or is gone); `lock` keeps
+ * two requests of one worker from sharing them. `refs` (under the server's mu) counts the slot
+ * table's reference and each request's that uses the buffers: a worker may leave while a request
+ * of its own still holds them, and the last reference frees them. */
 struct slot {
 	pthread_mutex_t lock;
+	int refs;
 	float *in, *out;
 	struct blob_codec codec;
 	struct msg_buf buf;
@@ -45,6 +48,7 @@ struct server {
 	pthread_cond_t fifo_cv, round_cv, stop_cv;
 	uint64_t ticket_next, ticket_serving;
 	struct slot *slot[PS_MAX_WORKERS];
+	int nslots;          /* workers with buffers: at most opts.max_workers */
 	int stopping;        /* serve_close runs: waiters give up */
 	double last_checkpoint;
 
@@ -90,13 +94,29 @@ static void fifo_leave(struct server *s)
 
 /* ---- worker buffers ---- */
 
+static void slot_free(struct slot *w)
+{
+	free(w->in);
+	free(w->out);
+	blob_codec_free(&w->codec);
+	msg_buf_free(&w->buf);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+}
+
+/* Worker id's buffers with a reference for the caller (slot_put), made if it has none; mu held.
+ * NULL and err set when out of memory or when --max-workers workers have buffers. */
 static struct slot *slot_get(struct server *s, int id, char *err)
 {
 	struct slot *w;
-	if (id < 0 || id >= PS_MAX_WORKERS)
-		return NULL;
-	if ((w = s->slot[id]))
+	if ((w = s->slot[id])) {
+		w->refs++;
 		return w;
+	}
+	if (s->nslots >= s->opts.max_workers) {
+		gem_errf(err, GEM_ENOMEM, "%d workers are joined, the limit (--max-workers)", s->nslots);
+		return NULL;
+	}
 	w = calloc(1, sizeof *w);
 	if (!w || !(w->in = malloc(sizeof(float) * s->n)) || !(w->out = malloc(sizeof(float) * s->n))) {
 		if (w)
@@ -107,7 +127,41 @@ static struct slot *slot_get(struct server *s, int id, char *err)
 	}
 	pthread_mutex_init(&w->lock, NULL);
 	blob_codec_init(&w->codec);
+	w->refs = 2; /* the table's and the caller's */
+	s->nslots++;
 	return s->slot[id] = w;
+}
+
+/* Worker id's buffers with a reference for the caller, or NULL if it has none; mu held. */
+static struct slot *slot_ref(struct server *s, int id)
+{
+	struct slot *w = s->slot[id];
+	if (w)
+		w->refs++;
+	return w;
+}
+
+/* Drop a reference taken by slot_get or slot_ref. */
+static void slot_put(struct server *s, struct slot *w)
+{
+	int last;
+	pthread_mutex_lock(&s->mu);
+	last = !--w->refs;
+	pthread_mutex_unlock(&s->mu);
+	if (last)
+		slot_free(w);
+}
+
+/* The worker left or is gone: its buffers go once no request uses them; mu held. */
+static void slot_drop(struct server *s, int id)
+{
+	struct slot *w = s->slot[id];
+	if (!w)
+		return;
+	s->slot[id] = NULL;
+	s->nslots--;
+	if (!--w->refs)
+		slot_free(w);
 }
 
 static const char *codec_of(const struct server *s, const char *worker_codec)
@@ -228,8 +282,11 @@ static int h_join(struct httpd_req *req, void *ctx)
 		return httpd_reply_error(req, 503, "busy", "out of memory");
 	}
 	pthread_mutex_lock(&s->mu);
-	st = ps_join(s->ps, id, theta, &j, err);
-	if (st == PS_APPLIED && !(w = slot_get(s, j.worker, err)))
+	if ((id < 0 || !s->slot[id]) && s->nslots >= s->opts.max_workers)
+		st = gem_errf(err, PS_E_FULL, "%d workers are joined, the limit (--max-workers)",
+			      s->nslots);
+	else if ((st = ps_join(s->ps, id, theta, &j, err)) == PS_APPLIED &&
+		 !(w = slot_get(s, j.worker, err)))
 		st = PS_E_NOMEM;
 	pthread_mutex_unlock(&s->mu);
 	if (st < 0) {
@@ -248,6 +305,7 @@ static int h_join(struct httpd_req *req, void *ctx)
 	memcpy(w->out, theta, sizeof *theta * s->n);
 	rc = reply_vector(s, req, w, head, MSG_PARAMS, codec_of(s, codec));
 	pthread_mutex_unlock(&w->lock);
+	slot_put(s, w);
 	free(theta);
 	json_decref(head);
 	json_decref(body);
@@ -394,13 +452,14 @@ static int h_commit(struct httpd_req *req, void *ctx)
 					  : refuse(s, -1, req, 400, "bad_field", err);
 	}
 	pthread_mutex_lock(&s->mu);
-	w = s->slot[c.worker];
+	w = slot_ref(s, c.worker);
 	pthread_mutex_unlock(&s->mu);
 	if (!w) {
 		msg_free(&m);
 		return refuse(s, -1, req, 409, "unknown_worker", "join first (POST /v1/join)");
 	}
 	if (drop_now(s)) {
+		slot_put(s, w);
 		msg_free(&m);
 		httpd_add_header(req, "Retry-After", "0");
 		return refuse(s, c.worker, req, 503, "busy", "dropped on purpose (--drop-rate)");
@@ -409,6 +468,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	t0 = cli_now();
 	if (commit_decode(s, req, &m, w, c.worker) < 0) {
 		pthread_mutex_unlock(&w->lock);
+		slot_put(s, w);
 		msg_free(&m);
 		return 0;
 	}
@@ -418,6 +478,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	st = commit_apply(s, &c, w, &r, &t_rule, err);
 	if (st < 0) {
 		pthread_mutex_unlock(&w->lock);
+		slot_put(s, w);
 		msg_free(&m);
 		if (st != PS_E_STOPPING && st != PS_E_UNKNOWN)
 			log_warn("commit refused (%s): %s", ps_status_code(st), err);
@@ -430,6 +491,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	rc = reply_vector(s, req, w, head, r.elastic ? "elastic" : MSG_PARAMS,
 			  codec_of(s, msg_find(&m, "update")->meta.codec));
 	pthread_mutex_unlock(&w->lock);
+	slot_put(s, w);
 	time_commit(s, t0, t_rule, cli_now() - t1);
 	json_decref(head);
 	msg_free(&m);
@@ -462,6 +524,8 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	json_decref(body);
 	fifo_enter(s);
 	st = ps_leave(s->ps, (int)id, done, 0, &r, err);
+	if (st >= 0)
+		slot_drop(s, (int)id);
 	if (r.round_closed)
 		pthread_cond_broadcast(&s->round_cv);
 	fifo_leave(s);
@@ -526,17 +590,8 @@ static void server_free(struct server *s)
 {
 	if (!s)
 		return;
-	for (int i = 0; i < PS_MAX_WORKERS; i++) {
-		struct slot *w = s->slot[i];
-		if (!w)
-			continue;
-		free(w->in);
-		free(w->out);
-		blob_codec_free(&w->codec);
-		msg_buf_free(&w->buf);
-		pthread_mutex_destroy(&w->lock);
-		free(w);
-	}
+	for (int i = 0; i < PS_MAX_WORKERS; i++)
+		slot_drop(s, i); /* the server has stopped: no request holds one */
 	ps_close(s->ps);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->tmu);
@@ -552,11 +607,14 @@ static int start_http(struct server *s, const struct serve_opts *o, char *err)
 		const char *method, *path;
 		httpd_handler_fn fn;
 		int mutating;
+		size_t max_body; /* 0: an update's (only /v1/commit) */
 	} routes[] = {
-		{"GET", "/v1/stats", h_stats, 0},
-		{"POST", "/v1/join", h_join, 1},          {"POST", "/v1/commit", h_commit, 1},
-		{"POST", "/v1/leave", h_leave, 1},        {"POST", "/v1/checkpoint", h_checkpoint, 1},
-		{"POST", "/v1/stop", h_stop, 1},
+		{"GET", "/v1/stats", h_stats, 0, 0},
+		{"POST", "/v1/join", h_join, 1, HTTPD_JSON_BODY},
+		{"POST", "/v1/commit", h_commit, 1, 0},
+		{"POST", "/v1/leave", h_leave, 1, HTTPD_JSON_BODY},
+		{"POST", "/v1/checkpoint", h_checkpoint, 1, HTTPD_JSON_BODY},
+		{"POST", "/v1/stop", h_stop, 1, HTTPD_JSON_BODY},
 	};
 	struct httpd_route r[REPLY_GET_ROUTES + sizeof routes / sizeof *routes];
 	struct httpd_config hc = {0};
@@ -567,7 +625,8 @@ static int start_http(struct server *s, const struct serve_opts *o, char *err)
 	reply_get_routes(&s->get, r);
 	for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
 		r[REPLY_GET_ROUTES + i] = (struct httpd_route){routes[i].method, routes[i].path,
-							       routes[i].fn, s, routes[i].mutating};
+							       routes[i].fn, s, routes[i].mutating,
+							       routes[i].max_body};
 	hc.host = host;
 	hc.port = o->port;
 	hc.allow_public = o->allow_public;
@@ -594,6 +653,8 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	if (!s)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	s->opts = *o;
+	if (s->opts.max_workers <= 0 || s->opts.max_workers > PS_MAX_WORKERS)
+		s->opts.max_workers = o->max_workers > 0 ? PS_MAX_WORKERS : SERVE_MAX_WORKERS;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->tmu, NULL);
 	pthread_cond_init(&s->fifo_cv, NULL);
@@ -637,6 +698,7 @@ static void on_gone(void *ctx, int worker, double silent)
 	struct server *s = ctx;
 	log_warn("worker %d: no contact for %.0f s, at version %llu: gone", worker, silent,
 		 (unsigned long long)ps_version(s->ps));
+	slot_drop(s, worker); /* mu held (serve_wait) */
 }
 
 /* A deadline `seconds` from now on CLOCK_REALTIME, for pthread_cond_timedwait. */

@@ -21,7 +21,11 @@ struct serve_opts {
 	double idle_timeout;     /* no commit this long: checkpoint and stop, failed; 0: never */
 	long max_staleness;      /* refuse commits staler than this (SSP); < 0: no bound */
 	double drop_rate;        /* refuse this fraction of commits with 503 (fault injection) */
+	int max_workers;         /* workers joined at once (each holds buffers of ~24 bytes per
+				  * parameter); 0: SERVE_MAX_WORKERS; at most PS_MAX_WORKERS */
 };
+
+#define SERVE_MAX_WORKERS 256
 
 struct server;
 

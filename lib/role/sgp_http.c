@@ -245,9 +245,11 @@ int sgp_http_start(struct sgp_node *s, char *err)
 	int rc;
 	s->get = (struct reply_get){s->run.json, s->n, get_health, get_params, s};
 	reply_get_routes(&s->get, r);
-	r[REPLY_GET_ROUTES] = (struct httpd_route){"POST", "/v1/hello", h_hello, s, 1};
-	r[REPLY_GET_ROUTES + 1] = (struct httpd_route){"POST", "/v1/push", h_push, s, 1};
-	r[REPLY_GET_ROUTES + 2] = (struct httpd_route){"POST", "/v1/bye", h_bye, s, 1};
+	r[REPLY_GET_ROUTES] = (struct httpd_route){"POST", "/v1/hello", h_hello, s, 1,
+						   HTTPD_JSON_BODY};
+	r[REPLY_GET_ROUTES + 1] = (struct httpd_route){"POST", "/v1/push", h_push, s, 1, 0};
+	r[REPLY_GET_ROUTES + 2] = (struct httpd_route){"POST", "/v1/bye", h_bye, s, 1,
+						       HTTPD_JSON_BODY};
 	hc.host = host;
 	hc.port = s->o.port;
 	hc.allow_public = s->o.allow_public;

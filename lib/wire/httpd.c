@@ -4,6 +4,7 @@
 #include "base/log.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -21,8 +22,11 @@
 #include <unistd.h>
 
 #define HTTPD_MAX_BODY (64u << 20)
-#define HTTPD_TIMEOUT_S 120
+#define HTTPD_TIMEOUT_S 30
 #define HTTPD_MAX_CONNS 512
+/* Connections past max_conns that libmicrohttpd still admits: an evicted connection holds its
+ * place until its thread has seen the shutdown. */
+#define HTTPD_EVICT_SLACK 64
 #define HTTPD_NHDR 8
 /* A connection keeps its body buffer between requests (the next update has the same size);
  * beyond this it is given back after each request. */
@@ -43,6 +47,11 @@ struct httpd {
 	pthread_mutex_t lock;
 	pthread_cond_t idle;
 	unsigned active;
+	/* Every open connection (under lock), to make room for a new one when max_conns are open
+	 * by closing an idle one (httpd_evict). */
+	struct httpd_conn *conns;
+	unsigned nlive, max_conns, timeout_s;
+	uint64_t tick;
 };
 
 enum httpd_state {
@@ -57,12 +66,18 @@ struct httpd_conn {
 	struct MHD_Connection *mc;
 	unsigned char *buf;
 	size_t len, cap;
+	size_t body_cap; /* this request's body cap (its route's) */
 	enum httpd_state state;
 	const struct httpd_route *route;
 	size_t nhdr, hused;
 	const char *hname[HTTPD_NHDR], *hval[HTTPD_NHDR];
 	char hbuf[1024];
 	char client[INET6_ADDRSTRLEN + 16];
+	/* Under d->lock: the list of connections, the socket, whether a request is in progress,
+	 * whether one was ever routed and authorized, when it last began or ended (d->tick). */
+	struct httpd_conn *prev, *next;
+	int fd, busy, trusted, evicted;
+	uint64_t last;
 };
 
 int httpd_is_loopback(const char *host)
@@ -141,21 +156,88 @@ static void httpd_format_addr(const struct sockaddr *sa, char *out, size_t n)
 	}
 }
 
+/* A connection's place in the list of open connections; d->lock held. */
+static void httpd_link(struct httpd *d, struct httpd_conn *hc)
+{
+	hc->next = d->conns;
+	if (d->conns)
+		d->conns->prev = hc;
+	d->conns = hc;
+	d->nlive++;
+}
+
+static void httpd_unlink(struct httpd *d, struct httpd_conn *hc)
+{
+	if (hc->prev)
+		hc->prev->next = hc->next;
+	else
+		d->conns = hc->next;
+	if (hc->next)
+		hc->next->prev = hc->prev;
+	if (!hc->evicted)
+		d->nlive--;
+}
+
+/* Make room for one more connection: shut down the idle connection (no request in progress)
+ * least recently used, one that never had a request routed and authorized first; d->lock held.
+ * 0 if one was shut down, -1 if every connection is busy. Its socket stays open until
+ * libmicrohttpd has told httpd_notify_conn it closed, so it is this connection's. */
+static int httpd_evict(struct httpd *d)
+{
+	struct httpd_conn *v = NULL;
+	for (struct httpd_conn *c = d->conns; c; c = c->next) {
+		if (c->busy || c->evicted || c->fd < 0)
+			continue;
+		if (!v || (v->trusted && !c->trusted) ||
+		    (v->trusted == c->trusted && c->last < v->last))
+			v = c;
+	}
+	if (!v)
+		return -1;
+	shutdown(v->fd, SHUT_RDWR);
+	v->evicted = 1;
+	d->nlive--;
+	return 0;
+}
+
+/* Accept policy: a new connection gets in while fewer than max_conns are open, or by evicting
+ * an idle one. */
+static enum MHD_Result httpd_accept(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+	struct httpd *d = cls;
+	int ok;
+	(void)addr, (void)len;
+	pthread_mutex_lock(&d->lock);
+	ok = d->nlive < d->max_conns || httpd_evict(d) == 0;
+	pthread_mutex_unlock(&d->lock);
+	return ok ? MHD_YES : MHD_NO;
+}
+
 static void httpd_notify_conn(void *cls, struct MHD_Connection *mc, void **socket_context,
 			      enum MHD_ConnectionNotificationCode code)
 {
+	struct httpd *d = cls;
 	struct httpd_conn *hc = *socket_context;
 	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
 		const union MHD_ConnectionInfo *ci;
 		hc = calloc(1, sizeof *hc);
 		if (!hc)
 			return; /* the access handler refuses connections without state */
-		hc->d = cls;
+		hc->d = d;
 		hc->mc = mc;
 		ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 		httpd_format_addr(ci ? ci->client_addr : NULL, hc->client, sizeof hc->client);
+		ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+		hc->fd = ci ? (int)ci->connect_fd : -1;
 		*socket_context = hc;
+		pthread_mutex_lock(&d->lock);
+		hc->last = ++d->tick;
+		httpd_link(d, hc);
+		pthread_mutex_unlock(&d->lock);
 	} else if (code == MHD_CONNECTION_NOTIFY_CLOSED && hc) {
+		pthread_mutex_lock(&d->lock);
+		httpd_unlink(d, hc);
+		pthread_mutex_unlock(&d->lock);
 		free(hc->buf);
 		free(hc);
 		*socket_context = NULL;
@@ -173,6 +255,8 @@ static void httpd_request_done(void *cls, struct MHD_Connection *mc, void **req_
 	pthread_mutex_lock(&d->lock);
 	if (!--d->active)
 		pthread_cond_broadcast(&d->idle);
+	hc->busy = 0;
+	hc->last = ++d->tick;
 	pthread_mutex_unlock(&d->lock);
 	if (hc->cap > HTTPD_KEEP_BUF) {
 		free(hc->buf);
@@ -232,18 +316,50 @@ static int httpd_reply_json_conn(struct httpd_conn *hc, unsigned status, const j
 			   MHD_create_response_from_buffer_with_free_callback(len, s, free));
 }
 
+/* src as printable ASCII into dst (n > 0 bytes, always terminated): every other byte as \xNN,
+ * so that a detail quoting a client's bytes (a path, a method, a codec) is valid UTF-8 however
+ * it was cut. */
+static void httpd_ascii(char *dst, size_t n, const char *src)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t k = 0;
+	for (; *src; src++) {
+		unsigned char c = (unsigned char)*src;
+		if (c >= 0x20 && c < 0x7f) {
+			if (k + 1 >= n)
+				break;
+			dst[k++] = (char)c;
+		} else {
+			if (k + 4 >= n)
+				break;
+			dst[k++] = '\\', dst[k++] = 'x', dst[k++] = hex[c >> 4], dst[k++] = hex[c & 15];
+		}
+	}
+	dst[k] = 0;
+}
+
+/* The reply when even an error reply cannot be built (no memory): static, so it cannot fail. */
+static const char httpd_fallback[] = "{\"error\":\"internal\",\"detail\":\"no memory for the reply\"}\n";
+
+/* Queue an error reply; it is always queued unless libmicrohttpd itself refuses (the connection
+ * is then closed). */
 static int httpd_verror(struct httpd_conn *hc, unsigned status, const char *error, const char *fmt,
 			va_list ap)
 {
-	char detail[1024];
+	char raw[1024], detail[1024];
 	json_t *j;
-	int rc;
-	vsnprintf(detail, sizeof detail, fmt, ap);
-	j = json_pack("{s:s, s:s}", "error", error, "detail", detail);
-	if (!j)
-		return GEM_ENOMEM;
-	rc = httpd_reply_json_conn(hc, status, j);
-	json_decref(j);
+	int rc = GEM_ENOMEM;
+	vsnprintf(raw, sizeof raw, fmt, ap);
+	httpd_ascii(detail, sizeof detail, raw);
+	if ((j = json_pack("{s:s, s:s}", "error", error, "detail", detail))) {
+		rc = httpd_reply_json_conn(hc, status, j);
+		json_decref(j);
+	}
+	if (rc < 0 && hc->state != HTTPD_DONE)
+		rc = httpd_queue(hc, status, "application/json",
+				 MHD_create_response_from_buffer(sizeof httpd_fallback - 1,
+								 (void *)httpd_fallback,
+								 MHD_RESPMEM_PERSISTENT));
 	return rc;
 }
 
@@ -313,35 +429,78 @@ static int httpd_reserve(struct httpd_conn *hc, size_t need)
 	return 0;
 }
 
+/* MHD_get_connection_values callback: count the Content-Length headers, and whether they
+ * disagree (libmicrohttpd frames the body by the first one). */
+struct httpd_clen {
+	const char *first;
+	int n, differ;
+};
+
+static enum MHD_Result httpd_clen_each(void *cls, enum MHD_ValueKind kind, const char *key,
+				       const char *value)
+{
+	struct httpd_clen *c = cls;
+	(void)kind;
+	if (!key || strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
+		return MHD_YES;
+	if (c->n++ && strcmp(c->first, value ? value : ""))
+		c->differ = 1;
+	else if (c->n == 1)
+		c->first = value ? value : "";
+	return MHD_YES;
+}
+
+/* A request's body cap: none for GET and HEAD, else its route's or the server's. */
+static size_t httpd_body_cap(const struct httpd *d, const struct httpd_route *r)
+{
+	if (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD"))
+		return 0;
+	return r->max_body ? r->max_body : d->max_body;
+}
+
+/* The body's framing and size, before any of it is read: 0, or an error reply queued. */
+static int httpd_check_length(struct httpd_conn *hc, const char *method, const char *url)
+{
+	struct httpd_clen c = {0};
+	unsigned long long n;
+	MHD_get_connection_values(hc->mc, MHD_HEADER_KIND, httpd_clen_each, &c);
+	if (c.differ)
+		return httpd_error(hc, MHD_HTTP_BAD_REQUEST, "bad_request",
+				   "conflicting Content-Length headers"), -1;
+	if (!c.n)
+		return 0;
+	n = strtoull(c.first, NULL, 10);
+	if (n > hc->body_cap)
+		return httpd_error(hc, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
+				   "%s %s: a body of %llu bytes exceeds its limit of %zu", method, url, n,
+				   hc->body_cap), -1;
+	if (httpd_reserve(hc, (size_t)n))
+		return httpd_error(hc, MHD_HTTP_SERVICE_UNAVAILABLE, "no_memory",
+				   "cannot buffer a body of %llu bytes", n), -1;
+	return 0;
+}
+
 /* First call of a request: route, authorize and size-check it before any body is read. */
 static void httpd_begin(struct httpd_conn *hc, const char *method, const char *url)
 {
-	struct httpd *d = hc->d;
-	const char *cl;
 	hc->state = HTTPD_RECV;
 	hc->len = 0;
 	hc->nhdr = 0;
 	hc->hused = 0;
+	hc->body_cap = 0;
 	if (!(hc->route = httpd_route_find(hc, method, url)))
 		return;
-	if (hc->route->mutating && !httpd_auth_ok(d, hc->mc)) {
+	if (hc->route->mutating && !httpd_auth_ok(hc->d, hc->mc)) {
 		httpd_push_header(hc, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
 		httpd_error(hc, MHD_HTTP_UNAUTHORIZED, "unauthorized",
 			    "%s %s needs a valid 'Authorization: Bearer' token", method, url);
 		return;
 	}
-	cl = MHD_lookup_connection_value(hc->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-	if (cl) {
-		unsigned long long n = strtoull(cl, NULL, 10);
-		if (n > d->max_body) {
-			httpd_error(hc, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
-				    "body of %llu bytes exceeds the limit of %zu", n, d->max_body);
-			return;
-		}
-		if (httpd_reserve(hc, (size_t)n))
-			httpd_error(hc, MHD_HTTP_SERVICE_UNAVAILABLE, "no_memory",
-				    "cannot buffer a body of %llu bytes", n);
-	}
+	pthread_mutex_lock(&hc->d->lock);
+	hc->trusted = 1;
+	pthread_mutex_unlock(&hc->d->lock);
+	hc->body_cap = httpd_body_cap(hc->d, hc->route);
+	httpd_check_length(hc, method, url);
 }
 
 static void httpd_dispatch(struct httpd_conn *hc, const char *method, const char *url)
@@ -360,6 +519,10 @@ static void httpd_dispatch(struct httpd_conn *hc, const char *method, const char
 	req.client = hc->client;
 	req.conn = hc;
 	rc = hc->route->fn(&req, hc->route->ctx);
+	/* A handler may block longer than the idle timeout (a round of sync): the reply still
+	 * goes out (setting the timeout from 0 restarts the clock). */
+	MHD_set_connection_option(hc->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+	MHD_set_connection_option(hc->mc, MHD_CONNECTION_OPTION_TIMEOUT, hc->d->timeout_s);
 	if (hc->state != HTTPD_DONE)
 		httpd_error(hc, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
 			    "%s %s: handler returned %d without a reply", method, url, rc);
@@ -379,6 +542,8 @@ static enum MHD_Result httpd_access(void *cls, struct MHD_Connection *mc, const 
 		*req_cls = hc;
 		pthread_mutex_lock(&hc->d->lock);
 		hc->d->active++;
+		hc->busy = 1;
+		hc->last = ++hc->d->tick;
 		pthread_mutex_unlock(&hc->d->lock);
 		httpd_begin(hc, method, url);
 		return MHD_YES;
@@ -388,7 +553,7 @@ static enum MHD_Result httpd_access(void *cls, struct MHD_Connection *mc, const 
 		*upload_data_size = 0;
 		if (hc->state != HTTPD_RECV)
 			return MHD_YES;
-		if (n > hc->d->max_body - hc->len) {
+		if (n > hc->body_cap - hc->len) {
 			/* Chunked or lying about its length: stop buffering, answer at the end. */
 			hc->state = HTTPD_DISCARD;
 			return MHD_YES;
@@ -403,10 +568,31 @@ static enum MHD_Result httpd_access(void *cls, struct MHD_Connection *mc, const 
 	}
 	if (hc->state == HTTPD_DISCARD)
 		httpd_error(hc, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
-			    "body exceeds the limit of %zu bytes (or memory ran out)", hc->d->max_body);
-	else if (hc->state == HTTPD_RECV)
+			    "%s %s: the body exceeds its limit of %zu bytes (or memory ran out)", method,
+			    url, hc->body_cap);
+	else if (hc->state == HTTPD_RECV && hc->route)
 		httpd_dispatch(hc, method, url);
 	return hc->state == HTTPD_DONE ? MHD_YES : MHD_NO;
+}
+
+/* libmicrohttpd's unescaping of the path and of query arguments, but %00 stays as it is: a NUL
+ * would end the string early, and "/v1/params%00x" would be routed as /v1/params. */
+static size_t httpd_unescape(void *cls, struct MHD_Connection *mc, char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+	char *out = s, *in = s, *h1, *h2;
+	(void)cls, (void)mc;
+	while (*in) {
+		if (in[0] == '%' && in[1] && in[2] && (h1 = strchr(hex, tolower((unsigned char)in[1]))) &&
+		    (h2 = strchr(hex, tolower((unsigned char)in[2]))) && (h1 != hex || h2 != hex)) {
+			*out++ = (char)((h1 - hex) << 4 | (h2 - hex));
+			in += 3;
+		} else {
+			*out++ = *in++;
+		}
+	}
+	*out = 0;
+	return (size_t)(out - s);
 }
 
 static int httpd_listen(const char *host, int port, int *fd_out, char *err)
@@ -503,6 +689,8 @@ int httpd_start(const struct httpd_config *c, struct httpd **out, char *err)
 		d->token_len = strlen(d->token);
 	}
 	d->max_body = c->max_body ? c->max_body : HTTPD_MAX_BODY;
+	d->max_conns = c->max_conns ? c->max_conns : HTTPD_MAX_CONNS;
+	d->timeout_s = c->timeout_s ? c->timeout_s : HTTPD_TIMEOUT_S;
 	if ((rc = httpd_listen(host, c->port, &fd, err)))
 		goto fail;
 	d->port = httpd_port_of(fd);
@@ -511,12 +699,13 @@ int httpd_start(const struct httpd_config *c, struct httpd **out, char *err)
 	d->mhd = MHD_start_daemon(
 		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO |
 			MHD_USE_ITC | MHD_USE_ERROR_LOG,
-		0, NULL, NULL, httpd_access, d,
+		0, httpd_accept, d, httpd_access, d,
 		MHD_OPTION_EXTERNAL_LOGGER, httpd_mhd_log, d, /* first, so MHD never prints itself */
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)(c->timeout_s ? c->timeout_s : HTTPD_TIMEOUT_S),
-		MHD_OPTION_CONNECTION_LIMIT, (unsigned int)(c->max_conns ? c->max_conns : HTTPD_MAX_CONNS),
+		MHD_OPTION_CONNECTION_TIMEOUT, d->timeout_s,
+		MHD_OPTION_CONNECTION_LIMIT, d->max_conns + HTTPD_EVICT_SLACK,
 		MHD_OPTION_NOTIFY_CONNECTION, httpd_notify_conn, d,
+		MHD_OPTION_UNESCAPE_CALLBACK, httpd_unescape, d,
 		MHD_OPTION_NOTIFY_COMPLETED, httpd_request_done, d,
 		MHD_OPTION_END);
 	if (!d->mhd) {

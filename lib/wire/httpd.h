@@ -1,6 +1,7 @@
 /* httpd: gem's HTTP server layer, a thin route table over GNU libmicrohttpd. One thread per
  * connection, so a handler may block (a sync barrier, a long poll) without holding up other
- * clients. Bodies are accumulated per connection up to a cap (413 beyond it); errors are JSON
+ * clients. Bodies are accumulated per connection up to their route's cap (413 beyond it; GET
+ * routes take none); past max_conns an idle connection is closed to make room; errors are JSON
  * {"error": "...", "detail": "..."}; routes marked mutating may require a bearer token. */
 #ifndef GEM_HTTPD_H
 #define GEM_HTTPD_H
@@ -31,7 +32,12 @@ struct httpd_route {
 	httpd_handler_fn fn;
 	void *ctx;
 	int mutating;         /* needs the bearer token when the server has one */
+	size_t max_body;      /* body cap of this route; 0: the server's max_body. GET and HEAD
+			       * routes take no body at all (413) */
 };
+
+/* The body cap of routes that take a small JSON document. */
+#define HTTPD_JSON_BODY (64u << 10)
 
 struct httpd_config {
 	const char *host;     /* numeric address or name to bind; NULL = "127.0.0.1" */
@@ -39,8 +45,10 @@ struct httpd_config {
 	int allow_public;     /* must be 1 to bind anything but loopback */
 	const char *token;    /* bearer token for mutating routes; NULL or "" = no auth */
 	size_t max_body;      /* request body cap in bytes; 0 = 64 MiB */
-	unsigned timeout_s;   /* idle connection timeout; 0 = 120 s */
-	unsigned max_conns;   /* concurrent connections (one thread each); 0 = 512 */
+	unsigned timeout_s;   /* idle connection timeout; 0 = 30 s */
+	unsigned max_conns;   /* open connections (one thread each); 0 = 512. A new one beyond it
+			       * closes the idle connection least recently used (one that never
+			       * had a request authorized first), or is refused if all are busy */
 	const struct httpd_route *routes;
 	size_t n_routes;
 };

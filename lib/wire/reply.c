@@ -1,6 +1,8 @@
 #include "wire/reply.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "wire/blob.h"
 #include "base/err.h"
@@ -59,15 +61,23 @@ static int get_run(struct httpd_req *req, void *ctx)
 	return httpd_reply_json(req, 200, g->run);
 }
 
-/* GET /v1/params[?codec=C]: a snapshot of θ with the owner's header. */
+/* GET /v1/params[?codec=C]: a snapshot of θ with the owner's header. A query string decodes
+ * '+' as a space, and no codec name has one: "zlib shuffle" is zlib+shuffle (as is %2B). */
 static int get_params(struct httpd_req *req, void *ctx)
 {
 	const struct reply_get *g = ctx;
-	const char *codec = httpd_query(req, "codec");
+	const char *q = httpd_query(req, "codec");
+	char name[64], *codec = NULL;
 	float *copy;
 	json_t *head;
 	int rc;
 
+	if (q) {
+		snprintf(name, sizeof name, "%s", q);
+		for (codec = name; (codec = strchr(codec, ' '));)
+			*codec = '+';
+		codec = name;
+	}
 	if (reply_check_codec(req, codec) < 0)
 		return 0;
 	if (!(copy = malloc(sizeof *copy * g->n)))
@@ -84,7 +94,7 @@ static int get_params(struct httpd_req *req, void *ctx)
 void reply_get_routes(const struct reply_get *g, struct httpd_route r[REPLY_GET_ROUTES])
 {
 	void *ctx = (void *)g; /* the handlers only read it */
-	r[0] = (struct httpd_route){"GET", "/v1/health", get_health, ctx, 0};
-	r[1] = (struct httpd_route){"GET", "/v1/run", get_run, ctx, 0};
-	r[2] = (struct httpd_route){"GET", "/v1/params", get_params, ctx, 0};
+	r[0] = (struct httpd_route){"GET", "/v1/health", get_health, ctx, 0, 0};
+	r[1] = (struct httpd_route){"GET", "/v1/run", get_run, ctx, 0, 0};
+	r[2] = (struct httpd_route){"GET", "/v1/params", get_params, ctx, 0, 0};
 }
