@@ -108,9 +108,12 @@ sgp_run() {
 	rm -f "$rundir"/node-*.url "$rundir"/node-*.gem "$rundir"/node-*.jsonl "$rundir"/node-*.log "$rundir/peers"
 	local public=() token=()
 	case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
-	if [ -n "$hosts" ]; then
+	if [ -n "$hosts" ] || [ ${#public[@]} -gt 0 ]; then
+		# reachable from the network: a fresh token (a public listener needs one)
 		(umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
 		token=(--token-file "$rundir/token")
+	fi
+	if [ -n "$hosts" ]; then
 		# a host that sees this marker shares the run directory: nothing to copy there
 		marker=".gem-run-marker-$$"
 		: >"$rundir/$marker"
@@ -132,8 +135,8 @@ sgp_run() {
 				"${public[@]}" "${token[@]}" --node "$i" --peers-file "$rundir/peers" "${workopts[@]}" \
 				</dev/null >"$rundir/node-$i.url" 2>"$rundir/node-$i.log" &
 		else
-			gem-work -q --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" --node "$i" \
-				--peers-file "$rundir/peers" "${workopts[@]}" \
+			gem-work -q --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" "${token[@]}" \
+				--node "$i" --peers-file "$rundir/peers" "${workopts[@]}" \
 				</dev/null >"$rundir/node-$i.url" 2>"$rundir/node-$i.log" &
 		fi
 		nodes+=($!)
@@ -211,8 +214,9 @@ fi
 public=()
 case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
 token=()
-if [ -n "$hosts" ]; then
-	# workers come over the network: a fresh token, which travels on ssh's standard input
+if [ -n "$hosts" ] || [ ${#public[@]} -gt 0 ]; then
+	# workers come over the network (a public listener needs a token): a fresh token, which
+	# travels on ssh's standard input
 	(umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
 	token=(--token-file "$rundir/token")
 fi
@@ -238,7 +242,7 @@ for ((i = 0; i < workers; i++)); do
 		ssh -o BatchMode=yes "$h" gem-work -q --server "$url" --worker-id "$i" --token-file /dev/stdin "${workopts[@]}" \
 			<"$rundir/token" >>"$rundir/worker-$i.log" 2>&1 &
 	else
-		gem-work -q --server "$url" --worker-id "$i" "${workopts[@]}" >>"$rundir/worker-$i.log" 2>&1 &
+		gem-work -q --server "$url" --worker-id "$i" "${token[@]}" "${workopts[@]}" >>"$rundir/worker-$i.log" 2>&1 &
 	fi
 	pids+=($!)
 done

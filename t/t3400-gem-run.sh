@@ -158,4 +158,8 @@ test_expect_success 'the same with two sync workers: they rejoin under their ids
 	same_run alone2 parts2
 '
 
+test_expect_success 'gem-run --listen 0.0.0.0:0 without --hosts: a public server gets a token' '
+	gem-run -q -n 1 --listen 0.0.0.0:0 $TINY pub >pub.tsv &&
+	test -s pub/token && grep -q "test_acc" pub.tsv
+'
 test_done
