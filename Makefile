@@ -107,7 +107,8 @@ check-layers:
 	sh t/check-layers
 
 # test: the suite alone, for machines whose packages are in place
-test: $(PROGS) $(T_PROGS)
+# (the benchmarks are built too, so that a change cannot leave them behind)
+test: $(PROGS) $(T_PROGS) $(PERF)
 	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) $(TEST_ENV) prove -j2 --timer --exec $(CURDIR)/t/run-test $(T_RUN)
 
 bench: $(PROGS) $(PERF)

@@ -96,8 +96,8 @@ static double throughput(int nthreads, int *fail)
 int main(void)
 {
 	static const struct httpd_route routes[] = {
-		{"GET", "/v1/status", on_status, NULL, 0},
-		{"POST", "/v1/update", on_echo, NULL, 0},
+		{"GET", "/v1/status", on_status, NULL, 0, 0},
+		{"POST", "/v1/update", on_echo, NULL, 0, 0},
 	};
 	struct httpd_config cfg = {.routes = routes, .n_routes = 2};
 	struct httpd *d;
