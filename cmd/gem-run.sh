@@ -34,6 +34,10 @@ USAGE
 
 die_usage() { echo "gem-run: $*" >&2; echo "$usage_line" >&2; exit 2; }
 
+# ssh gives up on a host that does not answer, and notices one that hangs, instead of waiting
+# forever (GEM_SSH_TIMEOUT: seconds to connect; default 10)
+ssh_opts=(-o BatchMode=yes -o "ConnectTimeout=${GEM_SSH_TIMEOUT:-10}" -o ServerAliveInterval=15
+	  -o ServerAliveCountMax=4)
 workers=4 workers_set=0 hosts= listen= resume=0 quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -106,7 +110,10 @@ sgp_run() {
 	case "$listen" in *:0) ;; *) die_usage "--listen: with --rule sgp the port must be 0 (each node picks a free one)" ;; esac
 	gem-init -q --workers "$workers" "${initopts[@]}" "$rundir" || exit $?
 	rm -f "$rundir"/node-*.url "$rundir"/node-*.gem "$rundir"/node-*.jsonl "$rundir"/node-*.log "$rundir/peers"
-	local public=() token=()
+	# on other hosts the run is at the same absolute path (a relative one would resolve
+	# against the remote $HOME, possibly into another run)
+	local public=() token=() rrun
+	rrun=$(cd "$rundir" && pwd) || exit 1
 	case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
 	if [ -n "$hosts" ] || [ ${#public[@]} -gt 0 ]; then
 		# reachable from the network: a fresh token (a public listener needs one)
@@ -119,10 +126,10 @@ sgp_run() {
 		: >"$rundir/$marker"
 		copy_hosts=()
 		for h in $(printf '%s\n' "${slots[@]}" | sort -u); do
-			ssh -o BatchMode=yes "$h" test -e "$rundir/$marker" </dev/null && continue
+			ssh "${ssh_opts[@]}" "$h" test -e "$rrun/$marker" </dev/null && continue
 			copy_hosts+=("$h")
-			ssh -o BatchMode=yes "$h" mkdir -p "$rundir" </dev/null &&
-				scp -q -o BatchMode=yes "$rundir/run.json" "$rundir/params.gem" "$rundir/token" "$h:$rundir/" ||
+			ssh "${ssh_opts[@]}" "$h" mkdir -p "$rrun" </dev/null &&
+				scp -q "${ssh_opts[@]}" "$rundir/run.json" "$rundir/params.gem" "$rundir/token" "$h:$rrun/" ||
 				{ echo "gem-run: cannot copy the run to $h" >&2; exit 1; }
 		done
 		rm -f "$rundir/$marker"
@@ -131,8 +138,9 @@ sgp_run() {
 	for ((i = 0; i < workers; i++)); do
 		if [ ${#slots[@]} -gt 0 ]; then
 			h=${slots[$((i % ${#slots[@]}))]}
-			ssh -o BatchMode=yes "$h" gem-work -q --rule sgp --run "$rundir" --listen "$listen" \
-				"${public[@]}" "${token[@]}" --node "$i" --peers-file "$rundir/peers" "${workopts[@]}" \
+			ssh "${ssh_opts[@]}" "$h" gem-work -q --rule sgp --run "$rrun" --listen "$listen" \
+				"${public[@]}" ${token[@]:+--token-file "$rrun/token"} --node "$i" \
+				--peers-file "$rrun/peers" "${workopts[@]}" \
 				</dev/null >"$rundir/node-$i.url" 2>"$rundir/node-$i.log" &
 		else
 			gem-work -q --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" "${token[@]}" \
@@ -162,8 +170,8 @@ sgp_run() {
 	mv "$rundir/peers.tmp" "$rundir/peers" || exit 1
 	if [ -n "$hosts" ]; then
 		for h in "${copy_hosts[@]}"; do
-			scp -q -o BatchMode=yes "$rundir/peers" "$h:$rundir/peers.tmp" &&
-				ssh -o BatchMode=yes "$h" mv "$rundir/peers.tmp" "$rundir/peers" ||
+			scp -q "${ssh_opts[@]}" "$rundir/peers" "$h:$rrun/peers.tmp" &&
+				ssh "${ssh_opts[@]}" "$h" mv "$rrun/peers.tmp" "$rrun/peers" ||
 				{ echo "gem-run: cannot send the peer list to $h" >&2; exit 1; }
 		done
 	fi
@@ -175,7 +183,7 @@ sgp_run() {
 		for ((i = 0; i < workers; i++)); do
 			h=${slots[$((i % ${#slots[@]}))]}
 			case " ${copy_hosts[*]} " in *" $h "*) ;; *) continue ;; esac
-			scp -q -o BatchMode=yes "$h:$rundir/node-$i.gem" "$h:$rundir/node-$i.jsonl" "$rundir/" 2>/dev/null
+			scp -q "${ssh_opts[@]}" "$h:$rrun/node-$i.gem" "$h:$rrun/node-$i.jsonl" "$rundir/" 2>/dev/null
 		done
 	fi
 	[ $failed = 0 ] || { echo "gem-run: $failed of $workers node$([ "$workers" = 1 ] || echo s) failed" >&2; exit 1; }
@@ -239,7 +247,7 @@ fi
 for ((i = 0; i < workers; i++)); do
 	if [ ${#slots[@]} -gt 0 ]; then
 		h=${slots[$((i % ${#slots[@]}))]}
-		ssh -o BatchMode=yes "$h" gem-work -q --server "$url" --worker-id "$i" --token-file /dev/stdin "${workopts[@]}" \
+		ssh "${ssh_opts[@]}" "$h" gem-work -q --server "$url" --worker-id "$i" --token-file /dev/stdin "${workopts[@]}" \
 			<"$rundir/token" >>"$rundir/worker-$i.log" 2>&1 &
 	else
 		gem-work -q --server "$url" --worker-id "$i" "${token[@]}" "${workopts[@]}" >>"$rundir/worker-$i.log" 2>&1 &

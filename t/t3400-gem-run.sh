@@ -45,7 +45,7 @@ test_expect_success 'setup: tiny data, fake ssh and hostname' '
 
 test_expect_success 'gem-run --hosts: 2 hosts x 1 slot, 2 workers over ssh' '
 	printf "# two hosts\nnodeA\nnodeB 1\n" >hosts &&
-	: >ssh.log && : >ssh.log.cmd &&
+	: >ssh.log && : >ssh.log.cmd && : >ssh.log.args &&
 	# slowed down: gem-serve stops once the workers that have joined are done, so a
 	# worker that joins late would find it gone
 	PATH="$PWD/fakebin:$PATH" gem-run -q --hosts hosts -n 2 --epochs 1 $TINY \
@@ -55,7 +55,9 @@ test_expect_success 'gem-run --hosts: 2 hosts x 1 slot, 2 workers over ssh' '
 	awk "NR == 2 && \$2 == 126 && \$5 > 0.8 { ok = 1 } END { exit !ok }" eval.tsv &&
 	printf "nodeA\nnodeB\n" >ssh.want && sort ssh.log | diff ssh.want - &&
 	test $(grep -c "^gem-work .*--server http://localhost:[0-9]*" ssh.log.cmd) = 2 &&
-	grep -q "\"url\":\"http://0.0.0.0:" run-ssh/log.jsonl
+	grep -q "\"url\":\"http://0.0.0.0:" run-ssh/log.jsonl &&
+	# every ssh gives up on a host that does not answer or hangs
+	test $(grep -c "ConnectTimeout=10 -o ServerAliveInterval=15" ssh.log.args) = 2
 '
 
 test_expect_code 2 'gem-run without RUNDIR' 'gem-run -n 2 $TINY'
@@ -161,5 +163,13 @@ test_expect_success 'the same with two sync workers: they rejoin under their ids
 test_expect_success 'gem-run --listen 0.0.0.0:0 without --hosts: a public server gets a token' '
 	gem-run -q -n 1 --listen 0.0.0.0:0 $TINY pub >pub.tsv &&
 	test -s pub/token && grep -q "test_acc" pub.tsv
+'
+test_expect_success 'gem-run --rule sgp --hosts with a relative RUNDIR: the nodes get its absolute path' '
+	printf "localhost\n127.0.0.1\n" >hosts2 &&
+	: >ssh.log && : >ssh.log.cmd && : >ssh.log.args &&
+	PATH="$PWD/fakebin:$PATH" gem-run -q --rule sgp --hosts hosts2 -n 2 --epochs 1 $TINY \
+		--listen 0.0.0.0:0 run-sgp-ssh >sgp.tsv &&
+	test $(grep -c "^gem-work -q --rule sgp --run $PWD/run-sgp-ssh " ssh.log.cmd) = 2 &&
+	test $(grep -c "token-file $PWD/run-sgp-ssh/token .*--peers-file $PWD/run-sgp-ssh/peers" ssh.log.cmd) = 2
 '
 test_done

@@ -201,11 +201,13 @@ JSON
 }
 
 # make_fake_ssh DIR: DIR/ssh, an ssh that drops its options and host and runs the command
-# here; it appends the host to $FAKE_SSH_LOG and the command to $FAKE_SSH_LOG.cmd.
+# here; it appends the host to $FAKE_SSH_LOG, the command to $FAKE_SSH_LOG.cmd and all its
+# arguments to $FAKE_SSH_LOG.args.
 make_fake_ssh() {
 	mkdir -p "$1" &&
 	cat >"$1/ssh" <<-\EOF &&
 	#!/bin/sh
+	[ -z "$FAKE_SSH_LOG" ] || echo "$*" >>"$FAKE_SSH_LOG.args"
 	while [ $# -gt 0 ]; do
 		case $1 in
 		-[BbcDEeFIiJLlmOoPpQRSWw]) shift 2 ;;

@@ -61,7 +61,8 @@ echo "ssh.sh: $run served at $url; starting $n workers" >&2
 
 i=0
 for h in $slots; do
-	${SSH:-ssh} -o BatchMode=yes "$h" gem-work -q --server "$url" --token-file /dev/stdin \
+	${SSH:-ssh} -o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -o ServerAliveCountMax=4 \
+		"$h" gem-work -q --server "$url" --token-file /dev/stdin \
 		<"$run/token" >"$run/worker-$i.log" 2>&1 &
 	pids="$pids $!"
 	i=$((i + 1))
