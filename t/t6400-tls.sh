@@ -96,4 +96,27 @@ test_expect_success 'gem-serve: --tls-cert without --tls-key, a key not the cert
 		2>err.mismatch &&
 	cat err.mismatch && test ! -e run/server.url
 '
+test_expect_success 'gem-run --tls --hosts: workers over (fake) ssh train over HTTPS' '
+	make_fake_ssh fakebin &&
+	printf "#!/bin/sh\necho localhost\n" >fakebin/hostname &&
+	chmod +x fakebin/hostname &&
+	FAKE_SSH_LOG=$PWD/ssh.log && export FAKE_SSH_LOG &&
+	printf "nodeA\nnodeB\n" >hosts &&
+	{ PATH="$PWD/fakebin:$PATH" gem-run -q --tls --hosts hosts -n 2 --epochs 1 \
+		--model tiny.json --data data --batch 16 --work-opt=--slowdown=20 run-tls >eval.tsv &
+	  pid=$!; } &&
+	test_when_finished "stop_if_running $pid" &&
+	for i in $(seq 100); do
+		ps -eo args | grep "gem-" | grep -v grep >ps.out
+		grep -q "gem-work.*https://" ps.out && break; sleep 0.1
+	done &&
+	cat ps.out &&
+	grep -q "gem-serve.*--tls-cert" ps.out && grep -q "gem-work.*--cacert" ps.out &&
+	! grep -q -F "$(cat run-tls/token)" ps.out &&
+	wait_exit $pid 120 &&
+	cat eval.tsv && test "$(grep -vc "^#" eval.tsv)" = 1 &&
+	test $(grep -c "^gem-work .*--server https://localhost:[0-9]* .*--cacert" ssh.log.cmd) = 2 &&
+	grep -q "\"url\":\"https://0.0.0.0:" run-tls/log.jsonl &&
+	openssl x509 -in run-tls/tls-cert.pem -noout -text | grep -q "DNS:localhost"
+'
 test_done
