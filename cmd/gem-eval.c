@@ -38,6 +38,8 @@ static void usage(FILE *f)
 	      "  -f, --follow URL|RUNDIR poll a live server (RUNDIR: the one in RUNDIR/server.url);\n"
 	      "                          print a line per new version until the server stops\n"
 	      "  -i, --interval SEC      seconds between polls with --follow; default 2\n"
+	      "      --cacert FILE       trust only the CA certificate(s) in this PEM file for an\n"
+	      "                          https:// server; default: the system's CAs\n"
 	      "      --retry-for SEC     wait this long for an unreachable server; default 10\n"
 	      "      --threads T         compute on T threads (BLIS and the conv kernels); default 1\n"
 	      "  -N, --nodes LIST        an SGP run: evaluate each node's parameters (a node's URL, its\n"
@@ -49,7 +51,7 @@ static void usage(FILE *f)
 	      f);
 }
 
-enum { O_RETRY = 256, O_THREADS };
+enum { O_RETRY = 256, O_THREADS, O_CACERT };
 
 static const struct option longopts[] = {
 	{"run", required_argument, 0, 'r'},      {"data", required_argument, 0, 'd'},
@@ -57,8 +59,8 @@ static const struct option longopts[] = {
 	{"json", no_argument, 0, 'j'},           {"follow", required_argument, 0, 'f'},
 	{"interval", required_argument, 0, 'i'}, {"retry-for", required_argument, 0, O_RETRY},
 	{"nodes", required_argument, 0, 'N'},    {"threads", required_argument, 0, O_THREADS},
-	{"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
-	{0, 0, 0, 0},
+	{"cacert", required_argument, 0, O_CACERT}, {"help", no_argument, 0, 'h'},
+	{"version", no_argument, 0, 'V'},        {0, 0, 0, 0},
 };
 
 /* What every evaluation needs, set up once: the model, the data, the buffers. */
@@ -302,7 +304,7 @@ static int evaluate_nodes(struct evaluator *e, const struct run *run, struct nod
 		if (is_url(nd->item[i])) {
 			struct eval_remote r;
 			memset(&r, 0, sizeof r);
-			if ((rc = eval_remote_open(&r, nd->item[i], retry_for, err)) == 0)
+			if ((rc = eval_remote_open(&r, nd->item[i], retry_for, NULL, err)) == 0)
 				rc = eval_remote_params(&r, nd->z[i], n, &nd->p[i], err);
 			eval_remote_close(&r);
 		} else {
@@ -362,7 +364,7 @@ static void evaluator_free(struct evaluator *e)
 int main(int argc, char **argv)
 {
 	const char *rundir = NULL, *run_opt = NULL, *data = NULL, *params = NULL, *follow = NULL;
-	const char *url = NULL, *nodes_opt = NULL;
+	const char *url = NULL, *nodes_opt = NULL, *cacert = NULL;
 	char err[GEM_ERRMAX], dirbuf[PATH_MAX];
 	struct nodes nd = {0};
 	double interval = 2, retry_for = 10;
@@ -389,6 +391,7 @@ int main(int argc, char **argv)
 		case 'j': e.json = 1; break;
 		case 'f': follow = optarg; break;
 		case 'N': nodes_opt = optarg; break;
+		case O_CACERT: cacert = optarg; break;
 		case 'i':
 			if (cli_double(optarg, 0.01, 86400, &interval))
 				bad_usage("--interval: not a number of seconds in [0.01, 86400]: ", optarg);
@@ -409,6 +412,8 @@ int main(int argc, char **argv)
 	if (nodes_opt) {
 		if (follow || e.per_class || e.train_subset)
 			bad_usage("--nodes: not with --follow, --per-class or --train-subset", "");
+		if (cacert)
+			bad_usage("--cacert: not with --nodes (SGP nodes speak plain HTTP)", "");
 		if (optind != argc)
 			bad_usage("--nodes: no other parameters to evaluate: ", argv[optind]);
 		if (nodes_parse(&nd, nodes_opt, err) < 0) {
@@ -448,6 +453,8 @@ int main(int argc, char **argv)
 			rundir = dirbuf;
 		}
 	}
+	if (cacert && !url && !follow)
+		bad_usage("--cacert: only with a server's URL (or --follow)", "");
 	if (run_opt && !nodes_opt && (url || follow))
 		bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate", "");
 	cli_blas_init();
@@ -461,7 +468,7 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	} else {
-		if (eval_remote_open(&remote, url, retry_for, err) < 0 ||
+		if (eval_remote_open(&remote, url, retry_for, cacert, err) < 0 ||
 		    eval_remote_run(&remote, &run, err) < 0) {
 			fprintf(stderr, "gem-eval: %s\n", err);
 			eval_remote_close(&remote);
@@ -481,7 +488,8 @@ int main(int argc, char **argv)
 		c = evaluate_nodes(&e, &run, &nd, retry_for, err);
 	} else if (follow) {
 		struct eval_follow f = {.url = url, .rundir = rundir, .interval = interval,
-					.retry_for = retry_for, .theta = model_params(e.m),
+					.retry_for = retry_for, .cacert = cacert,
+					.theta = model_params(e.m),
 					.n = model_nparams(e.m), .fn = evaluate, .ctx = &e};
 		eval_remote_close(&remote);
 		c = eval_follow_run(&f, err);

@@ -20,6 +20,8 @@ evaluates each node and their average.
                       listens on every address (--public) behind a fresh token, and the
                       workers reach it by this host's name (\$GEM_HOST overrides it)
       --listen H:P    where gem-serve listens; default 127.0.0.1:0 (with --hosts: 0.0.0.0:0)
+      --tls           serve HTTPS: a certificate made for this run (openssl) in RUNDIR, copied
+                      to the hosts of --hosts; the workers trust it alone (gem-work --cacert)
       --resume        continue the run in RUNDIR instead of making a new one
       --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2;
                       with --rule sgp e.g. --work-opt=--overlap, --work-opt=--topology=ring
@@ -38,7 +40,7 @@ die_usage() { echo "gem-run: $*" >&2; echo "$usage_line" >&2; exit 2; }
 # forever (GEM_SSH_TIMEOUT: seconds to connect; default 10)
 ssh_opts=(-o BatchMode=yes -o "ConnectTimeout=${GEM_SSH_TIMEOUT:-10}" -o ServerAliveInterval=15
 	  -o ServerAliveCountMax=4)
-workers=4 workers_set=0 hosts= listen= resume=0 quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
+workers=4 workers_set=0 hosts= listen= resume=0 tls=0 quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; workers_set=1; shift ;;
@@ -48,6 +50,7 @@ while [ $# -gt 0 ]; do
 	--listen) [ $# -ge 2 ] || die_usage "$1 needs a value"; listen=$2; shift ;;
 	--listen=*) listen=${1#*=} ;;
 	--resume) resume=1 ;;
+	--tls) tls=1 ;;
 	--work-opt) [ $# -ge 2 ] || die_usage "$1 needs a value"; workopts+=("$2"); shift ;;
 	--work-opt=*) workopts+=("${1#*=}") ;;
 	--serve-opt) [ $# -ge 2 ] || die_usage "$1 needs a value"; serveopts+=("$2"); shift ;;
@@ -191,7 +194,22 @@ sgp_run() {
 	exit 0
 }
 
+# The run's certificate to every host of --hosts that does not share RUNDIR, at the same path.
+copy_cert() {
+	local h marker=".gem-run-marker-$$" rrun
+	rrun=$(cd "$rundir" && pwd) || return 1
+	: >"$rundir/$marker"
+	for h in $(printf '%s\n' "${slots[@]}" | sort -u); do
+		ssh "${ssh_opts[@]}" "$h" test -e "$rrun/$marker" </dev/null && continue
+		ssh "${ssh_opts[@]}" "$h" mkdir -p "$rrun" </dev/null &&
+			scp -q "${ssh_opts[@]}" "$rundir/tls-cert.pem" "$h:$rrun/" ||
+			{ rm -f "$rundir/$marker"; echo "gem-run: cannot copy the certificate to $h" >&2; return 1; }
+	done
+	rm -f "$rundir/$marker"
+}
+
 if [ $sgp = 1 ]; then
+	[ $tls = 0 ] || die_usage "--tls: not with --rule sgp (SGP nodes speak plain HTTP)"
 	[ $resume = 0 ] || die_usage "--resume: not with --rule sgp (an SGP run starts from params.gem)"
 	sgp_run
 	exit $?
@@ -219,6 +237,21 @@ elif [ ${#initopts[@]} -gt 0 ]; then
 	die_usage "--resume takes no gem-init options"
 fi
 
+# the name workers on other hosts reach the server by
+server_host=${GEM_HOST:-$(hostname -f 2>/dev/null || hostname)}
+tlsopts=() cacert=()
+if [ $tls = 1 ]; then
+	# a certificate for this run, for this host's name and the loopback; workers trust it alone
+	case "$server_host" in *[!0-9.]*) san="DNS:$server_host" ;; *) san="IP:$server_host" ;; esac
+	(umask 077 && openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=$server_host" \
+		-addext "subjectAltName=$san,DNS:localhost,IP:127.0.0.1" \
+		-keyout "$rundir/tls-key.pem" -out "$rundir/tls-cert.pem" 2>"$rundir/openssl.err") ||
+		{ cat "$rundir/openssl.err" >&2; echo "gem-run: openssl could not make a certificate" >&2; exit 1; }
+	tlsopts=(--tls-cert "$rundir/tls-cert.pem" --tls-key "$rundir/tls-key.pem")
+	# at its absolute path: a worker on another host finds it where copy_cert put it
+	cacert=(--cacert "$(cd "$rundir" && pwd)/tls-cert.pem")
+	[ -z "$hosts" ] || copy_cert || exit 1
+fi
 public=()
 case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
 token=()
@@ -229,7 +262,7 @@ if [ -n "$hosts" ] || [ ${#public[@]} -gt 0 ]; then
 	token=(--token-file "$rundir/token")
 fi
 rm -f "$rundir/server.url"
-gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "${serveopts[@]}" "$rundir" >/dev/null 2>"$rundir/serve.err" &
+gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "${tlsopts[@]}" "${serveopts[@]}" "$rundir" >/dev/null 2>"$rundir/serve.err" &
 server=$!
 for ((i = 0; i < 300; i++)); do
 	[ -s "$rundir/server.url" ] && break
@@ -240,17 +273,17 @@ done
 url=$(cat "$rundir/server.url")
 if [ -n "$hosts" ]; then
 	# workers on other hosts reach the server by this host's name
-	url="http://${GEM_HOST:-$(hostname -f 2>/dev/null || hostname)}:${url##*:}"
+	url="${url%%://*}://$server_host:${url##*:}"
 fi
 
 [ $quiet = 1 ] || echo "gem-run: $rundir served at $url; starting $workers workers" >&2
 for ((i = 0; i < workers; i++)); do
 	if [ ${#slots[@]} -gt 0 ]; then
 		h=${slots[$((i % ${#slots[@]}))]}
-		ssh "${ssh_opts[@]}" "$h" gem-work -q --server "$url" --worker-id "$i" --token-file /dev/stdin "${workopts[@]}" \
+		ssh "${ssh_opts[@]}" "$h" gem-work -q --server "$url" --worker-id "$i" --token-file /dev/stdin "${cacert[@]}" "${workopts[@]}" \
 			<"$rundir/token" >>"$rundir/worker-$i.log" 2>&1 &
 	else
-		gem-work -q --server "$url" --worker-id "$i" "${token[@]}" "${workopts[@]}" >>"$rundir/worker-$i.log" 2>&1 &
+		gem-work -q --server "$url" --worker-id "$i" "${token[@]}" "${cacert[@]}" "${workopts[@]}" >>"$rundir/worker-$i.log" 2>&1 &
 	fi
 	pids+=($!)
 done
@@ -260,7 +293,7 @@ if [ $quiet = 0 ] && [ -t 2 ] && command -v curl >/dev/null; then
 	(
 		start=$(date +%s)
 		while sleep 1; do
-			v=$(curl -s --max-time 1 "${url}/v1/health" | sed -n 's/.*"version": *\([0-9]*\).*/\1/p')
+			v=$(curl -s --max-time 1 ${cacert[@]:+--cacert "$rundir/tls-cert.pem"} "${url}/v1/health" | sed -n 's/.*"version": *\([0-9]*\).*/\1/p')
 			[ -n "$v" ] || break
 			printf '\rgem-run: version %s, %d s   ' "$v" $(($(date +%s) - start)) >&2
 		done

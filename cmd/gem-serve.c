@@ -28,6 +28,9 @@ static void usage(FILE *f)
 	      "      --token-file FILE       require this bearer token on mutating requests\n"
 	      "      --no-token              allow --public without a token: anyone who reaches\n"
 	      "                              the port can change the run\n"
+	      "      --tls-cert FILE         serve HTTPS with this PEM certificate (chain); the URL\n"
+	      "                              is then https://HOST:PORT\n"
+	      "      --tls-key FILE          the PEM private key of --tls-cert (both or neither)\n"
 	      "      --checkpoint-every SEC  save θ and the rule's state this often; 0: only at\n"
 	      "                              the end; default 60\n"
 	      "      --max-updates N         stop after N central updates in all; default: no limit\n"
@@ -49,7 +52,7 @@ static void usage(FILE *f)
 }
 
 enum { O_PUBLIC = 256, O_TOKEN, O_CKPT, O_MAXUPD, O_KEEP, O_CODEC, O_WTO, O_ITO, O_STALE, O_DROP,
-       O_NOTOKEN, O_MAXW };
+       O_NOTOKEN, O_MAXW, O_CERT, O_KEY };
 
 static const struct option longopts[] = {
 	{"listen", required_argument, 0, 'l'},         {"public", no_argument, 0, O_PUBLIC},
@@ -58,7 +61,8 @@ static const struct option longopts[] = {
 	{"codec", required_argument, 0, O_CODEC},      {"worker-timeout", required_argument, 0, O_WTO},
 	{"idle-timeout", required_argument, 0, O_ITO}, {"max-staleness", required_argument, 0, O_STALE},
 	{"drop-rate", required_argument, 0, O_DROP},   {"no-token", no_argument, 0, O_NOTOKEN},
-	{"max-workers", required_argument, 0, O_MAXW}, {"help", no_argument, 0, 'h'},
+	{"max-workers", required_argument, 0, O_MAXW}, {"tls-cert", required_argument, 0, O_CERT},
+	{"tls-key", required_argument, 0, O_KEY},      {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},              {0, 0, 0, 0},
 };
 
@@ -66,6 +70,24 @@ static volatile sig_atomic_t got_signal;
 static void on_signal(int sig)
 {
 	got_signal = sig;
+}
+
+/* A PEM file's text (NUL-terminated) for --tls-cert or --tls-key, or NULL after a message. */
+static char *read_pem(const char *opt, const char *file)
+{
+	char err[GEM_ERRMAX];
+	void *buf;
+	size_t len;
+	if (fs_read_all(file, &buf, &len, 1 << 20, err) < 0) {
+		fprintf(stderr, "gem-serve: %s: %s\n", opt, err);
+		return NULL;
+	}
+	if (!strstr(buf, "-----BEGIN ")) {
+		fprintf(stderr, "gem-serve: %s: %s: not a PEM file\n", opt, file);
+		free(buf);
+		return NULL;
+	}
+	return buf;
 }
 
 static void bad_usage(const char *msg, const char *arg)
@@ -79,9 +101,9 @@ int main(int argc, char **argv)
 	struct serve_opts o = {.host = "127.0.0.1", .port = 7470, .checkpoint_every = 60,
 			       .worker_timeout = 60, .idle_timeout = 600, .max_staleness = -1};
 	char host[256], err[GEM_ERRMAX];
-	const char *token_file = NULL, *why;
+	const char *token_file = NULL, *cert_file = NULL, *key_file = NULL, *why;
 	struct server *s;
-	char *token = NULL;
+	char *token = NULL, *cert = NULL, *key = NULL;
 	int c, rc, failed, no_token = 0;
 	long max_workers = SERVE_MAX_WORKERS;
 
@@ -122,6 +144,8 @@ int main(int argc, char **argv)
 				bad_usage("--drop-rate: not a fraction in [0, 1]: ", optarg);
 			break;
 		case O_NOTOKEN: no_token = 1; break;
+		case O_CERT: cert_file = optarg; break;
+		case O_KEY: key_file = optarg; break;
 		case O_MAXW:
 			if (cli_long(optarg, 1, PS_MAX_WORKERS, &max_workers))
 				bad_usage("--max-workers: not an integer in [1, 4096]: ", optarg);
@@ -141,9 +165,21 @@ int main(int argc, char **argv)
 	if (o.allow_public && !token_file && !no_token)
 		bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches the "
 			  "port change the run)", NULL);
+	if (!cert_file != !key_file)
+		bad_usage("--tls-cert and --tls-key go together", NULL);
+	if (cert_file) {
+		if (!(cert = read_pem("--tls-cert", cert_file)) ||
+		    !(key = read_pem("--tls-key", key_file))) {
+			free(cert);
+			return EXIT_USAGE;
+		}
+		o.tls_cert = cert;
+		o.tls_key = key;
+	}
 	if (token_file) {
 		if (cli_read_token(token_file, &token, err) < 0) {
 			fprintf(stderr, "gem-serve: %s\n", err);
+			free(cert), free(key);
 			return EXIT_USAGE;
 		}
 		o.token = token;
@@ -155,7 +191,7 @@ int main(int argc, char **argv)
 	signal(SIGHUP, on_signal);
 	if ((rc = serve_open(argv[optind], &o, &s, err)) < 0) {
 		fprintf(stderr, "gem-serve: %s\n", err);
-		free(token);
+		free(token), free(cert), free(key);
 		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
 	}
 	printf("%s\n", serve_url(s));
@@ -168,7 +204,7 @@ int main(int argc, char **argv)
 	else
 		log_info("stopping: %s", why);
 	rc = serve_close(s, why, err);
-	free(token);
+	free(token), free(cert), free(key);
 	if (rc < 0) {
 		fprintf(stderr, "gem-serve: final checkpoint failed: %s\n", err);
 		return EXIT_JOB;

@@ -43,6 +43,8 @@ static void usage(FILE *f)
 	      "      --shard I/N           see only part I of N of the training set (0 <= I < N)\n"
 	      "      --worker-id ID        rejoin under an earlier worker id (--server)\n"
 	      "      --token-file FILE     send the bearer token in FILE (--server)\n"
+	      "      --cacert FILE         trust only the CA certificate(s) in this PEM file for an\n"
+	      "                            https:// server (--server); default: the system's CAs\n"
 	      "      --retry-for SEC       keep retrying an unreachable server this long; default 60\n"
 	      "      --checkpoint-every SEC  save the parameters this often (--local); default 60\n"
 	      "      --slowdown F          make each step F times slower (fault injection); default 1\n"
@@ -82,7 +84,7 @@ static void bad_usage(const char *msg, const char *arg)
 
 enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN, O_LISTEN,
        O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU, O_THREADS,
-       O_NOTOKEN };
+       O_NOTOKEN, O_CACERT };
 
 static const struct option longopts[] = {
 	{"local", required_argument, 0, 'l'},       {"server", required_argument, 0, 'S'},
@@ -97,6 +99,7 @@ static const struct option longopts[] = {
 	{"node", required_argument, 0, O_NODE},     {"topology", required_argument, 0, O_TOPO},
 	{"peers-per-iter", required_argument, 0, O_PPI}, {"overlap", no_argument, 0, O_OVERLAP},
 	{"tau", required_argument, 0, O_TAU},       {"no-token", no_argument, 0, O_NOTOKEN},
+	{"cacert", required_argument, 0, O_CACERT},
 	{"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},
 };
@@ -417,6 +420,7 @@ int main(int argc, char **argv)
 			o.worker_id = (int)v;
 			break;
 		case O_TOKEN: o.token_file = optarg; break;
+		case O_CACERT: o.cacert = optarg; break;
 		case O_RETRY:
 			if (cli_double(optarg, 0, 1e7, &o.retry_for))
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
@@ -487,6 +491,8 @@ int main(int argc, char **argv)
 		bad_usage("unexpected argument: ", argv[optind]);
 	if (o.epochs && o.steps)
 		bad_usage("give --epochs or --steps, not both", NULL);
+	if (o.cacert && !server)
+		bad_usage("--cacert is for --server (an https:// gem-serve)", NULL);
 	if (rule) {
 		if (local || server)
 			bad_usage("--rule sgp has no server: give --run RUNDIR, not --local or --server", NULL);

@@ -158,7 +158,8 @@ int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *
 #define REMOTE_TIMEOUT_MS 60000L /* a whole request: θ of a large model on a slow link */
 #define HEALTH_MAX_WAIT 0.5      /* poll at least this often while a server is away */
 
-int eval_remote_open(struct eval_remote *r, const char *url, double retry_for, char *err)
+int eval_remote_open(struct eval_remote *r, const char *url, double retry_for, const char *cacert,
+		     char *err)
 {
 	long connect_ms = (long)(retry_for * 1000);
 	int rc;
@@ -168,7 +169,8 @@ int eval_remote_open(struct eval_remote *r, const char *url, double retry_for, c
 	blob_codec_init(&r->codec);
 	if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
 		return gem_errf(err, GEM_EUSAGE, "%s: not an http:// URL", url);
-	if ((rc = httpc_new(url, NULL, REMOTE_TIMEOUT_MS, &r->http, err)) < 0)
+	if ((rc = httpc_new(url, NULL, REMOTE_TIMEOUT_MS, &r->http, err)) < 0 ||
+	    (rc = httpc_set_cacert(r->http, cacert, err)) < 0)
 		return rc;
 	/* a server that does not even accept connections is an unreachable one, not a slow one */
 	connect_ms = connect_ms < 500 ? 500 : connect_ms > 5000 ? 5000 : connect_ms;
@@ -275,7 +277,7 @@ static int follower_connect(struct follower *w, const char *url, char *err)
 {
 	eval_remote_close(&w->r);
 	snprintf(w->url, sizeof w->url, "%s", url);
-	return eval_remote_open(&w->r, url, w->f->retry_for, err);
+	return eval_remote_open(&w->r, url, w->f->retry_for, w->f->cacert, err);
 }
 
 /* The run's final parameters, if the server wrote a version fn has not seen. */

@@ -65,8 +65,10 @@ struct eval_remote {
 	double retry_for;       /* how long an unreachable server is waited for */
 };
 
-/* A client for url; connect timeouts are bounded by retry_for. */
-int eval_remote_open(struct eval_remote *r, const char *url, double retry_for, char *err);
+/* A client for url; connect timeouts are bounded by retry_for. cacert: the PEM CA file an
+ * https:// server's certificate must be signed by (NULL: the system's CAs). */
+int eval_remote_open(struct eval_remote *r, const char *url, double retry_for, const char *cacert,
+		     char *err);
 void eval_remote_close(struct eval_remote *r);
 /* The run the server trains, from GET /v1/run (run_from_json: the dataset is found by name on
  * this machine). Retries for r->retry_for. */
@@ -84,6 +86,7 @@ struct eval_follow {
 	const char *rundir; /* the run's directory, or NULL (only a URL known) */
 	double interval;    /* seconds between polls of GET /v1/health */
 	double retry_for;   /* how long a server gone without a sign of stopping is waited for */
+	const char *cacert; /* CA file for an https:// server (eval_remote_open), or NULL */
 	float *theta;       /* where θ is loaded (the model's parameters), n floats */
 	size_t n;
 	eval_follow_fn fn;

@@ -631,14 +631,16 @@ static int start_http(struct server *s, const struct serve_opts *o, char *err)
 	hc.port = o->port;
 	hc.allow_public = o->allow_public;
 	hc.token = o->token;
+	hc.tls_cert = o->tls_cert;
+	hc.tls_key = o->tls_key;
 	/* the largest honest body: an uncompressed update plus a header */
 	hc.max_body = o->max_body ? o->max_body : s->n * 4 + s->n / 64 + (1 << 16);
 	hc.routes = r;
 	hc.n_routes = REPLY_GET_ROUTES + sizeof routes / sizeof *routes;
 	if ((rc = httpd_start(&hc, &s->http, err)) < 0)
 		return rc;
-	snprintf(s->url, sizeof s->url, strchr(host, ':') ? "http://[%s]:%d" : "http://%s:%d", host,
-		 httpd_port(s->http));
+	snprintf(s->url, sizeof s->url, strchr(host, ':') ? "%s://[%s]:%d" : "%s://%s:%d",
+		 o->tls_cert ? "https" : "http", host, httpd_port(s->http));
 	return 0;
 }
 

@@ -21,6 +21,8 @@ struct serve_opts {
 	double idle_timeout;     /* no commit this long: checkpoint and stop, failed; 0: never */
 	long max_staleness;      /* refuse commits staler than this (SSP); < 0: no bound */
 	double drop_rate;        /* refuse this fraction of commits with 503 (fault injection) */
+	const char *tls_cert;    /* PEM text of the certificate and of its key: serve HTTPS */
+	const char *tls_key;     /* (both, or neither for plain HTTP) */
 	int max_workers;         /* workers joined at once (each holds buffers of ~24 bytes per
 				  * parameter); 0: SERVE_MAX_WORKERS; at most PS_MAX_WORKERS */
 };
@@ -32,7 +34,7 @@ struct server;
 /* Open RUNDIR (locked), resume θ and the rule's state from its checkpoint, start listening,
  * write RUNDIR/server.url. */
 int serve_open(const char *rundir, const struct serve_opts *o, struct server **out, char *err);
-/* The base URL clients use: http://HOST:PORT */
+/* The base URL clients use: http://HOST:PORT (https:// with TLS) */
 const char *serve_url(const struct server *s);
 /* Block until the run should stop: *sigflag set (a signal), POST /v1/stop, --max-updates
  * reached, or every worker done. Returns a static string saying why. */

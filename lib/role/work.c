@@ -296,7 +296,9 @@ static int open_http(struct worker *w, const char *url, char *err)
 	if (w->o.token_file && cli_read_token(w->o.token_file, &token, err) < 0)
 		return GEM_EUSAGE;
 	if (httpc_new(url, token, COMMIT_TIMEOUT_MS, &w->http, err) < 0 ||
-	    httpc_new(url, token, COMMIT_TIMEOUT_MS, &w->post.http, err) < 0)
+	    httpc_new(url, token, COMMIT_TIMEOUT_MS, &w->post.http, err) < 0 ||
+	    httpc_set_cacert(w->http, w->o.cacert, err) < 0 ||
+	    httpc_set_cacert(w->post.http, w->o.cacert, err) < 0)
 		rc = GEM_EUSAGE;
 	free(token);
 	return rc;

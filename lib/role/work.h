@@ -15,6 +15,8 @@ struct work_opts {
 	int shard_i, shard_n, shard_set;
 	int worker_id;     /* -1: a new id from the server */
 	const char *token_file;
+	const char *cacert; /* PEM file of the CA that signed an https:// server's certificate;
+			     * NULL: the system's CAs */
 	double retry_for;  /* seconds to keep retrying an unreachable server */
 	double checkpoint_every;
 	double slowdown;   /* >= 1: each step takes this many times as long */
@@ -64,7 +66,8 @@ struct worker;
 /* Sleep so that a step that took step_seconds takes factor times as long. */
 void work_slowdown(double step_seconds, double factor);
 
-/* Join the gem-serve at url. GEM_EUSAGE: the token file or the URL is bad; GEM_EFAIL: the server
+/* Join the gem-serve at url. GEM_EUSAGE: the token file, the CA file or the URL is bad (a CA
+ * file with an http:// URL too); GEM_EFAIL: the server
  * could not be reached or refused, the run or its data could not be loaded. */
 int work_open(const char *url, const struct work_opts *o, struct worker **out, char *err);
 const struct work_info *work_info(const struct worker *w);

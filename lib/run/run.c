@@ -54,11 +54,12 @@ static int make_dirs(const char *dir, char *err)
 }
 
 /* Every file a run leaves beside run.json: its log, checkpoints and states, the server's URL,
- * SGP's node files and peer list, gem-run's worker logs and the server's messages. */
+ * SGP's node files and peer list, gem-run's worker logs, token and TLS certificate, and the
+ * server's messages. */
 static const char *const run_leaves[] = {
 	RUN_LOG, RUN_PARAMS, RUN_LOCAL_STATE, RUN_RULE_STATE, RUN_SERVER_URL, RUN_PEERS,
 	RUN_PEERS ".tmp", RUN_SERVE_ERR, "serve.out", "node-*.gem", "node-*.jsonl", "node-*.url",
-	"node-*.log", "worker-*.log",
+	"node-*.log", "worker-*.log", "token", "tls-cert.pem", "tls-key.pem", "openssl.err",
 };
 
 static int remove_run_files(const char *dir, char *err)

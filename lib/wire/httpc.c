@@ -28,6 +28,7 @@ struct httpc {
 	char *post_ctype;
 	struct httpc_resp *cur;
 	int oom;
+	int tls; /* https:// */
 	char curl_err[CURL_ERROR_SIZE];
 };
 
@@ -110,13 +111,14 @@ int httpc_new(const char *base_url, const char *token, long timeout_ms, struct h
 	*out = NULL;
 	if ((rc = httpc_global_init(err)))
 		return rc;
-	if (!base_url || strncmp(base_url, "http://", 7))
-		return gem_errf(err, GEM_EUSAGE, "server URL %s: must start with http://",
+	if (!base_url || (strncmp(base_url, "http://", 7) && strncmp(base_url, "https://", 8)))
+		return gem_errf(err, GEM_EUSAGE, "server URL %s: must start with http:// or https://",
 				base_url ? base_url : "(null)");
 	if (!(c = calloc(1, sizeof *c)) || !(c->base = strdup(base_url)))
 		goto nomem;
 	n = strlen(c->base);
-	while (n > 7 && c->base[n - 1] == '/')
+	c->tls = !strncmp(base_url, "https://", 8);
+	while (n > 7u + (unsigned)c->tls && c->base[n - 1] == '/')
 		c->base[--n] = 0;
 	c->base_len = n;
 	if (token && token[0]) {
@@ -131,7 +133,9 @@ int httpc_new(const char *base_url, const char *token, long timeout_ms, struct h
 	curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L); /* timeouts without SIGALRM: thread-safe */
 	curl_easy_setopt(c->curl, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(c->curl, CURLOPT_TCP_KEEPALIVE, 1L);
-	curl_easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, "http");
+	curl_easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, c->tls ? "https" : "http");
+	curl_easy_setopt(c->curl, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(c->curl, CURLOPT_SSL_VERIFYHOST, 2L);
 	curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, c->curl_err);
 	curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, httpc_write);
 	curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, c);
@@ -143,6 +147,24 @@ int httpc_new(const char *base_url, const char *token, long timeout_ms, struct h
 nomem:
 	httpc_free(c);
 	return gem_errf(err, GEM_ENOMEM, "out of memory creating an HTTP client");
+}
+
+int httpc_set_cacert(struct httpc *c, const char *cafile, char *err)
+{
+	FILE *f;
+	if (!cafile)
+		return 0;
+	if (!c->tls)
+		return gem_errf(err, GEM_EUSAGE, "a CA certificate is for https:// servers, not %s",
+				c->base);
+	/* curl only finds out at the first request: say now that the file is missing */
+	if (!(f = fopen(cafile, "r")))
+		return gem_errf(err, GEM_EUSAGE, "CA certificate %s: %s", cafile, strerror(errno));
+	fclose(f);
+	if (curl_easy_setopt(c->curl, CURLOPT_CAINFO, cafile) != CURLE_OK ||
+	    curl_easy_setopt(c->curl, CURLOPT_CAPATH, NULL) != CURLE_OK)
+		return gem_errf(err, GEM_EFAIL, "libcurl refuses the CA file %s", cafile);
+	return 0;
 }
 
 void httpc_free(struct httpc *c)
@@ -243,6 +265,14 @@ static void httpc_cause(struct httpc *c, CURLcode cc, char *buf, size_t n)
 	}
 }
 
+/* The certificate checks failed, or the CA file is unusable: trying again will not help. */
+static int httpc_tls_refused(CURLcode cc)
+{
+	return cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE ||
+	       cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_SSL_ISSUER_ERROR ||
+	       cc == CURLE_SSL_PINNEDPUBKEYNOTMATCH;
+}
+
 static int httpc_perform(struct httpc *c, struct httpc_resp *r, char *err)
 {
 	CURLcode cc;
@@ -265,6 +295,9 @@ static int httpc_perform(struct httpc *c, struct httpc_resp *r, char *err)
 		httpc_cause(c, cc, cause, sizeof cause);
 		r->len = 0;
 		r->body[0] = 0;
+		if (httpc_tls_refused(cc))
+			return gem_errf(err, HTTPC_ETLS, "%s: TLS: the server is not trusted (%s)",
+					c->url, cause);
 		return gem_errf(err, HTTPC_ETRANSPORT, "%s: %s", c->url, cause);
 	}
 	curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &r->status);

@@ -11,6 +11,8 @@
 enum {
 	HTTPC_ETRANSPORT = -10, /* no HTTP answer: refused, reset, timed out, bad URL */
 	HTTPC_EHTTP = -11,      /* the server answered with status >= 400 */
+	HTTPC_ETLS = -12,       /* https:// and the server's certificate was not trusted (not
+				 * signed by the CA, wrong name) or the CA file is bad: not retried */
 };
 
 struct httpc;
@@ -27,12 +29,17 @@ struct httpc_resp {
 /* Initialise libcurl once per process; thread-safe, called by httpc_new. */
 int httpc_global_init(char *err);
 
-/* A client for base_url ("http://127.0.0.1:8080", no trailing slash needed). token (NULL for
+/* A client for base_url ("http://127.0.0.1:8080" or "https://...", no trailing slash needed).
+ * https:// verifies the server's certificate and name, against the system's CAs or those of
+ * httpc_set_cacert; the client then speaks nothing but HTTPS. token (NULL for
  * none) is sent as "Authorization: Bearer <token>". timeout_ms bounds a whole request (0 = no
  * limit); the connect timeout is min(timeout_ms, 5 s) until changed. */
 int httpc_new(const char *base_url, const char *token, long timeout_ms, struct httpc **out,
 	      char *err);
 void httpc_free(struct httpc *c);
+/* Trust only the CA certificates of the PEM file cafile (NULL: the system's). GEM_EUSAGE if the
+ * client's URL is not https:// or the file cannot be read. */
+int httpc_set_cacert(struct httpc *c, const char *cafile, char *err);
 void httpc_set_timeout(struct httpc *c, long timeout_ms, long connect_timeout_ms);
 const char *httpc_base_url(const struct httpc *c);
 

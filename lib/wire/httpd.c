@@ -40,6 +40,7 @@ struct httpd {
 	size_t n_routes;
 	char *token;
 	size_t token_len;
+	char *tls_cert, *tls_key; /* PEM, or NULL */
 	size_t max_body;
 	int port;
 	/* Requests between their first byte and their completion, so httpd_stop can let them
@@ -649,14 +650,32 @@ static void httpd_free(struct httpd *d)
 	}
 	free(d->routes);
 	free(d->token);
+	free(d->tls_cert);
+	free(d->tls_key);
 	pthread_cond_destroy(&d->idle);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
 
+/* The certificate and key, both or neither; libmicrohttpd must have been built with TLS. */
+static int httpd_tls_copy(struct httpd *d, const struct httpd_config *c, char *err)
+{
+	if (!c->tls_cert && !c->tls_key)
+		return 0;
+	if (!c->tls_cert || !c->tls_key)
+		return gem_errf(err, GEM_EUSAGE, "TLS needs both a certificate and its key");
+	if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+		return gem_errf(err, GEM_EUSAGE, "this libmicrohttpd was built without TLS support");
+	if (!(d->tls_cert = strdup(c->tls_cert)) || !(d->tls_key = strdup(c->tls_key)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory starting the HTTP server");
+	return 0;
+}
+
 int httpd_start(const struct httpd_config *c, struct httpd **out, char *err)
 {
 	const char *host = c->host ? c->host : "127.0.0.1";
+	struct MHD_OptionItem tls[3] = {{MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL},
+					 {MHD_OPTION_END, 0, NULL}};
 	struct httpd *d;
 	int fd = -1, rc;
 	*out = NULL;
@@ -688,6 +707,8 @@ int httpd_start(const struct httpd_config *c, struct httpd **out, char *err)
 			goto nomem;
 		d->token_len = strlen(d->token);
 	}
+	if ((rc = httpd_tls_copy(d, c, err)) < 0)
+		goto fail;
 	d->max_body = c->max_body ? c->max_body : HTTPD_MAX_BODY;
 	d->max_conns = c->max_conns ? c->max_conns : HTTPD_MAX_CONNS;
 	d->timeout_s = c->timeout_s ? c->timeout_s : HTTPD_TIMEOUT_S;
@@ -696,9 +717,13 @@ int httpd_start(const struct httpd_config *c, struct httpd **out, char *err)
 	d->port = httpd_port_of(fd);
 	/* One thread per connection: the sync rule parks a worker's request in its handler until
 	 * the others arrive, so a fixed pool of N threads would deadlock at N+1 waiting workers. */
+	tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, d->tls_cert};
+	tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, d->tls_key};
+	if (!d->tls_cert)
+		tls[0].option = MHD_OPTION_END;
 	d->mhd = MHD_start_daemon(
 		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO |
-			MHD_USE_ITC | MHD_USE_ERROR_LOG,
+			MHD_USE_ITC | MHD_USE_ERROR_LOG | (d->tls_cert ? MHD_USE_TLS : 0),
 		0, httpd_accept, d, httpd_access, d,
 		MHD_OPTION_EXTERNAL_LOGGER, httpd_mhd_log, d, /* first, so MHD never prints itself */
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
@@ -707,10 +732,13 @@ int httpd_start(const struct httpd_config *c, struct httpd **out, char *err)
 		MHD_OPTION_NOTIFY_CONNECTION, httpd_notify_conn, d,
 		MHD_OPTION_UNESCAPE_CALLBACK, httpd_unescape, d,
 		MHD_OPTION_NOTIFY_COMPLETED, httpd_request_done, d,
+		MHD_OPTION_ARRAY, tls,
 		MHD_OPTION_END);
 	if (!d->mhd) {
 		close(fd);
-		rc = gem_errf(err, GEM_EFAIL, "cannot start the HTTP server on %s:%d", host, d->port);
+		rc = gem_errf(err, GEM_EFAIL, "cannot start the HTTP%s server on %s:%d%s",
+			      d->tls_cert ? "S" : "", host, d->port,
+			      d->tls_cert ? " (is the key the certificate's, both PEM?)" : "");
 		goto fail;
 	}
 	*out = d;

@@ -49,6 +49,8 @@ struct httpd_config {
 	unsigned max_conns;   /* open connections (one thread each); 0 = 512. A new one beyond it
 			       * closes the idle connection least recently used (one that never
 			       * had a request authorized first), or is refused if all are busy */
+	const char *tls_cert; /* PEM text of the certificate (chain) and its key: serve HTTPS; */
+	const char *tls_key;  /* both NULL: plain HTTP. Copied */
 	const struct httpd_route *routes;
 	size_t n_routes;
 };
