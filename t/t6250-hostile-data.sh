@@ -88,4 +88,10 @@ for f in 'std 0' 'std 1e-40' 'std 1e300' 'mean -1' 'mean 1e300'; do
 	"
 done
 
+test_expect_success '"." and ".." are not dataset names' '
+	for d in . ..; do
+		{ gem-init -q --data "$d" dotrun 2>err; rc=$?; } ; test $rc = 2 &&
+		grep -q "is not a dataset name" err && test ! -e dotrun/run.json || return 1
+	done
+'
 test_done

@@ -28,6 +28,10 @@ int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
 	size_t lk = 0;
 	if (!name_or_dir || !*name_or_dir)
 		return gem_errf(err, GEM_EUSAGE, "dataset: empty name");
+	/* "." and ".." name no dataset; in a search path they would step out of it */
+	if (!strcmp(name_or_dir, ".") || !strcmp(name_or_dir, ".."))
+		return gem_errf(err, GEM_EUSAGE, "dataset: \"%s\" is not a dataset name (give a path such "
+				"as ./DIR)", name_or_dir);
 	if (is_dir(name_or_dir)) {
 		if (strlen(name_or_dir) >= cap)
 			return gem_errf(err, GEM_EUSAGE, "%s: path too long", name_or_dir);
