@@ -21,7 +21,9 @@ evaluates each node and their average.
                       workers reach it by this host's name (\$GEM_HOST overrides it)
       --listen H:P    where gem-serve listens; default 127.0.0.1:0 (with --hosts: 0.0.0.0:0)
       --tls           serve HTTPS: a certificate made for this run (openssl) in RUNDIR, copied
-                      to the hosts of --hosts; the workers trust it alone (gem-work --cacert)
+                      to the hosts of --hosts; the workers trust it alone (gem-work --cacert);
+                      the default with --hosts (not with --rule sgp)
+      --no-tls        plain HTTP with --hosts (the token then crosses the network in clear)
       --resume        continue the run in RUNDIR instead of making a new one
       --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2;
                       with --rule sgp e.g. --work-opt=--overlap, --work-opt=--topology=ring
@@ -40,7 +42,7 @@ die_usage() { echo "gem-run: $*" >&2; echo "$usage_line" >&2; exit 2; }
 # forever (GEM_SSH_TIMEOUT: seconds to connect; default 10)
 ssh_opts=(-o BatchMode=yes -o "ConnectTimeout=${GEM_SSH_TIMEOUT:-10}" -o ServerAliveInterval=15
 	  -o ServerAliveCountMax=4)
-workers=4 workers_set=0 hosts= listen= resume=0 tls=0 quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
+workers=4 workers_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; workers_set=1; shift ;;
@@ -51,6 +53,7 @@ while [ $# -gt 0 ]; do
 	--listen=*) listen=${1#*=} ;;
 	--resume) resume=1 ;;
 	--tls) tls=1 ;;
+	--no-tls) tls=0 ;;
 	--work-opt) [ $# -ge 2 ] || die_usage "$1 needs a value"; workopts+=("$2"); shift ;;
 	--work-opt=*) workopts+=("${1#*=}") ;;
 	--serve-opt) [ $# -ge 2 ] || die_usage "$1 needs a value"; serveopts+=("$2"); shift ;;
@@ -209,7 +212,7 @@ copy_cert() {
 }
 
 if [ $sgp = 1 ]; then
-	[ $tls = 0 ] || die_usage "--tls: not with --rule sgp (SGP nodes speak plain HTTP)"
+	[ "$tls" != 1 ] || die_usage "--tls: not with --rule sgp (SGP nodes speak plain HTTP)"
 	[ $resume = 0 ] || die_usage "--resume: not with --rule sgp (an SGP run starts from params.gem)"
 	sgp_run
 	exit $?
@@ -240,6 +243,8 @@ fi
 # the name workers on other hosts reach the server by
 server_host=${GEM_HOST:-$(hostname -f 2>/dev/null || hostname)}
 tlsopts=() cacert=()
+# over the network the token travels in HTTPS by default
+[ -n "$tls" ] || { [ -n "$hosts" ] && tls=1 || tls=0; }
 if [ $tls = 1 ]; then
 	# a certificate for this run, for this host's name and the loopback; workers trust it alone
 	case "$server_host" in *[!0-9.]*) san="DNS:$server_host" ;; *) san="IP:$server_host" ;; esac
