@@ -157,4 +157,10 @@ test_expect_success 'a run already trained: gem-sim says it is not resuming it' 
 	gem-sim -n 2 --steps 3 again >/dev/null 2>err &&
 	grep -q "at version 6 already: the simulated workers train a full budget" err
 '
+test_expect_success 'a worker that joins after every other one finished still trains' '
+	cp -r base late &&
+	gem-sim -q -n 1 --steps 2 --join 100 late >late.tsv &&
+	test $(grep -c "\"event\":\"join\"" late/log.jsonl) = 2 &&
+	head -1 late/params.gem | grep -q "\"version\":4"
+'
 test_done

@@ -9,6 +9,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "nn/model.h"
+#include "wire/msg.h"
 
 /* One worker as the server sees it. */
 struct ps_worker {
@@ -121,8 +122,8 @@ static json_t *workers_json(const struct ps *s)
 /* A saved counter: an integer >= 0, else 0. */
 static uint64_t saved_u64(const json_t *o, const char *key)
 {
-	json_t *v = json_object_get(o, key);
-	return json_is_integer(v) && json_integer_value(v) >= 0 ? (uint64_t)json_integer_value(v) : 0;
+	long long v = 0;
+	return msg_field_int(o, key, 0, INT64_MAX, &v) == 0 ? (uint64_t)v : 0;
 }
 
 static void workers_restore(struct ps *s, const json_t *workers)

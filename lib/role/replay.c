@@ -13,6 +13,7 @@
 #include "role/ps.h"
 #include "role/trainer.h"
 #include "role/vworker.h"
+#include "wire/msg.h"
 
 struct replay {
 	const char *newrun;
@@ -36,12 +37,8 @@ struct replay {
 /* An integer field in [lo, hi], or def when absent; -2 when present and not such an integer. */
 static long long field_int(const json_t *j, const char *key, long long lo, long long hi, long long def)
 {
-	json_t *v = json_object_get(j, key);
-	if (!v)
-		return def;
-	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-		return -2;
-	return json_integer_value(v);
+	long long v = def;
+	return msg_field_int(j, key, lo, hi, &v) < 0 ? -2 : v;
 }
 
 /* ---- the run and its first parameters ---- */
@@ -158,8 +155,10 @@ static int do_join(struct replay *p, int id, char *err)
 		}
 		p->sum.workers++;
 	}
-	if ((rc = ps_join(p->ps, id, p->reply, &j, err)) < 0)
-		return gem_errf(err, GEM_EFAIL, "the join of worker %d was refused: %s", id, err);
+	if ((rc = ps_join(p->ps, id, p->reply, &j, err)) < 0) {
+		gem_errprefix(err, "the join of worker %d was refused: ", id);
+		return GEM_EFAIL;
+	}
 	p->joined[id] = 1;
 	p->pending[id] = 0;
 	return vworker_joined(p->w[id], p->run, &p->ds, &j, p->reply, err);
@@ -168,8 +167,10 @@ static int do_join(struct replay *p, int id, char *err)
 static int do_leave(struct replay *p, int id, int done, int gone, char *err)
 {
 	struct ps_reply r;
-	if (ps_leave(p->ps, id, done, gone, &r, err) < 0)
-		return gem_errf(err, GEM_EFAIL, "the leave of worker %d was refused: %s", id, err);
+	if (ps_leave(p->ps, id, done, gone, &r, err) < 0) {
+		gem_errprefix(err, "the leave of worker %d was refused: ", id);
+		return GEM_EFAIL;
+	}
 	p->joined[id] = 0;
 	p->pending[id] = 0;
 	if (r.round_closed)
@@ -199,9 +200,14 @@ static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
 	c.update = w->update;
 	p->sum.commits++;
 	st = ps_commit(p->ps, &c, p->reply, &r, err);
+	if (st != want && st < 0) {
+		gem_errprefix(err, "worker %d's commit was %s here, %s in the log: ", id,
+			      ps_status_code(st), ps_status_code(want));
+		return GEM_EFAIL;
+	}
 	if (st != want)
-		return gem_errf(err, GEM_EFAIL, "worker %d's commit was %s here, %s in the log%s%s", id,
-				ps_status_code(st), ps_status_code(want), st < 0 ? ": " : "", st < 0 ? err : "");
+		return gem_errf(err, GEM_EFAIL, "worker %d's commit was %s here, %s in the log", id,
+				ps_status_code(st), ps_status_code(want));
 	if (st == PS_PENDING) {
 		p->pending[id] = 1;
 		return 0;

@@ -82,13 +82,19 @@ static void fifo_enter(struct server *s)
 		pthread_cond_wait(&s->fifo_cv, &s->mu);
 }
 
-/* Let the next ticket in and release mu. */
-static void fifo_leave(struct server *s)
+/* Let the next ticket in; mu stays held. A stop the core decided wakes serve_wait. */
+static void fifo_pass(struct server *s)
 {
 	s->ticket_serving++;
 	pthread_cond_broadcast(&s->fifo_cv);
 	if (ps_stopping(s->ps))
 		pthread_cond_broadcast(&s->stop_cv);
+}
+
+/* Let the next ticket in and release mu. */
+static void fifo_leave(struct server *s)
+{
+	fifo_pass(s);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -313,15 +319,13 @@ static int h_join(struct httpd_req *req, void *ctx)
 }
 
 /* An optional integer field in [0, max]: 0 fine (*out set, or left if absent), -1 refused. */
-static int field_u64(const json_t *h, const char *key, uint64_t max, uint64_t *out)
+static int field_u64(const json_t *h, const char *key, long long max, uint64_t *out)
 {
-	json_t *v = json_object_get(h, key);
-	if (!v)
-		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
-		return -1;
-	*out = (uint64_t)json_integer_value(v);
-	return 0;
+	long long v;
+	int rc = msg_field_int(h, key, 0, max, &v);
+	if (rc == 0)
+		*out = (uint64_t)v;
+	return rc < 0 ? -1 : 0;
 }
 
 /* The commit message's header into c (update not set); a refusal's detail in err. */
@@ -341,7 +345,7 @@ static int commit_parse(const json_t *h, struct ps_commit *c, char *err)
 	if (field_u64(h, "seq", INT64_MAX, &c->seq) < 0)
 		return gem_errf(err, -1, "seq: not an integer >= 0");
 	/* more samples than any dataset holds would wrap the counters */
-	if (field_u64(h, "samples", (uint64_t)1 << 40, &c->samples) < 0)
+	if (field_u64(h, "samples", 1LL << 40, &c->samples) < 0)
 		return gem_errf(err, -1, "samples: not an integer in [0, 2^40]");
 	if ((v = json_object_get(h, "loss")) && !json_is_null(v)) {
 		if (!json_is_number(v) || !(fabs(json_number_value(v)) <= 3.4e38))
@@ -392,8 +396,7 @@ static int commit_apply(struct server *s, struct ps_commit *c, struct slot *w, s
 		pthread_cond_broadcast(&s->round_cv);
 	if (st == PS_PENDING) {
 		uint64_t round = ps_version(s->ps);
-		s->ticket_serving++;
-		pthread_cond_broadcast(&s->fifo_cv);
+		fifo_pass(s);
 		if (wait_round(s, c->worker, round) < 0) {
 			pthread_mutex_unlock(&s->mu);
 			return gem_errf(err, PS_E_STOPPING, "the server stopped mid-round");

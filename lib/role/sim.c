@@ -459,8 +459,10 @@ static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 	struct ps_joined j;
 	int rc;
 	ps_set_vtime(s->ps, t);
-	if ((rc = ps_join(s->ps, w->v.id, s->reply, &j, err)) < 0)
-		return gem_errf(err, GEM_EFAIL, "worker %d: join refused: %s", w->v.id, err);
+	if ((rc = ps_join(s->ps, w->v.id, s->reply, &j, err)) < 0) {
+		gem_errprefix(err, "worker %d: join refused: ", w->v.id);
+		return GEM_EFAIL;
+	}
 	if ((rc = vworker_joined(&w->v, s->run, &s->ds, &j, s->reply, err)) < 0)
 		return rc;
 	w->shadow_pos = j.samples % feed_epoch(&w->v.f);
@@ -477,8 +479,10 @@ static int serve_leave(struct sim *s, struct simw *w, int done, double t, char *
 	if (!w->joined)
 		return 0;
 	ps_set_vtime(s->ps, t);
-	if ((rc = ps_leave(s->ps, w->v.id, done, 0, &r, err)) < 0)
-		return gem_errf(err, GEM_EFAIL, "worker %d: leave refused: %s", w->v.id, err);
+	if ((rc = ps_leave(s->ps, w->v.id, done, 0, &r, err)) < 0) {
+		gem_errprefix(err, "worker %d: leave refused: ", w->v.id);
+		return GEM_EFAIL;
+	}
 	w->joined = 0;
 	w->pending = 0;
 	s->ndone += done;
@@ -523,8 +527,10 @@ static int serve_commit(struct sim *s, struct simw *w, double t, char *err)
 	s->server_free = tout;
 	if (st == PS_E_NON_FINITE || st == PS_E_NON_FINITE_RESULT) /* refused: it gives up, leaves */
 		return worker_fails(s, w, t + 2 * s->o->latency, "its update is not finite: refused", err);
-	if (st < 0)
-		return gem_errf(err, GEM_EFAIL, "worker %d: commit refused: %s", w->v.id, err);
+	if (st < 0) {
+		gem_errprefix(err, "worker %d: commit refused: ", w->v.id);
+		return GEM_EFAIL;
+	}
 	if (st == PS_PENDING) {
 		w->pending = 1;
 		return 0;
@@ -690,7 +696,8 @@ static int workers_setup(struct sim *s, char *err)
 /* Open the run through the core, its data, the workers and the threads. */
 static int sim_setup(struct sim *s, const char *rundir, char *err)
 {
-	struct ps_opts po = {.max_staleness = -1};
+	/* the simulation ends when its events do: a late joiner finds the server still there */
+	struct ps_opts po = {.max_staleness = -1, .keep_running = 1};
 	int rc;
 	if ((rc = ps_open(rundir, &po, &s->ps, err)) < 0)
 		return rc;

@@ -373,3 +373,14 @@ int msg_read_params_file(const char *path, size_t max, struct blob_codec *c, jso
 	free(data);
 	return rc;
 }
+
+int msg_field_int(const json_t *o, const char *key, long long lo, long long hi, long long *out)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v)
+		return 1;
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+		return -1;
+	*out = json_integer_value(v);
+	return 0;
+}
