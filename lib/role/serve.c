@@ -111,17 +111,13 @@ static void slot_free(struct slot *w)
 }
 
 /* Worker id's buffers with a reference for the caller (slot_put), made if it has none; mu held.
- * NULL and err set when out of memory or when --max-workers workers have buffers. */
+ * NULL and err set when out of memory. (h_join has checked --max-workers before the join.) */
 static struct slot *slot_get(struct server *s, int id, char *err)
 {
 	struct slot *w;
 	if ((w = s->slot[id])) {
 		w->refs++;
 		return w;
-	}
-	if (s->nslots >= s->opts.max_workers) {
-		gem_errf(err, GEM_ENOMEM, "%d workers are joined, the limit (--max-workers)", s->nslots);
-		return NULL;
 	}
 	w = calloc(1, sizeof *w);
 	if (!w || !(w->in = malloc(sizeof(float) * s->n)) || !(w->out = malloc(sizeof(float) * s->n))) {
