@@ -39,6 +39,10 @@ static void usage(FILE *f)
 	      "      --step-time DIST    seconds per step: const:T, normal:MEAN,SD or\n"
 	      "                          lognormal:MU,SIGMA; default const:1\n"
 	      "      --jitter J          multiply each step time by U(1-J, 1+J); default 0\n"
+	      "      --speed-spread S    each worker's step times x e^(S z), z ~ N(0, 1) drawn once\n"
+	      "                          per worker; default 0\n"
+	      "      --timing PRESET     roundrobin (const:1, the default) or measured (lognormal\n"
+	      "                          steps and worker speeds fitted to real gem-run workers)\n"
 	      "      --stragglers K:F    workers 0..K-1 are F times slower\n"
 	      "      --latency SEC       one-way time of every message; default 0\n"
 	      "      --server-time SEC   server time per commit; default 0\n"
@@ -62,11 +66,12 @@ static void bad_usage(const char *msg, const char *arg)
 	exit(EXIT_USAGE);
 }
 
-enum { O_STEPTIME = 256, O_JITTER, O_STRAG, O_LAT, O_SRV, O_DIE, O_JOIN, O_REPLAY };
+enum { O_STEPTIME = 256, O_JITTER, O_SPREAD, O_TIMING, O_STRAG, O_LAT, O_SRV, O_DIE, O_JOIN, O_REPLAY };
 
 static const struct option longopts[] = {
 	{"workers", required_argument, 0, 'n'},      {"steps", required_argument, 0, 't'},
 	{"step-time", required_argument, 0, O_STEPTIME}, {"jitter", required_argument, 0, O_JITTER},
+	{"speed-spread", required_argument, 0, O_SPREAD}, {"timing", required_argument, 0, O_TIMING},
 	{"stragglers", required_argument, 0, O_STRAG}, {"latency", required_argument, 0, O_LAT},
 	{"server-time", required_argument, 0, O_SRV}, {"die", required_argument, 0, O_DIE},
 	{"join", required_argument, 0, O_JOIN},      {"threads", required_argument, 0, 'j'},
@@ -278,6 +283,14 @@ int main(int argc, char **argv)
 			if (cli_double(optarg, 0, 0.999999, &o.jitter))
 				bad_usage("--jitter: not in [0, 1): ", optarg);
 			break;
+		case O_SPREAD:
+			if (cli_double(optarg, 0, 10, &o.speed_spread))
+				bad_usage("--speed-spread: not in [0, 10]: ", optarg);
+			break;
+		case O_TIMING:
+			if (sim_timing_preset(optarg, &o, err) < 0)
+				bad_usage("--timing: ", err);
+			break;
 		case O_STRAG:
 			if (sim_parse_stragglers(optarg, &o.stragglers, &o.straggler_factor, err) < 0)
 				bad_usage("--stragglers: ", err);
@@ -322,7 +335,7 @@ int main(int argc, char **argv)
 	if (replay_log) {
 		/* the log says who commits when: timing, workers and a new run's options do not apply */
 		if (sargc != optind + 1 || iargc > ninit || o.nworkers != 1 || o.steps || o.ndeaths ||
-		    o.njoins || o.threads != 1 || o.jitter > 0 || o.stragglers || o.latency > 0 ||
+		    o.njoins || o.threads != 1 || o.jitter > 0 || o.speed_spread > 0 || o.stragglers || o.latency > 0 ||
 		    o.server_time > 0 || o.step.kind != SIM_CONST || o.step.a != 1)
 			bad_usage("--replay takes no other option but -q", NULL);
 		free(iargv);

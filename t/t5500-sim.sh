@@ -24,6 +24,18 @@ test_expect_success 'the same options give the same log and parameters, bit for 
 	cut -f1-10 a.tsv >a.cut && cut -f1-10 b.tsv >b.cut && cmp a.cut b.cut
 '
 
+test_expect_success '--timing measured: worker speeds differ, bit for bit the same twice' '
+	cp -r base ma && cp -r base mb && cp -r base mc &&
+	gem-sim -q -n 4 --steps 30 --timing measured ma >/dev/null &&
+	gem-sim -q -n 4 --steps 30 --step-time lognormal:0,0.55 --speed-spread 0.04 mb >/dev/null &&
+	gem-sim -q -n 4 --steps 30 --step-time lognormal:0,0.55 mc >/dev/null &&
+	blob ma/params.gem >ma.blob && blob mb/params.gem >mb.blob && blob mc/params.gem >mc.blob &&
+	cmp ma.blob mb.blob && ! cmp -s ma.blob mc.blob &&
+	grep -q "\"speed_spread\":0.04" ma/log.jsonl &&
+	# arrivals are not in turn: some worker commits twice in a row
+	sed -n "s/.*\"worker\":\([0-9]*\),\"tau\".*/\1/p" ma/log.jsonl | uniq -d | grep -q .
+'
+
 test_expect_success '--threads 2 gives the same result as one thread' '
 	cp -r base t2 &&
 	gem-sim -q $opts --threads 2 t2 >t2.tsv &&
@@ -129,7 +141,8 @@ test_expect_success 'a diverging run: workers stop as gem-work does, exit 1' '
 for bad in "-n 0 base" "-n x base" "--steps 0 base" "--step-time foo:1 base" "--step-time normal:1 base" \
 	"--jitter 1 base" "--stragglers 2 base" "-n 2 --stragglers 3:2 base" "--stragglers 1:0.5 base" \
 	"--latency -1 base" "--server-time x base" "--die 1 base" "--die 5@1 base" "--join -1 base" \
-	"--threads 0 base" "--bogus base" "" "base extra" "--model"; do
+	"--threads 0 base" "--timing rr base" "--speed-spread -1 base" "--speed-spread 11 base" \
+	"--timing measured --replay base/log.jsonl r2" "--bogus base" "" "base extra" "--model"; do
 	test_expect_code 2 "bad usage: gem-sim $bad" "gem-sim $bad"
 done
 test_expect_code 2 'not a run, and gem-init refuses its options' 'gem-sim -n 2 --model nosuchmodel newrun'
@@ -138,7 +151,7 @@ test_expect_success '--help lists every option, and the man page has each' '
 	gem-sim --help >help.txt &&
 	sed -e "s/\\\\-/-/g" -e "s/\\\\f[BIRP]//g" "$GEM_SRC/man/man1/gem-sim.1" >man.txt &&
 	(
-	for o in --workers --steps --step-time --jitter --stragglers --latency --server-time --die \
+	for o in --workers --steps --step-time --jitter --speed-spread --timing --stragglers --latency --server-time --die \
 		--join --threads --quiet --help --version; do
 		grep -q -- "$o\\b" help.txt || { echo "help lacks $o"; exit 1; }
 	done &&

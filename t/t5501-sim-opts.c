@@ -93,5 +93,18 @@ int main(void)
 	o.ndeaths = 0;
 	o.stragglers = 0;
 	ok(sim_opts_check(&o, err) == GEM_EUSAGE && strstr(err, "workers"), "no workers refused");
+
+	sim_opts_default(&o);
+	o.jitter = 0.5;
+	int rc = sim_timing_preset("measured", &o, err);
+	ok(rc == 0 && o.step.kind == SIM_LOGNORMAL && o.step.a == 0 &&
+	   o.step.b > 0.3 && o.step.b < 0.8 && o.speed_spread > 0 && o.jitter == 0,
+	   "preset measured: lognormal:0,%g, spread %g", o.step.b, o.speed_spread);
+	ok(sim_timing_preset("roundrobin", &o, err) == 0 && o.step.kind == SIM_CONST && o.step.a == 1 &&
+	   o.speed_spread == 0, "preset roundrobin: const:1, no spread");
+	ok(sim_timing_preset("measure", &o, err) == GEM_EUSAGE && strstr(err, "measured"),
+	   "an unknown preset names the valid ones: %s", err);
+	o.speed_spread = -0.1;
+	ok(sim_opts_check(&o, err) == GEM_EUSAGE && strstr(err, "speed-spread"), "spread < 0 refused");
 	return done_testing();
 }

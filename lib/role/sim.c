@@ -40,6 +40,8 @@ int sim_opts_check(const struct sim_opts *o, char *err)
 		return gem_errf(err, GEM_EUSAGE, "step-time: a distribution with finite parameters >= 0");
 	if (!(o->jitter >= 0 && o->jitter < 1))
 		return gem_errf(err, GEM_EUSAGE, "jitter: not in [0, 1)");
+	if (!(o->speed_spread >= 0 && o->speed_spread <= 10))
+		return gem_errf(err, GEM_EUSAGE, "speed-spread: not in [0, 10]");
 	if (o->stragglers < 0 || o->stragglers > o->nworkers)
 		return gem_errf(err, GEM_EUSAGE, "stragglers: %d of %d workers", o->stragglers, o->nworkers);
 	if (!(o->straggler_factor >= 1) || !isfinite(o->straggler_factor))
@@ -58,6 +60,26 @@ int sim_opts_check(const struct sim_opts *o, char *err)
 			return gem_errf(err, GEM_EUSAGE, "join: not a time >= 0");
 	if (o->threads < 1 || o->threads > 256)
 		return gem_errf(err, GEM_EUSAGE, "threads: not in [1, 256]");
+	return 0;
+}
+
+/* The measured preset: the cnn rows of share/gem/experiments/calibrate.sh on this project's
+ * 2-core test machine (N = 4, 8, 16 real workers: σ 0.65, 0.55, 0.45; σ_w 0.06, 0.02, 0.03). */
+#define MEASURED_SIGMA 0.55
+#define MEASURED_SPREAD 0.04
+
+int sim_timing_preset(const char *name, struct sim_opts *o, char *err)
+{
+	if (!strcmp(name, "roundrobin")) {
+		o->step = (struct sim_dist){SIM_CONST, 1, 0};
+		o->speed_spread = 0;
+	} else if (!strcmp(name, "measured")) {
+		o->step = (struct sim_dist){SIM_LOGNORMAL, 0, MEASURED_SIGMA};
+		o->speed_spread = MEASURED_SPREAD;
+	} else {
+		return gem_errf(err, GEM_EUSAGE, "no timing preset \"%s\" (roundrobin, measured)", name);
+	}
+	o->jitter = 0;
 	return 0;
 }
 
@@ -359,10 +381,10 @@ static void log_sim(struct sim *s)
 							 o->deaths[i].at));
 	for (int i = 0; i < o->njoins; i++)
 		json_array_append_new(joins, json_real(o->joins[i]));
-	ev = json_pack("{s:s, s:f, s:f, s:I, s:i, s:I, s:s, s:f, s:i, s:f, s:f, s:f, s:o, s:o}", "event",
+	ev = json_pack("{s:s, s:f, s:f, s:I, s:i, s:I, s:s, s:f, s:f, s:i, s:f, s:f, s:f, s:o, s:o}", "event",
 		       "sim", "time", cli_wall(), "vtime", 0.0, "version", (json_int_t)ps_version(s->ps),
 		       "workers", o->nworkers, "steps", (json_int_t)o->steps, "step_time", step, "jitter",
-		       o->jitter, "stragglers", o->stragglers, "straggler_factor", o->straggler_factor,
+		       o->jitter, "speed_spread", o->speed_spread, "stragglers", o->stragglers, "straggler_factor", o->straggler_factor,
 		       "latency", o->latency, "server_time", o->server_time, "die", deaths, "join", joins);
 	run_log_json(ps_log(s->ps), ev);
 	json_decref(ev);
@@ -671,6 +693,8 @@ static int workers_setup(struct sim *s, char *err)
 		w->die_at = INFINITY;
 		w->slow = i < o->stragglers ? o->straggler_factor : 1;
 		rng_seed(&w->timing, s->run->train.seed, RNG_SIM_TIMING + (uint64_t)i);
+		if (o->speed_spread > 0) /* the worker's speed: its timing stream's first draw */
+			w->slow *= exp(o->speed_spread * rng_normal(&w->timing));
 	}
 	free(joins);
 	if (rc < 0)

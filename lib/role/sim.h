@@ -33,6 +33,7 @@ struct sim_opts {
 	uint64_t steps;           /* local steps per worker; 0: the run's budget of epochs */
 	struct sim_dist step;     /* time of one local step (minibatch) */
 	double jitter;            /* each step time × U(1−J, 1+J), J in [0, 1); 0: none */
+	double speed_spread;      /* σ_w: worker w's step times × e^(σ_w z_w), z_w ~ N(0, 1); 0: none */
 	int stragglers;           /* workers 0..K−1 ... */
 	double straggler_factor;  /* ... take F times as long per step */
 	double latency;           /* seconds a message takes, each way */
@@ -74,6 +75,11 @@ int sim_opts_check(const struct sim_opts *o, char *err);
 
 /* Parse "const:T", "normal:MEAN,SD" or "lognormal:MU,SIGMA" (GEM_EUSAGE on anything else). */
 int sim_parse_dist(const char *s, struct sim_dist *d, char *err);
+/* Set the timing options of a named preset: "roundrobin" (const:1: workers arrive in strict
+ * turn) or "measured" (lognormal step times with per-worker speeds, fitted to real gem-run
+ * workers on 2 cores: gem-sim(1) and share/gem/experiments/calibrate.sh). GEM_EUSAGE: no such
+ * preset (err lists them). */
+int sim_timing_preset(const char *name, struct sim_opts *o, char *err);
 /* Parse "K:F" (K >= 0 workers, F >= 1 times slower). */
 int sim_parse_stragglers(const char *s, int *k, double *f, char *err);
 /* Parse "W@T" (worker W >= 0 dies at time T >= 0). */
