@@ -1,6 +1,8 @@
 #include "report/eval.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -151,6 +153,28 @@ int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *
 	out->cols = d->cols;
 	out->dim = d->dim;
 	return 0;
+}
+
+/* ---- a run seen from outside ---- */
+
+int eval_run_active(const char *dir)
+{
+	char path[PATH_MAX + 16], buf[32];
+	struct run r;
+	long pid = 0;
+	ssize_t n;
+	int fd;
+	memset(&r, 0, sizeof r);
+	snprintf(r.dir, sizeof r.dir, "%s", dir);
+	if (run_file(&r, RUN_LOCK, path, sizeof path) < 0 || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return 0;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	if (sscanf(buf, "%ld", &pid) != 1 || pid <= 0 || pid > INT32_MAX)
+		return 0;
+	/* the holder writes its pid; it stays after the holder exits, hence the check */
+	return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
 /* ---- a server seen from outside ---- */

@@ -57,6 +57,11 @@ void eval_nodes_average(const float *const *z, int k, size_t n, float *avg, doub
 /* Mean and (population) standard deviation of v[0..k). */
 void eval_spread(const double *v, int k, double *mean, double *sd);
 
+/* Is a process training RUNDIR now? 1 when RUNDIR/.lock (run_lock) names a live process: a
+ * gem-work --local, gem-serve or gem-sim on the run; 0 when none (never run, ended, killed).
+ * Only looks: never takes the lock, so a trainer starting meanwhile is not refused. */
+int eval_run_active(const char *dir);
+
 /* A gem-serve seen from outside. Zero-initialise, then eval_remote_open. */
 struct eval_remote {
 	struct httpc *http;
