@@ -157,6 +157,23 @@ int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *
 
 /* ---- a run seen from outside ---- */
 
+/* A process that has exited but is not reaped yet (Linux: its /proc state is Z). */
+static int pid_is_zombie(long pid)
+{
+	char path[64], buf[512], *p;
+	size_t n;
+	FILE *f;
+	snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')' */
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] == 'Z';
+}
+
 int eval_run_active(const char *dir)
 {
 	char path[PATH_MAX + 16], buf[32];
@@ -174,7 +191,9 @@ int eval_run_active(const char *dir)
 	if (sscanf(buf, "%ld", &pid) != 1 || pid <= 0 || pid > INT32_MAX)
 		return 0;
 	/* the holder writes its pid; it stays after the holder exits, hence the check */
-	return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+	if (kill((pid_t)pid, 0) < 0 && errno != EPERM)
+		return 0;
+	return !pid_is_zombie(pid);
 }
 
 /* ---- a server seen from outside ---- */
