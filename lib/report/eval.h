@@ -105,6 +105,9 @@ struct eval_follow {
  * the final RUNDIR/params.gem too if its version is new. A server unreachable for retry_for
  * seconds without such a sign (killed, crashed, never started) is an error; so is an HTTP error
  * other than 503 (retried) and a corrupt message. With rundir, a server.url that names a new
- * URL (a restarted server) is followed. */
+ * URL (a restarted server) is followed. A rundir trained without a server (gem-work --local:
+ * eval_run_active, no server.url) has its checkpoints followed: each new version of
+ * RUNDIR/params.gem goes to fn, and once the training has exited, the last one if new; then
+ * 0 is returned. */
 int eval_follow_run(const struct eval_follow *f, char *err);
 #endif
