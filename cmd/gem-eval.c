@@ -1,6 +1,7 @@
 /* gem-eval: evaluate a run's parameters (a run directory, a params file, a live server, or a live
  * server version after version) on its test set; TSV or JSON lines on stdout. */
 #include <getopt.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -107,20 +108,13 @@ static void json_num(const char *key, const char *fmt, double v)
 		fputs("null", stdout);
 }
 
-/* A JSON string: a run's name as given. */
+/* A JSON string: a run's name as given (jansson's escaping; null if not UTF-8). */
 static void json_str(const char *s)
 {
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			printf("\\%c", c);
-		else if (c < 0x20)
-			printf("\\u%04x", c);
-		else
-			putchar(c);
-	}
-	putchar('"');
+	json_t *j = json_string(s);
+	if (!j || json_dumpf(j, stdout, JSON_ENCODE_ANY) < 0)
+		fputs("null", stdout);
+	json_decref(j);
 }
 
 static void print_header(const struct evaluator *e)

@@ -1,14 +1,13 @@
 /* gem-plot-data: gnuplot-ready data (or a whole gnuplot script) from runs' log.jsonl. */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/cli.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "report/eval.h"
 #include "report/plot.h"
 
 static const char usage_line[] =
@@ -124,13 +123,6 @@ static int logs_read(struct logs *L, const struct plot_opts *o, size_t *bad, cha
 	return 0;
 }
 
-static void sleep_s(double s)
-{
-	struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
 /* --follow: a script whenever the logs have new lines, until every run is over. A log not
  * there yet (or without an update) is waited for while its run is being trained. */
 static int follow(struct logs *L, const struct plot_opts *o, double interval)
@@ -146,7 +138,7 @@ static int follow(struct logs *L, const struct plot_opts *o, double interval)
 				fprintf(stderr, "gem-plot-data: %s\n", err);
 				return EXIT_JOB;
 			}
-			sleep_s(interval);
+			eval_sleep(interval);
 			continue;
 		}
 		for (size_t i = 0; i < L->n; i++) {
@@ -162,7 +154,7 @@ static int follow(struct logs *L, const struct plot_opts *o, double interval)
 		}
 		if (over)
 			return 0;
-		sleep_s(interval);
+		eval_sleep(interval);
 	}
 }
 

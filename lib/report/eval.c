@@ -273,7 +273,7 @@ int eval_remote_params(struct eval_remote *r, float *theta, size_t n, struct run
 
 /* ---- following a live server ---- */
 
-static void sleep_s(double s)
+void eval_sleep(double s)
 {
 	struct timespec ts;
 	if (s <= 0)
@@ -338,7 +338,7 @@ static int follow_final(struct follower *w, char *err)
 		return 0;
 	/* gem-serve checkpoints, then removes server.url: wait for the latter, so as to read the
 	 * former whole and final */
-	for (double t0 = cli_now(); cli_now() - t0 < w->f->retry_for; sleep_s(0.05)) {
+	for (double t0 = cli_now(); cli_now() - t0 < w->f->retry_for; eval_sleep(0.05)) {
 		char url[sizeof w->url];
 		if (run_server_url_read(w->f->rundir, url, sizeof url, NULL) < 0 || strcmp(url, w->url))
 			break;
@@ -474,7 +474,7 @@ int eval_follow_run(const struct eval_follow *f, char *err)
 		}
 		if (rc == 1) {
 			w.away_since = -1;
-			sleep_s(f->interval - (cli_now() - t0));
+			eval_sleep(f->interval - (cli_now() - t0));
 			continue;
 		}
 		if ((rc = follow_poll(&w, err)) < 0)
@@ -512,7 +512,7 @@ int eval_follow_run(const struct eval_follow *f, char *err)
 			}
 			wait = f->interval < HEALTH_MAX_WAIT ? f->interval : HEALTH_MAX_WAIT;
 		}
-		sleep_s(wait);
+		eval_sleep(wait);
 	}
 	rc = follow_final(&w, err);
 out:

@@ -62,6 +62,9 @@ void eval_spread(const double *v, int k, double *mean, double *sd);
  * Only looks: never takes the lock, so a trainer starting meanwhile is not refused. */
 int eval_run_active(const char *dir);
 
+/* Sleep s seconds (nothing when s <= 0), resumed after a signal handler. */
+void eval_sleep(double s);
+
 /* A gem-serve seen from outside. Zero-initialise, then eval_remote_open. */
 struct eval_remote {
 	struct httpc *http;

@@ -641,20 +641,13 @@ struct writer {
 	int csv_head;            /* CSV: the header row is written */
 };
 
-/* A JSON string. */
+/* A JSON string (jansson's escaping). */
 static void put_json_str(FILE *f, const char *s)
 {
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
+	json_t *j = json_string(s);
+	if (!j || json_dumpf(j, f, JSON_ENCODE_ANY) < 0)
+		fputs("null", f); /* not UTF-8, or no memory */
+	json_decref(j);
 }
 
 /* A CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break. */
