@@ -1293,20 +1293,19 @@ static int script_plot(struct writer *w, char *err)
 			char t[PATH_MAX + 128];
 			snprintf(t, sizeof t, "%s pi per tensor: %s", stat_names[o->stat], lg->label);
 			put_quoted(f, t);
-			fprintf(f, "\nset yrange [-0.5:%zu.5]\nset ytics (", lg->ntensors - 1);
+			fputc('\n', f);
+			if (o->term == PLOT_DUMB) {
+				script_pi_lines(w, i);
+				continue;
+			}
+			fprintf(f, "set yrange [-0.5:%zu.5]\nset ytics (", lg->ntensors - 1);
 			for (size_t k = 0; k < lg->ntensors; k++) {
 				if (k)
 					fputs(", ", f);
 				put_quoted(f, lg->tensors[k]);
 				fprintf(f, " %zu", k);
 			}
-			fputs(")\n", f);
-			if (o->term == PLOT_DUMB) {
-				fputs("set yrange [*:*]\nset ytics auto\n", f);
-				script_pi_lines(w, i);
-			} else {
-				fprintf(f, "plot $data index %zu matrix nonuniform with image notitle\n", i);
-			}
+			fprintf(f, ")\nplot $data index %zu matrix nonuniform with image notitle\n", i);
 		}
 		if (nonempty > 1)
 			fprintf(f, "unset multiplot\n");
