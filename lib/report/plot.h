@@ -1,7 +1,8 @@
 /* plot: read runs' log.jsonl (gem-protocol(7), section THE LOG) and write the views
  * gem-plot-data prints — training loss, π per tensor, staleness, throughput, per-worker
- * figures — as gnuplot data blocks (one per run or per worker, two blank lines apart) or as a
- * complete gnuplot script with the data inline. Malformed log lines are reported through log.h
+ * figures — as gnuplot data blocks (one per run or per worker, two blank lines apart), as one
+ * CSV table or JSON lines (the run in a first column), or as a complete gnuplot script with the
+ * data inline. Malformed log lines are reported through log.h
  * and skipped. */
 #ifndef GEM_PLOT_H
 #define GEM_PLOT_H
@@ -85,8 +86,8 @@ const char *plot_view_name(enum plot_view v);
 int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err);
 
 /* Is the run a log belongs to over? 1 when the log says it stopped (a stop event after the
- * last start; an SGP node past its iterations) or no process trains its directory (RUNDIR/.lock
- * names no live process and there is no server.url), 0 while it goes on. */
+ * last start; an SGP node past its iterations), or, but for an SGP node's log, no process
+ * trains its directory (eval_run_active: a training ended or killed); 0 while it goes on. */
 int plot_log_over(const struct plot_log *lg);
 
 /* Read a log: a file, a RUNDIR holding log.jsonl, or "-" for stdin, for the view of o (the pi
