@@ -1,6 +1,7 @@
 /* gem-eval: evaluate a run's parameters (a run directory, a params file, a live server, or a live
  * server version after version) on its test set; TSV or JSON lines on stdout. */
 #include <getopt.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,7 +19,7 @@
 #include "run/run.h"
 
 static const char usage_line[] =
-	"usage: gem-eval [options] (RUNDIR | PARAMS_FILE | URL)\n"
+	"usage: gem-eval [options] (RUNDIR | PARAMS_FILE | URL)...\n"
 	"   or: gem-eval [options] --follow (URL | RUNDIR)\n"
 	"   or: gem-eval [options] --nodes (URL | NODE_FILE | RUNDIR),...";
 
@@ -26,26 +27,31 @@ static void usage(FILE *f)
 {
 	fprintf(f, "%s\n", usage_line);
 	fputs("Evaluate parameters on the run's test set; print TSV under a '#' header line:\n"
-	      "elapsed seconds, version (central updates), samples seen, test loss, test accuracy,\n"
-	      "then train_loss (--train-subset) and acc_0 ... acc_<C-1> (--per-class).\n"
+	      "elapsed seconds, version (central updates), samples seen, test loss, test\n"
+	      "accuracy, then train_loss (--train-subset), acc_0 ... acc_<C-1> (--per-class).\n"
+	      "Several runs make one table, the run (as named) in a first column. An SGP\n"
+	      "RUNDIR has its nodes evaluated (--nodes).\n"
 	      "\n"
-	      "  -r, --run RUNDIR        the run a PARAMS_FILE belongs to (default: the file's directory)\n"
+	      "  -r, --run RUNDIR        the run a PARAMS_FILE belongs to (default: the file's\n"
+	      "                          directory)\n"
 	      "  -d, --data NAME|DIR     evaluate on this dataset instead of the run's\n"
-	      "  -t, --train-subset N    add train_loss: the loss on N training samples, fixed by the\n"
-	      "                          run's seed\n"
-	      "  -c, --per-class         add acc_0 ... acc_<C-1>: the test accuracy on each class\n"
-	      "  -j, --json              print JSON lines (one object per evaluation) instead of TSV\n"
-	      "  -f, --follow URL|RUNDIR poll a live server (RUNDIR: the one in RUNDIR/server.url);\n"
-	      "                          print a line per new version until the server stops\n"
+	      "  -t, --train-subset N    add train_loss: the loss on N training samples, fixed\n"
+	      "                          by the run's seed\n"
+	      "  -c, --per-class         add acc_0 ... acc_<C-1>: the test accuracy per class\n"
+	      "  -j, --json              print JSON lines (one object per evaluation)\n"
+	      "  -f, --follow URL|RUNDIR poll a live server (RUNDIR: the one in its server.url,\n"
+	      "                          or the checkpoints of a local training); print a line\n"
+	      "                          per new version until the run ends\n"
 	      "  -i, --interval SEC      seconds between polls with --follow; default 2\n"
-	      "      --cacert FILE       trust only the CA certificate(s) in this PEM file for an\n"
-	      "                          https:// server; default: the system's CAs\n"
+	      "      --cacert FILE       trust only the CA certificate(s) in this PEM file for\n"
+	      "                          an https:// server; default: the system's CAs\n"
 	      "      --retry-for SEC     wait this long for an unreachable server; default 10\n"
-	      "      --threads T         compute on T threads (BLIS and the conv kernels); default 1\n"
-	      "  -N, --nodes LIST        an SGP run: evaluate each node's parameters (a node's URL, its\n"
-	      "                          node-I.gem, or RUNDIR for all its node-*.gem; comma-separated),\n"
-	      "                          then their mean, spread and average; columns node, version,\n"
-	      "                          samples, test_loss, test_acc, consensus\n"
+	      "      --threads T         compute on T threads (BLIS, conv kernels); default 1\n"
+	      "  -N, --nodes LIST        an SGP run: evaluate each node's parameters (a node's\n"
+	      "                          URL, its node-I.gem, or RUNDIR for all its node-*.gem;\n"
+	      "                          comma-separated), then their mean, spread and average;\n"
+	      "                          columns node, version, samples, test_loss, test_acc,\n"
+	      "                          consensus\n"
 	      "  -h, --help              show this help\n"
 	      "  -V, --version           show the version\n",
 	      f);
@@ -71,6 +77,8 @@ struct evaluator {
 	int train_subset, per_class, json, header_done;
 	float mean, std;
 	struct eval_result res, tres;
+	const char *name;  /* several runs: this one's name, the first column; else NULL */
+	int header_classes; /* the classes of the header printed (--per-class) */
 };
 
 static int is_dir(const char *p)
@@ -100,9 +108,20 @@ static void json_num(const char *key, const char *fmt, double v)
 		fputs("null", stdout);
 }
 
+/* A JSON string: a run's name as given (jansson's escaping; null if not UTF-8). */
+static void json_str(const char *s)
+{
+	json_t *j = json_string(s);
+	if (!j || json_dumpf(j, stdout, JSON_ENCODE_ANY) < 0)
+		fputs("null", stdout);
+	json_decref(j);
+}
+
 static void print_header(const struct evaluator *e)
 {
-	fputs("# elapsed\tversion\tsamples\ttest_loss\ttest_acc", stdout);
+	fputs(e->name ? "# run\telapsed\tversion\tsamples\ttest_loss\ttest_acc"
+		      : "# elapsed\tversion\tsamples\ttest_loss\ttest_acc",
+	      stdout);
 	if (e->train_subset)
 		fputs("\ttrain_loss", stdout);
 	if (e->per_class)
@@ -114,7 +133,14 @@ static void print_header(const struct evaluator *e)
 static void print_row(const struct evaluator *e, const struct run_progress *p)
 {
 	if (e->json) {
-		printf("{\"elapsed\":%.3f,\"version\":%llu,\"samples\":%llu", p->elapsed,
+		if (e->name) {
+			fputs("{\"run\":", stdout);
+			json_str(e->name);
+			putchar(',');
+		} else {
+			putchar('{');
+		}
+		printf("\"elapsed\":%.3f,\"version\":%llu,\"samples\":%llu", p->elapsed,
 		       (unsigned long long)p->version, (unsigned long long)p->samples);
 		json_num("test_loss", "%.6f", e->res.loss);
 		json_num("test_acc", "%.4f", e->res.accuracy);
@@ -128,6 +154,8 @@ static void print_row(const struct evaluator *e, const struct run_progress *p)
 		fputs("}\n", stdout);
 		return;
 	}
+	if (e->name)
+		printf("%s\t", e->name);
 	printf("%.3f\t%llu\t%llu\t%.6f\t%.4f", p->elapsed, (unsigned long long)p->version,
 	       (unsigned long long)p->samples, e->res.loss, e->res.accuracy);
 	if (e->train_subset)
@@ -147,9 +175,14 @@ static int evaluate(void *ctx, const struct run_progress *p, char *err)
 	if (e->train_subset &&
 	    (rc = eval_run(&e->buf, e->m, &e->train, e->mean, e->std, &e->tres, err)) < 0)
 		return rc;
+	if (e->per_class && e->header_done && e->res.classes != e->header_classes)
+		return gem_errf(err, GEM_EUSAGE, "%s: %d classes, the runs before %d: not one table "
+				"with --per-class", e->name ? e->name : "run", e->res.classes,
+				e->header_classes);
 	if (!e->json && !e->header_done)
 		print_header(e);
 	e->header_done = 1;
+	e->header_classes = e->res.classes;
 	print_row(e, p);
 	if (fflush(stdout) == EOF || ferror(stdout))
 		return gem_errf(err, GEM_EFAIL, "stdout: write error");
@@ -359,24 +392,215 @@ static void evaluator_free(struct evaluator *e)
 	dataset_free(&e->test);
 	dataset_free(&e->train);
 	model_free(e->m);
+	e->m = NULL;
+}
+
+/* An SGP run's directory: its nodes saved their parameters (node-0.gem, ...), and its
+ * params.gem is only θ₀. */
+static int is_sgp_run(const char *dir)
+{
+	char f[PATH_MAX + 32];
+	struct stat st;
+	snprintf(f, sizeof f, "%s/" RUN_NODE_PARAMS, dir, 0);
+	return is_dir(dir) && stat(f, &st) == 0;
+}
+
+/* What an argument names: a server's URL, a RUNDIR, or a PARAMS_FILE of rundir. */
+struct target {
+	const char *url, *rundir, *params;
+	char dirbuf[PATH_MAX];
+};
+
+static void target_of(const char *arg, const char *run_opt, struct target *t)
+{
+	memset(t, 0, sizeof *t);
+	if (is_url(arg)) {
+		t->url = arg;
+	} else if (is_dir(arg)) {
+		t->rundir = run_opt ? run_opt : arg;
+	} else {
+		const char *slash = strrchr(arg, '/');
+		t->params = arg;
+		t->rundir = run_opt;
+		if (!t->rundir) {
+			snprintf(t->dirbuf, sizeof t->dirbuf, "%.*s", slash ? (int)(slash - arg) : 1,
+				 slash ? arg : ".");
+			t->rundir = t->dirbuf;
+		}
+	}
+}
+
+/* Evaluate what arg names and print its line (the run's name first when e->name); the exit
+ * status. */
+static int eval_target(struct evaluator *e, const char *arg, const char *run_opt,
+		       const char *data, const char *cacert, double retry_for)
+{
+	char err[GEM_ERRMAX];
+	struct eval_remote remote;
+	struct run_progress p;
+	struct target t;
+	struct run run;
+	int c, rc = EXIT_JOB;
+
+	memset(&remote, 0, sizeof remote);
+	target_of(arg, run_opt, &t);
+	if (t.rundir) {
+		if (run_open(t.rundir, &run, err) < 0) {
+			fprintf(stderr, "gem-eval: %s\n", err);
+			return EXIT_USAGE;
+		}
+	} else if (eval_remote_open(&remote, t.url, retry_for, cacert, err) < 0 ||
+		   eval_remote_run(&remote, &run, err) < 0) {
+		fprintf(stderr, "gem-eval: %s\n", err);
+		eval_remote_close(&remote);
+		return EXIT_JOB;
+	}
+	if ((c = evaluator_init(e, &run, data, err)) < 0) {
+		rc = c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	} else {
+		if (t.url)
+			c = eval_remote_params(&remote, model_params(e->m), model_nparams(e->m), &p, err);
+		else
+			c = run_params_load(&run, t.params, model_params(e->m), model_nparams(e->m), &p, err);
+		if (c == 0)
+			c = evaluate(e, &p, err);
+		rc = c == 0 ? 0 : c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	}
+	if (rc)
+		fprintf(stderr, "gem-eval: %s\n", err);
+	evaluator_free(e);
+	eval_remote_close(&remote);
+	run_close(&run);
+	return rc;
+}
+
+/* gem-eval RUN...: one table, a line per run, the run's name (its argument) first. */
+static int eval_many(struct evaluator *e, char **args, int n, const char *run_opt,
+		     const char *data, const char *cacert, double retry_for)
+{
+	for (int i = 0; i < n; i++)
+		if (!is_url(args[i]) && is_sgp_run(args[i])) {
+			fprintf(stderr, "gem-eval: %s: an SGP run: evaluate its nodes alone "
+					"(gem-eval %s)\n", args[i], args[i]);
+			return EXIT_USAGE;
+		}
+	for (int i = 0; i < n; i++) {
+		int rc;
+		e->name = args[i];
+		if ((rc = eval_target(e, args[i], run_opt, data, cacert, retry_for)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* --nodes LIST (or an SGP RUNDIR): the nodes' table. */
+static int eval_nodes_main(struct evaluator *e, const char *nodes_opt, const char *run_opt,
+			   const char *data, double retry_for)
+{
+	char err[GEM_ERRMAX], dirbuf[PATH_MAX];
+	const char *rundir = NULL;
+	struct eval_remote remote;
+	struct nodes nd = {0};
+	struct run run;
+	int c, rc = EXIT_JOB;
+
+	memset(&remote, 0, sizeof remote);
+	if (nodes_parse(&nd, nodes_opt, err) < 0) {
+		fprintf(stderr, "gem-eval: %s\n", err);
+		nodes_free(&nd);
+		return EXIT_USAGE;
+	}
+	/* the run: --run, the first node's directory, or the first node's GET /v1/run */
+	if (run_opt) {
+		rundir = run_opt;
+	} else if (!is_url(nd.item[0])) {
+		const char *slash = strrchr(nd.item[0], '/');
+		snprintf(dirbuf, sizeof dirbuf, "%.*s", slash ? (int)(slash - nd.item[0]) : 1,
+			 slash ? nd.item[0] : ".");
+		rundir = dirbuf;
+	}
+	if (rundir && run_open(rundir, &run, err) < 0) {
+		fprintf(stderr, "gem-eval: %s\n", err);
+		nodes_free(&nd);
+		return EXIT_USAGE;
+	}
+	if (!rundir && (eval_remote_open(&remote, nd.item[0], retry_for, NULL, err) < 0 ||
+			eval_remote_run(&remote, &run, err) < 0)) {
+		fprintf(stderr, "gem-eval: %s\n", err);
+		eval_remote_close(&remote);
+		nodes_free(&nd);
+		return EXIT_JOB;
+	}
+	eval_remote_close(&remote);
+	if ((c = evaluator_init(e, &run, data, err)) < 0)
+		rc = c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	else if ((c = evaluate_nodes(e, &run, &nd, retry_for, err)) < 0)
+		rc = EXIT_JOB;
+	else
+		rc = 0;
+	if (rc)
+		fprintf(stderr, "gem-eval: %s\n", err);
+	nodes_free(&nd);
+	evaluator_free(e);
+	run_close(&run);
+	return rc;
+}
+
+/* --follow URL|RUNDIR: a line per new version until the run ends. */
+static int eval_follow_main(struct evaluator *e, const char *follow, const char *data,
+			    const char *cacert, double interval, double retry_for)
+{
+	char err[GEM_ERRMAX];
+	struct eval_remote remote;
+	struct run run;
+	int c, rc = EXIT_JOB;
+	const char *url = is_url(follow) ? follow : NULL, *rundir = url ? NULL : follow;
+
+	memset(&remote, 0, sizeof remote);
+	if (rundir && is_sgp_run(rundir)) {
+		fprintf(stderr, "gem-eval: --follow %s: an SGP run has no server or checkpoint to "
+				"follow; once it has ended, gem-eval %s evaluates its nodes\n",
+			rundir, rundir);
+		return EXIT_USAGE;
+	}
+	if (rundir) {
+		if (run_open(rundir, &run, err) < 0) {
+			fprintf(stderr, "gem-eval: %s\n", err);
+			return EXIT_USAGE;
+		}
+	} else if (eval_remote_open(&remote, url, retry_for, cacert, err) < 0 ||
+		   eval_remote_run(&remote, &run, err) < 0) {
+		fprintf(stderr, "gem-eval: %s\n", err);
+		eval_remote_close(&remote);
+		return EXIT_JOB;
+	}
+	eval_remote_close(&remote);
+	if ((c = evaluator_init(e, &run, data, err)) < 0) {
+		rc = c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	} else {
+		struct eval_follow f = {.url = url, .rundir = rundir, .interval = interval,
+					.retry_for = retry_for, .cacert = cacert,
+					.theta = model_params(e->m), .n = model_nparams(e->m),
+					.fn = evaluate, .ctx = e};
+		rc = eval_follow_run(&f, err) < 0 ? EXIT_JOB : 0;
+	}
+	if (rc)
+		fprintf(stderr, "gem-eval: %s\n", err);
+	evaluator_free(e);
+	run_close(&run);
+	return rc;
 }
 
 int main(int argc, char **argv)
 {
-	const char *rundir = NULL, *run_opt = NULL, *data = NULL, *params = NULL, *follow = NULL;
-	const char *url = NULL, *nodes_opt = NULL, *cacert = NULL;
-	char err[GEM_ERRMAX], dirbuf[PATH_MAX];
-	struct nodes nd = {0};
+	const char *run_opt = NULL, *data = NULL, *follow = NULL, *nodes_opt = NULL;
+	const char *cacert = NULL;
 	double interval = 2, retry_for = 10;
 	long n, threads = 1;
-	int c, rc = EXIT_JOB, have_run = 0;
-	struct run run;
-	struct run_progress p;
+	int c;
 	struct evaluator e;
-	struct eval_remote remote;
 
 	memset(&e, 0, sizeof e);
-	memset(&remote, 0, sizeof remote);
 	log_init("gem-eval");
 	while ((c = getopt_long(argc, argv, "r:d:t:cjf:i:N:hV", longopts, NULL)) != -1) {
 		switch (c) {
@@ -409,6 +633,15 @@ int main(int argc, char **argv)
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
+	/* a lone SGP RUNDIR: its params.gem is θ₀, its nodes hold the training */
+	if (!nodes_opt && !follow && optind == argc - 1 && !run_opt && is_sgp_run(argv[optind])) {
+		if (e.per_class || e.train_subset)
+			bad_usage("an SGP run: its nodes are evaluated (--nodes), without --per-class "
+				  "or --train-subset: ", argv[optind]);
+		log_info("%s: an SGP run: evaluating its nodes (--nodes %s)", argv[optind],
+			 argv[optind]);
+		nodes_opt = argv[optind++];
+	}
 	if (nodes_opt) {
 		if (follow || e.per_class || e.train_subset)
 			bad_usage("--nodes: not with --follow, --per-class or --train-subset", "");
@@ -416,102 +649,31 @@ int main(int argc, char **argv)
 			bad_usage("--cacert: not with --nodes (SGP nodes speak plain HTTP)", "");
 		if (optind != argc)
 			bad_usage("--nodes: no other parameters to evaluate: ", argv[optind]);
-		if (nodes_parse(&nd, nodes_opt, err) < 0) {
-			fprintf(stderr, "gem-eval: %s\n", err);
-			nodes_free(&nd);
-			return EXIT_USAGE;
-		}
-		/* the run: --run, the first node's directory, or the first node's GET /v1/run */
-		if (run_opt) {
-			rundir = run_opt;
-		} else if (is_url(nd.item[0])) {
-			url = nd.item[0];
-		} else {
-			const char *slash = strrchr(nd.item[0], '/');
-			snprintf(dirbuf, sizeof dirbuf, "%.*s", slash ? (int)(slash - nd.item[0]) : 1,
-				 slash ? nd.item[0] : ".");
-			rundir = dirbuf;
-		}
-	} else if (follow ? optind != argc : optind != argc - 1) {
-		bad_usage(optind == argc ? "nothing to evaluate" : "too many arguments", "");
-	} else if (follow) {
-		if (is_url(follow))
-			url = follow;
-		else
-			rundir = follow;
-	} else if (is_url(argv[optind])) {
-		url = argv[optind];
-	} else if (is_dir(argv[optind])) {
-		rundir = run_opt ? run_opt : argv[optind];
-	} else {
-		params = argv[optind];
-		rundir = run_opt;
-		if (!rundir) {
-			const char *slash = strrchr(params, '/');
-			snprintf(dirbuf, sizeof dirbuf, "%.*s", slash ? (int)(slash - params) : 1,
-				 slash ? params : ".");
-			rundir = dirbuf;
-		}
+	} else if (follow && optind != argc) {
+		bad_usage("--follow: no other argument: ", argv[optind]);
+	} else if (!follow && optind == argc) {
+		bad_usage("nothing to evaluate", "");
 	}
-	if (cacert && !url && !follow)
-		bad_usage("--cacert: only with a server's URL (or --follow)", "");
-	if (run_opt && !nodes_opt && (url || follow))
-		bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate", "");
+	if (cacert && !follow && !nodes_opt) {
+		for (int i = optind; i < argc; i++)
+			if (!is_url(argv[i]))
+				bad_usage("--cacert: only with a server's URL (or --follow): ", argv[i]);
+	}
+	if (run_opt && !nodes_opt) {
+		if (follow)
+			bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate", "");
+		for (int i = optind; i < argc; i++)
+			if (is_url(argv[i]))
+				bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate: ", argv[i]);
+	}
 	cli_blas_init();
 	layers_set_threads((int)threads);
 
-	/* the run: from its directory, or from the server */
-	if (rundir) {
-		if (run_open(rundir, &run, err) < 0) {
-			fprintf(stderr, "gem-eval: %s\n", err);
-			nodes_free(&nd);
-			return EXIT_USAGE;
-		}
-	} else {
-		if (eval_remote_open(&remote, url, retry_for, cacert, err) < 0 ||
-		    eval_remote_run(&remote, &run, err) < 0) {
-			fprintf(stderr, "gem-eval: %s\n", err);
-			eval_remote_close(&remote);
-			nodes_free(&nd);
-			return EXIT_JOB;
-		}
-	}
-	have_run = 1;
-	if ((c = evaluator_init(&e, &run, data, err)) < 0) {
-		fprintf(stderr, "gem-eval: %s\n", err);
-		rc = c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
-		goto out;
-	}
-
-	if (nodes_opt) {
-		eval_remote_close(&remote);
-		c = evaluate_nodes(&e, &run, &nd, retry_for, err);
-	} else if (follow) {
-		struct eval_follow f = {.url = url, .rundir = rundir, .interval = interval,
-					.retry_for = retry_for, .cacert = cacert,
-					.theta = model_params(e.m),
-					.n = model_nparams(e.m), .fn = evaluate, .ctx = &e};
-		eval_remote_close(&remote);
-		c = eval_follow_run(&f, err);
-	} else if (url) {
-		c = eval_remote_params(&remote, model_params(e.m), model_nparams(e.m), &p, err);
-		if (c == 0)
-			c = evaluate(&e, &p, err);
-	} else {
-		c = run_params_load(&run, params, model_params(e.m), model_nparams(e.m), &p, err);
-		if (c == 0)
-			c = evaluate(&e, &p, err);
-	}
-	if (c < 0) {
-		fprintf(stderr, "gem-eval: %s\n", err);
-		goto out;
-	}
-	rc = 0;
-out:
-	nodes_free(&nd);
-	evaluator_free(&e);
-	eval_remote_close(&remote);
-	if (have_run)
-		run_close(&run);
-	return rc;
+	if (nodes_opt)
+		return eval_nodes_main(&e, nodes_opt, run_opt, data, retry_for);
+	if (follow)
+		return eval_follow_main(&e, follow, data, cacert, interval, retry_for);
+	if (argc - optind == 1)
+		return eval_target(&e, argv[optind], run_opt, data, cacert, retry_for);
+	return eval_many(&e, argv + optind, argc - optind, run_opt, data, cacert, retry_for);
 }

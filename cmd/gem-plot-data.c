@@ -7,37 +7,44 @@
 #include "base/cli.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "report/eval.h"
 #include "report/plot.h"
 
 static const char usage_line[] =
-	"usage: gem-plot-data [options] (loss | pi | staleness | throughput | workers) [LOG...]";
+	"usage: gem-plot-data [options] (loss|pi|staleness|throughput|workers) [LOG...]";
 
 static void usage(FILE *f)
 {
 	fprintf(f, "%s\n", usage_line);
-	fputs("Print one view of runs' logs as gnuplot data (TSV under '#' header lines, one block\n"
-	      "per run), or as a gnuplot script. LOG is a log.jsonl, a RUNDIR, or - (stdin, the\n"
-	      "default).\n"
+	fputs("Print one view of runs' logs as gnuplot data (TSV: a header line, '# run:'\n"
+	      "comment lines, one block per run), CSV, JSON lines, or a gnuplot script. LOG is\n"
+	      "a log.jsonl, a RUNDIR (an SGP run's: its node logs), or - (stdin, the default).\n"
 	      "  loss        version, samples, loss, moving average, per central update\n"
-	      "  pi          a pi statistic per tensor over updates, as a gnuplot matrix nonuniform\n"
+	      "  pi          a pi statistic per tensor over updates (gnuplot matrix nonuniform)\n"
 	      "  staleness   tau, count, fraction\n"
 	      "  throughput  time since the first update, updates/s, samples/s\n"
 	      "  workers     worker, commits, samples, mean tau, max tau, mean loss\n"
 	      "\n"
 	      "  -s, --smooth N       loss: moving-average window in updates (default 50)\n"
 	      "  -b, --by update|worker  loss: per central update (default) or per worker-step\n"
+	      "      --x version|samples|seconds  loss: the first column, the plot's x-axis\n"
 	      "      --bins N         pi: at most N columns of updates (default 200)\n"
 	      "      --stat median|mean|zero|scale  pi: which statistic (default median)\n"
 	      "  -w, --window SEC     throughput: window in seconds (default 1)\n"
+	      "      --csv            print one CSV table (a run column first) instead of TSV\n"
+	      "      --json           print JSON lines (one object per row) instead of TSV\n"
 	      "  -g, --gnuplot        print a gnuplot script with the data inline\n"
 	      "  -t, --term png|svg|dumb  gnuplot terminal (default png; implies --gnuplot)\n"
 	      "  -o, --output FILE    gnuplot: set output FILE (implies --gnuplot)\n"
+	      "      --follow         with a script: print one again whenever the logs grow,\n"
+	      "                       until the runs end (pipe it into gnuplot)\n"
+	      "      --interval SEC   --follow: seconds between looks at the logs (default 2)\n"
 	      "  -h, --help           show this help\n"
 	      "  -V, --version        show the version\n",
 	      f);
 }
 
-enum { OPT_BINS = 256, OPT_STAT };
+enum { OPT_BINS = 256, OPT_STAT, OPT_X, OPT_CSV, OPT_JSON, OPT_FOLLOW, OPT_INTERVAL };
 
 static const struct option longopts[] = {
 	{"smooth", required_argument, 0, 's'}, {"by", required_argument, 0, 'b'},
@@ -45,6 +52,9 @@ static const struct option longopts[] = {
 	{"window", required_argument, 0, 'w'}, {"gnuplot", no_argument, 0, 'g'},
 	{"term", required_argument, 0, 't'},   {"output", required_argument, 0, 'o'},
 	{"help", no_argument, 0, 'h'},         {"version", no_argument, 0, 'V'},
+	{"x", required_argument, 0, OPT_X},    {"csv", no_argument, 0, OPT_CSV},
+	{"json", no_argument, 0, OPT_JSON},    {"follow", no_argument, 0, OPT_FOLLOW},
+	{"interval", required_argument, 0, OPT_INTERVAL},
 	{0, 0, 0, 0},
 };
 
@@ -54,14 +64,109 @@ static int bad_usage(const char *what, const char *arg)
 	return EXIT_USAGE;
 }
 
+/* The logs read in one look: every LOG argument's files (an SGP run's node logs). */
+struct logs {
+	char **path;
+	size_t n;
+	struct plot_log *lg;
+	long *seen; /* --follow: lines of each log already read (and reported) */
+};
+
+static void logs_free(struct logs *L)
+{
+	for (size_t i = 0; i < L->n; i++) {
+		plot_log_free(&L->lg[i]);
+		free(L->path[i]);
+	}
+	free(L->path);
+	free(L->lg);
+	free(L->seen);
+	memset(L, 0, sizeof *L);
+}
+
+/* The files of the LOG arguments into L. */
+static int logs_expand(struct logs *L, const char *const *args, size_t nargs, char *err)
+{
+	for (size_t a = 0; a < nargs; a++) {
+		char **p, **grown;
+		size_t k;
+		if (plot_log_paths(args[a], &p, &k, err) < 0)
+			return -1;
+		grown = realloc(L->path, (L->n + k) * sizeof *grown);
+		if (!grown) {
+			while (k)
+				free(p[--k]);
+			free(p);
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		}
+		L->path = grown;
+		memcpy(L->path + L->n, p, k * sizeof *p);
+		L->n += k;
+		free(p);
+	}
+	L->lg = calloc(L->n, sizeof *L->lg);
+	L->seen = calloc(L->n, sizeof *L->seen);
+	return L->lg && L->seen ? 0 : gem_errf(err, GEM_ENOMEM, "out of memory");
+}
+
+/* Read every log of L; the first error ends it, *bad says which log it was. */
+static int logs_read(struct logs *L, const struct plot_opts *o, size_t *bad, char *err)
+{
+	for (size_t i = 0; i < L->n; i++) {
+		plot_log_free(&L->lg[i]);
+		*bad = i;
+		if (plot_log_read(L->path[i], o, L->seen[i], &L->lg[i], err) < 0)
+			return -1;
+		L->seen[i] = L->lg[i].nlines;
+	}
+	plot_logs_label(L->lg, L->n);
+	return 0;
+}
+
+/* --follow: a script whenever the logs have new lines, until every run is over. A log not
+ * there yet (or without an update) is waited for while its run is being trained. */
+static int follow(struct logs *L, const struct plot_opts *o, double interval)
+{
+	char err[GEM_ERRMAX];
+	long shown = -1;
+	for (;;) {
+		long lines = 0;
+		size_t bad;
+		int over = 1, w;
+		if (logs_read(L, o, &bad, err) < 0) {
+			if (plot_log_over(&L->lg[bad])) {
+				fprintf(stderr, "gem-plot-data: %s\n", err);
+				return EXIT_JOB;
+			}
+			eval_sleep(interval);
+			continue;
+		}
+		for (size_t i = 0; i < L->n; i++) {
+			lines += L->lg[i].nlines;
+			over &= plot_log_over(&L->lg[i]);
+		}
+		if (lines != shown) {
+			if ((w = plot_write(stdout, o, L->lg, L->n, err)) < 0) {
+				fprintf(stderr, "gem-plot-data: %s\n", err);
+				return w == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+			}
+			shown = lines;
+		}
+		if (over)
+			return 0;
+		eval_sleep(interval);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct plot_opts o;
-	struct plot_log *logs;
+	struct logs L = {0};
 	char err[GEM_ERRMAX];
 	const char *stdin_only[] = {"-"};
-	const char *const *paths;
-	size_t nlogs, nread = 0;
+	const char *const *args;
+	double interval = 2;
+	size_t nargs, nbad;
 	int c, rc = 0;
 
 	log_init("gem-plot-data");
@@ -77,6 +182,10 @@ int main(int argc, char **argv)
 				return bad_usage("--by wants update or worker", optarg);
 			o.by_worker = !strcmp(optarg, "worker");
 			break;
+		case OPT_X:
+			if (plot_x_parse(optarg, &o.x) < 0)
+				return bad_usage("--x wants version, samples or seconds", optarg);
+			break;
 		case OPT_BINS:
 			if (cli_long(optarg, 1, 1000000, &o.bins) < 0)
 				return bad_usage("--bins wants a whole number from 1", optarg);
@@ -88,6 +197,13 @@ int main(int argc, char **argv)
 		case 'w':
 			if (cli_double(optarg, 1e-3, 1e9, &o.window) < 0)
 				return bad_usage("--window wants seconds from 0.001", optarg);
+			break;
+		case OPT_CSV: o.format = PLOT_CSV; break;
+		case OPT_JSON: o.format = PLOT_JSON; break;
+		case OPT_FOLLOW: o.follow = 1; break;
+		case OPT_INTERVAL:
+			if (cli_double(optarg, 0.01, 86400, &interval) < 0)
+				return bad_usage("--interval wants seconds in [0.01, 86400]", optarg);
 			break;
 		case 'g': o.gnuplot = 1; break;
 		case 't':
@@ -111,30 +227,32 @@ int main(int argc, char **argv)
 	if (plot_view_parse(argv[optind], &o.view) < 0)
 		return bad_usage("unknown view", argv[optind]);
 	optind++;
-	nlogs = optind < argc ? (size_t)(argc - optind) : 1;
-	paths = optind < argc ? (const char *const *)argv + optind : stdin_only;
-	logs = calloc(nlogs, sizeof *logs);
-	if (!logs) {
-		fprintf(stderr, "gem-plot-data: out of memory\n");
+	if (o.gnuplot && o.format != PLOT_TSV)
+		return bad_usage("a gnuplot script holds TSV", o.format == PLOT_CSV ? "--csv" : "--json");
+	nargs = optind < argc ? (size_t)(argc - optind) : 1;
+	args = optind < argc ? (const char *const *)argv + optind : stdin_only;
+	if (o.follow && !o.gnuplot)
+		return bad_usage("--follow prints gnuplot scripts", "add --gnuplot, --term or --output");
+	for (size_t i = 0; o.follow && i < nargs; i++)
+		if (!strcmp(args[i], "-"))
+			return bad_usage("--follow reads files", "not stdin");
+	if (logs_expand(&L, args, nargs, err) < 0) {
+		fprintf(stderr, "gem-plot-data: %s\n", err);
+		logs_free(&L);
 		return EXIT_JOB;
 	}
-	for (; nread < nlogs; nread++) {
-		if (plot_log_read(paths[nread], o.view == PLOT_PI, o.stat, &logs[nread], err) < 0) {
-			fprintf(stderr, "gem-plot-data: %s\n", err);
-			rc = EXIT_JOB;
-			break;
-		}
-	}
-	if (rc == 0) {
-		plot_logs_label(logs, nlogs);
-		int w = plot_write(stdout, &o, logs, nlogs, err);
+	if (o.follow) {
+		rc = follow(&L, &o, interval);
+	} else if (logs_read(&L, &o, &nbad, err) < 0) {
+		fprintf(stderr, "gem-plot-data: %s\n", err);
+		rc = EXIT_JOB;
+	} else {
+		int w = plot_write(stdout, &o, L.lg, L.n, err);
 		if (w < 0) {
 			fprintf(stderr, "gem-plot-data: %s\n", err);
 			rc = w == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
 		}
 	}
-	for (size_t i = 0; i < nlogs; i++)
-		plot_log_free(&logs[i]);
-	free(logs);
+	logs_free(&L);
 	return rc;
 }

@@ -39,13 +39,13 @@ cat >runB/log.jsonl <<'LOG'
 {"time":101,"elapsed":1.4,"version":3,"worker":2,"tau":2,"loss":0.5,"samples":30}
 LOG
 
-# data FILE: FILE without its comment lines.
-data() { grep -v '^#' "$1"; }
+# data FILE: FILE without its comment lines and column headers.
+data() { grep -v '^[#a-z]' "$1"; }
 
 test_expect_success 'loss: per update, null loss left out, moving average over --smooth' '
 	gem-plot-data --smooth 2 loss runA/log.jsonl >out 2>err &&
 	grep -q "^# run: gem, 2 workers$" out &&
-	grep -q "^# version	samples	loss	loss_avg2$" out &&
+	grep -q "^version	samples	loss	loss_avg2$" out &&
 	printf "1\t32\t4\t4\n2\t64\t2\t3\n3\t96\t6\t4\n5\t160\t3\t4.5\n" >want &&
 	data out >got && diff want got
 '
@@ -58,20 +58,20 @@ test_expect_success 'loss: the default window is 50 (a running mean here)' '
 test_expect_success 'loss --by worker: one block per worker, per worker-step' '
 	gem-plot-data -s 2 --by worker loss runA >out 2>/dev/null &&
 	grep -q "^# worker 1$" out && grep -q "^# worker 2$" out &&
-	grep -q "^# step	version	loss	loss_avg2$" out &&
+	grep -q "^step	version	loss	loss_avg2$" out &&
 	printf "1\t1\t4\t4\n2\t3\t6\t5\n3\t5\t3\t4.5\n\n\n1\t2\t2\t2\n" >want &&
 	data out >got && diff want got
 '
 
 test_expect_success 'staleness: tau, count, fraction' '
 	gem-plot-data staleness runA >out 2>/dev/null &&
-	grep -q "^# tau	count	fraction$" out &&
+	grep -q "^tau	count	fraction$" out &&
 	printf "0\t1\t0.2\n1\t3\t0.6\n2\t1\t0.2\n" >want && data out >got && diff want got
 '
 
 test_expect_success 'throughput: updates/s and samples/s over windows after the first update' '
 	gem-plot-data throughput runA >out 2>/dev/null &&
-	grep -q "^# time	updates_per_s	samples_per_s$" out &&
+	grep -q "^time	updates_per_s	samples_per_s$" out &&
 	printf "1\t2\t64\n2\t1\t32\n3\t1\t32\n" >want && data out >got && diff want got &&
 	gem-plot-data --window 2 throughput runA >out 2>/dev/null &&
 	printf "2\t1.5\t48\n4\t0.5\t16\n" >want && data out >got && diff want got
@@ -79,7 +79,7 @@ test_expect_success 'throughput: updates/s and samples/s over windows after the 
 
 test_expect_success 'workers: commits, samples, mean and max tau, mean loss, samples/s' '
 	gem-plot-data workers runA >out 2>/dev/null &&
-	grep -q "^# worker	commits	samples	mean_tau	max_tau	mean_loss	samples_per_s$" out &&
+	grep -q "^worker	commits	samples	mean_tau	max_tau	mean_loss	samples_per_s$" out &&
 	printf "1\t3\t96\t0.6667\t1\t4.33333\t36.9231\n2\t2\t64\t1.5000\t2\t2\t91.4286\n" >want &&
 	data out >got && diff want got
 '
@@ -220,6 +220,132 @@ test_expect_success 'share/gem/plot/live.sh draws a gem-eval --follow stream unt
 	! grep -i error gperr && grep -q "test accuracy" live.txt
 '
 
+# read_table FILE SEP COMMENT: the header and rows as pandas.read_csv(FILE, sep=SEP,
+# comment=COMMENT) sees them (the csv module reads them the same way when pandas is missing).
+cat >read_table.py <<'PY'
+import sys
+path, sep, comment = sys.argv[1], sys.argv[2], (sys.argv[3] or None)
+try:
+    import pandas
+    t = pandas.read_csv(path, sep=sep, comment=comment, keep_default_na=False, dtype=str)
+    rows = [list(r) for r in t.itertuples(index=False)]
+    head = list(t.columns)
+except ImportError:
+    import csv
+    lines = [l for l in open(path) if l.strip() and not (comment and l.startswith(comment))]
+    r = list(csv.reader(lines, delimiter=sep))
+    head, rows = r[0], r[1:]
+print("|".join(head))
+for row in rows:
+    print("|".join(row))
+PY
+
+test_expect_success 'TSV: a plain header line first, so pandas reads clean column names' '
+	gem-plot-data --smooth 2 loss runA >out 2>/dev/null &&
+	head -1 out | grep -q "^version	samples	loss	loss_avg2$" &&
+	python3 read_table.py out "	" "#" >got &&
+	printf "version|samples|loss|loss_avg2\n1|32|4|4\n2|64|2|3\n3|96|6|4\n5|160|3|4.5\n" >want &&
+	diff want got
+'
+
+test_expect_success '--csv: one table, a plain header row, the run first (quoted when it has a comma)' '
+	gem-plot-data --csv --smooth 2 loss runA runB >out.csv 2>/dev/null &&
+	head -1 out.csv | grep -q "^run,version,samples,loss,loss_avg2$" &&
+	! grep -q "^#" out.csv &&
+	python3 read_table.py out.csv , "" >got &&
+	{
+		echo "run|version|samples|loss|loss_avg2"
+		data out | sed -n "1,4s/^/gem, 2 workers|/p" | tr "\t" "|"
+		printf "downpour, 3 workers|1|10|1.5|1.5\ndownpour, 3 workers|2|20|1|1.25\n"
+		echo "downpour, 3 workers|3|30|0.5|0.75"
+	} >want && diff want got &&
+	gem-plot-data --csv -s 2 --by worker loss runA >w.csv 2>/dev/null &&
+	head -2 w.csv >got && printf "run,worker,step,version,loss,loss_avg2\n\"gem, 2 workers\",1,1,1,4,4\n" >want &&
+	diff want got
+'
+
+test_expect_success '--json: one object per row, the same values, null for NaN' '
+	gem-plot-data --json workers runA runB >w.json 2>/dev/null &&
+	gem-plot-data workers runA runB >w.tsv 2>/dev/null &&
+	printf "%s\n" "{\"time\":1,\"elapsed\":1,\"version\":1,\"worker\":7,\"tau\":0,\"loss\":null,\"samples\":8}" >nl.jsonl &&
+	gem-plot-data --json workers nl.jsonl >nl.json &&
+	python3 -c "
+import json
+rows = [json.loads(l) for l in open(\"w.json\")]
+tsv = [l.split(\"\t\") for l in open(\"w.tsv\").read().splitlines() if l[:1].isdigit()]
+assert list(rows[0]) == [\"run\", \"worker\", \"commits\", \"samples\", \"mean_tau\", \"max_tau\",
+                         \"mean_loss\", \"samples_per_s\"], rows[0]
+assert [r[\"run\"] for r in rows] == [\"gem, 2 workers\"] * 2 + [\"downpour, 3 workers\"] * 3
+assert len(rows) == len(tsv) == 5
+for r, t in zip(rows, tsv):
+    for k, x in zip(list(r)[1:], t):
+        assert r[k] is None if x == \"NaN\" else float(x) == float(r[k]), (r, t)
+n = json.loads(open(\"nl.json\").read())
+assert n[\"mean_loss\"] is None and n[\"worker\"] == 7, n
+" &&
+	gem-plot-data --json --stat mean --bins 2 pi runA 2>/dev/null | head -2 >got &&
+	printf "%s\n" "{\"run\":\"gem, 2 workers\",\"version\":1.5,\"tensor\":\"0.weight\",\"value\":2}" \
+		"{\"run\":\"gem, 2 workers\",\"version\":1.5,\"tensor\":\"0.bias\",\"value\":3}" >want &&
+	diff want got
+'
+
+test_expect_success '--x samples and --x seconds: the loss view'"'"'s first column' '
+	gem-plot-data -s 2 --x samples loss runA >out 2>/dev/null &&
+	head -1 out | grep -q "^samples	version	loss	loss_avg2$" &&
+	data out | head -2 >got && printf "32\t1\t4\t4\n64\t2\t2\t3\n" >want && diff want got &&
+	gem-plot-data -s 2 --x seconds loss runA >out 2>/dev/null &&
+	data out | cut -f1,2 | tail -1 >got && printf "12.600\t5\n" >want && diff want got &&
+	gem-plot-data --x seconds --by worker loss runA 2>/dev/null | head -1 |
+		grep -q "^seconds	step	loss	loss_avg50$" &&
+	gem-plot-data --x samples -t dumb loss runA 2>/dev/null | grep -q "xlabel .training samples"
+'
+
+test_expect_success 'local runs are labelled "local", SGP node logs are read from the RUNDIR' '
+	mkdir -p loc sgp &&
+	cp runA/run.json loc/ && cp runA/run.json sgp/ &&
+	{
+		echo "{\"event\":\"start\",\"time\":1,\"rule\":\"local\",\"tensors\":[\"a\"]}"
+		echo "{\"time\":1,\"elapsed\":1,\"version\":1,\"worker\":0,\"tau\":0,\"loss\":1,\"samples\":8}"
+	} >loc/log.jsonl &&
+	gem-plot-data loss loc | grep -q "^# run: local$" &&
+	for i in 0 1; do
+		{
+			echo "{\"event\":\"start\",\"time\":1,\"rule\":\"sgp\",\"tensors\":[\"a\"]}"
+			echo "{\"event\":\"sgp\",\"node\":$i,\"nodes\":2,\"iters\":2}"
+			echo "{\"time\":1,\"elapsed\":1,\"version\":1,\"worker\":$i,\"tau\":0,\"loss\":$i,\"samples\":8}"
+			echo "{\"time\":1,\"elapsed\":2,\"version\":2,\"worker\":$i,\"tau\":1,\"loss\":2,\"samples\":16}"
+		} >sgp/node-$i.jsonl
+	done &&
+	gem-plot-data loss sgp/ >out 2>err && ! test -s err &&
+	grep -q "^# run: sgp, node 0$" out && grep -q "^# run: sgp, node 1$" out &&
+	data out >got && printf "1\t8\t0\t0\n2\t16\t2\t1\n\n\n1\t8\t1\t1\n2\t16\t2\t1.5\n" >want &&
+	diff want got &&
+	gem-plot-data staleness sgp/node-1.jsonl | grep -q "^# run: sgp, node 1$"
+'
+
+test_expect_success '--term dumb: pi as one line per tensor, staleness on a log scale, the key below' '
+	gem-plot-data --term dumb --stat mean pi runA 2>/dev/null | gnuplot >pi.txt 2>gperr &&
+	! grep -i error gperr && grep -q "0.weight" pi.txt && grep -q "2.weight" pi.txt &&
+	gem-plot-data --term dumb staleness runA 2>/dev/null >st.gp &&
+	grep -q "set logscale y" st.gp && grep -q "set key below" st.gp &&
+	gnuplot st.gp >st.txt 2>gperr && ! grep -i error gperr &&
+	grep -q "^ *0.1 +--" st.txt &&
+	awk "/\+-----/ { border = NR } /gem, 2 workers/ { key = NR } END { exit !(key > border) }" st.txt &&
+	gem-plot-data --term dumb workers runA 2>/dev/null | gnuplot >w.txt 2>gperr &&
+	! grep -i error gperr &&
+	awk "/\+-----/ { border = NR } /gem, 2 workers/ { key = NR } END { exit !(key > border) }" w.txt
+'
+
+test_expect_success 'a PNG is not written to a terminal: gnuplot stops with a message, status 2' '
+	command -v script >/dev/null || { echo "# no script(1): skipped"; return 0; }
+	gem-plot-data --gnuplot loss runA >png.gp 2>/dev/null &&
+	{ script -qec "gnuplot png.gp" /dev/null >tty.out 2>&1; test $? = 2; } &&
+	grep -q "not writing a PNG to a terminal" tty.out && ! grep -q "PNG.*IHDR" tty.out &&
+	gnuplot png.gp >p.png &&
+	test "$(head -c 4 p.png | od -An -tx1 | tr -d " \n")" = 89504e47 &&
+	gem-plot-data -t svg loss runA 2>/dev/null | grep -qv "not writing"
+'
+
 test_expect_code 2 'an unknown view: exit 2 with a usage line' '
 	gem-plot-data nosuch runA 2>err; rc=$?; grep -q "^usage: gem-plot-data" err && grep -q nosuch err; exit $rc'
 test_expect_code 2 'no view: exit 2' 'gem-plot-data'
@@ -230,6 +356,12 @@ test_expect_code 2 'a bad --stat: exit 2' 'gem-plot-data --stat max pi runA'
 test_expect_code 2 'a bad --by: exit 2' 'gem-plot-data --by tensor loss runA'
 test_expect_code 2 'a bad --window: exit 2' 'gem-plot-data --window -1 throughput runA'
 test_expect_code 2 'a bad --term: exit 2' 'gem-plot-data --term x11 loss runA'
+test_expect_code 2 'a bad --x: exit 2' 'gem-plot-data --x steps loss runA'
+test_expect_code 2 '--csv with --gnuplot: exit 2' 'gem-plot-data --csv --gnuplot loss runA'
+test_expect_code 2 '--follow without a script: exit 2' 'gem-plot-data --follow loss runA'
+test_expect_code 2 '--follow of stdin: exit 2' 'gem-plot-data --follow -t dumb loss - <runA/log.jsonl'
+test_expect_code 2 'a bad --interval: exit 2' 'gem-plot-data --follow -t dumb --interval 0 loss runA'
+
 
 test_expect_success '--help and --version' '
 	gem-plot-data --help >out && grep -q "^usage: gem-plot-data" out &&

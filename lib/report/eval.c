@@ -1,6 +1,9 @@
 #include "report/eval.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -153,6 +156,47 @@ int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *
 	return 0;
 }
 
+/* ---- a run seen from outside ---- */
+
+/* A process that has exited but is not reaped yet (Linux: its /proc state is Z). */
+static int pid_is_zombie(long pid)
+{
+	char path[64], buf[512], *p;
+	size_t n;
+	FILE *f;
+	snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')' */
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] == 'Z';
+}
+
+int eval_run_active(const char *dir)
+{
+	char path[PATH_MAX + 16], buf[32];
+	struct run r;
+	long pid = 0;
+	ssize_t n;
+	int fd;
+	memset(&r, 0, sizeof r);
+	snprintf(r.dir, sizeof r.dir, "%s", dir);
+	if (run_file(&r, RUN_LOCK, path, sizeof path) < 0 || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return 0;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	if (sscanf(buf, "%ld", &pid) != 1 || pid <= 0 || pid > INT32_MAX)
+		return 0;
+	/* the holder writes its pid; it stays after the holder exits, hence the check */
+	if (kill((pid_t)pid, 0) < 0 && errno != EPERM)
+		return 0;
+	return !pid_is_zombie(pid);
+}
+
 /* ---- a server seen from outside ---- */
 
 #define REMOTE_TIMEOUT_MS 60000L /* a whole request: θ of a large model on a slow link */
@@ -229,7 +273,7 @@ int eval_remote_params(struct eval_remote *r, float *theta, size_t n, struct run
 
 /* ---- following a live server ---- */
 
-static void sleep_s(double s)
+void eval_sleep(double s)
 {
 	struct timespec ts;
 	if (s <= 0)
@@ -271,6 +315,8 @@ struct follower {
 	uint64_t last;     /* the version fn got last */
 	double away_since; /* monotonic time of the first failure in a row; < 0: none */
 	char away_why[GEM_ERRMAX];
+	int local;         /* a local training was seen on the run (no server) */
+	struct stat ckpt;  /* RUNDIR/params.gem when last loaded (local) */
 };
 
 static int follower_connect(struct follower *w, const char *url, char *err)
@@ -292,7 +338,7 @@ static int follow_final(struct follower *w, char *err)
 		return 0;
 	/* gem-serve checkpoints, then removes server.url: wait for the latter, so as to read the
 	 * former whole and final */
-	for (double t0 = cli_now(); cli_now() - t0 < w->f->retry_for; sleep_s(0.05)) {
+	for (double t0 = cli_now(); cli_now() - t0 < w->f->retry_for; eval_sleep(0.05)) {
 		char url[sizeof w->url];
 		if (run_server_url_read(w->f->rundir, url, sizeof url, NULL) < 0 || strcmp(url, w->url))
 			break;
@@ -306,6 +352,50 @@ static int follow_final(struct follower *w, char *err)
 	w->have_last = 1;
 	w->last = p.version;
 	return w->f->fn(w->f->ctx, &p, err);
+}
+
+/* A local training's checkpoint: when RUNDIR/params.gem is another file than the one last
+ * read (it is replaced whole at each checkpoint) and holds a new version, fn gets it. */
+static int follow_local(struct follower *w, char *err)
+{
+	char path[PATH_MAX + 16];
+	struct run_progress p;
+	struct stat st;
+	struct run none;
+	int rc;
+	memset(&none, 0, sizeof none);
+	snprintf(none.dir, sizeof none.dir, "%s", w->f->rundir);
+	run_file(&none, RUN_PARAMS, path, sizeof path);
+	if (stat(path, &st) < 0)
+		return 0; /* between two checkpoints' rename: the next poll reads it */
+	if (st.st_ino == w->ckpt.st_ino && st.st_dev == w->ckpt.st_dev &&
+	    st.st_size == w->ckpt.st_size && st.st_mtim.tv_sec == w->ckpt.st_mtim.tv_sec &&
+	    st.st_mtim.tv_nsec == w->ckpt.st_mtim.tv_nsec)
+		return 0;
+	memset(&none, 0, sizeof none);
+	if ((rc = run_params_load(&none, path, w->f->theta, w->f->n, &p, err)) < 0)
+		return rc;
+	w->ckpt = st;
+	if (w->have_last && p.version == w->last)
+		return 0;
+	w->have_last = 1;
+	w->last = p.version;
+	return w->f->fn(w->f->ctx, &p, err);
+}
+
+/* RUNDIR trained by a local training (a live holder of its lock, no server.url): 1 after
+ * following its checkpoints one poll, 2 when the training that was followed has ended, 0 when
+ * the run is not trained locally. */
+static int follow_local_poll(struct follower *w, char *err)
+{
+	char url[sizeof w->url];
+	int rc;
+	if (!w->f->rundir || w->r.http || run_server_url_read(w->f->rundir, url, sizeof url, NULL) == 0)
+		return 0;
+	if (!eval_run_active(w->f->rundir))
+		return w->local ? 2 : 0;
+	w->local = 1;
+	return (rc = follow_local(w, err)) < 0 ? rc : 1;
 }
 
 /* One poll: 1 after a new version went to fn or nothing changed, 0 when the server is away
@@ -376,6 +466,17 @@ int eval_follow_run(const struct eval_follow *f, char *err)
 		goto out;
 	for (;;) {
 		double t0 = cli_now(), wait;
+		if ((rc = follow_local_poll(&w, err)) < 0)
+			goto out;
+		if (rc == 2) {
+			rc = follow_local(&w, err); /* the last checkpoint, if new */
+			goto out;
+		}
+		if (rc == 1) {
+			w.away_since = -1;
+			eval_sleep(f->interval - (cli_now() - t0));
+			continue;
+		}
 		if ((rc = follow_poll(&w, err)) < 0)
 			goto out;
 		if (rc == 2)
@@ -411,7 +512,7 @@ int eval_follow_run(const struct eval_follow *f, char *err)
 			}
 			wait = f->interval < HEALTH_MAX_WAIT ? f->interval : HEALTH_MAX_WAIT;
 		}
-		sleep_s(wait);
+		eval_sleep(wait);
 	}
 	rc = follow_final(&w, err);
 out:

@@ -57,6 +57,14 @@ void eval_nodes_average(const float *const *z, int k, size_t n, float *avg, doub
 /* Mean and (population) standard deviation of v[0..k). */
 void eval_spread(const double *v, int k, double *mean, double *sd);
 
+/* Is a process training RUNDIR now? 1 when RUNDIR/.lock (run_lock) names a live process: a
+ * gem-work --local, gem-serve or gem-sim on the run; 0 when none (never run, ended, killed).
+ * Only looks: never takes the lock, so a trainer starting meanwhile is not refused. */
+int eval_run_active(const char *dir);
+
+/* Sleep s seconds (nothing when s <= 0), resumed after a signal handler. */
+void eval_sleep(double s);
+
 /* A gem-serve seen from outside. Zero-initialise, then eval_remote_open. */
 struct eval_remote {
 	struct httpc *http;
@@ -100,6 +108,9 @@ struct eval_follow {
  * the final RUNDIR/params.gem too if its version is new. A server unreachable for retry_for
  * seconds without such a sign (killed, crashed, never started) is an error; so is an HTTP error
  * other than 503 (retried) and a corrupt message. With rundir, a server.url that names a new
- * URL (a restarted server) is followed. */
+ * URL (a restarted server) is followed. A rundir trained without a server (gem-work --local:
+ * eval_run_active, no server.url) has its checkpoints followed: each new version of
+ * RUNDIR/params.gem goes to fn, and once the training has exited, the last one if new; then
+ * 0 is returned. */
 int eval_follow_run(const struct eval_follow *f, char *err);
 #endif

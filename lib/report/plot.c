@@ -9,6 +9,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "report/eval.h"
 #include "run/run.h"
 
 /* Past this many, malformed lines of one log are counted, not each reported. */
@@ -60,6 +61,15 @@ int plot_term_parse(const char *s, enum plot_term *out)
 	int i = name_index(s, term_names, 3);
 	if (i >= 0)
 		*out = (enum plot_term)i;
+	return i < 0 ? -1 : 0;
+}
+
+int plot_x_parse(const char *s, enum plot_x *out)
+{
+	static const char *names[] = {"version", "samples", "seconds"};
+	int i = name_index(s, names, 3);
+	if (i >= 0)
+		*out = (enum plot_x)(i + PLOT_X_VERSION);
 	return i < 0 ? -1 : 0;
 }
 
@@ -132,13 +142,14 @@ struct reader {
 	long line;
 	int want_pi;
 	enum plot_stat stat;
+	long quiet_upto; /* lines up to this one were reported before: counted, not reported */
 };
 
 static void bad_line(struct reader *r, const char *fmt, const char *a, const char *b)
 {
 	char msg[256];
 	r->lg->nbad++;
-	if (r->lg->nbad > PLOT_MAXREPORT)
+	if (r->lg->nbad > PLOT_MAXREPORT || r->line <= r->quiet_upto)
 		return;
 	snprintf(msg, sizeof msg, fmt, a, b);
 	log_warn("%s:%ld: %s, skipped", r->name, r->line, msg);
@@ -190,6 +201,28 @@ static void start_event(struct reader *r, json_t *o)
 	} else {
 		log_warn("%s:%ld: start event names %zu tensors, the log had %zu; keeping the first",
 			 r->name, r->line, json_array_size(t), lg->ntensors);
+	}
+}
+
+/* The events the views need: start (tensor names, the rule), stop, sgp (an SGP node's log). */
+static void other_event(struct reader *r, const char *ev, json_t *o)
+{
+	struct plot_log *lg = r->lg;
+	if (!strcmp(ev, "start")) {
+		json_t *rule = json_object_get(o, "rule");
+		start_event(r, o);
+		lg->stopped = 0;
+		if (json_is_string(rule))
+			snprintf(lg->rule, sizeof lg->rule, "%s", json_string_value(rule));
+	} else if (!strcmp(ev, "stop")) {
+		lg->stopped = 1;
+	} else if (!strcmp(ev, "sgp")) {
+		int64_t node, iters;
+		const char *why;
+		if (get_int(o, "node", &node, &why) == 0 && node >= 0 && node < INT32_MAX)
+			lg->node = node;
+		if (get_int(o, "iters", &iters, &why) == 0 && iters > 0)
+			lg->iters = (uint64_t)iters;
 	}
 }
 
@@ -380,8 +413,8 @@ static int read_line(struct reader *r, const char *line, size_t len)
 	if (!json_is_object(o)) {
 		bad_line(r, "not a JSON object%s%s", "", "");
 	} else if ((ev = json_object_get(o, "event"))) {
-		if (json_is_string(ev) && !strcmp(json_string_value(ev), "start"))
-			start_event(r, o);
+		if (json_is_string(ev))
+			other_event(r, json_string_value(ev), o);
 	} else if (line_update(r, o, &u) == 0) {
 		pi = json_object_get(o, "pi");
 		with_pi = r->want_pi && pi;
@@ -401,13 +434,14 @@ static int is_dir(const char *p)
 	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* "gem, 4 workers" from run.json in dir; -1 when there is none or it names no rule. */
-static int run_label(const char *dir, size_t nworkers, char *out, size_t cap)
+/* The label of a run's log from its rule (the log's start event's, else run.json's in dir):
+ * "gem, 4 workers", "local", "sgp, node 2"; -1 when dir has no run.json or no rule is known. */
+static int run_label(const char *dir, const struct plot_log *lg, char *out, size_t cap)
 {
 	char path[PATH_MAX + 16];
 	json_error_t jerr;
 	json_t *root, *rule;
-	const char *name = NULL;
+	const char *name = lg->rule[0] ? lg->rule : NULL;
 	snprintf(path, sizeof path, "%s/" RUN_JSON, dir);
 	root = json_load_file(path, 0, &jerr);
 	if (!root)
@@ -415,20 +449,85 @@ static int run_label(const char *dir, size_t nworkers, char *out, size_t cap)
 	rule = json_object_get(root, "rule");
 	if (json_is_object(rule))
 		rule = json_object_get(rule, "name");
-	if (json_is_string(rule))
+	if (!name && json_is_string(rule))
 		name = json_string_value(rule);
-	if (name)
-		snprintf(out, cap, "%s, %zu worker%s", name, nworkers, nworkers == 1 ? "" : "s");
+	if (name && !strcmp(name, "local"))
+		snprintf(out, cap, "local");
+	else if (name && lg->node >= 0)
+		snprintf(out, cap, "%s, node %lld", name, (long long)lg->node);
+	else if (name)
+		snprintf(out, cap, "%s, %zu worker%s", name, lg->nworkers, lg->nworkers == 1 ? "" : "s");
 	else
 		log_debug("%s: no rule name, labelling the run by its log", path);
 	json_decref(root);
 	return name ? 0 : -1;
 }
 
-int plot_log_read(const char *arg, int want_pi, enum plot_stat stat, struct plot_log *lg,
-		  char *err)
+/* dir/name, without a doubled slash when dir ends in one. */
+static int dir_join(const char *dir, const char *name, char *out, size_t cap)
 {
-	struct reader r = {lg, NULL, 0, want_pi, stat};
+	size_t l = strlen(dir);
+	int slash = l > 0 && dir[l - 1] == '/';
+	return (size_t)snprintf(out, cap, "%s%s%s", dir, slash ? "" : "/", name) >= cap ? -1 : 0;
+}
+
+static int file_exists(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err)
+{
+	char p[PATH_MAX], name[64];
+	char **v = NULL;
+	size_t k = 0, cap = 0;
+	*paths = NULL;
+	*n = 0;
+	if (is_dir(arg) && dir_join(arg, RUN_LOG, p, sizeof p) == 0 && !file_exists(p)) {
+		/* no log.jsonl: an SGP run's node logs, node-0.jsonl, node-1.jsonl, ... */
+		for (int i = 0; i < INT32_MAX; i++) {
+			snprintf(name, sizeof name, RUN_NODE_LOG, i);
+			if (dir_join(arg, name, p, sizeof p) < 0 || !file_exists(p))
+				break;
+			if (grow(&v, &cap, k + 1, sizeof *v) < 0 || !(v[k] = strdup(p)))
+				goto nomem;
+			k++;
+		}
+	}
+	if (k == 0) {
+		if (grow(&v, &cap, 1, sizeof *v) < 0 || !(v[0] = strdup(arg)))
+			goto nomem;
+		k = 1;
+	}
+	*paths = v;
+	*n = k;
+	return 0;
+nomem:
+	while (k)
+		free(v[--k]);
+	free(v);
+	return gem_errf(err, GEM_ENOMEM, "out of memory");
+}
+
+int plot_log_over(const struct plot_log *lg)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(lg->path, '/');
+	if (lg->stopped)
+		return 1;
+	if (lg->node >= 0) /* an SGP node holds no lock: its log says when it is done */
+		return lg->iters && lg->n && lg->u[lg->n - 1].version >= lg->iters;
+	if (!strcmp(lg->path, "-"))
+		return 1;
+	snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - lg->path) : 1, slash ? lg->path : ".");
+	return !eval_run_active(dir[0] ? dir : "/");
+}
+
+int plot_log_read(const char *arg, const struct plot_opts *o, long quiet_upto,
+		  struct plot_log *lg, char *err)
+{
+	struct reader r = {lg, NULL, 0, o->view == PLOT_PI, o->stat, quiet_upto};
 	char dir[PATH_MAX];
 	char *line = NULL;
 	size_t cap = 0;
@@ -437,6 +536,7 @@ int plot_log_read(const char *arg, int want_pi, enum plot_stat stat, struct plot
 	int rc = 0;
 
 	memset(lg, 0, sizeof *lg);
+	lg->node = -1;
 	if (!strcmp(arg, "-")) {
 		snprintf(lg->path, sizeof lg->path, "-");
 		r.name = "stdin";
@@ -445,7 +545,7 @@ int plot_log_read(const char *arg, int want_pi, enum plot_stat stat, struct plot
 	} else {
 		const char *slash;
 		if (is_dir(arg)) {
-			if ((size_t)snprintf(lg->path, sizeof lg->path, "%s/" RUN_LOG, arg) >= sizeof lg->path)
+			if (dir_join(arg, RUN_LOG, lg->path, sizeof lg->path) < 0)
 				return gem_errf(err, GEM_EUSAGE, "%s: path too long", arg);
 			snprintf(dir, sizeof dir, "%s", arg);
 		} else {
@@ -461,6 +561,9 @@ int plot_log_read(const char *arg, int want_pi, enum plot_stat stat, struct plot
 			return gem_errf(err, GEM_EFAIL, "%s: %s", lg->path, strerror(errno));
 	}
 	while ((len = getline(&line, &cap, f)) >= 0) {
+		/* a growing log's last line may be half written: it is read next time */
+		if (o->follow && line[len - 1] != '\n')
+			break;
 		r.line++;
 		if (read_line(&r, line, (size_t)len) < 0) {
 			rc = gem_errf(err, GEM_ENOMEM, "%s:%ld: out of memory", r.name, r.line);
@@ -474,11 +577,12 @@ int plot_log_read(const char *arg, int want_pi, enum plot_stat stat, struct plot
 		fclose(f);
 	if (rc < 0)
 		return rc;
-	if (lg->nbad > PLOT_MAXREPORT)
+	lg->nlines = r.line;
+	if (lg->nbad > PLOT_MAXREPORT && !quiet_upto)
 		log_warn("%s: %ld malformed lines skipped in all", r.name, lg->nbad);
 	if (lg->n == 0)
 		return gem_errf(err, GEM_EFAIL, "%s: no update lines (%ld lines read)", r.name, r.line);
-	if (!dir[0] || run_label(dir, lg->nworkers, lg->label, sizeof lg->label) < 0)
+	if (!dir[0] || run_label(dir, lg, lg->label, sizeof lg->label) < 0)
 		snprintf(lg->label, sizeof lg->label, "%s", dir[0] ? lg->path : "stdin");
 	/* The label goes into "# run: " comment lines and gnuplot titles: one line. */
 	for (char *c = lg->label; *c; c++)
@@ -532,22 +636,152 @@ struct writer {
 	size_t nlogs;
 	struct block *b;
 	size_t nb, bcap;
+	const char *const *cols; /* the current block's column names */
+	size_t ncols, col;       /* how many, and the next cell's */
+	int csv_head;            /* CSV: the header row is written */
 };
 
-/* Start a new block: two blank lines after the previous one (gnuplot's `index`). */
-static struct block *block_begin(struct writer *w, size_t run, int64_t worker)
+/* A JSON string (jansson's escaping). */
+static void put_json_str(FILE *f, const char *s)
 {
+	json_t *j = json_string(s);
+	if (!j || json_dumpf(j, f, JSON_ENCODE_ANY) < 0)
+		fputs("null", f); /* not UTF-8, or no memory */
+	json_decref(j);
+}
+
+/* A CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break. */
+static void put_csv_str(FILE *f, const char *s)
+{
+	if (!s[strcspn(s, ",\"\r\n")]) {
+		fputs(s, f);
+		return;
+	}
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"')
+			fputc('"', f);
+		fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+/* Start a new block of columns cols[0..ncols) (none: the pi matrix, TSV only). TSV: two blank
+ * lines after the previous block (gnuplot's `index`), the column names as a plain header line,
+ * then "# run: label" (and "# worker W"); CSV: the header row once, with "run" (and "worker")
+ * first; JSON lines: nothing. */
+static struct block *block_begin(struct writer *w, size_t run, int64_t worker,
+				 const char *const *cols, size_t ncols)
+{
+	FILE *f = w->f;
 	struct block *b;
 	if (grow(&w->b, &w->bcap, w->nb + 1, sizeof *w->b) < 0)
 		return NULL;
-	if (w->nb)
-		fputs("\n\n", w->f);
 	b = &w->b[w->nb++];
 	b->run = run;
 	b->worker = worker;
 	b->rows = 0;
-	fprintf(w->f, "# run: %s\n", w->logs[run].label);
+	w->cols = cols;
+	w->ncols = ncols;
+	w->col = 0;
+	if (w->o->format == PLOT_TSV) {
+		if (w->nb > 1)
+			fputs("\n\n", f);
+		for (size_t i = 0; i < ncols; i++)
+			fprintf(f, "%s%s", i ? "\t" : "", cols[i]);
+		if (ncols)
+			fputc('\n', f);
+		fprintf(f, "# run: %s\n", w->logs[run].label);
+		if (worker >= 0)
+			fprintf(f, "# worker %lld\n", (long long)worker);
+	} else if (w->o->format == PLOT_CSV && !w->csv_head) {
+		fputs(worker >= 0 ? "run,worker" : "run", f);
+		for (size_t i = 0; i < ncols; i++)
+			fprintf(f, ",%s", cols[i]);
+		fputc('\n', f);
+		w->csv_head = 1;
+	}
 	return b;
+}
+
+/* Before the next cell of a row: the separator, and at a row's start in CSV and JSON its run
+ * (and worker); in JSON the column's key. */
+static void cell_start(struct writer *w)
+{
+	FILE *f = w->f;
+	const struct block *b = &w->b[w->nb - 1];
+	const char *label = w->logs[b->run].label;
+	if (w->o->format == PLOT_TSV) {
+		if (w->col)
+			fputc('\t', f);
+	} else if (w->o->format == PLOT_CSV) {
+		if (!w->col) {
+			put_csv_str(f, label);
+			if (b->worker >= 0)
+				fprintf(f, ",%lld", (long long)b->worker);
+		}
+		fputc(',', f);
+	} else {
+		if (!w->col) {
+			fputs("{\"run\":", f);
+			put_json_str(f, label);
+			if (b->worker >= 0)
+				fprintf(f, ",\"worker\":%lld", (long long)b->worker);
+		}
+		fputc(',', f);
+		put_json_str(f, w->col < w->ncols ? w->cols[w->col] : "?");
+		fputc(':', f);
+	}
+	w->col++;
+}
+
+static void cell_u(struct writer *w, uint64_t v)
+{
+	cell_start(w);
+	fprintf(w->f, "%llu", (unsigned long long)v);
+}
+
+static void cell_i(struct writer *w, int64_t v)
+{
+	cell_start(w);
+	fprintf(w->f, "%lld", (long long)v);
+}
+
+/* A number in fmt; NaN reads "NaN" (JSON: null, as is ±∞). */
+static void cell_num(struct writer *w, const char *fmt, double v)
+{
+	cell_start(w);
+	if (w->o->format == PLOT_JSON && !isfinite(v))
+		fputs("null", w->f);
+	else if (isnan(v))
+		fputs("NaN", w->f);
+	else
+		fprintf(w->f, fmt, v);
+}
+
+static void cell_g(struct writer *w, double v)
+{
+	cell_num(w, "%.6g", v);
+}
+
+static void cell_str(struct writer *w, const char *s)
+{
+	cell_start(w);
+	if (w->o->format == PLOT_JSON)
+		put_json_str(w->f, s);
+	else if (w->o->format == PLOT_CSV)
+		put_csv_str(w->f, s);
+	else
+		fputs(s, w->f);
+}
+
+static void row_end(struct writer *w)
+{
+	if (w->o->format == PLOT_JSON)
+		fputc('}', w->f);
+	fputc('\n', w->f);
+	w->col = 0;
+	w->b[w->nb - 1].rows++;
 }
 
 static void put_num(FILE *f, double v, const char *sep)
@@ -596,35 +830,76 @@ static int cmp_i64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* loss: per central update (version, samples, loss, moving average) skipping null losses;
- * with --by worker, per worker-step in one block per worker. */
+/* The loss view's first two columns: the x-axis chosen, then the version (the worker's step
+ * with --by worker), or the samples when the x-axis is the version. */
+static enum plot_x loss_x(const struct plot_opts *o)
+{
+	return o->x != PLOT_X_AUTO ? o->x : o->by_worker ? PLOT_X_STEP : PLOT_X_VERSION;
+}
+
+static enum plot_x loss_x2(const struct plot_opts *o)
+{
+	enum plot_x x = loss_x(o);
+	if (o->by_worker)
+		return x == PLOT_X_STEP ? PLOT_X_VERSION : PLOT_X_STEP;
+	return x == PLOT_X_VERSION ? PLOT_X_SAMPLES : PLOT_X_VERSION;
+}
+
+static const char *x_names[] = {"", "version", "samples", "seconds", "step"};
+
+static void cell_x(struct writer *w, enum plot_x x, const struct plot_update *u, long step)
+{
+	switch (x) {
+	case PLOT_X_AUTO:
+	case PLOT_X_VERSION: cell_u(w, u->version); break;
+	case PLOT_X_SAMPLES: cell_u(w, u->samples); break;
+	case PLOT_X_SECONDS: cell_num(w, "%.3f", u->t); break;
+	case PLOT_X_STEP: cell_i(w, step); break;
+	}
+}
+
+/* One block of the loss view: the updates idx[0..n) of run r (all of them when idx is NULL),
+ * null losses left out of the rows but counted as worker steps. */
+static int loss_block(struct writer *w, size_t r, int64_t worker, const size_t *idx, size_t n,
+		      struct movavg *m)
+{
+	const struct plot_log *lg = &w->logs[r];
+	enum plot_x x = loss_x(w->o), x2 = loss_x2(w->o);
+	char avg[32];
+	const char *cols[] = {x_names[x], x_names[x2], "loss", avg};
+	snprintf(avg, sizeof avg, "loss_avg%ld", m->win);
+	if (!block_begin(w, r, worker, cols, 4))
+		return -1;
+	m->n = m->at = 0;
+	m->sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct plot_update *u = &lg->u[idx ? idx[i] : i];
+		if (isnan(u->loss))
+			continue;
+		cell_x(w, x, u, (long)i + 1);
+		cell_x(w, x2, u, (long)i + 1);
+		cell_g(w, u->loss);
+		cell_g(w, movavg_push(m, u->loss));
+		row_end(w);
+	}
+	return 0;
+}
+
+/* loss: per central update (x, version or samples, loss, moving average) skipping null
+ * losses; with --by worker, per worker-step in one block per worker. */
 static int view_loss(struct writer *w, char *err)
 {
 	struct movavg m = {0};
-	size_t *order = NULL, *start = NULL;
+	size_t *order = NULL, *start = NULL, *wi = NULL;
 	int rc = 0;
 	m.win = w->o->smooth;
 	if (!(m.ring = malloc((size_t)m.win * sizeof *m.ring)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	for (size_t r = 0; r < w->nlogs; r++) {
 		const struct plot_log *lg = &w->logs[r];
-		struct block *b;
 		if (!w->o->by_worker) {
-			if (!(b = block_begin(w, r, -1)))
+			if (loss_block(w, r, -1, NULL, lg->n, &m) < 0)
 				goto nomem;
-			fprintf(w->f, "# version\tsamples\tloss\tloss_avg%ld\n", m.win);
-			m.n = m.at = 0;
-			m.sum = 0;
-			for (size_t i = 0; i < lg->n; i++) {
-				const struct plot_update *u = &lg->u[i];
-				if (isnan(u->loss))
-					continue;
-				fprintf(w->f, "%llu\t%llu\t", (unsigned long long)u->version,
-					(unsigned long long)u->samples);
-				put_num(w->f, u->loss, "\t");
-				put_num(w->f, movavg_push(&m, u->loss), "\n");
-				b->rows++;
-			}
 			continue;
 		}
 		/* Bucket the updates by worker (a counting sort), keeping log order within one. */
@@ -632,10 +907,8 @@ static int view_loss(struct writer *w, char *err)
 		free(start);
 		order = malloc(lg->n * sizeof *order);
 		start = calloc(lg->nworkers + 1, sizeof *start);
-		if (!order || !start)
-			goto nomem;
-		size_t *wi = malloc(lg->n * sizeof *wi);
-		if (!wi)
+		wi = malloc(lg->n * sizeof *wi);
+		if (!order || !start || !wi)
 			goto nomem;
 		for (size_t i = 0; i < lg->n; i++) {
 			wi[i] = worker_index(lg, lg->u[i].worker);
@@ -646,64 +919,73 @@ static int view_loss(struct writer *w, char *err)
 		for (size_t i = 0; i < lg->n; i++)
 			order[start[wi[i]]++] = i;
 		free(wi);
+		wi = NULL;
 		/* start[k] now ends bucket k; bucket k begins where bucket k-1 ended. */
-		for (size_t k = 0, at = 0; k < lg->nworkers; k++) {
-			long step = 0;
-			if (!(b = block_begin(w, r, lg->workers[k])))
+		for (size_t k = 0, at = 0; k < lg->nworkers; at = start[k], k++)
+			if (loss_block(w, r, lg->workers[k], order + at, start[k] - at, &m) < 0)
 				goto nomem;
-			fprintf(w->f, "# worker %lld\n# step\tversion\tloss\tloss_avg%ld\n",
-				(long long)lg->workers[k], m.win);
-			m.n = m.at = 0;
-			m.sum = 0;
-			for (; at < start[k]; at++) {
-				const struct plot_update *u = &lg->u[order[at]];
-				step++;
-				if (isnan(u->loss))
-					continue;
-				fprintf(w->f, "%ld\t%llu\t", step, (unsigned long long)u->version);
-				put_num(w->f, u->loss, "\t");
-				put_num(w->f, movavg_push(&m, u->loss), "\n");
-				b->rows++;
-			}
-		}
 	}
 	goto out;
 nomem:
 	rc = gem_errf(err, GEM_ENOMEM, "out of memory");
 out:
+	free(wi);
 	free(order);
 	free(start);
 	free(m.ring);
 	return rc;
 }
 
-/* pi: per tensor, the chosen statistic averaged over bins of consecutive updates, as a gnuplot
- * `matrix nonuniform`: first row ncols then each column's mean version; then per tensor its
- * index and one value per column. */
+/* The pi matrix of a run in TSV (gnuplot's `matrix nonuniform`): first row ncols then each
+ * column's mean version; then per tensor its index and one value per column. */
+static void pi_matrix(struct writer *w, const struct plot_log *lg, const double *x,
+		      const double *val, size_t ncols)
+{
+	fprintf(w->f, "%zu", ncols);
+	for (size_t c = 0; c < ncols; c++)
+		fprintf(w->f, "\t%.6g", x[c]);
+	fputc('\n', w->f);
+	for (size_t k = 0; k < lg->ntensors; k++) {
+		fprintf(w->f, "%zu", k);
+		for (size_t c = 0; c < ncols; c++) {
+			fputc('\t', w->f);
+			put_num(w->f, val[k * ncols + c], "");
+		}
+		fputc('\n', w->f);
+	}
+	w->b[w->nb - 1].rows = lg->ntensors;
+}
+
+/* pi: per tensor, the chosen statistic averaged over bins of consecutive updates: in TSV a
+ * gnuplot `matrix nonuniform` under comment lines naming the tensors; in CSV and JSON one row
+ * per column and tensor (version, tensor, value). */
 static int view_pi(struct writer *w, char *err)
 {
+	static const char *const cols[] = {"version", "tensor", "value"};
+	int tsv = w->o->format == PLOT_TSV;
 	for (size_t r = 0; r < w->nlogs; r++) {
 		const struct plot_log *lg = &w->logs[r];
 		size_t U = lg->npi, nt = lg->ntensors;
 		size_t ncols = U < (size_t)w->o->bins ? U : (size_t)w->o->bins;
-		struct block *b;
-		double *sum, *x;
+		double *val, *x;
 		size_t *cnt;
-		if (!(b = block_begin(w, r, -1)))
+		if (!block_begin(w, r, -1, tsv ? NULL : cols, tsv ? 0 : 3))
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
-		fprintf(w->f, "# %s pi per tensor over central updates, %zu updates in %zu columns\n",
-			stat_names[w->o->stat], U, ncols);
-		fprintf(w->f, "# matrix nonuniform: first row: columns, then the version at each "
-			      "column; then per tensor: its index, then its values\n");
-		for (size_t k = 0; k < nt; k++)
-			fprintf(w->f, "# tensor %zu: %s\n", k, lg->tensors[k]);
+		if (tsv) {
+			fprintf(w->f, "# %s pi per tensor over central updates, %zu updates in %zu columns\n",
+				stat_names[w->o->stat], U, ncols);
+			fprintf(w->f, "# matrix nonuniform: first row: columns, then the version at each "
+				      "column; then per tensor: its index, then its values\n");
+			for (size_t k = 0; k < nt; k++)
+				fprintf(w->f, "# tensor %zu: %s\n", k, lg->tensors[k]);
+		}
 		if (ncols == 0 || nt == 0)
 			continue;
-		sum = calloc(nt * ncols, sizeof *sum);
+		val = calloc(nt * ncols, sizeof *val);
 		cnt = calloc(nt * ncols, sizeof *cnt);
 		x = calloc(ncols, sizeof *x);
-		if (!sum || !cnt || !x) {
-			free(sum);
+		if (!val || !cnt || !x) {
+			free(val);
 			free(cnt);
 			free(x);
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -718,27 +1000,26 @@ static int view_pi(struct writer *w, char *err)
 				for (size_t k = 0; k < nt; k++) {
 					if (isnan(row[k]))
 						continue;
-					sum[k * ncols + c] += row[k];
+					val[k * ncols + c] += row[k];
 					cnt[k * ncols + c]++;
 				}
 			}
 			x[c] = vs / (double)(hi - lo);
 		}
-		fprintf(w->f, "%zu", ncols);
-		for (size_t c = 0; c < ncols; c++)
-			fprintf(w->f, "\t%.6g", x[c]);
-		fputc('\n', w->f);
-		for (size_t k = 0; k < nt; k++) {
-			fprintf(w->f, "%zu", k);
-			for (size_t c = 0; c < ncols; c++) {
-				size_t j = k * ncols + c;
-				fputc('\t', w->f);
-				put_num(w->f, cnt[j] ? sum[j] / (double)cnt[j] : NAN, "");
-			}
-			fputc('\n', w->f);
+		for (size_t j = 0; j < nt * ncols; j++)
+			val[j] = cnt[j] ? val[j] / (double)cnt[j] : NAN;
+		if (tsv) {
+			pi_matrix(w, lg, x, val, ncols);
+		} else {
+			for (size_t c = 0; c < ncols; c++)
+				for (size_t k = 0; k < nt; k++) {
+					cell_g(w, x[c]);
+					cell_str(w, lg->tensors[k]);
+					cell_g(w, val[k * ncols + c]);
+					row_end(w);
+				}
 		}
-		b->rows = nt;
-		free(sum);
+		free(val);
 		free(cnt);
 		free(x);
 	}
@@ -751,13 +1032,12 @@ static int view_staleness(struct writer *w, char *err)
 {
 	for (size_t r = 0; r < w->nlogs; r++) {
 		const struct plot_log *lg = &w->logs[r];
+		static const char *const cols[] = {"tau", "count", "fraction"};
 		int64_t *tau = malloc(lg->n * sizeof *tau);
-		struct block *b;
-		if (!tau || !(b = block_begin(w, r, -1))) {
+		if (!tau || !block_begin(w, r, -1, cols, 3)) {
 			free(tau);
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
 		}
-		fprintf(w->f, "# tau\tcount\tfraction\n");
 		for (size_t i = 0; i < lg->n; i++)
 			tau[i] = lg->u[i].tau;
 		qsort(tau, lg->n, sizeof *tau, cmp_i64);
@@ -765,8 +1045,10 @@ static int view_staleness(struct writer *w, char *err)
 			size_t c = 0;
 			while (i < lg->n && tau[i] == (int64_t)t)
 				i++, c++;
-			fprintf(w->f, "%zu\t%zu\t%.6g\n", t, c, (double)c / (double)lg->n);
-			b->rows++;
+			cell_u(w, t);
+			cell_u(w, c);
+			cell_g(w, (double)c / (double)lg->n);
+			row_end(w);
 		}
 		free(tau);
 	}
@@ -782,7 +1064,7 @@ static int view_throughput(struct writer *w, char *err)
 		const struct plot_log *lg = &w->logs[r];
 		double t0 = lg->u[0].t, tmax = t0, *ups, *sps;
 		size_t K;
-		struct block *b;
+		static const char *const cols[] = {"time", "updates_per_s", "samples_per_s"};
 		for (size_t i = 1; i < lg->n; i++)
 			if (lg->u[i].t > tmax)
 				tmax = lg->u[i].t;
@@ -792,12 +1074,11 @@ static int view_throughput(struct writer *w, char *err)
 		K = (size_t)ceil((tmax - t0) / W);
 		ups = calloc(K ? K : 1, sizeof *ups);
 		sps = calloc(K ? K : 1, sizeof *sps);
-		if (!ups || !sps || !(b = block_begin(w, r, -1))) {
+		if (!ups || !sps || !block_begin(w, r, -1, cols, 3)) {
 			free(ups);
 			free(sps);
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
 		}
-		fprintf(w->f, "# time\tupdates_per_s\tsamples_per_s\n");
 		for (size_t i = 1; i < lg->n; i++) {
 			double dt = lg->u[i].t - t0;
 			size_t k;
@@ -810,11 +1091,11 @@ static int view_throughput(struct writer *w, char *err)
 			sps[k] += (double)lg->u[i].samples - (double)lg->u[i - 1].samples;
 		}
 		for (size_t k = 0; k < K; k++) {
-			fprintf(w->f, "%.6g\t", (double)(k + 1) * W);
-			put_num(w->f, ups[k] / W, "\t");
-			put_num(w->f, sps[k] / W, "\n");
+			cell_g(w, (double)(k + 1) * W);
+			cell_g(w, ups[k] / W);
+			cell_g(w, sps[k] / W);
+			row_end(w);
 		}
-		b->rows = K;
 		free(ups);
 		free(sps);
 	}
@@ -834,13 +1115,13 @@ static int view_workers(struct writer *w, char *err)
 	};
 	for (size_t r = 0; r < w->nlogs; r++) {
 		const struct plot_log *lg = &w->logs[r];
+		static const char *const cols[] = {"worker", "commits", "samples", "mean_tau",
+						   "max_tau", "mean_loss", "samples_per_s"};
 		struct acc *a = calloc(lg->nworkers, sizeof *a);
-		struct block *b;
-		if (!a || !(b = block_begin(w, r, -1))) {
+		if (!a || !block_begin(w, r, -1, cols, 7)) {
 			free(a);
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
 		}
-		fprintf(w->f, "# worker\tcommits\tsamples\tmean_tau\tmax_tau\tmean_loss\tsamples_per_s\n");
 		for (size_t i = 0; i < lg->n; i++) {
 			const struct plot_update *u = &lg->u[i];
 			struct acc *x = &a[worker_index(lg, u->worker)];
@@ -859,16 +1140,17 @@ static int view_workers(struct writer *w, char *err)
 			}
 		}
 		for (size_t k = 0; k < lg->nworkers; k++) {
-			fprintf(w->f, "%lld\t%llu\t%llu\t%.4f\t%lld\t", (long long)lg->workers[k],
-				(unsigned long long)a[k].commits, (unsigned long long)a[k].samples,
-				a[k].tau / (double)a[k].commits, (long long)a[k].maxtau);
-			put_num(w->f, a[k].nloss ? a[k].loss / (double)a[k].nloss : NAN, "\t");
-			put_num(w->f, a[k].t_last > a[k].t_first
-					      ? (double)a[k].samples / (a[k].t_last - a[k].t_first)
-					      : NAN,
-				"\n");
+			cell_i(w, lg->workers[k]);
+			cell_u(w, a[k].commits);
+			cell_u(w, a[k].samples);
+			cell_num(w, "%.4f", a[k].tau / (double)a[k].commits);
+			cell_i(w, a[k].maxtau);
+			cell_g(w, a[k].nloss ? a[k].loss / (double)a[k].nloss : NAN);
+			cell_g(w, a[k].t_last > a[k].t_first
+					  ? (double)a[k].samples / (a[k].t_last - a[k].t_first)
+					  : NAN);
+			row_end(w);
 		}
-		b->rows = lg->nworkers;
 		free(a);
 	}
 	return 0;
@@ -933,7 +1215,41 @@ static void script_head(const struct writer *w, int nplots)
 		fputs("set output ", f);
 		put_quoted(f, w->o->output);
 		fputc('\n', f);
+	} else if (w->o->term == PLOT_PNG) {
+		/* PNG bytes on gnuplot's standard output: not when that is a terminal (Linux: the
+		 * shell system() runs is gnuplot's child, its /proc/PPID/fd/1 gnuplot's stdout) */
+		fputs("if (system('f=$(readlink /proc/$PPID/fd/1 2>/dev/null); case \"$f\" in "
+		      "/dev/pts/*|/dev/tty*|/dev/console) echo 1;; *) echo 0;; esac') eq '1') {\n"
+		      "  print 'gem-plot-data: not writing a PNG to a terminal: redirect gnuplot''s "
+		      "output to a file, or use -o FILE or --term dumb'\n  exit status 2\n}\n",
+		      f);
 	}
+}
+
+/* The x-axis label of the loss view. */
+static const char *loss_xlabel(const struct plot_opts *o)
+{
+	switch (loss_x(o)) {
+	case PLOT_X_SAMPLES: return "training samples";
+	case PLOT_X_SECONDS: return "training seconds";
+	case PLOT_X_STEP: return "worker steps";
+	default: return "central updates (version)";
+	}
+}
+
+/* pi on a text terminal, where an image is unreadable: one line per tensor (its values over
+ * the matrix's columns), one picture per run. */
+static void script_pi_lines(struct writer *w, size_t i)
+{
+	FILE *f = w->f;
+	const struct plot_log *lg = &w->logs[w->b[i].run];
+	fprintf(f, "set ylabel 'pi (%s)'\nplot ", stat_names[w->o->stat]);
+	for (size_t k = 0; k < lg->ntensors; k++) {
+		fprintf(f, "%s$data index %zu matrix nonuniform using 1:($2 == %zu ? $3 : NaN) with lines "
+			   "title ", k ? ", \\\n     " : "", i, k);
+		put_quoted(f, lg->tensors[k]);
+	}
+	fputc('\n', f);
 }
 
 /* The plot commands for the blocks written into $data. */
@@ -947,12 +1263,12 @@ static int script_plot(struct writer *w, char *err)
 		nonempty += w->b[i].rows > 0;
 	if (!nonempty)
 		return gem_errf(err, GEM_EFAIL, "nothing to plot in the %s view", view_names[o->view]);
-	fprintf(f, "set key top right\nset grid\n");
+	/* the key below the plot, where it covers no curve */
+	fprintf(f, "set key below\nset grid\n");
 	switch (o->view) {
 	case PLOT_LOSS:
 		fprintf(f, "set title 'training loss (moving average over %ld)'\n", o->smooth);
-		fprintf(f, "set xlabel '%s'\nset ylabel 'training loss'\n",
-			o->by_worker ? "worker steps" : "central updates (version)");
+		fprintf(f, "set xlabel '%s'\nset ylabel 'training loss'\n", loss_xlabel(o));
 		fputs("plot ", f);
 		for (size_t i = 0; i < w->nb; i++) {
 			if (!series_next(f, &w->b[i], &first))
@@ -977,7 +1293,12 @@ static int script_plot(struct writer *w, char *err)
 			char t[PATH_MAX + 128];
 			snprintf(t, sizeof t, "%s pi per tensor: %s", stat_names[o->stat], lg->label);
 			put_quoted(f, t);
-			fprintf(f, "\nset yrange [-0.5:%zu.5]\nset ytics (", lg->ntensors - 1);
+			fputc('\n', f);
+			if (o->term == PLOT_DUMB) {
+				script_pi_lines(w, i);
+				continue;
+			}
+			fprintf(f, "set yrange [-0.5:%zu.5]\nset ytics (", lg->ntensors - 1);
 			for (size_t k = 0; k < lg->ntensors; k++) {
 				if (k)
 					fputs(", ", f);
@@ -990,9 +1311,10 @@ static int script_plot(struct writer *w, char *err)
 			fprintf(f, "unset multiplot\n");
 		break;
 	case PLOT_STALENESS:
+		/* a log scale: the long tail of rare large tau shows beside the common small ones */
 		fprintf(f, "set title 'staleness'\nset xlabel 'staleness tau (central updates)'\n"
-			   "set ylabel 'fraction of commits'\nset style fill solid 0.5\nset boxwidth 0.8\n"
-			   "set yrange [0:*]\nset xrange [-0.5:*]\n");
+			   "set ylabel 'fraction of commits (log scale)'\nset logscale y\n"
+			   "set style fill solid 0.5\nset boxwidth 0.8\nset xrange [-0.5:*]\n");
 		fputs("plot ", f);
 		for (size_t i = 0; i < w->nb; i++) {
 			if (!series_next(f, &w->b[i], &first))
@@ -1019,7 +1341,8 @@ static int script_plot(struct writer *w, char *err)
 		break;
 	case PLOT_WORKERS:
 		fprintf(f, "set title 'commits per worker'\nset xlabel 'worker'\nset ylabel 'commits'\n"
-			   "set style fill solid 0.5\nset boxwidth 0.8\nset yrange [0:*]\n");
+			   "set style fill solid 0.5\nset boxwidth 0.8\nset yrange [0:*]\n"
+			   "set offsets 0.5, 0.5, graph 0.1, 0\n");
 		fputs("plot ", f);
 		for (size_t i = 0; i < w->nb; i++) {
 			if (!series_next(f, &w->b[i], &first))
@@ -1036,7 +1359,7 @@ static int script_plot(struct writer *w, char *err)
 int plot_write(FILE *f, const struct plot_opts *o, const struct plot_log *logs, size_t nlogs,
 	       char *err)
 {
-	struct writer w = {f, o, logs, nlogs, NULL, 0, 0};
+	struct writer w = {.f = f, .o = o, .logs = logs, .nlogs = nlogs};
 	int rc = 0;
 	if (o->view == PLOT_PI) {
 		size_t have = 0;

@@ -1,8 +1,8 @@
 #!/bin/sh
 # live.sh: redraw a run's test loss and accuracy while it trains.
 #
-#   sh share/gem/plot/live.sh "$(cat run/server.url)"          # runs gem-eval --follow URL
-#   sh share/gem/plot/live.sh run/                              # or follows the run's server
+#   sh share/gem/plot/live.sh run/                              # runs gem-eval --follow run/
+#   sh share/gem/plot/live.sh "$(cat run/server.url)"          # or a server by its URL
 #   gem-eval --follow URL | sh share/gem/plot/live.sh -        # or reads that stream
 #   GNUTERM=dumb sh share/gem/plot/live.sh URL                 # text plot, over ssh
 #
