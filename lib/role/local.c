@@ -51,7 +51,7 @@ static int open_training(struct local *l, const char *rundir, char *err)
 	l->feed_open = 1;
 	if ((rc = sgd_init(&l->opt, model_nparams(l->t.m), run->train.lr, run->train.momentum,
 			   run->train.weight_decay, run->train.nesterov, err)) < 0 ||
-	    (rc = run_log_open(run, &l->log, err)) < 0)
+	    (rc = run_log_open(run, l->p.version, &l->log, err)) < 0)
 		return rc;
 	/* The momentum of the interrupted session, so that a resumed run is the same run. */
 	if (l->opt.v && l->p.version > 0) {

@@ -33,6 +33,8 @@ struct ps {
 	const struct rule_desc *desc;
 	struct run_progress prog; /* version, samples; elapsed as of the start */
 	double started, last_commit;
+	/* training time: only while a worker is joined (an idle server trains nothing) */
+	double busy, busy_since;  /* seconds of this session with workers; since when (nactive > 0) */
 	double vtime;
 	FILE *log;
 	struct ps_worker *w[PS_MAX_WORKERS];
@@ -63,7 +65,16 @@ const char *ps_status_code(int status)
 
 static double elapsed_of(const struct ps *s)
 {
-	return s->prog.elapsed + (cli_now() - s->started);
+	return s->prog.elapsed + s->busy + (s->nactive > 0 ? cli_now() - s->busy_since : 0);
+}
+
+/* A worker more (+1) or less (-1) joined: the training clock runs while there is one. */
+static void active_add(struct ps *s, int d)
+{
+	if (d > 0 && s->nactive++ == 0)
+		s->busy_since = cli_now();
+	else if (d < 0 && --s->nactive == 0)
+		s->busy += cli_now() - s->busy_since;
 }
 
 static void log_event(struct ps *s, const char *event, int worker, const char *extra)
@@ -179,7 +190,7 @@ static int ps_load(struct ps *s, char *err)
 		log_info("resumed the rule's state and %d workers", s->nknown);
 	}
 	json_decref(workers);
-	return run_log_open(&s->run, &s->log, err);
+	return run_log_open(&s->run, s->prog.version, &s->log, err);
 }
 
 int ps_open(const char *rundir, const struct ps_opts *o, struct ps **out, char *err)
@@ -312,7 +323,7 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 	}
 	if (w->active) {
 		w->active = 0;
-		s->nactive--;
+		active_add(s, -1);
 	}
 	if (done && !w->done) {
 		w->done = 1;
@@ -385,7 +396,7 @@ int ps_join(struct ps *s, int id, float *theta_out, struct ps_joined *j, char *e
 	if ((rc = worker_enter_rule(s, w, err)) < 0)
 		return rc;
 	if (!w->active)
-		s->nactive++;
+		active_add(s, +1);
 	if (w->done)
 		s->ndone--;
 	w->active = 1;
