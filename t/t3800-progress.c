@@ -50,6 +50,21 @@ int main(void)
 	is_near(n.samples_per_s, 50, 1e-9, "before the first measure: the session's mean");
 	ok(n.eta < 0 && n.fraction < 0, "an unknown total: no ETA, no fraction");
 
+	/* a job that stalls slows down; a pause before its start (an idle server) does not count */
+	progress_start(&p, 0, 0, 0, 0.0);
+	for (int i = 1; i <= 10; i++)
+		progress_at(&p, (uint64_t)i, 100 * (uint64_t)i, i);
+	progress_get(&p, 15.0, &n);
+	is_near(n.samples_per_s, 100 * exp(-5 / PROGRESS_RATE_TAU), 1e-9,
+		"5 s without an update: the rate falls (%g)", n.samples_per_s);
+	progress_start(&p, 0, 0, 0, 0.0);
+	progress_resume(&p, 100.0);
+	progress_get(&p, 100.4, &n);
+	ok(n.samples_per_s == 0 && n.seconds < 0.5, "resumed: the session starts then");
+	progress_at(&p, 1, 100, 101.0);
+	progress_get(&p, 101.2, &n);
+	is_near(n.samples_per_s, 100, 1e-9, "the 100 s idle before are not in the rate");
+
 	/* the smoothed loss */
 	progress_start(&p, 0, 0, 0, 0.0);
 	progress_loss(&p, 2.0);

@@ -32,15 +32,38 @@ static double smooth_rate(double rate, double measured, double dt)
 	return rate + (1 - exp(-dt / PROGRESS_RATE_TAU)) * (measured - rate);
 }
 
-void progress_at(struct progress *p, uint64_t version, uint64_t samples, double now)
+/* The rates as a measure at now would make them. */
+static void rates_at(const struct progress *p, double now, double *ups, double *sps)
 {
 	double dt = now - p->last_t;
-	p->version = version;
-	p->samples = samples;
+	*ups = p->ups;
+	*sps = p->sps;
 	if (dt < PROGRESS_RATE_DT)
 		return;
-	p->ups = smooth_rate(p->ups, (double)(version - p->last_version) / dt, dt);
-	p->sps = smooth_rate(p->sps, (double)(samples - p->last_samples) / dt, dt);
+	*ups = smooth_rate(p->ups, (double)(p->version - p->last_version) / dt, dt);
+	*sps = smooth_rate(p->sps, (double)(p->samples - p->last_samples) / dt, dt);
+}
+
+void progress_resume(struct progress *p, double now)
+{
+	if (p->ups < 0) {
+		/* no rate measured yet: the session's mean starts now */
+		p->t0 = now;
+		p->version0 = p->version;
+		p->samples0 = p->samples;
+	}
+	p->last_t = now;
+	p->last_version = p->version;
+	p->last_samples = p->samples;
+}
+
+void progress_at(struct progress *p, uint64_t version, uint64_t samples, double now)
+{
+	p->version = version;
+	p->samples = samples;
+	if (now - p->last_t < PROGRESS_RATE_DT)
+		return;
+	rates_at(p, now, &p->ups, &p->sps);
 	p->last_t = now;
 	p->last_version = version;
 	p->last_samples = samples;
@@ -58,15 +81,17 @@ void progress_loss(struct progress *p, double loss)
 
 void progress_get(const struct progress *p, double now, struct progress_now *n)
 {
-	double s = now - p->t0;
+	double s = now - p->t0, ups, sps;
 	memset(n, 0, sizeof *n);
+	/* the time since the last measure counts: a job that stalls slows down */
+	rates_at(p, now, &ups, &sps);
 	n->version = p->version;
 	n->samples = p->samples;
 	n->total = p->total;
 	n->seconds = s > 0 ? s : 0;
 	/* until a rate is measured, the session's mean */
-	n->updates_per_s = p->ups >= 0 ? p->ups : s > 0 ? (double)(p->version - p->version0) / s : 0;
-	n->samples_per_s = p->sps >= 0 ? p->sps : s > 0 ? (double)(p->samples - p->samples0) / s : 0;
+	n->updates_per_s = ups >= 0 ? ups : s > 0 ? (double)(p->version - p->version0) / s : 0;
+	n->samples_per_s = sps >= 0 ? sps : s > 0 ? (double)(p->samples - p->samples0) / s : 0;
 	n->loss = p->loss_w > 0 ? p->loss_acc / p->loss_w : NAN;
 	n->fraction = n->eta = -1;
 	if (!p->total)

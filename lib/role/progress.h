@@ -40,11 +40,14 @@ void progress_start(struct progress *p, uint64_t version, uint64_t samples, uint
 		    double now);
 /* The job's total changed (a worker more, a budget learnt). */
 void progress_set_total(struct progress *p, uint64_t total);
+/* The job goes on at now after a pause (a server's first worker joins): the time before is
+ * not in its rates. */
+void progress_resume(struct progress *p, double now);
 /* The job stands at version and samples at time now (call after every update; cheap). */
 void progress_at(struct progress *p, uint64_t version, uint64_t samples, double now);
 /* One update's loss (non-finite ones are skipped). */
 void progress_loss(struct progress *p, double loss);
-/* Where the job stands at time now. */
+/* Where the job stands at time now (its rates count the time since the last update). */
 void progress_get(const struct progress *p, double now, struct progress_now *out);
 /* n in words for a line: "version 120  3200/60000 samples (5.3%)  41.0 updates/s  ETA 1:12
  * loss 0.5123" (the parts that are unknown left out). Returns line. */
