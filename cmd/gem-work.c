@@ -287,7 +287,7 @@ static int server_of_run(const char *dir, const struct work_opts *o, char *url, 
 			rc = EXIT_JOB;
 			break;
 		}
-		if (!said++ && !o->quiet && isatty(2))
+		if (!said++ && !o->quiet)
 			fprintf(stderr, "gem-work: waiting for the server of %s (retrying for %g s)\n", dir,
 				o->retry_for);
 		nanosleep(&ts, NULL);
@@ -295,6 +295,13 @@ static int server_of_run(const char *dir, const struct work_opts *o, char *url, 
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
 	return rc;
+}
+
+/* The server does not answer yet: say that the worker waits (but with -q). */
+static void waiting(void *ctx, const char *url, double retry_for)
+{
+	(void)ctx;
+	fprintf(stderr, "gem-work: waiting for server at %s (retrying for %g s)\n", url, retry_for);
 }
 
 /* One worker of the gem-serve run at url (or of the run directory url). */
@@ -305,6 +312,7 @@ static int train_server(const char *url, const struct work_opts *o)
 	struct work_result r;
 	const struct work_info *in;
 	struct shown pr;
+	struct work_opts wo = *o;
 	int rc;
 
 	if ((rc = show_init(&pr, o->quiet)))
@@ -314,9 +322,9 @@ static int train_server(const char *url, const struct work_opts *o)
 			return rc;
 		url = found;
 	}
-	if (!o->quiet && isatty(2))
-		fprintf(stderr, "gem-work: joining %s (retrying for %g s)\n", url, o->retry_for);
-	if ((rc = work_open(url, o, &w, err)) < 0) {
+	if (!o->quiet)
+		wo.waiting = waiting;
+	if ((rc = work_open(url, &wo, &w, err)) < 0) {
 		fprintf(stderr, "gem-work: %s\n", err);
 		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
 	}
