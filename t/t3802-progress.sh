@@ -58,7 +58,7 @@ test_expect_success 'gem-work --local: lines out of the budget, or of --steps' '
 '
 
 test_expect_success 'gem-serve: a status line with its workers, and a summary at the end' '
-	gem-init -q $TINY --epochs 10 --workers 2 srv &&
+	gem-init -q $TINY --epochs 6 --workers 2 srv &&
 	export GEM_PROGRESS=lines:0.2 &&
 	start_server srv &&
 	unset GEM_PROGRESS &&
@@ -68,9 +68,9 @@ test_expect_success 'gem-serve: a status line with its workers, and a summary at
 	wait $w &&
 	wait_exit $SERVER_PID &&
 	cat srv/serve.err &&
-	grep -q "^gem-serve: $(line_re 40000)  loss [0-9.]*  [0-2] workers\?" srv/serve.err &&
+	grep -q "^gem-serve: $(line_re 24000)  loss [0-9.]*  [0-2] workers\?" srv/serve.err &&
 	v=$(head -1 srv/params.gem | sed -n "s/.*\"version\":\([0-9]*\).*/\1/p") &&
-	grep -q "^gem-serve: done: version $v ($v updates in this session), 40000 samples, 2 workers (2 finished), [0-9.]* s of training, loss [0-9.]*$" srv/serve.err
+	grep -q "^gem-serve: done: version $v ($v updates in this session), 24000 samples, 2 workers (2 finished), [0-9.]* s of training, loss [0-9.]*$" srv/serve.err
 '
 
 test_expect_success 'gem-serve: the summary without a terminal too, and GET /v1/stats has the progress' '
@@ -78,8 +78,8 @@ test_expect_success 'gem-serve: the summary without a terminal too, and GET /v1/
 	gem-work -q --server "$URL" --worker-id 0 --steps 3 &&
 	curl -s "$URL/v1/stats" >stats.json &&
 	stop_server &&
-	grep -q "\"progress\":{.*\"total\":40000" stats.json &&
-	grep -q "\"line\":\"$(line_re 40000)" stats.json &&
+	grep -q "\"progress\":{.*\"total\":24000" stats.json &&
+	grep -q "\"line\":\"$(line_re 24000)" stats.json &&
 	! grep -q "updates/s  ETA.*workers" srv/serve.err &&
 	grep -q "^gem-serve: done: version [0-9]* (3 updates in this session)" srv/serve.err
 '
