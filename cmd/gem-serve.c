@@ -235,6 +235,7 @@ int main(int argc, char **argv)
 		o.tick = status_tick;
 		o.tick_ctx = &show;
 	}
+	log_over_line(show.mode == PROGRESS_TTY);
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);

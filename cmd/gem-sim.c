@@ -366,6 +366,7 @@ int main(int argc, char **argv)
 		o.progress = progress;
 		o.progress_ctx = &show;
 	}
+	log_over_line(show.mode == PROGRESS_TTY);
 	rc = sim_run(rundir, &o, &sum, err);
 	fputs(progress_show_end(&show), stderr);
 	if (rc < 0) {

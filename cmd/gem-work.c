@@ -152,6 +152,7 @@ static int show_init(struct shown *p, int quiet)
 		fprintf(stderr, "gem-work: %s\n", err);
 		return EXIT_USAGE;
 	}
+	log_over_line(p->sh.mode == PROGRESS_TTY);
 	return 0;
 }
 
