@@ -84,6 +84,23 @@ test_expect_success 'gem-serve: the summary without a terminal too, and GET /v1/
 	grep -q "^gem-serve: done: version [0-9]* (3 updates in this session)" srv/serve.err
 '
 
+test_expect_success 'the slowest worker is the one with the fewest samples/s since it joined' '
+	gem-init -q $TINY --epochs 100 --workers 2 slow &&
+	start_server slow &&
+	{ gem-work -q --server "$URL" --worker-id 0 --slowdown 10 & } &&
+	w0=$! &&
+	{ gem-work -q --server "$URL" --worker-id 1 --slowdown 200 & } &&
+	w1=$! &&
+	i=0 &&
+	until curl -s "$URL/v1/stats" >stats.json && grep -q "\"slowest\":[0-9]" stats.json; do
+		i=$((i + 1)) && [ $i -lt 200 ] && sleep 0.1 || break
+	done &&
+	stop_server &&
+	{ wait $w0; wait $w1; true; } &&
+	sed -n "s/.*\"progress\":{\(.*\)/\1/p" stats.json &&
+	grep -q "\"slowest\":1," stats.json
+'
+
 test_expect_success 'a bad GEM_PROGRESS is refused (exit 2) before anything is made' '
 	test_expect_code_ 2 env GEM_PROGRESS=yes gem-sim -n 2 $TINY nosim &&
 	test ! -e nosim &&
