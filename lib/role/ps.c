@@ -49,7 +49,7 @@ struct ps {
 	struct rule_stats st; /* of the last applied update */
 	struct progress meter; /* rates, ETA, smoothed loss of this session */
 	uint64_t budget;       /* samples of one worker's budget (0: unknown); total: ps_total */
-	int sharded;           /* the workers share one pass over the data */
+	uint64_t total;        /* the total the caller knows (ps_set_total); 0: the run's */
 };
 
 const char *ps_status_code(int status)
@@ -80,9 +80,9 @@ static void active_add(struct ps *s, int d)
 	if (d > 0 && s->nactive++ == 0) {
 		s->busy_since = cli_now();
 		progress_resume(&s->meter, s->busy_since);
-	}
-	else if (d < 0 && --s->nactive == 0)
+	} else if (d < 0 && --s->nactive == 0) {
 		s->busy += cli_now() - s->busy_since;
+	}
 }
 
 static void log_event(struct ps *s, const char *event, int worker, const char *extra)
@@ -173,14 +173,19 @@ static void workers_restore(struct ps *s, const json_t *workers)
 
 /* ---- progress ---- */
 
+/* The run shards its data (run.json "shard"): each worker sees its part of the training set. */
+static int shards_data(const struct ps *s)
+{
+	return json_is_true(json_object_get(s->run.json, "shard")) ||
+	       json_is_true(json_object_get(json_object_get(s->run.json, "train"), "shard"));
+}
+
 /* One worker's budget of samples: the run's epochs of the training set (of its shard when the
  * run shards data, when all the shards make one pass), if the data is here to count. */
 static void budget_of(struct ps *s)
 {
 	char err[GEM_ERRMAX];
 	uint64_t n;
-	s->sharded = json_is_true(json_object_get(s->run.json, "shard")) ||
-		     json_is_true(json_object_get(json_object_get(s->run.json, "train"), "shard"));
 	if (dataset_count(s->run.data_dir, "train", &n, err) == 0)
 		s->budget = n * (uint64_t)s->run.train.epochs;
 	else
@@ -192,7 +197,9 @@ static void budget_of(struct ps *s)
 static uint64_t ps_total(const struct ps *s)
 {
 	int n = s->run.rule.nworkers > s->nknown ? s->run.rule.nworkers : s->nknown;
-	return s->sharded ? s->budget : s->budget * (uint64_t)n;
+	if (s->total)
+		return s->total;
+	return shards_data(s) ? s->budget : s->budget * (uint64_t)n;
 }
 
 /* θ moved: the meter learns where it stands, and the loss when the update had one. */
@@ -204,8 +211,7 @@ static void meter_update(struct ps *s, float loss)
 
 void ps_set_total(struct ps *s, uint64_t total)
 {
-	s->budget = total;
-	s->sharded = 1;
+	s->total = total;
 	progress_set_total(&s->meter, total);
 }
 
@@ -398,8 +404,7 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 /* The data shard of worker id when the run shards data (run.json "shard"). */
 static void worker_shard(const struct ps *s, struct ps_worker *w)
 {
-	if (json_is_true(json_object_get(s->run.json, "shard")) ||
-	    json_is_true(json_object_get(json_object_get(s->run.json, "train"), "shard"))) {
+	if (shards_data(s)) {
 		int n = s->run.rule.nworkers > 0 ? s->run.rule.nworkers : 1;
 		w->shard_i = w->id % n;
 		w->shard_n = n;
