@@ -107,6 +107,7 @@ static void summary(const struct ps_now *st, const char *why)
 		st->updates == 1 ? "" : "s", (unsigned long long)st->p.samples, st->known,
 		st->known == 1 ? "" : "s", st->done, st->elapsed, loss);
 }
+
 static void on_signal(int sig)
 {
 	got_signal = sig;
