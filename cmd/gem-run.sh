@@ -80,6 +80,20 @@ done
 [ -n "$rundir" ] || die_usage "no RUNDIR given"
 case "$workers" in ''|*[!0-9]*|0) die_usage "-n: not a positive integer: $workers" ;; esac
 
+# The progress display, as every gem program chooses it (GEM_PROGRESS, gem(7)): a line refreshed
+# in place on a terminal, a plain line every N seconds, or nothing.
+progress_mode=off progress_every=0.5
+case "${GEM_PROGRESS:-}" in
+'') [ ! -t 2 ] || progress_mode=tty ;;
+tty) progress_mode=tty ;;
+off) ;;
+lines) progress_mode=lines progress_every=30 ;;
+lines:*) progress_mode=lines progress_every=${GEM_PROGRESS#lines:}
+	case "$progress_every" in ''|.|*[!0-9.]*|*.*.*) die_usage "GEM_PROGRESS=$GEM_PROGRESS: after lines: a number of seconds" ;; esac ;;
+*) die_usage "GEM_PROGRESS=$GEM_PROGRESS: want tty, lines, lines:SECONDS or off" ;;
+esac
+[ $quiet = 0 ] || progress_mode=off
+
 bindir=$(cd "$(dirname "$0")" && pwd)
 PATH="$bindir:$PATH"
 
@@ -293,14 +307,22 @@ for ((i = 0; i < workers; i++)); do
 	pids+=($!)
 done
 
-# Progress: the server's version, once a second, while the workers run.
-if [ $quiet = 0 ] && [ -t 2 ] && command -v curl >/dev/null; then
+# Progress while the workers run: the server's own (GET /v1/stats "progress": version, samples
+# out of the run's total, updates/s, ETA, smoothed loss, computed by role/progress as every gem
+# program does) and its workers.
+if [ $progress_mode != off ] && command -v curl >/dev/null; then
 	(
-		start=$(date +%s)
-		while sleep 1; do
-			v=$(curl -s --max-time 1 ${cacert[@]:+--cacert "$rundir/tls-cert.pem"} "${url}/v1/health" | sed -n 's/.*"version": *\([0-9]*\).*/\1/p')
-			[ -n "$v" ] || break
-			printf '\rgem-run: version %s, %d s   ' "$v" $(($(date +%s) - start)) >&2
+		while sleep "$progress_every"; do
+			s=$(curl -s --max-time 2 ${cacert[@]:+--cacert "$rundir/tls-cert.pem"} "$url/v1/stats") || break
+			line=$(printf '%s' "$s" | sed -n 's/.*"line":"\([^"]*\)".*/\1/p')
+			[ -n "$line" ] || break
+			n=$(printf '%s' "$s" | sed -n 's/.*"active":\([0-9][0-9]*\).*/\1/p')
+			line="$line  ${n:-0} worker$([ "${n:-0}" = 1 ] || echo s)"
+			if [ $progress_mode = tty ]; then
+				printf '\rgem-run: %s\033[K' "$line" >&2
+			else
+				printf 'gem-run: %s\n' "$line" >&2
+			fi
 		done
 	) &
 	progress=$!
@@ -316,7 +338,13 @@ for ((i = 0; i < 100; i++)); do kill -0 "$server" 2>/dev/null || break; sleep 0.
 kill "$server" 2>/dev/null
 wait "$server"
 server=
-[ -n "${progress:-}" ] && { kill "$progress" 2>/dev/null; wait "$progress" 2>/dev/null; echo >&2; }
+if [ -n "${progress:-}" ]; then
+	kill "$progress" 2>/dev/null
+	wait "$progress" 2>/dev/null
+	[ $progress_mode != tty ] || echo >&2
+fi
+# the server's summary of the run
+[ $quiet = 1 ] || sed -n 's/^gem-serve: \(done\|failed\|interrupted\): /gem-run: server: /p' "$rundir/serve.err" | tail -1 >&2
 if [ $failed != 0 ]; then
 	# no TSV: it would read as the run's result
 	echo "gem-run: $failed of $workers worker$([ "$workers" = 1 ] || echo s) failed; the server checkpointed at version" \

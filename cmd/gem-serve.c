@@ -1,15 +1,18 @@
 /* gem-serve: the parameter server of a gem run, over HTTP. */
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/cli.h"
 #include "base/err.h"
 #include "base/fsutil.h"
 #include "wire/httpd.h"
 #include "base/log.h"
+#include "role/progress.h"
 #include "role/ps.h"
 #include "role/serve.h"
 
@@ -67,6 +70,44 @@ static const struct option longopts[] = {
 };
 
 static volatile sig_atomic_t got_signal;
+/* no status line, no summary (-q) */
+static int quiet;
+
+/* The status line: where the run stands, its workers and the slowest of them. */
+static void status_tick(struct server *s, void *ctx)
+{
+	struct progress_show *sh = ctx;
+	struct ps_now st;
+	char line[384], text[448];
+	size_t len;
+	if (!progress_show_due(sh, cli_now()))
+		return;
+	serve_now(s, &st);
+	progress_line(&st.p, line, sizeof line);
+	len = strlen(line);
+	snprintf(line + len, sizeof line - len, "  %d worker%s", st.active, st.active == 1 ? "" : "s");
+	len = strlen(line);
+	if (st.slowest >= 0 && st.active > 1)
+		snprintf(line + len, sizeof line - len, "  slowest %d (%.0f samples/s)", st.slowest,
+			 st.slowest_rate);
+	fputs(progress_show_text(sh, "gem-serve", line, text, sizeof text), stderr);
+}
+
+/* What the run did, at its end (but with -q). */
+static void summary(const struct ps_now *st, const char *why)
+{
+	char loss[32] = "";
+	if (quiet)
+		return;
+	if (isfinite(st->p.loss))
+		snprintf(loss, sizeof loss, ", loss %.4f", st->p.loss);
+	fprintf(stderr, "gem-serve: %s: version %llu (%llu update%s in this session), %llu samples, "
+			"%d worker%s (%d finished), %.1f s of training%s\n",
+		why, (unsigned long long)st->p.version, (unsigned long long)st->updates,
+		st->updates == 1 ? "" : "s", (unsigned long long)st->p.samples, st->known,
+		st->known == 1 ? "" : "s", st->done, st->elapsed, loss);
+}
+
 static void on_signal(int sig)
 {
 	got_signal = sig;
@@ -103,6 +144,8 @@ int main(int argc, char **argv)
 	char host[256], err[GEM_ERRMAX];
 	const char *token_file = NULL, *cert_file = NULL, *key_file = NULL, *why;
 	struct server *s;
+	struct ps_now st;
+	struct progress_show show;
 	char *token = NULL, *cert = NULL, *key = NULL;
 	int c, rc, failed, no_token = 0;
 	long max_workers = SERVE_MAX_WORKERS;
@@ -184,6 +227,16 @@ int main(int argc, char **argv)
 		}
 		o.token = token;
 	}
+	if (progress_show_init(&show, getenv("GEM_PROGRESS"), isatty(2), quiet, err) < 0) {
+		fprintf(stderr, "gem-serve: %s\n", err);
+		free(token), free(cert), free(key);
+		return EXIT_USAGE;
+	}
+	if (show.mode != PROGRESS_OFF) {
+		o.tick = status_tick;
+		o.tick_ctx = &show;
+	}
+	log_over_line(show.mode == PROGRESS_TTY);
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
@@ -198,6 +251,8 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	log_info("serving %s at %s", argv[optind], serve_url(s));
 	why = serve_wait(s, &got_signal);
+	fputs(progress_show_end(&show), stderr);
+	serve_now(s, &st);
 	failed = serve_failed(s);
 	if (failed)
 		fprintf(stderr, "gem-serve: %s; checkpointed, stopping\n", why);
@@ -205,6 +260,7 @@ int main(int argc, char **argv)
 		log_info("stopping: %s", why);
 	rc = serve_close(s, why, err);
 	free(token), free(cert), free(key);
+	summary(&st, failed ? "failed" : got_signal ? "interrupted" : "done");
 	if (rc < 0) {
 		fprintf(stderr, "gem-serve: final checkpoint failed: %s\n", err);
 		return EXIT_JOB;

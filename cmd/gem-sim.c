@@ -19,6 +19,8 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "run/run.h"
+#include "role/progress.h"
+#include "role/ps.h"
 #include "role/replay.h"
 #include "role/sim.h"
 
@@ -208,11 +210,19 @@ static int replay(const char *logpath, const char *newrun, int quiet)
 	return 0;
 }
 
-static void progress(void *ctx, uint64_t version, double vtime, int active)
+/* The progress line: out of the simulation's samples, with its virtual time and workers. */
+static void progress(void *ctx, const struct ps_now *st, double vtime)
 {
-	double *t0 = ctx;
-	fprintf(stderr, "\rgem-sim: version %llu  vtime %.1f  %d workers  %.0f updates/s   ",
-		(unsigned long long)version, vtime, active, (double)version / (cli_now() - *t0));
+	struct progress_show *sh = ctx;
+	char line[320], text[384];
+	size_t len;
+	if (!progress_show_due(sh, cli_now()))
+		return;
+	progress_line(&st->p, line, sizeof line);
+	len = strlen(line);
+	snprintf(line + len, sizeof line - len, "  vtime %.1f  %d worker%s", vtime, st->active,
+		 st->active == 1 ? "" : "s");
+	fputs(progress_show_text(sh, "gem-sim", line, text, sizeof text), stderr);
 }
 
 int main(int argc, char **argv)
@@ -226,7 +236,7 @@ int main(int argc, char **argv)
 	const char *rundir, *replay_log = NULL;
 	int sargc = 0, iargc = 0, c, quiet = 0, rc, ninit;
 	long v;
-	double t0;
+	struct progress_show show;
 	struct stat stt;
 
 	log_init("gem-sim");
@@ -347,6 +357,8 @@ int main(int argc, char **argv)
 	o.joins = joins;
 	if (sim_opts_check(&o, err) < 0)
 		bad_usage("", err);
+	if (progress_show_init(&show, getenv("GEM_PROGRESS"), isatty(2), quiet, err) < 0)
+		bad_usage("", err);
 
 	/* Make the run first when gem-init options are given, or when there is none yet. */
 	snprintf(runjson, sizeof runjson, "%s/" RUN_JSON, rundir);
@@ -363,14 +375,13 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	o.stop = &stop_signal;
-	t0 = cli_now();
-	if (!quiet && isatty(2)) {
+	if (show.mode != PROGRESS_OFF) {
 		o.progress = progress;
-		o.progress_ctx = &t0;
+		o.progress_ctx = &show;
 	}
+	log_over_line(show.mode == PROGRESS_TTY);
 	rc = sim_run(rundir, &o, &sum, err);
-	if (o.progress)
-		fputc('\n', stderr);
+	fputs(progress_show_end(&show), stderr);
 	if (rc < 0) {
 		fprintf(stderr, "gem-sim: %s\n", err);
 		free(sargv);

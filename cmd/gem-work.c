@@ -18,6 +18,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "role/local.h"
+#include "role/progress.h"
 #include "nn/model.h"
 #include "nn/optim.h"
 #include "base/rng.h"
@@ -116,30 +117,43 @@ static int parse_shard(const char *s, int *i, int *n)
 	return sscanf(s, "%d/%d%c", i, n, &tail) == 2 && *n >= 1 && *i >= 0 && *i < *n ? 0 : -1;
 }
 
-/* The progress line: on a terminal only, not with -q, at most four times a second. */
-struct progress {
-	int tty;
-	double last;
+/* The progress line: on a terminal (or as GEM_PROGRESS says), not with -q. */
+struct shown {
+	struct progress_show sh;
 	int worker;
 	uint64_t epoch; /* samples per epoch */
 };
 
-static int progress_due(struct progress *p)
+static int progress_due(struct shown *p)
 {
-	double now = cli_now();
-	if (!p->tty || now - p->last <= 0.25)
-		return 0;
-	p->last = now;
-	return 1;
+	return progress_show_due(&p->sh, cli_now());
 }
 
+/* Out of the budget, with rate, ETA and the smoothed loss (role/progress), and the epoch. */
 static void local_progress(const struct local_result *r, void *ctx)
 {
-	if (!progress_due(ctx))
+	struct shown *p = ctx;
+	char line[320], text[384];
+	size_t len;
+	if (!progress_due(p))
 		return;
-	fprintf(stderr, "\rgem-work: update %llu  epoch %.2f  loss %.4f  %.0f samples/s   ",
-		(unsigned long long)r->version, (double)r->total / (double)((struct progress *)ctx)->epoch,
-		(double)r->loss, (double)r->samples / r->seconds);
+	progress_line(&r->p, line, sizeof line);
+	len = strlen(line);
+	snprintf(line + len, sizeof line - len, "  epoch %.2f", (double)r->total / (double)p->epoch);
+	fputs(progress_show_text(&p->sh, "gem-work", line, text, sizeof text), stderr);
+}
+
+/* The display GEM_PROGRESS asks for: 0, or a bad value told (exit 2). */
+static int show_init(struct shown *p, int quiet)
+{
+	char err[GEM_ERRMAX];
+	memset(p, 0, sizeof *p);
+	if (progress_show_init(&p->sh, getenv("GEM_PROGRESS"), isatty(2), quiet, err) < 0) {
+		fprintf(stderr, "gem-work: %s\n", err);
+		return EXIT_USAGE;
+	}
+	log_over_line(p->sh.mode == PROGRESS_TTY);
+	return 0;
 }
 
 /* Local training: sequential momentum SGD on RUNDIR, resuming where its params file stands. */
@@ -151,9 +165,11 @@ static int train_local(const char *dir, const struct work_opts *o)
 	char err[GEM_ERRMAX];
 	struct local *l;
 	struct local_result r;
-	struct progress pr = {.tty = isatty(2) && !o->quiet};
+	struct shown pr;
 	int rc;
 
+	if ((rc = show_init(&pr, o->quiet)))
+		return rc;
 	if ((rc = local_open(dir, &lo, &l, err)) < 0) {
 		fprintf(stderr, "gem-work: %s\n", err);
 		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
@@ -171,8 +187,7 @@ static int train_local(const char *dir, const struct work_opts *o)
 	signal(SIGTERM, on_signal);
 	rc = local_run(l, &stop_signal, local_progress, &pr, &r, err);
 	local_close(l);
-	if (pr.tty)
-		fputc('\n', stderr);
+	fputs(progress_show_end(&pr.sh), stderr);
 	if (rc < 0) {
 		fprintf(stderr, "gem-work: %s\n", err);
 		return EXIT_JOB;
@@ -198,12 +213,14 @@ static int train_local(const char *dir, const struct work_opts *o)
 
 static void server_progress(const struct work_result *r, void *ctx)
 {
-	struct progress *p = ctx;
+	struct shown *p = ctx;
+	char line[256], text[320];
 	if (!progress_due(p))
 		return;
-	fprintf(stderr, "\rgem-work %d: version %llu  epoch %.2f  loss %.4f  %.0f samples/s   ", p->worker,
-		(unsigned long long)r->version, (double)r->samples / (double)p->epoch, (double)r->loss,
-		(double)r->samples / r->seconds);
+	snprintf(line, sizeof line, "worker %d  version %llu  epoch %.2f  loss %.4f  %.0f samples/s",
+		 p->worker, (unsigned long long)r->version, (double)r->samples / (double)p->epoch,
+		 (double)r->loss, (double)r->samples / r->seconds);
+	fputs(progress_show_text(&p->sh, "gem-work", line, text, sizeof text), stderr);
 }
 
 /* How a worker's session ended, in words; its exit status (a signal's is the caller's). */
@@ -271,7 +288,7 @@ static int server_of_run(const char *dir, const struct work_opts *o, char *url, 
 			rc = EXIT_JOB;
 			break;
 		}
-		if (!said++ && !o->quiet && isatty(2))
+		if (!said++ && !o->quiet)
 			fprintf(stderr, "gem-work: waiting for the server of %s (retrying for %g s)\n", dir,
 				o->retry_for);
 		nanosleep(&ts, NULL);
@@ -281,6 +298,13 @@ static int server_of_run(const char *dir, const struct work_opts *o, char *url, 
 	return rc;
 }
 
+/* The server does not answer yet: say that the worker waits (but with -q). */
+static void waiting(void *ctx, const char *url, double retry_for)
+{
+	(void)ctx;
+	fprintf(stderr, "gem-work: waiting for server at %s (retrying for %g s)\n", url, retry_for);
+}
+
 /* One worker of the gem-serve run at url (or of the run directory url). */
 static int train_server(const char *url, const struct work_opts *o)
 {
@@ -288,17 +312,20 @@ static int train_server(const char *url, const struct work_opts *o)
 	struct worker *w;
 	struct work_result r;
 	const struct work_info *in;
-	struct progress pr = {.tty = isatty(2) && !o->quiet};
+	struct shown pr;
+	struct work_opts wo = *o;
 	int rc;
 
+	if ((rc = show_init(&pr, o->quiet)))
+		return rc;
 	if (!strstr(url, "://")) {
 		if ((rc = server_of_run(url, o, found, sizeof found)))
 			return rc;
 		url = found;
 	}
-	if (!o->quiet && isatty(2))
-		fprintf(stderr, "gem-work: joining %s (retrying for %g s)\n", url, o->retry_for);
-	if ((rc = work_open(url, o, &w, err)) < 0) {
+	if (!o->quiet)
+		wo.waiting = waiting;
+	if ((rc = work_open(url, &wo, &w, err)) < 0) {
 		fprintf(stderr, "gem-work: %s\n", err);
 		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
 	}
@@ -317,8 +344,7 @@ static int train_server(const char *url, const struct work_opts *o)
 			(unsigned long long)o->die_after);
 		raise(SIGKILL);
 	}
-	if (pr.tty)
-		fputc('\n', stderr);
+	fputs(progress_show_end(&pr.sh), stderr);
 	rc = server_report(in, o, &r, rc, err);
 	work_close(w);
 	return stop_signal ? 128 + stop_signal : rc;

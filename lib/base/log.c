@@ -9,6 +9,12 @@
 static const char *log_prog = "gem";
 static enum log_level log_threshold = LOG_INFO;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static int log_erase; /* a progress line is refreshed in place on stderr */
+
+void log_over_line(int on)
+{
+	log_erase = on;
+}
 
 void log_init(const char *progname)
 {
@@ -32,6 +38,8 @@ void log_msg(enum log_level level, const char *fmt, ...)
 	if (level < log_threshold)
 		return;
 	pthread_mutex_lock(&log_lock);
+	if (log_erase)
+		fputs("\r\033[K", stderr);
 	fprintf(stderr, "%s: %s", log_prog, names[level]);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);

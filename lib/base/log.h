@@ -7,6 +7,9 @@ enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 
 void log_init(const char *progname);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A line is refreshed in place on stderr (a terminal's progress line): each message erases it
+ * first, and the line is drawn again under the message at its next refresh. */
+void log_over_line(int on);
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)

@@ -254,6 +254,23 @@ int dataset_load(const char *dir, const char *split, struct dataset *out, char *
 	return 0;
 }
 
+int dataset_count(const char *dir, const char *split, uint64_t *n, char *err)
+{
+	char path[4096];
+	uint32_t dims[3];
+	uint8_t *labels;
+	int rc;
+	if (strcmp(split, "train") && strcmp(split, "test"))
+		return gem_errf(err, GEM_EUSAGE, "dataset: unknown split '%s' (train or test)", split);
+	if ((rc = find_file(dir, strcmp(split, "train") ? "t10k-labels-idx1-ubyte" : "train-labels-idx1-ubyte",
+			    path, sizeof path, err)) < 0 ||
+	    (rc = idx_load(path, IDX_LABELS, dims, &labels, err)) < 0)
+		return rc;
+	free(labels);
+	*n = dims[0];
+	return 0;
+}
+
 void dataset_free(struct dataset *d)
 {
 	free(d->images);

@@ -43,6 +43,9 @@ int idx_load(const char *path, uint32_t want_magic, uint32_t dims[3], uint8_t **
 /* Load split "train" or "test" ("t10k") of the dataset in dir: <prefix>-images-idx3-ubyte
  * and <prefix>-labels-idx1-ubyte, each with or without .gz. */
 int dataset_load(const char *dir, const char *split, struct dataset *out, char *err);
+/* The number of samples of split "train" or "test" of the dataset in dir (its labels only are
+ * read). */
+int dataset_count(const char *dir, const char *split, uint64_t *n, char *err);
 /* Release the arrays; d can be loaded again. */
 void dataset_free(struct dataset *d);
 /* Mean and standard deviation of all pixels scaled to [0, 1]. */

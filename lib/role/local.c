@@ -10,6 +10,7 @@
 #include "nn/data.h"
 #include "nn/model.h"
 #include "nn/optim.h"
+#include "role/progress.h"
 #include "role/trainer.h"
 #include "role/work.h"
 #include "run/run.h"
@@ -26,6 +27,7 @@ struct local {
 	struct run_progress p; /* θ's, as it would be saved now (but elapsed: at the session's start) */
 	FILE *log;
 	uint64_t target;       /* samples at which the budget is spent */
+	struct progress meter; /* rates, ETA and smoothed loss of the session */
 };
 
 /* Save the optimiser's state, then θ (a crash between the two leaves a state newer than θ,
@@ -51,7 +53,7 @@ static int open_training(struct local *l, const char *rundir, char *err)
 	l->feed_open = 1;
 	if ((rc = sgd_init(&l->opt, model_nparams(l->t.m), run->train.lr, run->train.momentum,
 			   run->train.weight_decay, run->train.nesterov, err)) < 0 ||
-	    (rc = run_log_open(run, &l->log, err)) < 0)
+	    (rc = run_log_open(run, l->p.version, &l->log, err)) < 0)
 		return rc;
 	/* The momentum of the interrupted session, so that a resumed run is the same run. */
 	if (l->opt.v && l->p.version > 0) {
@@ -129,6 +131,8 @@ int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn pr
 		return 0;
 	}
 	run_log_start(l->log, &l->run, "local", NULL, l->p.version, model_layout(l->t.m));
+	progress_start(&l->meter, l->p.version, l->p.samples,
+		       l->o.steps ? l->p.samples + l->o.steps * (uint64_t)l->run.train.batch : l->target, t0);
 	while (!(stop && *stop) && l->p.samples < l->target && (!l->o.steps || r->steps < l->o.steps)) {
 		double step_start = cli_now(), now;
 		if (trainer_step(&l->t, &l->f, &r->loss, &n, err) < 0) {
@@ -148,8 +152,12 @@ int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn pr
 		r->version = l->p.version;
 		r->total = l->p.samples;
 		r->seconds = now - t0;
-		if (progress)
+		progress_loss(&l->meter, r->loss);
+		progress_at(&l->meter, l->p.version, l->p.samples, now);
+		if (progress) {
+			progress_get(&l->meter, now, &r->p);
 			progress(r, ctx);
+		}
 		checkpoint_due(l, now, t0, &last_ckpt);
 	}
 	if (r->end == LOCAL_BUDGET && stop && *stop)

@@ -9,6 +9,8 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "role/progress.h"
+
 struct local_opts {
 	int epochs;              /* 0: the run's budget */
 	uint64_t steps;          /* 0: no step limit */
@@ -43,6 +45,8 @@ struct local_result {
 	uint64_t total;   /* samples consumed by θ's updates, over every session */
 	float loss;       /* of the last step (LOCAL_DIVERGED: the one that diverged) */
 	double seconds;   /* of training in this session */
+	struct progress_now p; /* to the progress callback: out of the budget's samples (of --steps
+				* full batches), rates, ETA, smoothed loss */
 };
 
 typedef void (*local_progress_fn)(const struct local_result *now, void *ctx);

@@ -8,7 +8,9 @@
 #include "base/cli.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "nn/data.h"
 #include "nn/model.h"
+#include "role/progress.h"
 #include "wire/msg.h"
 
 /* One worker as the server sees it. */
@@ -19,6 +21,7 @@ struct ps_worker {
 	int done, waiting;
 	uint64_t commits, samples, refused, tau_sum, tau_min, tau_max, last_seq;
 	double joined_at, last_contact, loss_sum;
+	uint64_t joined_samples; /* samples at its last join: its rate is of this session */
 	double idle; /* seconds the worker says it waited for the server (dma) */
 	int shard_i, shard_n;
 };
@@ -33,6 +36,8 @@ struct ps {
 	const struct rule_desc *desc;
 	struct run_progress prog; /* version, samples; elapsed as of the start */
 	double started, last_commit;
+	/* training time: only while a worker is joined (an idle server trains nothing) */
+	double busy, busy_since;  /* seconds of this session with workers; since when (nactive > 0) */
 	double vtime;
 	FILE *log;
 	struct ps_worker *w[PS_MAX_WORKERS];
@@ -42,6 +47,9 @@ struct ps {
 	int failed;
 	uint64_t applied_since_start;
 	struct rule_stats st; /* of the last applied update */
+	struct progress meter; /* rates, ETA, smoothed loss of this session */
+	uint64_t budget;       /* samples of one worker's budget (0: unknown); total: ps_total */
+	uint64_t total;        /* the total the caller knows (ps_set_total); 0: the run's */
 };
 
 const char *ps_status_code(int status)
@@ -63,7 +71,18 @@ const char *ps_status_code(int status)
 
 static double elapsed_of(const struct ps *s)
 {
-	return s->prog.elapsed + (cli_now() - s->started);
+	return s->prog.elapsed + s->busy + (s->nactive > 0 ? cli_now() - s->busy_since : 0);
+}
+
+/* A worker more (+1) or less (-1) joined: the training clock runs while there is one. */
+static void active_add(struct ps *s, int d)
+{
+	if (d > 0 && s->nactive++ == 0) {
+		s->busy_since = cli_now();
+		progress_resume(&s->meter, s->busy_since);
+	} else if (d < 0 && --s->nactive == 0) {
+		s->busy += cli_now() - s->busy_since;
+	}
 }
 
 static void log_event(struct ps *s, const char *event, int worker, const char *extra)
@@ -152,6 +171,50 @@ static void workers_restore(struct ps *s, const json_t *workers)
 	}
 }
 
+/* ---- progress ---- */
+
+/* The run shards its data (run.json "shard"): each worker sees its part of the training set. */
+static int shards_data(const struct ps *s)
+{
+	return json_is_true(json_object_get(s->run.json, "shard")) ||
+	       json_is_true(json_object_get(json_object_get(s->run.json, "train"), "shard"));
+}
+
+/* One worker's budget of samples: the run's epochs of the training set (of its shard when the
+ * run shards data, when all the shards make one pass), if the data is here to count. */
+static void budget_of(struct ps *s)
+{
+	char err[GEM_ERRMAX];
+	uint64_t n;
+	if (dataset_count(s->run.data_dir, "train", &n, err) == 0)
+		s->budget = n * (uint64_t)s->run.train.epochs;
+	else
+		log_debug("no total for the progress: %s", err);
+}
+
+/* The run's total of samples: every worker expected (gem-init --workers, or those that came)
+ * spends its budget; 0: unknown. */
+static uint64_t ps_total(const struct ps *s)
+{
+	int n = s->run.rule.nworkers > s->nknown ? s->run.rule.nworkers : s->nknown;
+	if (s->total)
+		return s->total;
+	return shards_data(s) ? s->budget : s->budget * (uint64_t)n;
+}
+
+/* θ moved: the meter learns where it stands, and the loss when the update had one. */
+static void meter_update(struct ps *s, float loss)
+{
+	progress_loss(&s->meter, loss);
+	progress_at(&s->meter, s->prog.version, s->prog.samples, cli_now());
+}
+
+void ps_set_total(struct ps *s, uint64_t total)
+{
+	s->total = total;
+	progress_set_total(&s->meter, total);
+}
+
 /* ---- life cycle ---- */
 
 static int ps_load(struct ps *s, char *err)
@@ -179,7 +242,9 @@ static int ps_load(struct ps *s, char *err)
 		log_info("resumed the rule's state and %d workers", s->nknown);
 	}
 	json_decref(workers);
-	return run_log_open(&s->run, &s->log, err);
+	budget_of(s);
+	progress_start(&s->meter, s->prog.version, s->prog.samples, ps_total(s), cli_now());
+	return run_log_open(&s->run, s->prog.version, &s->log, err);
 }
 
 int ps_open(const char *rundir, const struct ps_opts *o, struct ps **out, char *err)
@@ -306,13 +371,14 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 			/* the worker's leave completed a round */
 			s->applied_since_start++;
 			log_update(s, w->id, NAN, "\"by\":\"leave\"");
+			meter_update(s, NAN);
 			closed = 1;
 		}
 		w->in_rule = 0;
 	}
 	if (w->active) {
 		w->active = 0;
-		s->nactive--;
+		active_add(s, -1);
 	}
 	if (done && !w->done) {
 		w->done = 1;
@@ -338,8 +404,7 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 /* The data shard of worker id when the run shards data (run.json "shard"). */
 static void worker_shard(const struct ps *s, struct ps_worker *w)
 {
-	if (json_is_true(json_object_get(s->run.json, "shard")) ||
-	    json_is_true(json_object_get(json_object_get(s->run.json, "train"), "shard"))) {
+	if (shards_data(s)) {
 		int n = s->run.rule.nworkers > 0 ? s->run.rule.nworkers : 1;
 		w->shard_i = w->id % n;
 		w->shard_n = n;
@@ -385,13 +450,15 @@ int ps_join(struct ps *s, int id, float *theta_out, struct ps_joined *j, char *e
 	if ((rc = worker_enter_rule(s, w, err)) < 0)
 		return rc;
 	if (!w->active)
-		s->nactive++;
+		active_add(s, +1);
 	if (w->done)
 		s->ndone--;
 	w->active = 1;
 	w->done = 0;
 	w->joined_at = w->last_contact = cli_now();
+	w->joined_samples = w->samples;
 	worker_shard(s, w);
+	progress_set_total(&s->meter, ps_total(s));
 	log_event(s, "join", id, w->commits ? "\"rejoin\":true" : "\"rejoin\":false");
 	*j = (struct ps_joined){.worker = id, .rejoin = w->commits > 0, .version = s->prog.version,
 				.seq = w->last_seq, .commits = w->commits, .samples = w->samples,
@@ -515,6 +582,7 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 		/* a round of a rule with rounds closes on its last commit */
 		r->round_closed = s->desc->rounds;
 		log_update(s, w->id, c->loss, nfield);
+		meter_update(s, c->loss);
 		if (s->o.max_updates && s->prog.version >= s->o.max_updates)
 			ps_stop(s, "reached --max-updates");
 	} else if (status == PS_PENDING) {
@@ -583,6 +651,48 @@ static json_t *worker_stats(const struct ps_worker *w, double now)
 	return j;
 }
 
+void ps_now(const struct ps *s, struct ps_now *st)
+{
+	double now = cli_now();
+	memset(st, 0, sizeof *st);
+	progress_get(&s->meter, now, &st->p);
+	st->elapsed = elapsed_of(s);
+	st->updates = s->applied_since_start;
+	st->active = s->nactive;
+	st->known = s->nknown;
+	st->done = s->ndone;
+	st->slowest = -1;
+	for (int i = 0; i < s->nslots; i++) {
+		const struct ps_worker *w = s->w[i];
+		double rate;
+		/* a worker's rate means something after a second */
+		if (!w || !w->active || now - w->joined_at < 1)
+			continue;
+		rate = (double)(w->samples - w->joined_samples) / (now - w->joined_at);
+		if (st->slowest < 0 || rate < st->slowest_rate) {
+			st->slowest = w->id;
+			st->slowest_rate = rate;
+		}
+	}
+}
+
+/* ps_now as JSON, with its line in words. */
+static json_t *status_json(const struct ps *s)
+{
+	struct ps_now st;
+	char line[256];
+	json_t *j;
+	ps_now(s, &st);
+	progress_line(&st.p, line, sizeof line);
+	j = json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:i, s:f, s:s}", "samples", (json_int_t)st.p.samples,
+		      "total", (json_int_t)st.p.total, "fraction", st.p.fraction, "updates_per_s",
+		      st.p.updates_per_s, "samples_per_s", st.p.samples_per_s, "eta", st.p.eta,
+		      "slowest", st.slowest, "slowest_samples_per_s", st.slowest_rate, "line", line);
+	if (j)
+		json_object_set_new(j, "loss", isfinite(st.p.loss) ? json_real(st.p.loss) : json_null());
+	return j;
+}
+
 json_t *ps_stats_json(const struct ps *s)
 {
 	double now = cli_now(), up = now - s->started;
@@ -590,8 +700,9 @@ json_t *ps_stats_json(const struct ps *s)
 	for (int i = 0; i < s->nslots; i++)
 		if (s->w[i])
 			json_array_append_new(ws, worker_stats(s->w[i], now));
-	return json_pack("{s:I, s:I, s:f, s:f, s:s, s:i, s:o}", "version", (json_int_t)s->prog.version,
-			 "samples", (json_int_t)s->prog.samples, "uptime", up, "updates_per_s",
+	return json_pack("{s:I, s:I, s:f, s:f, s:f, s:s, s:i, s:o, s:o}", "version",
+			 (json_int_t)s->prog.version, "samples", (json_int_t)s->prog.samples, "uptime", up,
+			 "elapsed", elapsed_of(s), "updates_per_s",
 			 up > 0 ? (double)s->applied_since_start / up : 0.0, "rule", s->run.rule.name,
-			 "active", s->nactive, "workers", ws);
+			 "active", s->nactive, "workers", ws, "progress", status_json(s));
 }

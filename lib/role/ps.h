@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "role/progress.h"
 #include "rules/rule.h"
 #include "run/run.h"
 
@@ -127,7 +128,22 @@ int ps_active(const struct ps *s);
 /* A held worker waits for its round (it is not silent meanwhile). */
 void ps_waiting(struct ps *s, int worker, int waiting);
 
-/* GET /v1/health's fields (beside "ok") and GET /v1/stats's object (new references). */
+/* Where the run stands, for a status line and a summary. */
+struct ps_now {
+	struct progress_now p;  /* version, samples out of the run's total, rates, ETA, loss */
+	double elapsed;         /* training seconds (while a worker is joined), every session */
+	uint64_t updates;       /* applied in this session */
+	int active, known, done; /* workers joined now, ever seen, that spent their budget */
+	int slowest;            /* the joined worker with the fewest samples/s (-1: none yet) */
+	double slowest_rate;    /* its samples/s in this session */
+};
+void ps_now(const struct ps *s, struct ps_now *st);
+/* The run's total of samples, for the progress, when the caller knows it better than the run's
+ * budget × the workers expected (gem-sim: its workers and their budgets). */
+void ps_set_total(struct ps *s, uint64_t total);
+
+/* GET /v1/health's fields (beside "ok") and GET /v1/stats's object (new references), whose
+ * "progress" is ps_now's. */
 json_t *ps_health_json(const struct ps *s);
 json_t *ps_stats_json(const struct ps *s);
 #endif

@@ -689,6 +689,13 @@ const char *serve_url(const struct server *s)
 	return s->url;
 }
 
+void serve_now(struct server *s, struct ps_now *st)
+{
+	pthread_mutex_lock(&s->mu);
+	ps_now(s->ps, st);
+	pthread_mutex_unlock(&s->mu);
+}
+
 int serve_failed(const struct server *s)
 {
 	return ps_failed(s->ps);
@@ -731,6 +738,11 @@ const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag)
 			if (ps_checkpoint(s->ps, err) < 0)
 				log_warn("checkpoint failed: %s", err);
 			s->last_checkpoint = cli_now();
+		}
+		if (s->opts.tick) {
+			pthread_mutex_unlock(&s->mu);
+			s->opts.tick(s, s->opts.tick_ctx);
+			pthread_mutex_lock(&s->mu);
 		}
 	}
 	why = ps_stopping(s->ps) ? ps_stopping(s->ps) : "stopped by a signal";

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct server;
+
 struct serve_opts {
 	const char *host;        /* default 127.0.0.1 */
 	int port;                /* 0: any free port */
@@ -25,11 +27,15 @@ struct serve_opts {
 	const char *tls_key;     /* (both, or neither for plain HTTP) */
 	int max_workers;         /* workers joined at once (each holds buffers of ~24 bytes per
 				  * parameter); 0: SERVE_MAX_WORKERS; at most PS_MAX_WORKERS */
+	/* Called by serve_wait about 5 times a second, without the server's lock (may be NULL):
+	 * gem-serve's status line (serve_now tells where the run stands). */
+	void (*tick)(struct server *s, void *ctx);
+	void *tick_ctx;
 };
 
 #define SERVE_MAX_WORKERS 256
 
-struct server;
+struct ps_now;
 
 /* Open RUNDIR (locked), resume θ and the rule's state from its checkpoint, start listening,
  * write RUNDIR/server.url. */
@@ -39,6 +45,8 @@ const char *serve_url(const struct server *s);
 /* Block until the run should stop: *sigflag set (a signal), POST /v1/stop, --max-updates
  * reached, or every worker done. Returns a static string saying why. */
 const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag);
+/* Where the run stands (version, rates, workers, loss: role/ps.h). */
+void serve_now(struct server *s, struct ps_now *st);
 /* 1 if the run stopped for a failure (--idle-timeout), so the exit status must say so. */
 int serve_failed(const struct server *s);
 /* Stop serving, checkpoint, flush and close the log, remove server.url, free everything.

@@ -247,6 +247,7 @@ struct sim {
 	uint64_t seq;
 	double server_free, vnow, t0, last_progress;
 	int ndone;
+	int total_set;            /* the progress's total, known once a worker has joined */
 	struct sim_summary sum;
 
 	pthread_mutex_t mu;
@@ -491,6 +492,12 @@ static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 	w->planned = j.samples;
 	w->target = s->o->steps ? UINT64_MAX : (uint64_t)s->run->train.epochs * feed_epoch(&w->v.f);
 	w->joined = 1;
+	if (!s->total_set++) {
+		/* every worker spends what is left of a budget like this one's, from where θ stands */
+		uint64_t left = s->o->steps ? s->o->steps * (uint64_t)s->run->train.batch
+			      : w->target > j.samples ? w->target - j.samples : 0;
+		ps_set_total(s->ps, ps_progress(s->ps).samples + (uint64_t)s->nw * left);
+	}
 	return worker_reply(s, w, t + s->o->latency) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory") : 0;
 }
 
@@ -788,8 +795,10 @@ int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *su
 		if ((rc = step_event(s, &e, err)) < 0)
 			goto out;
 		if (o->progress && cli_now() - s->last_progress >= 0.25) {
+			struct ps_now now;
 			s->last_progress = cli_now();
-			o->progress(o->progress_ctx, ps_version(s->ps), s->vnow, ps_active(s->ps));
+			ps_now(s->ps, &now);
+			o->progress(o->progress_ctx, &now, s->vnow);
 		}
 	}
 	threads_stop(s);

@@ -15,6 +15,8 @@
 
 #define SIM_MAX_WORKERS 4096
 
+struct ps_now;
+
 /* A distribution of step times, in virtual seconds. */
 enum { SIM_CONST, SIM_NORMAL, SIM_LOGNORMAL };
 struct sim_dist {
@@ -43,8 +45,9 @@ struct sim_opts {
 	const double *joins;      /* a new worker (ids N, N+1, ... in time order) joins at each time */
 	int njoins;
 	int threads;              /* gradient threads (>= 1), each with its own model instance */
-	/* Called about 4 times a second of wall time (may be NULL); for a progress line. */
-	void (*progress)(void *ctx, uint64_t version, double vtime, int active);
+	/* Called about 4 times a second of wall time (may be NULL), with where the run stands
+	 * (out of the simulation's total of samples) and its virtual time; for a progress line. */
+	void (*progress)(void *ctx, const struct ps_now *now, double vtime);
 	void *progress_ctx;
 	/* When *stop becomes non-zero (a signal), the simulation ends early and saves θ (may be
 	 * NULL). */

@@ -309,7 +309,15 @@ static int open_run(struct worker *w, const char *url, char *err)
 {
 	json_t *runjson;
 	int rc;
-	if ((rc = httpc_get_retry(w->http, "/v1/run", w->o.retry_for, &w->resp, err)) < 0)
+	/* the first contact: once at once, then, if the server is not there yet (or busy), the
+	 * caller hears that the worker waits for it, and the retries go on */
+	rc = httpc_get(w->http, "/v1/run", &w->resp, err);
+	if (rc == HTTPC_ETRANSPORT || (rc == HTTPC_EHTTP && w->resp.status == 503)) {
+		if (w->o.waiting)
+			w->o.waiting(w->o.waiting_ctx, url, w->o.retry_for);
+		rc = httpc_get_retry(w->http, "/v1/run", w->o.retry_for, &w->resp, err);
+	}
+	if (rc < 0)
 		return rc;
 	if (!(runjson = json_loadb(w->resp.body, w->resp.len, 0, NULL)))
 		return gem_errf(err, GEM_EFAIL, "%s: GET /v1/run: not JSON", url);

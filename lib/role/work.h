@@ -22,6 +22,10 @@ struct work_opts {
 	double slowdown;   /* >= 1: each step takes this many times as long */
 	uint64_t die_after; /* > 0: work_run returns after this many commits, without leaving */
 	int quiet;         /* for the caller: the library prints nothing anyway */
+	/* Called once when the server does not answer the first request (may be NULL): the worker
+	 * retries for retry_for seconds, and the caller may say so. */
+	void (*waiting)(void *ctx, const char *url, double retry_for);
+	void *waiting_ctx;
 };
 
 /* What the worker is, once joined. */

@@ -356,10 +356,91 @@ int run_lock(struct run *r, char *err)
 	return lock_dir(r->dir, &r->lock_fd, err);
 }
 
-int run_log_open(const struct run *r, FILE **out, char *err)
+/* The version a log line records (its first "version" member: every writer here puts it before
+ * any free text), or -1 for a line with none. */
+static long long line_version(const char *line)
+{
+	const char *v = strstr(line, "\"version\":");
+	char *end;
+	unsigned long long n;
+	if (!v)
+		return -1;
+	errno = 0;
+	n = strtoull(v + 10, &end, 10);
+	return end == v + 10 || errno || n > (unsigned long long)LLONG_MAX ? -1 : (long long)n;
+}
+
+/* Copy the lines of in that stay (whole, of a version <= version) to path, atomically. */
+static int log_rewrite(FILE *in, const char *path, uint64_t version, char *err)
+{
+	char tmp[PATH_MAX + 32];
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	FILE *out;
+	int bad = 0;
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	if (!(out = fopen(tmp, "w")))
+		return gem_errf(err, GEM_EFAIL, "%s: %s", tmp, strerror(errno));
+	rewind(in);
+	while ((len = getline(&line, &cap, in)) > 0) {
+		long long v = line_version(line);
+		if (line[len - 1] == '\n' && (v < 0 || (uint64_t)v <= version))
+			bad |= fwrite(line, 1, (size_t)len, out) != (size_t)len;
+	}
+	free(line);
+	bad |= fflush(out) != 0 || fsync(fileno(out)) != 0;
+	bad |= fclose(out) != 0;
+	if (bad || rename(tmp, path) < 0) {
+		unlink(tmp);
+		return gem_errf(err, GEM_EFAIL, "%s: cannot cut the log back: %s", path, strerror(errno));
+	}
+	return 0;
+}
+
+/* Cut the log at path back to the checkpoint of version: the lines of later versions (what a
+ * crash lost of θ, and would be logged again) and a torn last line go. Usually they are the
+ * log's tail, which is truncated; else the log is rewritten without them. */
+static int log_cut(const char *path, uint64_t version, char *err)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	off_t pos = 0, cut = -1;
+	long long dropped = 0;
+	int kept_after = 0, rc = 0;
+	if (!f)
+		return errno == ENOENT ? 0 : gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+	while ((len = getline(&line, &cap, f)) > 0) {
+		long long v = line_version(line);
+		int drop = line[len - 1] != '\n' || (v >= 0 && (uint64_t)v > version);
+		dropped += drop;
+		if (drop && cut < 0)
+			cut = pos;
+		else if (!drop && cut >= 0)
+			kept_after = 1;
+		pos += len;
+	}
+	free(line);
+	if (cut >= 0 && !kept_after && truncate(path, cut) < 0)
+		rc = gem_errf(err, GEM_EFAIL, "%s: cannot cut the log back: %s", path, strerror(errno));
+	else if (cut >= 0 && kept_after)
+		rc = log_rewrite(f, path, version, err);
+	if (cut >= 0 && rc == 0)
+		log_info("%s: cut back to the checkpoint (version %llu): %lld line%s of later versions "
+			 "or torn dropped", path, (unsigned long long)version, dropped, dropped == 1 ? "" : "s");
+	fclose(f);
+	return rc;
+}
+
+int run_log_open(const struct run *r, uint64_t version, FILE **out, char *err)
 {
 	char path[PATH_MAX + 16];
+	int rc;
 	run_file(r, RUN_LOG, path, sizeof path);
+	if ((rc = log_cut(path, version, err)) < 0)
+		return rc;
 	*out = fopen(path, "a");
 	if (!*out)
 		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));

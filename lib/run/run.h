@@ -139,6 +139,9 @@ void run_server_url_remove(const struct run *r);
 /* The URL in RUNDIR/server.url (the directory of a run, not yet opened). */
 int run_server_url_read(const char *dir, char *url, size_t cap, char *err);
 
-/* Append-only log.jsonl; lines are written whole, flushed by run_log_flush and at close. */
-int run_log_open(const struct run *r, FILE **out, char *err);
+/* Append-only log.jsonl, cut back first to θ's checkpoint of version: a session that restarts
+ * from it drops what the log says of later versions (a crash's lost updates, which would be
+ * logged twice) and a torn last line. Lines are written whole, flushed at checkpoints and at
+ * close. */
+int run_log_open(const struct run *r, uint64_t version, FILE **out, char *err);
 #endif
