@@ -1,0 +1,92 @@
+#!/bin/sh
+# time-to-acc.sh: which rule reaches a test accuracy first with real worker processes on this
+# machine? For each rule of RULES, N of NS, seed of SEEDS and slowdown of SLOW: one gem-serve,
+# N gem-work processes (worker 0 SLOW times slower: --slowdown; 1 = equal workers) and a
+# `gem-eval --follow` watching the server. The paper's recipe on Fashion-MNIST's cnn (lr LR,
+# default 0.05, momentum 0.9, batch 64, one epoch per worker; STEPS steps instead when set).
+#
+# usage: sh time-to-acc.sh [OUTDIR]        (default build/time-to-acc)
+#
+# Per run: the server's training time when gem-eval first saw test accuracy >= TARGET (default
+# 0.85; "-" when never), the final test accuracy and loss (gem-eval of the saved parameters), the
+# final training loss (mean minibatch loss of the last 100 central updates) and the wall time.
+# gem-eval shares the machine with the workers (one evaluation of 10000 test samples every
+# INTERVAL seconds, default 2, when the version changed), which slows every rule alike.
+# Writes OUTDIR/runs.tsv and OUTDIR/summary.tsv (mean and sd over the seeds). Restartable: a run
+# whose row exists is skipped. Defaults: RULES="gem downpour dynsgd easgd dcasgd sync dma",
+# NS="4 8 16", SEEDS="1 2 3", SLOW="1 4". SGP (gem-run --rule sgp) has no server to follow and is
+# not measured here.
+# Environment: GEM_BIN where the gem programs are (default: PATH, then the source tree's bin/).
+set -u
+out=${1:-build/time-to-acc}
+here=$(cd "$(dirname "$0")" && pwd)
+if [ -n "${GEM_BIN:-}" ]; then PATH=$GEM_BIN:$PATH
+elif ! command -v gem-serve >/dev/null 2>&1; then PATH=$here/../../../bin:$PATH; fi
+target=${TARGET:-0.85}
+mkdir -p "$out/runs" "$out/rows" || exit 1
+
+tail_loss() {
+	sed -n '/"event"/d; s/.*"loss":\([-0-9.eE+naif]*\),.*/\1/p' "$1/log.jsonl" | tail -100 |
+		awk '{ s += $1; n++ } END { if (n) printf "%.4f", s / n; else printf "nan" }'
+}
+
+one() { # RULE N SEED SLOW
+	rule=$1 n=$2 seed=$3 slow=$4
+	name=$rule-n$n-s$seed-slow$slow run=$out/runs/$rule-n$n-s$seed-slow$slow
+	row=$out/rows/$name.tsv
+	[ -s "$row" ] && return 0
+	rm -rf "$run" "$run".*
+	echo "time-to-acc: $name ($(date +%T))" >&2
+	gem-init -q --model cnn --data fashion-mnist --rule "$rule" --lr "${LR:-0.05}" --momentum 0.9 \
+		--batch 64 --epochs 1 --seed "$seed" --workers "$n" "$run" 2>"$run.err" || return 1
+	t0=$(date +%s.%N)
+	gem-serve --listen 127.0.0.1:0 "$run" >/dev/null 2>>"$run.err" &
+	spid=$!
+	i=0 wpids=
+	while [ $i -lt "$n" ]; do
+		s=1; [ $i = 0 ] && s=$slow
+		gem-work -q --server "$run" --slowdown "$s" ${STEPS:+--steps "$STEPS"} 2>>"$run.err" &
+		wpids="$wpids $!"
+		i=$((i + 1))
+	done
+	while [ ! -s "$run/server.url" ] && kill -0 $spid 2>/dev/null; do sleep 0.1; done
+	gem-eval --follow "$(cat "$run/server.url")" --interval "${INTERVAL:-2}" >"$run.follow" \
+		2>>"$run.err" &
+	fpid=$!
+	st=ok
+	for p in $wpids; do wait "$p" || st=failed; done
+	wait $spid || st=failed
+	wait $fpid
+	t1=$(date +%s.%N)
+	gem-eval "$run" >"$run.eval" 2>>"$run.err" || st=failed
+	awk -v rule="$rule" -v n="$n" -v seed="$seed" -v slow="$slow" -v st="$st" -v target="$target" \
+		-v loss="$(tail_loss "$run")" -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" '
+		FNR == 1 { f++ } /^#/ { next }
+		f == 1 && $5 >= target && tt == "" { tt = $1 }
+		f == 2 { tl = $4; ta = $5 }
+		END { printf "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n", rule, n, seed, slow, st,
+			tt == "" ? "-" : tt, ta, tl, loss, wall }' "$run.follow" "$run.eval" >"$row.tmp" &&
+		mv "$row.tmp" "$row"
+	cat "$row" >&2
+}
+
+for slow in ${SLOW:-1 4}; do
+for n in ${NS:-4 8 16}; do
+for seed in ${SEEDS:-1 2 3}; do
+for rule in ${RULES:-gem downpour dynsgd easgd dcasgd sync dma}; do
+	one "$rule" "$n" "$seed" "$slow" || echo "time-to-acc: $rule-n$n-s$seed-slow$slow failed" >&2
+done; done; done; done
+
+printf 'rule\tN\tseed\tslowdown\tstatus\tseconds_to_%s\ttest_acc\ttest_loss\ttrain_loss\twall\n' \
+	"$target" >"$out/runs.tsv"
+cat "$out"/rows/*.tsv | sort -k4,4n -k2,2n -k1,1 -k3,3n >>"$out/runs.tsv"
+awk -F'\t' 'NR > 1 && $5 == "ok" { k = $1 "\t" $2 "\t" $4; c[k]++; a[k] += $7; a2[k] += $7 * $7
+		if ($6 != "-") { r[k]++; t[k] += $6; t2[k] += $6 * $6 } }
+	function sd(s, s2, n) { return n > 1 ? sqrt((s2 - s * s / n) / (n - 1)) : 0 }
+	END { for (k in c) printf "%s\t%d\t%d\t%s\t%s\t%.4f\t%.4f\n", k, c[k], r[k],
+		r[k] ? sprintf("%.1f", t[k] / r[k]) : "-", r[k] ? sprintf("%.1f", sd(t[k], t2[k], r[k])) : "-",
+		a[k] / c[k], sd(a[k], a2[k], c[k]) }' "$out/runs.tsv" | sort -k3,3n -k2,2n -k1,1 >"$out/s.tmp"
+{ printf 'rule\tN\tslowdown\truns\treached\tseconds_mean\tseconds_sd\ttest_acc_mean\ttest_acc_sd\n'
+  cat "$out/s.tmp"; } >"$out/summary.tsv"
+rm -f "$out/s.tmp"
+cat "$out/summary.tsv"
