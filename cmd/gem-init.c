@@ -111,7 +111,10 @@ int main(int argc, char **argv)
 	time_t now;
 	char created[32];
 
-	log_init("gem-init");
+	if (log_init("gem-init", err) < 0) {
+		fprintf(stderr, "gem-init: %s\n", err);
+		return EXIT_USAGE;
+	}
 	while ((c = getopt_long(argc, argv, "m:d:r:b:e:s:n:fqhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm': model_arg = optarg; break;
@@ -151,7 +154,7 @@ int main(int argc, char **argv)
 			ruleopts[nruleopts++].arg = optarg;
 			break;
 		case 'f': force = 1; break;
-		case 'q': quiet = 1; break;
+		case 'q': quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-init"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;

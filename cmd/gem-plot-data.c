@@ -24,26 +24,31 @@ static void usage(FILE *f)
 	      "  throughput  time since the first update, updates/s, samples/s\n"
 	      "  workers     worker, commits, samples, mean tau, max tau, mean loss\n"
 	      "\n"
-	      "  -s, --smooth N       loss: moving-average window in updates (default 50)\n"
-	      "  -b, --by update|worker  loss: per central update (default) or per worker-step\n"
+	      "      --smooth N       loss: moving-average window in updates (default 50)\n"
+	      "      --by update|worker  loss: per central update (default) or per worker-step\n"
 	      "      --bins N         pi: at most N columns of updates (default 200)\n"
 	      "      --stat median|mean|zero|scale  pi: which statistic (default median)\n"
-	      "  -w, --window SEC     throughput: window in seconds (default 1)\n"
+	      "  -w, --time-window SEC  throughput: window in seconds (default 1); --window is\n"
+	      "                       its old name, deprecated\n"
 	      "  -g, --gnuplot        print a gnuplot script with the data inline\n"
-	      "  -t, --term png|svg|dumb  gnuplot terminal (default png; implies --gnuplot)\n"
+	      "  -T, --term png|svg|dumb  gnuplot terminal (default png; implies --gnuplot)\n"
 	      "  -o, --output FILE    gnuplot: set output FILE (implies --gnuplot)\n"
+	      "  -q, --quiet          no informational messages on stderr\n"
 	      "  -h, --help           show this help\n"
 	      "  -V, --version        show the version\n",
 	      f);
 }
 
-enum { OPT_BINS = 256, OPT_STAT };
+enum { OPT_BINS = 256, OPT_STAT, OPT_SMOOTH, OPT_BY, OPT_OLD_WINDOW };
 
 static const struct option longopts[] = {
-	{"smooth", required_argument, 0, 's'}, {"by", required_argument, 0, 'b'},
+	{"smooth", required_argument, 0, OPT_SMOOTH}, {"by", required_argument, 0, OPT_BY},
 	{"bins", required_argument, 0, OPT_BINS}, {"stat", required_argument, 0, OPT_STAT},
-	{"window", required_argument, 0, 'w'}, {"gnuplot", no_argument, 0, 'g'},
-	{"term", required_argument, 0, 't'},   {"output", required_argument, 0, 'o'},
+	{"time-window", required_argument, 0, 'w'}, {"gnuplot", no_argument, 0, 'g'},
+	{"term", required_argument, 0, 'T'},   {"output", required_argument, 0, 'o'},
+	/* before 0.2: one name, one meaning (gem-init's --window counts steps) */
+	{"window", required_argument, 0, OPT_OLD_WINDOW},
+	{"quiet", no_argument, 0, 'q'},
 	{"help", no_argument, 0, 'h'},         {"version", no_argument, 0, 'V'},
 	{0, 0, 0, 0},
 };
@@ -64,15 +69,18 @@ int main(int argc, char **argv)
 	size_t nlogs, nread = 0;
 	int c, rc = 0;
 
-	log_init("gem-plot-data");
+	if (log_init("gem-plot-data", err) < 0) {
+		fprintf(stderr, "gem-plot-data: %s\n", err);
+		return EXIT_USAGE;
+	}
 	plot_opts_init(&o);
-	while ((c = getopt_long(argc, argv, "s:b:w:gt:o:hV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "w:gT:o:qhV", longopts, NULL)) != -1) {
 		switch (c) {
-		case 's':
+		case OPT_SMOOTH:
 			if (cli_long(optarg, 1, 1000000, &o.smooth) < 0)
 				return bad_usage("--smooth wants a whole number from 1", optarg);
 			break;
-		case 'b':
+		case OPT_BY:
 			if (strcmp(optarg, "worker") && strcmp(optarg, "update"))
 				return bad_usage("--by wants update or worker", optarg);
 			o.by_worker = !strcmp(optarg, "worker");
@@ -85,12 +93,15 @@ int main(int argc, char **argv)
 			if (plot_stat_parse(optarg, &o.stat) < 0)
 				return bad_usage("--stat wants median, mean, zero or scale", optarg);
 			break;
+		case OPT_OLD_WINDOW:
+			log_warn("--window is deprecated here: say --time-window");
+			/* fall through */
 		case 'w':
 			if (cli_double(optarg, 1e-3, 1e9, &o.window) < 0)
-				return bad_usage("--window wants seconds from 0.001", optarg);
+				return bad_usage("--time-window wants seconds from 0.001", optarg);
 			break;
 		case 'g': o.gnuplot = 1; break;
-		case 't':
+		case 'T':
 			if (plot_term_parse(optarg, &o.term) < 0)
 				return bad_usage("--term wants png, svg or dumb", optarg);
 			o.gnuplot = 1;
@@ -99,6 +110,7 @@ int main(int argc, char **argv)
 			o.output = optarg;
 			o.gnuplot = 1;
 			break;
+		case 'q': log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-plot-data"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;

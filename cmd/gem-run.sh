@@ -4,7 +4,7 @@
 # Killing gem-run (Ctrl-C) stops everything it started.
 set -u
 
-usage_line="usage: gem-run -n N [--hosts FILE] [--resume] [gem-init options] RUNDIR
+usage_line="usage: gem-run -n N [--steps S] [--hosts FILE] [--resume] [gem-init options] RUNDIR
    or: gem-run -n N --rule sgp [--hosts FILE] [--work-opt OPT] [gem-init options] RUNDIR"
 usage() {
 	cat <<USAGE
@@ -16,10 +16,11 @@ Push train on disjoint shards, wired to each other on free ports, and gem-eval -
 evaluates each node and their average.
 
   -n, --workers N     number of workers; default 4, or with --hosts the slots listed
+  -t, --steps S       every worker trains S steps (minibatches) instead of the run's epochs
       --hosts FILE    start the workers over ssh: one "host [slots]" per line; the server
                       listens on every address (--public) behind a fresh token, and the
                       workers reach it by this host's name (\$GEM_HOST overrides it)
-      --listen H:P    where gem-serve listens; default 127.0.0.1:0 (with --hosts: 0.0.0.0:0)
+  -l, --listen H:P    where gem-serve listens; default 127.0.0.1:0 (with --hosts: 0.0.0.0:0)
       --tls           serve HTTPS: a certificate made for this run (openssl) in RUNDIR, copied
                       to the hosts of --hosts; the workers trust it alone (gem-work --cacert);
                       the default with --hosts (not with --rule sgp)
@@ -28,7 +29,7 @@ evaluates each node and their average.
       --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2;
                       with --rule sgp e.g. --work-opt=--overlap, --work-opt=--topology=ring
       --serve-opt OPT pass OPT to gem-serve (repeatable), e.g. --serve-opt=--max-updates=100
-      --rule sgp      train with SGP nodes instead of a server (other rules go to gem-init)
+  -r, --rule sgp      train with SGP nodes instead of a server (other rules go to gem-init)
   -q, --quiet         no progress
   -h, --help          show this help
   -V, --version       show the version
@@ -42,14 +43,23 @@ die_usage() { echo "gem-run: $*" >&2; echo "$usage_line" >&2; exit 2; }
 # forever (GEM_SSH_TIMEOUT: seconds to connect; default 10)
 ssh_opts=(-o BatchMode=yes -o "ConnectTimeout=${GEM_SSH_TIMEOUT:-10}" -o ServerAliveInterval=15
 	  -o ServerAliveCountMax=4)
-workers=4 workers_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
+bindir=$(cd "$(dirname "$0")" && pwd)
+PATH="$bindir:$PATH"
+# GEM_LOG is checked as every program checks it (gem-init says what is wrong with it)
+if [ -n "${GEM_LOG:-}" ] && ! msg=$(gem-init --version 2>&1 >/dev/null); then
+	echo "gem-run: ${msg#gem-init: }" >&2
+	exit 2
+fi
+workers=4 workers_set=0 steps= steps_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; workers_set=1; shift ;;
 	--workers=*) workers=${1#*=}; workers_set=1 ;;
+	-t|--steps) [ $# -ge 2 ] || die_usage "$1 needs a value"; steps=$2; steps_set=1; shift ;;
+	--steps=*) steps=${1#*=}; steps_set=1 ;;
 	--hosts) [ $# -ge 2 ] || die_usage "$1 needs a value"; hosts=$2; shift ;;
 	--hosts=*) hosts=${1#*=} ;;
-	--listen) [ $# -ge 2 ] || die_usage "$1 needs a value"; listen=$2; shift ;;
+	-l|--listen) [ $# -ge 2 ] || die_usage "$1 needs a value"; listen=$2; shift ;;
 	--listen=*) listen=${1#*=} ;;
 	--resume) resume=1 ;;
 	--tls) tls=1 ;;
@@ -79,9 +89,11 @@ done
 [ $# -eq 0 ] || { [ -z "$rundir" ] && [ $# -eq 1 ] && rundir=$1; } || die_usage "unexpected arguments: $*"
 [ -n "$rundir" ] || die_usage "no RUNDIR given"
 case "$workers" in ''|*[!0-9]*|0) die_usage "-n: not a positive integer: $workers" ;; esac
+if [ $steps_set = 1 ]; then
+	case "$steps" in ''|*[!0-9]*|0*) die_usage "--steps: not a positive integer: $steps" ;; esac
+	workopts+=(--steps "$steps")
+fi
 
-bindir=$(cd "$(dirname "$0")" && pwd)
-PATH="$bindir:$PATH"
 
 # The hosts, one entry per worker slot; with --hosts, N defaults to the slots in the file.
 slots=()

@@ -46,6 +46,7 @@ static void usage(FILE *f)
 	      "                              injection); default 0\n"
 	      "      --max-workers N         workers joined at once (each holds about 24 bytes\n"
 	      "                              per parameter); default 256, at most 4096\n"
+	      "  -q, --quiet                 no informational messages on stderr\n"
 	      "  -h, --help                  show this help\n"
 	      "  -V, --version               show the version\n",
 	      f);
@@ -63,6 +64,7 @@ static const struct option longopts[] = {
 	{"drop-rate", required_argument, 0, O_DROP},   {"no-token", no_argument, 0, O_NOTOKEN},
 	{"max-workers", required_argument, 0, O_MAXW}, {"tls-cert", required_argument, 0, O_CERT},
 	{"tls-key", required_argument, 0, O_KEY},      {"help", no_argument, 0, 'h'},
+	{"quiet", no_argument, 0, 'q'},
 	{"version", no_argument, 0, 'V'},              {0, 0, 0, 0},
 };
 
@@ -107,8 +109,11 @@ int main(int argc, char **argv)
 	int c, rc, failed, no_token = 0;
 	long max_workers = SERVE_MAX_WORKERS;
 
-	log_init("gem-serve");
-	while ((c = getopt_long(argc, argv, "l:hV", longopts, NULL)) != -1) {
+	if (log_init("gem-serve", err) < 0) {
+		fprintf(stderr, "gem-serve: %s\n", err);
+		return EXIT_USAGE;
+	}
+	while ((c = getopt_long(argc, argv, "l:qhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
 			if (cli_hostport(optarg, host, sizeof host, &o.port))
@@ -151,6 +156,7 @@ int main(int argc, char **argv)
 				bad_usage("--max-workers: not an integer in [1, 4096]: ", optarg);
 			o.max_workers = (int)max_workers;
 			break;
+		case 'q': log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-serve"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;

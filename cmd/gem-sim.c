@@ -224,7 +224,10 @@ int main(int argc, char **argv)
 	double t0;
 	struct stat stt;
 
-	log_init("gem-sim");
+	if (log_init("gem-sim", err) < 0) {
+		fprintf(stderr, "gem-sim: %s\n", err);
+		return EXIT_USAGE;
+	}
 	sim_opts_default(&o);
 	sargv = calloc((size_t)argc + 1, sizeof *sargv);
 	iargv = calloc((size_t)argc + 8, sizeof *iargv);
@@ -308,7 +311,7 @@ int main(int argc, char **argv)
 			o.threads = (int)v;
 			break;
 		case O_REPLAY: replay_log = optarg; break;
-		case 'q': quiet = 1; break;
+		case 'q': quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-sim"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;

@@ -35,7 +35,7 @@ static void usage(FILE *f)
 	fputs("Train a model: alone (--local), as one worker of a gem-serve run (--server), or as\n"
 	      "one node of a Stochastic Gradient Push run (--rule sgp): no server, push-sum gossip.\n"
 	      "\n"
-	      "  -l, --local RUNDIR        train in this process with sequential momentum SGD\n"
+	      "  -L, --local RUNDIR        train in this process with sequential momentum SGD\n"
 	      "  -S, --server URL|RUNDIR   join the parameter server at URL (see gem-serve), or the\n"
 	      "                            one of RUNDIR, once RUNDIR/server.url appears\n"
 	      "  -e, --epochs E            train E epochs (default: the run's budget)\n"
@@ -49,7 +49,7 @@ static void usage(FILE *f)
 	      "      --checkpoint-every SEC  save the parameters this often (--local); default 60\n"
 	      "      --slowdown F          make each step F times slower (fault injection); default 1\n"
 	      "      --die-after N         die abruptly (SIGKILL) after N commits (fault injection)\n"
-	      "      --threads T           compute on T threads (BLIS and the conv kernels; same\n"
+	      "  -j, --threads T           compute on T threads (BLIS and the conv kernels; same\n"
 	      "                            result); default 1\n"
 	      "\n"
 	      "SGP nodes (--rule sgp):\n"
@@ -83,16 +83,16 @@ static void bad_usage(const char *msg, const char *arg)
 }
 
 enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN, O_LISTEN,
-       O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU, O_THREADS,
+       O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU,
        O_NOTOKEN, O_CACERT };
 
 static const struct option longopts[] = {
-	{"local", required_argument, 0, 'l'},       {"server", required_argument, 0, 'S'},
+	{"local", required_argument, 0, 'L'},       {"server", required_argument, 0, 'S'},
 	{"epochs", required_argument, 0, 'e'},      {"steps", required_argument, 0, 't'},
 	{"shard", required_argument, 0, O_SHARD},   {"worker-id", required_argument, 0, O_WID},
 	{"token-file", required_argument, 0, O_TOKEN}, {"retry-for", required_argument, 0, O_RETRY},
 	{"checkpoint-every", required_argument, 0, O_CKPT}, {"slowdown", required_argument, 0, O_SLOW},
-	{"die-after", required_argument, 0, O_DIE}, {"threads", required_argument, 0, O_THREADS},
+	{"die-after", required_argument, 0, O_DIE}, {"threads", required_argument, 0, 'j'},
 	{"rule", required_argument, 0, O_RULE},     {"run", required_argument, 0, O_RUN},
 	{"listen", required_argument, 0, O_LISTEN}, {"public", no_argument, 0, O_PUBLIC},
 	{"peers", required_argument, 0, O_PEERS},   {"peers-file", required_argument, 0, O_PEERS_FILE},
@@ -391,14 +391,17 @@ int main(int argc, char **argv)
 			      .slowdown = 1, .worker_id = -1};
 	struct sgp_opts so = {.node = -1, .topology = SGP_EXP, .peers_per_iter = 1};
 	const char *local = NULL, *server = NULL, *rule = NULL;
-	char host[256] = "127.0.0.1";
+	char host[256] = "127.0.0.1", err[GEM_ERRMAX];
 	int c, listen_set = 0, sgp_only = 0, threads = 1, no_token = 0;
 	long v;
 
-	log_init("gem-work");
-	while ((c = getopt_long(argc, argv, "l:S:e:t:qhV", longopts, NULL)) != -1) {
+	if (log_init("gem-work", err) < 0) {
+		fprintf(stderr, "gem-work: %s\n", err);
+		return EXIT_USAGE;
+	}
+	while ((c = getopt_long(argc, argv, "L:S:e:t:j:qhV", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'l': local = optarg; break;
+		case 'L': local = optarg; break;
 		case 'S': server = optarg; break;
 		case 'e':
 			if (cli_long(optarg, 1, 1 << 20, &v))
@@ -476,12 +479,12 @@ int main(int argc, char **argv)
 			so.tau = (int)v;
 			sgp_only = 1;
 			break;
-		case O_THREADS:
+		case 'j':
 			if (cli_long(optarg, 1, 256, &v))
 				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
 			threads = (int)v;
 			break;
-		case 'q': o.quiet = 1; break;
+		case 'q': o.quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-work"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;

@@ -5,7 +5,11 @@
 
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 
-void log_init(const char *progname);
+/* The program's name for the prefix, and the threshold from GEM_LOG (unset or empty: info);
+ * GEM_EUSAGE with a message in err when GEM_LOG is set to no level. */
+int log_init(const char *progname, char *err);
+/* -q: no informational messages (warnings and errors still appear), whatever GEM_LOG says. */
+void log_quiet(void);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
