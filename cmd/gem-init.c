@@ -1,10 +1,12 @@
 /* gem-init: make a run directory: model, data, rule, hyper-parameters, initial θ. */
+#include <dirent.h>
 #include <getopt.h>
 #include <limits.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/cli.h"
@@ -22,7 +24,8 @@ static void usage(FILE *f)
 	fprintf(f, "%s\n", usage_line);
 	fputs("Make a training run: model, data, update rule, hyper-parameters, initial parameters.\n"
 	      "\n"
-	      "  -m, --model NAME|FILE   model spec (share/gem/models/NAME.json); default cnn\n"
+	      "  -m, --model NAME|FILE   built-in model NAME (cnn, mlp) or a spec FILE (see\n"
+	      "                          gem-model(5)); default cnn\n"
 	      "  -d, --data NAME|DIR     IDX dataset; default fashion-mnist\n"
 	      "  -r, --rule NAME         update rule for gem-serve: gem downpour dynsgd easgd dcasgd sync\n"
 	      "                          dma; default gem\n"
@@ -73,23 +76,59 @@ static const struct option longopts[] = {
 	{"version", no_argument, 0, 'V'},       {0, 0, 0, 0},
 };
 
-/* A model argument is a file when it names one, else share/gem/models/NAME.json. */
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* The built-in model names (share/gem/models/NAME.json), sorted; how many (at most cap). */
+static size_t builtin_models(char names[][64], size_t cap)
+{
+	char dir[4096];
+	struct dirent *e;
+	DIR *d;
+	size_t n = 0;
+	if (cli_share_path("models", dir, sizeof dir) || !(d = opendir(dir)))
+		return 0;
+	while (n < cap && (e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (len > 5 && len - 5 < 64 && !strcmp(e->d_name + len - 5, ".json"))
+			snprintf(names[n++], 64, "%.*s", (int)(len - 5), e->d_name);
+	}
+	closedir(d);
+	qsort(names, n, sizeof *names, by_name);
+	return n;
+}
+
+/* A model argument without a slash is a built-in name first (share/gem/models/NAME.json),
+ * whatever the current directory holds; else it is a spec file. */
 static int resolve_model(const char *arg, char *path, size_t cap, char *err)
 {
-	char rel[300];
-	FILE *f = fopen(arg, "r");
-	if (f) {
-		fclose(f);
+	char rel[300], names[64][64];
+	const char *list[64];
+	struct stat st;
+	size_t n;
+	if (!strchr(arg, '/') && strlen(arg) <= 200) {
+		snprintf(rel, sizeof rel, "models/%s.json", arg);
+		if (cli_share_path(rel, path, cap) == 0)
+			return 0;
+	}
+	if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
+		return gem_errf(err, GEM_EUSAGE, "--model %s: a directory, not a model spec (a JSON file, "
+				"see gem-model(5)) nor a built-in model", arg);
+	if (stat(arg, &st) == 0) {
 		snprintf(path, cap, "%s", arg);
 		return 0;
 	}
-	if (strchr(arg, '/') || strlen(arg) > 200)
-		return gem_errf(err, GEM_EUSAGE, "model file %s: cannot be read", arg);
-	snprintf(rel, sizeof rel, "models/%s.json", arg);
-	if (cli_share_path(rel, path, cap))
-		return gem_errf(err, GEM_EUSAGE,
-				"unknown model \"%s\" (no file of that name, no share/gem/%s)", arg, rel);
-	return 0;
+	if (strchr(arg, '/'))
+		return gem_errf(err, GEM_EUSAGE, "--model %s: no such file", arg);
+	n = builtin_models(names, 64);
+	for (size_t i = 0; i < n; i++)
+		list[i] = names[i];
+	gem_err_unknown(err, GEM_EUSAGE, "model", arg, list, n);
+	n = strlen(err);
+	snprintf(err + n, GEM_ERRMAX - n, " (built-in), or a spec file (gem-model(5))");
+	return GEM_EUSAGE;
 }
 
 int main(int argc, char **argv)

@@ -10,6 +10,7 @@
 #include "base/fsutil.h"
 #include "wire/httpd.h"
 #include "base/log.h"
+#include "wire/blob.h"
 #include "role/ps.h"
 #include "role/serve.h"
 
@@ -131,7 +132,13 @@ int main(int argc, char **argv)
 				bad_usage("--max-updates: not an unsigned integer: ", optarg);
 			break;
 		case O_KEEP: o.keep_running = 1; break;
-		case O_CODEC: o.codec = optarg; break;
+		case O_CODEC:
+			if (!blob_codec_known(optarg)) {
+				blob_codec_err_unknown(err, optarg);
+				bad_usage("--codec: ", err);
+			}
+			o.codec = optarg;
+			break;
 		case O_WTO:
 			if (cli_double(optarg, 0, 1e9, &o.worker_timeout))
 				bad_usage("--worker-timeout: not a number of seconds: ", optarg);

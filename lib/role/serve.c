@@ -665,7 +665,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 		goto fail;
 	s->n = ps_nparams(s->ps);
 	if (o->codec && !blob_codec_known(o->codec)) {
-		rc = gem_errf(err, GEM_EUSAGE, "unknown codec \"%s\"", o->codec);
+		rc = blob_codec_err_unknown(err, o->codec);
 		goto fail;
 	}
 	if ((rc = start_http(s, o, err)) < 0)
