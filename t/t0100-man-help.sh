@@ -79,7 +79,16 @@ for prog in $progs; do
 	"
 done
 
-for page in "$MAN"/man1/*.1 "$MAN"/man7/*.7; do
+test_expect_success 'make install installs every man page in its section' '
+	make -s -n -C "$GEM_SRC" install PREFIX=/inst >install.cmds &&
+	for page in "$MAN"/man*/*.*; do
+		sect=$(basename "$(dirname "$page")") &&
+		grep -q "^install .*man/$sect/$(basename "$page") .*/inst/share/man/$sect/\$" install.cmds ||
+		{ echo "not installed: $page"; return 1; }
+	done
+'
+
+for page in "$MAN"/man1/*.1 "$MAN"/man5/*.5 "$MAN"/man7/*.7; do
 	name=$(basename "$page")
 	test_expect_success "$name renders without warnings" "
 		groff -man -ww -z '$page' >groff.out 2>&1 &&

@@ -185,8 +185,11 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 		size_t i = 0;
 		while (i < sizeof keys / sizeof *keys && strcmp(key, keys[i]))
 			i++;
-		if (i == sizeof keys / sizeof *keys)
-			return gem_errf(err, GEM_EUSAGE, "%s: unknown field in a model spec", key);
+		if (i == sizeof keys / sizeof *keys) {
+			gem_err_unknown(err, GEM_EUSAGE, "field of a model spec", key, keys, i);
+			gem_errprefix(err, "%.64s: ", key);
+			return GEM_EUSAGE;
+		}
 	}
 	if (!(m = calloc(1, sizeof *m)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
