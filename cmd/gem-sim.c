@@ -52,7 +52,7 @@ static void usage(FILE *f)
 	      "  -h, --help              show this help\n"
 	      "  -V, --version           show the version\n"
 	      "Every other option goes to gem-init (see gem-init --help), which makes RUNDIR first,\n"
-	      "with --workers N; without them an existing RUNDIR is used as it is.\n",
+	      "with --workers N; without them RUNDIR must be a run, and is used as it is.\n",
 	      f);
 }
 
@@ -338,9 +338,16 @@ int main(int argc, char **argv)
 	if (sim_opts_check(&o, err) < 0)
 		bad_usage("", err);
 
-	/* Make the run first when gem-init options are given, or when there is none yet. */
-	snprintf(runjson, sizeof runjson, "%s/" RUN_JSON, rundir);
-	if (iargc > ninit || stat(runjson, &stt) != 0) {
+	/* Make the run first when gem-init options are given; without them RUNDIR must be a run
+	 * (a mistyped name is not a new cnn run) */
+	snprintf(runjson, sizeof runjson, "%s%s" RUN_JSON, rundir,
+		 rundir[0] && rundir[strlen(rundir) - 1] == '/' ? "" : "/");
+	if (iargc == ninit && stat(runjson, &stt) != 0) {
+		fprintf(stderr, "gem-sim: %s: not a run (no %s); give gem-init options (--model, "
+				"--data, ...) to make one\n%s\n", rundir, RUN_JSON, usage_line);
+		return EXIT_USAGE;
+	}
+	if (iargc > ninit) {
 		snprintf(nbuf, sizeof nbuf, "%d", o.nworkers);
 		iargv[iargc++] = (char *)rundir;
 		iargv[iargc] = NULL;
