@@ -10,16 +10,17 @@
 #include "report/plot.h"
 
 static const char usage_line[] =
-	"usage: gem-plot-data [options] (loss | pi | staleness | throughput | workers) [LOG...]";
+	"usage: gem-plot-data [options] VIEW [LOG...]";
 
 static void usage(FILE *f)
 {
 	fprintf(f, "%s\n", usage_line);
-	fputs("Print one view of runs' logs as gnuplot data (TSV under '#' header lines, one block\n"
-	      "per run), or as a gnuplot script. LOG is a log.jsonl, a RUNDIR, or - (stdin, the\n"
-	      "default).\n"
+	fputs("Print one VIEW of runs' logs as gnuplot data (TSV under '#' header lines, one\n"
+	      "block per run), or as a gnuplot script. LOG is a log.jsonl, a RUNDIR, or -\n"
+	      "(stdin, the default).\n"
 	      "  loss        version, samples, loss, moving average, per central update\n"
-	      "  pi          a pi statistic per tensor over updates, as a gnuplot matrix nonuniform\n"
+	      "  pi          a pi statistic per tensor over updates, as a gnuplot matrix\n"
+	      "              nonuniform\n"
 	      "  staleness   tau, count, fraction\n"
 	      "  throughput  time since the first update, updates/s, samples/s\n"
 	      "  workers     worker, commits, samples, mean tau, max tau, mean loss\n"

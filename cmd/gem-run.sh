@@ -4,36 +4,47 @@
 # Killing gem-run (Ctrl-C) stops everything it started.
 set -u
 
-usage_line="usage: gem-run -n N [--steps S] [--hosts FILE] [--resume] [gem-init options] RUNDIR
-   or: gem-run -n N --rule sgp [--hosts FILE] [--work-opt OPT] [gem-init options] RUNDIR"
+usage_line="usage: gem-run -n N [--steps S] [--hosts FILE] [--resume] [options] RUNDIR
+   or: gem-run -n N --rule sgp [--hosts FILE] [--work-opt OPT] [options] RUNDIR"
 usage() {
 	cat <<USAGE
 $usage_line
-Make a run with gem-init, start gem-serve on a free port, start N gem-work workers
-(locally, or over ssh on the hosts of --hosts), wait for them, evaluate the result with
-gem-eval, stop the server and print gem-eval's TSV. With --rule sgp there is no server: N gem-work nodes of Stochastic Gradient
-Push train on disjoint shards, wired to each other on free ports, and gem-eval --nodes
-evaluates each node and their average.
+Make a run with gem-init in RUNDIR, start gem-serve on a free port, start N
+gem-work workers (locally, or over ssh on the hosts of --hosts), wait for them,
+evaluate the result with gem-eval, stop the server and print gem-eval's TSV.
+With --rule sgp there is no server: N gem-work nodes of Stochastic Gradient Push
+train on disjoint shards, wired to each other on free ports, and gem-eval
+--nodes evaluates each node and their average.
 
-  -n, --workers N     number of workers; default 4, or with --hosts the slots listed
-  -t, --steps S       every worker trains S steps (minibatches) instead of the run's epochs
-      --hosts FILE    start the workers over ssh: one "host [slots]" per line; the server
-                      listens on every address (--public) behind a fresh token, and the
-                      workers reach it by this host's name (\$GEM_HOST overrides it)
-  -l, --listen H:P    where gem-serve listens; default 127.0.0.1:0 (with --hosts: 0.0.0.0:0)
-      --tls           serve HTTPS: a certificate made for this run (openssl) in RUNDIR, copied
-                      to the hosts of --hosts; the workers trust it alone (gem-work --cacert);
-                      the default with --hosts (not with --rule sgp)
-      --no-tls        plain HTTP with --hosts (the token then crosses the network in clear)
+  -n, --workers N     number of workers; default 4, or with --hosts the slots
+                      listed
+  -t, --steps S       every worker trains S steps (minibatches), not the run's
+                      epochs
+      --hosts FILE    start the workers over ssh: one "host [slots]" per line;
+                      the server listens on every address (--public) behind a
+                      fresh token, and the workers reach it by this host's name
+                      (\$GEM_HOST overrides it)
+  -l, --listen H:P    where gem-serve listens; default 127.0.0.1:0 (with
+                      --hosts: 0.0.0.0:0)
+      --tls           serve HTTPS: a certificate made for this run (openssl) in
+                      RUNDIR, copied to the hosts of --hosts; the workers trust
+                      it alone (gem-work --cacert); the default with --hosts
+                      (not with --rule sgp)
+      --no-tls        plain HTTP with --hosts (the token then crosses the
+                      network in clear)
       --resume        continue the run in RUNDIR instead of making a new one
-      --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2;
-                      with --rule sgp e.g. --work-opt=--overlap, --work-opt=--topology=ring
-      --serve-opt OPT pass OPT to gem-serve (repeatable), e.g. --serve-opt=--max-updates=100
-  -r, --rule sgp      train with SGP nodes instead of a server (other rules go to gem-init)
+      --work-opt OPT  pass OPT to every gem-work (repeatable), e.g.
+                      --work-opt=--slowdown=2; with --rule sgp e.g.
+                      --work-opt=--overlap, --work-opt=--topology=ring
+      --serve-opt OPT pass OPT to gem-serve (repeatable), e.g.
+                      --serve-opt=--max-updates=100
+  -r, --rule sgp      train with SGP nodes instead of a server (other rules go
+                      to gem-init)
   -q, --quiet         no progress
   -h, --help          show this help
   -V, --version       show the version
-Every other option goes to gem-init (see gem-init --help); --workers N is passed on too.
+Every other option goes to gem-init (see gem-init --help); --workers N is passed
+on too.
 USAGE
 }
 

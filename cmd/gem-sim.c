@@ -25,7 +25,7 @@
 #define MAX_EVENTS 4096
 
 static const char usage_line[] =
-	"usage: gem-sim -n N [--steps S] [timing options] [--threads T] [gem-init options] RUNDIR\n"
+	"usage: gem-sim -n N [--steps S] [options] [gem-init options] RUNDIR\n"
 	"   or: gem-sim --replay LOG NEWRUN";
 
 static void usage(FILE *f)
@@ -44,15 +44,17 @@ static void usage(FILE *f)
 	      "      --server-time SEC   server time per commit; default 0\n"
 	      "      --die W@T           worker W dies at time T (repeatable)\n"
 	      "      --join T            a new worker joins at time T (repeatable)\n"
-	      "  -j, --threads T         compute gradients on T threads (same result); default 1\n"
-	      "      --replay LOG        re-run the joins, commits and leaves of a gem-serve run's\n"
-	      "                          LOG (RUN/log.jsonl) in their order into NEWRUN (made from\n"
-	      "                          RUN when it is not a run): the same parameters, bit for bit\n"
+	      "  -j, --threads T         compute gradients on T threads, same result; default 1\n"
+	      "      --replay LOG        re-run the joins, commits and leaves of a gem-serve\n"
+	      "                          run's LOG (RUN/log.jsonl) in their order into NEWRUN\n"
+	      "                          (made from RUN when it is not a run): the same\n"
+	      "                          parameters, bit for bit\n"
 	      "  -q, --quiet             no progress line, no summary on stderr\n"
 	      "  -h, --help              show this help\n"
 	      "  -V, --version           show the version\n"
-	      "Every other option goes to gem-init (see gem-init --help), which makes RUNDIR first,\n"
-	      "with --workers N; without them RUNDIR must be a run, and is used as it is.\n",
+	      "Every other option goes to gem-init (see gem-init --help), which makes RUNDIR\n"
+	      "first, with --workers N; without them RUNDIR must be a run, and is used as it\n"
+	      "is.\n",
 	      f);
 }
 
