@@ -183,6 +183,8 @@ int main(int argc, char **argv)
 	if (o.allow_public && !token_file && !no_token)
 		bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches the "
 			  "port change the run)", NULL);
+	if (no_token && !httpd_is_loopback(o.host))
+		log_warn("--public --no-token: anyone who reaches the port can change the run");
 	if (!cert_file != !key_file)
 		bad_usage("--tls-cert and --tls-key go together", NULL);
 	if (cert_file) {

@@ -193,9 +193,10 @@ static int replay(const char *logpath, const char *newrun, int quiet)
 	       (unsigned long long)sum.samples, (unsigned long long)sum.commits, sum.workers,
 	       (unsigned long long)sum.lines, sum.seconds);
 	if (!quiet)
-		fprintf(stderr, "gem-sim: replayed %llu log lines (%llu commits of %d workers) into %s: "
+		fprintf(stderr, "gem-sim: replayed %llu log lines (%llu commits of %d worker%s) into %s: "
 				"version %llu in %.1f s\n",
-			(unsigned long long)sum.lines, (unsigned long long)sum.commits, sum.workers, newrun,
+			(unsigned long long)sum.lines, (unsigned long long)sum.commits, sum.workers,
+			GEM_S(sum.workers), newrun,
 			(unsigned long long)sum.version, sum.seconds);
 	if (stop_signal) {
 		fprintf(stderr, "gem-sim: interrupted; parameters saved at version %llu\n",
@@ -208,8 +209,8 @@ static int replay(const char *logpath, const char *newrun, int quiet)
 static void progress(void *ctx, uint64_t version, double vtime, int active)
 {
 	double *t0 = ctx;
-	fprintf(stderr, "\rgem-sim: version %llu  vtime %.1f  %d workers  %.0f updates/s   ",
-		(unsigned long long)version, vtime, active, (double)version / (cli_now() - *t0));
+	fprintf(stderr, "\rgem-sim: version %llu  vtime %.1f  %d worker%s  %.0f updates/s   ",
+		(unsigned long long)version, vtime, active, GEM_S(active), (double)version / (cli_now() - *t0));
 }
 
 int main(int argc, char **argv)
@@ -342,8 +343,7 @@ int main(int argc, char **argv)
 
 	/* Make the run first when gem-init options are given; without them RUNDIR must be a run
 	 * (a mistyped name is not a new cnn run) */
-	snprintf(runjson, sizeof runjson, "%s%s" RUN_JSON, rundir,
-		 rundir[0] && rundir[strlen(rundir) - 1] == '/' ? "" : "/");
+	run_dir_file(rundir, RUN_JSON, runjson, sizeof runjson);
 	if (iargc == ninit && stat(runjson, &stt) != 0) {
 		fprintf(stderr, "gem-sim: %s: not a run (no %s); give gem-init options (--model, "
 				"--data, ...) to make one\n%s\n", rundir, RUN_JSON, usage_line);
@@ -383,9 +383,9 @@ int main(int argc, char **argv)
 	       sum.seconds);
 	if (!quiet)
 		fprintf(stderr,
-			"gem-sim: %d workers (%d finished, %d died, %d failed): %llu updates in %.6g virtual s, "
+			"gem-sim: %d worker%s (%d finished, %d died, %d failed): %llu updates in %.6g virtual s, "
 			"%.1f s (%.0f updates/s)\n",
-			sum.workers, sum.finished, sum.died, sum.failed, (unsigned long long)sum.updates,
+			sum.workers, GEM_S(sum.workers), sum.finished, sum.died, sum.failed, (unsigned long long)sum.updates,
 			sum.vtime, sum.seconds, (double)sum.updates / (sum.seconds > 0 ? sum.seconds : 1));
 	if (stop_signal) {
 		/* the virtual workers' state (their x, data positions, the event queue) is not

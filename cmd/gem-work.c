@@ -171,9 +171,9 @@ static int train_local(const char *dir, const struct work_opts *o)
 	}
 	if (local_info(l)->spent) {
 		if (!o->quiet)
-			fprintf(stderr, "gem-work: %s: the run's budget of %d epochs is spent already "
+			fprintf(stderr, "gem-work: %s: the run's budget of %d epoch%s is spent already "
 					"(use --epochs to train more)\n",
-				dir, local_info(l)->epochs);
+				dir, local_info(l)->epochs, GEM_S(local_info(l)->epochs));
 		local_close(l);
 		return 0;
 	}
@@ -194,11 +194,14 @@ static int train_local(const char *dir, const struct work_opts *o)
 			(unsigned long long)r.version + 1, (double)r.loss);
 		return EXIT_JOB;
 	}
-	if (!o->quiet)
-		fprintf(stderr, "gem-work: %llu updates, %llu samples in %.1f s (%.0f samples/s), last loss "
-				"%.4f\n",
-			(unsigned long long)r.steps, (unsigned long long)r.samples, r.seconds,
-			(double)r.samples / r.seconds, (double)r.loss);
+	if (!o->quiet) {
+		char rate[32], loss[32];
+		fprintf(stderr, "gem-work: %llu update%s, %llu samples in %.1f s (%s samples/s), last loss "
+				"%s\n",
+			(unsigned long long)r.steps, GEM_S(r.steps), (unsigned long long)r.samples, r.seconds,
+			cli_num(rate, sizeof rate, "%.0f", (double)r.samples / r.seconds),
+			cli_num(loss, sizeof loss, "%.4f", (double)r.loss));
+	}
 	if (stop_signal) {
 		fprintf(stderr, "gem-work: interrupted; parameters saved at update %llu\n",
 			(unsigned long long)r.version);
@@ -221,7 +224,7 @@ static void server_progress(const struct work_result *r, void *ctx)
 static int server_report(const struct work_info *in, const struct work_opts *o,
 			 const struct work_result *r, int rc, const char *err)
 {
-	char idle[96] = "";
+	char idle[96] = "", loss[32];
 	if (rc < 0) {
 		fprintf(stderr, "gem-work: worker %d: %s\n", in->worker, err);
 		return EXIT_JOB;
@@ -250,9 +253,10 @@ static int server_report(const struct work_info *in, const struct work_opts *o,
 	if (in->background)
 		snprintf(idle, sizeof idle, ", idle %.2f s (%.1f%%), %.2f s of it in the last round", r->idle,
 			 r->seconds > 0 ? 100 * r->idle / r->seconds : 0.0, r->idle_last);
-	log_info("worker %d: %llu steps, %llu samples in %.1f s, last loss %.4f, version %llu%s",
-		 in->worker, (unsigned long long)r->steps, (unsigned long long)r->samples, r->seconds,
-		 (double)r->loss, (unsigned long long)r->version, idle);
+	log_info("worker %d: %llu step%s, %llu samples in %.1f s, last loss %s, version %llu%s",
+		 in->worker, (unsigned long long)r->steps, GEM_S(r->steps), (unsigned long long)r->samples,
+		 r->seconds, cli_num(loss, sizeof loss, "%.4f", (double)r->loss),
+		 (unsigned long long)r->version, idle);
 	return 0;
 }
 
@@ -265,7 +269,7 @@ static int server_of_run(const char *dir, const struct work_opts *o, char *url, 
 	int said = 0;
 	struct timespec ts = {0, 50 * 1000 * 1000};
 	int rc = 0;
-	snprintf(path, sizeof path, "%s/%s", dir, RUN_JSON);
+	run_dir_file(dir, RUN_JSON, path, sizeof path);
 	if (access(path, F_OK) < 0) {
 		fprintf(stderr, "gem-work: --server %s: neither a URL nor a run (no %s)\n", dir, path);
 		return EXIT_USAGE;
@@ -366,7 +370,7 @@ static void sgp_show(const struct sgp_status *st, void *ctx)
  * summary on stderr; returns 0, 1 failed, 2 bad usage or topology mismatch, 128+N on signal N. */
 static int run_sgp_node(const struct sgp_opts *so, int quiet)
 {
-	char err[GEM_ERRMAX];
+	char err[GEM_ERRMAX], loss[32];
 	struct sgp_node *node;
 	struct sgp_status st;
 	struct sgp_show sh = {.o = so, .quiet = quiet, .tty = isatty(2) && !quiet};
@@ -387,9 +391,9 @@ static int run_sgp_node(const struct sgp_opts *so, int quiet)
 	if (rc < 0)
 		log_error("%s", err);
 	else if (!quiet)
-		log_info("node %d: %llu iterations, %llu samples in %.1f s, last loss %.4f, w %.4f", st.node,
-			 (unsigned long long)st.iter, (unsigned long long)st.samples, st.seconds,
-			 (double)st.loss, st.w);
+		log_info("node %d: %llu iteration%s, %llu samples in %.1f s, last loss %s, w %.4f",
+			 st.node, (unsigned long long)st.iter, GEM_S(st.iter), (unsigned long long)st.samples,
+			 st.seconds, cli_num(loss, sizeof loss, "%.4f", (double)st.loss), st.w);
 	sgp_node_close(node);
 	if (stop_signal)
 		return 128 + stop_signal;
@@ -526,6 +530,8 @@ int main(int argc, char **argv)
 		if (so.allow_public && !o.token_file && !no_token)
 			bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches "
 				  "the port push into the run)", NULL);
+		if (no_token && !httpd_is_loopback(host))
+			log_warn("--public --no-token: anyone who reaches the port can push into the run");
 		so.host = host;
 		so.epochs = o.epochs;
 		so.steps = o.steps;

@@ -25,6 +25,8 @@ void gem_errprefix(char *err, const char *fmt, ...) __attribute__((format(printf
  * edits); and the error for an unknown name: 'unknown WHAT "NAME" (did you mean X?); valid:
  * A, B, C', returning code. Every "unknown model/rule/codec/layer" message is made here. */
 size_t gem_edit_distance(const char *a, const char *b);
+/* The plural ending of a count in a message: "%d worker%s", n, GEM_S(n) gives "1 worker". */
+#define GEM_S(n) ((n) == 1 ? "" : "s")
 const char *gem_closest_name(const char *name, const char *const *valid, size_t n);
 int gem_err_unknown(char *err, int code, const char *what, const char *name,
 		    const char *const *valid, size_t n);

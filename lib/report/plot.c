@@ -408,7 +408,8 @@ static int run_label(const char *dir, size_t nworkers, char *out, size_t cap)
 	json_error_t jerr;
 	json_t *root, *rule;
 	const char *name = NULL;
-	snprintf(path, sizeof path, "%s/" RUN_JSON, dir);
+	if (run_dir_file(dir, RUN_JSON, path, sizeof path) < 0)
+		return -1;
 	root = json_load_file(path, 0, &jerr);
 	if (!root)
 		return -1;
@@ -445,7 +446,7 @@ int plot_log_read(const char *arg, int want_pi, enum plot_stat stat, struct plot
 	} else {
 		const char *slash;
 		if (is_dir(arg)) {
-			if ((size_t)snprintf(lg->path, sizeof lg->path, "%s/" RUN_LOG, arg) >= sizeof lg->path)
+			if (run_dir_file(arg, RUN_LOG, lg->path, sizeof lg->path) < 0)
 				return gem_errf(err, GEM_EUSAGE, "%s: path too long", arg);
 			snprintf(dir, sizeof dir, "%s", arg);
 		} else {
@@ -477,7 +478,8 @@ int plot_log_read(const char *arg, int want_pi, enum plot_stat stat, struct plot
 	if (lg->nbad > PLOT_MAXREPORT)
 		log_warn("%s: %ld malformed lines skipped in all", r.name, lg->nbad);
 	if (lg->n == 0)
-		return gem_errf(err, GEM_EFAIL, "%s: no update lines (%ld lines read)", r.name, r.line);
+		return gem_errf(err, GEM_EFAIL, "%s: no update lines (%ld line%s read)", r.name, r.line,
+				GEM_S(r.line));
 	if (!dir[0] || run_label(dir, lg->nworkers, lg->label, sizeof lg->label) < 0)
 		snprintf(lg->label, sizeof lg->label, "%s", dir[0] ? lg->path : "stdin");
 	/* The label goes into "# run: " comment lines and gnuplot titles: one line. */
