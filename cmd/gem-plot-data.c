@@ -47,7 +47,7 @@ static const struct option longopts[] = {
 	{"bins", required_argument, 0, OPT_BINS}, {"stat", required_argument, 0, OPT_STAT},
 	{"time-window", required_argument, 0, 'w'}, {"gnuplot", no_argument, 0, 'g'},
 	{"term", required_argument, 0, 'T'},   {"output", required_argument, 0, 'o'},
-	/* before 0.2: one name, one meaning (gem-init's --window counts steps) */
+	/* the old name, deprecated: one name, one meaning (gem-init's --window counts steps) */
 	{"window", required_argument, 0, OPT_OLD_WINDOW},
 	{"quiet", no_argument, 0, 'q'},
 	{"help", no_argument, 0, 'h'},         {"version", no_argument, 0, 'V'},
