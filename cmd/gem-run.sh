@@ -78,7 +78,12 @@ spawn() {
 		trap 'kill -TERM "$c" 2>/dev/null' TERM INT HUP
 		"$@" &
 		c=$!
-		while wait "$c" 2>/dev/null; rc=$?; kill -0 "$c" 2>/dev/null; do :; done
+		while :; do
+			wait "$c" 2>/dev/null
+			rc=$?
+			# over 128: CMD's signal, or a trap that cut the wait short while CMD runs on
+			[ $rc -gt 128 ] && kill -0 "$c" 2>/dev/null || break
+		done
 		exit $rc
 	) &
 }
