@@ -32,40 +32,43 @@ static void usage(FILE *f)
 	      "Several runs make one table, the run (as named) in a first column. An SGP\n"
 	      "RUNDIR has its nodes evaluated (--nodes).\n"
 	      "\n"
-	      "  -r, --run RUNDIR        the run a PARAMS_FILE belongs to (default: the file's\n"
+	      "      --run RUNDIR        the run a PARAMS_FILE belongs to (default: the file's\n"
 	      "                          directory)\n"
 	      "  -d, --data NAME|DIR     evaluate on this dataset instead of the run's\n"
-	      "  -t, --train-subset N    add train_loss: the loss on N training samples, fixed\n"
+	      "      --train-subset N    add train_loss: the loss on N training samples, fixed\n"
 	      "                          by the run's seed\n"
 	      "  -c, --per-class         add acc_0 ... acc_<C-1>: the test accuracy per class\n"
-	      "  -j, --json              print JSON lines (one object per evaluation)\n"
-	      "  -f, --follow URL|RUNDIR poll a live server (RUNDIR: the one in its server.url,\n"
+	      "      --json              print JSON lines (one object per evaluation)\n"
+	      "  -F, --follow URL|RUNDIR poll a live server (RUNDIR: the one in its server.url,\n"
 	      "                          or the checkpoints of a local training); print a line\n"
 	      "                          per new version until the run ends\n"
 	      "  -i, --interval SEC      seconds between polls with --follow; default 2\n"
 	      "      --cacert FILE       trust only the CA certificate(s) in this PEM file for\n"
 	      "                          an https:// server; default: the system's CAs\n"
 	      "      --retry-for SEC     wait this long for an unreachable server; default 10\n"
-	      "      --threads T         compute on T threads (BLIS, conv kernels); default 1\n"
+	      "  -j, --threads T         compute on T threads (BLIS and the conv kernels);\n"
+	      "                          default 1\n"
 	      "  -N, --nodes LIST        an SGP run: evaluate each node's parameters (a node's\n"
 	      "                          URL, its node-I.gem, or RUNDIR for all its node-*.gem;\n"
 	      "                          comma-separated), then their mean, spread and average;\n"
 	      "                          columns node, version, samples, test_loss, test_acc,\n"
 	      "                          consensus\n"
+	      "  -q, --quiet             no informational messages on stderr\n"
 	      "  -h, --help              show this help\n"
 	      "  -V, --version           show the version\n",
 	      f);
 }
 
-enum { O_RETRY = 256, O_THREADS, O_CACERT };
+enum { O_RETRY = 256, O_CACERT, O_RUN, O_TRAIN, O_JSON };
 
 static const struct option longopts[] = {
-	{"run", required_argument, 0, 'r'},      {"data", required_argument, 0, 'd'},
-	{"train-subset", required_argument, 0, 't'}, {"per-class", no_argument, 0, 'c'},
-	{"json", no_argument, 0, 'j'},           {"follow", required_argument, 0, 'f'},
+	{"run", required_argument, 0, O_RUN},    {"data", required_argument, 0, 'd'},
+	{"train-subset", required_argument, 0, O_TRAIN}, {"per-class", no_argument, 0, 'c'},
+	{"json", no_argument, 0, O_JSON},        {"follow", required_argument, 0, 'F'},
 	{"interval", required_argument, 0, 'i'}, {"retry-for", required_argument, 0, O_RETRY},
-	{"nodes", required_argument, 0, 'N'},    {"threads", required_argument, 0, O_THREADS},
+	{"nodes", required_argument, 0, 'N'},    {"threads", required_argument, 0, 'j'},
 	{"cacert", required_argument, 0, O_CACERT}, {"help", no_argument, 0, 'h'},
+	{"quiet", no_argument, 0, 'q'},
 	{"version", no_argument, 0, 'V'},        {0, 0, 0, 0},
 };
 
@@ -601,19 +604,25 @@ int main(int argc, char **argv)
 	struct evaluator e;
 
 	memset(&e, 0, sizeof e);
-	log_init("gem-eval");
-	while ((c = getopt_long(argc, argv, "r:d:t:cjf:i:N:hV", longopts, NULL)) != -1) {
+	{
+		char err[GEM_ERRMAX];
+		if (log_init("gem-eval", err) < 0) {
+			fprintf(stderr, "gem-eval: %s\n", err);
+			return EXIT_USAGE;
+		}
+	}
+	while ((c = getopt_long(argc, argv, "d:cF:i:N:j:qhV", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'r': run_opt = optarg; break;
+		case O_RUN: run_opt = optarg; break;
 		case 'd': data = optarg; break;
-		case 't':
+		case O_TRAIN:
 			if (cli_long(optarg, 1, INT_MAX, &n))
 				bad_usage("--train-subset: not a positive number of samples: ", optarg);
 			e.train_subset = (int)n;
 			break;
 		case 'c': e.per_class = 1; break;
-		case 'j': e.json = 1; break;
-		case 'f': follow = optarg; break;
+		case O_JSON: e.json = 1; break;
+		case 'F': follow = optarg; break;
 		case 'N': nodes_opt = optarg; break;
 		case O_CACERT: cacert = optarg; break;
 		case 'i':
@@ -624,10 +633,11 @@ int main(int argc, char **argv)
 			if (cli_double(optarg, 0, 1e6, &retry_for))
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
 			break;
-		case O_THREADS:
+		case 'j':
 			if (cli_long(optarg, 1, 256, &threads))
 				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
 			break;
+		case 'q': log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-eval"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;

@@ -1,10 +1,12 @@
 /* gem-init: make a run directory: model, data, rule, hyper-parameters, initial θ. */
+#include <dirent.h>
 #include <getopt.h>
 #include <limits.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/cli.h"
@@ -20,12 +22,14 @@ static const char usage_line[] = "usage: gem-init [options] RUNDIR";
 static void usage(FILE *f)
 {
 	fprintf(f, "%s\n", usage_line);
-	fputs("Make a training run: model, data, update rule, hyper-parameters, initial parameters.\n"
+	fputs("Make a training run: model, data, update rule, hyper-parameters, initial\n"
+	      "parameters.\n"
 	      "\n"
-	      "  -m, --model NAME|FILE   model spec (share/gem/models/NAME.json); default cnn\n"
+	      "  -m, --model NAME|FILE   built-in model NAME (cnn, mlp) or a spec FILE (see\n"
+	      "                          gem-model(5)); default cnn\n"
 	      "  -d, --data NAME|DIR     IDX dataset; default fashion-mnist\n"
-	      "  -r, --rule NAME         update rule for gem-serve: gem downpour dynsgd easgd dcasgd sync\n"
-	      "                          dma; default gem\n"
+	      "  -r, --rule NAME         update rule for gem-serve: gem downpour dynsgd easgd\n"
+	      "                          dcasgd sync dma; default gem\n"
 	      "      --lr X              learning rate η; default 0.05\n"
 	      "      --momentum X        momentum μ; default 0.9\n"
 	      "      --nesterov          Nesterov momentum (local training)\n"
@@ -36,13 +40,15 @@ static void usage(FILE *f)
 	      "      --kappa X           gem: κ; default 1\n"
 	      "      --pi-max X          gem: π_max; default 5\n"
 	      "      --eps X             gem: ε; default 1e-12\n"
-	      "      --window N          downpour, easgd: λ local steps per commit; default 1 (easgd 10);\n"
-	      "                          dma: β local steps per cycle, default 4\n"
+	      "      --window N          downpour, easgd: λ local steps per commit; default 1\n"
+	      "                          (easgd 10); dma: β local steps per cycle, default 4\n"
 	      "      --alpha X           easgd: α; default 0.9/workers\n"
 	      "      --lambda-dc X       dcasgd: λ; default 0.04\n"
-	      "  -n, --workers N         workers the run expects (sync and dma wait for that many;\n"
-	      "                          easgd's α; gem-serve ends the run once they came); default 1\n"
-	      "  -f, --force             replace an existing run (not one in use) and remove its files\n"
+	      "  -n, --workers N         workers the run expects (sync and dma wait for that\n"
+	      "                          many; easgd's α; gem-serve ends the run once they\n"
+	      "                          came); default 1\n"
+	      "  -f, --force             replace an existing run (not one in use) and remove\n"
+	      "                          its files\n"
 	      "  -q, --quiet             print nothing on success\n"
 	      "  -h, --help              show this help\n"
 	      "  -V, --version           show the version\n",
@@ -73,23 +79,59 @@ static const struct option longopts[] = {
 	{"version", no_argument, 0, 'V'},       {0, 0, 0, 0},
 };
 
-/* A model argument is a file when it names one, else share/gem/models/NAME.json. */
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* The built-in model names (share/gem/models/NAME.json), sorted; how many (at most cap). */
+static size_t builtin_models(char names[][64], size_t cap)
+{
+	char dir[4096];
+	struct dirent *e;
+	DIR *d;
+	size_t n = 0;
+	if (cli_share_path("models", dir, sizeof dir) || !(d = opendir(dir)))
+		return 0;
+	while (n < cap && (e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (len > 5 && len - 5 < 64 && !strcmp(e->d_name + len - 5, ".json"))
+			snprintf(names[n++], 64, "%.*s", (int)(len - 5), e->d_name);
+	}
+	closedir(d);
+	qsort(names, n, sizeof *names, by_name);
+	return n;
+}
+
+/* A model argument without a slash is a built-in name first (share/gem/models/NAME.json),
+ * whatever the current directory holds; else it is a spec file. */
 static int resolve_model(const char *arg, char *path, size_t cap, char *err)
 {
-	char rel[300];
-	FILE *f = fopen(arg, "r");
-	if (f) {
-		fclose(f);
+	char rel[300], names[64][64];
+	const char *list[64];
+	struct stat st;
+	size_t n;
+	if (!strchr(arg, '/') && strlen(arg) <= 200) {
+		snprintf(rel, sizeof rel, "models/%s.json", arg);
+		if (cli_share_path(rel, path, cap) == 0)
+			return 0;
+	}
+	if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
+		return gem_errf(err, GEM_EUSAGE, "--model %s: a directory, not a model spec (a JSON file, "
+				"see gem-model(5)) nor a built-in model", arg);
+	if (stat(arg, &st) == 0) {
 		snprintf(path, cap, "%s", arg);
 		return 0;
 	}
-	if (strchr(arg, '/') || strlen(arg) > 200)
-		return gem_errf(err, GEM_EUSAGE, "model file %s: cannot be read", arg);
-	snprintf(rel, sizeof rel, "models/%s.json", arg);
-	if (cli_share_path(rel, path, cap))
-		return gem_errf(err, GEM_EUSAGE,
-				"unknown model \"%s\" (no file of that name, no share/gem/%s)", arg, rel);
-	return 0;
+	if (strchr(arg, '/'))
+		return gem_errf(err, GEM_EUSAGE, "--model %s: no such file", arg);
+	n = builtin_models(names, 64);
+	for (size_t i = 0; i < n; i++)
+		list[i] = names[i];
+	gem_err_unknown(err, GEM_EUSAGE, "model", arg, list, n);
+	n = strlen(err);
+	snprintf(err + n, GEM_ERRMAX - n, " (built-in), or a spec file (gem-model(5))");
+	return GEM_EUSAGE;
 }
 
 int main(int argc, char **argv)
@@ -111,7 +153,10 @@ int main(int argc, char **argv)
 	time_t now;
 	char created[32];
 
-	log_init("gem-init");
+	if (log_init("gem-init", err) < 0) {
+		fprintf(stderr, "gem-init: %s\n", err);
+		return EXIT_USAGE;
+	}
 	while ((c = getopt_long(argc, argv, "m:d:r:b:e:s:n:fqhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm': model_arg = optarg; break;
@@ -151,7 +196,7 @@ int main(int argc, char **argv)
 			ruleopts[nruleopts++].arg = optarg;
 			break;
 		case 'f': force = 1; break;
-		case 'q': quiet = 1; break;
+		case 'q': quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-init"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;

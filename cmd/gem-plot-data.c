@@ -11,12 +11,12 @@
 #include "report/plot.h"
 
 static const char usage_line[] =
-	"usage: gem-plot-data [options] (loss|pi|staleness|throughput|workers) [LOG...]";
+	"usage: gem-plot-data [options] VIEW [LOG...]";
 
 static void usage(FILE *f)
 {
 	fprintf(f, "%s\n", usage_line);
-	fputs("Print one view of runs' logs as gnuplot data (TSV: a header line, '# run:'\n"
+	fputs("Print one VIEW of runs' logs as gnuplot data (TSV: a header line, '# run:'\n"
 	      "comment lines, one block per run), CSV, JSON lines, or a gnuplot script. LOG is\n"
 	      "a log.jsonl, a RUNDIR (an SGP run's: its node logs), or - (stdin, the default).\n"
 	      "  loss        version, samples, loss, moving average, per central update\n"
@@ -25,32 +25,38 @@ static void usage(FILE *f)
 	      "  throughput  time since the first update, updates/s, samples/s\n"
 	      "  workers     worker, commits, samples, mean tau, max tau, mean loss\n"
 	      "\n"
-	      "  -s, --smooth N       loss: moving-average window in updates (default 50)\n"
-	      "  -b, --by update|worker  loss: per central update (default) or per worker-step\n"
+	      "      --smooth N       loss: moving-average window in updates (default 50)\n"
+	      "      --by update|worker  loss: per central update (default) or per worker-step\n"
 	      "      --x version|samples|seconds  loss: the first column, the plot's x-axis\n"
 	      "      --bins N         pi: at most N columns of updates (default 200)\n"
 	      "      --stat median|mean|zero|scale  pi: which statistic (default median)\n"
-	      "  -w, --window SEC     throughput: window in seconds (default 1)\n"
+	      "  -w, --time-window SEC  throughput: window in seconds (default 1); --window is\n"
+	      "                       its old name, deprecated\n"
 	      "      --csv            print one CSV table (a run column first) instead of TSV\n"
 	      "      --json           print JSON lines (one object per row) instead of TSV\n"
 	      "  -g, --gnuplot        print a gnuplot script with the data inline\n"
-	      "  -t, --term png|svg|dumb  gnuplot terminal (default png; implies --gnuplot)\n"
+	      "  -T, --term png|svg|dumb  gnuplot terminal (default png; implies --gnuplot)\n"
 	      "  -o, --output FILE    gnuplot: set output FILE (implies --gnuplot)\n"
 	      "      --follow         with a script: print one again whenever the logs grow,\n"
 	      "                       until the runs end (pipe it into gnuplot)\n"
 	      "      --interval SEC   --follow: seconds between looks at the logs (default 2)\n"
+	      "  -q, --quiet          no informational messages on stderr\n"
 	      "  -h, --help           show this help\n"
 	      "  -V, --version        show the version\n",
 	      f);
 }
 
-enum { OPT_BINS = 256, OPT_STAT, OPT_X, OPT_CSV, OPT_JSON, OPT_FOLLOW, OPT_INTERVAL };
+enum { OPT_BINS = 256, OPT_STAT, OPT_SMOOTH, OPT_BY, OPT_OLD_WINDOW, OPT_X, OPT_CSV, OPT_JSON,
+       OPT_FOLLOW, OPT_INTERVAL };
 
 static const struct option longopts[] = {
-	{"smooth", required_argument, 0, 's'}, {"by", required_argument, 0, 'b'},
+	{"smooth", required_argument, 0, OPT_SMOOTH}, {"by", required_argument, 0, OPT_BY},
 	{"bins", required_argument, 0, OPT_BINS}, {"stat", required_argument, 0, OPT_STAT},
-	{"window", required_argument, 0, 'w'}, {"gnuplot", no_argument, 0, 'g'},
-	{"term", required_argument, 0, 't'},   {"output", required_argument, 0, 'o'},
+	{"time-window", required_argument, 0, 'w'}, {"gnuplot", no_argument, 0, 'g'},
+	{"term", required_argument, 0, 'T'},   {"output", required_argument, 0, 'o'},
+	/* the old name, deprecated: one name, one meaning (gem-init's --window counts steps) */
+	{"window", required_argument, 0, OPT_OLD_WINDOW},
+	{"quiet", no_argument, 0, 'q'},
 	{"help", no_argument, 0, 'h'},         {"version", no_argument, 0, 'V'},
 	{"x", required_argument, 0, OPT_X},    {"csv", no_argument, 0, OPT_CSV},
 	{"json", no_argument, 0, OPT_JSON},    {"follow", no_argument, 0, OPT_FOLLOW},
@@ -169,15 +175,18 @@ int main(int argc, char **argv)
 	size_t nargs, nbad;
 	int c, rc = 0;
 
-	log_init("gem-plot-data");
+	if (log_init("gem-plot-data", err) < 0) {
+		fprintf(stderr, "gem-plot-data: %s\n", err);
+		return EXIT_USAGE;
+	}
 	plot_opts_init(&o);
-	while ((c = getopt_long(argc, argv, "s:b:w:gt:o:hV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "w:gT:o:qhV", longopts, NULL)) != -1) {
 		switch (c) {
-		case 's':
+		case OPT_SMOOTH:
 			if (cli_long(optarg, 1, 1000000, &o.smooth) < 0)
 				return bad_usage("--smooth wants a whole number from 1", optarg);
 			break;
-		case 'b':
+		case OPT_BY:
 			if (strcmp(optarg, "worker") && strcmp(optarg, "update"))
 				return bad_usage("--by wants update or worker", optarg);
 			o.by_worker = !strcmp(optarg, "worker");
@@ -194,9 +203,12 @@ int main(int argc, char **argv)
 			if (plot_stat_parse(optarg, &o.stat) < 0)
 				return bad_usage("--stat wants median, mean, zero or scale", optarg);
 			break;
+		case OPT_OLD_WINDOW:
+			log_warn("--window is deprecated here: say --time-window");
+			/* fall through */
 		case 'w':
 			if (cli_double(optarg, 1e-3, 1e9, &o.window) < 0)
-				return bad_usage("--window wants seconds from 0.001", optarg);
+				return bad_usage("--time-window wants seconds from 0.001", optarg);
 			break;
 		case OPT_CSV: o.format = PLOT_CSV; break;
 		case OPT_JSON: o.format = PLOT_JSON; break;
@@ -206,7 +218,7 @@ int main(int argc, char **argv)
 				return bad_usage("--interval wants seconds in [0.01, 86400]", optarg);
 			break;
 		case 'g': o.gnuplot = 1; break;
-		case 't':
+		case 'T':
 			if (plot_term_parse(optarg, &o.term) < 0)
 				return bad_usage("--term wants png, svg or dumb", optarg);
 			o.gnuplot = 1;
@@ -215,6 +227,7 @@ int main(int argc, char **argv)
 			o.output = optarg;
 			o.gnuplot = 1;
 			break;
+		case 'q': log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-plot-data"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;

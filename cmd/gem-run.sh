@@ -4,52 +4,111 @@
 # Killing gem-run (Ctrl-C) stops everything it started.
 set -u
 
-usage_line="usage: gem-run -n N [--hosts FILE] [--resume] [gem-init options] RUNDIR
-   or: gem-run -n N --rule sgp [--hosts FILE] [--work-opt OPT] [gem-init options] RUNDIR"
+usage_line="usage: gem-run -n N [--steps S] [--hosts FILE] [--resume] [options] RUNDIR
+   or: gem-run -n N --rule sgp [--hosts FILE] [--work-opt OPT] [options] RUNDIR"
 usage() {
 	cat <<USAGE
 $usage_line
-Make a run with gem-init, start gem-serve on a free port, start N gem-work workers
-(locally, or over ssh on the hosts of --hosts), wait for them, evaluate the result with
-gem-eval, stop the server and print gem-eval's TSV. With --rule sgp there is no server: N gem-work nodes of Stochastic Gradient
-Push train on disjoint shards, wired to each other on free ports, and gem-eval --nodes
-evaluates each node and their average.
+Make a run with gem-init in RUNDIR, start gem-serve on a free port, start N
+gem-work workers (locally, or over ssh on the hosts of --hosts), wait for them,
+evaluate the result with gem-eval, stop the server and print gem-eval's TSV.
+With --rule sgp there is no server: N gem-work nodes of Stochastic Gradient Push
+train on disjoint shards, wired to each other on free ports, and gem-eval
+--nodes evaluates each node and their average.
 
-  -n, --workers N     number of workers; default 4, or with --hosts the slots listed
-      --hosts FILE    start the workers over ssh: one "host [slots]" per line; the server
-                      listens on every address (--public) behind a fresh token, and the
-                      workers reach it by this host's name (\$GEM_HOST overrides it)
-      --listen H:P    where gem-serve listens; default 127.0.0.1:0 (with --hosts: 0.0.0.0:0)
-      --tls           serve HTTPS: a certificate made for this run (openssl) in RUNDIR, copied
-                      to the hosts of --hosts; the workers trust it alone (gem-work --cacert);
-                      the default with --hosts (not with --rule sgp)
-      --no-tls        plain HTTP with --hosts (the token then crosses the network in clear)
+  -n, --workers N     number of workers; default 4, or with --hosts the slots
+                      listed
+  -t, --steps S       every worker trains S steps (minibatches), not the run's
+                      epochs
+      --hosts FILE    start the workers over ssh: one "host [slots]" per line;
+                      the server listens on every address (--public) behind a
+                      fresh token, and the workers reach it by this host's name
+                      (\$GEM_HOST overrides it)
+  -l, --listen H:P    where gem-serve listens; default 127.0.0.1:0 (with
+                      --hosts: 0.0.0.0:0)
+      --tls           serve HTTPS: a certificate made for this run (openssl) in
+                      RUNDIR, copied to the hosts of --hosts; the workers trust
+                      it alone (gem-work --cacert); the default with --hosts
+                      (not with --rule sgp)
+      --no-tls        plain HTTP with --hosts (the token then crosses the
+                      network in clear)
       --resume        continue the run in RUNDIR instead of making a new one
-      --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2;
-                      with --rule sgp e.g. --work-opt=--overlap, --work-opt=--topology=ring
-      --serve-opt OPT pass OPT to gem-serve (repeatable), e.g. --serve-opt=--max-updates=100
-      --rule sgp      train with SGP nodes instead of a server (other rules go to gem-init)
+      --work-opt OPT  pass OPT to every gem-work (repeatable), e.g.
+                      --work-opt=--slowdown=2; with --rule sgp e.g.
+                      --work-opt=--overlap, --work-opt=--topology=ring
+      --serve-opt OPT pass OPT to gem-serve (repeatable), e.g.
+                      --serve-opt=--max-updates=100
+  -r, --rule sgp      train with SGP nodes instead of a server (other rules go
+                      to gem-init)
   -q, --quiet         no progress
   -h, --help          show this help
   -V, --version       show the version
-Every other option goes to gem-init (see gem-init --help); --workers N is passed on too.
+Every other option goes to gem-init (see gem-init --help); --workers N is passed
+on too.
 USAGE
 }
 
 die_usage() { echo "gem-run: $*" >&2; echo "$usage_line" >&2; exit 2; }
 
+# plural N WORD: "1 worker", "2 workers".
+plural() { if [ "$1" = 1 ]; then echo "1 $2"; else echo "$1 ${2}s"; fi; }
+
+# relay PROG STATUS [WHO]: PROG's complaint (on stdin) as gem-run's own: its lines with the
+# prefix "gem-run: WHO" and without PROG's usage lines (the options were given to gem-run,
+# whose usage line follows when PROG says the usage was bad, STATUS 2).
+relay() {
+	sed -e "/^usage: $1 /d" -e "/^   or: $1 /d" -e "s/^$1: /gem-run: ${3:-}/" >&2
+	[ "$2" != 2 ] || echo "$usage_line" >&2
+}
+
+# init_run: make RUNDIR with gem-init (exits as gem-init did when it fails).
+init_run() {
+	local rc=0 err
+	err=$(gem-init -q --workers "$workers" "${initopts[@]}" "$rundir" 2>&1 >/dev/null) || rc=$?
+	[ -z "$err" ] || relay gem-init $rc <<<"$err"
+	[ $rc = 0 ] || exit $rc
+}
+
+# spawn CMD...: start CMD in the background ($! is its job) inside a subshell of its own that
+# waits for it, so that a CMD killed by a signal is gem-run's to report (its status is
+# 128+N) and bash prints no "line N: PID Killed" of its own. TERM, INT and HUP sent to the
+# job go on to CMD.
+spawn() {
+	(
+		trap 'kill -TERM "$c" 2>/dev/null' TERM INT HUP
+		"$@" &
+		c=$!
+		while :; do
+			wait "$c" 2>/dev/null
+			rc=$?
+			# over 128: CMD's signal, or a trap that cut the wait short while CMD runs on
+			[ $rc -gt 128 ] && kill -0 "$c" 2>/dev/null || break
+		done
+		exit $rc
+	) &
+}
+
 # ssh gives up on a host that does not answer, and notices one that hangs, instead of waiting
 # forever (GEM_SSH_TIMEOUT: seconds to connect; default 10)
 ssh_opts=(-o BatchMode=yes -o "ConnectTimeout=${GEM_SSH_TIMEOUT:-10}" -o ServerAliveInterval=15
 	  -o ServerAliveCountMax=4)
-workers=4 workers_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
+bindir=$(cd "$(dirname "$0")" && pwd)
+PATH="$bindir:$PATH"
+# GEM_LOG is checked as every program checks it (gem-init says what is wrong with it)
+if [ -n "${GEM_LOG:-}" ] && ! msg=$(gem-init --version 2>&1 >/dev/null); then
+	echo "gem-run: ${msg#gem-init: }" >&2
+	exit 2
+fi
+workers=4 workers_set=0 steps= steps_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; workers_set=1; shift ;;
 	--workers=*) workers=${1#*=}; workers_set=1 ;;
+	-t|--steps) [ $# -ge 2 ] || die_usage "$1 needs a value"; steps=$2; steps_set=1; shift ;;
+	--steps=*) steps=${1#*=}; steps_set=1 ;;
 	--hosts) [ $# -ge 2 ] || die_usage "$1 needs a value"; hosts=$2; shift ;;
 	--hosts=*) hosts=${1#*=} ;;
-	--listen) [ $# -ge 2 ] || die_usage "$1 needs a value"; listen=$2; shift ;;
+	-l|--listen) [ $# -ge 2 ] || die_usage "$1 needs a value"; listen=$2; shift ;;
 	--listen=*) listen=${1#*=} ;;
 	--resume) resume=1 ;;
 	--tls) tls=1 ;;
@@ -78,7 +137,13 @@ while [ $# -gt 0 ]; do
 done
 [ $# -eq 0 ] || { [ -z "$rundir" ] && [ $# -eq 1 ] && rundir=$1; } || die_usage "unexpected arguments: $*"
 [ -n "$rundir" ] || die_usage "no RUNDIR given"
+# run/ and run are the same run: paths joined below get one slash
+while [ "$rundir" != / ] && [ "${rundir%/}" != "$rundir" ]; do rundir=${rundir%/}; done
 case "$workers" in ''|*[!0-9]*|0) die_usage "-n: not a positive integer: $workers" ;; esac
+if [ $steps_set = 1 ]; then
+	case "$steps" in ''|*[!0-9]*|0*) die_usage "--steps: not a positive integer: $steps" ;; esac
+	workopts+=(--steps "$steps")
+fi
 
 # The progress display, as every gem program chooses it (GEM_PROGRESS, gem(7)): a line refreshed
 # in place on a terminal, a plain line every N seconds, or nothing.
@@ -94,8 +159,6 @@ lines:*) progress_mode=lines progress_every=${GEM_PROGRESS#lines:}
 esac
 [ $quiet = 0 ] || progress_mode=off
 
-bindir=$(cd "$(dirname "$0")" && pwd)
-PATH="$bindir:$PATH"
 
 # The hosts, one entry per worker slot; with --hosts, N defaults to the slots in the file.
 slots=()
@@ -128,7 +191,7 @@ sgp_run() {
 	trap 'echo "gem-run: terminated; stopping" >&2; cleanup_sgp; exit 143' TERM
 	trap cleanup_sgp EXIT
 	case "$listen" in *:0) ;; *) die_usage "--listen: with --rule sgp the port must be 0 (each node picks a free one)" ;; esac
-	gem-init -q --workers "$workers" "${initopts[@]}" "$rundir" || exit $?
+	init_run
 	rm -f "$rundir"/node-*.url "$rundir"/node-*.gem "$rundir"/node-*.jsonl "$rundir"/node-*.log "$rundir/peers"
 	# on other hosts the run is at the same absolute path (a relative one would resolve
 	# against the remote $HOME, possibly into another run)
@@ -154,7 +217,7 @@ sgp_run() {
 		done
 		rm -f "$rundir/$marker"
 	fi
-	[ $quiet = 1 ] || echo "gem-run: $rundir: starting $workers SGP nodes" >&2
+	[ $quiet = 1 ] || echo "gem-run: $rundir: starting $(plural "$workers" "SGP node")" >&2
 	for ((i = 0; i < workers; i++)); do
 		if [ ${#slots[@]} -gt 0 ]; then
 			h=${slots[$((i % ${#slots[@]}))]}
@@ -163,9 +226,9 @@ sgp_run() {
 				--peers-file "$rrun/peers" "${workopts[@]}" \
 				</dev/null >"$rundir/node-$i.url" 2>"$rundir/node-$i.log" &
 		else
-			gem-work -q --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" "${token[@]}" \
+			spawn gem-work -q --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" "${token[@]}" \
 				--node "$i" --peers-file "$rundir/peers" "${workopts[@]}" \
-				</dev/null >"$rundir/node-$i.url" 2>"$rundir/node-$i.log" &
+				</dev/null >"$rundir/node-$i.url" 2>"$rundir/node-$i.log"
 		fi
 		nodes+=($!)
 	done
@@ -206,7 +269,7 @@ sgp_run() {
 			scp -q "${ssh_opts[@]}" "$h:$rrun/node-$i.gem" "$h:$rrun/node-$i.jsonl" "$rundir/" 2>/dev/null
 		done
 	fi
-	[ $failed = 0 ] || { echo "gem-run: $failed of $workers node$([ "$workers" = 1 ] || echo s) failed" >&2; exit 1; }
+	[ $failed = 0 ] || { echo "gem-run: $failed of $(plural "$workers" node) failed" >&2; exit 1; }
 	gem-eval --nodes "$rundir" || exit 1
 	exit 0
 }
@@ -233,6 +296,17 @@ if [ $sgp = 1 ]; then
 fi
 
 pids=() server=
+# serve_failed [STATUS]: gem-serve has stopped on its own (with STATUS, else waited for): what
+# it said, and gem-run's exit (2 when the usage was bad, as --serve-opt's).
+serve_failed() {
+	local rc=${1:-0}
+	[ $# = 1 ] || wait "$server" || rc=$?
+	server=
+	relay gem-serve $rc "gem-serve: " <"$rundir/serve.err"
+	[ $rc != 2 ] || exit 2
+	echo "gem-run: gem-serve failed (exit status $rc); no result" >&2
+	exit 1
+}
 # The server goes first: it checkpoints and answers the workers still running, remote ones
 # too, that the run is over (410), so they leave; then what is left here is stopped.
 cleanup() {
@@ -249,9 +323,12 @@ trap 'echo "gem-run: terminated; stopping" >&2; cleanup; exit 143' TERM
 trap cleanup EXIT
 
 if [ $resume = 0 ]; then
-	gem-init -q --workers "$workers" "${initopts[@]}" "$rundir" || exit $?
+	init_run
 elif [ ${#initopts[@]} -gt 0 ]; then
 	die_usage "--resume takes no gem-init options"
+elif [ ! -f "$rundir/run.json" ]; then
+	echo "gem-run: $rundir: not a run (nothing to resume)" >&2
+	exit 2
 fi
 
 # the name workers on other hosts reach the server by
@@ -281,11 +358,11 @@ if [ -n "$hosts" ] || [ ${#public[@]} -gt 0 ]; then
 	token=(--token-file "$rundir/token")
 fi
 rm -f "$rundir/server.url"
-gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "${tlsopts[@]}" "${serveopts[@]}" "$rundir" >/dev/null 2>"$rundir/serve.err" &
+spawn gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "${tlsopts[@]}" "${serveopts[@]}" "$rundir" >/dev/null 2>"$rundir/serve.err"
 server=$!
 for ((i = 0; i < 300; i++)); do
 	[ -s "$rundir/server.url" ] && break
-	kill -0 "$server" 2>/dev/null || { cat "$rundir/serve.err" >&2; echo "gem-run: gem-serve failed" >&2; exit 1; }
+	kill -0 "$server" 2>/dev/null || serve_failed
 	sleep 0.1
 done
 [ -s "$rundir/server.url" ] || { echo "gem-run: gem-serve did not start" >&2; exit 1; }
@@ -295,14 +372,14 @@ if [ -n "$hosts" ]; then
 	url="${url%%://*}://$server_host:${url##*:}"
 fi
 
-[ $quiet = 1 ] || echo "gem-run: $rundir served at $url; starting $workers workers" >&2
+[ $quiet = 1 ] || echo "gem-run: $rundir served at $url; starting $(plural "$workers" worker)" >&2
 for ((i = 0; i < workers; i++)); do
 	if [ ${#slots[@]} -gt 0 ]; then
 		h=${slots[$((i % ${#slots[@]}))]}
 		ssh "${ssh_opts[@]}" "$h" gem-work -q --server "$url" --worker-id "$i" --token-file /dev/stdin "${cacert[@]}" "${workopts[@]}" \
 			<"$rundir/token" >>"$rundir/worker-$i.log" 2>&1 &
 	else
-		gem-work -q --server "$url" --worker-id "$i" "${token[@]}" "${cacert[@]}" "${workopts[@]}" >>"$rundir/worker-$i.log" 2>&1 &
+		spawn gem-work -q --server "$url" --worker-id "$i" "${token[@]}" "${cacert[@]}" "${workopts[@]}" >>"$rundir/worker-$i.log" 2>&1
 	fi
 	pids+=($!)
 done
@@ -333,10 +410,14 @@ for i in "${!pids[@]}"; do
 	wait "${pids[$i]}" || { failed=$((failed + 1)); echo "gem-run: worker $i failed:" >&2; tail -3 "$rundir/worker-$i.log" >&2; }
 done
 pids=()
-# every worker has left: the server stops by itself and writes its final checkpoint
-for ((i = 0; i < 100; i++)); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
-kill "$server" 2>/dev/null
-wait "$server"
+# every worker has left: the server stops by itself and writes its final checkpoint (else, as
+# with --keep-running, it is stopped)
+stopped=0
+for ((i = 0; i < 100; i++)); do kill -0 "$server" 2>/dev/null || { stopped=1; break; }; sleep 0.1; done
+[ $stopped = 1 ] || kill "$server" 2>/dev/null
+serve_rc=0
+wait "$server" 2>/dev/null || serve_rc=$?
+[ $stopped = 0 ] || [ $serve_rc = 0 ] || serve_error=$serve_rc
 server=
 if [ -n "${progress:-}" ]; then
 	kill "$progress" 2>/dev/null
@@ -347,10 +428,12 @@ fi
 [ $quiet = 1 ] || sed -n 's/^gem-serve: \(done\|failed\|interrupted\): /gem-run: server: /p' "$rundir/serve.err" | tail -1 >&2
 if [ $failed != 0 ]; then
 	# no TSV: it would read as the run's result
-	echo "gem-run: $failed of $workers worker$([ "$workers" = 1 ] || echo s) failed; the server checkpointed at version" \
+	echo "gem-run: $failed of $(plural "$workers" worker) failed; the server checkpointed at version" \
 		"$(sed -n '1s/.*"version":\([0-9]*\).*/\1/p' "$rundir/params.gem")" >&2
 	echo "gem-run: gem-run --resume -n $workers $rundir continues the run" >&2
 	exit 1
 fi
+# a server that stopped on its own with an error (idle timeout, a failed checkpoint): no TSV
+[ -z "${serve_error:-}" ] || serve_failed "$serve_error"
 gem-eval "$rundir" || exit 1
 exit 0

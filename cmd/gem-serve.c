@@ -13,6 +13,7 @@
 #include "wire/httpd.h"
 #include "base/log.h"
 #include "role/progress.h"
+#include "wire/blob.h"
 #include "role/ps.h"
 #include "role/serve.h"
 
@@ -21,8 +22,9 @@ static const char usage_line[] = "usage: gem-serve [options] RUNDIR";
 static void usage(FILE *f)
 {
 	fprintf(f, "%s\n", usage_line);
-	fputs("Serve a run's parameters to asynchronous workers and apply their commits with the\n"
-	      "run's update rule. Prints the base URL on stdout and writes it to RUNDIR/server.url.\n"
+	fputs("Serve a run's parameters to asynchronous workers and apply their commits with\n"
+	      "the run's update rule. Prints the base URL on stdout and writes it to\n"
+	      "RUNDIR/server.url.\n"
 	      "\n"
 	      "  -l, --listen HOST:PORT      address to listen on; port 0 picks a free port;\n"
 	      "                              default 127.0.0.1:7470\n"
@@ -31,24 +33,29 @@ static void usage(FILE *f)
 	      "      --token-file FILE       require this bearer token on mutating requests\n"
 	      "      --no-token              allow --public without a token: anyone who reaches\n"
 	      "                              the port can change the run\n"
-	      "      --tls-cert FILE         serve HTTPS with this PEM certificate (chain); the URL\n"
-	      "                              is then https://HOST:PORT\n"
-	      "      --tls-key FILE          the PEM private key of --tls-cert (both or neither)\n"
+	      "      --tls-cert FILE         serve HTTPS with this PEM certificate (chain); the\n"
+	      "                              URL is then https://HOST:PORT\n"
+	      "      --tls-key FILE          the PEM private key of --tls-cert (both or\n"
+	      "                              neither)\n"
 	      "      --checkpoint-every SEC  save θ and the rule's state this often; 0: only at\n"
 	      "                              the end; default 60\n"
-	      "      --max-updates N         stop after N central updates in all; default: no limit\n"
+	      "      --max-updates N         stop after N central updates in all; default: no\n"
+	      "                              limit\n"
 	      "      --keep-running          don't stop when every worker has finished\n"
-	      "      --codec NAME            codec of parameter replies: raw, zlib, zlib+shuffle;\n"
-	      "                              default: the codec of the worker's commit\n"
-	      "      --worker-timeout SEC    a worker silent this long is gone; 0: never; default 60\n"
-	      "      --idle-timeout SEC      no commit this long: checkpoint and exit 1; 0: never;\n"
-	      "                              default 600\n"
-	      "      --max-staleness K       refuse commits more than K versions stale (the worker\n"
-	      "                              recomputes); default: no bound\n"
+	      "      --codec NAME            codec of parameter replies: raw, zlib,\n"
+	      "                              zlib+shuffle; default: the codec of the worker's\n"
+	      "                              commit\n"
+	      "      --worker-timeout SEC    a worker silent this long is gone; 0: never;\n"
+	      "                              default 60\n"
+	      "      --idle-timeout SEC      no commit this long: checkpoint and exit 1; 0:\n"
+	      "                              never; default 600\n"
+	      "      --max-staleness K       refuse commits more than K versions stale (the\n"
+	      "                              worker recomputes); default: no bound\n"
 	      "      --drop-rate P           refuse a fraction P of commits with 503 (fault\n"
 	      "                              injection); default 0\n"
 	      "      --max-workers N         workers joined at once (each holds about 24 bytes\n"
 	      "                              per parameter); default 256, at most 4096\n"
+	      "  -q, --quiet                 no informational messages on stderr\n"
 	      "  -h, --help                  show this help\n"
 	      "  -V, --version               show the version\n",
 	      f);
@@ -66,6 +73,7 @@ static const struct option longopts[] = {
 	{"drop-rate", required_argument, 0, O_DROP},   {"no-token", no_argument, 0, O_NOTOKEN},
 	{"max-workers", required_argument, 0, O_MAXW}, {"tls-cert", required_argument, 0, O_CERT},
 	{"tls-key", required_argument, 0, O_KEY},      {"help", no_argument, 0, 'h'},
+	{"quiet", no_argument, 0, 'q'},
 	{"version", no_argument, 0, 'V'},              {0, 0, 0, 0},
 };
 
@@ -150,8 +158,11 @@ int main(int argc, char **argv)
 	int c, rc, failed, no_token = 0;
 	long max_workers = SERVE_MAX_WORKERS;
 
-	log_init("gem-serve");
-	while ((c = getopt_long(argc, argv, "l:hV", longopts, NULL)) != -1) {
+	if (log_init("gem-serve", err) < 0) {
+		fprintf(stderr, "gem-serve: %s\n", err);
+		return EXIT_USAGE;
+	}
+	while ((c = getopt_long(argc, argv, "l:qhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
 			if (cli_hostport(optarg, host, sizeof host, &o.port))
@@ -169,7 +180,13 @@ int main(int argc, char **argv)
 				bad_usage("--max-updates: not an unsigned integer: ", optarg);
 			break;
 		case O_KEEP: o.keep_running = 1; break;
-		case O_CODEC: o.codec = optarg; break;
+		case O_CODEC:
+			if (!blob_codec_known(optarg)) {
+				blob_codec_err_unknown(err, optarg);
+				bad_usage("--codec: ", err);
+			}
+			o.codec = optarg;
+			break;
 		case O_WTO:
 			if (cli_double(optarg, 0, 1e9, &o.worker_timeout))
 				bad_usage("--worker-timeout: not a number of seconds: ", optarg);
@@ -194,6 +211,7 @@ int main(int argc, char **argv)
 				bad_usage("--max-workers: not an integer in [1, 4096]: ", optarg);
 			o.max_workers = (int)max_workers;
 			break;
+		case 'q': log_quiet(); quiet = 1; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-serve"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
@@ -208,6 +226,8 @@ int main(int argc, char **argv)
 	if (o.allow_public && !token_file && !no_token)
 		bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches the "
 			  "port change the run)", NULL);
+	if (no_token && !httpd_is_loopback(o.host))
+		log_warn("--public --no-token: anyone who reaches the port can change the run");
 	if (!cert_file != !key_file)
 		bad_usage("--tls-cert and --tls-key go together", NULL);
 	if (cert_file) {

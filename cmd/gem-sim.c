@@ -27,7 +27,7 @@
 #define MAX_EVENTS 4096
 
 static const char usage_line[] =
-	"usage: gem-sim -n N [--steps S] [timing options] [--threads T] [gem-init options] RUNDIR\n"
+	"usage: gem-sim -n N [--steps S] [options] [gem-init options] RUNDIR\n"
 	"   or: gem-sim --replay LOG NEWRUN";
 
 static void usage(FILE *f)
@@ -41,24 +41,27 @@ static void usage(FILE *f)
 	      "      --step-time DIST    seconds per step: const:T, normal:MEAN,SD or\n"
 	      "                          lognormal:MU,SIGMA; default const:1\n"
 	      "      --jitter J          multiply each step time by U(1-J, 1+J); default 0\n"
-	      "      --speed-spread S    each worker's step times x e^(S z), z ~ N(0, 1) drawn once\n"
-	      "                          per worker; default 0\n"
-	      "      --timing PRESET     roundrobin (const:1, the default) or measured (lognormal\n"
-	      "                          steps and worker speeds fitted to real gem-run workers)\n"
+	      "      --speed-spread S    worker speeds: each one's step times x e^(S z), one\n"
+	      "                          z ~ N(0, 1) per worker; default 0\n"
+	      "      --timing PRESET     roundrobin (const:1, the default) or measured\n"
+	      "                          (lognormal steps and worker speeds fitted to real\n"
+	      "                          gem-run workers)\n"
 	      "      --stragglers K:F    workers 0..K-1 are F times slower\n"
 	      "      --latency SEC       one-way time of every message; default 0\n"
 	      "      --server-time SEC   server time per commit; default 0\n"
 	      "      --die W@T           worker W dies at time T (repeatable)\n"
 	      "      --join T            a new worker joins at time T (repeatable)\n"
-	      "  -j, --threads T         compute gradients on T threads (same result); default 1\n"
-	      "      --replay LOG        re-run the joins, commits and leaves of a gem-serve run's\n"
-	      "                          LOG (RUN/log.jsonl) in their order into NEWRUN (made from\n"
-	      "                          RUN when it is not a run): the same parameters, bit for bit\n"
+	      "  -j, --threads T         compute gradients on T threads, same result; default 1\n"
+	      "      --replay LOG        re-run the joins, commits and leaves of a gem-serve\n"
+	      "                          run's LOG (RUN/log.jsonl) in their order into NEWRUN\n"
+	      "                          (made from RUN when it is not a run): the same\n"
+	      "                          parameters, bit for bit\n"
 	      "  -q, --quiet             no progress line, no summary on stderr\n"
 	      "  -h, --help              show this help\n"
 	      "  -V, --version           show the version\n"
-	      "Every other option goes to gem-init (see gem-init --help), which makes RUNDIR first,\n"
-	      "with --workers N; without them an existing RUNDIR is used as it is.\n",
+	      "Every other option goes to gem-init (see gem-init --help), which makes RUNDIR\n"
+	      "first, with --workers N; without them RUNDIR must be a run, and is used as it\n"
+	      "is.\n",
 	      f);
 }
 
@@ -198,9 +201,10 @@ static int replay(const char *logpath, const char *newrun, int quiet)
 	       (unsigned long long)sum.samples, (unsigned long long)sum.commits, sum.workers,
 	       (unsigned long long)sum.lines, sum.seconds);
 	if (!quiet)
-		fprintf(stderr, "gem-sim: replayed %llu log lines (%llu commits of %d workers) into %s: "
+		fprintf(stderr, "gem-sim: replayed %llu log lines (%llu commits of %d worker%s) into %s: "
 				"version %llu in %.1f s\n",
-			(unsigned long long)sum.lines, (unsigned long long)sum.commits, sum.workers, newrun,
+			(unsigned long long)sum.lines, (unsigned long long)sum.commits, sum.workers,
+			GEM_S(sum.workers), newrun,
 			(unsigned long long)sum.version, sum.seconds);
 	if (stop_signal) {
 		fprintf(stderr, "gem-sim: interrupted; parameters saved at version %llu\n",
@@ -221,7 +225,7 @@ static void progress(void *ctx, const struct ps_now *st, double vtime)
 	progress_line(&st->p, line, sizeof line);
 	len = strlen(line);
 	snprintf(line + len, sizeof line - len, "  vtime %.1f  %d worker%s", vtime, st->active,
-		 st->active == 1 ? "" : "s");
+		 GEM_S(st->active));
 	fputs(progress_show_text(sh, "gem-sim", line, text, sizeof text), stderr);
 }
 
@@ -239,7 +243,10 @@ int main(int argc, char **argv)
 	struct progress_show show;
 	struct stat stt;
 
-	log_init("gem-sim");
+	if (log_init("gem-sim", err) < 0) {
+		fprintf(stderr, "gem-sim: %s\n", err);
+		return EXIT_USAGE;
+	}
 	sim_opts_default(&o);
 	sargv = calloc((size_t)argc + 1, sizeof *sargv);
 	iargv = calloc((size_t)argc + 8, sizeof *iargv);
@@ -331,7 +338,7 @@ int main(int argc, char **argv)
 			o.threads = (int)v;
 			break;
 		case O_REPLAY: replay_log = optarg; break;
-		case 'q': quiet = 1; break;
+		case 'q': quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-sim"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
@@ -360,9 +367,15 @@ int main(int argc, char **argv)
 	if (progress_show_init(&show, getenv("GEM_PROGRESS"), isatty(2), quiet, err) < 0)
 		bad_usage("", err);
 
-	/* Make the run first when gem-init options are given, or when there is none yet. */
-	snprintf(runjson, sizeof runjson, "%s/" RUN_JSON, rundir);
-	if (iargc > ninit || stat(runjson, &stt) != 0) {
+	/* Make the run first when gem-init options are given; without them RUNDIR must be a run
+	 * (a mistyped name is not a new cnn run) */
+	run_dir_file(rundir, RUN_JSON, runjson, sizeof runjson);
+	if (iargc == ninit && stat(runjson, &stt) != 0) {
+		fprintf(stderr, "gem-sim: %s: not a run (no %s); give gem-init options (--model, "
+				"--data, ...) to make one\n%s\n", rundir, RUN_JSON, usage_line);
+		return EXIT_USAGE;
+	}
+	if (iargc > ninit) {
 		snprintf(nbuf, sizeof nbuf, "%d", o.nworkers);
 		iargv[iargc++] = (char *)rundir;
 		iargv[iargc] = NULL;
@@ -395,9 +408,9 @@ int main(int argc, char **argv)
 	       sum.seconds);
 	if (!quiet)
 		fprintf(stderr,
-			"gem-sim: %d workers (%d finished, %d died, %d failed): %llu updates in %.6g virtual s, "
+			"gem-sim: %d worker%s (%d finished, %d died, %d failed): %llu updates in %.6g virtual s, "
 			"%.1f s (%.0f updates/s)\n",
-			sum.workers, sum.finished, sum.died, sum.failed, (unsigned long long)sum.updates,
+			sum.workers, GEM_S(sum.workers), sum.finished, sum.died, sum.failed, (unsigned long long)sum.updates,
 			sum.vtime, sum.seconds, (double)sum.updates / (sum.seconds > 0 ? sum.seconds : 1));
 	if (stop_signal) {
 		/* the virtual workers' state (their x, data positions, the event queue) is not

@@ -27,36 +27,44 @@
 #include "role/work.h"
 
 static const char usage_line[] =
-	"usage: gem-work (--local RUNDIR | --server URL|RUNDIR) [--epochs E | --steps S] [options]\n"
-	"   or: gem-work --rule sgp --run RUNDIR (--peers URL,... | --peers-file FILE) [options]";
+	"usage: gem-work (--local RUNDIR | --server URL|RUNDIR) [-e E | -t S] [options]\n"
+	"   or: gem-work --rule sgp --run RUNDIR (--peers URL,... | --peers-file F) ...";
 
 static void usage(FILE *f)
 {
 	fprintf(f, "%s\n", usage_line);
-	fputs("Train a model: alone (--local), as one worker of a gem-serve run (--server), or as\n"
-	      "one node of a Stochastic Gradient Push run (--rule sgp): no server, push-sum gossip.\n"
+	fputs("Train a model: alone (--local), as one worker of a gem-serve run (--server), or\n"
+	      "as one node of a Stochastic Gradient Push run (--rule sgp): no server, push-sum\n"
+	      "gossip.\n"
 	      "\n"
-	      "  -l, --local RUNDIR        train in this process with sequential momentum SGD\n"
-	      "  -S, --server URL|RUNDIR   join the parameter server at URL (see gem-serve), or the\n"
-	      "                            one of RUNDIR, once RUNDIR/server.url appears\n"
+	      "  -L, --local RUNDIR        train in this process with sequential momentum SGD\n"
+	      "  -S, --server URL|RUNDIR   join the parameter server at URL (see gem-serve), or\n"
+	      "                            the one of RUNDIR, once RUNDIR/server.url appears\n"
 	      "  -e, --epochs E            train E epochs (default: the run's budget)\n"
 	      "  -t, --steps S             train S steps (minibatches)\n"
-	      "      --shard I/N           see only part I of N of the training set (0 <= I < N)\n"
+	      "      --shard I/N           see only part I of N of the training set (0 <= I <\n"
+	      "                            N)\n"
 	      "      --worker-id ID        rejoin under an earlier worker id (--server)\n"
 	      "      --token-file FILE     send the bearer token in FILE (--server)\n"
-	      "      --cacert FILE         trust only the CA certificate(s) in this PEM file for an\n"
-	      "                            https:// server (--server); default: the system's CAs\n"
-	      "      --retry-for SEC       keep retrying an unreachable server this long; default 60\n"
-	      "      --checkpoint-every SEC  save the parameters this often (--local); default 60\n"
-	      "      --slowdown F          make each step F times slower (fault injection); default 1\n"
-	      "      --die-after N         die abruptly (SIGKILL) after N commits (fault injection)\n"
-	      "      --threads T           compute on T threads (BLIS and the conv kernels; same\n"
-	      "                            result); default 1\n"
+	      "      --cacert FILE         trust only the CA certificate(s) in this PEM file\n"
+	      "                            for an https:// server (--server); default: the\n"
+	      "                            system's CAs\n"
+	      "      --retry-for SEC       keep retrying an unreachable server this long;\n"
+	      "                            default 60\n"
+	      "      --checkpoint-every SEC  save the parameters this often (--local); default\n"
+	      "                              60\n"
+	      "      --slowdown F          make each step F times slower (fault injection);\n"
+	      "                            default 1\n"
+	      "      --die-after N         die abruptly (SIGKILL) after N commits (fault\n"
+	      "                            injection)\n"
+	      "  -j, --threads T           compute on T threads (BLIS and the conv kernels;\n"
+	      "                            same result); default 1\n"
 	      "\n"
 	      "SGP nodes (--rule sgp):\n"
 	      "      --rule sgp            be one node of an SGP run\n"
-	      "      --run RUNDIR          the run (model, data, hyper-parameters, initial parameters);\n"
-	      "                            node-I.gem and node-I.jsonl are written there\n"
+	      "      --run RUNDIR          the run (model, data, hyper-parameters, initial\n"
+	      "                            parameters); node-I.gem and node-I.jsonl are written\n"
+	      "                            there\n"
 	      "      --listen HOST:PORT    where this node receives pushes; default 127.0.0.1:0\n"
 	      "      --public              allow listening on a non-loopback address (needs\n"
 	      "                            --token-file, or --no-token)\n"
@@ -64,12 +72,15 @@ static void usage(FILE *f)
 	      "                            the port can push into the run\n"
 	      "      --peers URL,...       every node's URL, in node order (this node's too)\n"
 	      "      --peers-file FILE     the same, one per line, read once FILE appears\n"
-	      "      --node I              this node's index in the list; default: the entry of --listen\n"
-	      "      --topology T          exp (time-varying exponential graph) or ring; default exp\n"
+	      "      --node I              this node's index in the list; default: the entry of\n"
+	      "                            --listen\n"
+	      "      --topology T          exp (time-varying exponential graph) or ring;\n"
+	      "                            default exp\n"
 	      "      --peers-per-iter M    out-peers per iteration; default 1\n"
-	      "      --overlap             Overlap-SGP: non-blocking sends, mass added as it arrives\n"
-	      "      --tau T               with --overlap, wait after T iterations with no message;\n"
-	      "                            default twice the exponential graph's cycle\n"
+	      "      --overlap             Overlap-SGP: non-blocking sends, mass added as it\n"
+	      "                            arrives\n"
+	      "      --tau T               with --overlap, wait after T iterations with no\n"
+	      "                            message; default twice the exponential graph's cycle\n"
 	      "\n"
 	      "  -q, --quiet               no progress line, no summary\n"
 	      "  -h, --help                show this help\n"
@@ -84,16 +95,16 @@ static void bad_usage(const char *msg, const char *arg)
 }
 
 enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN, O_LISTEN,
-       O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU, O_THREADS,
+       O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU,
        O_NOTOKEN, O_CACERT };
 
 static const struct option longopts[] = {
-	{"local", required_argument, 0, 'l'},       {"server", required_argument, 0, 'S'},
+	{"local", required_argument, 0, 'L'},       {"server", required_argument, 0, 'S'},
 	{"epochs", required_argument, 0, 'e'},      {"steps", required_argument, 0, 't'},
 	{"shard", required_argument, 0, O_SHARD},   {"worker-id", required_argument, 0, O_WID},
 	{"token-file", required_argument, 0, O_TOKEN}, {"retry-for", required_argument, 0, O_RETRY},
 	{"checkpoint-every", required_argument, 0, O_CKPT}, {"slowdown", required_argument, 0, O_SLOW},
-	{"die-after", required_argument, 0, O_DIE}, {"threads", required_argument, 0, O_THREADS},
+	{"die-after", required_argument, 0, O_DIE}, {"threads", required_argument, 0, 'j'},
 	{"rule", required_argument, 0, O_RULE},     {"run", required_argument, 0, O_RUN},
 	{"listen", required_argument, 0, O_LISTEN}, {"public", no_argument, 0, O_PUBLIC},
 	{"peers", required_argument, 0, O_PEERS},   {"peers-file", required_argument, 0, O_PEERS_FILE},
@@ -176,9 +187,9 @@ static int train_local(const char *dir, const struct work_opts *o)
 	}
 	if (local_info(l)->spent) {
 		if (!o->quiet)
-			fprintf(stderr, "gem-work: %s: the run's budget of %d epochs is spent already "
+			fprintf(stderr, "gem-work: %s: the run's budget of %d epoch%s is spent already "
 					"(use --epochs to train more)\n",
-				dir, local_info(l)->epochs);
+				dir, local_info(l)->epochs, GEM_S(local_info(l)->epochs));
 		local_close(l);
 		return 0;
 	}
@@ -198,11 +209,14 @@ static int train_local(const char *dir, const struct work_opts *o)
 			(unsigned long long)r.version + 1, (double)r.loss);
 		return EXIT_JOB;
 	}
-	if (!o->quiet)
-		fprintf(stderr, "gem-work: %llu updates, %llu samples in %.1f s (%.0f samples/s), last loss "
-				"%.4f\n",
-			(unsigned long long)r.steps, (unsigned long long)r.samples, r.seconds,
-			(double)r.samples / r.seconds, (double)r.loss);
+	if (!o->quiet) {
+		char rate[32], loss[32];
+		fprintf(stderr, "gem-work: %llu update%s, %llu samples in %.1f s (%s samples/s), last loss "
+				"%s\n",
+			(unsigned long long)r.steps, GEM_S(r.steps), (unsigned long long)r.samples, r.seconds,
+			cli_num(rate, sizeof rate, "%.0f", (double)r.samples / r.seconds),
+			cli_num(loss, sizeof loss, "%.4f", (double)r.loss));
+	}
 	if (stop_signal) {
 		fprintf(stderr, "gem-work: interrupted; parameters saved at update %llu\n",
 			(unsigned long long)r.version);
@@ -227,7 +241,7 @@ static void server_progress(const struct work_result *r, void *ctx)
 static int server_report(const struct work_info *in, const struct work_opts *o,
 			 const struct work_result *r, int rc, const char *err)
 {
-	char idle[96] = "";
+	char idle[96] = "", loss[32];
 	if (rc < 0) {
 		fprintf(stderr, "gem-work: worker %d: %s\n", in->worker, err);
 		return EXIT_JOB;
@@ -256,9 +270,10 @@ static int server_report(const struct work_info *in, const struct work_opts *o,
 	if (in->background)
 		snprintf(idle, sizeof idle, ", idle %.2f s (%.1f%%), %.2f s of it in the last round", r->idle,
 			 r->seconds > 0 ? 100 * r->idle / r->seconds : 0.0, r->idle_last);
-	log_info("worker %d: %llu steps, %llu samples in %.1f s, last loss %.4f, version %llu%s",
-		 in->worker, (unsigned long long)r->steps, (unsigned long long)r->samples, r->seconds,
-		 (double)r->loss, (unsigned long long)r->version, idle);
+	log_info("worker %d: %llu step%s, %llu samples in %.1f s, last loss %s, version %llu%s",
+		 in->worker, (unsigned long long)r->steps, GEM_S(r->steps), (unsigned long long)r->samples,
+		 r->seconds, cli_num(loss, sizeof loss, "%.4f", (double)r->loss),
+		 (unsigned long long)r->version, idle);
 	return 0;
 }
 
@@ -271,7 +286,7 @@ static int server_of_run(const char *dir, const struct work_opts *o, char *url, 
 	int said = 0;
 	struct timespec ts = {0, 50 * 1000 * 1000};
 	int rc = 0;
-	snprintf(path, sizeof path, "%s/%s", dir, RUN_JSON);
+	run_dir_file(dir, RUN_JSON, path, sizeof path);
 	if (access(path, F_OK) < 0) {
 		fprintf(stderr, "gem-work: --server %s: neither a URL nor a run (no %s)\n", dir, path);
 		return EXIT_USAGE;
@@ -381,7 +396,7 @@ static void sgp_show(const struct sgp_status *st, void *ctx)
  * summary on stderr; returns 0, 1 failed, 2 bad usage or topology mismatch, 128+N on signal N. */
 static int run_sgp_node(const struct sgp_opts *so, int quiet)
 {
-	char err[GEM_ERRMAX];
+	char err[GEM_ERRMAX], loss[32];
 	struct sgp_node *node;
 	struct sgp_status st;
 	struct sgp_show sh = {.o = so, .quiet = quiet, .tty = isatty(2) && !quiet};
@@ -402,9 +417,9 @@ static int run_sgp_node(const struct sgp_opts *so, int quiet)
 	if (rc < 0)
 		log_error("%s", err);
 	else if (!quiet)
-		log_info("node %d: %llu iterations, %llu samples in %.1f s, last loss %.4f, w %.4f", st.node,
-			 (unsigned long long)st.iter, (unsigned long long)st.samples, st.seconds,
-			 (double)st.loss, st.w);
+		log_info("node %d: %llu iteration%s, %llu samples in %.1f s, last loss %s, w %.4f",
+			 st.node, (unsigned long long)st.iter, GEM_S(st.iter), (unsigned long long)st.samples,
+			 st.seconds, cli_num(loss, sizeof loss, "%.4f", (double)st.loss), st.w);
 	sgp_node_close(node);
 	if (stop_signal)
 		return 128 + stop_signal;
@@ -417,14 +432,17 @@ int main(int argc, char **argv)
 			      .slowdown = 1, .worker_id = -1};
 	struct sgp_opts so = {.node = -1, .topology = SGP_EXP, .peers_per_iter = 1};
 	const char *local = NULL, *server = NULL, *rule = NULL;
-	char host[256] = "127.0.0.1";
+	char host[256] = "127.0.0.1", err[GEM_ERRMAX];
 	int c, listen_set = 0, sgp_only = 0, threads = 1, no_token = 0;
 	long v;
 
-	log_init("gem-work");
-	while ((c = getopt_long(argc, argv, "l:S:e:t:qhV", longopts, NULL)) != -1) {
+	if (log_init("gem-work", err) < 0) {
+		fprintf(stderr, "gem-work: %s\n", err);
+		return EXIT_USAGE;
+	}
+	while ((c = getopt_long(argc, argv, "L:S:e:t:j:qhV", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'l': local = optarg; break;
+		case 'L': local = optarg; break;
 		case 'S': server = optarg; break;
 		case 'e':
 			if (cli_long(optarg, 1, 1 << 20, &v))
@@ -502,12 +520,12 @@ int main(int argc, char **argv)
 			so.tau = (int)v;
 			sgp_only = 1;
 			break;
-		case O_THREADS:
+		case 'j':
 			if (cli_long(optarg, 1, 256, &v))
 				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
 			threads = (int)v;
 			break;
-		case 'q': o.quiet = 1; break;
+		case 'q': o.quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-work"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
@@ -538,6 +556,8 @@ int main(int argc, char **argv)
 		if (so.allow_public && !o.token_file && !no_token)
 			bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches "
 				  "the port push into the run)", NULL);
+		if (no_token && !httpd_is_loopback(host))
+			log_warn("--public --no-token: anyone who reaches the port can push into the run");
 		so.host = host;
 		so.epochs = o.epochs;
 		so.steps = o.steps;

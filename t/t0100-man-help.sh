@@ -79,7 +79,46 @@ for prog in $progs; do
 	"
 done
 
-for page in "$MAN"/man1/*.1 "$MAN"/man7/*.7; do
+# glued_prose PAGE...: lines of the alternating-font macros (.BR, .IR, ...) with three plain
+# words in a row among their unquoted arguments: roff sets those without spaces between
+# them ("2onbadusage"), where prose was meant.
+glued_prose() {
+	awk '/^\.(BR|RB|BI|IB|IR|RI) / {
+		line = $0; sub(/^\.[A-Z][A-Z] /, "", line); run = 0
+		while (sub(/^ +/, "", line) >= 0 && line != "") {
+			if (substr(line, 1, 1) == "\"") { match(line, /^"[^"]*"?/); q = 1 }
+			else { match(line, /^[^ ]+/); q = 0 }
+			tok = substr(line, 1, RLENGTH); line = substr(line, RLENGTH + 1)
+			run = !q && tok ~ /^[A-Za-z0-9,.;:]+$/ && tok ~ /[A-Za-z0-9]/ ? run + 1 : 0
+			if (run >= 3) { print FILENAME ":" FNR ": " $0; break }
+		}
+	}' "$@"
+}
+
+test_expect_success 'no man page glues prose words together in a font macro' '
+	glued_prose "$MAN"/man*/*.* >glued &&
+	{ test ! -s glued || { cat glued; false; }; }
+'
+
+for prog in $progs; do
+	test_expect_success "$prog --help fits in 80 columns" "
+		$prog --help >help.out &&
+		python3 -c 'import sys
+long = [l for l in open(\"help.out\", encoding=\"utf-8\").read().split(\"\\n\") if len(l) > 80]
+print(\"\\n\".join(long)); sys.exit(bool(long))'
+	"
+done
+
+test_expect_success 'make install installs every man page in its section' '
+	make -s -n -C "$GEM_SRC" install PREFIX=/inst >install.cmds &&
+	for page in "$MAN"/man*/*.*; do
+		sect=$(basename "$(dirname "$page")") &&
+		grep -q "^install .*man/$sect/$(basename "$page") .*/inst/share/man/$sect/\$" install.cmds ||
+		{ echo "not installed: $page"; return 1; }
+	done
+'
+
+for page in "$MAN"/man1/*.1 "$MAN"/man5/*.5 "$MAN"/man7/*.7; do
 	name=$(basename "$page")
 	test_expect_success "$name renders without warnings" "
 		groff -man -ww -z '$page' >groff.out 2>&1 &&

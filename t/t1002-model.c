@@ -40,9 +40,14 @@ static void test_bad_specs(void)
 	const char *tail = "{\"type\":\"flatten\"},{\"type\":\"dense\",\"out\":3},{\"type\":\"logsoftmax\"}";
 	char buf[1024];
 	snprintf(buf, sizeof buf, "{\"type\":\"conv3d\",\"out\":2},%s", tail);
-	bad_spec(buf, "layers[0]: unknown type \"conv3d\"", "unknown layer type");
-	bad_spec(buf, "(known: dense, conv2d, maxpool2d, relu, dropout, dropout2d, flatten, logsoftmax)",
-		 "unknown layer type: the error lists the known ones");
+	bad_spec(buf, "layers[0]: unknown layer type \"conv3d\"", "unknown layer type");
+	bad_spec(buf, "; valid: dense, conv2d, maxpool2d, relu, dropout, dropout2d, flatten, logsoftmax",
+		 "unknown layer type: the error lists the valid ones");
+	snprintf(buf, sizeof buf, "{\"type\":\"conv2\",\"out\":2},%s", tail);
+	bad_spec(buf, "unknown layer type \"conv2\" (did you mean conv2d?)", "a typo: did you mean");
+	snprintf(buf, sizeof buf, "{\"type\":\"conv2d\",\"out\":2,\"kernal\":3},%s", tail);
+	bad_spec(buf, "layers[0].kernal: unknown field of conv2d \"kernal\" (did you mean kernel?)",
+		 "a mistyped field: did you mean");
 	snprintf(buf, sizeof buf, "{\"type\":\"conv2d\",\"out\":2},%s", tail);
 	bad_spec(buf, "layers[0].kernel: missing", "missing field");
 	snprintf(buf, sizeof buf, "{\"type\":\"conv2d\",\"out\":2,\"kernel\":\"5\"},%s", tail);

@@ -59,7 +59,7 @@ assert ev[\"rule\"] == \"overlap-sgp\", ev"
 test_expect_success 'gem-eval --nodes: a list of node files, and the run directory' '
 	gem-eval --nodes sgp/node-0.gem,sgp/node-1.gem >two &&
 	test "$(grep -c "^[0-9]" two)" = 2 &&
-	gem-eval -j --nodes sgp >all.json &&
+	gem-eval --json --nodes sgp >all.json &&
 	python3 -c "
 import json
 rows = [json.loads(l) for l in open(\"all.json\")]

@@ -34,8 +34,14 @@ int main(void)
 	json_t *j;
 
 	ok(rule_config_default("adam", &c, err) == GEM_EUSAGE && strstr(err, "adam") &&
-		   strstr(err, RULE_NAMES),
+		   strstr(err, "valid: gem, downpour, dynsgd, easgd, dcasgd, sync, dma") &&
+		   !strstr(err, "did you mean"),
 	   "unknown rule name: %s", err);
+	ok(rule_config_default("downpoor", &c, err) == GEM_EUSAGE &&
+		   strstr(err, "(did you mean downpour?)"),
+	   "a mistyped rule name: %s", err);
+	ok(rule_config_default("SYNC", &c, err) == GEM_EUSAGE && strstr(err, "(did you mean sync?)"),
+	   "a rule name in capitals: %s", err);
 	ok(rule_config_default("gem", &c, err) == 0 && c.kappa == 1 && c.pi_max == 5 &&
 		   c.eps == 1e-12f && c.momentum == 0.9f && c.tensor_stats,
 	   "gem defaults: κ = 1, π_max = 5, ε = 1e-12, μ = 0.9");

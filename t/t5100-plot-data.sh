@@ -56,7 +56,7 @@ test_expect_success 'loss: the default window is 50 (a running mean here)' '
 '
 
 test_expect_success 'loss --by worker: one block per worker, per worker-step' '
-	gem-plot-data -s 2 --by worker loss runA >out 2>/dev/null &&
+	gem-plot-data --smooth 2 --by worker loss runA >out 2>/dev/null &&
 	grep -q "^# worker 1$" out && grep -q "^# worker 2$" out &&
 	grep -q "^step	version	loss	loss_avg2$" out &&
 	printf "1\t1\t4\t4\n2\t3\t6\t5\n3\t5\t3\t4.5\n\n\n1\t2\t2\t2\n" >want &&
@@ -190,7 +190,7 @@ for view in loss pi staleness throughput workers; do
 done
 
 test_expect_success '--gnuplot --term dumb loss --by worker, two runs' '
-	gem-plot-data -t dumb --by worker loss runA runB 2>/dev/null | gnuplot >plot.txt 2>gperr &&
+	gem-plot-data -T dumb --by worker loss runA runB 2>/dev/null | gnuplot >plot.txt 2>gperr &&
 	! grep -i error gperr && grep -q "downpour, 3 workers: worker 2" plot.txt
 '
 
@@ -202,7 +202,7 @@ test_expect_success '--gnuplot png makes a PNG, on stdout or with --output' '
 '
 
 test_expect_success '--term svg makes an SVG' '
-	gem-plot-data -t svg throughput runA runB 2>/dev/null | gnuplot >t.svg && grep -q "<svg" t.svg
+	gem-plot-data -T svg throughput runA runB 2>/dev/null | gnuplot >t.svg && grep -q "<svg" t.svg
 '
 
 test_expect_success 'share/gem/plot: loss.gp and pi.gp plot gem-plot-data files' '
@@ -259,7 +259,7 @@ test_expect_success '--csv: one table, a plain header row, the run first (quoted
 		printf "downpour, 3 workers|1|10|1.5|1.5\ndownpour, 3 workers|2|20|1|1.25\n"
 		echo "downpour, 3 workers|3|30|0.5|0.75"
 	} >want && diff want got &&
-	gem-plot-data --csv -s 2 --by worker loss runA >w.csv 2>/dev/null &&
+	gem-plot-data --csv --smooth 2 --by worker loss runA >w.csv 2>/dev/null &&
 	head -2 w.csv >got && printf "run,worker,step,version,loss,loss_avg2\n\"gem, 2 workers\",1,1,1,4,4\n" >want &&
 	diff want got
 '
@@ -290,14 +290,14 @@ assert n[\"mean_loss\"] is None and n[\"worker\"] == 7, n
 '
 
 test_expect_success '--x samples and --x seconds: the loss view'"'"'s first column' '
-	gem-plot-data -s 2 --x samples loss runA >out 2>/dev/null &&
+	gem-plot-data --smooth 2 --x samples loss runA >out 2>/dev/null &&
 	head -1 out | grep -q "^samples	version	loss	loss_avg2$" &&
 	data out | head -2 >got && printf "32\t1\t4\t4\n64\t2\t2\t3\n" >want && diff want got &&
-	gem-plot-data -s 2 --x seconds loss runA >out 2>/dev/null &&
+	gem-plot-data --smooth 2 --x seconds loss runA >out 2>/dev/null &&
 	data out | cut -f1,2 | tail -1 >got && printf "12.600\t5\n" >want && diff want got &&
 	gem-plot-data --x seconds --by worker loss runA 2>/dev/null | head -1 |
 		grep -q "^seconds	step	loss	loss_avg50$" &&
-	gem-plot-data --x samples -t dumb loss runA 2>/dev/null | grep -q "xlabel .training samples"
+	gem-plot-data --x samples -T dumb loss runA 2>/dev/null | grep -q "xlabel .training samples"
 '
 
 test_expect_success 'local runs are labelled "local", SGP node logs are read from the RUNDIR' '
@@ -343,7 +343,7 @@ test_expect_success 'a PNG is not written to a terminal: gnuplot stops with a me
 	grep -q "not writing a PNG to a terminal" tty.out && ! grep -q "PNG.*IHDR" tty.out &&
 	gnuplot png.gp >p.png &&
 	test "$(head -c 4 p.png | od -An -tx1 | tr -d " \n")" = 89504e47 &&
-	gem-plot-data -t svg loss runA 2>/dev/null | grep -qv "not writing"
+	gem-plot-data -T svg loss runA 2>/dev/null | grep -qv "not writing"
 '
 
 test_expect_code 2 'an unknown view: exit 2 with a usage line' '
@@ -359,8 +359,8 @@ test_expect_code 2 'a bad --term: exit 2' 'gem-plot-data --term x11 loss runA'
 test_expect_code 2 'a bad --x: exit 2' 'gem-plot-data --x steps loss runA'
 test_expect_code 2 '--csv with --gnuplot: exit 2' 'gem-plot-data --csv --gnuplot loss runA'
 test_expect_code 2 '--follow without a script: exit 2' 'gem-plot-data --follow loss runA'
-test_expect_code 2 '--follow of stdin: exit 2' 'gem-plot-data --follow -t dumb loss - <runA/log.jsonl'
-test_expect_code 2 'a bad --interval: exit 2' 'gem-plot-data --follow -t dumb --interval 0 loss runA'
+test_expect_code 2 '--follow of stdin: exit 2' 'gem-plot-data --follow -T dumb loss - <runA/log.jsonl'
+test_expect_code 2 'a bad --interval: exit 2' 'gem-plot-data --follow -T dumb --interval 0 loss runA'
 
 
 test_expect_success '--help and --version' '
@@ -372,11 +372,12 @@ test_expect_success 'every option --help prints is in the man page, and the othe
 	man="$GEM_SRC/man/man1/gem-plot-data.1" &&
 	gem-plot-data --help | grep -o -- "--[a-z][a-z-]*" | sort -u >help-opts &&
 	test -s help-opts &&
+	sed "s/\\\\-/-/g" "$man" >man.txt &&
 	while read -r o; do
-		grep -q -- "\\\\-\\\\-${o#--}\\b" "$man" || { echo "$o not in the man page"; return 1; }
+		grep -q -- "$o\\b" man.txt || { echo "$o not in the man page"; return 1; }
 	done <help-opts &&
-	sed -n "/^\.SH OPTIONS/,/^\.SH /p" "$man" | grep -o -- "\\\\-\\\\-[a-z][a-z-]*" |
-		sed "s/\\\\//g" | sort -u >man-opts &&
+	sed -n "/^\.SH OPTIONS/,/^\.SH /p" man.txt | grep -o -- "--[a-z][a-z-]*" |
+		sort -u >man-opts &&
 	diff help-opts man-opts
 '
 

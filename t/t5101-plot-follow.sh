@@ -29,7 +29,7 @@ test_expect_success 'a server run: a script per growth of the log, the end at th
 	start_server run --keep-running &&
 	test_when_finished "stop_if_running $SERVER_PID" &&
 	gem-work -q --server "$URL" --steps 10 &&
-	{ timeout 60 gem-plot-data --follow --interval 0.05 -t dumb loss run >f.gp 2>f.err & } &&
+	{ timeout 60 gem-plot-data --follow --interval 0.05 -T dumb loss run >f.gp 2>f.err & } &&
 	fpid=$! && test_bg $fpid &&
 	wait_until "test \"\$(last_version f.gp)\" = 10" &&
 	gem-work -q --server "$URL" --steps 10 &&
@@ -42,7 +42,7 @@ test_expect_success 'a server run: a script per growth of the log, the end at th
 '
 
 test_expect_success 'a finished run is shown once' '
-	timeout 20 gem-plot-data --follow -t dumb loss run >once.gp &&
+	timeout 20 gem-plot-data --follow -T dumb loss run >once.gp &&
 	test "$(frames once.gp)" = 1
 '
 
@@ -68,7 +68,7 @@ test_expect_success 'SGP node logs: followed until every node has done its itera
 			echo "{\"time\":1,\"elapsed\":1,\"version\":1,\"worker\":$i,\"tau\":0,\"loss\":1,\"samples\":8}"
 		} >sgp/node-$i.jsonl
 	done &&
-	{ timeout 60 gem-plot-data --follow --interval 0.05 -t dumb workers sgp >s.gp 2>s.err & } &&
+	{ timeout 60 gem-plot-data --follow --interval 0.05 -T dumb workers sgp >s.gp 2>s.err & } &&
 	fpid=$! && test_bg $fpid &&
 	wait_until "test \"\$(frames s.gp)\" = 1" &&
 	echo "{\"time\":1,\"elapsed\":2,\"version\":2,\"worker\":0,\"tau\":0,\"loss\":1,\"samples\":16}" >>sgp/node-0.jsonl &&
@@ -80,5 +80,5 @@ test_expect_success 'SGP node logs: followed until every node has done its itera
 '
 
 test_expect_code 1 'a log that is not there and no run trained: exit 1' '
-	mkdir -p none && timeout 20 gem-plot-data --follow -t dumb loss none'
+	mkdir -p none && timeout 20 gem-plot-data --follow -T dumb loss none'
 test_done

@@ -62,11 +62,11 @@ assert abs(mean - acc) < 3e-4, (mean, acc)
 
 test_expect_success '--train-subset adds a finite train_loss, the same on every call' '
 	gem-eval --train-subset 300 run >ts1.tsv &&
-	gem-eval -t 300 run >ts2.tsv &&
+	gem-eval --train-subset 300 run >ts2.tsv &&
 	cmp ts1.tsv ts2.tsv &&
 	head -1 ts1.tsv | grep -q "	test_acc	train_loss$" &&
 	awk -F"\t" "NR==2 { exit !(NF == 6 && \$6 + 0 == \$6 && \$6 > 0 && \$6 < 10) }" ts1.tsv &&
-	gem-eval -t 100000 run | awk -F"\t" "NR==2 { exit !(NF == 6 && \$6 > 0) }"
+	gem-eval --train-subset 100000 run | awk -F"\t" "NR==2 { exit !(NF == 6 && \$6 > 0) }"
 '
 
 test_expect_success 'the columns come in order: train_loss, then acc_k' '

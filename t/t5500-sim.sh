@@ -146,6 +146,12 @@ for bad in "-n 0 base" "-n x base" "--steps 0 base" "--step-time foo:1 base" "--
 	test_expect_code 2 "bad usage: gem-sim $bad" "gem-sim $bad"
 done
 test_expect_code 2 'not a run, and gem-init refuses its options' 'gem-sim -n 2 --model nosuchmodel newrun'
+test_expect_success 'a RUNDIR that is not a run, and no gem-init option: refused, nothing made' '
+	{ gem-sim -q -n 2 --steps 3 bsae >out 2>err; test $? = 2; } &&
+	grep -q "bsae: not a run" err && test ! -e bsae && test ! -s out &&
+	mkdir empty && { gem-sim -q -n 2 empty/ 2>err; test $? = 2; } &&
+	grep -q "empty/: not a run" err && test -z "$(ls empty)"
+'
 
 test_expect_success '--help lists every option, and the man page has each' '
 	gem-sim --help >help.txt &&

@@ -65,4 +65,26 @@ test_expect_code 2 'gem-init --rule sync without --workers names the option to g
 	gem-init -q --model tiny.json --data d --rule sync syncrun 2>err; rc=$?; cat err;
 	grep -q "give --workers N" err && test ! -e syncrun/run.json && exit $rc
 '
+test_expect_code 2 'an unknown rule lists the valid ones; a typo gets a guess' '
+	gem-init --rule downpoor run2 2>err; rc=$?; cat err
+	grep -q "unknown rule \"downpoor\" (did you mean downpour?); valid: gem, downpour," err &&
+	test ! -e run2 && exit $rc
+'
+test_expect_code 2 'an unknown model lists the built-in ones; a typo gets a guess' '
+	gem-init --model mlpp run2 2>err; rc=$?; cat err
+	grep -q "unknown model \"mlpp\" (did you mean mlp?); valid: cnn, mlp" err && exit $rc
+'
+test_expect_code 2 'gem-serve: an unknown codec lists the valid ones' '
+	gem-serve --codec zlb run 2>err; rc=$?; cat err
+	grep -q "did you mean zlib?); valid: raw, zlib, zlib+shuffle" err && exit $rc
+'
+test_expect_success 'a built-in model name wins over a directory of that name' '
+	mkdir -p mlp &&
+	gem-init -q --model mlp --data d builtin &&
+	grep -q "\"model_name\": *\"mlp\"" builtin/run.json
+'
+test_expect_code 2 'a directory given as the model is refused with a reason' '
+	mkdir -p mydir && gem-init --model mydir run3 2>err; rc=$?; cat err
+	grep -q "mydir: a directory, not a model spec" err && exit $rc
+'
 test_done

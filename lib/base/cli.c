@@ -165,3 +165,12 @@ int cli_hostport(const char *arg, char *host, size_t cap, int *port)
 	*port = (int)p;
 	return 0;
 }
+
+const char *cli_num(char *buf, size_t cap, const char *fmt, double v)
+{
+	if (isfinite(v))
+		snprintf(buf, cap, fmt, v);
+	else
+		snprintf(buf, cap, "n/a");
+	return buf;
+}

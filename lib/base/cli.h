@@ -33,6 +33,10 @@ double cli_wall(void);
 /* Read a bearer token: the first line of FILE, without its newline; empty is an error. */
 int cli_read_token(const char *file, char **token, char *err);
 
+/* v as fmt (one double conversion) writes it into buf, or "n/a" when v is not finite (a loss
+ * before the first step): no "-nan" in a message. Returns buf. */
+const char *cli_num(char *buf, size_t cap, const char *fmt, double v);
+
 /* Print "PROG VERSION" on stdout, as --version does. */
 void cli_print_version(const char *prog);
 #endif

@@ -1,5 +1,7 @@
 #include "base/log.h"
 
+#include "base/err.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,19 +18,27 @@ void log_over_line(int on)
 	log_erase = on;
 }
 
-void log_init(const char *progname)
+int log_init(const char *progname, char *err)
 {
+	static const char *const levels[] = {"debug", "info", "warn", "error"};
 	const char *slash = strrchr(progname, '/');
 	const char *lv = getenv("GEM_LOG");
 	log_prog = slash ? slash + 1 : progname;
-	if (!lv)
-		return;
-	if (!strcmp(lv, "debug"))
-		log_threshold = LOG_DEBUG;
-	else if (!strcmp(lv, "warn"))
+	if (!lv || !*lv)
+		return 0;
+	for (size_t i = 0; i < sizeof levels / sizeof *levels; i++)
+		if (!strcmp(lv, levels[i])) {
+			log_threshold = (enum log_level)i;
+			return 0;
+		}
+	return gem_err_unknown(err, GEM_EUSAGE, "GEM_LOG level", lv, levels,
+			       sizeof levels / sizeof *levels);
+}
+
+void log_quiet(void)
+{
+	if (log_threshold < LOG_WARN)
 		log_threshold = LOG_WARN;
-	else if (!strcmp(lv, "error"))
-		log_threshold = LOG_ERROR;
 }
 
 void log_msg(enum log_level level, const char *fmt, ...)

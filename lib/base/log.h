@@ -5,7 +5,11 @@
 
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 
-void log_init(const char *progname);
+/* The program's name for the prefix, and the threshold from GEM_LOG (unset or empty: info);
+ * GEM_EUSAGE with a message in err when GEM_LOG is set to no level. */
+int log_init(const char *progname, char *err);
+/* -q: no informational messages (warnings and errors still appear), whatever GEM_LOG says. */
+void log_quiet(void);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A line is refreshed in place on stderr (a terminal's progress line): each message erases it
  * first, and the line is drawn again under the message at its next refresh. */

@@ -78,8 +78,8 @@ static int get_field(const json_t *o, int li, const struct layer_field *f, union
 /* Find layers[li]'s type and check that every key of o is one of its fields. */
 static int layer_type(const json_t *o, int li, const struct layer_ops **ops, char *err)
 {
-	const char *key, *tname;
-	char names[256];
+	const char *key, *tname, *names[LAYER_MAX_FIELDS + 32];
+	size_t n = 0;
 	json_t *v, *tv = json_object_get(o, "type");
 
 	if (!json_is_object(o))
@@ -89,15 +89,27 @@ static int layer_type(const json_t *o, int li, const struct layer_ops **ops, cha
 	if (!json_is_string(tv))
 		return gem_errf(err, GEM_EUSAGE, "layers[%d].type: must be a string", li);
 	tname = json_string_value(tv);
-	if (!(*ops = find_type(tname)))
-		return gem_errf(err, GEM_EUSAGE, "layers[%d]: unknown type \"%s\" (known: %s)", li, tname,
-				type_list(names, sizeof names, 0, ", "));
+	if (!(*ops = find_type(tname))) {
+		for (const struct layer_ops *const *t = layer_all; *t && n < sizeof names / sizeof *names; t++)
+			names[n++] = (*t)->name;
+		gem_err_unknown(err, GEM_EUSAGE, "layer type", tname, names, n);
+		gem_errprefix(err, "layers[%d]: ", li);
+		return GEM_EUSAGE;
+	}
+	names[n++] = "type";
+	for (int f = 0; f < LAYER_MAX_FIELDS && (*ops)->fields[f].name; f++)
+		names[n++] = (*ops)->fields[f].name;
 	json_object_foreach((json_t *)o, key, v) {
-		int known = !strcmp(key, "type");
-		for (int f = 0; f < LAYER_MAX_FIELDS && (*ops)->fields[f].name && !known; f++)
-			known = !strcmp(key, (*ops)->fields[f].name);
-		if (!known)
-			return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: unknown field for %s", li, key, tname);
+		size_t i = 0;
+		while (i < n && strcmp(key, names[i]))
+			i++;
+		if (i == n) {
+			char what[64];
+			snprintf(what, sizeof what, "field of %.40s", tname);
+			gem_err_unknown(err, GEM_EUSAGE, what, key, names, n);
+			gem_errprefix(err, "layers[%d].%.64s: ", li, key);
+			return GEM_EUSAGE;
+		}
 	}
 	return 0;
 }
@@ -173,8 +185,11 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 		size_t i = 0;
 		while (i < sizeof keys / sizeof *keys && strcmp(key, keys[i]))
 			i++;
-		if (i == sizeof keys / sizeof *keys)
-			return gem_errf(err, GEM_EUSAGE, "%s: unknown field in a model spec", key);
+		if (i == sizeof keys / sizeof *keys) {
+			gem_err_unknown(err, GEM_EUSAGE, "field of a model spec", key, keys, i);
+			gem_errprefix(err, "%.64s: ", key);
+			return GEM_EUSAGE;
+		}
 	}
 	if (!(m = calloc(1, sizeof *m)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");

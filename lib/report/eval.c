@@ -343,7 +343,7 @@ static int follow_final(struct follower *w, char *err)
 		if (run_server_url_read(w->f->rundir, url, sizeof url, NULL) < 0 || strcmp(url, w->url))
 			break;
 	}
-	snprintf(path, sizeof path, "%s/params.gem", w->f->rundir);
+	run_dir_file(w->f->rundir, RUN_PARAMS, path, sizeof path);
 	memset(&none, 0, sizeof none);
 	if ((rc = run_params_load(&none, path, w->f->theta, w->f->n, &p, err)) < 0)
 		return rc;

@@ -442,7 +442,8 @@ static int run_label(const char *dir, const struct plot_log *lg, char *out, size
 	json_error_t jerr;
 	json_t *root, *rule;
 	const char *name = lg->rule[0] ? lg->rule : NULL;
-	snprintf(path, sizeof path, "%s/" RUN_JSON, dir);
+	if (run_dir_file(dir, RUN_JSON, path, sizeof path) < 0)
+		return -1;
 	root = json_load_file(path, 0, &jerr);
 	if (!root)
 		return -1;
@@ -463,14 +464,6 @@ static int run_label(const char *dir, const struct plot_log *lg, char *out, size
 	return name ? 0 : -1;
 }
 
-/* dir/name, without a doubled slash when dir ends in one. */
-static int dir_join(const char *dir, const char *name, char *out, size_t cap)
-{
-	size_t l = strlen(dir);
-	int slash = l > 0 && dir[l - 1] == '/';
-	return (size_t)snprintf(out, cap, "%s%s%s", dir, slash ? "" : "/", name) >= cap ? -1 : 0;
-}
-
 static int file_exists(const char *p)
 {
 	struct stat st;
@@ -484,11 +477,11 @@ int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err)
 	size_t k = 0, cap = 0;
 	*paths = NULL;
 	*n = 0;
-	if (is_dir(arg) && dir_join(arg, RUN_LOG, p, sizeof p) == 0 && !file_exists(p)) {
+	if (is_dir(arg) && run_dir_file(arg, RUN_LOG, p, sizeof p) == 0 && !file_exists(p)) {
 		/* no log.jsonl: an SGP run's node logs, node-0.jsonl, node-1.jsonl, ... */
 		for (int i = 0; i < INT32_MAX; i++) {
 			snprintf(name, sizeof name, RUN_NODE_LOG, i);
-			if (dir_join(arg, name, p, sizeof p) < 0 || !file_exists(p))
+			if (run_dir_file(arg, name, p, sizeof p) < 0 || !file_exists(p))
 				break;
 			if (grow(&v, &cap, k + 1, sizeof *v) < 0 || !(v[k] = strdup(p)))
 				goto nomem;
@@ -545,7 +538,7 @@ int plot_log_read(const char *arg, const struct plot_opts *o, long quiet_upto,
 	} else {
 		const char *slash;
 		if (is_dir(arg)) {
-			if (dir_join(arg, RUN_LOG, lg->path, sizeof lg->path) < 0)
+			if (run_dir_file(arg, RUN_LOG, lg->path, sizeof lg->path) < 0)
 				return gem_errf(err, GEM_EUSAGE, "%s: path too long", arg);
 			snprintf(dir, sizeof dir, "%s", arg);
 		} else {
@@ -581,7 +574,8 @@ int plot_log_read(const char *arg, const struct plot_opts *o, long quiet_upto,
 	if (lg->nbad > PLOT_MAXREPORT && !quiet_upto)
 		log_warn("%s: %ld malformed lines skipped in all", r.name, lg->nbad);
 	if (lg->n == 0)
-		return gem_errf(err, GEM_EFAIL, "%s: no update lines (%ld lines read)", r.name, r.line);
+		return gem_errf(err, GEM_EFAIL, "%s: no update lines (%ld line%s read)", r.name, r.line,
+				GEM_S(r.line));
 	if (!dir[0] || run_label(dir, lg, lg->label, sizeof lg->label) < 0)
 		snprintf(lg->label, sizeof lg->label, "%s", dir[0] ? lg->path : "stdin");
 	/* The label goes into "# run: " comment lines and gnuplot titles: one line. */

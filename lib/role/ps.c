@@ -239,7 +239,7 @@ static int ps_load(struct ps *s, char *err)
 		log_warn("%s: the rule's state starts afresh", err);
 	if (rc == 1) {
 		workers_restore(s, workers);
-		log_info("resumed the rule's state and %d workers", s->nknown);
+		log_info("resumed the rule's state and %d worker%s", s->nknown, GEM_S(s->nknown));
 	}
 	json_decref(workers);
 	budget_of(s);

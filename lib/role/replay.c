@@ -53,7 +53,7 @@ static int make_newrun(const char *logpath, const char *newrun, char *err)
 	int rc;
 
 	snprintf(copy, sizeof copy, "%s", logpath);
-	snprintf(from, sizeof from, "%s/" RUN_JSON, dirname(copy));
+	run_dir_file(dirname(copy), RUN_JSON, from, sizeof from);
 	if (!(runjson = json_load_file(from, 0, &je)))
 		return gem_errf(err, GEM_EUSAGE, "%s: %s (the log's run, to make %s from)", from, je.text,
 				newrun);
@@ -342,7 +342,7 @@ int replay_run(const char *logpath, const char *newrun, volatile sig_atomic_t *s
 
 	if (!(f = fopen(logpath, "r")))
 		return gem_errf(err, GEM_EUSAGE, "%s: cannot read", logpath);
-	snprintf(runjson, sizeof runjson, "%s/" RUN_JSON, newrun);
+	run_dir_file(newrun, RUN_JSON, runjson, sizeof runjson);
 	if (stat(runjson, &st) != 0 && (rc = make_newrun(logpath, newrun, err)) < 0) {
 		fclose(f);
 		return rc;

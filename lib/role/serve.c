@@ -285,8 +285,8 @@ static int h_join(struct httpd_req *req, void *ctx)
 	}
 	pthread_mutex_lock(&s->mu);
 	if ((id < 0 || !s->slot[id]) && s->nslots >= s->opts.max_workers)
-		st = gem_errf(err, PS_E_FULL, "%d workers are joined, the limit (--max-workers)",
-			      s->nslots);
+		st = gem_errf(err, PS_E_FULL, "%d worker%s joined, the limit (--max-workers)",
+			      s->nslots, s->nslots == 1 ? " is" : "s are");
 	else if ((st = ps_join(s->ps, id, theta, &j, err)) == PS_APPLIED &&
 		 !(w = slot_get(s, j.worker, err)))
 		st = PS_E_NOMEM;
@@ -638,8 +638,11 @@ static int start_http(struct server *s, const struct serve_opts *o, char *err)
 	hc.n_routes = REPLY_GET_ROUTES + sizeof routes / sizeof *routes;
 	if ((rc = httpd_start(&hc, &s->http, err)) < 0)
 		return rc;
-	snprintf(s->url, sizeof s->url, strchr(host, ':') ? "%s://[%s]:%d" : "%s://%s:%d",
-		 o->tls_cert ? "https" : "http", host, httpd_port(s->http));
+	if (httpd_url(s->http, o->tls_cert ? "https" : "http", host, s->url, sizeof s->url) < 0) {
+		httpd_stop(s->http);
+		s->http = NULL;
+		return gem_errf(err, GEM_EUSAGE, "%s: the server's URL is too long", host);
+	}
 	return 0;
 }
 
@@ -665,7 +668,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 		goto fail;
 	s->n = ps_nparams(s->ps);
 	if (o->codec && !blob_codec_known(o->codec)) {
-		rc = gem_errf(err, GEM_EUSAGE, "unknown codec \"%s\"", o->codec);
+		rc = blob_codec_err_unknown(err, o->codec);
 		goto fail;
 	}
 	if ((rc = start_http(s, o, err)) < 0)

@@ -259,7 +259,10 @@ int sgp_http_start(struct sgp_node *s, char *err)
 	hc.n_routes = sizeof r / sizeof *r;
 	if ((rc = httpd_start(&hc, &s->httpd, err)) < 0)
 		return rc;
-	snprintf(s->url, sizeof s->url, strchr(host, ':') ? "http://[%s]:%d" : "http://%s:%d", host,
-		 httpd_port(s->httpd));
+	if (httpd_url(s->httpd, "http", host, s->url, sizeof s->url) < 0) {
+		httpd_stop(s->httpd);
+		s->httpd = NULL;
+		return gem_errf(err, GEM_EUSAGE, "%s: the node's URL is too long", host);
+	}
 	return 0;
 }

@@ -11,7 +11,7 @@ int rule_local_init(struct rule_local *l, const struct rule_config *c, size_t n,
 	int rc;
 	memset(l, 0, sizeof *l);
 	if (!(l->d = rule_describe(c->name)))
-		return gem_errf(err, GEM_EUSAGE, "unknown rule \"%s\" (known: %s)", c->name, RULE_NAMES);
+		return rule_err_unknown(err, c->name);
 	l->n = n;
 	l->lr = lr;
 	/* rules without a "window" field keep their descriptor's λ = 1 in c */

@@ -53,8 +53,9 @@ int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, ui
 int rule_round_join(struct rule *r, char *err)
 {
 	if (r->nactive >= r->c.nworkers)
-		return gem_errf(err, GEM_EUSAGE, "%s: the %d workers of a round have joined",
-				r->ops->desc.name, r->c.nworkers);
+		return gem_errf(err, GEM_EUSAGE, "%s: the %d worker%s of a round %s joined",
+				r->ops->desc.name, r->c.nworkers, GEM_S(r->c.nworkers),
+				r->c.nworkers == 1 ? "has" : "have");
 	if (r->nactive >= r->target)
 		r->target++;
 	return 0;

@@ -59,6 +59,14 @@ static int rule_index(const char *name)
 	return -1;
 }
 
+int rule_err_unknown(char *err, const char *name)
+{
+	const char *names[RULE_NRULES];
+	for (int i = 0; i < RULE_NRULES; i++)
+		names[i] = rule_all[i]->desc.name;
+	return gem_err_unknown(err, GEM_EUSAGE, "rule", name, names, RULE_NRULES);
+}
+
 const struct rule_desc *rule_describe(const char *name)
 {
 	int i = name ? rule_index(name) : -1;
@@ -107,8 +115,7 @@ static int rule_field_ok(const struct rule_field *f, double v)
 int rule_config_default(const char *name, struct rule_config *c, char *err)
 {
 	if (!name || rule_index(name) < 0)
-		return gem_errf(err, GEM_EUSAGE, "unknown rule '%s' (known: %s)", name ? name : "",
-				RULE_NAMES);
+		return rule_err_unknown(err, name ? name : "");
 	memset(c, 0, sizeof *c);
 	snprintf(c->name, sizeof c->name, "%s", name);
 	c->lr = 0.01f;

@@ -86,6 +86,8 @@ struct rule;
 
 /* The descriptor of the named rule; NULL if there is none. */
 const struct rule_desc *rule_describe(const char *name);
+/* The error for a name that is no rule: the valid names, and a "did you mean". GEM_EUSAGE. */
+int rule_err_unknown(char *err, const char *name);
 
 /* Fill *c with the defaults of the named rule; an unknown name is GEM_EUSAGE listing RULE_NAMES. */
 int rule_config_default(const char *name, struct rule_config *c, char *err);

@@ -314,6 +314,11 @@ int run_file(const struct run *r, const char *name, char *out, size_t cap)
 	return dir_file(r->dir, name, out, cap);
 }
 
+int run_dir_file(const char *dir, const char *name, char *out, size_t cap)
+{
+	return dir_file(dir, name, out, cap);
+}
+
 /* Who holds RUNDIR/.lock, in words: the pid it wrote there and the URL of its server. */
 static void lock_holder(const char *dir, int fd, char *out, size_t cap)
 {

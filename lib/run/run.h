@@ -73,8 +73,10 @@ void run_close(struct run *r);
  * here, so a model spec that does not fit its data (from a lying server) is refused. */
 int run_data_load(const struct run *r, const char *dir, const char *split, struct dataset *ds,
 		  char *err);
-/* Path of a file in the run: RUNDIR/name. */
+/* Path of a file in the run: RUNDIR/name; run_dir_file: dir/name, for a run not opened. One
+ * slash between them, whatever dir ends with; -1 when it does not fit in cap. */
 int run_file(const struct run *r, const char *name, char *out, size_t cap);
+int run_dir_file(const char *dir, const char *name, char *out, size_t cap);
 /* Take RUNDIR/.lock exclusively (no other trainer or server on this run) and write our pid in
  * it; GEM_EUSAGE naming the holder (its pid, its server's URL) if held. */
 int run_lock(struct run *r, char *err);

@@ -29,6 +29,13 @@ int blob_codec_known(const char *name)
 	return name && codec_id(name) >= 0;
 }
 
+int blob_codec_err_unknown(char *err, const char *name)
+{
+	/* the names codec_id knows */
+	static const char *const names[] = {BLOB_RAW, BLOB_ZLIB, BLOB_ZLIB_SHUFFLE};
+	return gem_err_unknown(err, GEM_EUSAGE, "codec", name, names, sizeof names / sizeof *names);
+}
+
 void blob_codec_init(struct blob_codec *c)
 {
 	memset(c, 0, sizeof *c);
@@ -114,9 +121,11 @@ int blob_encode(struct blob_codec *c, const float *v, size_t count, const char *
 	if (!codec)
 		codec = BLOB_CODEC_DEFAULT;
 	id = codec_id(codec);
-	if (id < 0)
-		return gem_errf(err, GEM_EUSAGE,
-				"blob: unknown codec '%s' (raw, zlib, zlib+shuffle)", codec);
+	if (id < 0) {
+		blob_codec_err_unknown(err, codec);
+		gem_errprefix(err, "blob: ");
+		return GEM_EUSAGE;
+	}
 	if (count > BLOB_MAX_COUNT)
 		return gem_errf(err, GEM_EUSAGE, "blob: %zu elements is more than %zu", count,
 				BLOB_MAX_COUNT);

@@ -47,6 +47,8 @@ void blob_codec_init(struct blob_codec *c);
 void blob_codec_free(struct blob_codec *c);
 /* 1 if name is a codec this build knows. */
 int blob_codec_known(const char *name);
+/* The error for a name that is no codec: the valid names, and a "did you mean". GEM_EUSAGE. */
+int blob_codec_err_unknown(char *err, const char *name);
 /* Encode v[0..count) with codec (NULL: BLOB_CODEC_DEFAULT) at level (0-9; <0: default).
  * *out points at the encoded bytes (inside c, or at v itself for "raw"), valid until the next
  * call on c; meta describes them. */

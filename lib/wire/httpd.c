@@ -4,6 +4,8 @@
 #include "base/log.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -753,6 +755,47 @@ fail:
 int httpd_port(const struct httpd *d)
 {
 	return d->port;
+}
+
+/* For a wildcard host (0.0.0.0: IPv4 only; :: or empty: any family), the first address of an
+ * interface that is up and not the loopback (an IPv6 link-local one needs a scope: skipped);
+ * 0 with it in out, else -1. No name lookup: nothing can hang here. */
+static int reachable_address(const char *host, char *out, size_t cap)
+{
+	struct ifaddrs *ifs, *i;
+	int v4only = !strcmp(host, "0.0.0.0"), found = -1;
+	if (!v4only && *host && strcmp(host, "::") && strcmp(host, "[::]"))
+		return -1;
+	if (getifaddrs(&ifs) < 0)
+		return -1;
+	for (int fam = 0; fam < 2 && found < 0; fam++) /* IPv4 first */
+		for (i = ifs; i && found < 0; i = i->ifa_next) {
+			const void *a;
+			if (!i->ifa_addr || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+				continue;
+			if (fam == 0 && i->ifa_addr->sa_family == AF_INET)
+				a = &((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr;
+			else if (fam == 1 && !v4only && i->ifa_addr->sa_family == AF_INET6 &&
+				 !IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)(const void *)i->ifa_addr)->sin6_addr))
+				a = &((const struct sockaddr_in6 *)(const void *)i->ifa_addr)->sin6_addr;
+			else
+				continue;
+			if (inet_ntop(i->ifa_addr->sa_family, a, out, (socklen_t)cap))
+				found = 0;
+		}
+	freeifaddrs(ifs);
+	return found;
+}
+
+int httpd_url(const struct httpd *d, const char *scheme, const char *host, char *out, size_t cap)
+{
+	char addr[INET6_ADDRSTRLEN];
+	int n;
+	if (reachable_address(host, addr, sizeof addr) == 0)
+		host = addr;
+	n = snprintf(out, cap, strchr(host, ':') ? "%s://[%s]:%d" : "%s://%s:%d", scheme, host,
+		     d->port);
+	return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
 void httpd_stop(struct httpd *d)

@@ -59,6 +59,10 @@ struct httpd_config {
 int httpd_start(const struct httpd_config *c, struct httpd **out, char *err);
 /* The bound port (useful after port 0). */
 int httpd_port(const struct httpd *d);
+/* The server's base URL, SCHEME://HOST:PORT ([HOST] for IPv6), HOST being the one it was
+ * started on, except a wildcard (0.0.0.0, ::): then an address others can reach it at (the
+ * first non-loopback address of this machine, if it has one). -1 if it does not fit in cap. */
+int httpd_url(const struct httpd *d, const char *scheme, const char *host, char *out, size_t cap);
 /* Stop accepting, wait for in-flight handlers to return, close everything. Handlers blocked
  * on the caller's conditions must be released first (or this waits for them). NULL is a no-op. */
 void httpd_stop(struct httpd *d);

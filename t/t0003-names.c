@@ -1,0 +1,46 @@
+/* t0003: the helpers of messages: edit distance, the guess of a mistyped name, the error that
+ * lists the valid names, plural endings, and numbers that are not finite shown as n/a. */
+#include "base/cli.h"
+#include "base/err.h"
+#include "tap.h"
+
+#include <math.h>
+#include <string.h>
+
+int main(void)
+{
+	static const char *const rules[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync", "dma"};
+	const size_t n = sizeof rules / sizeof *rules;
+	char err[GEM_ERRMAX], buf[32];
+	const char *g;
+
+	ok(gem_edit_distance("kitten", "sitting") == 3, "kitten/sitting: 3 edits");
+	ok(gem_edit_distance("", "abc") == 3 && gem_edit_distance("abc", "") == 3, "to and from empty");
+	ok(gem_edit_distance("SYNC", "sync") == 0, "letter case is ignored");
+	ok(gem_edit_distance("downpour", "downpour") == 0, "a name is 0 edits from itself");
+
+	g = gem_closest_name("downpoor", rules, n);
+	ok(g && !strcmp(g, "downpour"), "downpoor: downpour (%s)", g ? g : "none");
+	g = gem_closest_name("dma2", rules, n);
+	ok(g && !strcmp(g, "dma"), "dma2: dma (%s)", g ? g : "none");
+	ok(!gem_closest_name("adam", rules, n), "adam: no guess (another word, not a typo)");
+	ok(!gem_closest_name("x", rules, n), "a one-letter name is not taken for a typo");
+
+	ok(gem_err_unknown(err, GEM_EUSAGE, "rule", "eagsd", rules, n) == GEM_EUSAGE &&
+		   !strcmp(err, "unknown rule \"eagsd\" (did you mean easgd?); valid: gem, downpour, "
+				"dynsgd, easgd, dcasgd, sync, dma"),
+	   "the error: %s", err);
+	ok(gem_err_unknown(err, GEM_EUSAGE, "rule", "adam", rules, n) == GEM_EUSAGE &&
+		   !strstr(err, "did you mean") && strstr(err, "valid: gem,"),
+	   "no guess, the list: %s", err);
+	ok(gem_err_unknown(NULL, GEM_EUSAGE, "rule", "x", rules, n) == GEM_EUSAGE, "err may be NULL");
+
+	ok(!strcmp(GEM_S(1), "") && !strcmp(GEM_S(0), "s") && !strcmp(GEM_S(2), "s"),
+	   "1 worker, 0 workers, 2 workers");
+	ok(!strcmp(cli_num(buf, sizeof buf, "%.4f", 0.5), "0.5000"), "a finite number as asked");
+	ok(!strcmp(cli_num(buf, sizeof buf, "%.4f", NAN), "n/a") &&
+		   !strcmp(cli_num(buf, sizeof buf, "%.4f", -NAN), "n/a") &&
+		   !strcmp(cli_num(buf, sizeof buf, "%.0f", INFINITY), "n/a"),
+	   "NaN, -NaN and infinity: n/a");
+	return done_testing();
+}

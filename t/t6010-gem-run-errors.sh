@@ -1,0 +1,62 @@
+#!/bin/bash
+# t6010: gem-run speaks for itself: its programs' complaints come as gem-run's (with gem-run's
+# usage line), a failed run prints no TSV, bash prints no "line N: PID Killed", a run to
+# resume must exist, and --steps bounds every worker.
+. "$(dirname "$0")/test-lib.sh"
+
+test_expect_success 'setup' '
+	make_tiny_data data
+'
+
+test_expect_success "gem-init's complaint is gem-run's, with gem-run's usage line" '
+	{ gem-run -n 1 --model tiny.jsn --data data r1 >out 2>err; test $? = 2; } &&
+	cat err &&
+	grep -q "^gem-run: .*tiny.jsn" err &&
+	grep -q "^usage: gem-run " err &&
+	! grep -q "^gem-init\|^usage: gem-init" err &&
+	test ! -s out
+'
+
+test_expect_success 'a typo in a built-in model name: the guess reaches the user' '
+	{ gem-run -n 1 --model mpl --data data r1 2>err; test $? = 2; } &&
+	grep -q "^gem-run: unknown model \"mpl\" (did you mean mlp?)" err
+'
+
+test_expect_success "gem-serve's complaint about a --serve-opt: exit 2, no TSV" '
+	{ gem-run -n 1 --model tiny.json --data data --serve-opt=--bogus r2 >out 2>err; test $? = 2; } &&
+	cat err &&
+	grep -q "^gem-run: gem-serve: .*--bogus" err &&
+	grep -q "^usage: gem-run " err && ! grep -q "^usage: gem-serve" err &&
+	test ! -s out
+'
+
+test_expect_success '--resume of a run that does not exist: "not a run", exit 2, nothing made' '
+	{ gem-run -n 2 --resume nosuch/ >out 2>err; test $? = 2; } &&
+	cat err &&
+	grep -q "^gem-run: nosuch: not a run" err &&
+	test ! -e nosuch && test ! -s out
+'
+
+test_expect_success '--steps S: every worker trains S steps; "1 worker", one slash' '
+	gem-run -n 2 --steps 5 --model tiny.json --data data --batch 16 r3/ >out 2>err &&
+	cat err &&
+	awk -F "\t" "!/^#/ { exit !(\$2 == 10 && \$3 == 160) }" out &&
+	grep -q "starting 2 workers" err &&
+	! grep -q "r3//" err &&
+	gem-run -n 1 -t 2 --model tiny.json --data data r4 >out 2>err &&
+	grep -q "starting 1 worker$" err &&
+	awk -F "\t" "!/^#/ { exit !(\$2 == 2) }" out
+'
+
+test_expect_code 2 '--steps takes a positive integer' 'gem-run -n 1 --steps 0 r5'
+
+test_expect_success 'workers killed by a signal: no TSV, and no message of bash' '
+	{ gem-run -n 2 --steps 50 --model tiny.json --data data --work-opt=--die-after=2 \
+		--serve-opt=--worker-timeout=1 r6 >out 2>err; test $? = 1; } &&
+	cat err &&
+	grep -q "^gem-run: 2 of 2 workers failed" err &&
+	! grep -q "line [0-9]*:\|Killed" err &&
+	test ! -s out
+'
+
+test_done
