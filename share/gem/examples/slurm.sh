@@ -2,6 +2,7 @@
 #SBATCH --job-name=gem
 #SBATCH --ntasks=3
 #SBATCH --cpus-per-task=1
+#SBATCH --signal=TERM@60
 # slurm.sh: a gem run as a Slurm job: of its SLURM_NTASKS tasks, task 0 runs gem-serve and
 # task I (1, 2, ...) runs gem-work as worker I-1. RUNDIR must be on a filesystem every node
 # shares: it holds the run, the bearer token and the server's URL, by which the workers find
@@ -19,9 +20,11 @@
 # messages to RUNDIR/task-I.log; each worker task its exit status to RUNDIR/done-I, and task 0
 # stops the server (which checkpoints) once they all have.
 #
-# When the job's time runs out (sbatch -t), Slurm sends SIGTERM: the server checkpoints, the
-# batch step prints gem-eval's TSV of that checkpoint and says that the run was cut and how to
-# continue it (resubmit the same command).
+# A minute before the job's time runs out (sbatch -t; the header's --signal=TERM@60), Slurm
+# sends SIGTERM to the tasks: the server checkpoints, the workers leave, and the batch step
+# prints gem-eval's TSV of that checkpoint and says that the run was cut and how to continue
+# it (resubmit the same command). To stop a job cleanly by hand, do the same:
+# scancel --signal=TERM JOBID (a plain scancel kills the server before it checkpoints).
 #
 # Environment:
 #   GEM_SERVER_HOST  the host name the workers reach task 0 by; default the first node of
@@ -53,11 +56,11 @@ if [ "${GEM_SLURM_TASK:-}" != 1 ]; then
 		gem-init -q --workers $((SLURM_NTASKS - 1)) "$@" "$run"
 	fi
 	(umask 077 && head -c 24 /dev/urandom | base64 >"$run/token")
-	rm -f "$run/server.url" "$run"/done-*
+	rm -f "$run/server.url" "$run"/done-* "$run/slurm-cut"
 	cp "$0" "$run/slurm-task.sh"
 	status=0 cut=0
-	# the time limit (or scancel): srun hands SIGTERM on to the tasks and returns once
-	# the server has checkpointed
+	# the tasks signaled (the time limit's --signal, scancel --signal=TERM) write
+	# RUNDIR/slurm-cut; a signal to this step itself (scancel) is waited out too
 	trap 'cut=1' TERM INT
 	GEM_SLURM_TASK=1 srun --export=ALL sh "$run/slurm-task.sh" "$run" &
 	srun=$!
@@ -68,6 +71,7 @@ if [ "${GEM_SLURM_TASK:-}" != 1 ]; then
 		kill -0 $srun 2>/dev/null || break
 	done
 	[ $rc = 0 ] || status=1
+	[ ! -e "$run/slurm-cut" ] || cut=1
 	if [ $cut = 1 ]; then
 		gem-eval "$run" || :
 		echo "slurm.sh: the job was stopped (time limit or scancel) at version" \
@@ -89,10 +93,12 @@ if [ "$SLURM_PROCID" = 0 ]; then
 	gem-serve --keep-running --listen "0.0.0.0:${GEM_PORT:-0}" --public \
 		--token-file "$run/token" "$run" >/dev/null 2>"$log" &
 	server=$!
-	trap 'kill $server 2>/dev/null' INT TERM
+	trap ': >"$run/slurm-cut"; kill $server 2>/dev/null' INT TERM
 	while kill -0 $server 2>/dev/null &&
 		[ "$(find "$run" -maxdepth 1 -name 'done-*' | wc -l)" -lt $((SLURM_NTASKS - 1)) ]; do
-		sleep 0.5
+		# the signal kills sleep too (the task's process group): that must not end this
+		# shell (set -e) and with it, Slurm killing the rest, the server mid-checkpoint
+		sleep 0.5 || :
 	done
 	kill $server 2>/dev/null || :
 	# stopped by our TERM, it checkpoints and exits 143
@@ -107,7 +113,7 @@ i=0
 while [ ! -s "$run/server.url" ]; do
 	[ $i -lt 1200 ] || { echo "slurm.sh: no $run/server.url after 120 s" >"$log"; exit 1; }
 	i=$((i + 1))
-	sleep 0.1
+	sleep 0.1 || :
 done
 port=$(sed 's/.*://' "$run/server.url")
 host=${GEM_SERVER_HOST:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}
@@ -115,7 +121,7 @@ status=0
 gem-work -q --server "http://$host:$port" --worker-id $((SLURM_PROCID - 1)) \
 	--token-file "$run/token" --retry-for 120 >"$log" 2>&1 &
 worker=$!
-trap 'kill $worker 2>/dev/null' INT TERM
+trap ': >"$run/slurm-cut"; kill $worker 2>/dev/null' INT TERM
 while :; do
 	status=0
 	wait $worker || status=$?
