@@ -44,7 +44,8 @@ ssh_opts=(-o BatchMode=yes -o "ConnectTimeout=${GEM_SSH_TIMEOUT:-10}" -o ServerA
 	  -o ServerAliveCountMax=4)
 
 # On another host a worker or node runs under this watchdog, which stops it (SIGTERM) when its
-# standard input closes: when its ssh ends, or gem-run is gone, the remote process goes too.
+# standard input closes: when its ssh ends (gem-run stops it, or the connection is lost), the
+# remote process goes too.
 # With --token, the first line of the standard input is the token, handed on to the command's
 # standard input (never a command line or a file). "gem-run: remote start" on stderr first tells
 # a connection sshd dropped before the command ran (MaxStartups) from a command that failed.
@@ -99,6 +100,12 @@ ssh_slot() {
 	done
 }
 
+# stagger I: after the I-th connection (from 0), a pause every 8: a few connections at a time,
+# under sshd's MaxStartups (10 unauthenticated connections before it starts dropping some).
+stagger() {
+	[ $((($1 + 1) % 8)) != 0 ] || sleep 0.3
+}
+
 # slot_failed WHAT I STATUS LOG: say that worker or node I (on its host, if any) failed, how, and
 # the end of its log.
 slot_failed() {
@@ -122,8 +129,7 @@ probe_hosts() {
 			[ -z '$1' ] || ! command -v getent >/dev/null || getent hosts '$1' >/dev/null || exit 3" \
 			</dev/null >/dev/null 2>"$dir/$n.err" &
 		pids+=($!)
-		# a few connections at a time, under sshd's MaxStartups
-		[ $(((n + 1) % 8)) != 0 ] || sleep 0.2
+		stagger "$n"
 	done
 	for n in "${!hs[@]}"; do
 		h=${hs[$n]}
@@ -252,8 +258,7 @@ sgp_run() {
 				gem-work -q --rule sgp --run "$rrun" --listen "$listen" \
 				"${public[@]}" ${token[@]:+--token-file "$rrun/token"} --node "$i" \
 				--peers-file "$rrun/peers" "${workopts[@]}" </dev/null &
-			# a few connections at a time, under sshd's MaxStartups
-			[ $(((i + 1) % 8)) != 0 ] || sleep 0.3
+			stagger "$i"
 		else
 			gem-work -q --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" "${token[@]}" \
 				--node "$i" --peers-file "$rundir/peers" "${workopts[@]}" \
@@ -402,8 +407,7 @@ for ((i = 0; i < workers; i++)); do
 		ssh_slot "$h" "$rundir/worker-$i.log" "$rundir/worker-$i.log" --token "$rundir/token" \
 			gem-work -q --server "$url" --worker-id "$i" --token-file /dev/stdin "${cacert[@]}" \
 			"${workopts[@]}" </dev/null &
-		# a few connections at a time, under sshd's MaxStartups
-		[ $(((i + 1) % 8)) != 0 ] || sleep 0.3
+		stagger "$i"
 	else
 		gem-work -q --server "$url" --worker-id "$i" "${token[@]}" "${cacert[@]}" "${workopts[@]}" >>"$rundir/worker-$i.log" 2>&1 &
 	fi

@@ -156,3 +156,6 @@ hosts_teardown() {
 	return 0
 }
 trap 'hosts_teardown; test_cleanup' EXIT
+# a closed terminal or pipe also ends the script through its EXIT trap (the hosts removed)
+trap 'exit 129' HUP
+trap 'exit 141' PIPE
