@@ -62,6 +62,23 @@ test_expect_success 'gem-run --rule sgp --hosts: 3 nodes on 3 hosts, bit-identic
 	hosts_wait_clean
 '
 
+test_expect_success 'gem-run --rule sgp --hosts, RUNDIR not shared: copied to the hosts and back' '
+	# RUNDIR on a tmpfs that only gem-run sees (ip netns exec gives it a mount namespace
+	# of its own): every host gets a copy of the run by scp, and gives back its node files
+	mkdir -p priv &&
+	on_host 1 sh -c "mount -t tmpfs gem-t8001 $PWD/priv &&
+		gem-run -q --rule sgp --hosts hosts-sgp --epochs 1 --model $PWD/tiny.json \
+			--data $PWD/data --batch 32 --lr 0.1 --seed 3 $PWD/priv/run >sgp-priv.tsv &&
+		ls $PWD/priv/run >priv.ls" &&
+	cat sgp-priv.tsv priv.ls &&
+	grep -q "^node-2.gem$" priv.ls && grep -q "^node-0.jsonl$" priv.ls &&
+	# the hosts wrote theirs beneath the tmpfs, where gem-run does not look
+	test -s priv/run/node-1.gem && test -s priv/run/run.json &&
+	awk -F"\t" "!/^#/ { print \$1, \$3, \$5, \$6 }" sgp-priv.tsv >c &&
+	diff b c &&
+	hosts_wait_clean
+'
+
 test_expect_success '32 slots on one host: every worker joins (connections retried past MaxStartups)' '
 	echo "node2 32" >hosts32 &&
 	GEM_HOST=node1 on_host 1 gem-run -q --hosts hosts32 --no-tls --epochs 1 $TINY --batch 8 \

@@ -14,7 +14,8 @@
 # filesystem, so nothing is copied), plain HTTP (--no-tls). While a run trains, its test
 # accuracy is sampled: gem-eval --follow on the server, or gem-eval --nodes on the SGP nodes
 # (the average), every INTERVAL seconds, each sample stamped with the seconds since gem-run
-# started. The evaluations take CPU from the training: on a small machine, keep INTERVAL large.
+# started, and the final evaluation closes the curve. The evaluations take CPU from the
+# training: on a small machine, keep INTERVAL large.
 #
 # Writes OUTDIR/results.tsv, one row per run:
 #   rule rate slow seed target seconds_to_target final_acc seconds status
@@ -158,6 +159,8 @@ one() {
 	*sgp) acc=$(awk -F'\t' '$1 == "average" { print $5 }' "$run.tsv") ;;
 	*) acc=$(awk -F'\t' '!/^#/ { print $5 }' "$run.tsv") ;;
 	esac
+	# the end of the run is the curve's last sample
+	[ -z "$acc" ] || printf '%s\t%s\n' "$tt" "$acc" >>"$out/curves/$name.tsv"
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rule" "$rate" "$slow" "$seed" "${TARGET:-0.80}" \
 		"$(awk -v g="${TARGET:-0.80}" '$2 >= g { print $1; exit }' "$out/curves/$name.tsv" |
 			grep . || echo -)" "${acc:--}" "$tt" "$status" >"$out/rows/$name.tsv"
