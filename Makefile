@@ -1,4 +1,4 @@
-# gem: one top-level make.  make | make check | make check SANITIZE=1 | make bench | make install | make deps | make demo
+# gem: one top-level make.  make | make check | make check SANITIZE=1 | make check-hosts | make bench | make install | make deps | make demo
 PREFIX  ?= /usr/local
 DESTDIR ?=
 CC      ?= cc
@@ -62,7 +62,7 @@ else
 T_RUN    = $(T_PROGS) $(T_SH)
 endif
 
-.PHONY: all check check-layers test bench install deps demo clean figures experiment fuzz fuzzers
+.PHONY: all check check-layers check-hosts test bench install deps deps-hosts demo clean figures experiment fuzz fuzzers
 .SECONDARY:
 all: $(PROGS)
 
@@ -116,6 +116,14 @@ bench: $(PROGS) $(PERF)
 
 deps:
 	sh share/gem/install-deps.sh
+
+# Real hosts (t/README, "Real hosts"): network namespaces with their own sshd, and a one-node Slurm.
+# Root only (each test skips itself otherwise); a few minutes on 2 cores.
+deps-hosts:
+	sh share/gem/install-deps.sh hosts
+
+check-hosts: deps-hosts $(PROGS)
+	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) prove --timer --exec $(CURDIR)/t/run-test t/hosts/t*.sh
 
 # libFuzzer on the parsers (t/fuzz/README): each target FUZZ_SECONDS from t/fuzz/corpus.
 fuzz:

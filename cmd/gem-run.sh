@@ -92,6 +92,112 @@ spawn() {
 # forever (GEM_SSH_TIMEOUT: seconds to connect; default 10)
 ssh_opts=(-o BatchMode=yes -o "ConnectTimeout=${GEM_SSH_TIMEOUT:-10}" -o ServerAliveInterval=15
 	  -o ServerAliveCountMax=4)
+
+# On another host a worker or node runs under this watchdog, which stops it (SIGTERM) when its
+# standard input closes: when its ssh ends (gem-run stops it, or the connection is lost), the
+# remote process goes too.
+# With --token, the first line of the standard input is the token, handed on to the command's
+# standard input (never a command line or a file). "gem-run: remote start" on stderr first tells
+# a connection sshd dropped before the command ran (MaxStartups) from a command that failed.
+remote_watchdog='t=
+if [ "$1" = --token ]; then shift; IFS= read -r t || exit 1; fi
+echo "gem-run: remote start on $(uname -n)" >&2
+exec 3<&0
+if [ -n "$t" ]; then printf "%s\n" "$t" | "$@" 3<&- & else "$@" </dev/null 3<&- & fi
+p=$!
+{ cat <&3 >/dev/null 2>&1; kill -TERM $p 2>/dev/null; } &
+w=$!
+exec 3<&-
+wait $p
+s=$?
+kill $w 2>/dev/null
+exit $s'
+
+# remote_cmd ARG...: the command line ssh sends, ARG... under the watchdog.
+remote_cmd() {
+	printf "exec sh -c '%s' gem-remote" "$remote_watchdog"
+	printf ' %q' "$@"
+}
+
+# ssh_slot HOST OUT LOG [--token FILE] CMD...: run CMD on HOST under the watchdog, stdout
+# appended to OUT, stderr to LOG; returns ssh's status (the command's, or 255). Meant to run in
+# the background. A connection sshd dropped before the command started (too many at once) is
+# tried again, up to 6 times with backoff. SIGTERM closes the command's standard input, which
+# stops it on its host, and waits (10 s at most) for ssh to end.
+ssh_slot() {
+	local h=$1 out=$2 log=$3 tok= try size rc sp w ms k
+	shift 3
+	[ "$1" != --token ] || { tok=$2; shift 2; }
+	trap 'exec {w}>&-; for ((k = 0; k < 100; k++)); do kill -0 $sp 2>/dev/null || break; sleep 0.1; done
+	      kill $sp 2>/dev/null; wait $sp; exit 143' TERM
+	trap '' HUP INT
+	for ((try = 0; ; try++)); do
+		size=$(stat -c %s "$log" 2>/dev/null || echo 0)
+		exec {w}> >(exec ssh "${ssh_opts[@]}" "$h" "$(remote_cmd ${tok:+--token} "$@")" \
+			>>"$out" 2>>"$log")
+		sp=$!
+		[ -z "$tok" ] || cat "$tok" >&$w
+		wait $sp
+		rc=$?
+		exec {w}>&-
+		# ssh's own words for a connection closed before the protocol began
+		[ $rc = 255 ] && [ $try -lt 6 ] &&
+			! tail -c +$((size + 1)) "$log" | grep -q '^gem-run: remote start' &&
+			tail -c +$((size + 1)) "$log" | grep -Eq 'kex_exchange_identification|Connection (reset|closed) by' ||
+			return $rc
+		ms=$(((200 << try) + RANDOM % 300))
+		sleep "$((ms / 1000)).$(printf %03d $((ms % 1000)))"
+	done
+}
+
+# stagger I: after the I-th connection (from 0), a pause every 8: a few connections at a time,
+# under sshd's MaxStartups (10 unauthenticated connections before it starts dropping some).
+stagger() {
+	[ $((($1 + 1) % 8)) != 0 ] || sleep 0.3
+}
+
+# slot_failed WHAT I STATUS LOG: say that worker or node I (on its host, if any) failed, how, and
+# the end of its log.
+slot_failed() {
+	local on= how="exit status $3"
+	[ ${#slots[@]} -eq 0 ] || on=" on ${slots[$(($2 % ${#slots[@]}))]}"
+	[ "$3" -le 128 ] || [ "$3" = 255 ] || how="killed by signal $(($3 - 128))"
+	[ "$3" != 255 ] || [ ${#slots[@]} -eq 0 ] || how="ssh failed, exit status 255"
+	echo "gem-run: $1 $2$on failed ($how):" >&2
+	grep -v '^gem-run: remote start' "$4" | tail -3 >&2
+}
+
+# probe_hosts NAME: before anything starts there, check every host of --hosts: ssh reaches it,
+# gem-work is in the PATH of its ssh shell and, NAME given, the host resolves NAME (the name the
+# workers reach this host by). Says what is wrong, by host, and fails.
+probe_hosts() {
+	local h rc bad=0 dir n pids=() hs=()
+	dir=$(mktemp -d "${TMPDIR:-/tmp}/gem-run.XXXXXX") || return 1
+	hs=($(printf '%s\n' "${slots[@]}" | sort -u))
+	for n in "${!hs[@]}"; do
+		ssh "${ssh_opts[@]}" "${hs[$n]}" "command -v gem-work >/dev/null || exit 4
+			[ -z '$1' ] || ! command -v getent >/dev/null || getent hosts '$1' >/dev/null || exit 3" \
+			</dev/null >/dev/null 2>"$dir/$n.err" &
+		pids+=($!)
+		stagger "$n"
+	done
+	for n in "${!hs[@]}"; do
+		h=${hs[$n]}
+		wait "${pids[$n]}"
+		rc=$?
+		case $rc in
+		0) continue ;;
+		3) echo "gem-run: $h cannot resolve $1, the name the workers reach this host by;" \
+			"set GEM_HOST to a name or address that $h resolves" >&2 ;;
+		4) echo "gem-run: $h: no gem-work in the PATH of its ssh shell" >&2 ;;
+		*) echo "gem-run: cannot run a command on $h over ssh (exit status $rc):" >&2
+		   tail -3 "$dir/$n.err" >&2 ;;
+		esac
+		bad=1
+	done
+	rm -rf "$dir"
+	return $bad
+}
 bindir=$(cd "$(dirname "$0")" && pwd)
 PATH="$bindir:$PATH"
 # GEM_LOG is checked as every program checks it (gem-init says what is wrong with it)
@@ -181,14 +287,15 @@ fi
 # same topology (hello) and start. With --hosts, each host gets a copy of the run (run.json,
 # params.gem, the token) at the same path, the peer list, and gives back its node files.
 sgp_run() {
-	local i j h port u nodes=() failed=0 ok marker copy_hosts=()
+	local i j h port u nodes=() failed=0 ok marker copy_hosts=() rc
 	cleanup_sgp() {
-		trap - INT TERM EXIT
+		trap - INT TERM HUP EXIT
 		for p in "${nodes[@]}"; do kill "$p" 2>/dev/null; done
 		wait 2>/dev/null
 	}
 	trap 'echo "gem-run: interrupted; stopping" >&2; cleanup_sgp; exit 130' INT
 	trap 'echo "gem-run: terminated; stopping" >&2; cleanup_sgp; exit 143' TERM
+	trap 'echo "gem-run: hung up; stopping" >&2; cleanup_sgp; exit 129' HUP
 	trap cleanup_sgp EXIT
 	case "$listen" in *:0) ;; *) die_usage "--listen: with --rule sgp the port must be 0 (each node picks a free one)" ;; esac
 	init_run
@@ -204,6 +311,7 @@ sgp_run() {
 		token=(--token-file "$rundir/token")
 	fi
 	if [ -n "$hosts" ]; then
+		probe_hosts "" || exit 1
 		# a host that sees this marker shares the run directory: nothing to copy there
 		marker=".gem-run-marker-$$"
 		: >"$rundir/$marker"
@@ -221,10 +329,13 @@ sgp_run() {
 	for ((i = 0; i < workers; i++)); do
 		if [ ${#slots[@]} -gt 0 ]; then
 			h=${slots[$((i % ${#slots[@]}))]}
-			ssh "${ssh_opts[@]}" "$h" gem-work -q --rule sgp --run "$rrun" --listen "$listen" \
+			: >"$rundir/node-$i.url"
+			: >"$rundir/node-$i.log"
+			ssh_slot "$h" "$rundir/node-$i.url" "$rundir/node-$i.log" \
+				gem-work -q --rule sgp --run "$rrun" --listen "$listen" \
 				"${public[@]}" ${token[@]:+--token-file "$rrun/token"} --node "$i" \
-				--peers-file "$rrun/peers" "${workopts[@]}" \
-				</dev/null >"$rundir/node-$i.url" 2>"$rundir/node-$i.log" &
+				--peers-file "$rrun/peers" "${workopts[@]}" </dev/null &
+			stagger "$i"
 		else
 			spawn gem-work -q --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" "${token[@]}" \
 				--node "$i" --peers-file "$rundir/peers" "${workopts[@]}" \
@@ -241,7 +352,12 @@ sgp_run() {
 			kill -0 "${nodes[$i]}" 2>/dev/null || break
 			sleep 0.1
 		done
-		[ $ok = 1 ] || { echo "gem-run: node $i did not start:" >&2; tail -3 "$rundir/node-$i.log" >&2; exit 1; }
+		if [ $ok = 0 ]; then
+			kill -0 "${nodes[$i]}" 2>/dev/null && kill "${nodes[$i]}"
+			wait "${nodes[$i]}"
+			slot_failed node "$i" $? "$rundir/node-$i.log"
+			exit 1
+		fi
 		u=$(head -1 "$rundir/node-$i.url")
 		if [ ${#slots[@]} -gt 0 ]; then
 			# a node listening on every address is reached by its host's name
@@ -259,7 +375,7 @@ sgp_run() {
 		done
 	fi
 	for i in "${!nodes[@]}"; do
-		wait "${nodes[$i]}" || { failed=$((failed + 1)); echo "gem-run: node $i failed:" >&2; tail -3 "$rundir/node-$i.log" >&2; }
+		wait "${nodes[$i]}" || { rc=$?; failed=$((failed + 1)); slot_failed node "$i" $rc "$rundir/node-$i.log"; }
 	done
 	nodes=()
 	if [ -n "$hosts" ]; then
@@ -310,7 +426,7 @@ serve_failed() {
 # The server goes first: it checkpoints and answers the workers still running, remote ones
 # too, that the run is over (410), so they leave; then what is left here is stopped.
 cleanup() {
-	trap - INT TERM EXIT
+	trap - INT TERM HUP EXIT
 	if [ -n "$server" ]; then
 		kill "$server" 2>/dev/null
 		for ((j = 0; j < 100; j++)); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
@@ -320,6 +436,7 @@ cleanup() {
 }
 trap 'echo "gem-run: interrupted; stopping" >&2; cleanup; exit 130' INT
 trap 'echo "gem-run: terminated; stopping" >&2; cleanup; exit 143' TERM
+trap 'echo "gem-run: hung up; stopping" >&2; cleanup; exit 129' HUP
 trap cleanup EXIT
 
 if [ $resume = 0 ]; then
@@ -346,8 +463,10 @@ if [ $tls = 1 ]; then
 	tlsopts=(--tls-cert "$rundir/tls-cert.pem" --tls-key "$rundir/tls-key.pem")
 	# at its absolute path: a worker on another host finds it where copy_cert put it
 	cacert=(--cacert "$(cd "$rundir" && pwd)/tls-cert.pem")
-	[ -z "$hosts" ] || copy_cert || exit 1
 fi
+# every host can be reached, runs gem-work and resolves this host's name, before anything starts
+[ -z "$hosts" ] || probe_hosts "$server_host" || exit 1
+[ "$tls" != 1 ] || [ -z "$hosts" ] || copy_cert || exit 1
 public=()
 case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
 token=()
@@ -376,8 +495,10 @@ fi
 for ((i = 0; i < workers; i++)); do
 	if [ ${#slots[@]} -gt 0 ]; then
 		h=${slots[$((i % ${#slots[@]}))]}
-		ssh "${ssh_opts[@]}" "$h" gem-work -q --server "$url" --worker-id "$i" --token-file /dev/stdin "${cacert[@]}" "${workopts[@]}" \
-			<"$rundir/token" >>"$rundir/worker-$i.log" 2>&1 &
+		ssh_slot "$h" "$rundir/worker-$i.log" "$rundir/worker-$i.log" --token "$rundir/token" \
+			gem-work -q --server "$url" --worker-id "$i" --token-file /dev/stdin "${cacert[@]}" \
+			"${workopts[@]}" </dev/null &
+		stagger "$i"
 	else
 		spawn gem-work -q --server "$url" --worker-id "$i" "${token[@]}" "${cacert[@]}" "${workopts[@]}" >>"$rundir/worker-$i.log" 2>&1
 	fi
@@ -407,13 +528,14 @@ fi
 
 failed=0
 for i in "${!pids[@]}"; do
-	wait "${pids[$i]}" || { failed=$((failed + 1)); echo "gem-run: worker $i failed:" >&2; tail -3 "$rundir/worker-$i.log" >&2; }
+	wait "${pids[$i]}" || { rc=$?; failed=$((failed + 1)); slot_failed worker "$i" $rc "$rundir/worker-$i.log"; }
 done
 pids=()
 # every worker has left: the server stops by itself and writes its final checkpoint (else, as
-# with --keep-running, it is stopped)
+# with --keep-running, or when a worker failed and it would wait for it, it is stopped at once,
+# and checkpoints)
 stopped=0
-for ((i = 0; i < 100; i++)); do kill -0 "$server" 2>/dev/null || { stopped=1; break; }; sleep 0.1; done
+for ((i = 0; i < 100 && failed == 0; i++)); do kill -0 "$server" 2>/dev/null || { stopped=1; break; }; sleep 0.1; done
 [ $stopped = 1 ] || kill "$server" 2>/dev/null
 serve_rc=0
 wait "$server" 2>/dev/null || serve_rc=$?

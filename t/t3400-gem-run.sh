@@ -55,10 +55,10 @@ test_expect_success 'gem-run --hosts: 2 hosts x 1 slot, 2 workers over ssh' '
 	awk "NR == 2 && \$2 == 126 && \$5 > 0.8 { ok = 1 } END { exit !ok }" eval.tsv &&
 	printf "nodeA\nnodeB\n" >ssh.want && sort -u ssh.log | diff ssh.want - &&
 	# HTTPS by default over the network: the workers trust the run'"'"'s own certificate
-	test $(grep -c "^gem-work .*--server https://localhost:[0-9]* .*--cacert $PWD/run-ssh/tls-cert.pem" ssh.log.cmd) = 2 &&
+	test $(grep -c "gem-remote .*gem-work .*--server https://localhost:[0-9]* .*--cacert $PWD/run-ssh/tls-cert.pem" ssh.log.cmd) = 2 &&
 	grep -q "\"url\":\"https://[^\"]*:[0-9]*\"" run-ssh/log.jsonl &&
 	# every ssh gives up on a host that does not answer or hangs
-	test $(grep -c "ConnectTimeout=10 -o ServerAliveInterval=15" ssh.log.args) = $(wc -l <ssh.log.args)
+	test $(grep -c "ConnectTimeout=10 -o ServerAliveInterval=15" ssh.log.args) = $(wc -l <ssh.log)
 '
 
 test_expect_code 2 'gem-run without RUNDIR' 'gem-run -n 2 $TINY'
@@ -170,14 +170,14 @@ test_expect_success 'gem-run --rule sgp --hosts with a relative RUNDIR: the node
 	: >ssh.log && : >ssh.log.cmd && : >ssh.log.args &&
 	PATH="$PWD/fakebin:$PATH" gem-run -q --rule sgp --hosts hosts2 -n 2 --epochs 1 $TINY \
 		--listen 0.0.0.0:0 run-sgp-ssh >sgp.tsv &&
-	test $(grep -c "^gem-work -q --rule sgp --run $PWD/run-sgp-ssh " ssh.log.cmd) = 2 &&
+	test $(grep -c "gem-remote .*gem-work -q --rule sgp --run $PWD/run-sgp-ssh " ssh.log.cmd) = 2 &&
 	test $(grep -c "token-file $PWD/run-sgp-ssh/token .*--peers-file $PWD/run-sgp-ssh/peers" ssh.log.cmd) = 2
 '
 test_expect_success 'gem-run --hosts --no-tls: plain HTTP' '
 	: >ssh.log.cmd &&
 	PATH="$PWD/fakebin:$PATH" gem-run -q --hosts hosts -n 2 --epochs 1 --no-tls $TINY \
 		--work-opt=--slowdown=20 run-plain >plain.tsv &&
-	test $(grep -c "^gem-work .*--server http://localhost:[0-9]*" ssh.log.cmd) = 2 &&
+	test $(grep -c "gem-remote .*gem-work .*--server http://localhost:[0-9]*" ssh.log.cmd) = 2 &&
 	! grep -q -- --cacert ssh.log.cmd && test ! -e run-plain/tls-cert.pem
 '
 test_done

@@ -118,6 +118,28 @@ test_expect_success 'nodes with different topologies refuse to run (exit 2)' '
 	grep -q "ring" run0/n0.err
 '
 
+test_expect_success 'a node told to stop while its peer is gone stops at once and saves its state' '
+	rm -f run0/p0 run0/n0.url run0/n1.url run0/node-0.gem &&
+	start_node 0 run0/p0 --retry-for 120 --epochs 100 --slowdown 5 &&
+	start_node 1 run0/p0 --retry-for 120 --epochs 100 --slowdown 5 &&
+	test_when_finished "stop_if_running $NODE_PID_0 $NODE_PID_1" &&
+	wait_for_file run0/n0.url && wait_for_file run0/n1.url &&
+	cat run0/n0.url run0/n1.url >run0/p0.tmp && mv run0/p0.tmp run0/p0 &&
+	for i in $(seq 200); do
+		test "$(grep -vc event run0/node-1.jsonl 2>/dev/null)" -ge 3 2>/dev/null && break
+		sleep 0.1
+	done &&
+	# node 1 dies: node 0 retries its pushes to it (for --retry-for 120 s) until told to stop
+	kill -9 $NODE_PID_1 &&
+	sleep 1 &&
+	kill -TERM $NODE_PID_0 &&
+	{ wait_exit $NODE_PID_0 20; rc=$?; } ; cat run0/n0.err; test $rc = 143 &&
+	grep -q "interrupted" run0/n0.err &&
+	head -1 run0/node-0.gem | python3 -c "
+import json, sys; h = json.load(sys.stdin)
+assert h[\"node\"] == 0 and h[\"version\"] >= 3, h"
+'
+
 test_expect_code 2 'gem-work --rule sgp without --peers: bad usage' '
 	gem-work --rule sgp --run run0
 '

@@ -83,6 +83,19 @@ test_expect_success 'slurm.sh: 3 tasks (1 server, 2 workers) under a fake srun' 
 	grep -q "\"nworkers\": 2" run-slurm/run.json
 '
 
+test_expect_success 'slurm.sh: worker tasks 1 and 2 are workers 0 and 1' '
+	grep "\"event\":\"join\"" run-slurm/log.jsonl >joins &&
+	grep -q "\"worker\":0" joins && grep -q "\"worker\":1" joins
+'
+
+test_expect_success 'slurm.sh again on the same RUNDIR: continues the run (a resubmission)' '
+	PATH="$PWD/fakebin:$PATH" SLURM_NTASKS=3 SLURM_JOB_ID=43 SLURM_JOB_NODELIST=localhost \
+		sh "$EX/slurm.sh" run-slurm $TINY --epochs 2 >eval2.tsv 2>err2 &&
+	cat err2 eval2.tsv && grep -q "continuing it" err2 &&
+	eval_ok eval2.tsv 126 &&
+	test $(grep -c "\"event\":\"start\"" run-slurm/log.jsonl) = 2
+'
+
 test_expect_code 2 'slurm.sh outside Slurm is bad usage' '
 	unset SLURM_NTASKS; sh "$EX/slurm.sh" run-x $TINY
 '

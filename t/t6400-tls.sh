@@ -115,7 +115,7 @@ test_expect_success 'gem-run --tls --hosts: workers over (fake) ssh train over H
 	! grep -q -F "$(cat run-tls/token)" ps.out &&
 	wait_exit $pid 120 &&
 	cat eval.tsv && test "$(grep -vc "^#" eval.tsv)" = 1 &&
-	test $(grep -c "^gem-work .*--server https://localhost:[0-9]* .*--cacert" ssh.log.cmd) = 2 &&
+	test $(grep -c "gem-remote .*gem-work .*--server https://localhost:[0-9]* .*--cacert" ssh.log.cmd) = 2 &&
 	grep -q "\"url\":\"https://[^\"]*:[0-9]*\"" run-tls/log.jsonl &&
 	openssl x509 -in run-tls/tls-cert.pem -noout -text | grep -q "DNS:localhost"
 '

@@ -63,13 +63,46 @@ static void wait_ms(struct sgp_node *s, long ms)
 	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 }
 
-/* POST a share (already encoded in buf) to peer p. */
+/* POST to peer p, retrying what httpc_post_retry retries for o.retry_for in all, in slices of a
+ * second, so that a stop ends the wait at once (GEM_EFAIL, "interrupted"), and, with
+ * on_mismatch, a peer's mismatch too (GEM_EUSAGE, err untouched: the caller reports it). */
+static int post_sliced(struct sgp_node *s, int p, const char *path, const char *ctype,
+		       const void *body, size_t len, struct httpc_resp *resp, int on_mismatch,
+		       char *err)
+{
+	double t0 = cli_now();
+	for (;;) {
+		double left = s->o.retry_for - (cli_now() - t0);
+		int rc = httpc_post_retry(s->http[p], path, ctype, body, len,
+					  left < 1 ? (left > 0 ? left : 0) : 1, resp, err), mismatch;
+		if (rc == 0 || (rc != HTTPC_ETRANSPORT && !(rc == HTTPC_EHTTP && resp->status == 503)))
+			return rc;
+		if (left <= 1) { /* the last cause, without the last slice's "unreachable for N s" */
+			const char *cause = strstr(err, " s: ");
+			char last[GEM_ERRMAX];
+			snprintf(last, sizeof last, "%s", cause ? cause + 4 : err);
+			return gem_errf(err, rc, "no answer in %.0f s: %s", s->o.retry_for, last);
+		}
+		if (sgp_stopping(s))
+			return gem_errf(err, GEM_EFAIL, "interrupted");
+		if (!on_mismatch)
+			continue;
+		pthread_mutex_lock(&s->mu);
+		mismatch = s->mismatch;
+		pthread_mutex_unlock(&s->mu);
+		if (mismatch) /* sgp_hello_all reports it */
+			return GEM_EUSAGE;
+	}
+}
+
+/* POST a share (already encoded in buf) to peer p; with retry, as post_sliced does (a node told
+ * to stop while a peer is gone stops at once). */
 static int post_share(struct sgp_node *s, int p, const struct msg_buf *buf,
 		      struct httpc_resp *resp, int retry, char *err)
 {
 	if (retry)
-		return httpc_post_retry(s->http[p], "/v1/push", MSG_CONTENT_TYPE, buf->data, buf->len,
-					s->o.retry_for, resp, err);
+		return post_sliced(s, p, "/v1/push", MSG_CONTENT_TYPE, buf->data, buf->len, resp, 0,
+				   err);
 	return httpc_post(s->http[p], "/v1/push", MSG_CONTENT_TYPE, buf->data, buf->len, resp, err);
 }
 
@@ -186,32 +219,11 @@ static int hello_barrier(struct sgp_node *s, char *err)
 	return 0;
 }
 
-/* POST the hello to peer p, retrying what httpc_post_retry retries for o.retry_for in all, in
- * slices of a second, so that a stop or a peer's mismatch ends the wait at once. */
+/* POST the hello to peer p (a stop or a peer's mismatch ends the wait at once). */
 static int hello_one(struct sgp_node *s, int p, const char *text, struct httpc_resp *resp,
 		     char *err)
 {
-	double t0 = cli_now();
-	for (;;) {
-		double left = s->o.retry_for - (cli_now() - t0);
-		int rc = httpc_post_retry(s->http[p], "/v1/hello", "application/json", text, strlen(text),
-					  left < 1 ? (left > 0 ? left : 0) : 1, resp, err), mismatch;
-		if (rc == 0 || (rc != HTTPC_ETRANSPORT && !(rc == HTTPC_EHTTP && resp->status == 503)))
-			return rc;
-		if (left <= 1) { /* the last cause, without the last slice's "unreachable for N s" */
-			const char *cause = strstr(err, " s: ");
-			char last[GEM_ERRMAX];
-			snprintf(last, sizeof last, "%s", cause ? cause + 4 : err);
-			return gem_errf(err, rc, "no answer in %.0f s: %s", s->o.retry_for, last);
-		}
-		if (sgp_stopping(s))
-			return gem_errf(err, GEM_EFAIL, "interrupted");
-		pthread_mutex_lock(&s->mu);
-		mismatch = s->mismatch;
-		pthread_mutex_unlock(&s->mu);
-		if (mismatch) /* sgp_hello_all reports it */
-			return GEM_EUSAGE;
-	}
+	return post_sliced(s, p, "/v1/hello", "application/json", text, strlen(text), resp, 1, err);
 }
 
 int sgp_hello_all(struct sgp_node *s, char *err)

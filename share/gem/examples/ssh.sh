@@ -71,9 +71,12 @@ done
 failed=0
 i=0
 for p in $pids; do
-	wait "$p" || {
+	st=0
+	wait "$p" || st=$?
+	[ $st = 0 ] || {
 		failed=$((failed + 1))
-		echo "ssh.sh: worker $i failed:" >&2
+		echo "ssh.sh: worker $i on $(echo "$slots" | sed -n "$((i + 1))p") failed" \
+			"(exit status $st):" >&2
 		tail -3 "$run/worker-$i.log" >&2
 	}
 	i=$((i + 1))
@@ -87,5 +90,9 @@ kill $server 2>/dev/null || :
 rc=0
 wait $server || rc=$?
 [ $rc = 0 ] || [ $rc = 143 ] || { cat "$run/serve.err" >&2; echo "ssh.sh: gem-serve failed" >&2; exit 1; }
+# no TSV when a worker failed: it would read as the run's result
+[ $failed = 0 ] || {
+	echo "ssh.sh: $failed of $n workers failed; the server checkpointed what they did" >&2
+	exit 1
+}
 gem-eval "$run"
-[ $failed = 0 ] || { echo "ssh.sh: $failed of $n workers failed" >&2; exit 1; }
