@@ -1,17 +1,21 @@
 /* bench-serve: commits/s a gem-serve sustains for cnn-sized updates with 1, 4 and 16
- * concurrent clients on loopback (raw codec, as workers use there), and the server's time per
- * commit split into decode, rule and encode (from /v1/stats). Prints TSV. */
+ * concurrent clients on loopback (raw codec, as workers use there), the server's CPU time per
+ * commit (the server runs in a child process: getrusage of it alone, user + system), and its
+ * wall time per commit split into decode, rule and encode (from /v1/stats). Prints TSV. */
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "wire/blob.h"
 #include "base/cli.h"
 #include "base/err.h"
+#include "base/log.h"
 #include "wire/httpc.h"
 #include "nn/model.h"
 #include "wire/msg.h"
@@ -126,6 +130,88 @@ static int make_run(char *dir, const char *rule, char *err)
 	return 0;
 }
 
+/* The server of one row in a child process: its URL goes up the pipe, it serves until
+ * POST /v1/stop, and exits; the parent reads its CPU time from wait4. */
+static pid_t serve_child(const char *dir, char *url_out, size_t cap, char *err)
+{
+	int fd[2];
+	pid_t pid;
+	ssize_t got;
+	if (pipe(fd) < 0)
+		return gem_errf(err, GEM_EFAIL, "pipe failed"), -1;
+	if ((pid = fork()) < 0)
+		return gem_errf(err, GEM_EFAIL, "fork failed"), -1;
+	if (pid == 0) {
+		static volatile sig_atomic_t never;
+		struct serve_opts o = {.host = "127.0.0.1", .port = 0, .keep_running = 1};
+		struct server *s;
+		close(fd[0]);
+		if (serve_open(dir, &o, &s, err) < 0) {
+			fprintf(stderr, "bench-serve: %s\n", err);
+			_exit(1);
+		}
+		if (write(fd[1], serve_url(s), strlen(serve_url(s)) + 1) < 0)
+			_exit(1);
+		close(fd[1]);
+		serve_close(s, serve_wait(s, &never), err);
+		_exit(0);
+	}
+	close(fd[1]);
+	got = read(fd[0], url_out, cap - 1);
+	close(fd[0]);
+	if (got <= 0)
+		return gem_errf(err, GEM_EFAIL, "the server did not start"), -1;
+	url_out[got] = 0;
+	return pid;
+}
+
+/* One row: rule, n clients, against a server of its own. */
+static int bench_row(const char *rule, int n, char *err)
+{
+	char dir[] = "/tmp/gem-bench-serve.XXXXXX", surl[160], cmd[128];
+	struct client cl[16] = {{0}};
+	pthread_t th[16];
+	long total = 0;
+	struct httpc *h;
+	struct httpc_resp r = {0};
+	struct rusage ru;
+	json_t *stats, *t;
+	double cpu;
+	pid_t pid;
+	int status;
+
+	if (make_run(dir, rule, err) < 0 || (pid = serve_child(dir, surl, sizeof surl, err)) < 0)
+		return -1;
+	url = surl;
+	for (int i = 0; i < n; i++)
+		pthread_create(&th[i], NULL, client_main, &cl[i]);
+	for (int i = 0; i < n; i++) {
+		pthread_join(th[i], NULL);
+		total += cl[i].commits;
+	}
+	httpc_new(url, NULL, 5000, &h, err);
+	httpc_get(h, "/v1/stats", &r, err);
+	stats = json_loadb(r.body, r.len, 0, NULL);
+	t = json_object_get(stats, "commit_us");
+	httpc_post(h, "/v1/stop", "application/json", "{}", 2, &r, err);
+	if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+		fprintf(stderr, "bench-serve: the server failed\n");
+	cpu = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+	      (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+	printf("%s\t%d\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\n", rule, n, (double)total / SECONDS,
+	       total ? 1e6 * cpu / (double)total : 0.0, json_number_value(json_object_get(t, "decode")),
+	       json_number_value(json_object_get(t, "rule")),
+	       json_number_value(json_object_get(t, "encode")));
+	fflush(stdout);
+	json_decref(stats);
+	httpc_resp_free(&r);
+	httpc_free(h);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "bench-serve: could not remove %s\n", dir);
+	return 0;
+}
+
 int main(void)
 {
 	static const char *rules[] = {"gem", "downpour"};
@@ -133,52 +219,17 @@ int main(void)
 	char err[GEM_ERRMAX];
 
 	signal(SIGPIPE, SIG_IGN);
+	/* the servers' "worker N joined" lines would bury the table */
+	setenv("GEM_LOG", "warn", 0);
+	log_init("bench-serve");
 	httpc_global_init(err);
-	printf("# rule\tclients\tcommits_per_s\tdecode_us\trule_us\tencode_us\n");
-	for (size_t ri = 0; ri < sizeof rules / sizeof *rules; ri++) {
-		for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
-			char dir[] = "/tmp/gem-bench-serve.XXXXXX";
-			struct serve_opts o = {.host = "127.0.0.1", .port = 0, .keep_running = 1};
-			struct server *s;
-			struct client cl[16] = {{0}};
-			pthread_t th[16];
-			long total = 0;
-			struct httpc *h;
-			struct httpc_resp r = {0};
-			json_t *stats, *t;
-			int n = counts[ci];
-
-			if (make_run(dir, rules[ri], err) < 0 || serve_open(dir, &o, &s, err) < 0) {
+	/* server_cpu_us: the server process's user + system CPU per commit, join to stop */
+	printf("# rule\tclients\tcommits_per_s\tserver_cpu_us\tdecode_us\trule_us\tencode_us\n");
+	for (size_t ri = 0; ri < sizeof rules / sizeof *rules; ri++)
+		for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++)
+			if (bench_row(rules[ri], counts[ci], err) < 0) {
 				fprintf(stderr, "bench-serve: %s\n", err);
 				return 1;
 			}
-			url = serve_url(s);
-			for (int i = 0; i < n; i++)
-				pthread_create(&th[i], NULL, client_main, &cl[i]);
-			for (int i = 0; i < n; i++) {
-				pthread_join(th[i], NULL);
-				total += cl[i].commits;
-			}
-			httpc_new(url, NULL, 5000, &h, err);
-			httpc_get(h, "/v1/stats", &r, err);
-			stats = json_loadb(r.body, r.len, 0, NULL);
-			t = json_object_get(stats, "commit_us");
-			printf("%s\t%d\t%.0f\t%.1f\t%.1f\t%.1f\n", rules[ri], n, (double)total / SECONDS,
-			       json_number_value(json_object_get(t, "decode")),
-			       json_number_value(json_object_get(t, "rule")),
-			       json_number_value(json_object_get(t, "encode")));
-			fflush(stdout);
-			json_decref(stats);
-			httpc_resp_free(&r);
-			httpc_free(h);
-			serve_close(s, "bench done", err);
-			{
-				char cmd[128];
-				snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-				if (system(cmd) != 0)
-					fprintf(stderr, "bench-serve: could not remove %s\n", dir);
-			}
-		}
-	}
 	return 0;
 }
