@@ -42,6 +42,7 @@ struct ps {
 	int failed;
 	uint64_t applied_since_start;
 	struct rule_stats st; /* of the last applied update */
+	struct run_ckpt ck;   /* ps_checkpoint's snapshot buffers */
 };
 
 const char *ps_status_code(int status)
@@ -212,6 +213,7 @@ void ps_close(struct ps *s)
 	for (int i = 0; i < s->nslots; i++)
 		free(s->w[i]);
 	rule_destroy(s->rule);
+	run_ckpt_free(&s->ck);
 	free(s->theta);
 	if (s->log)
 		fclose(s->log);
@@ -282,14 +284,22 @@ void ps_log_stop(struct ps *s, const char *reason)
 	fflush(s->log);
 }
 
-int ps_checkpoint(struct ps *s, char *err)
+int ps_checkpoint_take(struct ps *s, struct run_ckpt *ck, char *err)
 {
 	struct run_progress p = ps_progress(s);
-	int rc;
 	fflush(s->log);
-	if ((rc = run_rule_state_save(&s->run, s->rule, workers_json(s), s->prog.version, err)) < 0)
-		return rc;
-	return run_params_save(&s->run, s->theta, s->n, &p, err);
+	return run_ckpt_take(s->rule, workers_json(s), s->theta, s->n, &p, ck, err);
+}
+
+int ps_checkpoint_write(const struct ps *s, const struct run_ckpt *ck, char *err)
+{
+	return run_ckpt_write(&s->run, ck, err);
+}
+
+int ps_checkpoint(struct ps *s, char *err)
+{
+	int rc = ps_checkpoint_take(s, &s->ck, err);
+	return rc < 0 ? rc : ps_checkpoint_write(s, &s->ck, err);
 }
 
 /* ---- requests ---- */
@@ -403,10 +413,23 @@ int ps_join(struct ps *s, int id, float *theta_out, struct ps_joined *j, char *e
 
 int ps_check_update(const struct ps *s, const float *u, char *err)
 {
-	for (size_t i = 0; i < s->n; i++)
+	/* x − x is 0 for a finite x and NaN for ±inf and NaN; lanes of such sums are NaN as soon
+	 * as one element is not finite, and the loop has no branch (it vectorises) */
+	float lane[8] = {0}, any = 0;
+	size_t i = 0;
+	for (; i + 8 <= s->n; i += 8)
+		for (int j = 0; j < 8; j++)
+			lane[j] += u[i + j] - u[i + j];
+	for (int j = 0; j < 8; j++)
+		any += lane[j];
+	for (; i < s->n; i++)
+		any += u[i] - u[i];
+	if (any == 0)
+		return PS_APPLIED;
+	for (i = 0; i < s->n; i++)
 		if (!isfinite(u[i]))
-			return gem_errf(err, PS_E_NON_FINITE, "element %zu of the update is %g", i, (double)u[i]);
-	return PS_APPLIED;
+			break;
+	return gem_errf(err, PS_E_NON_FINITE, "element %zu of the update is %g", i, (double)u[i]);
 }
 
 void ps_refused(struct ps *s, int worker, const char *reason)

@@ -594,50 +594,85 @@ void run_log_event(FILE *f, const char *event, double vtime, int worker, uint64_
 
 #define RULE_STATE_BLOB "rule"
 
-/* The state goes first at a checkpoint: a crash between it and params.gem leaves a state newer
- * than θ, which resume detects by the version and drops. */
-int run_rule_state_save(const struct run *r, const struct rule *rule, json_t *workers,
-			uint64_t version, char *err)
+/* Grow *buf to hold n floats (buffers only grow: a warm snapshot allocates nothing). */
+static int ckpt_reserve(float **buf, size_t *cap, size_t n)
 {
-	char path[PATH_MAX + 16];
-	json_t *meta = NULL, *head;
+	float *p;
+	if (*cap >= n && *buf)
+		return 0;
+	if (!(p = realloc(*buf, sizeof *p * (n ? n : 1))))
+		return -1;
+	*buf = p;
+	*cap = n;
+	return 0;
+}
+
+int run_ckpt_take(const struct rule *rule, json_t *workers, const float *theta, size_t n,
+		  const struct run_progress *p, struct run_ckpt *ck, char *err)
+{
+	json_t *meta = NULL;
 	struct rule_vec *vecs = NULL;
-	struct msg_blob blob = {.name = RULE_STATE_BLOB};
-	struct blob_codec c;
-	const void *enc;
-	float *all = NULL, dummy = 0;
-	size_t n = 0;
+	size_t vn;
 	int nvec = 0, rc;
 
+	json_decref(ck->head);
+	ck->head = NULL;
 	if ((rc = rule_state_save(rule, &meta, &vecs, &nvec, err)) < 0) {
 		json_decref(workers);
 		return rc;
 	}
-	n = nvec ? vecs[0].n : 0;
-	head = json_pack("{s:I, s:o, s:o, s:[]}", "version", (json_int_t)version, "rule", meta,
-			 "workers", workers, "vecs");
-	all = nvec ? malloc(sizeof *all * n * (size_t)nvec) : NULL;
-	if (!head || (nvec && !all)) {
-		rc = gem_errf(err, GEM_ENOMEM, "checkpoint: out of memory");
-		goto out;
+	vn = nvec ? vecs[0].n : 0;
+	ck->head = json_pack("{s:I, s:o, s:o, s:[]}", "version", (json_int_t)p->version, "rule", meta,
+			     "workers", workers, "vecs");
+	if (!ck->head || ckpt_reserve(&ck->vecs, &ck->vecs_cap, vn * (size_t)nvec) < 0 ||
+	    ckpt_reserve(&ck->theta, &ck->theta_cap, n) < 0) {
+		free(vecs);
+		return gem_errf(err, GEM_ENOMEM, "checkpoint: out of memory");
 	}
 	for (int i = 0; i < nvec; i++) {
-		json_array_append_new(json_object_get(head, "vecs"), json_string(vecs[i].name));
-		memcpy(all + (size_t)i * n, vecs[i].data, sizeof *all * n);
+		json_array_append_new(json_object_get(ck->head, "vecs"), json_string(vecs[i].name));
+		memcpy(ck->vecs + (size_t)i * vn, vecs[i].data, sizeof(float) * vn);
 	}
+	ck->nvecs = vn * (size_t)nvec;
+	memcpy(ck->theta, theta, sizeof(float) * n);
+	ck->n = n;
+	ck->p = *p;
+	free(vecs);
+	return 0;
+}
+
+/* The state goes first at a checkpoint: a crash between it and params.gem leaves a state newer
+ * than θ, which resume detects by the version and drops. */
+int run_ckpt_write(const struct run *r, const struct run_ckpt *ck, char *err)
+{
+	char path[PATH_MAX + 16];
+	struct msg_blob blob = {.name = RULE_STATE_BLOB};
+	struct blob_codec c;
+	const void *enc;
+	float dummy = 0;
+	int rc;
+
+	if (!ck->head)
+		return gem_errf(err, GEM_EUSAGE, "checkpoint: no snapshot taken");
 	run_file(r, RUN_RULE_STATE, path, sizeof path);
 	blob_codec_init(&c);
-	rc = blob_encode(&c, nvec ? all : &dummy, nvec ? n * (size_t)nvec : 1, BLOB_RAW, 0, &enc,
-			 &blob.meta, err);
+	rc = blob_encode(&c, ck->nvecs ? ck->vecs : &dummy, ck->nvecs ? ck->nvecs : 1, BLOB_RAW, 0,
+			 &enc, &blob.meta, err);
 	blob.data = enc;
 	if (rc == 0)
-		rc = msg_write_file(path, head, &blob, 1, err);
+		rc = msg_write_file(path, ck->head, &blob, 1, err);
 	blob_codec_free(&c);
-out:
-	free(all);
-	free(vecs);
-	json_decref(head);
-	return rc;
+	if (rc < 0)
+		return rc;
+	return run_params_save(r, ck->theta, ck->n, &ck->p, err);
+}
+
+void run_ckpt_free(struct run_ckpt *ck)
+{
+	json_decref(ck->head);
+	free(ck->vecs);
+	free(ck->theta);
+	memset(ck, 0, sizeof *ck);
 }
 
 /* Decode the state's vectors (named in the header's "vecs", n floats each) into rule. */

@@ -123,10 +123,22 @@ void run_log_start(FILE *f, const struct run *r, const char *rule, const char *u
 void run_log_start_x(FILE *f, const struct run *r, const char *rule, const char *url,
 		     uint64_t version, const struct layout *l, json_t *more);
 
-/* The rule's state and the server's record of its workers (an array of objects) at version,
- * to RUNDIR/rule-state.gem atomically. */
-int run_rule_state_save(const struct run *r, const struct rule *rule, json_t *workers,
-			uint64_t version, char *err);
+/* A checkpoint in two halves, so that a server takes it under its lock and writes it (fsync
+ * and all) outside: a snapshot of θ, its progress, the rule's state and the server's record of
+ * its workers (an array of objects), in buffers kept from one checkpoint to the next. A
+ * zero-initialised struct is empty. */
+struct run_ckpt {
+	json_t *head;            /* rule-state.gem's header */
+	float *vecs, *theta;     /* the rule's vectors end to end; θ */
+	size_t nvecs, n, vecs_cap, theta_cap;
+	struct run_progress p;
+};
+/* Snapshot the state into ck (workers is stolen). Copies only memory: no I/O. */
+int run_ckpt_take(const struct rule *rule, json_t *workers, const float *theta, size_t n,
+		  const struct run_progress *p, struct run_ckpt *ck, char *err);
+/* Write a snapshot: RUNDIR/rule-state.gem, then RUNDIR/params.gem, each atomically. */
+int run_ckpt_write(const struct run *r, const struct run_ckpt *ck, char *err);
+void run_ckpt_free(struct run_ckpt *ck);
 /* Restore a state saved at version into rule (just created, no worker); *workers gets the
  * saved workers (new reference). Returns 1 restored, 0 none saved of that version (told in
  * err, rule untouched), < 0 a state that does not fit. */
