@@ -498,7 +498,9 @@ int main(int argc, char **argv)
 		if (c == 0)
 			c = evaluate(&e, &p, err);
 	} else {
-		c = run_params_load(&run, params, model_params(e.m), model_nparams(e.m), &p, err);
+		/* a sharded run's θ: its shards' slices end to end (the merged view) */
+		c = params ? run_params_load(&run, params, model_params(e.m), model_nparams(e.m), &p, err)
+			   : run_params_load_merged(&run, model_params(e.m), model_nparams(e.m), &p, err);
 		if (c == 0)
 			c = evaluate(&e, &p, err);
 	}

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "role/ps.h"
 #include "role/serve.h"
+#include "run/shard.h"
 
 static const char usage_line[] = "usage: gem-serve [options] RUNDIR";
 
@@ -47,13 +48,16 @@ static void usage(FILE *f)
 	      "                              injection); default 0\n"
 	      "      --max-workers N         workers joined at once (each holds about 24 bytes\n"
 	      "                              per parameter); default 256, at most 4096\n"
+	      "      --shard I/K             serve shard I of K of θ (0 <= I < K <= 64): its own\n"
+	      "                              version, rule state, checkpoint and log, in\n"
+	      "                              RUNDIR/shard-I-of-K/ (URL in its server.url there)\n"
 	      "  -h, --help                  show this help\n"
 	      "  -V, --version               show the version\n",
 	      f);
 }
 
 enum { O_PUBLIC = 256, O_TOKEN, O_CKPT, O_MAXUPD, O_KEEP, O_CODEC, O_WTO, O_ITO, O_STALE, O_DROP,
-       O_NOTOKEN, O_MAXW, O_CERT, O_KEY };
+       O_NOTOKEN, O_MAXW, O_CERT, O_KEY, O_SHARD };
 
 static const struct option longopts[] = {
 	{"listen", required_argument, 0, 'l'},         {"public", no_argument, 0, O_PUBLIC},
@@ -64,7 +68,8 @@ static const struct option longopts[] = {
 	{"drop-rate", required_argument, 0, O_DROP},   {"no-token", no_argument, 0, O_NOTOKEN},
 	{"max-workers", required_argument, 0, O_MAXW}, {"tls-cert", required_argument, 0, O_CERT},
 	{"tls-key", required_argument, 0, O_KEY},      {"help", no_argument, 0, 'h'},
-	{"version", no_argument, 0, 'V'},              {0, 0, 0, 0},
+	{"version", no_argument, 0, 'V'},              {"shard", required_argument, 0, O_SHARD},
+	{0, 0, 0, 0},
 };
 
 static volatile sig_atomic_t got_signal;
@@ -151,6 +156,10 @@ int main(int argc, char **argv)
 			if (cli_long(optarg, 1, PS_MAX_WORKERS, &max_workers))
 				bad_usage("--max-workers: not an integer in [1, 4096]: ", optarg);
 			o.max_workers = (int)max_workers;
+			break;
+		case O_SHARD:
+			if (shard_parse(optarg, &o.shard_i, &o.shard_k))
+				bad_usage("--shard: want I/K with 0 <= I < K <= 64: ", optarg);
 			break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-serve"); return 0;

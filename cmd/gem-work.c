@@ -261,7 +261,7 @@ static int server_of_run(const char *dir, const struct work_opts *o, char *url, 
 	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	while (run_server_url_read(dir, url, cap, err) < 0) {
+	while (run_server_urls_read(dir, url, cap, err) < 0) {
 		if (stop_signal) {
 			rc = 128 + stop_signal;
 			break;
@@ -284,7 +284,7 @@ static int server_of_run(const char *dir, const struct work_opts *o, char *url, 
 /* One worker of the gem-serve run at url (or of the run directory url). */
 static int train_server(const char *url, const struct work_opts *o)
 {
-	char err[GEM_ERRMAX], found[1024];
+	char err[GEM_ERRMAX], found[8192];
 	struct worker *w;
 	struct work_result r;
 	const struct work_info *in;

@@ -160,11 +160,21 @@ static int ps_load(struct ps *s, char *err)
 	struct model *m = NULL;
 	json_t *workers = NULL;
 	int rc;
-	if ((rc = run_lock(&s->run, err)) < 0 || (rc = model_from_json(s->run.model, &m, err)) < 0)
+	if ((rc = model_from_json(s->run.model, &m, err)) < 0)
 		return rc;
 	s->layout = *model_layout(m);
 	s->n = model_nparams(m);
 	model_free(m);
+	if (s->o.shard_k > 0) {
+		/* a shard: its slice of θ, of the layout and of every rule state, its own files */
+		struct layout full = s->layout;
+		if ((rc = run_set_shard(&s->run, s->o.shard_i, s->o.shard_k, s->n, err)) < 0)
+			return rc;
+		shard_layout(&full, &s->run.shard, &s->layout);
+		s->n = s->run.shard.len;
+	}
+	if ((rc = run_lock(&s->run, err)) < 0)
+		return rc;
 	if (!(s->theta = malloc(sizeof(float) * s->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	if ((rc = run_params_load(&s->run, NULL, s->theta, s->n, &s->prog, err)) < 0 ||
@@ -264,6 +274,10 @@ void ps_log_start(struct ps *s, const char *url)
 	json_t *o = json_pack("{s:I, s:I, s:b}", "max_updates", (json_int_t)s->o.max_updates,
 			      "max_staleness", (json_int_t)s->o.max_staleness, "keep_running",
 			      s->o.keep_running);
+	if (o && s->run.shard.k > 0)
+		json_object_set_new(o, "shard", json_pack("{s:i, s:i, s:I, s:I}", "i", s->run.shard.i, "k",
+							  s->run.shard.k, "offset", (json_int_t)s->run.shard.off,
+							  "count", (json_int_t)s->run.shard.len));
 	run_log_start_x(s->log, &s->run, s->run.rule.name, url, s->prog.version, &s->layout, o);
 	json_decref(o);
 }
@@ -585,8 +599,12 @@ void ps_liveness(struct ps *s, void (*gone)(void *ctx, int worker, double silent
 
 json_t *ps_health_json(const struct ps *s)
 {
-	return json_pack("{s:I, s:i, s:b}", "version", (json_int_t)s->prog.version, "workers",
-			 s->nactive, "stopping", s->stop_why != NULL);
+	json_t *j = json_pack("{s:I, s:i, s:b}", "version", (json_int_t)s->prog.version, "workers",
+			      s->nactive, "stopping", s->stop_why != NULL);
+	/* a shard says which: a worker checks it got the servers in order */
+	if (j && s->run.shard.k > 0)
+		json_object_set_new(j, "theta_shard", json_pack("[i,i]", s->run.shard.i, s->run.shard.k));
+	return j;
 }
 
 static json_t *worker_stats(const struct ps_worker *w, double now)

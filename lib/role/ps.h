@@ -21,6 +21,7 @@ struct ps_opts {
 	int keep_running;      /* don't stop when every worker has finished and left */
 	double worker_timeout; /* a worker silent this long is gone; 0: never */
 	double idle_timeout;   /* no commit this long: stop, failed; 0: never */
+	int shard_i, shard_k;  /* serve shard i of k of θ (run/shard.h); k = 0: all of θ */
 };
 
 /* What a request came to. The negative ones are refusals (gem-protocol(7) gives each its HTTP

@@ -760,7 +760,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	struct server *s = calloc(1, sizeof *s);
 	struct ps_opts po = {.max_updates = o->max_updates, .max_staleness = o->max_staleness,
 			     .keep_running = o->keep_running, .worker_timeout = o->worker_timeout,
-			     .idle_timeout = o->idle_timeout};
+			     .idle_timeout = o->idle_timeout, .shard_i = o->shard_i, .shard_k = o->shard_k};
 	int rc;
 
 	if (!s)

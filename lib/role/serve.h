@@ -25,6 +25,7 @@ struct serve_opts {
 	const char *tls_key;     /* (both, or neither for plain HTTP) */
 	int max_workers;         /* workers joined at once (each holds buffers of ~24 bytes per
 				  * parameter); 0: SERVE_MAX_WORKERS; at most PS_MAX_WORKERS */
+	int shard_i, shard_k;    /* serve shard i of k of θ (run/shard.h); k = 0: all of θ */
 };
 
 #define SERVE_MAX_WORKERS 256

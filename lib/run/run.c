@@ -62,6 +62,20 @@ static const char *const run_leaves[] = {
 	"node-*.log", "worker-*.log", "token", "tls-cert.pem", "tls-key.pem", "openssl.err",
 };
 
+static int remove_run_files(const char *dir, char *err);
+
+/* A shard's directory (RUN_SHARD_DIR) goes with its files. */
+static int remove_shard_dir(const char *path, char *err)
+{
+	char lock[PATH_MAX + 16];
+	int rc = remove_run_files(path, err);
+	dir_file(path, RUN_LOCK, lock, sizeof lock);
+	unlink(lock);
+	if (rc == 0 && rmdir(path) < 0)
+		rc = gem_errf(err, GEM_EFAIL, "%s: cannot remove: %s", path, strerror(errno));
+	return rc;
+}
+
 static int remove_run_files(const char *dir, char *err)
 {
 	char path[PATH_MAX + 16];
@@ -69,7 +83,15 @@ static int remove_run_files(const char *dir, char *err)
 	DIR *d = opendir(dir);
 	if (!d)
 		return gem_errf(err, GEM_EFAIL, "%s: %s", dir, strerror(errno));
-	while ((e = readdir(d)))
+	while ((e = readdir(d))) {
+		if (!fnmatch("shard-*-of-*", e->d_name, FNM_PERIOD)) {
+			dir_file(dir, e->d_name, path, sizeof path);
+			if (remove_shard_dir(path, err) < 0) {
+				closedir(d);
+				return GEM_EFAIL;
+			}
+			continue;
+		}
 		for (size_t i = 0; i < sizeof run_leaves / sizeof *run_leaves; i++)
 			if (!fnmatch(run_leaves[i], e->d_name, FNM_PERIOD)) {
 				dir_file(dir, e->d_name, path, sizeof path);
@@ -80,6 +102,7 @@ static int remove_run_files(const char *dir, char *err)
 				}
 				break;
 			}
+	}
 	closedir(d);
 	return 0;
 }
@@ -311,7 +334,7 @@ void run_close(struct run *r)
 
 int run_file(const struct run *r, const char *name, char *out, size_t cap)
 {
-	return dir_file(r->dir, name, out, cap);
+	return dir_file(r->fdir[0] ? r->fdir : r->dir, name, out, cap);
 }
 
 /* Who holds RUNDIR/.lock, in words: the pid it wrote there and the URL of its server. */
@@ -353,7 +376,7 @@ static int lock_dir(const char *dir, int *fd, char *err)
 
 int run_lock(struct run *r, char *err)
 {
-	return lock_dir(r->dir, &r->lock_fd, err);
+	return lock_dir(r->fdir[0] ? r->fdir : r->dir, &r->lock_fd, err);
 }
 
 int run_log_open(const struct run *r, FILE **out, char *err)
@@ -783,5 +806,102 @@ int run_server_url_read(const char *dir, char *url, size_t cap, char *err)
 	if (len >= cap)
 		return gem_errf(err, GEM_EUSAGE, "%s: URL too long", path);
 	memcpy(url, line, len + 1);
+	return 0;
+}
+
+/* ---- sharded runs ---- */
+
+int run_set_shard(struct run *r, int i, int k, size_t n, char *err)
+{
+	char name[64], path[PATH_MAX + 16];
+	struct run_progress p;
+	struct stat st;
+	float *theta;
+	int rc;
+
+	snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+	if (dir_file(r->dir, name, r->fdir, sizeof r->fdir) < 0)
+		return gem_errf(err, GEM_EUSAGE, "%s: path too long", r->dir);
+	if (mkdir(r->fdir, 0777) < 0 && errno != EEXIST)
+		return gem_errf(err, GEM_EFAIL, "%s: %s", r->fdir, strerror(errno));
+	r->shard = shard_of(n, i, k);
+	run_file(r, RUN_PARAMS, path, sizeof path);
+	if (stat(path, &st) == 0)
+		return 0;
+	/* the shard's first session: its slice of the run's θ */
+	if (!(theta = malloc(sizeof *theta * n)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	dir_file(r->dir, RUN_PARAMS, path, sizeof path);
+	if ((rc = run_params_load(r, path, theta, n, &p, err)) == 0)
+		rc = run_params_save(r, theta + r->shard.off, r->shard.len, &p, err);
+	free(theta);
+	return rc;
+}
+
+int run_shards(const char *dir, char *err)
+{
+	struct dirent *e;
+	DIR *d = opendir(dir);
+	int k = 0, i, kk;
+	if (!d)
+		return gem_errf(err, GEM_EUSAGE, "%s: %s", dir, strerror(errno));
+	while ((e = readdir(d))) {
+		char tail;
+		if (sscanf(e->d_name, "shard-%d-of-%d%c", &i, &kk, &tail) != 2 || i != 0 || kk < 1 ||
+		    kk > SHARD_MAX)
+			continue;
+		if (k && kk != k) {
+			closedir(d);
+			return gem_errf(err, GEM_EUSAGE, "%s: shards of %d and of %d servers", dir, k, kk);
+		}
+		k = kk;
+	}
+	closedir(d);
+	return k;
+}
+
+int run_params_load_merged(const struct run *r, float *theta, size_t n, struct run_progress *p,
+			   char *err)
+{
+	char name[64], sub[PATH_MAX + 16], path[PATH_MAX + 80];
+	int k = run_shards(r->dir, err), rc;
+	if (k <= 0)
+		return k < 0 ? k : run_params_load(r, NULL, theta, n, p, err);
+	for (int i = 0; i < k; i++) {
+		struct shard s = shard_of(n, i, k);
+		struct run_progress q;
+		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+		dir_file(r->dir, name, sub, sizeof sub);
+		dir_file(sub, RUN_PARAMS, path, sizeof path);
+		if ((rc = run_params_load(r, path, theta + s.off, s.len, &q, err)) < 0)
+			return rc;
+		if (i == 0 || q.version < p->version)
+			p->version = q.version;
+		if (i == 0 || q.samples < p->samples)
+			p->samples = q.samples;
+		if (i == 0 || q.elapsed > p->elapsed)
+			p->elapsed = q.elapsed;
+	}
+	return 0;
+}
+
+int run_server_urls_read(const char *dir, char *urls, size_t cap, char *err)
+{
+	char name[64], sub[PATH_MAX + 16];
+	size_t used = 0;
+	int k = run_shards(dir, err), rc;
+	if (k <= 0)
+		return k < 0 ? k : run_server_url_read(dir, urls, cap, err);
+	for (int i = 0; i < k; i++) {
+		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+		dir_file(dir, name, sub, sizeof sub);
+		if (used + 2 >= cap)
+			return gem_errf(err, GEM_EUSAGE, "%s: URLs too long", dir);
+		if (i)
+			urls[used++] = ',';
+		if ((rc = run_server_url_read(sub, urls + used, cap - used, err)) < 0)
+			return rc;
+		used += strlen(urls + used);
+	}
 	return 0;
 }
