@@ -28,6 +28,8 @@ evaluates each node and their average.
       --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2;
                       with --rule sgp e.g. --work-opt=--overlap, --work-opt=--topology=ring
       --serve-opt OPT pass OPT to gem-serve (repeatable), e.g. --serve-opt=--max-updates=100
+      --shards K      serve θ with K gem-serve processes, one shard each (--shard I/K, on
+                      this host); the workers commit to all of them. Default 1
       --rule sgp      train with SGP nodes instead of a server (other rules go to gem-init)
   -q, --quiet         no progress
   -h, --help          show this help
@@ -42,7 +44,7 @@ die_usage() { echo "gem-run: $*" >&2; echo "$usage_line" >&2; exit 2; }
 # forever (GEM_SSH_TIMEOUT: seconds to connect; default 10)
 ssh_opts=(-o BatchMode=yes -o "ConnectTimeout=${GEM_SSH_TIMEOUT:-10}" -o ServerAliveInterval=15
 	  -o ServerAliveCountMax=4)
-workers=4 workers_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
+shards=1 workers=4 workers_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; workers_set=1; shift ;;
@@ -58,6 +60,8 @@ while [ $# -gt 0 ]; do
 	--work-opt=*) workopts+=("${1#*=}") ;;
 	--serve-opt) [ $# -ge 2 ] || die_usage "$1 needs a value"; serveopts+=("$2"); shift ;;
 	--serve-opt=*) serveopts+=("${1#*=}") ;;
+	--shards) [ $# -ge 2 ] || die_usage "$1 needs a value"; shards=$2; shift ;;
+	--shards=*) shards=${1#*=} ;;
 	-r|--rule) [ $# -ge 2 ] || die_usage "$1 needs a value"
 		if [ "$2" = sgp ]; then sgp=1; else initopts+=("$1" "$2"); fi; shift ;;
 	--rule=*) if [ "${1#*=}" = sgp ]; then sgp=1; else initopts+=("$1"); fi ;;
@@ -79,6 +83,8 @@ done
 [ $# -eq 0 ] || { [ -z "$rundir" ] && [ $# -eq 1 ] && rundir=$1; } || die_usage "unexpected arguments: $*"
 [ -n "$rundir" ] || die_usage "no RUNDIR given"
 case "$workers" in ''|*[!0-9]*|0) die_usage "-n: not a positive integer: $workers" ;; esac
+case "$shards" in ''|*[!0-9]*|0) die_usage "--shards: not an integer in [1, 64]: $shards" ;; esac
+[ "$shards" -le 64 ] || die_usage "--shards: not an integer in [1, 64]: $shards"
 
 bindir=$(cd "$(dirname "$0")" && pwd)
 PATH="$bindir:$PATH"
@@ -214,19 +220,20 @@ copy_cert() {
 if [ $sgp = 1 ]; then
 	[ "$tls" != 1 ] || die_usage "--tls: not with --rule sgp (SGP nodes speak plain HTTP)"
 	[ $resume = 0 ] || die_usage "--resume: not with --rule sgp (an SGP run starts from params.gem)"
+	[ "$shards" = 1 ] || die_usage "--shards: not with --rule sgp (there is no server)"
 	sgp_run
 	exit $?
 fi
 
-pids=() server=
-# The server goes first: it checkpoints and answers the workers still running, remote ones
+pids=() servers=()
+# The servers go first: they checkpoint and answer the workers still running, remote ones
 # too, that the run is over (410), so they leave; then what is left here is stopped.
 cleanup() {
 	trap - INT TERM EXIT
-	if [ -n "$server" ]; then
-		kill "$server" 2>/dev/null
-		for ((j = 0; j < 100; j++)); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
-	fi
+	for p in "${servers[@]}"; do
+		kill "$p" 2>/dev/null
+		for ((j = 0; j < 100; j++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+	done
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
 	wait 2>/dev/null
 }
@@ -266,20 +273,31 @@ if [ -n "$hosts" ] || [ ${#public[@]} -gt 0 ]; then
 	(umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
 	token=(--token-file "$rundir/token")
 fi
-rm -f "$rundir/server.url"
-gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "${tlsopts[@]}" "${serveopts[@]}" "$rundir" >/dev/null 2>"$rundir/serve.err" &
-server=$!
-for ((i = 0; i < 300; i++)); do
-	[ -s "$rundir/server.url" ] && break
-	kill -0 "$server" 2>/dev/null || { cat "$rundir/serve.err" >&2; echo "gem-run: gem-serve failed" >&2; exit 1; }
-	sleep 0.1
+# one server, or K of them, shard I's files (its server.url too) in RUNDIR/shard-I-of-K/
+url=
+for ((k = 0; k < shards; k++)); do
+	if [ "$shards" = 1 ]; then
+		sdir=$rundir shardopt=() err="$rundir/serve.err"
+	else
+		sdir="$rundir/shard-$k-of-$shards" shardopt=(--shard "$k/$shards") err="$rundir/serve-$k.err"
+	fi
+	rm -f "$sdir/server.url"
+	gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "${tlsopts[@]}" "${shardopt[@]}" \
+		"${serveopts[@]}" "$rundir" >/dev/null 2>"$err" &
+	servers+=($!)
+	for ((i = 0; i < 300; i++)); do
+		[ -s "$sdir/server.url" ] && break
+		kill -0 "${servers[$k]}" 2>/dev/null || { cat "$err" >&2; echo "gem-run: gem-serve failed" >&2; exit 1; }
+		sleep 0.1
+	done
+	[ -s "$sdir/server.url" ] || { echo "gem-run: gem-serve did not start" >&2; exit 1; }
+	u=$(cat "$sdir/server.url")
+	if [ -n "$hosts" ]; then
+		# workers on other hosts reach the server by this host's name
+		u="${u%%://*}://$server_host:${u##*:}"
+	fi
+	url=${url:+$url,}$u
 done
-[ -s "$rundir/server.url" ] || { echo "gem-run: gem-serve did not start" >&2; exit 1; }
-url=$(cat "$rundir/server.url")
-if [ -n "$hosts" ]; then
-	# workers on other hosts reach the server by this host's name
-	url="${url%%://*}://$server_host:${url##*:}"
-fi
 
 [ $quiet = 1 ] || echo "gem-run: $rundir served at $url; starting $workers workers" >&2
 for ((i = 0; i < workers; i++)); do
@@ -298,7 +316,7 @@ if [ $quiet = 0 ] && [ -t 2 ] && command -v curl >/dev/null; then
 	(
 		start=$(date +%s)
 		while sleep 1; do
-			v=$(curl -s --max-time 1 ${cacert[@]:+--cacert "$rundir/tls-cert.pem"} "${url}/v1/health" | sed -n 's/.*"version": *\([0-9]*\).*/\1/p')
+			v=$(curl -s --max-time 1 ${cacert[@]:+--cacert "$rundir/tls-cert.pem"} "${url%%,*}/v1/health" | sed -n 's/.*"version": *\([0-9]*\).*/\1/p')
 			[ -n "$v" ] || break
 			printf '\rgem-run: version %s, %d s   ' "$v" $(($(date +%s) - start)) >&2
 		done
@@ -311,11 +329,13 @@ for i in "${!pids[@]}"; do
 	wait "${pids[$i]}" || { failed=$((failed + 1)); echo "gem-run: worker $i failed:" >&2; tail -3 "$rundir/worker-$i.log" >&2; }
 done
 pids=()
-# every worker has left: the server stops by itself and writes its final checkpoint
-for ((i = 0; i < 100; i++)); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
-kill "$server" 2>/dev/null
-wait "$server"
-server=
+# every worker has left: the servers stop by themselves and write their final checkpoints
+for p in "${servers[@]}"; do
+	for ((i = 0; i < 100; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+	kill "$p" 2>/dev/null
+	wait "$p"
+done
+servers=()
 [ -n "${progress:-}" ] && { kill "$progress" 2>/dev/null; wait "$progress" 2>/dev/null; echo >&2; }
 if [ $failed != 0 ]; then
 	# no TSV: it would read as the run's result

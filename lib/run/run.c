@@ -58,7 +58,7 @@ static int make_dirs(const char *dir, char *err)
  * server's messages. */
 static const char *const run_leaves[] = {
 	RUN_LOG, RUN_PARAMS, RUN_LOCAL_STATE, RUN_RULE_STATE, RUN_SERVER_URL, RUN_PEERS,
-	RUN_PEERS ".tmp", RUN_SERVE_ERR, "serve.out", "node-*.gem", "node-*.jsonl", "node-*.url",
+	RUN_PEERS ".tmp", RUN_SERVE_ERR, "serve-*.err", "serve.out", "node-*.gem", "node-*.jsonl", "node-*.url",
 	"node-*.log", "worker-*.log", "token", "tls-cert.pem", "tls-key.pem", "openssl.err",
 };
 
