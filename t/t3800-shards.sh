@@ -56,7 +56,10 @@ test_expect_success 'each shard has its own version, log and checkpoint; gem-eva
 		head -1 gem-2/shard-$i-of-2/rule-state.gem | grep -q "\"version\":12" &&
 		grep -q "\"shard\":{\"i\":$i,\"k\":2" gem-2/shard-$i-of-2/log.jsonl || return 1
 	done &&
-	gem-eval gem-1 | tail -1 | cut -f2- >e1 && gem-eval gem-2 | tail -1 | cut -f2- >e2 && cmp e1 e2
+	gem-eval gem-1 | tail -1 | cut -f2- >e1 && gem-eval gem-2 | tail -1 | cut -f2- >e2 && cmp e1 e2 &&
+	{ gem-serve --listen 127.0.0.1:0 gem-2 2>err; test $? = 2; } && grep -q "served by 2 shards" err &&
+	{ gem-serve --listen 127.0.0.1:0 --shard 0/3 gem-2 2>err; test $? = 2; } &&
+	grep -q "served by 2 shards" err
 '
 
 test_expect_success 'a worker refuses servers given out of shard order' '

@@ -165,6 +165,11 @@ static int ps_load(struct ps *s, char *err)
 	s->layout = *model_layout(m);
 	s->n = model_nparams(m);
 	model_free(m);
+	if ((rc = run_shards(s->run.dir, err)) < 0)
+		return rc;
+	if (rc > 0 && rc != s->o.shard_k)
+		return gem_errf(err, GEM_EUSAGE, "%s is served by %d shards (gem-serve --shard I/%d)",
+				s->run.dir, rc, rc);
 	if (s->o.shard_k > 0) {
 		/* a shard: its slice of θ, of the layout and of every rule state, its own files */
 		struct layout full = s->layout;
