@@ -2,7 +2,7 @@
 # t3800: sharded gem-serve (--shard I/K). With one worker (its commits serialised), a run served
 # by K = 2 or 3 shards ends with the θ of the run served by one server, bit for bit, for every
 # rule; kill -9 of one shard's server and a restart loses at most that shard's checkpoint
-# interval while the other shard carries on.
+# interval while the other shard carries on. gem-sim --shards K gives the θ of one core.
 . "$(dirname "$0")/test-lib.sh"
 
 # theta RUN: θ as raw float32 (a sharded run's slices end to end)
@@ -48,6 +48,21 @@ for spec in "gem 3" "downpour - --window 2" "dynsgd -" "easgd - --window 2" "dca
 		fi
 	"
 done
+
+test_expect_success 'gem-sim --shards 2 and 3, three workers: the θ of one core (gem, easgd, sync)' '
+	for rule in gem easgd sync; do
+		gem-init -q --model tiny.json --data data --rule $rule --workers 3 --lr 0.05 \
+			--batch 16 --seed 5 sim-$rule-1 &&
+		cp -r sim-$rule-1 sim-$rule-2 && cp -r sim-$rule-1 sim-$rule-3 && theta sim-$rule-1 >s0.bin &&
+		gem-sim -q -n 3 --steps 6 --jitter 0.3 sim-$rule-1 >/dev/null &&
+		gem-sim -q -n 3 --steps 6 --jitter 0.3 --shards 2 sim-$rule-2 >/dev/null &&
+		gem-sim -q -n 3 --steps 6 --jitter 0.3 --shards 3 sim-$rule-3 >/dev/null &&
+		test -d sim-$rule-3/shard-2-of-3 &&
+		theta sim-$rule-1 >s1.bin && theta sim-$rule-2 >s2.bin && theta sim-$rule-3 >s3.bin &&
+		! cmp -s s0.bin s1.bin &&
+		cmp s1.bin s2.bin && cmp s1.bin s3.bin || return 1
+	done
+'
 
 test_expect_success 'each shard has its own version, log and checkpoint; gem-eval sees the whole θ' '
 	for i in 0 1; do

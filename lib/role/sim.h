@@ -42,6 +42,8 @@ struct sim_opts {
 	const double *joins;      /* a new worker (ids N, N+1, ... in time order) joins at each time */
 	int njoins;
 	int threads;              /* gradient threads (>= 1), each with its own model instance */
+	int shards;               /* K > 1: θ served by K cores in this process, one per shard (as
+				   * gem-serve --shard I/K), each with its own files; 0, 1: one */
 	/* Called about 4 times a second of wall time (may be NULL); for a progress line. */
 	void (*progress)(void *ctx, uint64_t version, double vtime, int active);
 	void *progress_ctx;
