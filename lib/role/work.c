@@ -281,6 +281,15 @@ static int commit_status(struct wshard *sh, int c, int rejoin, char *err)
 	return rc < 0 ? rc : 0;
 }
 
+/* easgd with shards that answered differently: the slices that came as θ (kind 0) or were
+ * joined again (kind 2, x already θ there) become the d that takes x there: x − θ, or 0. */
+static void elastic_mix(struct worker *w, const char *kind, float *x, float *v)
+{
+	for (int k = 0; k < w->nsh; k++)
+		for (size_t i = w->sh[k].off; kind[k] != 1 && i < w->sh[k].off + w->sh[k].len; i++)
+			v[i] = kind[k] == 0 ? x[i] - v[i] : 0;
+}
+
 /* Fold the replies of client c into x as the rule says: θ itself, easgd's d ("elastic") or dma's
  * X_{j+1}, each shard's slice from its own reply. 1: a shard rejoined (its slice is θ now);
  * 2: the run is over; < 0 an error. */
@@ -289,14 +298,15 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 	float *x = model_params(w->t.m);
 	int elastic = 0, direct = !w->l.d->reply_elastic && w->l.d->sends != RULE_SENDS_CYCLE;
 	float *v = direct ? x : w->v;
+	char kind[SHARD_MAX]; /* 0: θ came, 1: easgd's d came, 2: joined again */
 	int rc, any = 0, over = 0;
 	for (int k = 0; k < w->nsh; k++) {
 		struct wshard *sh = &w->sh[k];
 		int e = 0;
 		if ((rc = commit_status(sh, c, rejoin, err)) < 0)
 			return rc;
-		if (rc == 2)
-			over = 1;
+		over |= rc == 2;
+		kind[k] = 2;
 		if (rc == 1 && !direct)
 			/* a rejoined shard's slice is θ: nothing to fold there */
 			memcpy(v + sh->off, x + sh->off, sizeof(float) * sh->len);
@@ -308,12 +318,17 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 		if ((rc = take_reply(sh, &sh->resp[c], w->l.d->reply_elastic ? "elastic" : MSG_PARAMS,
 				     v + sh->off, &e, NULL, err)) < 0)
 			return rc;
+		kind[k] = (char)e;
 		elastic |= e;
 	}
+	elastic &= w->l.d->reply_elastic;
 	if (over)
 		return 2;
-	if (!any || w->nsh > 1)
-		rule_local_reply(&w->l, x, v, w->l.d->reply_elastic && elastic);
+	if (w->nsh == 1 && any)
+		return 1; /* joined again: x is θ */
+	if (w->nsh > 1 && elastic)
+		elastic_mix(w, kind, x, v);
+	rule_local_reply(&w->l, x, v, elastic);
 	return any;
 }
 
