@@ -464,7 +464,11 @@ static int eval_target(struct evaluator *e, const char *arg, const char *run_opt
 		if (t.url)
 			c = eval_remote_params(&remote, model_params(e->m), model_nparams(e->m), &p, err);
 		else
-			c = run_params_load(&run, t.params, model_params(e->m), model_nparams(e->m), &p, err);
+			/* a sharded run's θ: its shards' slices end to end (the merged view) */
+			c = t.params ? run_params_load(&run, t.params, model_params(e->m),
+						       model_nparams(e->m), &p, err)
+				     : run_params_load_merged(&run, model_params(e->m), model_nparams(e->m),
+							      &p, err);
 		if (c == 0)
 			c = evaluate(e, &p, err);
 		rc = c == 0 ? 0 : c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;

@@ -38,6 +38,9 @@ train on disjoint shards, wired to each other on free ports, and gem-eval
                       --work-opt=--overlap, --work-opt=--topology=ring
       --serve-opt OPT pass OPT to gem-serve (repeatable), e.g.
                       --serve-opt=--max-updates=100
+      --shards K      serve θ with K gem-serve processes, one shard each
+                      (--shard I/K, on this host); the workers commit to all of
+                      them. Default 1
   -r, --rule sgp      train with SGP nodes instead of a server (other rules go
                       to gem-init)
   -q, --quiet         no progress
@@ -205,7 +208,7 @@ if [ -n "${GEM_LOG:-}" ] && ! msg=$(gem-init --version 2>&1 >/dev/null); then
 	echo "gem-run: ${msg#gem-init: }" >&2
 	exit 2
 fi
-workers=4 workers_set=0 steps= steps_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
+shards=1 workers=4 workers_set=0 steps= steps_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; workers_set=1; shift ;;
@@ -223,6 +226,8 @@ while [ $# -gt 0 ]; do
 	--work-opt=*) workopts+=("${1#*=}") ;;
 	--serve-opt) [ $# -ge 2 ] || die_usage "$1 needs a value"; serveopts+=("$2"); shift ;;
 	--serve-opt=*) serveopts+=("${1#*=}") ;;
+	--shards) [ $# -ge 2 ] || die_usage "$1 needs a value"; shards=$2; shift ;;
+	--shards=*) shards=${1#*=} ;;
 	-r|--rule) [ $# -ge 2 ] || die_usage "$1 needs a value"
 		if [ "$2" = sgp ]; then sgp=1; else initopts+=("$1" "$2"); fi; shift ;;
 	--rule=*) if [ "${1#*=}" = sgp ]; then sgp=1; else initopts+=("$1"); fi ;;
@@ -264,6 +269,8 @@ lines:*) progress_mode=lines progress_every=${GEM_PROGRESS#lines:}
 *) die_usage "GEM_PROGRESS=$GEM_PROGRESS: want tty, lines, lines:SECONDS or off" ;;
 esac
 [ $quiet = 0 ] || progress_mode=off
+case "$shards" in ''|*[!0-9]*|0) die_usage "--shards: not an integer in [1, 64]: $shards" ;; esac
+[ "$shards" -le 64 ] || die_usage "--shards: not an integer in [1, 64]: $shards"
 
 
 # The hosts, one entry per worker slot; with --hosts, N defaults to the slots in the file.
@@ -407,30 +414,31 @@ copy_cert() {
 if [ $sgp = 1 ]; then
 	[ "$tls" != 1 ] || die_usage "--tls: not with --rule sgp (SGP nodes speak plain HTTP)"
 	[ $resume = 0 ] || die_usage "--resume: not with --rule sgp (an SGP run starts from params.gem)"
+	[ "$shards" = 1 ] || die_usage "--shards: not with --rule sgp (there is no server)"
 	sgp_run
 	exit $?
 fi
 
-pids=() server=
-# serve_failed [STATUS]: gem-serve has stopped on its own (with STATUS, else waited for): what
-# it said, and gem-run's exit (2 when the usage was bad, as --serve-opt's).
+pids=() servers=() errs=()
+# serve_failed [STATUS [ERR [PID]]]: a gem-serve has stopped on its own, with STATUS (none or
+# empty: waited for, PID, default the first server's): what it said (in ERR, default the first
+# server's), and gem-run's exit (2 when the usage was bad, as --serve-opt's).
 serve_failed() {
-	local rc=${1:-0}
-	[ $# = 1 ] || wait "$server" || rc=$?
-	server=
-	relay gem-serve $rc "gem-serve: " <"$rundir/serve.err"
+	local rc=${1:-} err=${2:-${errs[0]}} pid=${3:-${servers[0]}}
+	if [ -z "$rc" ]; then rc=0; wait "$pid" || rc=$?; fi
+	relay gem-serve $rc "gem-serve: " <"$err"
 	[ $rc != 2 ] || exit 2
 	echo "gem-run: gem-serve failed (exit status $rc); no result" >&2
 	exit 1
 }
-# The server goes first: it checkpoints and answers the workers still running, remote ones
+# The servers go first: they checkpoint and answer the workers still running, remote ones
 # too, that the run is over (410), so they leave; then what is left here is stopped.
 cleanup() {
 	trap - INT TERM HUP EXIT
-	if [ -n "$server" ]; then
-		kill "$server" 2>/dev/null
-		for ((j = 0; j < 100; j++)); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
-	fi
+	for p in "${servers[@]}"; do
+		kill "$p" 2>/dev/null
+		for ((j = 0; j < 100; j++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+	done
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
 	wait 2>/dev/null
 }
@@ -476,20 +484,31 @@ if [ -n "$hosts" ] || [ ${#public[@]} -gt 0 ]; then
 	(umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
 	token=(--token-file "$rundir/token")
 fi
-rm -f "$rundir/server.url"
-spawn gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "${tlsopts[@]}" "${serveopts[@]}" "$rundir" >/dev/null 2>"$rundir/serve.err"
-server=$!
-for ((i = 0; i < 300; i++)); do
-	[ -s "$rundir/server.url" ] && break
-	kill -0 "$server" 2>/dev/null || serve_failed
-	sleep 0.1
+# one server, or K of them, shard I's files (its server.url too) in RUNDIR/shard-I-of-K/
+url=
+for ((k = 0; k < shards; k++)); do
+	if [ "$shards" = 1 ]; then
+		sdir=$rundir shardopt=() err="$rundir/serve.err"
+	else
+		sdir="$rundir/shard-$k-of-$shards" shardopt=(--shard "$k/$shards") err="$rundir/serve-$k.err"
+	fi
+	rm -f "$sdir/server.url"
+	spawn gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "${tlsopts[@]}" "${shardopt[@]}" \
+		"${serveopts[@]}" "$rundir" >/dev/null 2>"$err"
+	servers+=($!) errs+=("$err")
+	for ((i = 0; i < 300; i++)); do
+		[ -s "$sdir/server.url" ] && break
+		kill -0 "${servers[$k]}" 2>/dev/null || serve_failed "" "$err" "${servers[$k]}"
+		sleep 0.1
+	done
+	[ -s "$sdir/server.url" ] || { echo "gem-run: gem-serve did not start" >&2; exit 1; }
+	u=$(cat "$sdir/server.url")
+	if [ -n "$hosts" ]; then
+		# workers on other hosts reach the server by this host's name
+		u="${u%%://*}://$server_host:${u##*:}"
+	fi
+	url=${url:+$url,}$u
 done
-[ -s "$rundir/server.url" ] || { echo "gem-run: gem-serve did not start" >&2; exit 1; }
-url=$(cat "$rundir/server.url")
-if [ -n "$hosts" ]; then
-	# workers on other hosts reach the server by this host's name
-	url="${url%%://*}://$server_host:${url##*:}"
-fi
 
 [ $quiet = 1 ] || echo "gem-run: $rundir served at $url; starting $(plural "$workers" worker)" >&2
 for ((i = 0; i < workers; i++)); do
@@ -511,7 +530,7 @@ done
 if [ $progress_mode != off ] && command -v curl >/dev/null; then
 	(
 		while sleep "$progress_every"; do
-			s=$(curl -s --max-time 2 ${cacert[@]:+--cacert "$rundir/tls-cert.pem"} "$url/v1/stats") || break
+			s=$(curl -s --max-time 2 ${cacert[@]:+--cacert "$rundir/tls-cert.pem"} "${url%%,*}/v1/stats") || break
 			line=$(printf '%s' "$s" | sed -n 's/.*"line":"\([^"]*\)".*/\1/p')
 			[ -n "$line" ] || break
 			n=$(printf '%s' "$s" | sed -n 's/.*"active":\([0-9][0-9]*\).*/\1/p')
@@ -531,23 +550,25 @@ for i in "${!pids[@]}"; do
 	wait "${pids[$i]}" || { rc=$?; failed=$((failed + 1)); slot_failed worker "$i" $rc "$rundir/worker-$i.log"; }
 done
 pids=()
-# every worker has left: the server stops by itself and writes its final checkpoint (else, as
-# with --keep-running, or when a worker failed and it would wait for it, it is stopped at once,
-# and checkpoints)
-stopped=0
-for ((i = 0; i < 100 && failed == 0; i++)); do kill -0 "$server" 2>/dev/null || { stopped=1; break; }; sleep 0.1; done
-[ $stopped = 1 ] || kill "$server" 2>/dev/null
-serve_rc=0
-wait "$server" 2>/dev/null || serve_rc=$?
-[ $stopped = 0 ] || [ $serve_rc = 0 ] || serve_error=$serve_rc
-server=
+# every worker has left: the servers stop by themselves and write their final checkpoints
+# (else, as with --keep-running, or when a worker failed and they would wait for it, they are
+# stopped at once, and checkpoint)
+for k in "${!servers[@]}"; do
+	p=${servers[$k]} stopped=0
+	for ((i = 0; i < 100 && failed == 0; i++)); do kill -0 "$p" 2>/dev/null || { stopped=1; break; }; sleep 0.1; done
+	[ $stopped = 1 ] || kill "$p" 2>/dev/null
+	rc=0
+	wait "$p" 2>/dev/null || rc=$?
+	[ $stopped = 0 ] || [ $rc = 0 ] || { serve_error=$rc serve_error_file=${errs[$k]}; }
+done
+servers=()
 if [ -n "${progress:-}" ]; then
 	kill "$progress" 2>/dev/null
 	wait "$progress" 2>/dev/null
 	[ $progress_mode != tty ] || echo >&2
 fi
-# the server's summary of the run
-[ $quiet = 1 ] || sed -n 's/^gem-serve: \(done\|failed\|interrupted\): /gem-run: server: /p' "$rundir/serve.err" | tail -1 >&2
+# the server's summary of the run (shard 0's, for a sharded run)
+[ $quiet = 1 ] || sed -n 's/^gem-serve: \(done\|failed\|interrupted\): /gem-run: server: /p' "${errs[0]}" | tail -1 >&2
 if [ $failed != 0 ]; then
 	# no TSV: it would read as the run's result
 	echo "gem-run: $failed of $(plural "$workers" worker) failed; the server checkpointed at version" \
@@ -556,6 +577,6 @@ if [ $failed != 0 ]; then
 	exit 1
 fi
 # a server that stopped on its own with an error (idle timeout, a failed checkpoint): no TSV
-[ -z "${serve_error:-}" ] || serve_failed "$serve_error"
+[ -z "${serve_error:-}" ] || serve_failed "$serve_error" "$serve_error_file"
 gem-eval "$rundir" || exit 1
 exit 0

@@ -1,6 +1,7 @@
 /* gem-serve: the parameter server of a gem run, over HTTP. */
 #include <getopt.h>
 #include <math.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "wire/blob.h"
 #include "role/ps.h"
 #include "role/serve.h"
+#include "run/shard.h"
 
 static const char usage_line[] = "usage: gem-serve [options] RUNDIR";
 
@@ -56,13 +58,16 @@ static void usage(FILE *f)
 	      "      --max-workers N         workers joined at once (each holds about 24 bytes\n"
 	      "                              per parameter); default 256, at most 4096\n"
 	      "  -q, --quiet                 no informational messages on stderr\n"
+	      "      --shard I/K             serve shard I of K of theta (0 <= I < K <= 64): its\n"
+	      "                              version, rule state, checkpoint and log, in\n"
+	      "                              RUNDIR/shard-I-of-K/ (URL in its server.url there)\n"
 	      "  -h, --help                  show this help\n"
 	      "  -V, --version               show the version\n",
 	      f);
 }
 
 enum { O_PUBLIC = 256, O_TOKEN, O_CKPT, O_MAXUPD, O_KEEP, O_CODEC, O_WTO, O_ITO, O_STALE, O_DROP,
-       O_NOTOKEN, O_MAXW, O_CERT, O_KEY };
+       O_NOTOKEN, O_MAXW, O_CERT, O_KEY, O_SHARD };
 
 static const struct option longopts[] = {
 	{"listen", required_argument, 0, 'l'},         {"public", no_argument, 0, O_PUBLIC},
@@ -73,7 +78,7 @@ static const struct option longopts[] = {
 	{"drop-rate", required_argument, 0, O_DROP},   {"no-token", no_argument, 0, O_NOTOKEN},
 	{"max-workers", required_argument, 0, O_MAXW}, {"tls-cert", required_argument, 0, O_CERT},
 	{"tls-key", required_argument, 0, O_KEY},      {"help", no_argument, 0, 'h'},
-	{"quiet", no_argument, 0, 'q'},
+	{"quiet", no_argument, 0, 'q'},               {"shard", required_argument, 0, O_SHARD},
 	{"version", no_argument, 0, 'V'},              {0, 0, 0, 0},
 };
 
@@ -212,6 +217,10 @@ int main(int argc, char **argv)
 			o.max_workers = (int)max_workers;
 			break;
 		case 'q': log_quiet(); quiet = 1; break;
+		case O_SHARD:
+			if (shard_parse(optarg, &o.shard_i, &o.shard_k))
+				bad_usage("--shard: want I/K with 0 <= I < K <= 64: ", optarg);
+			break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-serve"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
@@ -257,6 +266,10 @@ int main(int argc, char **argv)
 		o.tick_ctx = &show;
 	}
 	log_over_line(show.mode == PROGRESS_TTY);
+	/* every worker's buffers (~0.7 MB a vector for cnn) are mapped and unmapped whole, so that
+	 * a worker's leave gives its memory back to the system: glibc's adaptive threshold would
+	 * keep them in the heap after the first free */
+	mallopt(M_MMAP_THRESHOLD, 128 << 10);
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);

@@ -52,6 +52,9 @@ static void usage(FILE *f)
 	      "      --die W@T           worker W dies at time T (repeatable)\n"
 	      "      --join T            a new worker joins at time T (repeatable)\n"
 	      "  -j, --threads T         compute gradients on T threads, same result; default 1\n"
+	      "      --shards K          serve theta with K cores in this process, one shard\n"
+	      "                          each, as K gem-serve --shard I/K would (the same\n"
+	      "                          theta); default 1\n"
 	      "      --replay LOG        re-run the joins, commits and leaves of a gem-serve\n"
 	      "                          run's LOG (RUN/log.jsonl) in their order into NEWRUN\n"
 	      "                          (made from RUN when it is not a run): the same\n"
@@ -71,7 +74,8 @@ static void bad_usage(const char *msg, const char *arg)
 	exit(EXIT_USAGE);
 }
 
-enum { O_STEPTIME = 256, O_JITTER, O_SPREAD, O_TIMING, O_STRAG, O_LAT, O_SRV, O_DIE, O_JOIN, O_REPLAY };
+enum { O_STEPTIME = 256, O_JITTER, O_SPREAD, O_TIMING, O_STRAG, O_LAT, O_SRV, O_DIE, O_JOIN, O_REPLAY,
+       O_SHARDS };
 
 static const struct option longopts[] = {
 	{"workers", required_argument, 0, 'n'},      {"steps", required_argument, 0, 't'},
@@ -80,7 +84,7 @@ static const struct option longopts[] = {
 	{"stragglers", required_argument, 0, O_STRAG}, {"latency", required_argument, 0, O_LAT},
 	{"server-time", required_argument, 0, O_SRV}, {"die", required_argument, 0, O_DIE},
 	{"join", required_argument, 0, O_JOIN},      {"threads", required_argument, 0, 'j'},
-	{"replay", required_argument, 0, O_REPLAY},
+	{"replay", required_argument, 0, O_REPLAY},  {"shards", required_argument, 0, O_SHARDS},
 	{"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},            {0, 0, 0, 0},
 };
@@ -338,6 +342,11 @@ int main(int argc, char **argv)
 			o.threads = (int)v;
 			break;
 		case O_REPLAY: replay_log = optarg; break;
+		case O_SHARDS:
+			if (cli_long(optarg, 1, 64, &v))
+				bad_usage("--shards: not an integer in [1, 64]: ", optarg);
+			o.shards = (int)v;
+			break;
 		case 'q': quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': cli_print_version("gem-sim"); return 0;
@@ -352,7 +361,8 @@ int main(int argc, char **argv)
 	if (replay_log) {
 		/* the log says who commits when: timing, workers and a new run's options do not apply */
 		if (sargc != optind + 1 || iargc > ninit || o.nworkers != 1 || o.steps || o.ndeaths ||
-		    o.njoins || o.threads != 1 || o.jitter > 0 || o.speed_spread > 0 || o.stragglers || o.latency > 0 ||
+		    o.njoins || o.threads != 1 || o.shards > 1 || o.jitter > 0 || o.speed_spread > 0 ||
+		    o.stragglers || o.latency > 0 ||
 		    o.server_time > 0 || o.step.kind != SIM_CONST || o.step.a != 1)
 			bad_usage("--replay takes no other option but -q", NULL);
 		free(iargv);

@@ -39,7 +39,10 @@ static void usage(FILE *f)
 	      "\n"
 	      "  -L, --local RUNDIR        train in this process with sequential momentum SGD\n"
 	      "  -S, --server URL|RUNDIR   join the parameter server at URL (see gem-serve), or\n"
-	      "                            the one of RUNDIR, once RUNDIR/server.url appears\n"
+	      "                            the one of RUNDIR, once RUNDIR/server.url appears; a\n"
+	      "                            sharded run: URL1,URL2,... (gem-serve --shard I/K,\n"
+	      "                            in shard order), or RUNDIR once every shard has its\n"
+	      "                            URL\n"
 	      "  -e, --epochs E            train E epochs (default: the run's budget)\n"
 	      "  -t, --steps S             train S steps (minibatches)\n"
 	      "      --shard I/N           see only part I of N of the training set (0 <= I <\n"
@@ -293,7 +296,7 @@ static int server_of_run(const char *dir, const struct work_opts *o, char *url, 
 	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	while (run_server_url_read(dir, url, cap, err) < 0) {
+	while (run_server_urls_read(dir, url, cap, err) < 0) {
 		if (stop_signal) {
 			rc = 128 + stop_signal;
 			break;
@@ -323,7 +326,7 @@ static void waiting(void *ctx, const char *url, double retry_for)
 /* One worker of the gem-serve run at url (or of the run directory url). */
 static int train_server(const char *url, const struct work_opts *o)
 {
-	char err[GEM_ERRMAX], found[1024];
+	char err[GEM_ERRMAX], found[8192];
 	struct worker *w;
 	struct work_result r;
 	const struct work_info *in;

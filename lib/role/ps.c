@@ -50,6 +50,7 @@ struct ps {
 	struct progress meter; /* rates, ETA, smoothed loss of this session */
 	uint64_t budget;       /* samples of one worker's budget (0: unknown); total: ps_total */
 	uint64_t total;        /* the total the caller knows (ps_set_total); 0: the run's */
+	struct run_ckpt ck;   /* ps_checkpoint's snapshot buffers */
 };
 
 const char *ps_status_code(int status)
@@ -222,11 +223,26 @@ static int ps_load(struct ps *s, char *err)
 	struct model *m = NULL;
 	json_t *workers = NULL;
 	int rc;
-	if ((rc = run_lock(&s->run, err)) < 0 || (rc = model_from_json(s->run.model, &m, err)) < 0)
+	if ((rc = model_from_json(s->run.model, &m, err)) < 0)
 		return rc;
 	s->layout = *model_layout(m);
 	s->n = model_nparams(m);
 	model_free(m);
+	if ((rc = run_shards(s->run.dir, err)) < 0)
+		return rc;
+	if (rc > 0 && rc != s->o.shard_k)
+		return gem_errf(err, GEM_EUSAGE, "%s is served by %d shards (gem-serve --shard I/%d)",
+				s->run.dir, rc, rc);
+	if (s->o.shard_k > 0) {
+		/* a shard: its slice of θ, of the layout and of every rule state, its own files */
+		struct layout full = s->layout;
+		if ((rc = run_set_shard(&s->run, s->o.shard_i, s->o.shard_k, s->n, err)) < 0)
+			return rc;
+		shard_layout(&full, &s->run.shard, &s->layout);
+		s->n = s->run.shard.len;
+	}
+	if ((rc = run_lock(&s->run, err)) < 0)
+		return rc;
 	if (!(s->theta = malloc(sizeof(float) * s->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	if ((rc = run_params_load(&s->run, NULL, s->theta, s->n, &s->prog, err)) < 0 ||
@@ -277,6 +293,7 @@ void ps_close(struct ps *s)
 	for (int i = 0; i < s->nslots; i++)
 		free(s->w[i]);
 	rule_destroy(s->rule);
+	run_ckpt_free(&s->ck);
 	free(s->theta);
 	if (s->log)
 		fclose(s->log);
@@ -327,6 +344,10 @@ void ps_log_start(struct ps *s, const char *url)
 	json_t *o = json_pack("{s:I, s:I, s:b}", "max_updates", (json_int_t)s->o.max_updates,
 			      "max_staleness", (json_int_t)s->o.max_staleness, "keep_running",
 			      s->o.keep_running);
+	if (o && s->run.shard.k > 0)
+		json_object_set_new(o, "shard", json_pack("{s:i, s:i, s:I, s:I}", "i", s->run.shard.i, "k",
+							  s->run.shard.k, "offset", (json_int_t)s->run.shard.off,
+							  "count", (json_int_t)s->run.shard.len));
 	run_log_start_x(s->log, &s->run, s->run.rule.name, url, s->prog.version, &s->layout, o);
 	json_decref(o);
 }
@@ -347,14 +368,22 @@ void ps_log_stop(struct ps *s, const char *reason)
 	fflush(s->log);
 }
 
-int ps_checkpoint(struct ps *s, char *err)
+int ps_checkpoint_take(struct ps *s, struct run_ckpt *ck, char *err)
 {
 	struct run_progress p = ps_progress(s);
-	int rc;
 	fflush(s->log);
-	if ((rc = run_rule_state_save(&s->run, s->rule, workers_json(s), s->prog.version, err)) < 0)
-		return rc;
-	return run_params_save(&s->run, s->theta, s->n, &p, err);
+	return run_ckpt_take(s->rule, workers_json(s), s->theta, s->n, &p, ck, err);
+}
+
+int ps_checkpoint_write(const struct ps *s, const struct run_ckpt *ck, char *err)
+{
+	return run_ckpt_write(&s->run, ck, err);
+}
+
+int ps_checkpoint(struct ps *s, char *err)
+{
+	int rc = ps_checkpoint_take(s, &s->ck, err);
+	return rc < 0 ? rc : ps_checkpoint_write(s, &s->ck, err);
 }
 
 /* ---- requests ---- */
@@ -470,10 +499,23 @@ int ps_join(struct ps *s, int id, float *theta_out, struct ps_joined *j, char *e
 
 int ps_check_update(const struct ps *s, const float *u, char *err)
 {
-	for (size_t i = 0; i < s->n; i++)
+	/* x − x is 0 for a finite x and NaN for ±inf and NaN; lanes of such sums are NaN as soon
+	 * as one element is not finite, and the loop has no branch (it vectorises) */
+	float lane[8] = {0}, any = 0;
+	size_t i = 0;
+	for (; i + 8 <= s->n; i += 8)
+		for (int j = 0; j < 8; j++)
+			lane[j] += u[i + j] - u[i + j];
+	for (int j = 0; j < 8; j++)
+		any += lane[j];
+	for (; i < s->n; i++)
+		any += u[i] - u[i];
+	if (any == 0)
+		return PS_APPLIED;
+	for (i = 0; i < s->n; i++)
 		if (!isfinite(u[i]))
-			return gem_errf(err, PS_E_NON_FINITE, "element %zu of the update is %g", i, (double)u[i]);
-	return PS_APPLIED;
+			break;
+	return gem_errf(err, PS_E_NON_FINITE, "element %zu of the update is %g", i, (double)u[i]);
 }
 
 void ps_refused(struct ps *s, int worker, const char *reason)
@@ -630,8 +672,12 @@ void ps_liveness(struct ps *s, void (*gone)(void *ctx, int worker, double silent
 
 json_t *ps_health_json(const struct ps *s)
 {
-	return json_pack("{s:I, s:i, s:b}", "version", (json_int_t)s->prog.version, "workers",
-			 s->nactive, "stopping", s->stop_why != NULL);
+	json_t *j = json_pack("{s:I, s:i, s:b}", "version", (json_int_t)s->prog.version, "workers",
+			      s->nactive, "stopping", s->stop_why != NULL);
+	/* a shard says which: a worker checks it got the servers in order */
+	if (j && s->run.shard.k > 0)
+		json_object_set_new(j, "theta_shard", json_pack("[i,i]", s->run.shard.i, s->run.shard.k));
+	return j;
 }
 
 static json_t *worker_stats(const struct ps_worker *w, double now)

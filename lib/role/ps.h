@@ -22,6 +22,7 @@ struct ps_opts {
 	int keep_running;      /* don't stop when every worker has finished and left */
 	double worker_timeout; /* a worker silent this long is gone; 0: never */
 	double idle_timeout;   /* no commit this long: stop, failed; 0: never */
+	int shard_i, shard_k;  /* serve shard i of k of θ (run/shard.h); k = 0: all of θ */
 };
 
 /* What a request came to. The negative ones are refusals (gem-protocol(7) gives each its HTTP
@@ -99,8 +100,13 @@ FILE *ps_log(struct ps *s);
 void ps_log_start(struct ps *s, const char *url);
 /* The "stop" event and a final flush. */
 void ps_log_stop(struct ps *s, const char *reason);
-/* θ and the rule's state to RUNDIR, atomically. */
+/* θ and the rule's state to RUNDIR, atomically: ps_checkpoint_take then ps_checkpoint_write. */
 int ps_checkpoint(struct ps *s, char *err);
+/* The two halves, for a server that writes outside its lock: take a snapshot into ck (memory
+ * only, under the lock; flushes the log), then write it (the files, fsync'd; no lock needed,
+ * but one writer at a time, and snapshots written in the order taken). */
+int ps_checkpoint_take(struct ps *s, struct run_ckpt *ck, char *err);
+int ps_checkpoint_write(const struct ps *s, const struct run_ckpt *ck, char *err);
 
 /* Worker `worker` (-1: a new id) joins: θ into theta_out (n floats; NULL: not now). Returns PS_APPLIED or a
  * refusal (err says why). */

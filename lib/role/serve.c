@@ -22,16 +22,32 @@
 #include "wire/msg.h"
 #include "wire/reply.h"
 
+/* One reply to a worker: room for the message's first line, then the reply vector, which the
+ * core writes in place; libmicrohttpd sends it from there without a copy and gives it back
+ * when it is done with it (reply_done). A compressed reply is built in msg instead. */
+#define REPLY_HEAD_ROOM 4096
+#define SLOT_REPLIES 3 /* replies of one worker out at once: 1 but for a resend's overlap */
+
+struct reply_buf {
+	struct slot *slot;
+	int busy;           /* libmicrohttpd holds it (under the server's mu) */
+	unsigned char *mem; /* REPLY_HEAD_ROOM bytes, then n floats */
+	struct msg_buf msg;
+};
+
 /* A worker's buffers, allocated at its join and freed when it leaves (or is gone); `lock` keeps
  * two requests of one worker from sharing them. `refs` (under the server's mu) counts the slot
- * table's reference and each request's that uses the buffers: a worker may leave while a request
- * of its own still holds them, and the last reference frees them. */
+ * table's reference, each request's that uses the buffers and each reply's that
+ * libmicrohttpd still holds: a worker may leave while a request of its own still holds them,
+ * and the last reference frees them. */
 struct slot {
+	struct server *s;
 	pthread_mutex_t lock;
 	int refs;
-	float *in, *out;
+	float *in;
+	struct reply_buf *rb[SLOT_REPLIES]; /* made when first needed (the first at the join) */
 	struct blob_codec codec;
-	struct msg_buf buf;
+	struct msg_buf head; /* a raw reply's first line */
 };
 
 struct server {
@@ -51,6 +67,11 @@ struct server {
 	int nslots;          /* workers with buffers: at most opts.max_workers */
 	int stopping;        /* serve_close runs: waiters give up */
 	double last_checkpoint;
+
+	/* One checkpoint at a time: its snapshot is taken under mu, written under ckmu alone
+	 * (lock order: ckmu, then mu). */
+	pthread_mutex_t ckmu;
+	struct run_ckpt ck;
 
 	/* Leaf locks: --drop-rate's draws, where a commit's server time goes (seconds, summed). */
 	pthread_mutex_t tmu;
@@ -100,12 +121,35 @@ static void fifo_leave(struct server *s)
 
 /* ---- worker buffers ---- */
 
+static float *reply_vec(const struct reply_buf *b)
+{
+	return (float *)(b->mem + REPLY_HEAD_ROOM);
+}
+
+static struct reply_buf *reply_buf_new(struct slot *w, size_t n)
+{
+	struct reply_buf *b = calloc(1, sizeof *b);
+	if (b && !(b->mem = malloc(REPLY_HEAD_ROOM + sizeof(float) * n))) {
+		free(b);
+		return NULL;
+	}
+	if (b)
+		b->slot = w;
+	return b;
+}
+
 static void slot_free(struct slot *w)
 {
+	for (int i = 0; i < SLOT_REPLIES; i++) {
+		if (!w->rb[i])
+			continue;
+		free(w->rb[i]->mem);
+		msg_buf_free(&w->rb[i]->msg);
+		free(w->rb[i]);
+	}
 	free(w->in);
-	free(w->out);
 	blob_codec_free(&w->codec);
-	msg_buf_free(&w->buf);
+	msg_buf_free(&w->head);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
 }
@@ -120,13 +164,14 @@ static struct slot *slot_get(struct server *s, int id, char *err)
 		return w;
 	}
 	w = calloc(1, sizeof *w);
-	if (!w || !(w->in = malloc(sizeof(float) * s->n)) || !(w->out = malloc(sizeof(float) * s->n))) {
+	if (!w || !(w->in = malloc(sizeof(float) * s->n)) || !(w->rb[0] = reply_buf_new(w, s->n))) {
 		if (w)
 			free(w->in);
 		free(w);
 		gem_errf(err, GEM_ENOMEM, "out of memory for worker %d", id);
 		return NULL;
 	}
+	w->s = s;
 	pthread_mutex_init(&w->lock, NULL);
 	blob_codec_init(&w->codec);
 	w->refs = 2; /* the table's and the caller's */
@@ -143,15 +188,22 @@ static struct slot *slot_ref(struct server *s, int id)
 	return w;
 }
 
-/* Drop a reference taken by slot_get or slot_ref. */
-static void slot_put(struct server *s, struct slot *w)
+/* Drop a reference taken by slot_get or slot_ref, or (b not NULL) reply_take's. */
+static void slot_release(struct server *s, struct slot *w, struct reply_buf *b)
 {
 	int last;
 	pthread_mutex_lock(&s->mu);
+	if (b)
+		b->busy = 0;
 	last = !--w->refs;
 	pthread_mutex_unlock(&s->mu);
 	if (last)
 		slot_free(w);
+}
+
+static void slot_put(struct server *s, struct slot *w)
+{
+	slot_release(s, w, NULL);
 }
 
 /* The worker left or is gone: its buffers go once no request uses them; mu held. */
@@ -166,27 +218,66 @@ static void slot_drop(struct server *s, int id)
 		slot_free(w);
 }
 
+/* A reply buffer of w that libmicrohttpd does not hold, with a reference on w for the reply;
+ * mu held. NULL when every one is out (a worker resending while its replies are still being
+ * sent) or memory ran out. */
+static struct reply_buf *reply_take(struct server *s, struct slot *w)
+{
+	for (int i = 0; i < SLOT_REPLIES; i++) {
+		if (!w->rb[i] && !(w->rb[i] = reply_buf_new(w, s->n)))
+			return NULL;
+		if (!w->rb[i]->busy) {
+			w->rb[i]->busy = 1;
+			w->refs++;
+			return w->rb[i];
+		}
+	}
+	return NULL;
+}
+
+/* libmicrohttpd is done with a reply (sent, or the connection dropped). */
+static void reply_done(void *cls)
+{
+	struct reply_buf *b = cls;
+	slot_release(b->slot->s, b->slot, b);
+}
+
 static const char *codec_of(const struct server *s, const char *worker_codec)
 {
 	return s->opts.codec ? s->opts.codec : worker_codec;
 }
 
-/* Encode w->out as the reply message (header fields + one blob named name) and send it; w->lock
- * held. */
-static int reply_vector(struct server *s, struct httpd_req *req, struct slot *w, json_t *head,
-			const char *name, const char *codec)
+/* Send reply_vec(b) as the reply message (header fields + one blob named name), and b with it:
+ * libmicrohttpd gives b back. A raw vector goes out from where it is, its first line written
+ * just before it; w->lock held. */
+static int reply_vector(struct server *s, struct httpd_req *req, struct slot *w,
+			struct reply_buf *b, json_t *head, const char *name, const char *codec)
 {
 	char err[GEM_ERRMAX];
 	struct msg_blob blob;
 	const void *enc;
 	memset(&blob, 0, sizeof blob);
 	snprintf(blob.name, sizeof blob.name, "%s", name);
-	if (!head)
+	if (!head) {
+		reply_done(b);
 		return httpd_reply_error(req, 503, "busy", "out of memory");
-	if (blob_encode(&w->codec, w->out, s->n, codec, -1, &enc, &blob.meta, err) < 0 ||
-	    (blob.data = enc, msg_build(&w->buf, head, &blob, 1, err)) < 0)
+	}
+	if (blob_encode(&w->codec, reply_vec(b), s->n, codec, -1, &enc, &blob.meta, err) < 0 ||
+	    (blob.data = enc, msg_build_head(&w->head, head, &blob, 1, err)) < 0) {
+		reply_done(b);
 		return httpd_reply_error(req, 500, "encode", "%s", err);
-	return httpd_reply_bytes(req, 200, MSG_CONTENT_TYPE, w->buf.data, w->buf.len, 1);
+	}
+	if (enc == reply_vec(b) && w->head.len <= REPLY_HEAD_ROOM) {
+		unsigned char *start = b->mem + REPLY_HEAD_ROOM - w->head.len;
+		memcpy(start, w->head.data, w->head.len);
+		return httpd_reply_owned(req, 200, MSG_CONTENT_TYPE, start, w->head.len + blob.meta.nbytes,
+					 reply_done, b);
+	}
+	if (msg_build(&b->msg, head, &blob, 1, err) < 0) {
+		reply_done(b);
+		return httpd_reply_error(req, 500, "encode", "%s", err);
+	}
+	return httpd_reply_owned(req, 200, MSG_CONTENT_TYPE, b->msg.data, b->msg.len, reply_done, b);
 }
 
 /* A refusal the core decided or a bad request: counted and logged by the core, told to the
@@ -270,7 +361,7 @@ static int h_join(struct httpd_req *req, void *ctx)
 	const char *codec;
 	json_t *body, *head;
 	struct slot *w = NULL;
-	float *theta;
+	struct reply_buf *b = NULL;
 	int id, st, rc;
 
 	if (join_parse(req, &id, &codec, &body) < 0) {
@@ -279,20 +370,20 @@ static int h_join(struct httpd_req *req, void *ctx)
 	}
 	/* the θ the rule records as sent (GEM's s_w) is the θ the worker gets: taken in the same
 	 * critical section as the join, before any later commit moves it */
-	if (!(theta = malloc(sizeof *theta * s->n))) {
-		json_decref(body);
-		return httpd_reply_error(req, 503, "busy", "out of memory");
-	}
 	pthread_mutex_lock(&s->mu);
 	if ((id < 0 || !s->slot[id]) && s->nslots >= s->opts.max_workers)
 		st = gem_errf(err, PS_E_FULL, "%d worker%s joined, the limit (--max-workers)",
 			      s->nslots, s->nslots == 1 ? " is" : "s are");
-	else if ((st = ps_join(s->ps, id, theta, &j, err)) == PS_APPLIED &&
-		 !(w = slot_get(s, j.worker, err)))
-		st = PS_E_NOMEM;
+	else if ((st = ps_join(s->ps, id, NULL, &j, err)) == PS_APPLIED &&
+		 (!(w = slot_get(s, j.worker, err)) || !(b = reply_take(s, w))))
+		st = gem_errf(err, PS_E_NOMEM, "out of memory, or replies to worker %d still going out",
+			      j.worker);
+	if (b)
+		ps_copy_theta(s->ps, reply_vec(b));
+	else if (w)
+		w->refs--; /* the table keeps its own */
 	pthread_mutex_unlock(&s->mu);
 	if (st < 0) {
-		free(theta);
 		json_decref(body);
 		return httpd_reply_error(req, http_status(st), ps_status_code(st), "%s", err);
 	}
@@ -304,11 +395,9 @@ static int h_join(struct httpd_req *req, void *ctx)
 	if (head && j.shard_n > 0)
 		json_object_set_new(head, "shard", json_pack("[i,i]", j.shard_i, j.shard_n));
 	pthread_mutex_lock(&w->lock);
-	memcpy(w->out, theta, sizeof *theta * s->n);
-	rc = reply_vector(s, req, w, head, MSG_PARAMS, codec_of(s, codec));
+	rc = reply_vector(s, req, w, b, head, MSG_PARAMS, codec_of(s, codec));
 	pthread_mutex_unlock(&w->lock);
 	slot_put(s, w);
-	free(theta);
 	json_decref(head);
 	json_decref(body);
 	return rc;
@@ -378,15 +467,21 @@ static int wait_round(struct server *s, int worker, uint64_t round)
 }
 
 /* The core's part of a commit whose update is decoded in w->in: FIFO, apply, wait for the round;
- * w->out gets the reply vector. */
+ * *bp gets a reply buffer holding the reply vector (unless the commit fails). */
 static int commit_apply(struct server *s, struct ps_commit *c, struct slot *w, struct ps_reply *r,
-			double *t_rule, char *err)
+			struct reply_buf **bp, double *t_rule, char *err)
 {
+	struct reply_buf *b;
 	double t0;
 	int st;
 	fifo_enter(s);
+	if (!(*bp = b = reply_take(s, w))) {
+		fifo_leave(s);
+		return gem_errf(err, PS_E_NOMEM, "out of memory, or replies to worker %d still going out",
+				c->worker);
+	}
 	t0 = cli_now();
-	st = ps_commit(s->ps, c, w->out, r, err);
+	st = ps_commit(s->ps, c, reply_vec(b), r, err);
 	*t_rule = cli_now() - t0;
 	if (r->round_closed)
 		pthread_cond_broadcast(&s->round_cv);
@@ -397,7 +492,7 @@ static int commit_apply(struct server *s, struct ps_commit *c, struct slot *w, s
 			pthread_mutex_unlock(&s->mu);
 			return gem_errf(err, PS_E_STOPPING, "the server stopped mid-round");
 		}
-		ps_copy_theta(s->ps, w->out);
+		ps_copy_theta(s->ps, reply_vec(b));
 		r->version = ps_version(s->ps);
 		pthread_mutex_unlock(&s->mu);
 		return st;
@@ -439,6 +534,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	struct ps_commit c;
 	struct ps_reply r;
 	struct slot *w;
+	struct reply_buf *b = NULL;
 	json_t *head;
 	double t0, t1, t_rule = 0;
 	int st, rc;
@@ -474,8 +570,10 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	c.update = w->in;
 	c.checked = 1;
 	t1 = cli_now();
-	st = commit_apply(s, &c, w, &r, &t_rule, err);
+	st = commit_apply(s, &c, w, &r, &b, &t_rule, err);
 	if (st < 0) {
+		if (b)
+			reply_done(b); /* not sent: back to the worker's buffers */
 		pthread_mutex_unlock(&w->lock);
 		slot_put(s, w);
 		msg_free(&m);
@@ -487,7 +585,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 			 "applied", st == PS_APPLIED || st == PS_PENDING);
 	t0 = t1 - t0;
 	t1 = cli_now();
-	rc = reply_vector(s, req, w, head, r.elastic ? "elastic" : MSG_PARAMS,
+	rc = reply_vector(s, req, w, b, head, r.elastic ? "elastic" : MSG_PARAMS,
 			  codec_of(s, msg_find(&m, "update")->meta.codec));
 	pthread_mutex_unlock(&w->lock);
 	slot_put(s, w);
@@ -554,18 +652,30 @@ static int h_stats(struct httpd_req *req, void *ctx)
 	return reply_json_new(req, j);
 }
 
+/* A checkpoint: its snapshot under mu, its files (and their fsync) written with mu released, so
+ * that commits go on meanwhile; mu not held. *version (may be NULL): the version saved. */
+static int serve_checkpoint(struct server *s, uint64_t *version, char *err)
+{
+	int rc;
+	pthread_mutex_lock(&s->ckmu);
+	pthread_mutex_lock(&s->mu);
+	rc = ps_checkpoint_take(s->ps, &s->ck, err);
+	if (version)
+		*version = ps_version(s->ps);
+	s->last_checkpoint = cli_now();
+	pthread_mutex_unlock(&s->mu);
+	if (rc == 0)
+		rc = ps_checkpoint_write(s->ps, &s->ck, err);
+	pthread_mutex_unlock(&s->ckmu);
+	return rc;
+}
+
 static int h_checkpoint(struct httpd_req *req, void *ctx)
 {
 	struct server *s = ctx;
 	char err[GEM_ERRMAX];
 	uint64_t version;
-	int rc;
-	pthread_mutex_lock(&s->mu);
-	rc = ps_checkpoint(s->ps, err);
-	version = ps_version(s->ps);
-	if (rc == 0)
-		s->last_checkpoint = cli_now();
-	pthread_mutex_unlock(&s->mu);
+	int rc = serve_checkpoint(s, &version, err);
 	if (rc < 0)
 		return httpd_reply_error(req, 500, "checkpoint", "%s", err);
 	return reply_json_new(req, json_pack("{s:I}", "version", (json_int_t)version));
@@ -592,6 +702,8 @@ static void server_free(struct server *s)
 	for (int i = 0; i < PS_MAX_WORKERS; i++)
 		slot_drop(s, i); /* the server has stopped: no request holds one */
 	ps_close(s->ps);
+	run_ckpt_free(&s->ck);
+	pthread_mutex_destroy(&s->ckmu);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->tmu);
 	pthread_cond_destroy(&s->fifo_cv);
@@ -651,7 +763,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	struct server *s = calloc(1, sizeof *s);
 	struct ps_opts po = {.max_updates = o->max_updates, .max_staleness = o->max_staleness,
 			     .keep_running = o->keep_running, .worker_timeout = o->worker_timeout,
-			     .idle_timeout = o->idle_timeout};
+			     .idle_timeout = o->idle_timeout, .shard_i = o->shard_i, .shard_k = o->shard_k};
 	int rc;
 
 	if (!s)
@@ -660,6 +772,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	if (s->opts.max_workers <= 0 || s->opts.max_workers > PS_MAX_WORKERS)
 		s->opts.max_workers = o->max_workers > 0 ? PS_MAX_WORKERS : SERVE_MAX_WORKERS;
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->ckmu, NULL);
 	pthread_mutex_init(&s->tmu, NULL);
 	pthread_cond_init(&s->fifo_cv, NULL);
 	pthread_cond_init(&s->round_cv, NULL);
@@ -738,9 +851,10 @@ const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag)
 		ps_liveness(s->ps, on_gone, s);
 		pthread_cond_broadcast(&s->round_cv);
 		if (s->opts.checkpoint_every > 0 && cli_now() - s->last_checkpoint >= s->opts.checkpoint_every) {
-			if (ps_checkpoint(s->ps, err) < 0)
+			pthread_mutex_unlock(&s->mu);
+			if (serve_checkpoint(s, NULL, err) < 0)
 				log_warn("checkpoint failed: %s", err);
-			s->last_checkpoint = cli_now();
+			pthread_mutex_lock(&s->mu);
 		}
 		if (s->opts.tick) {
 			pthread_mutex_unlock(&s->mu);
@@ -770,8 +884,8 @@ int serve_close(struct server *s, const char *reason, char *err)
 	}
 	pthread_mutex_unlock(&s->mu);
 	httpd_stop(s->http);
+	rc = serve_checkpoint(s, NULL, err);
 	pthread_mutex_lock(&s->mu);
-	rc = ps_checkpoint(s->ps, err);
 	ps_log_stop(s->ps, reason);
 	pthread_mutex_unlock(&s->mu);
 	run_server_url_remove(ps_run(s->ps));

@@ -15,6 +15,7 @@
 #include "role/ps.h"
 #include "role/trainer.h"
 #include "role/vworker.h"
+#include "run/shard.h"
 
 #define LOSS_TAIL 100
 
@@ -31,6 +32,8 @@ void sim_opts_default(struct sim_opts *o)
 
 int sim_opts_check(const struct sim_opts *o, char *err)
 {
+	if (o->shards < 0 || o->shards > SHARD_MAX)
+		return gem_errf(err, GEM_EUSAGE, "shards: between 1 and %d", SHARD_MAX);
 	if (o->nworkers < 0 || o->nworkers + o->njoins < 1 ||
 	    o->nworkers + o->njoins > SIM_MAX_WORKERS)
 		return gem_errf(err, GEM_EUSAGE, "workers: between 1 and %d in all (with the joins)",
@@ -235,7 +238,10 @@ struct helper_arg {
 
 struct sim {
 	const struct sim_opts *o;
-	struct ps *ps;
+	struct ps *ps;             /* shard 0's core: the version, the log's sim events, progress */
+	struct ps *core[SHARD_MAX]; /* --shards K: a core per shard of θ, each on its slice */
+	struct shard cut[SHARD_MAX];
+	int ncores;
 	const struct run *run;
 	size_t n;
 	float *reply;
@@ -457,10 +463,66 @@ static int worker_reply(struct sim *s, struct simw *w, double tr)
 	return 0;
 }
 
+/* ---- the cores: one, or one per shard of θ, asked the same things in the same order ---- */
+
+static void cores_vtime(struct sim *s, double t)
+{
+	for (int k = 0; k < s->ncores; k++)
+		ps_set_vtime(s->core[k], t);
+}
+
+static void cores_theta(struct sim *s, float *out)
+{
+	for (int k = 0; k < s->ncores; k++)
+		ps_copy_theta(s->core[k], out + s->cut[k].off);
+}
+
+static int cores_join(struct sim *s, int id, struct ps_joined *j, char *err)
+{
+	for (int k = 0; k < s->ncores; k++) {
+		struct ps_joined jk;
+		int rc = ps_join(s->core[k], id, s->reply + s->cut[k].off, k ? &jk : j, err);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int cores_leave(struct sim *s, int id, int done, struct ps_reply *r, char *err)
+{
+	for (int k = 0; k < s->ncores; k++) {
+		struct ps_reply rk;
+		int rc = ps_leave(s->core[k], id, done, 0, k ? &rk : r, err);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* Commit c to every core, each its slice of the update; shard 0's answer in *r. The shards see
+ * the same commits in the same order, so they decide alike: else the run stops. */
+static int cores_commit(struct sim *s, const struct ps_commit *c, struct ps_reply *r, char *err)
+{
+	int st = 0;
+	for (int k = 0; k < s->ncores; k++) {
+		struct ps_commit ck = *c;
+		struct ps_reply rk;
+		int stk;
+		ck.update = c->update + s->cut[k].off;
+		stk = ps_commit(s->core[k], &ck, s->reply + s->cut[k].off, k ? &rk : r, err);
+		if (k == 0)
+			st = stk;
+		else if (stk != st)
+			return gem_errf(err, GEM_EFAIL, "shard %d answered %s, shard 0 %s", k,
+					ps_status_code(stk), ps_status_code(st));
+	}
+	return st;
+}
+
 /* A round closed: every worker held in it gets θ at tr. */
 static int release_round(struct sim *s, double tr)
 {
-	ps_copy_theta(s->ps, s->reply);
+	cores_theta(s, s->reply);
 	for (int i = 0; i < s->nw; i++) {
 		struct simw *w = &s->w[i];
 		if (!w->pending)
@@ -481,8 +543,8 @@ static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 {
 	struct ps_joined j;
 	int rc;
-	ps_set_vtime(s->ps, t);
-	if ((rc = ps_join(s->ps, w->v.id, s->reply, &j, err)) < 0) {
+	cores_vtime(s, t);
+	if ((rc = cores_join(s, w->v.id, &j, err)) < 0) {
 		gem_errprefix(err, "worker %d: join refused: ", w->v.id);
 		return GEM_EFAIL;
 	}
@@ -507,8 +569,8 @@ static int serve_leave(struct sim *s, struct simw *w, int done, double t, char *
 	int rc;
 	if (!w->joined)
 		return 0;
-	ps_set_vtime(s->ps, t);
-	if ((rc = ps_leave(s->ps, w->v.id, done, 0, &r, err)) < 0) {
+	cores_vtime(s, t);
+	if ((rc = cores_leave(s, w->v.id, done, &r, err)) < 0) {
 		gem_errprefix(err, "worker %d: leave refused: ", w->v.id);
 		return GEM_EFAIL;
 	}
@@ -551,8 +613,8 @@ static int serve_commit(struct sim *s, struct simw *w, double t, char *err)
 	c.samples = w->v.got;
 	c.loss = w->v.loss;
 	c.update = w->v.update;
-	ps_set_vtime(s->ps, tout);
-	st = ps_commit(s->ps, &c, s->reply, &r, err);
+	cores_vtime(s, tout);
+	st = cores_commit(s, &c, &r, err);
 	s->server_free = tout;
 	if (st == PS_E_NON_FINITE || st == PS_E_NON_FINITE_RESULT) /* refused: it gives up, leaves */
 		return worker_fails(s, w, t + 2 * s->o->latency, "its update is not finite: refused", err);
@@ -730,10 +792,18 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 	/* the simulation ends when its events do: a late joiner finds the server still there */
 	struct ps_opts po = {.max_staleness = -1, .keep_running = 1};
 	int rc;
-	if ((rc = ps_open(rundir, &po, &s->ps, err)) < 0)
-		return rc;
+	s->ncores = s->o->shards > 1 ? s->o->shards : 1;
+	for (int k = 0; k < s->ncores; k++) {
+		po.shard_i = k;
+		po.shard_k = s->ncores > 1 ? s->ncores : 0;
+		if ((rc = ps_open(rundir, &po, &s->core[k], err)) < 0)
+			return rc;
+		s->cut[k] = ps_run(s->core[k])->shard;
+		s->cut[k].len = ps_nparams(s->core[k]);
+		s->n += ps_nparams(s->core[k]);
+	}
+	s->ps = s->core[0];
 	s->run = ps_run(s->ps);
-	s->n = ps_nparams(s->ps);
 	if (ps_version(s->ps) > 0)
 		log_warn("%s is at version %llu already: the simulated workers train a full budget from "
 			 "there (a simulation is not resumed)", rundir, (unsigned long long)ps_version(s->ps));
@@ -750,7 +820,8 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 	if ((rc = run_data_load(s->run, NULL, "train", &s->ds, err)) < 0 ||
 	    (rc = threads_start(s, err)) < 0 || (rc = workers_setup(s, err)) < 0)
 		return rc;
-	ps_log_start(s->ps, NULL);
+	for (int k = 0; k < s->ncores; k++)
+		ps_log_start(s->core[k], NULL);
 	log_sim(s);
 	return 0;
 }
@@ -762,7 +833,8 @@ static void sim_free(struct sim *s)
 		if (s->w[i].open)
 			vworker_close(&s->w[i].v);
 	free(s->w);
-	ps_close(s->ps);
+	for (int k = 0; k < s->ncores; k++)
+		ps_close(s->core[k]);
 	dataset_free(&s->ds);
 	free(s->reply);
 	free(s->q.a);
@@ -802,12 +874,14 @@ int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *su
 		}
 	}
 	threads_stop(s);
-	ps_set_vtime(s->ps, s->vnow);
-	ps_log_stop(s->ps, s->q.n ? "stopped by a signal"
-			   : s->ndone ? "every worker has finished"
-				      : "every worker has left");
-	if ((rc = ps_checkpoint(s->ps, err)) < 0)
-		goto out;
+	cores_vtime(s, s->vnow);
+	for (int k = 0; k < s->ncores; k++) {
+		ps_log_stop(s->core[k], s->q.n ? "stopped by a signal"
+					: s->ndone ? "every worker has finished"
+						   : "every worker has left");
+		if ((rc = ps_checkpoint(s->core[k], err)) < 0)
+			goto out;
+	}
 	summarise(s);
 	if (sum)
 		*sum = s->sum;

@@ -17,6 +17,7 @@
 #include "rules/local.h"
 #include "rules/rule.h"
 #include "run/run.h"
+#include "run/shard.h"
 #include "wire/blob.h"
 #include "wire/httpc.h"
 #include "wire/msg.h"
@@ -34,26 +35,38 @@ void work_slowdown(double step_seconds, double factor)
 	nanosleep(&ts, NULL);
 }
 
-/* A background commit (dma's delta of the last boundary), in flight on a thread of its own with
- * its own client. */
+/* One server of the run: the only one, or shard i of K (gem-serve --shard), which holds the
+ * elements [off, off + len) of θ and has its own version counter, commit numbers and worker
+ * record. Its two clients and replies: [0] the main thread's, [1] the background commit's. */
+struct wshard {
+	struct worker *w;
+	int k;
+	size_t off, len;
+	struct httpc *http[2];
+	struct httpc_resp resp[2];
+	struct msg_buf buf;      /* the commit message of this shard's slice */
+	struct blob_codec codec; /* this shard's encoding and decoding */
+	uint64_t version, seq;
+	int rc[2];               /* the last post's result, per client */
+	char err[2][GEM_ERRMAX];
+	pthread_t thread;
+};
+
+/* A background commit (dma's delta of the last boundary), in flight on a thread of its own. */
 struct bg_post {
-	const struct worker *w;
-	struct httpc *http;
-	struct httpc_resp resp;
+	struct worker *w;
 	pthread_t thread;
 	int busy; /* a thread runs: join it before touching buf or resp */
-	int rc;
-	char err[GEM_ERRMAX];
 };
 
 /* A worker's connection, model, data and buffers, allocated once. */
 struct worker {
 	struct work_opts o;
 	struct work_info info;
-	struct httpc *http;
+	struct wshard *sh;   /* the servers: one, or the K shards of θ in order */
+	int nsh;
+	struct httpc *http;  /* shard 0's main client (GET /v1/run) */
 	struct httpc_resp resp;
-	struct blob_codec codec;
-	struct msg_buf buf;
 	const char *codec_name;
 	struct run run;
 	struct dataset ds;
@@ -66,7 +79,7 @@ struct worker {
 	struct bg_post post;
 	double idle;         /* background commits: seconds blocked waiting for a round's reply */
 	int id;
-	uint64_t version, seq;
+	uint64_t version;    /* shard 0's */
 	uint64_t done_samples, done_commits; /* the server's count of this worker's work at join */
 	uint64_t target;     /* samples at which the budget is spent */
 	int shard_i, shard_n;
@@ -78,8 +91,9 @@ static int job_failure(int rc)
 	return rc == GEM_ENOMEM ? rc : GEM_EFAIL;
 }
 
-/* Decode the vector named name of the reply resp into v; header fields into *version. */
-static int take_reply(struct worker *w, const struct httpc_resp *resp, const char *name, float *v,
+/* Decode the vector named name of shard sh's reply resp into v (its slice); header fields into
+ * its version. */
+static int take_reply(struct wshard *sh, const struct httpc_resp *resp, const char *name, float *v,
 		      int *found, json_t **head, char *err)
 {
 	struct msg m;
@@ -96,51 +110,77 @@ static int take_reply(struct worker *w, const struct httpc_resp *resp, const cha
 		msg_free(&m);
 		return gem_errf(err, GEM_EFAIL, "the server's reply has no \"%s\" blob", name);
 	}
-	if ((rc = blob_decode(&w->codec, b->data, &b->meta, v, w->n, err)) < 0) {
+	if ((rc = blob_decode(&sh->codec, b->data, &b->meta, v, sh->len, err)) < 0) {
 		msg_free(&m);
 		return rc;
 	}
 	if (json_is_integer(jv = json_object_get(m.header, "version")))
-		w->version = (uint64_t)json_integer_value(jv);
+		sh->version = (uint64_t)json_integer_value(jv);
+	if (sh->k == 0)
+		sh->w->version = sh->version;
 	if (head)
 		*head = json_incref(m.header);
 	msg_free(&m);
 	return 0;
 }
 
-/* Join (again): θ into x, where the rule's worker half starts (over). */
-static int join(struct worker *w, char *err)
+/* Join shard sh (again) as worker id (< 0: a new id, shard 0 only): its slice of θ into x; the
+ * header of its reply in *head. */
+static int join_shard(struct wshard *sh, int id, float *x, json_t **head, char *err)
 {
-	json_t *body = json_pack("{s:s}", "codec", w->codec_name), *head = NULL, *v;
-	float *x = model_params(w->t.m);
+	struct worker *w = sh->w;
+	json_t *body = json_pack("{s:s}", "codec", w->codec_name), *v;
 	char *text;
 	int rc;
-	if (w->id >= 0)
-		json_object_set_new(body, "worker", json_integer(w->id));
+	if (id >= 0)
+		json_object_set_new(body, "worker", json_integer(id));
 	text = json_dumps(body, JSON_COMPACT);
 	json_decref(body);
 	if (!text)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	rc = httpc_post_retry(w->http, "/v1/join", "application/json", text, strlen(text), w->o.retry_for,
-			      &w->resp, err);
+	rc = httpc_post_retry(sh->http[0], "/v1/join", "application/json", text, strlen(text),
+			      w->o.retry_for, &sh->resp[0], err);
 	free(text);
 	if (rc < 0)
 		return rc;
-	if ((rc = take_reply(w, &w->resp, MSG_PARAMS, x, NULL, &head, err)) < 0)
+	if ((rc = take_reply(sh, &sh->resp[0], MSG_PARAMS, x + sh->off, NULL, head, err)) < 0)
 		return rc;
-	w->id = (int)json_integer_value(json_object_get(head, "worker"));
-	if (json_is_integer(v = json_object_get(head, "seq")))
-		w->seq = (uint64_t)json_integer_value(v);
-	if (json_is_integer(v = json_object_get(head, "samples")))
-		w->done_samples = (uint64_t)json_integer_value(v);
-	if (json_is_integer(v = json_object_get(head, "commits")))
-		w->done_commits = (uint64_t)json_integer_value(v);
-	v = json_object_get(head, "shard");
-	if (!w->o.shard_set && json_is_array(v)) {
-		w->shard_i = (int)json_integer_value(json_array_get(v, 0));
-		w->shard_n = (int)json_integer_value(json_array_get(v, 1));
+	if (json_is_integer(v = json_object_get(*head, "seq")))
+		sh->seq = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+/* Join (again) every server: θ into x, where the rule's worker half starts (over). Shard 0 gives
+ * the worker its id, which the other shards take too. */
+static int join(struct worker *w, char *err)
+{
+	json_t *head = NULL, *v;
+	float *x = model_params(w->t.m);
+	int rc;
+	for (int k = 0; k < w->nsh; k++) {
+		if ((rc = join_shard(&w->sh[k], w->id, x, &head, err)) < 0) {
+			json_decref(head);
+			if (w->nsh > 1)
+				gem_errprefix(err, "shard %d: ", k);
+			return rc;
+		}
+		if (k) {
+			json_decref(head);
+			continue;
+		}
+		w->id = (int)json_integer_value(json_object_get(head, "worker"));
+		if (json_is_integer(v = json_object_get(head, "samples")))
+			w->done_samples = (uint64_t)json_integer_value(v);
+		if (json_is_integer(v = json_object_get(head, "commits")))
+			w->done_commits = (uint64_t)json_integer_value(v);
+		v = json_object_get(head, "shard");
+		if (!w->o.shard_set && json_is_array(v)) {
+			w->shard_i = (int)json_integer_value(json_array_get(v, 0));
+			w->shard_n = (int)json_integer_value(json_array_get(v, 1));
+		}
+		json_decref(head);
+		head = NULL;
 	}
-	json_decref(head);
 	rule_local_start(&w->l, x);
 	return 0;
 }
@@ -149,76 +189,158 @@ static void leave(struct worker *w, int done)
 {
 	char body[96], err[GEM_ERRMAX];
 	int n = snprintf(body, sizeof body, "{\"worker\":%d,\"done\":%s}", w->id, done ? "true" : "false");
-	if (httpc_post_retry(w->http, "/v1/leave", "application/json", body, (size_t)n, 5, &w->resp, err) < 0)
-		log_debug("leave: %s", err);
+	for (int k = 0; k < w->nsh; k++)
+		if (httpc_post_retry(w->sh[k].http[0], "/v1/leave", "application/json", body, (size_t)n, 5,
+				     &w->sh[k].resp[0], err) < 0)
+			log_debug("leave: %s", err);
 }
 
-/* The commit message of the vector v into w->buf. */
+/* The commit messages of the vector v: each shard's slice into its buf. */
 static int commit_build(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
-	json_t *head;
-	struct msg_blob blob = {.name = "update"};
-	const void *enc;
-	int rc;
+	for (int k = 0; k < w->nsh; k++) {
+		struct wshard *sh = &w->sh[k];
+		struct msg_blob blob = {.name = "update"};
+		const void *enc;
+		json_t *head;
+		int rc;
+		head = json_pack("{s:i, s:I, s:I, s:I}", "worker", w->id, "base", (json_int_t)sh->version,
+				 "seq", (json_int_t)++sh->seq, "samples", (json_int_t)samples);
+		if (isfinite(loss))
+			json_object_set_new(head, "loss", json_real(loss));
+		if (w->l.d->background)
+			json_object_set_new(head, "idle", json_real(w->idle));
+		rc = blob_encode(&sh->codec, v + sh->off, sh->len, w->codec_name, -1, &enc, &blob.meta, err);
+		blob.data = enc;
+		if (rc == 0)
+			rc = msg_build(&sh->buf, head, &blob, 1, err);
+		json_decref(head);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
 
-	head = json_pack("{s:i, s:I, s:I, s:I}", "worker", w->id, "base", (json_int_t)w->version, "seq",
-			 (json_int_t)++w->seq, "samples", (json_int_t)samples);
-	if (isfinite(loss))
-		json_object_set_new(head, "loss", json_real(loss));
-	if (w->l.d->background)
-		json_object_set_new(head, "idle", json_real(w->idle));
-	rc = blob_encode(&w->codec, v, w->n, w->codec_name, -1, &enc, &blob.meta, err);
-	blob.data = enc;
-	if (rc == 0)
-		rc = msg_build(&w->buf, head, &blob, 1, err);
-	json_decref(head);
-	return rc;
+/* Post shard sh's commit message with client c. */
+static void post_one(struct wshard *sh, int c)
+{
+	sh->rc[c] = httpc_post_retry(sh->http[c], "/v1/commit", MSG_CONTENT_TYPE, sh->buf.data,
+				     sh->buf.len, sh->w->o.retry_for, &sh->resp[c], sh->err[c]);
+}
+
+static void *post_main(void *arg)
+{
+	post_one(arg, 0);
+	return NULL;
+}
+
+/* Post every shard's commit with client c, in parallel: a thread per shard beyond the first
+ * (client 1, the background commit's thread, posts them one after the other). */
+static void post_all(struct worker *w, int c)
+{
+	int started[SHARD_MAX] = {0};
+	sigset_t all, old;
+	if (c == 0 && w->nsh > 1) {
+		/* signals are for the caller's thread, which polls the flag they set */
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
+		for (int k = 1; k < w->nsh; k++)
+			started[k] = !pthread_create(&w->sh[k].thread, NULL, post_main, &w->sh[k]);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	for (int k = 0; k < w->nsh; k++)
+		if (!started[k])
+			post_one(&w->sh[k], c);
+	for (int k = 1; k < w->nsh; k++)
+		if (started[k])
+			pthread_join(w->sh[k].thread, NULL);
 }
 
 /* What a commit's answer means: 0 a reply to take, 1 the server forgot us or our base (a
- * restart): rejoined if rejoin, nothing applied; 2 the run is over; < 0 an error (in err). */
-static int commit_status(struct worker *w, int rc, const struct httpc_resp *resp, int rejoin,
-			 char *err)
+ * restart): rejoined if rejoin (that shard only), nothing applied there; 2 the run is over;
+ * < 0 an error (in err). */
+static int commit_status(struct wshard *sh, int c, int rejoin, char *err)
 {
+	struct worker *w = sh->w;
+	const struct httpc_resp *resp = &sh->resp[c];
+	json_t *head = NULL;
+	int rc = sh->rc[c];
+	if (rc < 0)
+		snprintf(err, GEM_ERRMAX, "%s%s", w->nsh > 1 ? "shard: " : "", sh->err[c]);
 	if (rc == HTTPC_EHTTP && resp->status == 410)
 		return 2;
 	if (rc == HTTPC_EHTTP && resp->status == 409 && rejoin) {
 		log_warn("worker %d: %s; joining again", w->id, err);
-		if ((rc = join(w, err)) < 0)
-			return w->resp.status == 410 ? 2 : rc;
+		rc = join_shard(sh, w->id, model_params(w->t.m), &head, err);
+		json_decref(head);
+		if (rc < 0)
+			return sh->resp[0].status == 410 ? 2 : rc;
+		rule_local_start(&w->l, model_params(w->t.m));
 		return 1;
 	}
 	return rc < 0 ? rc : 0;
 }
 
-/* Fold the reply resp into x as the rule says: θ itself, easgd's d ("elastic") or dma's X_{j+1}. */
-static int fold_reply(struct worker *w, const struct httpc_resp *resp, char *err)
+/* easgd with shards that answered differently: the slices that came as θ (kind 0) or were
+ * joined again (kind 2, x already θ there) become the d that takes x there: x − θ, or 0. */
+static void elastic_mix(struct worker *w, const char *kind, float *x, float *v)
+{
+	for (int k = 0; k < w->nsh; k++)
+		for (size_t i = w->sh[k].off; kind[k] != 1 && i < w->sh[k].off + w->sh[k].len; i++)
+			v[i] = kind[k] == 0 ? x[i] - v[i] : 0;
+}
+
+/* Fold the replies of client c into x as the rule says: θ itself, easgd's d ("elastic") or dma's
+ * X_{j+1}, each shard's slice from its own reply. 1: a shard rejoined (its slice is θ now);
+ * 2: the run is over; < 0 an error. */
+static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 {
 	float *x = model_params(w->t.m);
 	int elastic = 0, direct = !w->l.d->reply_elastic && w->l.d->sends != RULE_SENDS_CYCLE;
 	float *v = direct ? x : w->v;
-	int rc;
-	/* an applied commit of easgd is answered with d; a refused stale one or a resend with θ */
-	if ((rc = take_reply(w, resp, w->l.d->reply_elastic ? "elastic" : MSG_PARAMS, v, &elastic,
-			     NULL, err)) < 0)
-		return rc;
-	rule_local_reply(&w->l, x, v, w->l.d->reply_elastic && elastic);
-	return 0;
+	char kind[SHARD_MAX]; /* 0: θ came, 1: easgd's d came, 2: joined again */
+	int rc, any = 0, over = 0;
+	for (int k = 0; k < w->nsh; k++) {
+		struct wshard *sh = &w->sh[k];
+		int e = 0;
+		if ((rc = commit_status(sh, c, rejoin, err)) < 0)
+			return rc;
+		over |= rc == 2;
+		kind[k] = 2;
+		if (rc == 1 && !direct)
+			/* a rejoined shard's slice is θ: nothing to fold there */
+			memcpy(v + sh->off, x + sh->off, sizeof(float) * sh->len);
+		any |= rc == 1;
+		if (rc != 0)
+			continue;
+		/* an applied commit of easgd is answered with d; a refused stale one or a resend
+		 * with θ */
+		if ((rc = take_reply(sh, &sh->resp[c], w->l.d->reply_elastic ? "elastic" : MSG_PARAMS,
+				     v + sh->off, &e, NULL, err)) < 0)
+			return rc;
+		kind[k] = (char)e;
+		elastic |= e;
+	}
+	elastic &= w->l.d->reply_elastic;
+	if (over)
+		return 2;
+	if (w->nsh == 1 && any)
+		return 1; /* joined again: x is θ */
+	if (w->nsh > 1 && elastic)
+		elastic_mix(w, kind, x, v);
+	rule_local_reply(&w->l, x, v, elastic);
+	return any;
 }
 
-/* Send one commit of v and fold its reply in. 0: done; 1: the server forgot us or our base (a
- * restart): rejoined, nothing applied; 2: the run is over. */
+/* Send one commit of v and fold its replies in. 0: done; 1: a server forgot us or our base (a
+ * restart): rejoined, nothing applied there; 2: the run is over. */
 static int commit(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
 	int rc;
-
 	if ((rc = commit_build(w, v, loss, samples, err)) < 0)
 		return rc;
-	rc = httpc_post_retry(w->http, "/v1/commit", MSG_CONTENT_TYPE, w->buf.data, w->buf.len,
-			      w->o.retry_for, &w->resp, err);
-	if ((rc = commit_status(w, rc, &w->resp, 1, err)) != 0)
-		return rc;
-	return fold_reply(w, &w->resp, err);
+	post_all(w, 0);
+	return fold_replies(w, 0, 1, err);
 }
 
 /* ---- background commits: dma, delayed model averaging (doc/rules.md) ----
@@ -231,8 +353,7 @@ static int commit(struct worker *w, const float *v, float loss, uint64_t samples
 static void *bg_post_run(void *arg)
 {
 	struct bg_post *p = arg;
-	p->rc = httpc_post_retry(p->http, "/v1/commit", MSG_CONTENT_TYPE, p->w->buf.data,
-				 p->w->buf.len, p->w->o.retry_for, &p->resp, p->err);
+	post_all(p->w, 1);
 	return NULL;
 }
 
@@ -265,11 +386,8 @@ static int bg_wait(struct worker *w, int rejoin, char *err)
 	pthread_join(w->post.thread, NULL);
 	w->post.busy = 0;
 	w->idle += cli_now() - t;
-	if (w->post.rc < 0)
-		snprintf(err, GEM_ERRMAX, "%s", w->post.err);
-	if ((rc = commit_status(w, w->post.rc, &w->post.resp, rejoin, err)) != 0)
-		return rc;
-	return fold_reply(w, &w->post.resp, err);
+	rc = fold_replies(w, 1, rejoin, err);
+	return rc;
 }
 
 /* A boundary: fold in the last commit's reply, then send this window's vector. 1: rejoined after
@@ -288,20 +406,68 @@ static int codec_for(const char *url)
 	return strstr(url, "://127.") || strstr(url, "://localhost") || strstr(url, "://[::1]");
 }
 
-/* The token, and the two clients (the main thread's, the background commit's). */
-static int open_http(struct worker *w, const char *url, char *err)
+/* The token, and every server's two clients (the main thread's, the background commit's):
+ * urls is one URL, or the K shards' in order, comma-separated. */
+static int open_http(struct worker *w, const char *urls, char *err)
 {
-	char *token = NULL;
-	int rc = 0;
-	if (w->o.token_file && cli_read_token(w->o.token_file, &token, err) < 0)
+	char *token = NULL, *list = strdup(urls), *save = NULL, *u;
+	int rc = 0, k = 0;
+	if (!list || !(w->sh = calloc(SHARD_MAX, sizeof *w->sh))) {
+		free(list);
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
+	if (w->o.token_file && cli_read_token(w->o.token_file, &token, err) < 0) {
+		free(list);
 		return GEM_EUSAGE;
-	if (httpc_new(url, token, COMMIT_TIMEOUT_MS, &w->http, err) < 0 ||
-	    httpc_new(url, token, COMMIT_TIMEOUT_MS, &w->post.http, err) < 0 ||
-	    httpc_set_cacert(w->http, w->o.cacert, err) < 0 ||
-	    httpc_set_cacert(w->post.http, w->o.cacert, err) < 0)
-		rc = GEM_EUSAGE;
+	}
+	for (u = strtok_r(list, ",", &save); u && rc == 0; u = strtok_r(NULL, ",", &save), k++) {
+		struct wshard *sh = &w->sh[k];
+		if (k == SHARD_MAX) {
+			rc = gem_errf(err, GEM_EUSAGE, "more than %d servers", SHARD_MAX);
+			break;
+		}
+		sh->w = w;
+		sh->k = k;
+		blob_codec_init(&sh->codec);
+		for (int c = 0; c < 2 && rc == 0; c++)
+			if (httpc_new(u, token, COMMIT_TIMEOUT_MS, &sh->http[c], err) < 0 ||
+			    httpc_set_cacert(sh->http[c], w->o.cacert, err) < 0)
+				rc = GEM_EUSAGE;
+	}
+	w->nsh = k;
+	if (rc == 0 && !k)
+		rc = gem_errf(err, GEM_EUSAGE, "no server URL");
+	w->http = w->sh[0].http[0];
+	free(list);
 	free(token);
 	return rc;
+}
+
+/* The servers' slices of θ's n elements: with K > 1, each must be the shard of its place in the
+ * list (GET /v1/health's "theta_shard"). */
+static int open_shards(struct worker *w, char *err)
+{
+	for (int k = 0; k < w->nsh; k++) {
+		struct wshard *sh = &w->sh[k];
+		struct shard s = shard_of(w->n, k, w->nsh > 1 ? w->nsh : 0);
+		json_t *h, *t;
+		int rc, ok;
+		sh->off = s.off;
+		sh->len = s.len;
+		if (w->nsh == 1)
+			break;
+		if ((rc = httpc_get_retry(sh->http[0], "/v1/health", w->o.retry_for, &sh->resp[0], err)) < 0)
+			return rc;
+		h = json_loadb(sh->resp[0].body, sh->resp[0].len, 0, NULL);
+		t = json_object_get(h, "theta_shard");
+		ok = json_integer_value(json_array_get(t, 0)) == k &&
+		     json_integer_value(json_array_get(t, 1)) == w->nsh;
+		json_decref(h);
+		if (!ok)
+			return gem_errf(err, GEM_EUSAGE, "server %d of %d does not serve shard %d/%d of θ "
+					"(gem-serve --shard %d/%d)", k + 1, w->nsh, k, w->nsh, k, w->nsh);
+	}
+	return 0;
 }
 
 /* The run from GET /v1/run, its model, its training set and the rule's worker half. */
@@ -329,6 +495,8 @@ static int open_run(struct worker *w, const char *url, char *err)
 	    (rc = run_data_load(&w->run, NULL, "train", &w->ds, err)) < 0)
 		return rc;
 	w->n = model_nparams(w->t.m);
+	if ((rc = open_shards(w, err)) < 0)
+		return rc;
 	/* dma's local steps are momentum SGD with the run's μ, Nesterov and weight decay: the
 	 * server averages models and keeps no momentum of its own */
 	if ((rc = rule_local_init(&w->l, &w->run.rule, w->n, w->run.train.lr, w->run.train.momentum,
@@ -375,7 +543,6 @@ int work_open(const char *url, const struct work_opts *o, struct worker **out, c
 	w->run.lock_fd = -1;
 	w->post.w = w;
 	w->codec_name = codec_for(url) ? BLOB_RAW : BLOB_CODEC_DEFAULT;
-	blob_codec_init(&w->codec);
 	if ((rc = open_http(w, url, err)) < 0) {
 		work_close(w);
 		return rc;
@@ -508,8 +675,6 @@ void work_close(struct worker *w)
 		return;
 	if (w->post.busy)
 		pthread_join(w->post.thread, NULL);
-	httpc_resp_free(&w->post.resp);
-	httpc_free(w->post.http);
 	rule_local_free(&w->l);
 	free(w->v);
 	if (w->feed_open)
@@ -518,9 +683,15 @@ void work_close(struct worker *w)
 	trainer_close(&w->t);
 	if (w->run.json)
 		run_close(&w->run);
-	blob_codec_free(&w->codec);
-	msg_buf_free(&w->buf);
+	for (int k = 0; w->sh && k < w->nsh; k++) {
+		for (int c = 0; c < 2; c++) {
+			httpc_resp_free(&w->sh[k].resp[c]);
+			httpc_free(w->sh[k].http[c]);
+		}
+		blob_codec_free(&w->sh[k].codec);
+		msg_buf_free(&w->sh[k].buf);
+	}
+	free(w->sh);
 	httpc_resp_free(&w->resp);
-	httpc_free(w->http);
 	free(w);
 }

@@ -58,9 +58,23 @@ static int make_dirs(const char *dir, char *err)
  * server's messages. */
 static const char *const run_leaves[] = {
 	RUN_LOG, RUN_PARAMS, RUN_LOCAL_STATE, RUN_RULE_STATE, RUN_SERVER_URL, RUN_PEERS,
-	RUN_PEERS ".tmp", RUN_SERVE_ERR, "serve.out", "node-*.gem", "node-*.jsonl", "node-*.url",
+	RUN_PEERS ".tmp", RUN_SERVE_ERR, "serve-*.err", "serve.out", "node-*.gem", "node-*.jsonl", "node-*.url",
 	"node-*.log", "worker-*.log", "token", "tls-cert.pem", "tls-key.pem", "openssl.err",
 };
+
+static int remove_run_files(const char *dir, char *err);
+
+/* A shard's directory (RUN_SHARD_DIR) goes with its files. */
+static int remove_shard_dir(const char *path, char *err)
+{
+	char lock[PATH_MAX + 16];
+	int rc = remove_run_files(path, err);
+	dir_file(path, RUN_LOCK, lock, sizeof lock);
+	unlink(lock);
+	if (rc == 0 && rmdir(path) < 0)
+		rc = gem_errf(err, GEM_EFAIL, "%s: cannot remove: %s", path, strerror(errno));
+	return rc;
+}
 
 static int remove_run_files(const char *dir, char *err)
 {
@@ -69,7 +83,15 @@ static int remove_run_files(const char *dir, char *err)
 	DIR *d = opendir(dir);
 	if (!d)
 		return gem_errf(err, GEM_EFAIL, "%s: %s", dir, strerror(errno));
-	while ((e = readdir(d)))
+	while ((e = readdir(d))) {
+		if (!fnmatch("shard-*-of-*", e->d_name, FNM_PERIOD)) {
+			dir_file(dir, e->d_name, path, sizeof path);
+			if (remove_shard_dir(path, err) < 0) {
+				closedir(d);
+				return GEM_EFAIL;
+			}
+			continue;
+		}
 		for (size_t i = 0; i < sizeof run_leaves / sizeof *run_leaves; i++)
 			if (!fnmatch(run_leaves[i], e->d_name, FNM_PERIOD)) {
 				dir_file(dir, e->d_name, path, sizeof path);
@@ -80,6 +102,7 @@ static int remove_run_files(const char *dir, char *err)
 				}
 				break;
 			}
+	}
 	closedir(d);
 	return 0;
 }
@@ -311,7 +334,7 @@ void run_close(struct run *r)
 
 int run_file(const struct run *r, const char *name, char *out, size_t cap)
 {
-	return dir_file(r->dir, name, out, cap);
+	return dir_file(r->fdir[0] ? r->fdir : r->dir, name, out, cap);
 }
 
 int run_dir_file(const char *dir, const char *name, char *out, size_t cap)
@@ -358,7 +381,7 @@ static int lock_dir(const char *dir, int *fd, char *err)
 
 int run_lock(struct run *r, char *err)
 {
-	return lock_dir(r->dir, &r->lock_fd, err);
+	return lock_dir(r->fdir[0] ? r->fdir : r->dir, &r->lock_fd, err);
 }
 
 /* The version a log line records (its first "version" member: every writer here puts it before
@@ -680,50 +703,85 @@ void run_log_event(FILE *f, const char *event, double vtime, int worker, uint64_
 
 #define RULE_STATE_BLOB "rule"
 
-/* The state goes first at a checkpoint: a crash between it and params.gem leaves a state newer
- * than θ, which resume detects by the version and drops. */
-int run_rule_state_save(const struct run *r, const struct rule *rule, json_t *workers,
-			uint64_t version, char *err)
+/* Grow *buf to hold n floats (buffers only grow: a warm snapshot allocates nothing). */
+static int ckpt_reserve(float **buf, size_t *cap, size_t n)
 {
-	char path[PATH_MAX + 16];
-	json_t *meta = NULL, *head;
+	float *p;
+	if (*cap >= n && *buf)
+		return 0;
+	if (!(p = realloc(*buf, sizeof *p * (n ? n : 1))))
+		return -1;
+	*buf = p;
+	*cap = n;
+	return 0;
+}
+
+int run_ckpt_take(const struct rule *rule, json_t *workers, const float *theta, size_t n,
+		  const struct run_progress *p, struct run_ckpt *ck, char *err)
+{
+	json_t *meta = NULL;
 	struct rule_vec *vecs = NULL;
-	struct msg_blob blob = {.name = RULE_STATE_BLOB};
-	struct blob_codec c;
-	const void *enc;
-	float *all = NULL, dummy = 0;
-	size_t n = 0;
+	size_t vn;
 	int nvec = 0, rc;
 
+	json_decref(ck->head);
+	ck->head = NULL;
 	if ((rc = rule_state_save(rule, &meta, &vecs, &nvec, err)) < 0) {
 		json_decref(workers);
 		return rc;
 	}
-	n = nvec ? vecs[0].n : 0;
-	head = json_pack("{s:I, s:o, s:o, s:[]}", "version", (json_int_t)version, "rule", meta,
-			 "workers", workers, "vecs");
-	all = nvec ? malloc(sizeof *all * n * (size_t)nvec) : NULL;
-	if (!head || (nvec && !all)) {
-		rc = gem_errf(err, GEM_ENOMEM, "checkpoint: out of memory");
-		goto out;
+	vn = nvec ? vecs[0].n : 0;
+	ck->head = json_pack("{s:I, s:o, s:o, s:[]}", "version", (json_int_t)p->version, "rule", meta,
+			     "workers", workers, "vecs");
+	if (!ck->head || ckpt_reserve(&ck->vecs, &ck->vecs_cap, vn * (size_t)nvec) < 0 ||
+	    ckpt_reserve(&ck->theta, &ck->theta_cap, n) < 0) {
+		free(vecs);
+		return gem_errf(err, GEM_ENOMEM, "checkpoint: out of memory");
 	}
 	for (int i = 0; i < nvec; i++) {
-		json_array_append_new(json_object_get(head, "vecs"), json_string(vecs[i].name));
-		memcpy(all + (size_t)i * n, vecs[i].data, sizeof *all * n);
+		json_array_append_new(json_object_get(ck->head, "vecs"), json_string(vecs[i].name));
+		memcpy(ck->vecs + (size_t)i * vn, vecs[i].data, sizeof(float) * vn);
 	}
+	ck->nvecs = vn * (size_t)nvec;
+	memcpy(ck->theta, theta, sizeof(float) * n);
+	ck->n = n;
+	ck->p = *p;
+	free(vecs);
+	return 0;
+}
+
+/* The state goes first at a checkpoint: a crash between it and params.gem leaves a state newer
+ * than θ, which resume detects by the version and drops. */
+int run_ckpt_write(const struct run *r, const struct run_ckpt *ck, char *err)
+{
+	char path[PATH_MAX + 16];
+	struct msg_blob blob = {.name = RULE_STATE_BLOB};
+	struct blob_codec c;
+	const void *enc;
+	float dummy = 0;
+	int rc;
+
+	if (!ck->head)
+		return gem_errf(err, GEM_EUSAGE, "checkpoint: no snapshot taken");
 	run_file(r, RUN_RULE_STATE, path, sizeof path);
 	blob_codec_init(&c);
-	rc = blob_encode(&c, nvec ? all : &dummy, nvec ? n * (size_t)nvec : 1, BLOB_RAW, 0, &enc,
-			 &blob.meta, err);
+	rc = blob_encode(&c, ck->nvecs ? ck->vecs : &dummy, ck->nvecs ? ck->nvecs : 1, BLOB_RAW, 0,
+			 &enc, &blob.meta, err);
 	blob.data = enc;
 	if (rc == 0)
-		rc = msg_write_file(path, head, &blob, 1, err);
+		rc = msg_write_file(path, ck->head, &blob, 1, err);
 	blob_codec_free(&c);
-out:
-	free(all);
-	free(vecs);
-	json_decref(head);
-	return rc;
+	if (rc < 0)
+		return rc;
+	return run_params_save(r, ck->theta, ck->n, &ck->p, err);
+}
+
+void run_ckpt_free(struct run_ckpt *ck)
+{
+	json_decref(ck->head);
+	free(ck->vecs);
+	free(ck->theta);
+	memset(ck, 0, sizeof *ck);
 }
 
 /* Decode the state's vectors (named in the header's "vecs", n floats each) into rule. */
@@ -834,5 +892,102 @@ int run_server_url_read(const char *dir, char *url, size_t cap, char *err)
 	if (len >= cap)
 		return gem_errf(err, GEM_EUSAGE, "%s: URL too long", path);
 	memcpy(url, line, len + 1);
+	return 0;
+}
+
+/* ---- sharded runs ---- */
+
+int run_set_shard(struct run *r, int i, int k, size_t n, char *err)
+{
+	char name[64], path[PATH_MAX + 16];
+	struct run_progress p;
+	struct stat st;
+	float *theta;
+	int rc;
+
+	snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+	if (dir_file(r->dir, name, r->fdir, sizeof r->fdir) < 0)
+		return gem_errf(err, GEM_EUSAGE, "%s: path too long", r->dir);
+	if (mkdir(r->fdir, 0777) < 0 && errno != EEXIST)
+		return gem_errf(err, GEM_EFAIL, "%s: %s", r->fdir, strerror(errno));
+	r->shard = shard_of(n, i, k);
+	run_file(r, RUN_PARAMS, path, sizeof path);
+	if (stat(path, &st) == 0)
+		return 0;
+	/* the shard's first session: its slice of the run's θ */
+	if (!(theta = malloc(sizeof *theta * n)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	dir_file(r->dir, RUN_PARAMS, path, sizeof path);
+	if ((rc = run_params_load(r, path, theta, n, &p, err)) == 0)
+		rc = run_params_save(r, theta + r->shard.off, r->shard.len, &p, err);
+	free(theta);
+	return rc;
+}
+
+int run_shards(const char *dir, char *err)
+{
+	struct dirent *e;
+	DIR *d = opendir(dir);
+	int k = 0, i, kk;
+	if (!d)
+		return gem_errf(err, GEM_EUSAGE, "%s: %s", dir, strerror(errno));
+	while ((e = readdir(d))) {
+		char tail;
+		if (sscanf(e->d_name, "shard-%d-of-%d%c", &i, &kk, &tail) != 2 || i != 0 || kk < 1 ||
+		    kk > SHARD_MAX)
+			continue;
+		if (k && kk != k) {
+			closedir(d);
+			return gem_errf(err, GEM_EUSAGE, "%s: shards of %d and of %d servers", dir, k, kk);
+		}
+		k = kk;
+	}
+	closedir(d);
+	return k;
+}
+
+int run_params_load_merged(const struct run *r, float *theta, size_t n, struct run_progress *p,
+			   char *err)
+{
+	char name[64], sub[PATH_MAX + 16], path[PATH_MAX + 80];
+	int k = run_shards(r->dir, err), rc;
+	if (k <= 0)
+		return k < 0 ? k : run_params_load(r, NULL, theta, n, p, err);
+	for (int i = 0; i < k; i++) {
+		struct shard s = shard_of(n, i, k);
+		struct run_progress q;
+		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+		dir_file(r->dir, name, sub, sizeof sub);
+		dir_file(sub, RUN_PARAMS, path, sizeof path);
+		if ((rc = run_params_load(r, path, theta + s.off, s.len, &q, err)) < 0)
+			return rc;
+		if (i == 0 || q.version < p->version)
+			p->version = q.version;
+		if (i == 0 || q.samples < p->samples)
+			p->samples = q.samples;
+		if (i == 0 || q.elapsed > p->elapsed)
+			p->elapsed = q.elapsed;
+	}
+	return 0;
+}
+
+int run_server_urls_read(const char *dir, char *urls, size_t cap, char *err)
+{
+	char name[64], sub[PATH_MAX + 16];
+	size_t used = 0;
+	int k = run_shards(dir, err), rc;
+	if (k <= 0)
+		return k < 0 ? k : run_server_url_read(dir, urls, cap, err);
+	for (int i = 0; i < k; i++) {
+		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+		dir_file(dir, name, sub, sizeof sub);
+		if (used + 2 >= cap)
+			return gem_errf(err, GEM_EUSAGE, "%s: URLs too long", dir);
+		if (i)
+			urls[used++] = ',';
+		if ((rc = run_server_url_read(sub, urls + used, cap - used, err)) < 0)
+			return rc;
+		used += strlen(urls + used);
+	}
 	return 0;
 }

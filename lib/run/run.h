@@ -10,6 +10,7 @@
 
 #include "nn/data.h"
 #include "rules/rule.h"
+#include "run/shard.h"
 
 #define RUN_FORMAT 1
 #define RUN_MAX_BATCH 65536       /* run.json "train": batch in [1, RUN_MAX_BATCH] */
@@ -28,6 +29,9 @@
 #define RUN_PEERS       "peers"           /* gem-run's SGP peer list */
 #define RUN_SERVE_ERR   "serve.err"       /* gem-run's server's messages */
 #define RUN_WORKER_LOG  "worker-%d.log"   /* gem-run's worker I's messages */
+/* A sharded run (gem-serve --shard I/K): shard I's server keeps its own params.gem (its slice of
+ * θ), rule-state.gem, log.jsonl, server.url and .lock in this subdirectory of RUNDIR. */
+#define RUN_SHARD_DIR   "shard-%d-of-%d"
 
 /* The hyper-parameters of local training, as recorded in run.json "train". */
 struct run_train {
@@ -49,6 +53,8 @@ struct run {
 	struct run_train train;
 	struct rule_config rule;
 	int lock_fd;
+	char fdir[PATH_MAX];     /* where the server's files are: RUNDIR, or its shard's directory */
+	struct shard shard;      /* k = 0: not sharded */
 };
 
 /* Where θ's state stands: what a params file records beside θ. */
@@ -73,8 +79,22 @@ void run_close(struct run *r);
  * here, so a model spec that does not fit its data (from a lying server) is refused. */
 int run_data_load(const struct run *r, const char *dir, const char *split, struct dataset *ds,
 		  char *err);
-/* Path of a file in the run: RUNDIR/name; run_dir_file: dir/name, for a run not opened. One
- * slash between them, whatever dir ends with; -1 when it does not fit in cap. */
+/* Make r the run of shard i of k of θ's n elements: its files are in RUNDIR/shard-I-of-K/
+ * (made if missing), and a shard that has no params.gem yet starts from its slice of
+ * RUNDIR/params.gem. */
+int run_set_shard(struct run *r, int i, int k, size_t n, char *err);
+/* K of the sharded run in dir (its shard-0-of-K directory), 0 if it is not sharded, < 0 if it
+ * holds shards of two different K. */
+int run_shards(const char *dir, char *err);
+/* θ of the run: params.gem, or for a sharded run every shard's slice end to end (its progress
+ * then is the slowest shard's version and samples and the longest elapsed time). */
+int run_params_load_merged(const struct run *r, float *theta, size_t n, struct run_progress *p,
+			   char *err);
+/* The server URLs of dir, comma-separated: server.url, or every shard's in shard order. */
+int run_server_urls_read(const char *dir, char *urls, size_t cap, char *err);
+/* Path of a file in the run: RUNDIR/name (a shard's own files: in its directory); run_dir_file:
+ * dir/name, for a run not opened. One slash between them, whatever dir ends with; -1 when it
+ * does not fit in cap. */
 int run_file(const struct run *r, const char *name, char *out, size_t cap);
 int run_dir_file(const char *dir, const char *name, char *out, size_t cap);
 /* Take RUNDIR/.lock exclusively (no other trainer or server on this run) and write our pid in
@@ -125,10 +145,22 @@ void run_log_start(FILE *f, const struct run *r, const char *rule, const char *u
 void run_log_start_x(FILE *f, const struct run *r, const char *rule, const char *url,
 		     uint64_t version, const struct layout *l, json_t *more);
 
-/* The rule's state and the server's record of its workers (an array of objects) at version,
- * to RUNDIR/rule-state.gem atomically. */
-int run_rule_state_save(const struct run *r, const struct rule *rule, json_t *workers,
-			uint64_t version, char *err);
+/* A checkpoint in two halves, so that a server takes it under its lock and writes it (fsync
+ * and all) outside: a snapshot of θ, its progress, the rule's state and the server's record of
+ * its workers (an array of objects), in buffers kept from one checkpoint to the next. A
+ * zero-initialised struct is empty. */
+struct run_ckpt {
+	json_t *head;            /* rule-state.gem's header */
+	float *vecs, *theta;     /* the rule's vectors end to end; θ */
+	size_t nvecs, n, vecs_cap, theta_cap;
+	struct run_progress p;
+};
+/* Snapshot the state into ck (workers is stolen). Copies only memory: no I/O. */
+int run_ckpt_take(const struct rule *rule, json_t *workers, const float *theta, size_t n,
+		  const struct run_progress *p, struct run_ckpt *ck, char *err);
+/* Write a snapshot: RUNDIR/rule-state.gem, then RUNDIR/params.gem, each atomically. */
+int run_ckpt_write(const struct run *r, const struct run_ckpt *ck, char *err);
+void run_ckpt_free(struct run_ckpt *ck);
 /* Restore a state saved at version into rule (just created, no worker); *workers gets the
  * saved workers (new reference). Returns 1 restored, 0 none saved of that version (told in
  * err, rule untouched), < 0 a state that does not fit. */

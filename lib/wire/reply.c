@@ -1,5 +1,6 @@
 #include "wire/reply.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,16 +18,53 @@ int reply_check_codec(struct httpd_req *req, const char *codec)
 	return 0;
 }
 
+/* Codecs kept from one GET /v1/params to the next (a compressor and its buffers are worth
+ * keeping), shared by every server of the process; a request that finds them all in use makes
+ * its own. */
+#define REPLY_CODECS 4
+static pthread_mutex_t codec_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct blob_codec codec_pool[REPLY_CODECS];
+static int codec_busy[REPLY_CODECS];
+
+/* A codec for one request: from the pool (*slot its index), or a fresh one (*slot −1). */
+static void codec_take(struct blob_codec *own, struct blob_codec **c, int *slot)
+{
+	pthread_mutex_lock(&codec_mu);
+	for (*slot = 0; *slot < REPLY_CODECS && codec_busy[*slot]; ++*slot)
+		;
+	if (*slot < REPLY_CODECS)
+		codec_busy[*slot] = 1;
+	pthread_mutex_unlock(&codec_mu);
+	if (*slot < REPLY_CODECS) {
+		*c = &codec_pool[*slot];
+		return;
+	}
+	*slot = -1;
+	blob_codec_init(own);
+	*c = own;
+}
+
+static void codec_give(struct blob_codec *c, int slot)
+{
+	if (slot < 0) {
+		blob_codec_free(c);
+		return;
+	}
+	pthread_mutex_lock(&codec_mu);
+	codec_busy[slot] = 0;
+	pthread_mutex_unlock(&codec_mu);
+}
+
 int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t n,
 		 const char *codec)
 {
 	char err[GEM_ERRMAX];
-	struct blob_codec c;
+	struct blob_codec own, *c;
 	struct msg_buf b = {0};
-	int rc;
+	int rc, slot;
 
-	blob_codec_init(&c);
-	rc = msg_encode_params(&b, &c, head, theta, n, codec, -1, err);
+	codec_take(&own, &c, &slot);
+	rc = msg_encode_params(&b, c, head, theta, n, codec, -1, err);
 	if (rc == 0) {
 		/* the buffer goes to libmicrohttpd, which frees it once sent */
 		rc = httpd_reply_owned(req, 200, MSG_CONTENT_TYPE, b.data, b.len, free, b.data);
@@ -34,7 +72,7 @@ int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t
 	} else {
 		rc = httpd_reply_error(req, 500, "encode", "%s", err);
 	}
-	blob_codec_free(&c);
+	codec_give(c, slot);
 	msg_buf_free(&b);
 	return rc;
 }

@@ -1,0 +1,129 @@
+#!/bin/bash
+# t3803: sharded gem-serve (--shard I/K). With one worker (its commits serialised), a run served
+# by K = 2 or 3 shards ends with the θ of the run served by one server, bit for bit, for every
+# rule; kill -9 of one shard's server and a restart loses at most that shard's checkpoint
+# interval while the other shard carries on. gem-sim --shards K gives the θ of one core.
+. "$(dirname "$0")/test-lib.sh"
+
+# theta RUN: θ as raw float32 (a sharded run's slices end to end)
+theta() { python3 "$GEM_SRC/t/gem-theta.py" "$1"; }
+
+# served RUN K STEPS: serve RUN with K shards (K = 0: one plain server), train one worker
+served() {
+	_run=$1 _k=$2 _steps=$3 _pids=
+	if [ "$_k" = 0 ]; then
+		gem-serve --listen 127.0.0.1:0 "$_run" >/dev/null 2>"$_run.serve.err" &
+		_pids=$!
+	else
+		for _i in $(seq 0 $((_k - 1))); do
+			gem-serve --listen 127.0.0.1:0 --shard "$_i/$_k" "$_run" >/dev/null \
+				2>"$_run.serve$_i.err" &
+			_pids="$_pids $!"
+		done
+	fi
+	for _p in $_pids; do test_bg $_p; done
+	gem-work -q --server "$_run" --steps "$_steps" --retry-for 20 2>"$_run.work.err" &&
+	for _p in $_pids; do wait_exit $_p 30 || return 1; done
+}
+
+test_expect_success 'setup' '
+	make_tiny_data data
+'
+
+# RULE K3 [gem-init options]: K3 = 3 also compares 3 shards ("-": not)
+for spec in "gem 3" "downpour - --window 2" "dynsgd -" "easgd - --window 2" "dcasgd -" \
+	    "sync -" "dma 3"; do
+	set -- $spec
+	rule=$1 k3=${2#-}
+	shift 2
+	test_expect_success "$rule: one worker, θ of K = 2${k3:+ and K = $k3} shards is θ of one server" "
+		gem-init -q --model tiny.json --data data --rule $rule --workers 1 --lr 0.05 \
+			--batch 16 --seed 4 $* $rule-1 &&
+		cp -r $rule-1 $rule-2 && cp -r $rule-1 $rule-3 && theta $rule-1 >$rule-0.bin &&
+		served $rule-1 0 12 && served $rule-2 2 12 &&
+		theta $rule-1 >$rule-1.bin && theta $rule-2 >$rule-2.bin &&
+		! cmp -s $rule-0.bin $rule-1.bin && cmp $rule-1.bin $rule-2.bin &&
+		if [ -n \"$k3\" ]; then
+			served $rule-3 3 12 && theta $rule-3 >$rule-3.bin && cmp $rule-1.bin $rule-3.bin
+		fi
+	"
+done
+
+test_expect_success 'gem-sim --shards 2 and 3, three workers: the θ of one core (gem, easgd, sync)' '
+	for rule in gem easgd sync; do
+		gem-init -q --model tiny.json --data data --rule $rule --workers 3 --lr 0.05 \
+			--batch 16 --seed 5 sim-$rule-1 &&
+		cp -r sim-$rule-1 sim-$rule-2 && cp -r sim-$rule-1 sim-$rule-3 && theta sim-$rule-1 >s0.bin &&
+		gem-sim -q -n 3 --steps 6 --jitter 0.3 sim-$rule-1 >/dev/null &&
+		gem-sim -q -n 3 --steps 6 --jitter 0.3 --shards 2 sim-$rule-2 >/dev/null &&
+		gem-sim -q -n 3 --steps 6 --jitter 0.3 --shards 3 sim-$rule-3 >/dev/null &&
+		test -d sim-$rule-3/shard-2-of-3 &&
+		theta sim-$rule-1 >s1.bin && theta sim-$rule-2 >s2.bin && theta sim-$rule-3 >s3.bin &&
+		! cmp -s s0.bin s1.bin &&
+		cmp s1.bin s2.bin && cmp s1.bin s3.bin || return 1
+	done
+'
+
+test_expect_success 'each shard has its own version, log and checkpoint; gem-eval sees the whole θ' '
+	for i in 0 1; do
+		test -s gem-2/shard-$i-of-2/log.jsonl &&
+		head -1 gem-2/shard-$i-of-2/params.gem | grep -q "\"version\":12" &&
+		head -1 gem-2/shard-$i-of-2/rule-state.gem | grep -q "\"version\":12" &&
+		grep -q "\"shard\":{\"i\":$i,\"k\":2" gem-2/shard-$i-of-2/log.jsonl || return 1
+	done &&
+	gem-eval gem-1 | tail -1 | cut -f2- >e1 && gem-eval gem-2 | tail -1 | cut -f2- >e2 && cmp e1 e2 &&
+	{ gem-serve --listen 127.0.0.1:0 gem-2 2>err; test $? = 2; } && grep -q "served by 2 shards" err &&
+	{ gem-serve --listen 127.0.0.1:0 --shard 0/3 gem-2 2>err; test $? = 2; } &&
+	grep -q "served by 2 shards" err
+'
+
+test_expect_success 'a worker refuses servers given out of shard order' '
+	gem-init -q --model tiny.json --data data --seed 4 order &&
+	{ gem-serve --listen 127.0.0.1:0 --shard 0/2 --keep-running order >/dev/null 2>&1 & p0=$!; } &&
+	{ gem-serve --listen 127.0.0.1:0 --shard 1/2 --keep-running order >/dev/null 2>&1 & p1=$!; } &&
+	test_bg $p0 && test_bg $p1 &&
+	wait_for_file order/shard-0-of-2/server.url 20 && wait_for_file order/shard-1-of-2/server.url 20 &&
+	u0=$(cat order/shard-0-of-2/server.url) && u1=$(cat order/shard-1-of-2/server.url) &&
+	{ gem-work -q --server "$u1,$u0" --steps 1 --retry-for 2 2>err; test $? = 1; } &&
+	grep -q "does not serve shard 0/2" err &&
+	kill $p0 $p1
+'
+
+test_expect_success 'kill -9 of one shard: it resumes from its checkpoint, the other carries on' '
+	gem-init -q --model tiny.json --data data --lr 0.05 --batch 16 --seed 2 crash &&
+	{ gem-serve --listen 127.0.0.1:0 --shard 0/2 --checkpoint-every 0.2 crash >/dev/null \
+		2>crash0.err & s0=$!; } && test_bg $s0 &&
+	{ gem-serve --listen 127.0.0.1:0 --shard 1/2 --checkpoint-every 0.2 crash >/dev/null \
+		2>crash1.err & s1=$!; } && test_bg $s1 &&
+	wait_for_file crash/shard-1-of-2/server.url 20 &&
+	u1=$(cat crash/shard-1-of-2/server.url) && port=${u1##*:} &&
+	{ gem-work -q --server crash --steps 300 --retry-for 30 --slowdown 100 2>crash.work.err &
+	  worker=$!; } && test_bg $worker &&
+	for i in $(seq 100); do
+		v=$(curl -s "$u1/v1/health" | sed -n "s/.*\"version\": *\([0-9]*\).*/\1/p")
+		[ "${v:-0}" -ge 40 ] && break; sleep 0.1
+	done &&
+	sleep 0.5 &&
+	kill -9 $s1 && { wait_exit $s1; true; } &&
+	saved=$(head -1 crash/shard-1-of-2/params.gem | sed -n "s/.*\"version\":\([0-9]*\).*/\1/p") &&
+	echo "shard 1 checkpointed at $saved" && test "$saved" -ge 1 &&
+	u0=$(cat crash/shard-0-of-2/server.url) &&
+	curl -sf "$u0/v1/health" >/dev/null &&
+	{ gem-serve --listen 127.0.0.1:$port --shard 1/2 --checkpoint-every 0.2 crash >/dev/null \
+		2>crash1b.err & s1=$!; } && test_bg $s1 &&
+	wait_exit $worker 120 &&
+	wait_exit $s0 30 && wait_exit $s1 30 &&
+	{ cat crash1b.err; tail -3 crash.work.err; } &&
+	# its rule state too, unless the kill fell between the checkpoint'"'"'s two files (the state
+	# then is newer than θ, and starts afresh)
+	grep -q "resumed\|starts afresh" crash1b.err &&
+	grep "\"event\":\"start\"" crash/shard-1-of-2/log.jsonl | tail -1 | grep -q "\"version\":$saved," &&
+	test $(grep -c "\"event\":\"start\"" crash/shard-0-of-2/log.jsonl) = 1 &&
+	grep -q "joining again" crash.work.err &&
+	head -1 crash/shard-0-of-2/params.gem | grep -q "\"version\":300," &&
+	v1=$(head -1 crash/shard-1-of-2/params.gem | sed -n "s/.*\"version\":\([0-9]*\).*/\1/p") &&
+	echo "shard 1 ended at $v1" && test "$v1" -gt "$saved" &&
+	gem-eval crash | awk "NR==2 { exit !(\$5 > 0.5) }"
+'
+
+test_done
