@@ -58,8 +58,8 @@ static void usage(FILE *f)
 	      "      --max-workers N         workers joined at once (each holds about 24 bytes\n"
 	      "                              per parameter); default 256, at most 4096\n"
 	      "  -q, --quiet                 no informational messages on stderr\n"
-	      "      --shard I/K             serve shard I of K of theta (0 <= I < K <= 64): its\n"
-	      "                              version, rule state, checkpoint and log, in\n"
+	      "      --shard I/K             serve shard I of K of theta (0 <= I < K <= 64):\n"
+	      "                              its version, rule state, checkpoint and log, in\n"
 	      "                              RUNDIR/shard-I-of-K/ (URL in its server.url there)\n"
 	      "  -h, --help                  show this help\n"
 	      "  -V, --version               show the version\n",
