@@ -86,7 +86,7 @@ static const struct {
 	{"momentum", 0, 1}, {"nesterov", 0, 0}, {"weight-decay", 0, 1},   {"batch", 'b', 1},
 	{"epochs", 'e', 1}, {"seed", 's', 1},   {"kappa", 0, 1},          {"pi-max", 0, 1},
 	{"eps", 0, 1},      {"window", 0, 1},   {"alpha", 0, 1},          {"lambda-dc", 0, 1},
-	{"force", 'f', 0},
+	{"gem-ref", 0, 1},  {"force", 'f', 0},
 };
 
 /* -1: not a gem-init option; else whether it takes a separate value (argument `a`). */
