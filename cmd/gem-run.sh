@@ -28,6 +28,7 @@ evaluates each node and their average.
       --work-opt OPT  pass OPT to every gem-work (repeatable), e.g. --work-opt=--slowdown=2;
                       with --rule sgp e.g. --work-opt=--overlap, --work-opt=--topology=ring
       --serve-opt OPT pass OPT to gem-serve (repeatable), e.g. --serve-opt=--max-updates=100
+      --codec C       every gem-work's --codec (raw, zlib, zlib+shuffle, fp16); default raw
       --rule sgp      train with SGP nodes instead of a server (other rules go to gem-init)
   -q, --quiet         no progress
   -h, --help          show this help
@@ -58,6 +59,8 @@ while [ $# -gt 0 ]; do
 	--work-opt=*) workopts+=("${1#*=}") ;;
 	--serve-opt) [ $# -ge 2 ] || die_usage "$1 needs a value"; serveopts+=("$2"); shift ;;
 	--serve-opt=*) serveopts+=("${1#*=}") ;;
+	--codec) [ $# -ge 2 ] || die_usage "$1 needs a value"; workopts+=("--codec=$2"); shift ;;
+	--codec=*) workopts+=("$1") ;;
 	-r|--rule) [ $# -ge 2 ] || die_usage "$1 needs a value"
 		if [ "$2" = sgp ]; then sgp=1; else initopts+=("$1" "$2"); fi; shift ;;
 	--rule=*) if [ "${1#*=}" = sgp ]; then sgp=1; else initopts+=("$1"); fi ;;

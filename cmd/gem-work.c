@@ -14,6 +14,7 @@
 #include "base/cli.h"
 #include "nn/data.h"
 #include "nn/layers.h"
+#include "wire/blob.h"
 #include "wire/httpd.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -45,6 +46,10 @@ static void usage(FILE *f)
 	      "      --token-file FILE     send the bearer token in FILE (--server)\n"
 	      "      --cacert FILE         trust only the CA certificate(s) in this PEM file for an\n"
 	      "                            https:// server (--server); default: the system's CAs\n"
+	      "      --codec C             how commits and θ replies (--server), or pushes (--rule\n"
+	      "                            sgp), are encoded: raw, zlib, zlib+shuffle or fp16 (lossy\n"
+	      "                            half precision, half the bytes, with error feedback);\n"
+	      "                            default raw\n"
 	      "      --retry-for SEC       keep retrying an unreachable server this long; default 60\n"
 	      "      --checkpoint-every SEC  save the parameters this often (--local); default 60\n"
 	      "      --slowdown F          make each step F times slower (fault injection); default 1\n"
@@ -84,7 +89,7 @@ static void bad_usage(const char *msg, const char *arg)
 
 enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN, O_LISTEN,
        O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU, O_THREADS,
-       O_NOTOKEN, O_CACERT };
+       O_NOTOKEN, O_CACERT, O_CODEC };
 
 static const struct option longopts[] = {
 	{"local", required_argument, 0, 'l'},       {"server", required_argument, 0, 'S'},
@@ -99,7 +104,7 @@ static const struct option longopts[] = {
 	{"node", required_argument, 0, O_NODE},     {"topology", required_argument, 0, O_TOPO},
 	{"peers-per-iter", required_argument, 0, O_PPI}, {"overlap", no_argument, 0, O_OVERLAP},
 	{"tau", required_argument, 0, O_TAU},       {"no-token", no_argument, 0, O_NOTOKEN},
-	{"cacert", required_argument, 0, O_CACERT},
+	{"cacert", required_argument, 0, O_CACERT}, {"codec", required_argument, 0, O_CODEC},
 	{"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},
 };
@@ -210,7 +215,7 @@ static void server_progress(const struct work_result *r, void *ctx)
 static int server_report(const struct work_info *in, const struct work_opts *o,
 			 const struct work_result *r, int rc, const char *err)
 {
-	char idle[96] = "";
+	char idle[96] = "", comm[128] = "";
 	if (rc < 0) {
 		fprintf(stderr, "gem-work: worker %d: %s\n", in->worker, err);
 		return EXIT_JOB;
@@ -239,9 +244,13 @@ static int server_report(const struct work_info *in, const struct work_opts *o,
 	if (in->background)
 		snprintf(idle, sizeof idle, ", idle %.2f s (%.1f%%), %.2f s of it in the last round", r->idle,
 			 r->seconds > 0 ? 100 * r->idle / r->seconds : 0.0, r->idle_last);
-	log_info("worker %d: %llu steps, %llu samples in %.1f s, last loss %.4f, version %llu%s",
+	if (!in->background && r->commits)
+		snprintf(comm, sizeof comm, ", commits %.2f ms and %.0f bytes each (%s)",
+			 1e3 * r->commit_seconds / (double)r->commits,
+			 (double)r->commit_bytes / (double)r->commits, o->codec ? o->codec : "raw");
+	log_info("worker %d: %llu steps, %llu samples in %.1f s, last loss %.4f, version %llu%s%s",
 		 in->worker, (unsigned long long)r->steps, (unsigned long long)r->samples, r->seconds,
-		 (double)r->loss, (unsigned long long)r->version, idle);
+		 (double)r->loss, (unsigned long long)r->version, idle, comm);
 	return 0;
 }
 
@@ -421,6 +430,11 @@ int main(int argc, char **argv)
 			break;
 		case O_TOKEN: o.token_file = optarg; break;
 		case O_CACERT: o.cacert = optarg; break;
+		case O_CODEC:
+			if (!blob_codec_known(optarg))
+				bad_usage("--codec: not one of " BLOB_CODECS ": ", optarg);
+			o.codec = optarg;
+			break;
 		case O_RETRY:
 			if (cli_double(optarg, 0, 1e7, &o.retry_for))
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
@@ -491,6 +505,8 @@ int main(int argc, char **argv)
 		bad_usage("unexpected argument: ", argv[optind]);
 	if (o.epochs && o.steps)
 		bad_usage("give --epochs or --steps, not both", NULL);
+	if (o.codec && local)
+		bad_usage("--codec is for --server and --rule sgp", NULL);
 	if (o.cacert && !server)
 		bad_usage("--cacert is for --server (an https:// gem-serve)", NULL);
 	if (rule) {
@@ -521,6 +537,7 @@ int main(int argc, char **argv)
 		so.token_file = o.token_file;
 		so.retry_for = o.retry_for;
 		so.slowdown = o.slowdown;
+		so.codec = o.codec;
 		cli_blas_init();
 		layers_set_threads(threads);
 		return run_sgp_node(&so, o.quiet);

@@ -55,6 +55,8 @@ struct worker {
 	struct blob_codec codec;
 	struct msg_buf buf;
 	const char *codec_name;
+	float *resid;        /* a lossy codec's error feedback (blob_encode_feedback): the rounding
+			      * the commits so far lost, added to the next; NULL when lossless */
 	struct run run;
 	struct dataset ds;
 	struct trainer t;
@@ -65,6 +67,8 @@ struct worker {
 	float *v;            /* a reply's vector when it is not θ for x (easgd's d, dma's X_{j+1}) */
 	struct bg_post post;
 	double idle;         /* background commits: seconds blocked waiting for a round's reply */
+	double commit_s;     /* foreground commits: seconds in commit(), and their bytes */
+	uint64_t commit_bytes;
 	int id;
 	uint64_t version, seq;
 	uint64_t done_samples, done_commits; /* the server's count of this worker's work at join */
@@ -167,7 +171,8 @@ static int commit_build(struct worker *w, const float *v, float loss, uint64_t s
 		json_object_set_new(head, "loss", json_real(loss));
 	if (w->l.d->background)
 		json_object_set_new(head, "idle", json_real(w->idle));
-	rc = blob_encode(&w->codec, v, w->n, w->codec_name, -1, &enc, &blob.meta, err);
+	rc = blob_encode_feedback(&w->codec, v, w->resid, w->n, w->codec_name, -1, &enc, &blob.meta,
+				  err);
 	blob.data = enc;
 	if (rc == 0)
 		rc = msg_build(&w->buf, head, &blob, 1, err);
@@ -210,6 +215,7 @@ static int fold_reply(struct worker *w, const struct httpc_resp *resp, char *err
  * restart): rejoined, nothing applied; 2: the run is over. */
 static int commit(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
+	double t = cli_now();
 	int rc;
 
 	if ((rc = commit_build(w, v, loss, samples, err)) < 0)
@@ -218,7 +224,10 @@ static int commit(struct worker *w, const float *v, float loss, uint64_t samples
 			      w->o.retry_for, &w->resp, err);
 	if ((rc = commit_status(w, rc, &w->resp, 1, err)) != 0)
 		return rc;
-	return fold_reply(w, &w->resp, err);
+	rc = fold_reply(w, &w->resp, err);
+	w->commit_s += cli_now() - t;
+	w->commit_bytes += w->buf.len + w->resp.len;
+	return rc;
 }
 
 /* ---- background commits: dma, delayed model averaging (doc/rules.md) ----
@@ -282,12 +291,6 @@ static int bg_boundary(struct worker *w, float loss, uint64_t samples, char *err
 	return bg_send(w, rule_local_commit(&w->l, model_params(w->t.m)), loss, samples, err);
 }
 
-static int codec_for(const char *url)
-{
-	/* on this machine, compression costs more CPU than the bytes it saves */
-	return strstr(url, "://127.") || strstr(url, "://localhost") || strstr(url, "://[::1]");
-}
-
 /* The token, and the two clients (the main thread's, the background commit's). */
 static int open_http(struct worker *w, const char *url, char *err)
 {
@@ -329,6 +332,11 @@ static int open_run(struct worker *w, const char *url, char *err)
 	if ((w->l.d->reply_elastic || w->l.d->sends == RULE_SENDS_CYCLE) &&
 	    !(w->v = malloc(sizeof(float) * w->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
+	/* error feedback for increments (a step, a cycle's delta); easgd's x is sent whole each
+	 * time, so its rounding does not add up */
+	if (blob_codec_lossy(w->codec_name) && w->l.d->sends != RULE_SENDS_X &&
+	    !(w->resid = calloc(w->n, sizeof(float))))
+		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
 	return 0;
 }
 
@@ -366,7 +374,13 @@ int work_open(const char *url, const struct work_opts *o, struct worker **out, c
 	w->shard_n = o->shard_n;
 	w->run.lock_fd = -1;
 	w->post.w = w;
-	w->codec_name = codec_for(url) ? BLOB_RAW : BLOB_CODEC_DEFAULT;
+	w->codec_name = o->codec ? o->codec : BLOB_RAW;
+	if (!blob_codec_known(w->codec_name)) {
+		free(w);
+		return gem_errf(err, GEM_EUSAGE, "unknown codec \"%s\" (known: %s)", o->codec,
+				BLOB_CODECS);
+	}
+	log_debug("commits and replies in codec %s", w->codec_name);
 	blob_codec_init(&w->codec);
 	if ((rc = open_http(w, url, err)) < 0) {
 		work_close(w);
@@ -476,6 +490,8 @@ int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn pro
 		r->commits++;
 		r->version = w->version;
 		r->idle = w->idle;
+		r->commit_seconds = w->commit_s;
+		r->commit_bytes = w->commit_bytes;
 		r->seconds = cli_now() - t0;
 		if (w->o.die_after && r->commits >= w->o.die_after) {
 			/* fault injection: stop as a crash would, without a word to the server */
@@ -504,6 +520,7 @@ void work_close(struct worker *w)
 	httpc_free(w->post.http);
 	rule_local_free(&w->l);
 	free(w->v);
+	free(w->resid);
 	if (w->feed_open)
 		feed_close(&w->f);
 	dataset_free(&w->ds);
