@@ -110,7 +110,7 @@ static uint64_t count_iters(const struct sgp_node *s, int shard_n)
 	return per_epoch * (uint64_t)(s->o.epochs ? s->o.epochs : s->run.train.epochs);
 }
 
-/* A client for every other peer, and the codec of the pushes. */
+/* A client for every other peer. */
 static int connect_peers(struct sgp_node *s, char *err)
 {
 	if (!(s->http = calloc((size_t)s->nn, sizeof *s->http)) ||
