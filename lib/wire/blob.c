@@ -116,26 +116,33 @@ static inline float float_of_half(uint32_t h, uint32_t *bad)
  * keeps the pointers restrict. */
 #define FP16_BLOCK 8
 
+/* One float into its half at out and the value that decodes to at back; *nonfinite gets a bit
+ * if f is infinite or NaN. */
 static inline void fp16_put(unsigned char *restrict out, float *restrict back, float f,
-			    uint32_t *bad)
+			    uint32_t *nonfinite)
 {
-	uint32_t h = half_of(f);
+	uint32_t h = half_of(f), x, unused = 0;
 	uint16_t h16 = (uint16_t)h;
+	memcpy(&x, &f, sizeof x);
+	*nonfinite |= (x & 0x7fffffffu) >= 0x7f800000u;
 	memcpy(out, &h16, 2);
-	*back = float_of_half(h, bad);
+	*back = float_of_half(h, &unused);
 }
 
-/* v[0..n) into halves at out (little-endian) and the floats they decode to at back. */
-__attribute__((noinline)) static void fp16_encode(unsigned char *restrict out, float *restrict back, const float *restrict v,
-			size_t n)
+/* v[0..n) into halves at out (little-endian) and the floats they decode to at back; -1 if a
+ * v[i] is infinite or NaN (out and back written all the same). */
+__attribute__((noinline)) static int fp16_encode(unsigned char *restrict out,
+						 float *restrict back, const float *restrict v,
+						 size_t n)
 {
-	uint32_t bad = 0;
+	uint32_t nonfinite = 0;
 	size_t i = 0;
 	for (; i + FP16_BLOCK <= n; i += FP16_BLOCK)
 		for (int j = 0; j < FP16_BLOCK; j++)
-			fp16_put(out + 2 * (i + j), back + i + j, v[i + j], &bad);
+			fp16_put(out + 2 * (i + j), back + i + j, v[i + j], &nonfinite);
 	for (; i < n; i++)
-		fp16_put(out + 2 * i, back + i, v[i], &bad);
+		fp16_put(out + 2 * i, back + i, v[i], &nonfinite);
+	return nonfinite ? -1 : 0;
 }
 
 static inline float fp16_get(const unsigned char *in, uint32_t *bad)
@@ -147,7 +154,9 @@ static inline float fp16_get(const unsigned char *in, uint32_t *bad)
 
 /* Halves at in to floats at v; -1 (v written) if one is infinite or NaN, the first one's index
  * in *bad. */
-__attribute__((noinline)) static int fp16_decode(float *restrict v, const unsigned char *restrict in, size_t n, size_t *bad)
+__attribute__((noinline)) static int fp16_decode(float *restrict v,
+						 const unsigned char *restrict in, size_t n,
+						 size_t *bad)
 {
 	uint32_t any = 0;
 	size_t i = 0;
@@ -161,15 +170,6 @@ __attribute__((noinline)) static int fp16_decode(float *restrict v, const unsign
 	for (*bad = 0; *bad < n && ((in[2 * *bad + 1] & 0x7c) != 0x7c); ++*bad)
 		;
 	return -1;
-}
-
-/* 1 if every v[0..n) is finite. */
-static int all_finite(const float *v, size_t n)
-{
-	float acc = 0;
-	for (size_t i = 0; i < n; i++)
-		acc += v[i] - v[i];
-	return acc == 0;
 }
 
 /* out[k*n + i] = in[4*i + k]: bytes of equal significance side by side, so the exponent
@@ -222,12 +222,11 @@ static int deflate_into(struct blob_codec *c, const unsigned char *in, size_t le
 static int fp16_encode_blob(struct blob_codec *c, const float *v, size_t count, const void **out,
 			    struct blob_meta *meta, char *err)
 {
-	if (!all_finite(v, count))
-		return gem_errf(err, GEM_EUSAGE, "blob: fp16 of a vector that is not finite");
 	if (reserve(&c->out, &c->out_cap, count * 2) < 0 ||
 	    reserve(&c->tmp2, &c->tmp2_cap, count * 4) < 0)
 		return gem_errf(err, GEM_ENOMEM, "blob: out of memory (%zu bytes)", count * 6);
-	fp16_encode(c->out, (float *)(void *)c->tmp2, v, count);
+	if (fp16_encode(c->out, (float *)(void *)c->tmp2, v, count) < 0)
+		return gem_errf(err, GEM_EUSAGE, "blob: fp16 of a vector that is not finite");
 	meta->crc32 = (uint32_t)libdeflate_crc32(0, c->tmp2, count * 4);
 	meta->nbytes = count * 2;
 	*out = c->out;
