@@ -40,6 +40,9 @@ static void usage(FILE *f)
 	      "      --kappa X           gem: κ; default 1\n"
 	      "      --pi-max X          gem: π_max; default 5\n"
 	      "      --eps X             gem: ε; default 1e-12\n"
+	      "      --gem-ref pull|commit  gem: s_w is theta before the worker's last commit\n"
+	      "                          was applied, eps inside |dtheta + eps| (the authors'\n"
+	      "                          code), or theta after it; default commit\n"
 	      "      --window N          downpour, easgd: λ local steps per commit; default 1\n"
 	      "                          (easgd 10); dma: β local steps per cycle, default 4\n"
 	      "      --alpha X           easgd: α; default 0.9/workers\n"
@@ -63,7 +66,7 @@ static void bad_usage(const char *fmt, const char *arg)
 	exit(EXIT_USAGE);
 }
 
-enum { O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_WINDOW, O_ALPHA, O_LDC };
+enum { O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_WINDOW, O_ALPHA, O_LDC };
 
 static const struct option longopts[] = {
 	{"model", required_argument, 0, 'm'},   {"data", required_argument, 0, 'd'},
@@ -72,7 +75,8 @@ static const struct option longopts[] = {
 	{"weight-decay", required_argument, 0, O_WD}, {"batch", required_argument, 0, 'b'},
 	{"epochs", required_argument, 0, 'e'},  {"seed", required_argument, 0, 's'},
 	{"kappa", required_argument, 0, O_KAPPA}, {"pi-max", required_argument, 0, O_PIMAX},
-	{"eps", required_argument, 0, O_EPS},   {"window", required_argument, 0, O_WINDOW},
+	{"eps", required_argument, 0, O_EPS},   {"gem-ref", required_argument, 0, O_GEMREF},
+	{"window", required_argument, 0, O_WINDOW},
 	{"alpha", required_argument, 0, O_ALPHA}, {"lambda-dc", required_argument, 0, O_LDC},
 	{"workers", required_argument, 0, 'n'}, {"force", no_argument, 0, 'f'},
 	{"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
@@ -189,7 +193,7 @@ int main(int argc, char **argv)
 			if (cli_u64(optarg, &tr.seed) || tr.seed > INT64_MAX)
 				bad_usage("--seed: not an integer in [0, 2^63): %s", optarg);
 			break;
-		case O_KAPPA: case O_PIMAX: case O_EPS: case O_WINDOW: case O_ALPHA: case O_LDC: case 'n':
+		case O_KAPPA: case O_PIMAX: case O_EPS: case O_GEMREF: case O_WINDOW: case O_ALPHA: case O_LDC: case 'n':
 			if (nruleopts == (int)(sizeof ruleopts / sizeof *ruleopts))
 				bad_usage("too many rule options%s", "");
 			ruleopts[nruleopts].opt = c;
@@ -228,6 +232,10 @@ int main(int argc, char **argv)
 		case O_EPS:
 			if (cli_float(a, 0, 1, &rc.eps)) bad_usage("--eps: not in [0, 1]: %s", a);
 			break;
+		case O_GEMREF:
+			if ((rc.gem_ref = rule_gem_ref_parse(a)) < 0)
+				bad_usage("--gem-ref: not pull or commit: %s", a);
+			break;
 		case O_WINDOW:
 			if (cli_long(a, 1, 1 << 20, &v)) bad_usage("--window: not a positive integer: %s", a);
 			rc.window = (int)v;
@@ -259,7 +267,8 @@ int main(int argc, char **argv)
 		while (lo->name && lo->val != ruleopts[i].opt)
 			lo++;
 		key = ruleopts[i].opt == 'n' ? "nworkers" : !strcmp(lo->name, "pi-max") ? "pi_max"
-			: !strcmp(lo->name, "lambda-dc") ? "lambda_dc" : lo->name;
+			: !strcmp(lo->name, "lambda-dc") ? "lambda_dc"
+			: !strcmp(lo->name, "gem-ref") ? "gem_ref" : lo->name;
 		if (!json_object_get(rulejson, key)) {
 			fprintf(stderr, "gem-init: --%s: rule %s does not use it\n%s\n", lo->name, rc.name,
 				usage_line);

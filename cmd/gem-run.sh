@@ -41,6 +41,8 @@ train on disjoint shards, wired to each other on free ports, and gem-eval
       --shards K      serve θ with K gem-serve processes, one shard each
                       (--shard I/K, on this host); the workers commit to all of
                       them. Default 1
+      --codec C       every gem-work's --codec (raw, zlib, zlib+shuffle, fp16);
+                      default raw
   -r, --rule sgp      train with SGP nodes instead of a server (other rules go
                       to gem-init)
   -q, --quiet         no progress
@@ -228,6 +230,8 @@ while [ $# -gt 0 ]; do
 	--serve-opt=*) serveopts+=("${1#*=}") ;;
 	--shards) [ $# -ge 2 ] || die_usage "$1 needs a value"; shards=$2; shift ;;
 	--shards=*) shards=${1#*=} ;;
+	--codec) [ $# -ge 2 ] || die_usage "$1 needs a value"; workopts+=("--codec=$2"); shift ;;
+	--codec=*) workopts+=("$1") ;;
 	-r|--rule) [ $# -ge 2 ] || die_usage "$1 needs a value"
 		if [ "$2" = sgp ]; then sgp=1; else initopts+=("$1" "$2"); fi; shift ;;
 	--rule=*) if [ "${1#*=}" = sgp ]; then sgp=1; else initopts+=("$1"); fi ;;

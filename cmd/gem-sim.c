@@ -100,7 +100,7 @@ static const struct {
 	{"momentum", 0, 1}, {"nesterov", 0, 0}, {"weight-decay", 0, 1},   {"batch", 'b', 1},
 	{"epochs", 'e', 1}, {"seed", 's', 1},   {"kappa", 0, 1},          {"pi-max", 0, 1},
 	{"eps", 0, 1},      {"window", 0, 1},   {"alpha", 0, 1},          {"lambda-dc", 0, 1},
-	{"force", 'f', 0},
+	{"gem-ref", 0, 1},  {"force", 'f', 0},
 };
 
 /* -1: not a gem-init option; else whether it takes a separate value (argument `a`). */
@@ -411,11 +411,11 @@ int main(int argc, char **argv)
 		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
 	}
 	free(sargv);
-	printf("# workers\tversion\tsamples\tvtime\tloss\ttau_mean\ttau_max\tpi_median\tscale\tfailed\tseconds\n");
-	printf("%d\t%llu\t%llu\t%.6f\t%.6g\t%.4f\t%llu\t%.6g\t%.6g\t%d\t%.3f\n", sum.workers,
+	printf("# workers\tversion\tsamples\tvtime\tloss\ttau_mean\ttau_max\tpi_median\tscale\tfailed\tseconds\tzero\n");
+	printf("%d\t%llu\t%llu\t%.6f\t%.6g\t%.4f\t%llu\t%.6g\t%.6g\t%d\t%.3f\t%.6g\n", sum.workers,
 	       (unsigned long long)sum.version, (unsigned long long)sum.samples, sum.vtime, sum.loss_tail,
 	       sum.tau_mean, (unsigned long long)sum.tau_max, sum.pi_median, sum.scale_mean, sum.failed,
-	       sum.seconds);
+	       sum.seconds, sum.zero_mean);
 	if (!quiet)
 		fprintf(stderr,
 			"gem-sim: %d worker%s (%d finished, %d died, %d failed): %llu updates in %.6g virtual s, "

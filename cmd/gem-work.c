@@ -14,6 +14,7 @@
 #include "base/cli.h"
 #include "nn/data.h"
 #include "nn/layers.h"
+#include "wire/blob.h"
 #include "wire/httpd.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -52,6 +53,10 @@ static void usage(FILE *f)
 	      "      --cacert FILE         trust only the CA certificate(s) in this PEM file\n"
 	      "                            for an https:// server (--server); default: the\n"
 	      "                            system's CAs\n"
+	      "      --codec C             how commits and theta replies (--server), or pushes\n"
+	      "                            (--rule sgp), are encoded: raw, zlib, zlib+shuffle\n"
+	      "                            or fp16 (lossy half precision, half the bytes, with\n"
+	      "                            error feedback); default raw\n"
 	      "      --retry-for SEC       keep retrying an unreachable server this long;\n"
 	      "                            default 60\n"
 	      "      --checkpoint-every SEC  save the parameters this often (--local); default\n"
@@ -99,7 +104,7 @@ static void bad_usage(const char *msg, const char *arg)
 
 enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN, O_LISTEN,
        O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU,
-       O_NOTOKEN, O_CACERT };
+       O_NOTOKEN, O_CACERT, O_CODEC };
 
 static const struct option longopts[] = {
 	{"local", required_argument, 0, 'L'},       {"server", required_argument, 0, 'S'},
@@ -114,7 +119,7 @@ static const struct option longopts[] = {
 	{"node", required_argument, 0, O_NODE},     {"topology", required_argument, 0, O_TOPO},
 	{"peers-per-iter", required_argument, 0, O_PPI}, {"overlap", no_argument, 0, O_OVERLAP},
 	{"tau", required_argument, 0, O_TAU},       {"no-token", no_argument, 0, O_NOTOKEN},
-	{"cacert", required_argument, 0, O_CACERT},
+	{"cacert", required_argument, 0, O_CACERT}, {"codec", required_argument, 0, O_CODEC},
 	{"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},
 };
@@ -244,7 +249,7 @@ static void server_progress(const struct work_result *r, void *ctx)
 static int server_report(const struct work_info *in, const struct work_opts *o,
 			 const struct work_result *r, int rc, const char *err)
 {
-	char idle[96] = "", loss[32];
+	char idle[96] = "", loss[32], comm[128] = "";
 	if (rc < 0) {
 		fprintf(stderr, "gem-work: worker %d: %s\n", in->worker, err);
 		return EXIT_JOB;
@@ -273,10 +278,14 @@ static int server_report(const struct work_info *in, const struct work_opts *o,
 	if (in->background)
 		snprintf(idle, sizeof idle, ", idle %.2f s (%.1f%%), %.2f s of it in the last round", r->idle,
 			 r->seconds > 0 ? 100 * r->idle / r->seconds : 0.0, r->idle_last);
-	log_info("worker %d: %llu step%s, %llu samples in %.1f s, last loss %s, version %llu%s",
+	if (!in->background && r->commits)
+		snprintf(comm, sizeof comm, ", commits %.2f ms and %.0f bytes each (%s)",
+			 1e3 * r->commit_seconds / (double)r->commits,
+			 (double)r->commit_bytes / (double)r->commits, o->codec ? o->codec : "raw");
+	log_info("worker %d: %llu step%s, %llu samples in %.1f s, last loss %s, version %llu%s%s",
 		 in->worker, (unsigned long long)r->steps, GEM_S(r->steps), (unsigned long long)r->samples,
 		 r->seconds, cli_num(loss, sizeof loss, "%.4f", (double)r->loss),
-		 (unsigned long long)r->version, idle);
+		 (unsigned long long)r->version, idle, comm);
 	return 0;
 }
 
@@ -468,6 +477,11 @@ int main(int argc, char **argv)
 			break;
 		case O_TOKEN: o.token_file = optarg; break;
 		case O_CACERT: o.cacert = optarg; break;
+		case O_CODEC:
+			if (!blob_codec_known(optarg))
+				bad_usage("--codec: not one of " BLOB_CODECS ": ", optarg);
+			o.codec = optarg;
+			break;
 		case O_RETRY:
 			if (cli_double(optarg, 0, 1e7, &o.retry_for))
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
@@ -538,6 +552,8 @@ int main(int argc, char **argv)
 		bad_usage("unexpected argument: ", argv[optind]);
 	if (o.epochs && o.steps)
 		bad_usage("give --epochs or --steps, not both", NULL);
+	if (o.codec && local)
+		bad_usage("--codec is for --server and --rule sgp", NULL);
 	if (o.cacert && !server)
 		bad_usage("--cacert is for --server (an https:// gem-serve)", NULL);
 	if (rule) {
@@ -570,6 +586,7 @@ int main(int argc, char **argv)
 		so.token_file = o.token_file;
 		so.retry_for = o.retry_for;
 		so.slowdown = o.slowdown;
+		so.codec = o.codec;
 		cli_blas_init();
 		layers_set_threads(threads);
 		return run_sgp_node(&so, o.quiet);

@@ -40,6 +40,14 @@ for spec in "gem 4 6" "downpour 3 6 --window 2" "dynsgd 3 6" "easgd 3 6 --window
 	"
 done
 
+test_expect_success 'replay of a served gem --gem-ref pull run: the same θ (the rule code is shared)' '
+	served real-pull gem 4 6 --gem-ref pull &&
+	grep -q "\"gem_ref\": \"pull\"" real-pull/run.json &&
+	gem-sim -q --replay real-pull/log.jsonl new-pull >/dev/null &&
+	grep -q "\"gem_ref\": \"pull\"" new-pull/run.json &&
+	same real-pull new-pull
+'
+
 test_expect_success 'the replayed log has the real one'"'"'s updates, in order' '
 	grep -v "\"event\"" real-gem/log.jsonl | sed -E "s/.*\"version\":([0-9]+),\"worker\":([0-9]+),\"tau\":([0-9]+).*/\1 \2 \3/" >real.u &&
 	grep -v "\"event\"" new-gem/log.jsonl | sed -E "s/.*\"version\":([0-9]+),\"worker\":([0-9]+),\"tau\":([0-9]+).*/\1 \2 \3/" >new.u &&

@@ -1,5 +1,6 @@
 /* t4001: GEM's server side, worked by hand: π element-wise, the clamps at 0 and π_max, Δθ = 0,
- * s_w after a commit, momentum over two commits, staleness, per-tensor statistics. */
+ * s_w after a commit, momentum over two commits, staleness, per-tensor statistics; gem_ref pull
+ * (the authors' s_w and ε) against the default on the same commits. */
 #include "base/err.h"
 #include "rules/rule.h"
 #include "layout-test.h"
@@ -161,5 +162,61 @@ int main(void)
 		ok(rule_join(r, 0, t, err) == 0, "and may join again");
 		rule_destroy(r);
 	}
+	/* gem_ref pull against commit on the same four commits, κ = 1, μ = 0.9, ε = 0.25, one
+	 * float, workers A (0) and B (1) joined at θ = 0. By hand, pull (commit where it differs):
+	 *   A, Δ = 1:    m_A = 1, |θ − s_A| = 0, π = 1/|1 + 0.25| = 0.8 (1/(1 + 0.25), the same);
+	 *                θ = 0.8; s_A ← 0 (θ before; commit: 0.8)
+	 *   B, Δ = −0.5: m_B = −0.5, |θ − s_B| = 0.8, π = (0.5 − 0.8)/… → 0; θ = 0.8, s_B ← 0.8
+	 *   A, Δ = 0.5:  m_A = 0.9 + 0.5 = 1.4; |θ − s_A| = 0.8 (A's own 0.8 counts; commit: 0),
+	 *                π = (1.4 − 0.8)/0.75 = 0.8 (commit: 1.4/0.75 = 28/15); θ = 1.2 (commit:
+	 *                0.8 + 14/15); s_A ← 0.8
+	 *   B, Δ = −0.5: m_B = −0.45 − 0.5 = −0.95; |θ − s_B| = 0.4, ε inside: |−0.5 + 0.25| = 0.25,
+	 *                π = (0.95 − 0.4)/0.25 = 2.2, θ = 1.2 − 1.1 = 0.1
+	 *                (commit: |θ − s_B| = 14/15, π = (0.95 − 14/15)/0.75 = 1/45, θ = 1.7222…) */
+	for (int pull = 0; pull <= 1; pull++) {
+		struct rule_config c;
+		float t[1] = {0}, d1[1] = {1}, d2[1] = {-0.5f}, d3[1] = {0.5f};
+		const char *v = pull ? "pull" : "commit";
+		ver = 0;
+		rule_config_default("gem", &c, err);
+		ok(c.gem_ref == RULE_GEM_REF_COMMIT, "gem_ref is commit by default");
+		c.gem_ref = rule_gem_ref_parse(v);
+		c.eps = 0.25f;
+		ok(rule_create(&c, &l1, &r, err) == 0 && rule_join(r, 0, t, err) == 0 &&
+			   rule_join(r, 1, t, err) == 0, "%s: gem rule, A and B joined", v);
+		rule_commit(r, 0, d1, 0, t, &ver, NULL, &st, err);
+		is_near(t[0], 0.8, 1e-6, "%s: A's first commit: π = 0.8", v);
+		rule_commit(r, 1, d2, 0, t, &ver, NULL, &st, err);
+		ok(t[0] == 0.8f && st.all.clamped0 == 1, "%s: B's first commit: π clamped to 0", v);
+		rule_commit(r, 0, d3, 1, t, &ver, NULL, &st, err);
+		is_near(st.all.pi_mean, pull ? 0.8 : 28.0 / 15, 1e-6,
+			"%s: A again: π = %s", v, pull ? "0.8, A's own update in |θ − s_A|" : "28/15");
+		is_near(t[0], pull ? 1.2 : 0.8 + 14.0 / 15, 1e-6, "%s: A again: θ", v);
+		rule_commit(r, 1, d2, 2, t, &ver, NULL, &st, err);
+		is_near(st.all.pi_mean, pull ? 2.2 : 1.0 / 45, 1e-5,
+			"%s: B again: π = %s", v, pull ? "2.2, ε inside |Δθ + ε|" : "1/45");
+		is_near(t[0], pull ? 0.1 : 0.8 + 14.0 / 15 - 0.5 / 45, 1e-5, "%s: B again: θ", v);
+		rule_destroy(r);
+	}
+
+	/* pull: Δθ = −ε makes the denominator 0: κ|m| > |θ − s| gives +∞, clamped to π_max */
+	{
+		struct rule_config c;
+		float t[1] = {1}, d[1] = {-0.25f};
+		ver = 0;
+		rule_config_default("gem", &c, err);
+		c.gem_ref = RULE_GEM_REF_PULL;
+		c.eps = 0.25f;
+		rule_create(&c, &l1, &r, err);
+		rule_join(r, 0, t, err);
+		ok(rule_commit(r, 0, d, 0, t, &ver, NULL, &st, err) == RULE_APPLIED &&
+			   st.all.clampedmax == 1 && t[0] == 1 - 5 * 0.25f,
+		   "pull, Δθ = −ε: π = π_max, θ finite");
+		rule_destroy(r);
+	}
+	ok(rule_gem_ref_parse("pull") == RULE_GEM_REF_PULL &&
+		   rule_gem_ref_parse("commit") == RULE_GEM_REF_COMMIT && rule_gem_ref_parse("pul") < 0 &&
+		   rule_gem_ref_parse("") < 0,
+	   "gem_ref names: commit, pull, nothing else");
 	return done_testing();
 }

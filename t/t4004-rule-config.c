@@ -75,6 +75,22 @@ int main(void)
 	   "easgd fields read");
 	ok(from_text("{\"name\": \"gem\", \"tensor_stats\": false}", &c, err) == 0 && !c.tensor_stats,
 	   "tensor_stats false");
+	ok(from_text("{\"name\": \"gem\", \"kappa\": 1}", &c, err) == 0 && c.gem_ref == RULE_GEM_REF_COMMIT,
+	   "a run.json without gem_ref (older runs) is gem_ref commit");
+	ok(from_text("{\"name\": \"gem\", \"gem_ref\": \"pull\"}", &c, err) == 0 &&
+		   c.gem_ref == RULE_GEM_REF_PULL,
+	   "gem_ref pull");
+	j = rule_config_to_json(&c);
+	ok(j && !strcmp(json_string_value(json_object_get(j, "gem_ref")), "pull") &&
+		   rule_config_from_json(j, &d, err) == 0 && !memcmp(&c, &d, sizeof c),
+	   "gem_ref is written as its word and read back");
+	json_decref(j);
+	refused("{\"name\": \"gem\", \"gem_ref\": \"push\"}", "commit pull");
+	refused("{\"name\": \"gem\", \"gem_ref\": 1}", "gem_ref");
+	refused("{\"name\": \"downpour\", \"gem_ref\": \"pull\"}", "gem_ref");
+	c.gem_ref = 2;
+	ok(rule_config_check(&c, err) == GEM_EUSAGE && strstr(err, "gem_ref"),
+	   "gem_ref out of range: %s", err);
 	refused("{\"name\": \"sgd\"}", "sgd");
 	refused("{\"name\": 3}", "name");
 	refused("[1, 2]", "object");

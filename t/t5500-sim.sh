@@ -132,6 +132,16 @@ test_expect_success 'gem-init options make the run first (with --workers N)' '
 	awk "NR==2 { exit !(\$2 == 5) }" made.tsv
 '
 
+test_expect_success 'gem-sim --gem-ref pull: stored in run.json, trains, and differs from commit' '
+	gem-sim -q -n 3 --steps 20 --model tiny.json --data data --lr 0.1 --seed 5 --gem-ref pull \
+		ref-pull >pull.tsv &&
+	gem-sim -q -n 3 --steps 20 --model tiny.json --data data --lr 0.1 --seed 5 ref-commit >commit.tsv &&
+	grep -q "\"gem_ref\": \"pull\"" ref-pull/run.json &&
+	grep -q "\"gem_ref\": \"commit\"" ref-commit/run.json &&
+	awk "NR==2 { exit !(\$2 == 60) }" pull.tsv &&
+	blob ref-pull/params.gem >p.blob && blob ref-commit/params.gem >c.blob && ! cmp -s p.blob c.blob
+'
+
 test_expect_success 'a diverging run: workers stop as gem-work does, exit 1' '
 	init --lr 1000 --rule downpour div &&
 	{ gem-sim -q -n 3 div >div.tsv 2>div.err; test $? = 1; } &&

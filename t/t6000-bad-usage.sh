@@ -61,6 +61,14 @@ test_expect_success 'a truncated dataset file is an error naming the file' '
 	head -c 1000 d/t10k-images-idx3-ubyte >d/t && mv d/t d/t10k-images-idx3-ubyte &&
 	! gem-eval run 2>err && grep -q t10k-images err
 '
+test_expect_code 2 'gem-init --gem-ref with a bad value names the choices' '
+	gem-init -q --model tiny.json --data d --gem-ref push refrun 2>err; rc=$?; cat err;
+	grep -q "pull or commit" err && test ! -e refrun/run.json && exit $rc
+'
+test_expect_code 2 'gem-init --gem-ref with a rule that does not use it' '
+	gem-init -q --model tiny.json --data d --rule downpour --gem-ref pull refrun 2>err; rc=$?;
+	grep -q "does not use it" err && test ! -e refrun/run.json && exit $rc
+'
 test_expect_code 2 'gem-init --rule sync without --workers names the option to give' '
 	gem-init -q --model tiny.json --data d --rule sync syncrun 2>err; rc=$?; cat err;
 	grep -q "give --workers N" err && test ! -e syncrun/run.json && exit $rc

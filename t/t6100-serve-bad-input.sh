@@ -46,6 +46,12 @@ test_expect_success 'a truncated message: 400' '
 test_expect_success 'NaN in an update: 400' '
 	msg --nan >m && expect 400 non_finite -X POST --data-binary @m "$URL/v1/commit"
 '
+test_expect_success 'fp16: an infinite half, a raw-sized blob: 400' '
+	msg --codec fp16 --value 0.001 --inf-half >m &&
+	expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "infinite or NaN" reply.json &&
+	msg --value 0.001 >m && sed -i "1s/\"raw\"/\"fp16\"/" m &&
+	expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "fp16 size" reply.json
+'
 test_expect_success 'an update blob under another name: 400' '
 	msg --blob-name params >m && expect 400 bad_message -X POST --data-binary @m "$URL/v1/commit"
 '
@@ -66,8 +72,14 @@ test_expect_success 'a good commit is applied after all that' '
 	test "$(curl -s -o /dev/null -w "%{http_code}" -X POST --data-binary @m "$URL/v1/commit")" = 200 &&
 	curl -sf "$URL/v1/health" | grep -q "\"version\": *1"
 '
+test_expect_success 'a good fp16 commit is applied, and θ comes back in fp16' '
+	msg --codec fp16 --value 0.001 --seq 2 --base 1 >m &&
+	curl -sf -o reply.msg -X POST --data-binary @m "$URL/v1/commit" &&
+	head -1 reply.msg | grep -q "\"codec\":\"fp16\"" &&
+	curl -sf "$URL/v1/health" | grep -q "\"version\": *2"
+'
 test_expect_success 'refused commits are counted and logged' '
-	curl -sf "$URL/v1/stats" | python3 -c "import json,sys; s=json.load(sys.stdin); assert s[\"workers\"][0][\"refused\"]==5, s" &&
+	curl -sf "$URL/v1/stats" | python3 -c "import json,sys; s=json.load(sys.stdin); assert s[\"workers\"][0][\"refused\"]==7, s" &&
 	grep -q "\"event\":\"refused\"" run/log.jsonl
 '
 test_done

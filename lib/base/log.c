@@ -35,9 +35,10 @@ int log_init(const char *progname, char *err)
 			       sizeof levels / sizeof *levels);
 }
 
+/* -q: warnings and errors only, unless GEM_LOG=debug asked for every message (a trace wins) */
 void log_quiet(void)
 {
-	if (log_threshold < LOG_WARN)
+	if (log_threshold == LOG_INFO)
 		log_threshold = LOG_WARN;
 }
 

@@ -110,16 +110,9 @@ static uint64_t count_iters(const struct sgp_node *s, int shard_n)
 	return per_epoch * (uint64_t)(s->o.epochs ? s->o.epochs : s->run.train.epochs);
 }
 
-/* 1 if url is on this machine, where compression costs more CPU than the bytes it saves. */
-static int is_local(const char *url)
-{
-	return strstr(url, "://127.") || strstr(url, "://localhost") || strstr(url, "://[::1]");
-}
-
-/* A client for every other peer, and the codec of the pushes. */
+/* A client for every other peer. */
 static int connect_peers(struct sgp_node *s, char *err)
 {
-	s->codec_name = BLOB_RAW;
 	if (!(s->http = calloc((size_t)s->nn, sizeof *s->http)) ||
 	    !(s->gone = calloc((size_t)s->nn, sizeof(int))) ||
 	    !(s->bye = calloc((size_t)s->nn, sizeof(int))) ||
@@ -128,8 +121,6 @@ static int connect_peers(struct sgp_node *s, char *err)
 	for (int p = 0; p < s->nn; p++) {
 		if (p == s->id)
 			continue;
-		if (!is_local(s->peers[p]))
-			s->codec_name = BLOB_CODEC_DEFAULT;
 		if (httpc_new(s->peers[p], s->token, 600L * 1000, &s->http[p], err) < 0) {
 			gem_errprefix(err, "peer %d: ", p);
 			return GEM_EUSAGE;
@@ -408,7 +399,9 @@ static int load(struct sgp_node *s, char *err)
 	s->x = malloc(sizeof(float) * s->n);
 	s->scratch = malloc(sizeof(float) * s->n);
 	s->zpub = malloc(sizeof(float) * s->n);
-	if (!s->x || !s->scratch || !s->zpub)
+	if (blob_codec_lossy(s->codec_name))
+		s->resid = calloc(s->n, sizeof(float));
+	if (!s->x || !s->scratch || !s->zpub || (blob_codec_lossy(s->codec_name) && !s->resid))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	/* every node starts from the run's θ₀ */
 	if ((rc = run_params_load(&s->run, NULL, s->x, s->n, &p0, err)) < 0 ||
@@ -428,6 +421,13 @@ int sgp_node_open(const struct sgp_opts *o, struct sgp_node **out, char *err)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	s->o = *o;
 	s->id = -1;
+	s->codec_name = o->codec ? o->codec : BLOB_RAW;
+	if (!blob_codec_known(s->codec_name)) {
+		free(s);
+		return gem_errf(err, GEM_EUSAGE, "unknown codec \"%s\" (known: %s)", o->codec,
+				BLOB_CODECS);
+	}
+	log_debug("pushes in codec %s", s->codec_name);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	blob_codec_init(&s->send_codec);
@@ -487,6 +487,7 @@ void sgp_node_close(struct sgp_node *s)
 	free(s->x);
 	free(s->scratch);
 	free(s->zpub);
+	free(s->resid);
 	free(s->token);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);

@@ -113,7 +113,8 @@ static int encode_share(struct sgp_node *s, struct blob_codec *c, struct msg_buf
 	struct msg_blob blob = {.name = "x"};
 	const void *enc = NULL;
 	json_t *head = json_pack("{s:i, s:I, s:f}", "node", s->id, "iter", (json_int_t)iter, "w", w);
-	int rc = head ? blob_encode(c, x, s->n, s->codec_name, -1, &enc, &blob.meta, err)
+	int rc = head ? blob_encode_feedback(c, x, s->resid, s->n, s->codec_name, -1, &enc, &blob.meta,
+					     err)
 		      : gem_errf(err, GEM_ENOMEM, "out of memory");
 	blob.data = enc;
 	if (rc == 0)

@@ -62,6 +62,8 @@ struct sgp_node {
 	char **peers;
 	uint64_t hash, iters;
 	const char *codec_name;
+	float *resid; /* a lossy codec's error feedback of the shares pushed (blob_encode_feedback):
+		       * the sender thread's with overlap, else the loop's; NULL when lossless */
 	struct httpc **http; /* one per peer (NULL for this node): used by one thread at a time */
 	double t0;
 

@@ -267,7 +267,7 @@ struct sim {
 	int ring_n, ring_i;
 	float *pi_meds;
 	size_t npi, pi_cap;
-	double scale_sum, tau_sum;
+	double scale_sum, zero_sum, tau_sum;
 	uint64_t scale_n;
 };
 
@@ -424,6 +424,7 @@ static int summary_add(struct sim *s, float loss, const struct rule_stats *st)
 		for (int i = 0; i < st->ntensors; i++)
 			s->pi_meds[s->npi++] = st->t[i].pi_median;
 		s->scale_sum += st->all.scale;
+		s->zero_sum += st->all.clamped0;
 		s->scale_n++;
 	}
 	return 0;
@@ -727,12 +728,13 @@ static void summarise(struct sim *s)
 		l += s->loss_ring[i];
 	m->loss_tail = s->ring_n ? l / s->ring_n : NAN;
 	m->tau_mean = m->updates ? s->tau_sum / (double)m->updates : 0;
-	m->pi_median = m->scale_mean = NAN;
+	m->pi_median = m->scale_mean = m->zero_mean = NAN;
 	if (s->npi) {
 		qsort(s->pi_meds, s->npi, sizeof *s->pi_meds, cmp_float);
 		m->pi_median = s->npi % 2 ? s->pi_meds[s->npi / 2]
 					  : 0.5 * ((double)s->pi_meds[s->npi / 2 - 1] + s->pi_meds[s->npi / 2]);
 		m->scale_mean = s->scale_sum / (double)s->scale_n;
+		m->zero_mean = s->zero_sum / (double)s->scale_n;
 	}
 }
 

@@ -70,6 +70,7 @@ struct sim_summary {
 	uint64_t tau_max;
 	double pi_median;          /* gem: median over updates and tensors of the per-tensor median π */
 	double scale_mean;         /* gem: mean over updates of |π⊙Δθ|₁ / |Δθ|₁ */
+	double zero_mean;          /* gem: mean over updates of the fraction of π clamped to 0 */
 };
 
 /* Set o to the defaults: 1 worker, const:1 step time, no jitter, stragglers, latency, server

@@ -68,6 +68,8 @@ struct worker {
 	struct httpc *http;  /* shard 0's main client (GET /v1/run) */
 	struct httpc_resp resp;
 	const char *codec_name;
+	float *resid;        /* a lossy codec's error feedback (blob_encode_feedback): the rounding
+			      * the commits so far lost, added to the next; NULL when lossless */
 	struct run run;
 	struct dataset ds;
 	struct trainer t;
@@ -78,6 +80,8 @@ struct worker {
 	float *v;            /* a reply's vector when it is not θ for x (easgd's d, dma's X_{j+1}) */
 	struct bg_post post;
 	double idle;         /* background commits: seconds blocked waiting for a round's reply */
+	double commit_s;     /* foreground commits: seconds in commit(), and their bytes */
+	uint64_t commit_bytes;
 	int id;
 	uint64_t version;    /* shard 0's */
 	uint64_t done_samples, done_commits; /* the server's count of this worker's work at join */
@@ -210,7 +214,8 @@ static int commit_build(struct worker *w, const float *v, float loss, uint64_t s
 			json_object_set_new(head, "loss", json_real(loss));
 		if (w->l.d->background)
 			json_object_set_new(head, "idle", json_real(w->idle));
-		rc = blob_encode(&sh->codec, v + sh->off, sh->len, w->codec_name, -1, &enc, &blob.meta, err);
+		rc = blob_encode_feedback(&sh->codec, v + sh->off, w->resid ? w->resid + sh->off : NULL,
+					  sh->len, w->codec_name, -1, &enc, &blob.meta, err);
 		blob.data = enc;
 		if (rc == 0)
 			rc = msg_build(&sh->buf, head, &blob, 1, err);
@@ -336,11 +341,16 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
  * restart): rejoined, nothing applied there; 2: the run is over. */
 static int commit(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
+	double t = cli_now();
 	int rc;
 	if ((rc = commit_build(w, v, loss, samples, err)) < 0)
 		return rc;
 	post_all(w, 0);
-	return fold_replies(w, 0, 1, err);
+	rc = fold_replies(w, 0, 1, err);
+	w->commit_s += cli_now() - t;
+	for (int k = 0; k < w->nsh; k++)
+		w->commit_bytes += w->sh[k].buf.len + w->sh[k].resp[0].len;
+	return rc;
 }
 
 /* ---- background commits: dma, delayed model averaging (doc/rules.md) ----
@@ -398,12 +408,6 @@ static int bg_boundary(struct worker *w, float loss, uint64_t samples, char *err
 	if (w->post.busy && (rc = bg_wait(w, 1, err)) != 0)
 		return rc;
 	return bg_send(w, rule_local_commit(&w->l, model_params(w->t.m)), loss, samples, err);
-}
-
-static int codec_for(const char *url)
-{
-	/* on this machine, compression costs more CPU than the bytes it saves */
-	return strstr(url, "://127.") || strstr(url, "://localhost") || strstr(url, "://[::1]");
 }
 
 /* The token, and every server's two clients (the main thread's, the background commit's):
@@ -505,6 +509,11 @@ static int open_run(struct worker *w, const char *url, char *err)
 	if ((w->l.d->reply_elastic || w->l.d->sends == RULE_SENDS_CYCLE) &&
 	    !(w->v = malloc(sizeof(float) * w->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
+	/* error feedback for increments (a step, a cycle's delta); easgd's x is sent whole each
+	 * time, so its rounding does not add up */
+	if (blob_codec_lossy(w->codec_name) && w->l.d->sends != RULE_SENDS_X &&
+	    !(w->resid = calloc(w->n, sizeof(float))))
+		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
 	return 0;
 }
 
@@ -542,7 +551,13 @@ int work_open(const char *url, const struct work_opts *o, struct worker **out, c
 	w->shard_n = o->shard_n;
 	w->run.lock_fd = -1;
 	w->post.w = w;
-	w->codec_name = codec_for(url) ? BLOB_RAW : BLOB_CODEC_DEFAULT;
+	w->codec_name = o->codec ? o->codec : BLOB_RAW;
+	if (!blob_codec_known(w->codec_name)) {
+		free(w);
+		return gem_errf(err, GEM_EUSAGE, "unknown codec \"%s\" (known: %s)", o->codec,
+				BLOB_CODECS);
+	}
+	log_debug("commits and replies in codec %s", w->codec_name);
 	if ((rc = open_http(w, url, err)) < 0) {
 		work_close(w);
 		return rc;
@@ -651,6 +666,8 @@ int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn pro
 		r->commits++;
 		r->version = w->version;
 		r->idle = w->idle;
+		r->commit_seconds = w->commit_s;
+		r->commit_bytes = w->commit_bytes;
 		r->seconds = cli_now() - t0;
 		if (w->o.die_after && r->commits >= w->o.die_after) {
 			/* fault injection: stop as a crash would, without a word to the server */
@@ -677,6 +694,7 @@ void work_close(struct worker *w)
 		pthread_join(w->post.thread, NULL);
 	rule_local_free(&w->l);
 	free(w->v);
+	free(w->resid);
 	if (w->feed_open)
 		feed_close(&w->f);
 	dataset_free(&w->ds);

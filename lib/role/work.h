@@ -18,6 +18,7 @@ struct work_opts {
 	const char *cacert; /* PEM file of the CA that signed an https:// server's certificate;
 			     * NULL: the system's CAs */
 	double retry_for;  /* seconds to keep retrying an unreachable server */
+	const char *codec; /* blob codec of commits and of the θ replies (BLOB_CODECS); NULL: raw */
 	double checkpoint_every;
 	double slowdown;   /* >= 1: each step takes this many times as long */
 	uint64_t die_after; /* > 0: work_run returns after this many commits, without leaving */
@@ -58,6 +59,9 @@ struct work_result {
 	double seconds;    /* since work_run began */
 	double idle;       /* background commits: seconds blocked waiting for a round's reply */
 	double idle_last;  /* of which at the end, waiting for the last round */
+	double commit_seconds; /* spent in this session's commits (not background ones): encode,
+				* round trip, decode of the reply */
+	uint64_t commit_bytes; /* their messages' bytes, sent and received */
 	int unfinished;    /* the budget (--epochs, --steps, the run's) was not spent: the worker
 			    * left as not done, and comes back to it under its id */
 	uint64_t target;   /* samples at which the budget is spent (UINT64_MAX with --steps) */

@@ -16,41 +16,56 @@
  *   m_w ← μ·m_w + Δθ
  *   π   ← clamp((κ·|m_w| − |θ − s_w|) / (|Δθ| + ε), 0, π_max)
  *   θ   ← θ + π ⊙ Δθ ;  s_w ← θ
- * The clamp is written so that a NaN π (0/0 when ε = 0) becomes 0, in the one form gcc -O2
- * vectorises. */
-static inline float rule_gem_pi(float theta, float m, float s, float d, float mu, float kappa,
-				float pi_max, float eps, float *mi)
+ * gem_ref pull (the authors' code): π's denominator is |Δθ + ε| and s_w ← θ before the update,
+ * so that the worker's own scaled update counts in its next |θ − s_w|. One loop serves both:
+ * the denominator is |Δθ + e_in| + e_out, (e_in, e_out) = (0, ε) or (ε, 0) — |Δθ + 0| + ε is
+ * |Δθ| + ε bit for bit — and the new s_w is a select. The clamp is written so that a NaN π
+ * (0/0 when ε = 0, or Δθ = −ε with pull) becomes 0, in the one form gcc -O2 vectorises. */
+struct rule_gem_k {
+	float mu, kappa, pi_max, e_in, e_out;
+	int pull;
+};
+
+static struct rule_gem_k rule_gem_consts(const struct rule_config *c)
+{
+	int pull = c->gem_ref == RULE_GEM_REF_PULL;
+	struct rule_gem_k k = {c->momentum, c->kappa, c->pi_max, pull ? c->eps : 0,
+			       pull ? 0 : c->eps, pull};
+	return k;
+}
+
+static inline float rule_gem_pi(float theta, float m, float s, float d, const struct rule_gem_k *k,
+				float *mi)
 {
 	float pi;
-	*mi = mu * m + d;
-	pi = (kappa * fabsf(*mi) - fabsf(theta - s)) / (fabsf(d) + eps);
+	*mi = k->mu * m + d;
+	pi = (k->kappa * fabsf(*mi) - fabsf(theta - s)) / (fabsf(d + k->e_in) + k->e_out);
 	pi = pi >= 0 ? pi : 0;
-	return pi > pi_max ? pi_max : pi;
+	return pi > k->pi_max ? k->pi_max : pi;
 }
 
 static inline float rule_gem_elem(float *restrict theta, float *restrict m, float *restrict s,
-				  const float *restrict d, size_t i, float mu, float kappa,
-				  float pi_max, float eps)
+				  const float *restrict d, size_t i, const struct rule_gem_k *k)
 {
-	float mi, t;
-	float pi = rule_gem_pi(theta[i], m[i], s[i], d[i], mu, kappa, pi_max, eps, &mi);
+	float mi, t, old = theta[i];
+	float pi = rule_gem_pi(old, m[i], s[i], d[i], k, &mi);
 	m[i] = mi;
-	t = theta[i] + pi * d[i];
+	t = old + pi * d[i];
 	theta[i] = t;
-	s[i] = t;
+	s[i] = k->pull ? old : t;
 	return pi;
 }
 
-/* The exact check (impl.h): m_w and θ (= s_w) finite after the commit, each computed as
- * rule_gem_elem does; π is clamped, so finite. */
+/* The exact check (impl.h): m_w and θ finite after the commit, each computed as rule_gem_elem
+ * does (s_w is one of θ's old or new values); π is clamped, so finite. */
 RULE_NOINLINE static int rule_gem_finite(const float *restrict theta, const float *restrict m,
 					 const float *restrict s, const float *restrict d, size_t n,
 					 const struct rule_config *c)
 {
-	const float mu = c->momentum, kappa = c->kappa, pi_max = c->pi_max, eps = c->eps;
+	const struct rule_gem_k k = rule_gem_consts(c);
 	float tail = 0;
 	for (size_t i = 0; i < n; i++) {
-		float mi, pi = rule_gem_pi(theta[i], m[i], s[i], d[i], mu, kappa, pi_max, eps, &mi);
+		float mi, pi = rule_gem_pi(theta[i], m[i], s[i], d[i], &k, &mi);
 		float t = theta[i] + pi * d[i];
 		tail += (mi - mi) + (t - t);
 	}
@@ -96,12 +111,13 @@ RULE_NOINLINE static void rule_gem_tensor(float *restrict theta, float *restrict
 	/* lane sums of Σπ, #(π = 0), #(π = π_max), Σ|π⊙Δθ|, Σ|Δθ|, folded into doubles at the end */
 	float spi[RULE_BLOCK] = {0}, szero[RULE_BLOCK] = {0}, smax[RULE_BLOCK] = {0};
 	float spd[RULE_BLOCK] = {0}, sd[RULE_BLOCK] = {0};
-	const float mu = c->momentum, kappa = c->kappa, pi_max = c->pi_max, eps = c->eps;
+	const struct rule_gem_k k = rule_gem_consts(c);
+	const float pi_max = k.pi_max;
 	size_t i = a;
 
 	for (; i + RULE_BLOCK <= b; i += RULE_BLOCK)
 		for (int j = 0; j < RULE_BLOCK; j++) {
-			float pi = rule_gem_elem(theta, m, s, d, i + j, mu, kappa, pi_max, eps);
+			float pi = rule_gem_elem(theta, m, s, d, i + j, &k);
 			p[i + j] = pi;
 			spi[j] += pi;
 			szero[j] += pi == 0 ? 1.0f : 0.0f;
@@ -110,7 +126,7 @@ RULE_NOINLINE static void rule_gem_tensor(float *restrict theta, float *restrict
 			sd[j] += fabsf(d[i + j]);
 		}
 	for (; i < b; i++) {
-		float pi = rule_gem_elem(theta, m, s, d, i, mu, kappa, pi_max, eps);
+		float pi = rule_gem_elem(theta, m, s, d, i, &k);
 		p[i] = pi;
 		spi[0] += pi;
 		szero[0] += pi == 0 ? 1.0f : 0.0f;
@@ -284,7 +300,7 @@ static int rule_gem_commit(struct rule *r, struct rule_worker *w, const float *i
 
 const struct rule_ops rule_gem_ops = {
 	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
-	.desc = {"gem", "kappa pi_max eps tensor_stats", 1, RULE_SENDS_STEP, 0, 0, 0, 2},
+	.desc = {"gem", "kappa pi_max eps tensor_stats gem_ref", 1, RULE_SENDS_STEP, 0, 0, 0, 2},
 	.nvec = 2,
 	.vec = {"m", "s"},
 	.sent_vec = 1,

@@ -19,7 +19,8 @@ static const struct rule_ops *const rule_all[] = {
 };
 #define RULE_NRULES ((int)(sizeof rule_all / sizeof *rule_all))
 
-enum { RULE_F_FLOAT, RULE_F_INT, RULE_F_BOOL };
+/* RULE_F_WORD: an int stored in JSON as the word of that index in the field's words */
+enum { RULE_F_FLOAT, RULE_F_INT, RULE_F_BOOL, RULE_F_WORD };
 
 /* The fields of run.json's "rule" object and the values allowed. lr, momentum and nworkers
  * belong to every rule; a rule's descriptor names the others it uses. */
@@ -29,7 +30,7 @@ static const struct rule_field {
 	size_t off;
 	double lo, hi;
 	int lo_open, hi_open;
-	const char *range; /* for messages */
+	const char *range; /* for messages; RULE_F_WORD: its words, space-separated */
 } rule_fields[] = {
 	{"lr", RULE_F_FLOAT, offsetof(struct rule_config, lr), 0, 1e6, 1, 0, "in (0, 1e6]"},
 	{"momentum", RULE_F_FLOAT, offsetof(struct rule_config, momentum), 0, 1, 0, 1,
@@ -42,6 +43,7 @@ static const struct rule_field {
 	{"eps", RULE_F_FLOAT, offsetof(struct rule_config, eps), 0, 1, 0, 0, "in [0, 1]"},
 	{"tensor_stats", RULE_F_BOOL, offsetof(struct rule_config, tensor_stats), 0, 1, 0, 0,
 	 "true or false"},
+	{"gem_ref", RULE_F_WORD, offsetof(struct rule_config, gem_ref), 0, 1, 0, 0, RULE_GEM_REFS},
 	{"window", RULE_F_INT, offsetof(struct rule_config, window),
 	 1, 1 << 20, 0, 0, "an integer in [1, 1048576]"},
 	{"alpha", RULE_F_FLOAT, offsetof(struct rule_config, alpha), 0, 1, 0, 0,
@@ -105,6 +107,40 @@ static void rule_field_set(struct rule_config *c, const struct rule_field *f, do
 		*(int *)p = (int)v;
 }
 
+/* The index of word w in the space-separated list words; -1 if it is not one of them. */
+static int rule_word_index(const char *words, const char *w)
+{
+	size_t len = strlen(w);
+	int i = 0;
+	for (const char *p = words; *p; i++) {
+		size_t n = strcspn(p, " ");
+		if (n == len && !strncmp(p, w, len))
+			return i;
+		p += n;
+		p += *p == ' ';
+	}
+	return -1;
+}
+
+/* Word i of the space-separated list words into buf ("" if there is none). */
+static const char *rule_word_at(const char *words, int i, char *buf, size_t cap)
+{
+	const char *p = words;
+	size_t n;
+	for (; i > 0 && *p; i--) {
+		p += strcspn(p, " ");
+		p += *p == ' ';
+	}
+	n = strcspn(p, " ");
+	snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), p);
+	return buf;
+}
+
+int rule_gem_ref_parse(const char *name)
+{
+	return rule_word_index(RULE_GEM_REFS, name);
+}
+
 static int rule_field_ok(const struct rule_field *f, double v)
 {
 	if (!(f->lo_open ? v > f->lo : v >= f->lo) || !(f->hi_open ? v < f->hi : v <= f->hi))
@@ -140,7 +176,8 @@ int rule_config_check(const struct rule_config *c, char *err)
 		const struct rule_field *f = &rule_fields[i];
 		double v = rule_field_get(c, f);
 		if (!rule_field_ok(f, v))
-			return gem_errf(err, GEM_EUSAGE, "%s: %g is not %s", f->name, v, f->range);
+			return gem_errf(err, GEM_EUSAGE, "%s: %g is not %s%s", f->name, v,
+					f->type == RULE_F_WORD ? "the index of one of " : "", f->range);
 	}
 	if (rule_all[ri]->desc.rounds && c->nworkers < 1)
 		return gem_errf(err, GEM_EUSAGE,
@@ -179,13 +216,17 @@ int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err)
 		if (!f)
 			return gem_errf(err, GEM_EUSAGE,
 					"unknown field '%s' (fields: name lr momentum nworkers kappa "
-					"pi_max eps tensor_stats window alpha lambda_dc)", key);
+					"pi_max eps tensor_stats gem_ref window alpha lambda_dc)", key);
 		if (!rule_field_of(&rule_all[ri]->desc, f))
 			return gem_errf(err, GEM_EUSAGE, "%s: not a field of rule %s", key, name);
 		if (f->type == RULE_F_BOOL) {
 			if (!json_is_boolean(v))
 				return gem_errf(err, GEM_EUSAGE, "%s: not true or false", key);
 			x = json_is_true(v);
+		} else if (f->type == RULE_F_WORD) {
+			if (!json_is_string(v) || rule_word_index(f->range, json_string_value(v)) < 0)
+				return gem_errf(err, GEM_EUSAGE, "%s: not one of: %s", key, f->range);
+			x = rule_word_index(f->range, json_string_value(v));
 		} else if (f->type == RULE_F_INT ? !json_is_integer(v) : !json_is_number(v)) {
 			return gem_errf(err, GEM_EUSAGE, "%s: not %s", key, f->range);
 		} else {
@@ -219,11 +260,13 @@ json_t *rule_config_to_json(const struct rule_config *c)
 	for (int i = 0; i < RULE_NFIELDS; i++) {
 		const struct rule_field *f = &rule_fields[i];
 		double v = rule_field_get(c, f);
+		char word[RULE_NAME_MAX];
 		json_t *j;
 		if (ri >= 0 && !rule_field_of(&rule_all[ri]->desc, f))
 			continue;
 		j = f->type == RULE_F_FLOAT ? json_real(rule_float_decimal((float)v))
 		  : f->type == RULE_F_BOOL  ? json_boolean(v != 0)
+		  : f->type == RULE_F_WORD  ? json_string(rule_word_at(f->range, (int)v, word, sizeof word))
 					    : json_integer((json_int_t)v);
 		if (json_object_set_new(o, f->name, j) < 0)
 			goto fail;

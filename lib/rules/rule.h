@@ -17,6 +17,12 @@
 /* Every known rule, space-separated, for usage lines. */
 #define RULE_NAMES "gem downpour dynsgd easgd dcasgd sync dma"
 
+/* gem's s_w (run.json's rule.gem_ref, doc/rules.md "GEM"): θ after the worker's last commit
+ * (the default), or θ just before it was applied, as the authors' code, which also adds ε to
+ * the signed update inside |·|. */
+enum { RULE_GEM_REF_COMMIT = 0, RULE_GEM_REF_PULL = 1 };
+#define RULE_GEM_REFS "commit pull" /* their names, in that order */
+
 /* What rule_commit did. */
 enum {
 	RULE_APPLIED = 0, /* θ was updated and *version incremented: reply now */
@@ -50,6 +56,7 @@ struct rule_config {
 	float momentum;           /* μ (the run's, default 0.9): gem's m_w, sync's v, dma's local v */
 	float kappa, pi_max, eps; /* gem: κ = 1, π_max = 5, ε = 1e-12 */
 	int tensor_stats;         /* gem: 1 (default) computes median π per tensor (rule_stats) */
+	int gem_ref;              /* gem: what |θ − s_w| measures against (RULE_GEM_REF_*) */
 	int window;               /* λ, used by the worker: downpour 1, easgd 10; dma's β 4 */
 	float alpha;              /* easgd: 0 → 0.9/n */
 	float lambda_dc;          /* dcasgd: λ_dc = 0.04 (the paper's DC-ASGD-c) */
@@ -91,6 +98,8 @@ int rule_err_unknown(char *err, const char *name);
 
 /* Fill *c with the defaults of the named rule; an unknown name is GEM_EUSAGE listing RULE_NAMES. */
 int rule_config_default(const char *name, struct rule_config *c, char *err);
+/* The RULE_GEM_REF_* of a name in RULE_GEM_REFS ("commit", "pull"); -1 for any other. */
+int rule_gem_ref_parse(const char *name);
 /* Check every field of *c; GEM_EUSAGE names the first bad one. */
 int rule_config_check(const struct rule_config *c, char *err);
 /* Read run.json's "rule" object: defaults of its "name" (gem if absent), overridden by the fields

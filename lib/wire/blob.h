@@ -11,10 +11,15 @@
 #include <stdint.h>
 
 /* Codec names: "raw" (the bytes as they are), "zlib", "zlib+shuffle" (the default for
- * parameters: dense float32 compresses ~7% plain, ~17% shuffled). */
+ * parameters: dense float32 compresses ~7% plain, ~17% shuffled), and the one lossy codec,
+ * "fp16": each float rounded to the nearest IEEE 754 binary16 (ties to even; magnitudes above
+ * 65504 saturate to ±65504), 2 little-endian bytes each; a half that is infinite or NaN is
+ * refused. Its CRC is that of the float32 values the halves decode to. */
 #define BLOB_RAW "raw"
 #define BLOB_ZLIB "zlib"
 #define BLOB_ZLIB_SHUFFLE "zlib+shuffle"
+#define BLOB_FP16 "fp16"
+#define BLOB_CODECS "raw zlib zlib+shuffle fp16" /* every name, for messages */
 #define BLOB_CODEC_DEFAULT BLOB_ZLIB_SHUFFLE
 #define BLOB_LEVEL_DEFAULT 1 /* level 1: fast, and within 2% of level 6's size on θ */
 #define BLOB_CODEC_MAX 16
@@ -37,8 +42,10 @@ struct blob_codec {
 	int def_level;
 	unsigned char *out;  /* encoded output */
 	unsigned char *tmp;  /* shuffled bytes (encode), unshuffled bytes (decode) */
-	unsigned char *tmp2; /* inflated bytes, checked before they reach the caller's vector */
+	unsigned char *tmp2; /* inflated bytes, checked before they reach the caller's vector;
+			      * fp16: the floats the encoded halves decode to */
 	size_t out_cap, tmp_cap, tmp2_cap;
+	int lossy_ready; /* tmp2 holds the values of the last fp16 blob_encode */
 };
 
 /* Prepare c (same as zeroing it). */
@@ -49,11 +56,25 @@ void blob_codec_free(struct blob_codec *c);
 int blob_codec_known(const char *name);
 /* The error for a name that is no codec: the valid names, and a "did you mean". GEM_EUSAGE. */
 int blob_codec_err_unknown(char *err, const char *name);
+/* 1 if the named codec loses precision (fp16): what the receiver decodes is not what was sent. */
+int blob_codec_lossy(const char *name);
 /* Encode v[0..count) with codec (NULL: BLOB_CODEC_DEFAULT) at level (0-9; <0: default).
  * *out points at the encoded bytes (inside c, or at v itself for "raw"), valid until the next
  * call on c; meta describes them. */
 int blob_encode(struct blob_codec *c, const float *v, size_t count, const char *codec, int level,
 		const void **out, struct blob_meta *meta, char *err);
+/* After a blob_encode on c that succeeded: the count floats the receiver will decode, inside c
+ * (a lossy codec) or v itself, valid until the next call on c. For error feedback: v minus
+ * these is what the rounding took away. NULL if nothing was encoded yet. */
+const float *blob_encoded_values(const struct blob_codec *c, const float *v);
+/* blob_encode of an increment v with error feedback: with a lossy codec, resid (count floats,
+ * the sender's, zero at first) is added to v, the sum encoded, and what the rounding took away
+ * kept in resid for the next call: r ← v + r; send fp16(r); r ← r − sent. Over any number of
+ * calls Σ sent + resid = Σ v (up to float rounding of the sums): no increment is lost. With a
+ * lossless codec (or resid NULL) it is blob_encode, resid untouched. */
+int blob_encode_feedback(struct blob_codec *c, const float *v, float *resid, size_t count,
+			 const char *codec, int level, const void **out, struct blob_meta *meta,
+			 char *err);
 /* Decode the meta->nbytes bytes at in into v[0..count). Checks the codec, that meta->count is
  * count, the encoded and decoded sizes and the CRC; on any failure v is left untouched. */
 int blob_decode(struct blob_codec *c, const void *in, const struct blob_meta *meta, float *v,
