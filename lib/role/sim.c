@@ -370,6 +370,15 @@ static void set_ready(struct sim *s, struct simw *w)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* Tell the caller where the run stands (o->progress; it limits how often it shows it). */
+static void sim_progress(struct sim *s)
+{
+	struct ps_now now;
+	s->last_progress = cli_now();
+	ps_now(s->ps, &now);
+	s->o->progress(s->o->progress_ctx, &now, s->vnow);
+}
+
 /* ---- the summary ---- */
 
 /* The options of the simulation, as an event line (threads left out: they change nothing). */
@@ -868,13 +877,11 @@ int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *su
 		struct event e = heap_pop(&s->q);
 		if ((rc = step_event(s, &e, err)) < 0)
 			goto out;
-		if (o->progress && cli_now() - s->last_progress >= 0.25) {
-			struct ps_now now;
-			s->last_progress = cli_now();
-			ps_now(s->ps, &now);
-			o->progress(o->progress_ctx, &now, s->vnow);
-		}
+		if (o->progress && cli_now() - s->last_progress >= 0.05)
+			sim_progress(s);
 	}
+	if (o->progress)
+		sim_progress(s); /* where it ended: the caller decides whether to show it */
 	threads_stop(s);
 	cores_vtime(s, s->vnow);
 	for (int k = 0; k < s->ncores; k++) {

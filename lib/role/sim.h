@@ -47,8 +47,9 @@ struct sim_opts {
 	int threads;              /* gradient threads (>= 1), each with its own model instance */
 	int shards;               /* K > 1: θ served by K cores in this process, one per shard (as
 				   * gem-serve --shard I/K), each with its own files; 0, 1: one */
-	/* Called about 4 times a second of wall time (may be NULL), with where the run stands
-	 * (out of the simulation's total of samples) and its virtual time; for a progress line. */
+	/* Called about 20 times a second of wall time and once at the end (may be NULL), with
+	 * where the run stands (out of the simulation's total of samples) and its virtual time;
+	 * for a progress line. */
 	void (*progress)(void *ctx, const struct ps_now *now, double vtime);
 	void *progress_ctx;
 	/* When *stop becomes non-zero (a signal), the simulation ends early and saves θ (may be
