@@ -26,7 +26,7 @@ test_expect_success 'gem-run --hosts: 2 hosts, 2 workers over ssh, HTTPS' '
 test_expect_success 'gem-run --hosts: 3 hosts, 2 slots on one, the token on no command line' '
 	printf "node1\nnode2 2\nnode3\n" >hosts3 &&
 	{ GEM_HOST=node1 on_host 1 gem-run -q --hosts hosts3 --epochs 1 $TINY \
-		--work-opt=--slowdown=10 run3 >eval3.tsv & pid=$!; } &&
+		--work-opt=--slowdown=40 run3 >eval3.tsv & pid=$!; } &&
 	test_when_finished "stop_if_running $pid" &&
 	: >ps.out &&
 	while kill -0 $pid 2>/dev/null; do ps -eo args >>ps.out; sleep 0.05; done &&
