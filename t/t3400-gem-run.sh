@@ -17,16 +17,6 @@ started_by() {
 	done
 }
 
-# wait_for_joins RUNDIR N: wait until N workers have joined RUNDIR's server.
-wait_for_joins() {
-	i=0
-	until [ "$(grep -c '"event":"join"' "$1/log.jsonl" 2>/dev/null)" -ge "$2" ] 2>/dev/null; do
-		i=$((i + 1))
-		[ $i -le 300 ] || return 1
-		sleep 0.1
-	done
-}
-
 # none_left PID...: none of the processes is alive (zombies count as gone).
 none_left() {
 	for p in "$@"; do

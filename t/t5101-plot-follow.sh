@@ -4,16 +4,6 @@
 # node logs past their iterations.
 . "$(dirname "$0")/test-lib.sh"
 
-# wait_until 'COMMANDS' [SECONDS]: poll until COMMANDS succeed.
-wait_until() {
-	_i=0
-	until eval "$1"; do
-		_i=$((_i + 1))
-		[ $_i -gt $((${2:-20} * 50)) ] && return 1
-		sleep 0.02
-	done
-}
-
 # frames FILE: how many scripts --follow printed.
 frames() { grep -c "^# gem-plot-data " "$1"; }
 

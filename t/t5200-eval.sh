@@ -4,16 +4,6 @@
 # server until it stops or dies, unreachable servers and bad usage.
 . "$(dirname "$0")/test-lib.sh"
 
-# wait_until 'COMMANDS' [SECONDS]: poll until COMMANDS succeed.
-wait_until() {
-	_i=0
-	until eval "$1"; do
-		_i=$((_i + 1))
-		[ $_i -gt $((${2:-20} * 50)) ] && return 1
-		sleep 0.02
-	done
-}
-
 # health_version: the live server's version.
 health_version() {
 	curl -sf "$URL/v1/health" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"version\"])"

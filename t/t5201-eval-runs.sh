@@ -3,16 +3,6 @@
 # its nodes, and --follow of a local training's checkpoints until it ends.
 . "$(dirname "$0")/test-lib.sh"
 
-# wait_until 'COMMANDS' [SECONDS]: poll until COMMANDS succeed.
-wait_until() {
-	_i=0
-	until eval "$1"; do
-		_i=$((_i + 1))
-		[ $_i -gt $((${2:-20} * 50)) ] && return 1
-		sleep 0.02
-	done
-}
-
 # versions FILE: the version column of gem-eval's TSV, one line.
 versions() { awk -F"\t" '!/^#/ { printf "%s ", $2 }' "$1"; }
 

@@ -172,6 +172,26 @@ wait_for_file() {
 	done
 }
 
+# wait_until 'COMMANDS' [SECONDS]: poll until COMMANDS succeed.
+wait_until() {
+	_i=0
+	until eval "$1"; do
+		_i=$((_i + 1))
+		[ $_i -gt $((${2:-20} * 50)) ] && return 1
+		sleep 0.02
+	done
+}
+
+# wait_for_joins RUNDIR N: wait (30 s at most) until N workers have joined RUNDIR's server.
+wait_for_joins() {
+	i=0
+	until [ "$(grep -c '"event":"join"' "$1/log.jsonl" 2>/dev/null)" -ge "$2" ] 2>/dev/null; do
+		i=$((i + 1))
+		[ $i -le 300 ] || return 1
+		sleep 0.1
+	done
+}
+
 # make_tiny_data DIR: a small learnable IDX dataset (class = the bright quarter of an 8x8
 # image; 2000 training and 500 test samples) and tiny.json, a 64-16-4 model for it.
 make_tiny_data() {

@@ -8,17 +8,7 @@
 hosts_need
 
 TINY="--model tiny.json --data data --batch 32 --lr 0.1 --seed 3"
-LONG="--epochs 50 --work-opt=--slowdown=20"
-
-# wait_for_joins RUNDIR N: wait until N workers have joined RUNDIR's server.
-wait_for_joins() {
-	i=0
-	until [ "$(grep -c '"event":"join"' "$1/log.jsonl" 2>/dev/null)" -ge "$2" ] 2>/dev/null; do
-		i=$((i + 1))
-		[ $i -le 300 ] || return 1
-		sleep 0.1
-	done
-}
+LONG="--epochs 2000 --work-opt=--slowdown=20"
 
 # running_on I PATTERN: a process matching PATTERN runs on host I.
 running_on() {
