@@ -5,6 +5,8 @@
 #include "layout-test.h"
 #include "tap.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static struct rule *gem_new(const struct layout *l, float momentum)
@@ -17,6 +19,72 @@ static struct rule *gem_new(const struct layout *l, float momentum)
 	if (rule_create(&c, l, &r, err) < 0)
 		diag("rule_create: %s", err);
 	return r;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return (x > y) - (x < y);
+}
+
+/* The median rule_stats reports for π[0..n): exact up to 8192 values, else over every
+ * ⌈n/8192⌉-th one; for an even count the mean of the middle two. By sorting. */
+static float median_by_sort(const float *pi, size_t n, float *tmp)
+{
+	size_t stride = n <= 8192 ? 1 : (n + 8191) / 8192, m = 0;
+	for (size_t i = 0; i < n; i += stride)
+		tmp[m++] = pi[i];
+	qsort(tmp, m, sizeof *tmp, cmp_float);
+	return m % 2 ? tmp[m / 2] : (tmp[m / 2 - 1] + tmp[m / 2]) / 2;
+}
+
+/* The radix-select medians equal medians by sorting, bit for bit, for tensors of odd and even
+ * sizes below and above the sample, with distinct values (spread), many ties (levels: a few
+ * values of Δθ), zeros and clamps at π_max. A first commit has m_w = Δθ and θ = s_w, so
+ * π = clamp(κ|Δθ|/(|Δθ| + ε), 0, π_max), computed here as the rule does. */
+static void medians_match_sort(int levels)
+{
+	size_t sizes[] = {1, 2, 7, 8, 300, 301, 8192, 8193, 20000, 20001, 40000};
+	int nt = (int)(sizeof sizes / sizeof *sizes);
+	struct layout l = layout_of(sizes, nt);
+	struct rule_config c;
+	struct rule *r = NULL;
+	struct rule_stats st;
+	char err[GEM_ERRMAX];
+	uint64_t ver = 0;
+	float *theta = calloc(l.total, sizeof(float)), *d = calloc(l.total, sizeof(float));
+	float *pi = calloc(l.total, sizeof(float)), *tmp = calloc(l.total, sizeof(float));
+	int bad = 0;
+
+	rule_config_default("gem", &c, err);
+	c.kappa = 3, c.pi_max = 2, c.eps = 1;
+	rule_create(&c, &l, &r, err);
+	rule_join(r, 0, theta, err);
+	srand(7 + levels);
+	for (size_t i = 0; i < l.total; i++) {
+		int q = levels ? rand() % levels : rand();
+		float v;
+		d[i] = levels ? (float)q * 0.25f : (float)q / (float)RAND_MAX * 3.0f;
+		d[i] = rand() % 2 ? -d[i] : d[i];
+		v = c.kappa * fabsf(d[i]) / (fabsf(d[i]) + c.eps);
+		v = v >= 0 ? v : 0;
+		pi[i] = v > c.pi_max ? c.pi_max : v;
+	}
+	ok(rule_commit(r, 0, d, 0, theta, &ver, NULL, &st, err) == RULE_APPLIED, "%s: commit",
+	   levels ? "ties" : "spread");
+	for (int t = 0; t < nt; t++) {
+		float want = median_by_sort(pi + l.t[t].offset, l.t[t].size, tmp);
+		if (st.t[t].pi_median != want) {
+			diag("tensor %d (%zu): median %.9g, by sort %.9g", t, sizes[t],
+			     (double)st.t[t].pi_median, (double)want);
+			bad++;
+		}
+	}
+	if (st.all.pi_median != median_by_sort(pi, l.total, tmp))
+		bad++;
+	ok(!bad, "%s: every median equals the median by sorting", levels ? "ties" : "spread");
+	rule_destroy(r);
+	free(theta), free(d), free(pi), free(tmp);
 }
 
 int main(void)
@@ -161,5 +229,7 @@ int main(void)
 		ok(rule_join(r, 0, t, err) == 0, "and may join again");
 		rule_destroy(r);
 	}
+	medians_match_sort(0);
+	medians_match_sort(12);
 	return done_testing();
 }

@@ -145,13 +145,23 @@ static uint32_t rule_gem_bin(const uint32_t *hist, uint32_t nb, size_t *k)
 	return b;
 }
 
+/* What rule_gem_select learns about the values next to the k-th smallest: how many equal values
+ * come before it (rank_in_bin), and the largest smaller value when the last digit's histogram
+ * holds one (below = 1, lo). */
+struct rule_gem_rank {
+	size_t rank_in_bin;
+	int below;
+	float lo;
+};
+
 /* The k-th smallest of a[0..n), all a[i] >= 0. For non-negative floats the bit patterns order
  * like the numbers, so a radix select finds it in three digits: the exponent (bits 30..23),
  * counted over all of a in RULE_GEM_WAYS interleaved histograms (runs of equal π, such as the
  * clamps 0 and π_max, would otherwise wait on each other's increments); then bits 22..11 and
  * 10..0 over the elements of the chosen bins only, compacted into tmp. A comparison quickselect
  * took several times longer, bound by mispredicted branches. hist: RULE_GEM_BINS counters. */
-static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, uint32_t *hist)
+static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, uint32_t *hist,
+			     struct rule_gem_rank *rk)
 {
 	uint32_t b, b2, b3, r;
 	size_t m = 0, m2 = 0, i = 0;
@@ -186,6 +196,17 @@ static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, 
 		hist[tmp[i] & 2047]++;
 	b3 = rule_gem_bin(hist, 2048, &k);
 	r = b << 23 | b2 << 11 | b3;
+	/* the value just below: in the last digit's histogram when it holds one */
+	rk->rank_in_bin = k;
+	rk->below = 0;
+	for (uint32_t j = b3; j-- > 0;)
+		if (hist[j]) {
+			rk->below = 1;
+			r = b << 23 | b2 << 11 | j;
+			memcpy(&rk->lo, &r, sizeof rk->lo);
+			r = b << 23 | b2 << 11 | b3;
+			break;
+		}
 	memcpy(&x, &r, sizeof x);
 	return x;
 }
@@ -220,10 +241,17 @@ RULE_NOINLINE static float rule_gem_below(const float *restrict a, size_t n, flo
 static float rule_gem_median(const float *a, size_t n, uint32_t *tmp, uint32_t *hist)
 {
 	size_t k = n / 2, below;
-	float hi = rule_gem_select(a, n, k, tmp, hist), lo;
+	struct rule_gem_rank rk;
+	float hi = rule_gem_select(a, n, k, tmp, hist, &rk), lo;
 	if (n % 2)
 		return hi;
-	/* the value of rank k − 1 is hi itself unless exactly k values lie below it */
+	/* the value of rank k − 1 is hi itself unless exactly k values lie below it, that is, no
+	 * value equal to hi comes before it; then it is the largest value below hi, found by the
+	 * select or, when it lies in another bin of an earlier digit, by a pass */
+	if (rk.rank_in_bin > 0)
+		return hi;
+	if (rk.below)
+		return (rk.lo + hi) / 2;
 	lo = rule_gem_below(a, n, hi, &below);
 	return below == k ? (lo + hi) / 2 : hi;
 }
