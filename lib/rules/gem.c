@@ -88,44 +88,69 @@ static int rule_gem_check(struct rule *r, struct rule_worker *w, const float *in
 	       rule_gem_finite(theta, w->vec[0], w->vec[1], in, r->n, &r->c);
 }
 
-/* Apply elements [a, b) of one tensor, π into p, its sums into sums. */
+/* Four elements of a commit, as rule_gem_elem does each (the same operations in the same order:
+ * the same floats), with π's lane sums: Σπ, #(π = 0), #(π = π_max), Σ|π⊙Δθ|, Σ|Δθ|. The
+ * clamps are masks: a NaN π fails π >= 0 and becomes 0, as in rule_gem_pi. */
+struct rule_gem_consts {
+	rule_v4 mu, kappa, pi_max, eps, one;
+};
+
+static inline void rule_gem_elem4(float *restrict theta, float *restrict m, float *restrict s,
+				  float *restrict p, const float *restrict d, size_t i,
+				  const struct rule_gem_consts *k, rule_v4 sum[5])
+{
+	rule_v4 vd = rule_load4(d + i), vt = rule_load4(theta + i), ad = rule_abs4(vd), mi, pi, t;
+	rule_i4 keep, over;
+	mi = k->mu * rule_load4(m + i) + vd;
+	pi = (k->kappa * rule_abs4(mi) - rule_abs4(vt - rule_load4(s + i))) / (ad + k->eps);
+	keep = pi >= 0;
+	pi = (rule_v4)((rule_i4)pi & keep);
+	over = pi > k->pi_max;
+	pi = (rule_v4)(((rule_i4)k->pi_max & over) | ((rule_i4)pi & ~over));
+	t = vt + pi * vd;
+	memcpy(m + i, &mi, sizeof mi);
+	memcpy(theta + i, &t, sizeof t);
+	memcpy(s + i, &t, sizeof t);
+	memcpy(p + i, &pi, sizeof pi);
+	sum[0] += pi;
+	sum[1] += (rule_v4)((rule_i4)k->one & (pi == 0));
+	sum[2] += (rule_v4)((rule_i4)k->one & (pi == k->pi_max));
+	sum[3] += rule_abs4(pi * vd);
+	sum[4] += ad;
+}
+
+/* Apply elements [a, b) of one tensor, π into p, its sums into sums. The lane sums are those of
+ * RULE_BLOCK lanes (two vectors of four), kept in registers, folded into doubles at the end. */
 RULE_NOINLINE static void rule_gem_tensor(float *restrict theta, float *restrict m, float *restrict s,
 			    float *restrict p, const float *restrict d, size_t a, size_t b,
 			    const struct rule_config *c, double sums[5])
 {
-	/* lane sums of Σπ, #(π = 0), #(π = π_max), Σ|π⊙Δθ|, Σ|Δθ|, folded into doubles at the end */
-	float spi[RULE_BLOCK] = {0}, szero[RULE_BLOCK] = {0}, smax[RULE_BLOCK] = {0};
-	float spd[RULE_BLOCK] = {0}, sd[RULE_BLOCK] = {0};
 	const float mu = c->momentum, kappa = c->kappa, pi_max = c->pi_max, eps = c->eps;
+	const struct rule_gem_consts k = {{mu, mu, mu, mu}, {kappa, kappa, kappa, kappa},
+					  {pi_max, pi_max, pi_max, pi_max}, {eps, eps, eps, eps},
+					  {1, 1, 1, 1}};
+	rule_v4 lo[5] = {{0}}, hi[5] = {{0}};
 	size_t i = a;
 
-	for (; i + RULE_BLOCK <= b; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++) {
-			float pi = rule_gem_elem(theta, m, s, d, i + j, mu, kappa, pi_max, eps);
-			p[i + j] = pi;
-			spi[j] += pi;
-			szero[j] += pi == 0 ? 1.0f : 0.0f;
-			smax[j] += pi == pi_max ? 1.0f : 0.0f;
-			spd[j] += fabsf(pi * d[i + j]);
-			sd[j] += fabsf(d[i + j]);
-		}
+	for (; i + RULE_BLOCK <= b; i += RULE_BLOCK) {
+		rule_gem_elem4(theta, m, s, p, d, i, &k, lo);
+		rule_gem_elem4(theta, m, s, p, d, i + 4, &k, hi);
+	}
 	for (; i < b; i++) {
 		float pi = rule_gem_elem(theta, m, s, d, i, mu, kappa, pi_max, eps);
 		p[i] = pi;
-		spi[0] += pi;
-		szero[0] += pi == 0 ? 1.0f : 0.0f;
-		smax[0] += pi == pi_max ? 1.0f : 0.0f;
-		spd[0] += fabsf(pi * d[i]);
-		sd[0] += fabsf(d[i]);
+		lo[0][0] += pi;
+		lo[1][0] += pi == 0 ? 1.0f : 0.0f;
+		lo[2][0] += pi == pi_max ? 1.0f : 0.0f;
+		lo[3][0] += fabsf(pi * d[i]);
+		lo[4][0] += fabsf(d[i]);
 	}
-	for (int k = 0; k < 5; k++)
-		sums[k] = 0;
-	for (int j = 0; j < RULE_BLOCK; j++) {
-		sums[0] += spi[j];
-		sums[1] += szero[j];
-		sums[2] += smax[j];
-		sums[3] += spd[j];
-		sums[4] += sd[j];
+	for (int q = 0; q < 5; q++) {
+		sums[q] = 0;
+		for (int j = 0; j < 4; j++)
+			sums[q] += lo[q][j];
+		for (int j = 0; j < 4; j++)
+			sums[q] += hi[q][j];
 	}
 }
 
