@@ -8,8 +8,8 @@
 
 #include "rules/impl.h"
 
-#define RULE_GEM_WAYS 4    /* interleaved histograms of the median's first radix digit */
-#define RULE_GEM_BINS 4096 /* counters for the median: the largest digit, bits 22..11 */
+#define RULE_GEM_WAYS 2    /* interleaved histograms of the median's first radix digit */
+#define RULE_GEM_BINS 4096 /* counters for the median: the largest digit, bits 30..19 */
 #define RULE_GEM_SAMPLE 8192 /* medians of larger tensors are taken over a stride sample */
 
 /* One element of a commit (doc/rules.md, "GEM"; the paper's Eq. 27 with the authors' clamp):
@@ -179,57 +179,69 @@ struct rule_gem_rank {
 	float lo;
 };
 
-/* The k-th smallest of a[0..n), all a[i] >= 0. For non-negative floats the bit patterns order
- * like the numbers, so a radix select finds it in three digits: the exponent (bits 30..23),
- * counted over all of a in RULE_GEM_WAYS interleaved histograms (runs of equal π, such as the
- * clamps 0 and π_max, would otherwise wait on each other's increments); then bits 22..11 and
- * 10..0 over the elements of the chosen bins only, compacted into tmp. A comparison quickselect
- * took several times longer, bound by mispredicted branches. hist: RULE_GEM_BINS counters. */
+/* Keep in tmp[0..m) the u of tmp[0..m) whose digit (u >> shift) & mask is d; returns their count. */
+static size_t rule_gem_keep(uint32_t *tmp, size_t m, int shift, uint32_t mask, uint32_t d)
+{
+	size_t m2 = 0;
+	for (size_t i = 0; i < m; i++) {
+		uint32_t u = tmp[i];
+		tmp[m2] = u;
+		m2 += ((u >> shift) & mask) == d;
+	}
+	return m2;
+}
+
+/* The k-th smallest of a[0..n), all a[i] >= 0, n <= RULE_GEM_SAMPLE. For non-negative floats
+ * the bit patterns order like the numbers, so a radix select finds it in three digits: bits
+ * 30..19 (the exponent and 4 bits of mantissa), counted over all of a in RULE_GEM_WAYS
+ * interleaved 16-bit histograms (runs of equal π, such as the clamps 0 and π_max, would
+ * otherwise wait on each other's increments; 16 bits hold n/RULE_GEM_WAYS); then bits 18..8 and
+ * 7..0 over the elements of the chosen bins only, compacted into tmp. A first digit of the
+ * exponent alone kept most of a for the next digits. A comparison quickselect took several
+ * times longer, bound by mispredicted branches. hist: RULE_GEM_BINS counters. */
 static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, uint32_t *hist,
 			     struct rule_gem_rank *rk)
 {
+	uint16_t h1[RULE_GEM_WAYS * RULE_GEM_BINS];
 	uint32_t b, b2, b3, r;
-	size_t m = 0, m2 = 0, i = 0;
+	size_t m = 0, m2, i = 0;
 	float x;
 
-	memset(hist, 0, RULE_GEM_WAYS * 256 * sizeof *hist);
+	memset(h1, 0, sizeof h1);
 	for (; i + RULE_GEM_WAYS <= n; i += RULE_GEM_WAYS)
 		for (int j = 0; j < RULE_GEM_WAYS; j++)
-			hist[j * 256 + (rule_gem_bits(a[i + j]) >> 23)]++;
+			h1[j * RULE_GEM_BINS + (rule_gem_bits(a[i + j]) >> 19)]++;
 	for (; i < n; i++)
-		hist[rule_gem_bits(a[i]) >> 23]++;
-	for (int e = 0; e < 256; e++)
+		h1[rule_gem_bits(a[i]) >> 19]++;
+	for (int e = 0; e < RULE_GEM_BINS; e++) {
+		hist[e] = h1[e];
 		for (int j = 1; j < RULE_GEM_WAYS; j++)
-			hist[e] += hist[j * 256 + e];
-	b = rule_gem_bin(hist, 256, &k);
+			hist[e] += h1[j * RULE_GEM_BINS + e];
+	}
+	b = rule_gem_bin(hist, RULE_GEM_BINS, &k);
 	for (i = 0; i < n; i++) {
 		uint32_t u = rule_gem_bits(a[i]);
 		tmp[m] = u;
-		m += (u >> 23) == b;
-	}
-	memset(hist, 0, 4096 * sizeof *hist);
-	for (i = 0; i < m; i++)
-		hist[(tmp[i] >> 11) & 4095]++;
-	b2 = rule_gem_bin(hist, 4096, &k);
-	for (i = 0; i < m; i++) {
-		uint32_t u = tmp[i];
-		tmp[m2] = u;
-		m2 += ((u >> 11) & 4095) == b2;
+		m += (u >> 19) == b;
 	}
 	memset(hist, 0, 2048 * sizeof *hist);
+	for (i = 0; i < m; i++)
+		hist[(tmp[i] >> 8) & 2047]++;
+	b2 = rule_gem_bin(hist, 2048, &k);
+	m2 = rule_gem_keep(tmp, m, 8, 2047, b2);
+	memset(hist, 0, 256 * sizeof *hist);
 	for (i = 0; i < m2; i++)
-		hist[tmp[i] & 2047]++;
-	b3 = rule_gem_bin(hist, 2048, &k);
-	r = b << 23 | b2 << 11 | b3;
+		hist[tmp[i] & 255]++;
+	b3 = rule_gem_bin(hist, 256, &k);
+	r = b << 19 | b2 << 8 | b3;
 	/* the value just below: in the last digit's histogram when it holds one */
 	rk->rank_in_bin = k;
 	rk->below = 0;
 	for (uint32_t j = b3; j-- > 0;)
 		if (hist[j]) {
+			uint32_t lo = b << 19 | b2 << 8 | j;
 			rk->below = 1;
-			r = b << 23 | b2 << 11 | j;
-			memcpy(&rk->lo, &r, sizeof rk->lo);
-			r = b << 23 | b2 << 11 | b3;
+			memcpy(&rk->lo, &lo, sizeof rk->lo);
 			break;
 		}
 	memcpy(&x, &r, sizeof x);
