@@ -171,24 +171,54 @@ static uint32_t rule_gem_bin(const uint32_t *hist, uint32_t nb, size_t *k)
 }
 
 /* What rule_gem_select learns about the values next to the k-th smallest: how many equal values
- * come before it (rank_in_bin), and the largest smaller value when the last digit's histogram
- * holds one (below = 1, lo). */
+ * come before it (rank_in_bin), and the largest smaller value (lo; 0 when there is none). */
 struct rule_gem_rank {
 	size_t rank_in_bin;
-	int below;
 	float lo;
 };
 
-/* Keep in tmp[0..m) the u of tmp[0..m) whose digit (u >> shift) & mask is d; returns their count. */
-static size_t rule_gem_keep(uint32_t *tmp, size_t m, int shift, uint32_t mask, uint32_t d)
+#define RULE_GEM_SORT 32 /* a set this small after the first digit is sorted, not counted */
+
+static uint32_t rule_gem_max(uint32_t a, uint32_t b)
+{
+	return a > b ? a : b;
+}
+
+/* Keep in tmp[0..m) the u of tmp[0..m) whose digit (u >> shift) & mask is d, the largest u of a
+ * smaller digit into *lo; returns their count. */
+static size_t rule_gem_keep(uint32_t *tmp, size_t m, int shift, uint32_t mask, uint32_t d,
+			    uint32_t *lo)
 {
 	size_t m2 = 0;
+	uint32_t mx = *lo;
 	for (size_t i = 0; i < m; i++) {
-		uint32_t u = tmp[i];
+		uint32_t u = tmp[i], dg = (u >> shift) & mask;
 		tmp[m2] = u;
-		m2 += ((u >> shift) & mask) == d;
+		m2 += dg == d;
+		mx = rule_gem_max(mx, dg < d ? u : 0);
 	}
+	*lo = mx;
 	return m2;
+}
+
+/* The k-th smallest of the m values in tmp by insertion sort, with rk as rule_gem_select. */
+static uint32_t rule_gem_sorted(uint32_t *tmp, size_t m, size_t k, uint32_t lo,
+				struct rule_gem_rank *rk)
+{
+	size_t e = k;
+	for (size_t i = 1; i < m; i++) {
+		uint32_t u = tmp[i];
+		size_t j = i;
+		for (; j > 0 && tmp[j - 1] > u; j--)
+			tmp[j] = tmp[j - 1];
+		tmp[j] = u;
+	}
+	while (e > 0 && tmp[e - 1] == tmp[k])
+		e--;
+	rk->rank_in_bin = k - e;
+	lo = e > 0 ? tmp[e - 1] : lo;
+	memcpy(&rk->lo, &lo, sizeof rk->lo);
+	return tmp[k];
 }
 
 /* The k-th smallest of a[0..n), all a[i] >= 0, n <= RULE_GEM_SAMPLE. For non-negative floats
@@ -196,14 +226,16 @@ static size_t rule_gem_keep(uint32_t *tmp, size_t m, int shift, uint32_t mask, u
  * 30..19 (the exponent and 4 bits of mantissa), counted over all of a in RULE_GEM_WAYS
  * interleaved 16-bit histograms (runs of equal π, such as the clamps 0 and π_max, would
  * otherwise wait on each other's increments; 16 bits hold n/RULE_GEM_WAYS); then bits 18..8 and
- * 7..0 over the elements of the chosen bins only, compacted into tmp. A first digit of the
- * exponent alone kept most of a for the next digits. A comparison quickselect took several
- * times longer, bound by mispredicted branches. hist: RULE_GEM_BINS counters. */
+ * 7..0 over the elements of the chosen bins only, compacted into tmp (or, when few are left,
+ * sorted). A first digit of the exponent alone kept most of a for the next digits. Each pass
+ * also keeps the largest value below the chosen bin, so that an even count's second middle
+ * value needs no pass of its own. A comparison quickselect took several times longer, bound by
+ * mispredicted branches. hist: RULE_GEM_BINS counters. */
 static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, uint32_t *hist,
 			     struct rule_gem_rank *rk)
 {
 	uint16_t h1[RULE_GEM_WAYS * RULE_GEM_BINS];
-	uint32_t b, b2, b3, r;
+	uint32_t b = 0, b2, b3, r, lo = 0;
 	size_t m = 0, m2, i = 0;
 	float x;
 
@@ -213,84 +245,56 @@ static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, 
 			h1[j * RULE_GEM_BINS + (rule_gem_bits(a[i + j]) >> 19)]++;
 	for (; i < n; i++)
 		h1[rule_gem_bits(a[i]) >> 19]++;
-	for (int e = 0; e < RULE_GEM_BINS; e++) {
-		hist[e] = h1[e];
+	/* the first bin whose count passes k, the ways summed as we go */
+	for (;; b++) {
+		size_t c = h1[b];
 		for (int j = 1; j < RULE_GEM_WAYS; j++)
-			hist[e] += h1[j * RULE_GEM_BINS + e];
+			c += h1[j * RULE_GEM_BINS + b];
+		if (k < c || b == RULE_GEM_BINS - 1)
+			break;
+		k -= c;
 	}
-	b = rule_gem_bin(hist, RULE_GEM_BINS, &k);
 	for (i = 0; i < n; i++) {
 		uint32_t u = rule_gem_bits(a[i]);
 		tmp[m] = u;
 		m += (u >> 19) == b;
+		lo = rule_gem_max(lo, (u >> 19) < b ? u : 0);
 	}
-	memset(hist, 0, 2048 * sizeof *hist);
-	for (i = 0; i < m; i++)
-		hist[(tmp[i] >> 8) & 2047]++;
-	b2 = rule_gem_bin(hist, 2048, &k);
-	m2 = rule_gem_keep(tmp, m, 8, 2047, b2);
-	memset(hist, 0, 256 * sizeof *hist);
-	for (i = 0; i < m2; i++)
-		hist[tmp[i] & 255]++;
-	b3 = rule_gem_bin(hist, 256, &k);
-	r = b << 19 | b2 << 8 | b3;
-	/* the value just below: in the last digit's histogram when it holds one */
-	rk->rank_in_bin = k;
-	rk->below = 0;
-	for (uint32_t j = b3; j-- > 0;)
-		if (hist[j]) {
-			uint32_t lo = b << 19 | b2 << 8 | j;
-			rk->below = 1;
-			memcpy(&rk->lo, &lo, sizeof rk->lo);
-			break;
-		}
+	if (m <= RULE_GEM_SORT)
+		r = rule_gem_sorted(tmp, m, k, lo, rk);
+	else {
+		memset(hist, 0, 2048 * sizeof *hist);
+		for (i = 0; i < m; i++)
+			hist[(tmp[i] >> 8) & 2047]++;
+		b2 = rule_gem_bin(hist, 2048, &k);
+		m2 = rule_gem_keep(tmp, m, 8, 2047, b2, &lo);
+		memset(hist, 0, 256 * sizeof *hist);
+		for (i = 0; i < m2; i++)
+			hist[tmp[i] & 255]++;
+		b3 = rule_gem_bin(hist, 256, &k);
+		r = b << 19 | b2 << 8 | b3;
+		rk->rank_in_bin = k;
+		for (uint32_t j = b3; j-- > 0;)
+			if (hist[j]) {
+				lo = b << 19 | b2 << 8 | j;
+				break;
+			}
+		memcpy(&rk->lo, &lo, sizeof rk->lo);
+	}
 	memcpy(&x, &r, sizeof x);
 	return x;
-}
-
-/* How many of a[0..n) lie below hi (*below), and the largest of them (0 if none). Lanes of
- * floats count exactly to 2^24 each. */
-RULE_NOINLINE static float rule_gem_below(const float *restrict a, size_t n, float hi, size_t *below)
-{
-	float lane_max[RULE_BLOCK] = {0}, lane_n[RULE_BLOCK] = {0}, mx = 0;
-	size_t i = 0, cnt = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++) {
-			float x = a[i + j];
-			float v = x < hi ? x : 0.0f;
-			lane_n[j] += x < hi ? 1.0f : 0.0f;
-			lane_max[j] = lane_max[j] < v ? v : lane_max[j];
-		}
-	for (; i < n; i++)
-		if (a[i] < hi) {
-			cnt++;
-			mx = a[i] > mx ? a[i] : mx;
-		}
-	for (int j = 0; j < RULE_BLOCK; j++) {
-		cnt += (size_t)lane_n[j];
-		mx = lane_max[j] > mx ? lane_max[j] : mx;
-	}
-	*below = cnt;
-	return mx;
 }
 
 /* Median of a[0..n), n >= 1, all a[i] >= 0: for even n the mean of the two middle values. */
 static float rule_gem_median(const float *a, size_t n, uint32_t *tmp, uint32_t *hist)
 {
-	size_t k = n / 2, below;
 	struct rule_gem_rank rk;
-	float hi = rule_gem_select(a, n, k, tmp, hist, &rk), lo;
-	if (n % 2)
+	float hi = rule_gem_select(a, n, n / 2, tmp, hist, &rk);
+	/* the value of rank n/2 − 1 is hi itself when a value equal to hi comes before it, else
+	 * the largest value below hi */
+	if (n % 2 || rk.rank_in_bin > 0)
 		return hi;
-	/* the value of rank k − 1 is hi itself unless exactly k values lie below it, that is, no
-	 * value equal to hi comes before it; then it is the largest value below hi, found by the
-	 * select or, when it lies in another bin of an earlier digit, by a pass */
-	if (rk.rank_in_bin > 0)
-		return hi;
-	if (rk.below)
-		return (rk.lo + hi) / 2;
-	lo = rule_gem_below(a, n, hi, &below);
-	return below == k ? (lo + hi) / 2 : hi;
+	return (rk.lo + hi) / 2;
 }
 
 /* Median of π over a tensor: exact up to RULE_GEM_SAMPLE elements; above that, the exact median
