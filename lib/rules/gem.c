@@ -201,6 +201,15 @@ static size_t rule_gem_keep(uint32_t *tmp, size_t m, int shift, uint32_t mask, u
 	return m2;
 }
 
+/* 1 if the m values in tmp are all equal (a loop that vectorises) */
+static int rule_gem_same(const uint32_t *tmp, size_t m)
+{
+	uint32_t diff = 0;
+	for (size_t i = 0; i < m; i++)
+		diff |= tmp[i] ^ tmp[0];
+	return diff == 0;
+}
+
 /* The k-th smallest of the m values in tmp by insertion sort, with rk as rule_gem_select. */
 static uint32_t rule_gem_sorted(uint32_t *tmp, size_t m, size_t k, uint32_t lo,
 				struct rule_gem_rank *rk)
@@ -262,7 +271,12 @@ static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, 
 	}
 	if (m <= RULE_GEM_SORT)
 		r = rule_gem_sorted(tmp, m, k, lo, rk);
-	else {
+	else if (rule_gem_same(tmp, m)) {
+		/* one value, such as a clamp: the next digits would only count it again */
+		r = tmp[0];
+		rk->rank_in_bin = k;
+		memcpy(&rk->lo, &lo, sizeof rk->lo);
+	} else {
 		memset(hist, 0, 2048 * sizeof *hist);
 		for (i = 0; i < m; i++)
 			hist[(tmp[i] >> 8) & 2047]++;
