@@ -1,5 +1,6 @@
 /* t4001: GEM's server side, worked by hand: π element-wise, the clamps at 0 and π_max, Δθ = 0,
- * s_w after a commit, momentum over two commits, staleness, per-tensor statistics. */
+ * s_w after a commit, momentum over two commits, staleness, per-tensor statistics, and the
+ * medians against medians by sorting. */
 #include "base/err.h"
 #include "rules/rule.h"
 #include "layout-test.h"

@@ -11,6 +11,8 @@
 #define RULE_GEM_WAYS 2    /* interleaved histograms of the median's first radix digit */
 #define RULE_GEM_BINS 4096 /* counters for the median: the largest digit, bits 30..19 */
 #define RULE_GEM_SAMPLE 8192 /* medians of larger tensors are taken over a stride sample */
+_Static_assert(RULE_GEM_SAMPLE / RULE_GEM_WAYS + RULE_GEM_WAYS <= 65535,
+	       "a way of the first digit's histogram counts in 16 bits");
 
 /* One element of a commit (doc/rules.md, "GEM"; the paper's Eq. 27 with the authors' clamp):
  *   m_w ← μ·m_w + Δθ
