@@ -1,11 +1,14 @@
 /* t4001: GEM's server side, worked by hand: π element-wise, the clamps at 0 and π_max, Δθ = 0,
  * s_w after a commit, momentum over two commits, staleness, per-tensor statistics; gem_ref pull
- * (the authors' s_w and ε) against the default on the same commits. */
+ * (the authors' s_w and ε) against the default on the same commits; the vector loop against the
+ * one-element one; the medians against medians by sorting. */
 #include "base/err.h"
 #include "rules/rule.h"
 #include "layout-test.h"
 #include "tap.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static struct rule *gem_new(const struct layout *l, float momentum)
@@ -18,6 +21,114 @@ static struct rule *gem_new(const struct layout *l, float momentum)
 	if (rule_create(&c, l, &r, err) < 0)
 		diag("rule_create: %s", err);
 	return r;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return (x > y) - (x < y);
+}
+
+/* The median rule_stats reports for π[0..n): exact up to 8192 values, else over every
+ * ⌈n/8192⌉-th one; for an even count the mean of the middle two. By sorting. */
+static float median_by_sort(const float *pi, size_t n, float *tmp)
+{
+	size_t stride = n <= 8192 ? 1 : (n + 8191) / 8192, m = 0;
+	for (size_t i = 0; i < n; i += stride)
+		tmp[m++] = pi[i];
+	qsort(tmp, m, sizeof *tmp, cmp_float);
+	return m % 2 ? tmp[m / 2] : (tmp[m / 2 - 1] + tmp[m / 2]) / 2;
+}
+
+/* The radix-select medians equal medians by sorting, bit for bit, for tensors of odd and even
+ * sizes below and above the sample, with distinct values (spread), many ties (levels: a few
+ * values of Δθ), zeros and clamps at π_max. A first commit has m_w = Δθ and θ = s_w, so
+ * π = clamp(κ|Δθ|/(|Δθ| + ε), 0, π_max), computed here as the rule does. */
+static void medians_match_sort(int levels)
+{
+	size_t sizes[] = {1, 2, 7, 8, 300, 301, 8192, 8193, 20000, 20001, 40000};
+	int nt = (int)(sizeof sizes / sizeof *sizes);
+	struct layout l = layout_of(sizes, nt);
+	struct rule_config c;
+	struct rule *r = NULL;
+	struct rule_stats st;
+	char err[GEM_ERRMAX];
+	uint64_t ver = 0;
+	float *theta = calloc(l.total, sizeof(float)), *d = calloc(l.total, sizeof(float));
+	float *pi = calloc(l.total, sizeof(float)), *tmp = calloc(l.total, sizeof(float));
+	int bad = 0;
+
+	rule_config_default("gem", &c, err);
+	c.kappa = 3, c.pi_max = 2, c.eps = 1;
+	rule_create(&c, &l, &r, err);
+	rule_join(r, 0, theta, err);
+	srand(7 + levels);
+	for (size_t i = 0; i < l.total; i++) {
+		int q = levels ? rand() % levels : rand();
+		float v;
+		d[i] = levels ? (float)q * 0.25f : (float)q / (float)RAND_MAX * 3.0f;
+		d[i] = rand() % 2 ? -d[i] : d[i];
+		v = c.kappa * fabsf(d[i]) / (fabsf(d[i]) + c.eps);
+		v = v >= 0 ? v : 0;
+		pi[i] = v > c.pi_max ? c.pi_max : v;
+	}
+	ok(rule_commit(r, 0, d, 0, theta, &ver, NULL, &st, err) == RULE_APPLIED, "%s: commit",
+	   levels ? (levels > 100 ? "some ties" : "ties") : "spread");
+	for (int t = 0; t < nt; t++) {
+		float want = median_by_sort(pi + l.t[t].offset, l.t[t].size, tmp);
+		if (st.t[t].pi_median != want) {
+			diag("tensor %d (%zu): median %.9g, by sort %.9g", t, sizes[t],
+			     (double)st.t[t].pi_median, (double)want);
+			bad++;
+		}
+	}
+	if (st.all.pi_median != median_by_sort(pi, l.total, tmp))
+		bad++;
+	ok(!bad, "%s: every median equals the median by sorting", levels ? (levels > 100 ? "some ties" : "ties") : "spread");
+	rule_destroy(r);
+	free(theta), free(d), free(pi), free(tmp);
+}
+
+/* The 8-wide loop and the one-element loop give the same floats: a 37-element tensor (32 in
+ * the wide loop, 5 in the tail) against 37 one-element rules, the same commits of two workers,
+ * θ compared bit for bit after each; gem_ref commit or pull. */
+static void vector_matches_scalar(int pull)
+{
+	size_t n37[] = {37}, n1[] = {1};
+	struct layout l = layout_of(n37, 1), l1 = layout_of(n1, 1);
+	struct rule_config c;
+	struct rule *big = NULL, *one[37];
+	struct rule_stats st;
+	char err[GEM_ERRMAX];
+	float t[37] = {0}, t1[37] = {0}, d[37];
+	uint64_t ver = 0, v1[37] = {0};
+	int same = 1;
+	rule_config_default("gem", &c, err);
+	c.gem_ref = pull ? RULE_GEM_REF_PULL : RULE_GEM_REF_COMMIT;
+	c.eps = 0.01f;
+	rule_create(&c, &l, &big, err);
+	rule_join(big, 0, t, err);
+	rule_join(big, 1, t, err);
+	for (int i = 0; i < 37; i++) {
+		rule_create(&c, &l1, &one[i], err);
+		rule_join(one[i], 0, t1 + i, err);
+		rule_join(one[i], 1, t1 + i, err);
+	}
+	srand(11 + pull);
+	for (int k = 0; k < 12; k++) {
+		int who = k % 3 == 2;
+		for (int i = 0; i < 37; i++)
+			d[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * (i % 5 ? 1.0f : 0.01f);
+		rule_commit(big, who, d, k / 2 % 3, t, &ver, NULL, &st, err);
+		for (int i = 0; i < 37; i++)
+			rule_commit(one[i], who, d + i, k / 2 % 3, t1 + i, &v1[i], NULL, &st, err);
+		same &= memcmp(t, t1, sizeof t) == 0;
+	}
+	ok(same, "%s: the wide loop and the one-element loop give the same θ, bit for bit",
+	   pull ? "pull" : "commit");
+	rule_destroy(big);
+	for (int i = 0; i < 37; i++)
+		rule_destroy(one[i]);
 }
 
 int main(void)
@@ -218,5 +329,11 @@ int main(void)
 		   rule_gem_ref_parse("commit") == RULE_GEM_REF_COMMIT && rule_gem_ref_parse("pul") < 0 &&
 		   rule_gem_ref_parse("") < 0,
 	   "gem_ref names: commit, pull, nothing else");
+
+	vector_matches_scalar(0);
+	vector_matches_scalar(1);
+	medians_match_sort(0);
+	medians_match_sort(12);
+	medians_match_sort(1000);
 	return done_testing();
 }

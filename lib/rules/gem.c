@@ -8,9 +8,11 @@
 
 #include "rules/impl.h"
 
-#define RULE_GEM_WAYS 4    /* interleaved histograms of the median's first radix digit */
-#define RULE_GEM_BINS 4096 /* counters for the median: the largest digit, bits 22..11 */
+#define RULE_GEM_WAYS 2    /* interleaved histograms of the median's first radix digit */
+#define RULE_GEM_BINS 4096 /* counters for the median: the largest digit, bits 30..19 */
 #define RULE_GEM_SAMPLE 8192 /* medians of larger tensors are taken over a stride sample */
+_Static_assert(RULE_GEM_SAMPLE / RULE_GEM_WAYS + RULE_GEM_WAYS <= 65535,
+	       "a way of the first digit's histogram counts in 16 bits");
 
 /* One element of a commit (doc/rules.md, "GEM"; the paper's Eq. 27 with the authors' clamp):
  *   m_w ← μ·m_w + Δθ
@@ -103,45 +105,74 @@ static int rule_gem_check(struct rule *r, struct rule_worker *w, const float *in
 	       rule_gem_finite(theta, w->vec[0], w->vec[1], in, r->n, &r->c);
 }
 
-/* Apply elements [a, b) of one tensor, π into p, its sums into sums. */
+/* Four elements of a commit, as rule_gem_elem does each (the same operations in the same order:
+ * the same floats), with π's lane sums: Σπ, #(π = 0), #(π = π_max), Σ|π⊙Δθ|, Σ|Δθ|. The
+ * clamps are masks: a NaN π fails π >= 0 and becomes 0, as in rule_gem_pi. */
+struct rule_gem_k4 {
+	rule_v4 mu, kappa, pi_max, e_in, e_out, one;
+	rule_i4 pull; /* all ones: gem_ref pull (s_w ← θ before the update) */
+};
+
+static inline void rule_gem_elem4(float *restrict theta, float *restrict m, float *restrict s,
+				  float *restrict p, const float *restrict d, size_t i,
+				  const struct rule_gem_k4 *k, rule_v4 sum[5])
+{
+	rule_v4 vd = rule_load4(d + i), vt = rule_load4(theta + i), ad = rule_abs4(vd), mi, pi, t, nt;
+	rule_i4 keep, over;
+	mi = k->mu * rule_load4(m + i) + vd;
+	pi = (k->kappa * rule_abs4(mi) - rule_abs4(vt - rule_load4(s + i))) /
+	     (rule_abs4(vd + k->e_in) + k->e_out);
+	keep = pi >= 0;
+	pi = (rule_v4)((rule_i4)pi & keep);
+	over = pi > k->pi_max;
+	pi = (rule_v4)(((rule_i4)k->pi_max & over) | ((rule_i4)pi & ~over));
+	t = vt + pi * vd;
+	memcpy(m + i, &mi, sizeof mi);
+	memcpy(theta + i, &t, sizeof t);
+	nt = (rule_v4)(((rule_i4)vt & k->pull) | ((rule_i4)t & ~k->pull));
+	memcpy(s + i, &nt, sizeof nt);
+	memcpy(p + i, &pi, sizeof pi);
+	sum[0] += pi;
+	sum[1] += (rule_v4)((rule_i4)k->one & (pi == 0));
+	sum[2] += (rule_v4)((rule_i4)k->one & (pi == k->pi_max));
+	sum[3] += rule_abs4(pi * vd);
+	sum[4] += ad;
+}
+
+/* Apply elements [a, b) of one tensor, π into p, its sums into sums. The lane sums are those of
+ * RULE_BLOCK lanes (two vectors of four), kept in registers, folded into doubles at the end. */
 RULE_NOINLINE static void rule_gem_tensor(float *restrict theta, float *restrict m, float *restrict s,
 			    float *restrict p, const float *restrict d, size_t a, size_t b,
 			    const struct rule_config *c, double sums[5])
 {
-	/* lane sums of Σπ, #(π = 0), #(π = π_max), Σ|π⊙Δθ|, Σ|Δθ|, folded into doubles at the end */
-	float spi[RULE_BLOCK] = {0}, szero[RULE_BLOCK] = {0}, smax[RULE_BLOCK] = {0};
-	float spd[RULE_BLOCK] = {0}, sd[RULE_BLOCK] = {0};
 	const struct rule_gem_k k = rule_gem_consts(c);
-	const float pi_max = k.pi_max;
+	const float mu = k.mu, kappa = k.kappa, pi_max = k.pi_max, ei = k.e_in, eo = k.e_out;
+	const int pl = k.pull ? -1 : 0;
+	const struct rule_gem_k4 k4 = {{mu, mu, mu, mu}, {kappa, kappa, kappa, kappa},
+				       {pi_max, pi_max, pi_max, pi_max}, {ei, ei, ei, ei},
+				       {eo, eo, eo, eo}, {1, 1, 1, 1}, {pl, pl, pl, pl}};
+	rule_v4 lo[5] = {{0}}, hi[5] = {{0}};
 	size_t i = a;
 
-	for (; i + RULE_BLOCK <= b; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++) {
-			float pi = rule_gem_elem(theta, m, s, d, i + j, &k);
-			p[i + j] = pi;
-			spi[j] += pi;
-			szero[j] += pi == 0 ? 1.0f : 0.0f;
-			smax[j] += pi == pi_max ? 1.0f : 0.0f;
-			spd[j] += fabsf(pi * d[i + j]);
-			sd[j] += fabsf(d[i + j]);
-		}
+	for (; i + RULE_BLOCK <= b; i += RULE_BLOCK) {
+		rule_gem_elem4(theta, m, s, p, d, i, &k4, lo);
+		rule_gem_elem4(theta, m, s, p, d, i + 4, &k4, hi);
+	}
 	for (; i < b; i++) {
 		float pi = rule_gem_elem(theta, m, s, d, i, &k);
 		p[i] = pi;
-		spi[0] += pi;
-		szero[0] += pi == 0 ? 1.0f : 0.0f;
-		smax[0] += pi == pi_max ? 1.0f : 0.0f;
-		spd[0] += fabsf(pi * d[i]);
-		sd[0] += fabsf(d[i]);
+		lo[0][0] += pi;
+		lo[1][0] += pi == 0 ? 1.0f : 0.0f;
+		lo[2][0] += pi == pi_max ? 1.0f : 0.0f;
+		lo[3][0] += fabsf(pi * d[i]);
+		lo[4][0] += fabsf(d[i]);
 	}
-	for (int k = 0; k < 5; k++)
-		sums[k] = 0;
-	for (int j = 0; j < RULE_BLOCK; j++) {
-		sums[0] += spi[j];
-		sums[1] += szero[j];
-		sums[2] += smax[j];
-		sums[3] += spd[j];
-		sums[4] += sd[j];
+	for (int q = 0; q < 5; q++) {
+		sums[q] = 0;
+		for (int j = 0; j < 4; j++)
+			sums[q] += lo[q][j];
+		for (int j = 0; j < 4; j++)
+			sums[q] += hi[q][j];
 	}
 }
 
@@ -161,87 +192,145 @@ static uint32_t rule_gem_bin(const uint32_t *hist, uint32_t nb, size_t *k)
 	return b;
 }
 
-/* The k-th smallest of a[0..n), all a[i] >= 0. For non-negative floats the bit patterns order
- * like the numbers, so a radix select finds it in three digits: the exponent (bits 30..23),
- * counted over all of a in RULE_GEM_WAYS interleaved histograms (runs of equal π, such as the
- * clamps 0 and π_max, would otherwise wait on each other's increments); then bits 22..11 and
- * 10..0 over the elements of the chosen bins only, compacted into tmp. A comparison quickselect
- * took several times longer, bound by mispredicted branches. hist: RULE_GEM_BINS counters. */
-static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, uint32_t *hist)
+/* What rule_gem_select learns about the values next to the k-th smallest: how many equal values
+ * come before it (rank_in_bin), and the largest smaller value (lo; 0 when there is none). */
+struct rule_gem_rank {
+	size_t rank_in_bin;
+	float lo;
+};
+
+#define RULE_GEM_SORT 32 /* a set this small after the first digit is sorted, not counted */
+
+static uint32_t rule_gem_max(uint32_t a, uint32_t b)
 {
-	uint32_t b, b2, b3, r;
-	size_t m = 0, m2 = 0, i = 0;
+	return a > b ? a : b;
+}
+
+/* Keep in tmp[0..m) the u of tmp[0..m) whose digit (u >> shift) & mask is d, the largest u of a
+ * smaller digit into *lo; returns their count. */
+static size_t rule_gem_keep(uint32_t *tmp, size_t m, int shift, uint32_t mask, uint32_t d,
+			    uint32_t *lo)
+{
+	size_t m2 = 0;
+	uint32_t mx = *lo;
+	for (size_t i = 0; i < m; i++) {
+		uint32_t u = tmp[i], dg = (u >> shift) & mask;
+		tmp[m2] = u;
+		m2 += dg == d;
+		mx = rule_gem_max(mx, dg < d ? u : 0);
+	}
+	*lo = mx;
+	return m2;
+}
+
+/* 1 if the m values in tmp are all equal (a loop that vectorises) */
+static int rule_gem_same(const uint32_t *tmp, size_t m)
+{
+	uint32_t diff = 0;
+	for (size_t i = 0; i < m; i++)
+		diff |= tmp[i] ^ tmp[0];
+	return diff == 0;
+}
+
+/* The k-th smallest of the m values in tmp by insertion sort, with rk as rule_gem_select. */
+static uint32_t rule_gem_sorted(uint32_t *tmp, size_t m, size_t k, uint32_t lo,
+				struct rule_gem_rank *rk)
+{
+	size_t e = k;
+	for (size_t i = 1; i < m; i++) {
+		uint32_t u = tmp[i];
+		size_t j = i;
+		for (; j > 0 && tmp[j - 1] > u; j--)
+			tmp[j] = tmp[j - 1];
+		tmp[j] = u;
+	}
+	while (e > 0 && tmp[e - 1] == tmp[k])
+		e--;
+	rk->rank_in_bin = k - e;
+	lo = e > 0 ? tmp[e - 1] : lo;
+	memcpy(&rk->lo, &lo, sizeof rk->lo);
+	return tmp[k];
+}
+
+/* The k-th smallest of a[0..n), all a[i] >= 0, n <= RULE_GEM_SAMPLE. For non-negative floats
+ * the bit patterns order like the numbers, so a radix select finds it in three digits: bits
+ * 30..19 (the exponent and 4 bits of mantissa), counted over all of a in RULE_GEM_WAYS
+ * interleaved 16-bit histograms (runs of equal π, such as the clamps 0 and π_max, would
+ * otherwise wait on each other's increments; 16 bits hold n/RULE_GEM_WAYS); then bits 18..8 and
+ * 7..0 over the elements of the chosen bins only, compacted into tmp (or, when few are left,
+ * sorted). A first digit of the exponent alone kept most of a for the next digits. Each pass
+ * also keeps the largest value below the chosen bin, so that an even count's second middle
+ * value needs no pass of its own. A comparison quickselect took several times longer, bound by
+ * mispredicted branches. hist: RULE_GEM_BINS counters. */
+static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, uint32_t *hist,
+			     struct rule_gem_rank *rk)
+{
+	uint16_t h1[RULE_GEM_WAYS * RULE_GEM_BINS];
+	uint32_t b = 0, b2, b3, r, lo = 0;
+	size_t m = 0, m2, i = 0;
 	float x;
 
-	memset(hist, 0, RULE_GEM_WAYS * 256 * sizeof *hist);
+	memset(h1, 0, sizeof h1);
 	for (; i + RULE_GEM_WAYS <= n; i += RULE_GEM_WAYS)
 		for (int j = 0; j < RULE_GEM_WAYS; j++)
-			hist[j * 256 + (rule_gem_bits(a[i + j]) >> 23)]++;
+			h1[j * RULE_GEM_BINS + (rule_gem_bits(a[i + j]) >> 19)]++;
 	for (; i < n; i++)
-		hist[rule_gem_bits(a[i]) >> 23]++;
-	for (int e = 0; e < 256; e++)
+		h1[rule_gem_bits(a[i]) >> 19]++;
+	/* the first bin whose count passes k, the ways summed as we go */
+	for (;; b++) {
+		size_t c = h1[b];
 		for (int j = 1; j < RULE_GEM_WAYS; j++)
-			hist[e] += hist[j * 256 + e];
-	b = rule_gem_bin(hist, 256, &k);
+			c += h1[j * RULE_GEM_BINS + b];
+		if (k < c || b == RULE_GEM_BINS - 1)
+			break;
+		k -= c;
+	}
 	for (i = 0; i < n; i++) {
 		uint32_t u = rule_gem_bits(a[i]);
 		tmp[m] = u;
-		m += (u >> 23) == b;
+		m += (u >> 19) == b;
+		lo = rule_gem_max(lo, (u >> 19) < b ? u : 0);
 	}
-	memset(hist, 0, 4096 * sizeof *hist);
-	for (i = 0; i < m; i++)
-		hist[(tmp[i] >> 11) & 4095]++;
-	b2 = rule_gem_bin(hist, 4096, &k);
-	for (i = 0; i < m; i++) {
-		uint32_t u = tmp[i];
-		tmp[m2] = u;
-		m2 += ((u >> 11) & 4095) == b2;
+	if (m <= RULE_GEM_SORT)
+		r = rule_gem_sorted(tmp, m, k, lo, rk);
+	else if (rule_gem_same(tmp, m)) {
+		/* one value, such as a clamp: the next digits would only count it again */
+		r = tmp[0];
+		rk->rank_in_bin = k;
+		memcpy(&rk->lo, &lo, sizeof rk->lo);
+	} else {
+		memset(hist, 0, 2048 * sizeof *hist);
+		for (i = 0; i < m; i++)
+			hist[(tmp[i] >> 8) & 2047]++;
+		b2 = rule_gem_bin(hist, 2048, &k);
+		m2 = rule_gem_keep(tmp, m, 8, 2047, b2, &lo);
+		memset(hist, 0, 256 * sizeof *hist);
+		for (i = 0; i < m2; i++)
+			hist[tmp[i] & 255]++;
+		b3 = rule_gem_bin(hist, 256, &k);
+		r = b << 19 | b2 << 8 | b3;
+		rk->rank_in_bin = k;
+		for (uint32_t j = b3; j-- > 0;)
+			if (hist[j]) {
+				lo = b << 19 | b2 << 8 | j;
+				break;
+			}
+		memcpy(&rk->lo, &lo, sizeof rk->lo);
 	}
-	memset(hist, 0, 2048 * sizeof *hist);
-	for (i = 0; i < m2; i++)
-		hist[tmp[i] & 2047]++;
-	b3 = rule_gem_bin(hist, 2048, &k);
-	r = b << 23 | b2 << 11 | b3;
 	memcpy(&x, &r, sizeof x);
 	return x;
-}
-
-/* How many of a[0..n) lie below hi (*below), and the largest of them (0 if none). Lanes of
- * floats count exactly to 2^24 each. */
-RULE_NOINLINE static float rule_gem_below(const float *restrict a, size_t n, float hi, size_t *below)
-{
-	float lane_max[RULE_BLOCK] = {0}, lane_n[RULE_BLOCK] = {0}, mx = 0;
-	size_t i = 0, cnt = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++) {
-			float x = a[i + j];
-			float v = x < hi ? x : 0.0f;
-			lane_n[j] += x < hi ? 1.0f : 0.0f;
-			lane_max[j] = lane_max[j] < v ? v : lane_max[j];
-		}
-	for (; i < n; i++)
-		if (a[i] < hi) {
-			cnt++;
-			mx = a[i] > mx ? a[i] : mx;
-		}
-	for (int j = 0; j < RULE_BLOCK; j++) {
-		cnt += (size_t)lane_n[j];
-		mx = lane_max[j] > mx ? lane_max[j] : mx;
-	}
-	*below = cnt;
-	return mx;
 }
 
 /* Median of a[0..n), n >= 1, all a[i] >= 0: for even n the mean of the two middle values. */
 static float rule_gem_median(const float *a, size_t n, uint32_t *tmp, uint32_t *hist)
 {
-	size_t k = n / 2, below;
-	float hi = rule_gem_select(a, n, k, tmp, hist), lo;
-	if (n % 2)
+	struct rule_gem_rank rk;
+	float hi = rule_gem_select(a, n, n / 2, tmp, hist, &rk);
+	/* the value of rank n/2 − 1 is hi itself when a value equal to hi comes before it, else
+	 * the largest value below hi */
+	if (n % 2 || rk.rank_in_bin > 0)
 		return hi;
-	/* the value of rank k − 1 is hi itself unless exactly k values lie below it */
-	lo = rule_gem_below(a, n, hi, &below);
-	return below == k ? (lo + hi) / 2 : hi;
+	return (rk.lo + hi) / 2;
 }
 
 /* Median of π over a tensor: exact up to RULE_GEM_SAMPLE elements; above that, the exact median

@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench-serve-run: real runs against gem-serve, each worker and server a process of its own.
 #   cnn: 16 cnn workers of rule gem, BENCH_RUN_STEPS (default 100) steps each: the server's CPU
-#        time per commit and its share of all the CPU the run used (server + workers).
+#        time per commit and its share of all the CPU the run used (server + workers), and the
+#        server's user and system seconds apart (system: the kernel's share, loopback TCP included).
 #   scale: 100 mlp workers, BENCH_SCALE_STEPS (default 3) steps each, against one server and
 #        against two shards (gem-serve --shard I/2): wall time, workers that failed, requests
 #        the servers refused (log "refused" events), the servers' peak RSS (the larger shard's).
@@ -58,10 +59,13 @@ run() {
 
 steps=${BENCH_RUN_STEPS:-100}
 run cnn cnn 16 "$steps" || exit 1
-echo "# cnn workers	commits	wall_s	server_cpu_s	all_cpu_s	server_cpu_us_per_commit	server_share_pct"
+echo "# cnn workers	commits	wall_s	server_cpu_s	all_cpu_s	server_cpu_us_per_commit	server_share_pct	server_user_s	server_sys_s"
 s=$(cpu "$tmp/cnn.serve0") w=$(cpu "$tmp"/cnn.w[0-9]*)
-awk -v c="$(cat "$tmp/cnn.commits")" -v wall="$(cat "$tmp/cnn.wall")" -v s="$s" -v w="$w" 'BEGIN {
-	printf "16\t%d\t%.2f\t%.2f\t%.2f\t%.0f\t%.1f\n", c, wall, s, s + w, 1e6 * s / c, 100 * s / (s + w) }'
+su=$(awk '{ printf "%.2f", $1 }' "$tmp/cnn.serve0") ss=$(awk '{ printf "%.2f", $2 }' "$tmp/cnn.serve0")
+awk -v c="$(cat "$tmp/cnn.commits")" -v wall="$(cat "$tmp/cnn.wall")" -v s="$s" -v w="$w" -v su="$su" \
+	-v ss="$ss" 'BEGIN {
+	printf "16\t%d\t%.2f\t%.2f\t%.2f\t%.0f\t%.1f\t%s\t%s\n", c, wall, s, s + w, 1e6 * s / c,
+		100 * s / (s + w), su, ss }'
 
 echo
 steps=${BENCH_SCALE_STEPS:-3}

@@ -264,11 +264,10 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	/* the servers' "worker N joined" lines would bury the table */
 	setenv("GEM_LOG", "warn", 0);
-	if (log_init("bench-serve", err) < 0) {
+	if (log_init("bench-serve", err) < 0 || httpc_global_init(err) < 0) {
 		fprintf(stderr, "bench-serve: %s\n", err);
-		return 2;
+		return 1;
 	}
-	httpc_global_init(err);
 	/* server_cpu_us: the server processes' user + system CPU per commit (of all of θ), join
 	 * to stop; decode, rule, encode: shard 0's wall time per commit of its slice */
 	printf("# rule\tshards\tclients\tcommits_per_s\tserver_cpu_us\tdecode_us\trule_us\tencode_us\n");
