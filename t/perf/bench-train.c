@@ -8,7 +8,8 @@
  * forward, and for training dW and dx where a lower layer has parameters; the peak measured
  * by an 8-wide FMA loop first) and the ratio to the same figure in $GEM_BENCH_LAST (a TSV this
  * program rewrites; make bench keeps it in build/rel/bench-last.tsv).
- * Usage: bench-train [CPU seconds per model figure, default 2] */
+ * Usage: bench-train [CPU seconds per model figure, default 2 [model]]: with a model name (mlp,
+ * cnn), only that model's figures, for a profiler (the last-run file is then left alone). */
 #include <blis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,12 +276,14 @@ int main(int argc, char **argv)
 	double secs = argc > 1 ? atof(argv[1]) : 2.0;
 	struct rng r;
 	int rc = 0;
-	if (!(secs > 0)) {
-		fprintf(stderr, "usage: bench-train [seconds]\n");
+	if (!(secs > 0) || argc > 3) {
+		fprintf(stderr, "usage: bench-train [seconds [model]]\n");
 		return 2;
 	}
 	bli_thread_set_num_threads(1);
 	rng_seed(&r, 42, 0);
+	if (argc == 3)
+		return bench_model(argv[2], secs, 0, &r) < 0;
 	double peak = fma_peak(secs / 4);
 	load_last();
 	printf("# what\tshape\tvalue\tunit\tof FMA peak\tvs last run\n");
