@@ -264,7 +264,10 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	/* the servers' "worker N joined" lines would bury the table */
 	setenv("GEM_LOG", "warn", 0);
-	log_init("bench-serve");
+	if (log_init("bench-serve", err) < 0) {
+		fprintf(stderr, "bench-serve: %s\n", err);
+		return 2;
+	}
 	httpc_global_init(err);
 	/* server_cpu_us: the server processes' user + system CPU per commit (of all of θ), join
 	 * to stop; decode, rule, encode: shard 0's wall time per commit of its slice */
