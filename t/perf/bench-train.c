@@ -291,6 +291,9 @@ int main(int argc, char **argv)
 	double gs = secs / 4;
 	bench_gemm("mlp dense0 fwd", 64, 256, 784, 0, 1, gs, &r);
 	bench_gemm("mlp dense0 dW", 256, 784, 64, 1, 0, gs, &r);
+	/* the same two as nn/layers.c's dense layer runs them at batches up to 128: all row-stored */
+	bench_gemm("mlp dense0 fwd, yᵀ = W·xᵀ", 256, 64, 784, 0, 0, gs, &r);
+	bench_gemm("mlp dense0 dW, from dyᵀ", 256, 784, 64, 0, 0, gs, &r);
 	bench_gemm("cnn conv0 fwd", 10, 36864, 25, 0, 0, gs, &r);
 	bench_gemm("cnn conv0 dW", 10, 25, 36864, 0, 1, gs, &r);
 	bench_gemm("cnn conv3 fwd", 20, 4096, 250, 0, 0, gs, &r);
