@@ -59,7 +59,7 @@ static size_t out_size(const struct layer *l, const struct layer_pass *p)
 }
 
 /* dense: x (B,IN) → y (B,OUT) = x·Wᵀ + b, W (OUT,IN), b (OUT);
- * dy (B,OUT) → dW = dyᵀ·x, db = Σ_B dy, dx (B,IN) = dy·W. */
+ * dy (B,OUT) → dW = dyᵀ·x, db = Σ_B dy, dx (B,IN) = dy·W; aux: the products' scratch. */
 static int dense_parse(struct layer *l, struct layout *lo, int classes, char *err)
 {
 	int ws[2] = {l->v[0].i, l->in.c};
@@ -68,22 +68,29 @@ static int dense_parse(struct layer *l, struct layout *lo, int classes, char *er
 	return add_weight_bias(l, lo, 2, ws, err);
 }
 
+/* aux: the scratch of layers.c's row-stored products */
+static int dense_reserve(struct layer *l, int B, size_t *dcol)
+{
+	(void)dcol;
+	return (l->aux = layer_falloc(dense_scratch_size(B, l->in.c, l->out.c), sizeof(float))) ? 0 : -1;
+}
+
 static const float *dense_fwd(struct layer *l, const float *x, struct layer_pass *p)
 {
-	dense_forward(l->y, x, p->W, p->b, p->B, l->in.c, l->out.c);
+	dense_forward(l->y, x, p->W, p->b, p->B, l->in.c, l->out.c, l->aux);
 	return l->y;
 }
 
 static float *dense_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
 {
-	dense_backward(dx, p->dW, p->db, dy, l->x, p->W, p->B, l->in.c, l->out.c);
+	dense_backward(dx, p->dW, p->db, dy, l->x, p->W, p->B, l->in.c, l->out.c, l->aux);
 	return dx;
 }
 
 static const struct layer_ops dense_ops = {
 	.name = "dense", .input = LAYER_FLAT,
 	.fields = {{"out", LAYER_INT, 1, 0, 1, 1 << 24}},
-	.parse = dense_parse, .forward = dense_fwd, .backward = dense_bwd,
+	.parse = dense_parse, .reserve = dense_reserve, .forward = dense_fwd, .backward = dense_bwd,
 };
 
 /* conv2d: x (C,B,H,W) → col (C·K·K, B·OH·OW) → y (OC,B,OH,OW) = W·col + b, W (OC,C,K,K);

@@ -44,7 +44,7 @@ struct layer {
 	int need_dx;  /* some earlier layer has parameters */
 	int view;     /* the output is the input itself (no buffer of its own) */
 	float *y;     /* output buffer, B·out floats (NULL if view) */
-	void *aux;    /* the layer's own batch buffer: im2col, argmax, dropout mask */
+	void *aux;    /* the layer's own batch buffer: im2col, argmax, dropout mask, dense scratch */
 	const float *x; /* input of the last forward */
 };
 

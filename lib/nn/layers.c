@@ -5,6 +5,9 @@
 #include <blis.h>
 #include <math.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 /* C (m,n) = A (m,k) · B (k,n) + beta·C, each with its own row and column strides. BLIS takes
  * non-const pointers but reads A and B only. */
@@ -111,17 +114,72 @@ size_t conv2d_col_size(const struct conv2d_shape *s, int B)
 	return (size_t)s->c * s->k * s->k * B * s->oh * s->ow;
 }
 
-void dense_forward(float *y, const float *x, const float *W, const float *b, int B, int in, int out)
+/* Batches of up to DENSE_SMALL_BATCH samples take a row-stored path: libblis 0.9.0's
+ * small-matrix kernels run the mlp's 784→256 products at batch 64 some 10–20% faster when A, B
+ * and C are all row-stored than with x·Wᵀ (W read by columns: dot-product kernels) or dyᵀ·x
+ * (dyᵀ read by columns) — measured in bench-train's sgemm rows and the issue-15 notes in
+ * doc/design.md. Forward then computes yᵀ = W·xᵀ from a transposed copy of x, backward
+ * dW = dyᵀ·x from a transposed copy of dy; the scratch holds both copies. */
+#define DENSE_SMALL_BATCH 128
+
+size_t dense_scratch_size(int B, int in, int out)
 {
+	size_t b = (size_t)(B < DENSE_SMALL_BATCH ? B : DENSE_SMALL_BATCH);
+	return b * ((size_t)in + (size_t)out);
+}
+
+/* t (cols,rows) = sᵀ for s (rows,cols): 4×4 tiles through SSE registers (x86-64 always has
+ * SSE), the edges and other machines one float at a time */
+static void transpose(float *restrict t, const float *restrict s, int rows, int cols)
+{
+	int r4 = 0, c4 = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+	r4 = rows / 4 * 4, c4 = cols / 4 * 4;
+	for (int c = 0; c < c4; c += 4) /* t's rows written whole, s's 4 columns read down */
+		for (int r = 0; r < r4; r += 4) {
+			const float *p = s + (size_t)r * cols + c;
+			__m128 a = _mm_loadu_ps(p), b = _mm_loadu_ps(p + cols);
+			__m128 e = _mm_loadu_ps(p + 2 * (size_t)cols), f = _mm_loadu_ps(p + 3 * (size_t)cols);
+			_MM_TRANSPOSE4_PS(a, b, e, f);
+			float *q = t + (size_t)c * rows + r;
+			_mm_storeu_ps(q, a);
+			_mm_storeu_ps(q + rows, b);
+			_mm_storeu_ps(q + 2 * (size_t)rows, e);
+			_mm_storeu_ps(q + 3 * (size_t)rows, f);
+		}
+#endif
+	for (int r = 0; r < rows; r++)
+		for (int c = r < r4 ? c4 : 0; c < cols; c++)
+			t[(size_t)c * rows + r] = s[(size_t)r * cols + c];
+}
+
+void dense_forward(float *y, const float *x, const float *W, const float *b, int B, int in, int out,
+		   float *scratch)
+{
+	if (scratch && B <= DENSE_SMALL_BATCH) {
+		float *xt = scratch, *yt = scratch + (size_t)B * in;
+		transpose(xt, x, B, in);
+		gemm(out, B, in, W, in, 1, xt, B, 1, 0.0f, yt, B, 1); /* yᵀ (OUT,B) = W·xᵀ */
+		transpose(y, yt, out, B);
+		for (int i = 0; i < B; i++)
+			add_floats(y + (size_t)i * out, b, (size_t)out); /* the product plus b, as below */
+		return;
+	}
 	for (int i = 0; i < B; i++)
 		memcpy(y + (size_t)i * out, b, sizeof *y * out); /* then y += x·Wᵀ */
 	gemm(B, out, in, x, in, 1, W, 1, in, 1.0f, y, out, 1);
 }
 
 void dense_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
-		    int B, int in, int out)
+		    int B, int in, int out, float *scratch)
 {
-	gemm(out, in, B, dy, 1, out, x, in, 1, 0.0f, dW, in, 1);
+	if (scratch && B <= DENSE_SMALL_BATCH) {
+		float *dyt = scratch + (size_t)B * in;
+		transpose(dyt, dy, B, out);
+		gemm(out, in, B, dyt, B, 1, x, in, 1, 0.0f, dW, in, 1);
+	} else {
+		gemm(out, in, B, dy, 1, out, x, in, 1, 0.0f, dW, in, 1);
+	}
 	memcpy(db, dy, sizeof *db * out);
 	for (int i = 1; i < B; i++)
 		add_floats(db, dy + (size_t)i * out, (size_t)out);

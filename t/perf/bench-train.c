@@ -8,7 +8,10 @@
  * forward, and for training dW and dx where a lower layer has parameters; the peak measured
  * by an 8-wide FMA loop first) and the ratio to the same figure in $GEM_BENCH_LAST (a TSV this
  * program rewrites; make bench keeps it in build/rel/bench-last.tsv).
- * Usage: bench-train [CPU seconds per model figure, default 2] */
+ * Usage: bench-train [CPU seconds per model figure, default 2 [model [threads]]]: with a model
+ * name (mlp, cnn), only that model's figures, for a profiler (the last-run file is then left
+ * alone); with threads T given, the kernels run on T threads (nn/layers.h) and the rates are
+ * per second of wall-clock time, which other jobs on a shared machine slow down. */
 #include <blis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +23,18 @@
 
 #include "base/err.h"
 #include "nn/conv_direct.h"
+#include "nn/layers.h"
 #include "nn/model.h"
 #include "base/rng.h"
 
-/* CPU time of this thread: other jobs on a shared machine slow the wall clock, not this. */
+/* CPU time of this thread: other jobs on a shared machine slow the wall clock, not this. With
+ * a thread count given, the wall clock. */
+static clockid_t clock_id = CLOCK_THREAD_CPUTIME_ID;
+
 static double now(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	clock_gettime(clock_id, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -275,12 +282,20 @@ int main(int argc, char **argv)
 	double secs = argc > 1 ? atof(argv[1]) : 2.0;
 	struct rng r;
 	int rc = 0;
-	if (!(secs > 0)) {
-		fprintf(stderr, "usage: bench-train [seconds]\n");
+	int threads = argc > 3 ? atoi(argv[3]) : 1;
+	if (!(secs > 0) || argc > 4 || threads < 1 || threads > 64) {
+		fprintf(stderr, "usage: bench-train [seconds [model [threads 1..64]]]\n");
 		return 2;
 	}
 	bli_thread_set_num_threads(1);
 	rng_seed(&r, 42, 0);
+	if (argc >= 3) {
+		if (argc > 3) {
+			layers_set_threads(threads);
+			clock_id = CLOCK_MONOTONIC;
+		}
+		return bench_model(argv[2], secs, 0, &r) < 0;
+	}
 	double peak = fma_peak(secs / 4);
 	load_last();
 	printf("# what\tshape\tvalue\tunit\tof FMA peak\tvs last run\n");
@@ -288,6 +303,9 @@ int main(int argc, char **argv)
 	double gs = secs / 4;
 	bench_gemm("mlp dense0 fwd", 64, 256, 784, 0, 1, gs, &r);
 	bench_gemm("mlp dense0 dW", 256, 784, 64, 1, 0, gs, &r);
+	/* the same two as nn/layers.c's dense layer runs them at batches up to 128: all row-stored */
+	bench_gemm("mlp dense0 fwd, yᵀ = W·xᵀ", 256, 64, 784, 0, 0, gs, &r);
+	bench_gemm("mlp dense0 dW, from dyᵀ", 256, 784, 64, 0, 0, gs, &r);
 	bench_gemm("cnn conv0 fwd", 10, 36864, 25, 0, 0, gs, &r);
 	bench_gemm("cnn conv0 dW", 10, 25, 36864, 0, 1, gs, &r);
 	bench_gemm("cnn conv3 fwd", 20, 4096, 250, 0, 0, gs, &r);
