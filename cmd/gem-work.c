@@ -478,8 +478,10 @@ int main(int argc, char **argv)
 		case O_TOKEN: o.token_file = optarg; break;
 		case O_CACERT: o.cacert = optarg; break;
 		case O_CODEC:
-			if (!blob_codec_known(optarg))
-				bad_usage("--codec: not one of " BLOB_CODECS ": ", optarg);
+			if (!blob_codec_known(optarg)) {
+				blob_codec_err_unknown(err, optarg);
+				bad_usage("--codec: ", err);
+			}
 			o.codec = optarg;
 			break;
 		case O_RETRY:

@@ -15,7 +15,7 @@ test_expect_success 'setup' '
 
 test_expect_code 2 'gem-work --codec with an unknown name lists the codecs' '
 	gem-work --server http://127.0.0.1:1 --codec fp8 2>err; rc=$?; cat err;
-	grep -q "raw zlib zlib+shuffle fp16" err && exit $rc
+	grep -q "did you mean fp16?); valid: raw, zlib, zlib+shuffle, fp16" err && exit $rc
 '
 test_expect_code 2 'gem-work --local takes no --codec' '
 	gem-work --local run-raw --codec fp16

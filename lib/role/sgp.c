@@ -424,8 +424,7 @@ int sgp_node_open(const struct sgp_opts *o, struct sgp_node **out, char *err)
 	s->codec_name = o->codec ? o->codec : BLOB_RAW;
 	if (!blob_codec_known(s->codec_name)) {
 		free(s);
-		return gem_errf(err, GEM_EUSAGE, "unknown codec \"%s\" (known: %s)", o->codec,
-				BLOB_CODECS);
+		return blob_codec_err_unknown(err, o->codec);
 	}
 	log_debug("pushes in codec %s", s->codec_name);
 	pthread_mutex_init(&s->mu, NULL);

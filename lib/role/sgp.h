@@ -28,7 +28,7 @@ struct sgp_opts {
 	const char *token_file; /* bearer token of every node (pushes, hellos) */
 	double retry_for;       /* seconds to wait for the peer list, a peer, a message */
 	double slowdown;        /* >= 1: each step this many times as long */
-	const char *codec;      /* blob codec of the pushes (BLOB_CODECS); NULL: raw. A lossy one
+	const char *codec;      /* blob codec of the pushes (a name of blob.h); NULL: raw. A lossy one
 				 * keeps the rounding of each share and adds it to the next */
 };
 

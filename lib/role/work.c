@@ -554,8 +554,7 @@ int work_open(const char *url, const struct work_opts *o, struct worker **out, c
 	w->codec_name = o->codec ? o->codec : BLOB_RAW;
 	if (!blob_codec_known(w->codec_name)) {
 		free(w);
-		return gem_errf(err, GEM_EUSAGE, "unknown codec \"%s\" (known: %s)", o->codec,
-				BLOB_CODECS);
+		return blob_codec_err_unknown(err, o->codec);
 	}
 	log_debug("commits and replies in codec %s", w->codec_name);
 	if ((rc = open_http(w, url, err)) < 0) {

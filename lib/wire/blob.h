@@ -19,7 +19,6 @@
 #define BLOB_ZLIB "zlib"
 #define BLOB_ZLIB_SHUFFLE "zlib+shuffle"
 #define BLOB_FP16 "fp16"
-#define BLOB_CODECS "raw zlib zlib+shuffle fp16" /* every name, for messages */
 #define BLOB_CODEC_DEFAULT BLOB_ZLIB_SHUFFLE
 #define BLOB_LEVEL_DEFAULT 1 /* level 1: fast, and within 2% of level 6's size on θ */
 #define BLOB_CODEC_MAX 16
