@@ -126,4 +126,20 @@ test_expect_success 'kill -9 of one shard: it resumes from its checkpoint, the o
 	gem-eval crash | awk "NR==2 { exit !(\$5 > 0.5) }"
 '
 
+test_expect_success 'gem-run --shards 2: two servers, the workers commit to both, one TSV' '
+	gem-run -q -n 2 --shards 2 --model tiny.json --data data --rule gem --lr 0.05 --batch 32 \
+		--seed 3 --steps 20 runs2 >runs2.tsv 2>runs2.err &&
+	cat runs2.tsv &&
+	test -s runs2/shard-0-of-2/log.jsonl && test -s runs2/shard-1-of-2/log.jsonl &&
+	test $(grep -c "\"event\":\"join\"" runs2/shard-0-of-2/log.jsonl) = 2 &&
+	test $(grep -c "\"event\":\"join\"" runs2/shard-1-of-2/log.jsonl) = 2 &&
+	awk "NR == 2 && \$2 == 40 { ok = 1 } END { exit !ok }" runs2.tsv &&
+	! test -e runs2/server.url
+'
+
+test_expect_code 2 'gem-run --shards 0 and --shards with --rule sgp: bad usage' '
+	{ gem-run -q --shards 0 bad0 2>err0; test $? = 2; } && grep -q "shards" err0 &&
+	gem-run -q --shards 2 --rule sgp bad1
+'
+
 test_done
