@@ -186,10 +186,8 @@ int main(int argc, char **argv)
 			break;
 		case O_KEEP: o.keep_running = 1; break;
 		case O_CODEC:
-			if (!blob_codec_known(optarg)) {
-				blob_codec_err_unknown(err, optarg);
+			if (blob_codec_check(optarg, err) < 0)
 				bad_usage("--codec: ", err);
-			}
 			o.codec = optarg;
 			break;
 		case O_WTO:

@@ -478,10 +478,8 @@ int main(int argc, char **argv)
 		case O_TOKEN: o.token_file = optarg; break;
 		case O_CACERT: o.cacert = optarg; break;
 		case O_CODEC:
-			if (!blob_codec_known(optarg)) {
-				blob_codec_err_unknown(err, optarg);
+			if (blob_codec_check(optarg, err) < 0)
 				bad_usage("--codec: ", err);
-			}
 			o.codec = optarg;
 			break;
 		case O_RETRY:

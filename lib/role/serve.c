@@ -780,10 +780,8 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	if ((rc = ps_open(rundir, &po, &s->ps, err)) < 0)
 		goto fail;
 	s->n = ps_nparams(s->ps);
-	if (o->codec && !blob_codec_known(o->codec)) {
-		rc = blob_codec_err_unknown(err, o->codec);
+	if (o->codec && (rc = blob_codec_check(o->codec, err)) < 0)
 		goto fail;
-	}
 	if ((rc = start_http(s, o, err)) < 0)
 		goto fail;
 	if ((rc = run_server_url_write(ps_run(s->ps), s->url, err)) < 0) {

@@ -422,9 +422,9 @@ int sgp_node_open(const struct sgp_opts *o, struct sgp_node **out, char *err)
 	s->o = *o;
 	s->id = -1;
 	s->codec_name = o->codec ? o->codec : BLOB_RAW;
-	if (!blob_codec_known(s->codec_name)) {
+	if (blob_codec_check(s->codec_name, err) < 0) {
 		free(s);
-		return blob_codec_err_unknown(err, o->codec);
+		return GEM_EUSAGE;
 	}
 	log_debug("pushes in codec %s", s->codec_name);
 	pthread_mutex_init(&s->mu, NULL);

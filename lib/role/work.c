@@ -552,9 +552,9 @@ int work_open(const char *url, const struct work_opts *o, struct worker **out, c
 	w->run.lock_fd = -1;
 	w->post.w = w;
 	w->codec_name = o->codec ? o->codec : BLOB_RAW;
-	if (!blob_codec_known(w->codec_name)) {
+	if (blob_codec_check(w->codec_name, err) < 0) {
 		free(w);
-		return blob_codec_err_unknown(err, o->codec);
+		return GEM_EUSAGE;
 	}
 	log_debug("commits and replies in codec %s", w->codec_name);
 	if ((rc = open_http(w, url, err)) < 0) {

@@ -37,10 +37,12 @@ int blob_codec_known(const char *name)
 	return name && codec_id(name) >= 0;
 }
 
-int blob_codec_err_unknown(char *err, const char *name)
+int blob_codec_check(const char *name, char *err)
 {
 	/* the names codec_id knows */
 	static const char *const names[] = {BLOB_RAW, BLOB_ZLIB, BLOB_ZLIB_SHUFFLE, BLOB_FP16};
+	if (blob_codec_known(name))
+		return 0;
 	return gem_err_unknown(err, GEM_EUSAGE, "codec", name, names, sizeof names / sizeof *names);
 }
 
@@ -274,7 +276,7 @@ int blob_encode(struct blob_codec *c, const float *v, size_t count, const char *
 		codec = BLOB_CODEC_DEFAULT;
 	id = codec_id(codec);
 	if (id < 0) {
-		blob_codec_err_unknown(err, codec);
+		blob_codec_check(codec, err);
 		gem_errprefix(err, "blob: ");
 		return GEM_EUSAGE;
 	}

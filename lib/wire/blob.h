@@ -53,8 +53,9 @@ void blob_codec_init(struct blob_codec *c);
 void blob_codec_free(struct blob_codec *c);
 /* 1 if name is a codec this build knows. */
 int blob_codec_known(const char *name);
-/* The error for a name that is no codec: the valid names, and a "did you mean". GEM_EUSAGE. */
-int blob_codec_err_unknown(char *err, const char *name);
+/* 0 if name is a codec this build knows; else GEM_EUSAGE, err naming the valid ones and
+ * guessing a typo ("did you mean"). */
+int blob_codec_check(const char *name, char *err);
 /* 1 if the named codec loses precision (fp16): what the receiver decodes is not what was sent. */
 int blob_codec_lossy(const char *name);
 /* Encode v[0..count) with codec (NULL: BLOB_CODEC_DEFAULT) at level (0-9; <0: default).

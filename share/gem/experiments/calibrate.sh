@@ -21,9 +21,7 @@
 # Environment: GEM_BIN where the gem programs are (default: PATH, then the source tree's bin/).
 set -eu
 out=${1:-build/calibrate}
-here=$(cd "$(dirname "$0")" && pwd)
-if [ -n "${GEM_BIN:-}" ]; then PATH=$GEM_BIN:$PATH
-elif ! command -v gem-run >/dev/null 2>&1; then PATH=$here/../../../bin:$PATH; fi
+. "$(dirname "$0")/common.sh"
 mkdir -p "$out/runs"
 fit=$out/fit.tsv
 printf 'model\tN\tcycles\tmedian_ms\tsigma_within\tsigma_between\tbeyond_2sd\tmax_z\n' >"$fit.tmp"

@@ -12,17 +12,9 @@
 # Environment: GEM_BIN where the gem programs are (default: PATH, then the source tree's bin/).
 set -u
 out=${1:-build/gem-vs-proxy}
-here=$(cd "$(dirname "$0")" && pwd)
-if [ -n "${GEM_BIN:-}" ]; then PATH=$GEM_BIN:$PATH
-elif ! command -v gem-run >/dev/null 2>&1; then PATH=$here/../../../bin:$PATH; fi
+. "$(dirname "$0")/common.sh"
 mkdir -p "$out/runs" "$out/rows" || exit 1
 recipe="--model cnn --data fashion-mnist --lr 0.05 --momentum 0.9 --batch 64 --epochs 1"
-
-tail_loss() {
-	sed -n '/"event"/d; s/.*"loss":\([-0-9.eE+naif]*\),.*/\1/p' "$1/log.jsonl" | tail -100 |
-		awk '{ s += $1; n++ } END { if (n) printf "%.4f", s / n; else printf "nan" }'
-}
-
 for n in ${NS:-4 8}; do
 for seed in ${SEEDS:-1 2 3}; do
 for kind in gem proxy; do

@@ -19,17 +19,9 @@
 # Environment: GEM_BIN where the gem programs are (default: PATH, then the source tree's bin/).
 set -u
 out=${1:-build/time-to-acc}
-here=$(cd "$(dirname "$0")" && pwd)
-if [ -n "${GEM_BIN:-}" ]; then PATH=$GEM_BIN:$PATH
-elif ! command -v gem-serve >/dev/null 2>&1; then PATH=$here/../../../bin:$PATH; fi
+. "$(dirname "$0")/common.sh"
 target=${TARGET:-0.85}
 mkdir -p "$out/runs" "$out/rows" || exit 1
-
-tail_loss() {
-	sed -n '/"event"/d; s/.*"loss":\([-0-9.eE+naif]*\),.*/\1/p' "$1/log.jsonl" | tail -100 |
-		awk '{ s += $1; n++ } END { if (n) printf "%.4f", s / n; else printf "nan" }'
-}
-
 one() { # RULE N SEED SLOW
 	rule=$1 n=$2 seed=$3 slow=$4
 	name=$rule-n$n-s$seed-slow$slow run=$out/runs/$rule-n$n-s$seed-slow$slow

@@ -14,18 +14,10 @@
 # Environment: GEM_BIN where the gem programs are (default: PATH, then the source tree's bin/).
 set -eu
 out=${1:-build/validate-sim}
-here=$(cd "$(dirname "$0")" && pwd)
-if [ -n "${GEM_BIN:-}" ]; then PATH=$GEM_BIN:$PATH
-elif ! command -v gem-sim >/dev/null 2>&1; then PATH=$here/../../../bin:$PATH; fi
+. "$(dirname "$0")/common.sh"
 steps=${STEPS:-300}
 mkdir -p "$out/runs" "$out/rows"
 recipe="--model cnn --data fashion-mnist --lr 0.05 --momentum 0.9 --batch 64 --epochs 1"
-
-# the mean minibatch loss of the last 100 central updates of a run's log
-tail_loss() {
-	sed -n '/"event"/d; s/.*"loss":\([-0-9.eE+naif]*\),.*/\1/p' "$1/log.jsonl" | tail -100 |
-		awk '{ s += $1; n++ } END { if (n) printf "%.4f", s / n; else printf "nan" }'
-}
 
 for rule in ${RULES:-gem downpour}; do
 for n in ${NS:-5 10 20}; do
