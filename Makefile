@@ -62,7 +62,7 @@ else
 T_RUN    = $(T_PROGS) $(T_SH)
 endif
 
-.PHONY: all check check-layers check-hosts test bench install deps deps-hosts demo clean figures experiment fuzz fuzzers
+.PHONY: all check check-layers check-hosts test bench install deps deps-hosts demo clean figures experiment experiment-real fuzz fuzzers
 .SECONDARY:
 all: $(PROGS)
 
@@ -143,6 +143,15 @@ figures: all
 experiment: all
 	GEM_BIN=$(abspath $(BIN)) GEM_SHARE_DIR=$(CURDIR)/share/gem PATH=$(abspath $(BIN)):$$PATH \
 		sh share/gem/experiments/gem-paper.sh $(or $(OUT),build/experiment)
+
+# The experiments with real worker processes (long, and they need a quiet machine: they measure
+# wall time): the simulator's calibration and its validation, time to accuracy of every rule,
+# GEM against its proxy. Each writes under $(OUT) (default build/), and each is restartable.
+experiment-real: all
+	GEM_BIN=$(abspath $(BIN)) sh share/gem/experiments/calibrate.sh $(or $(OUT),build)/calibrate
+	GEM_BIN=$(abspath $(BIN)) sh share/gem/experiments/validate-sim.sh $(or $(OUT),build)/validate-sim
+	GEM_BIN=$(abspath $(BIN)) sh share/gem/experiments/time-to-acc.sh $(or $(OUT),build)/time-to-acc
+	GEM_BIN=$(abspath $(BIN)) sh share/gem/experiments/gem-vs-proxy.sh $(or $(OUT),build)/gem-vs-proxy
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \

@@ -18,7 +18,8 @@ static void usage(FILE *f)
 	fprintf(f, "%s\n", usage_line);
 	fputs("Print one VIEW of runs' logs as gnuplot data (TSV: a header line, '# run:'\n"
 	      "comment lines, one block per run), CSV, JSON lines, or a gnuplot script. LOG is\n"
-	      "a log.jsonl, a RUNDIR (an SGP run's: its node logs), or - (stdin, the default).\n"
+	      "a log.jsonl, a RUNDIR (an SGP run's: its node logs; a sharded run's: its shards'\n"
+	      "logs), or - (stdin, the default).\n"
 	      "  loss        version, samples, loss, moving average, per central update\n"
 	      "  pi          a pi statistic per tensor over updates (gnuplot matrix nonuniform)\n"
 	      "  staleness   tau, count, fraction\n"

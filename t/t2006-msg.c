@@ -7,6 +7,8 @@
 #include "base/rng.h"
 #include "tap.h"
 
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -63,8 +65,12 @@ int main(void)
 	line = strndup(b.data, (size_t)((char *)memchr(b.data, '\n', b.len) - b.data));
 	diag("%s", line);
 	ok(strstr(line, "\"blobs\":[{\"name\":\"params\",\"codec\":\"zlib+shuffle\",\"count\":5000") &&
-		   strstr(line, "\"version\":7") && !strchr(line, ' '),
-	   "first line is compact JSON with the caller's fields and the blob list");
+		   strstr(line, "\"version\":7") && strchr(line, ' ') &&
+		   strspn(strchr(line, ' '), " ") == strlen(strchr(line, ' ')) &&
+		   line[strlen(line) - strlen(strchr(line, ' ')) - 1] == '}',
+	   "first line is compact JSON with the caller's fields and the blob list, then spaces");
+	ok((strlen(line) + 1) % MSG_ALIGN == 0 && strlen(strchr(line, ' ')) < MSG_ALIGN,
+	   "padded to the next multiple of %d bytes: %zu", MSG_ALIGN, strlen(line) + 1);
 	free(line);
 	ok(msg_parse(b.data, b.len, &m, err) == 0 && m.nblobs == 2, "parse it back: %s", err);
 	ok(json_integer_value(json_object_get(m.header, "version")) == 7 &&
@@ -72,14 +78,55 @@ int main(void)
 	   "header fields survive");
 	p = msg_find(&m, "grad");
 	ok(p && p->meta.nbytes == N * 4 && !memcmp(p->data, grad, N * 4), "raw blob bytes in place");
+	{
+		/* the padding aligns the first blob only: "grad" follows 17,933 bytes of zlib */
+		const float *view = NULL;
+		char *odd = malloc(N * 4 + 1);
+		ok(p && blob_decode_view(&c2, p->data, &p->meta, N, &view, err) == 0 && view &&
+			   !memcmp(view, grad, N * 4),
+		   "blob_decode_view of a raw blob: %s", err);
+		if (p && (uintptr_t)p->data % 4 == 0)
+			ok(view == p->data, "an aligned raw blob is used where it lies");
+		else
+			ok(view != p->data, "an unaligned raw blob is copied");
+		memcpy(odd + 1, grad, N * 4);
+		view = NULL;
+		ok(p && blob_decode_view(&c2, odd + 1, &p->meta, N, &view, err) == 0 &&
+			   view != (const float *)(const void *)(odd + 1) && (uintptr_t)view % 4 == 0 &&
+			   !memcmp(view, grad, N * 4),
+		   "an unaligned raw blob is copied to an aligned buffer: %s", err);
+		{
+			/* a message whose first blob is raw, in a malloc'd (16-aligned) buffer: the
+			 * padding keeps the blob 16-aligned */
+			struct msg_buf one = {0};
+			struct msg m1;
+			const struct msg_blob *g;
+			ok(msg_build(&one, NULL, &bl[1], 1, err) == 0 &&
+				   msg_parse(one.data, one.len, &m1, err) == 0 &&
+				   (g = msg_find(&m1, "grad")) && (uintptr_t)g->data % 16 == 0 &&
+				   blob_decode_view(&c2, g->data, &g->meta, N, &view, err) == 0 &&
+				   view == g->data,
+			   "a raw first blob is aligned and used where it lies, no copy: %s", err);
+			msg_free(&m1);
+			msg_buf_free(&one);
+		}
+		odd[1] ^= 1;
+		view = NULL;
+		ok(blob_decode_view(&c2, odd + 1, &p->meta, N, &view, err) < 0 && !view &&
+			   strstr(err, "CRC"),
+		   "a corrupted raw blob is refused, the view untouched: %s", err);
+		free(odd);
+	}
 	p = msg_find(&m, "params");
 	ok(p && blob_decode(&c, p->data, &p->meta, back, N, err) == 0 &&
 		   !memcmp(back, theta, sizeof theta),
 	   "params decode to θ: %s", err);
 	ok(!msg_find(&m, "nope"), "msg_find of a missing name is NULL");
 	msg_free(&m);
-	ok(msg_build(&b, NULL, NULL, 0, err) == 0 && b.len == 13 && !memcmp(b.data, "{\"blobs\":[]}\n", 13),
-	   "an empty message");
+	ok(msg_build(&b, NULL, NULL, 0, err) == 0 && b.len == MSG_ALIGN &&
+		   !memcmp(b.data, "{\"blobs\":[]} ", 13) && b.data[MSG_ALIGN - 2] == ' ' &&
+		   b.data[MSG_ALIGN - 1] == '\n',
+	   "an empty message: its header padded to %d bytes", MSG_ALIGN);
 	ok(msg_parse(b.data, b.len, &m, err) == 0 && m.nblobs == 0, "parses");
 	msg_free(&m);
 	bl[1] = bl[0];

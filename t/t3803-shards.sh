@@ -137,6 +137,16 @@ test_expect_success 'gem-run --shards 2: two servers, the workers commit to both
 	! test -e runs2/server.url
 '
 
+test_expect_success 'gem-plot-data of a sharded run: one series per shard, labelled' '
+	gem-plot-data loss runs2 >plot2.tsv &&
+	grep "^# run:" plot2.tsv >runs-of-plot &&
+	cat runs-of-plot &&
+	test $(wc -l <runs-of-plot) = 2 &&
+	grep -q "gem, 2 workers, shard 0/2" runs-of-plot &&
+	grep -q "gem, 2 workers, shard 1/2" runs-of-plot &&
+	gem-plot-data loss runs2/shard-1-of-2 | grep -q "^# run: gem, 2 workers, shard 1/2"
+'
+
 test_expect_code 2 'gem-run --shards 0 and --shards with --rule sgp: bad usage' '
 	{ gem-run -q --shards 0 bad0 2>err0; test $? = 2; } && grep -q "shards" err0 &&
 	gem-run -q --shards 2 --rule sgp bad1

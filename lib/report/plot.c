@@ -434,16 +434,33 @@ static int is_dir(const char *p)
 	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static int file_exists(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 /* The label of a run's log from its rule (the log's start event's, else run.json's in dir):
  * "gem, 4 workers", "local", "sgp, node 2"; -1 when dir has no run.json or no rule is known. */
 static int run_label(const char *dir, const struct plot_log *lg, char *out, size_t cap)
 {
-	char path[PATH_MAX + 16];
+	char path[PATH_MAX + 16], shard[32] = "";
+	const char *base = strrchr(dir, '/');
 	json_error_t jerr;
 	json_t *root, *rule;
 	const char *name = lg->rule[0] ? lg->rule : NULL;
+	int si, sk;
+	char tail;
 	if (run_dir_file(dir, RUN_JSON, path, sizeof path) < 0)
 		return -1;
+	base = base ? base + 1 : dir;
+	if (!file_exists(path) && sscanf(base, "shard-%d-of-%d%c", &si, &sk, &tail) == 2) {
+		/* a shard's log: run.json is the run's, one directory up */
+		snprintf(shard, sizeof shard, ", shard %d/%d", si, sk);
+		if (snprintf(path, sizeof path, "%.*s%s", (int)(base - dir), dir, RUN_JSON) >=
+		    (int)sizeof path)
+			return -1;
+	}
 	root = json_load_file(path, 0, &jerr);
 	if (!root)
 		return -1;
@@ -457,17 +474,12 @@ static int run_label(const char *dir, const struct plot_log *lg, char *out, size
 	else if (name && lg->node >= 0)
 		snprintf(out, cap, "%s, node %lld", name, (long long)lg->node);
 	else if (name)
-		snprintf(out, cap, "%s, %zu worker%s", name, lg->nworkers, lg->nworkers == 1 ? "" : "s");
+		snprintf(out, cap, "%s, %zu worker%s%s", name, lg->nworkers,
+			 lg->nworkers == 1 ? "" : "s", shard);
 	else
 		log_debug("%s: no rule name, labelling the run by its log", path);
 	json_decref(root);
 	return name ? 0 : -1;
-}
-
-static int file_exists(const char *p)
-{
-	struct stat st;
-	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err)
@@ -475,6 +487,8 @@ int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err)
 	char p[PATH_MAX], name[64];
 	char **v = NULL;
 	size_t k = 0, cap = 0;
+	int ns;
+	p[0] = 0;
 	*paths = NULL;
 	*n = 0;
 	if (is_dir(arg) && run_dir_file(arg, RUN_LOG, p, sizeof p) == 0 && !file_exists(p)) {
@@ -483,6 +497,17 @@ int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err)
 			snprintf(name, sizeof name, RUN_NODE_LOG, i);
 			if (run_dir_file(arg, name, p, sizeof p) < 0 || !file_exists(p))
 				break;
+			if (grow(&v, &cap, k + 1, sizeof *v) < 0 || !(v[k] = strdup(p)))
+				goto nomem;
+			k++;
+		}
+	}
+	if (k == 0 && is_dir(arg) && !file_exists(p) && (ns = run_shards(arg, err)) > 0) {
+		/* no log.jsonl: a sharded run's, one per shard (shard-I-of-K/log.jsonl) */
+		for (int i = 0; i < ns; i++) {
+			snprintf(name, sizeof name, RUN_SHARD_DIR "/" RUN_LOG, i, ns);
+			if (run_dir_file(arg, name, p, sizeof p) < 0 || !file_exists(p))
+				continue;
 			if (grow(&v, &cap, k + 1, sizeof *v) < 0 || !(v[k] = strdup(p)))
 				goto nomem;
 			k++;

@@ -44,7 +44,6 @@ struct slot {
 	struct server *s;
 	pthread_mutex_t lock;
 	int refs;
-	float *in;
 	struct reply_buf *rb[SLOT_REPLIES]; /* made when first needed (the first at the join) */
 	struct blob_codec codec;
 	struct msg_buf head; /* a raw reply's first line */
@@ -147,7 +146,6 @@ static void slot_free(struct slot *w)
 		msg_buf_free(&w->rb[i]->msg);
 		free(w->rb[i]);
 	}
-	free(w->in);
 	blob_codec_free(&w->codec);
 	msg_buf_free(&w->head);
 	pthread_mutex_destroy(&w->lock);
@@ -164,9 +162,7 @@ static struct slot *slot_get(struct server *s, int id, char *err)
 		return w;
 	}
 	w = calloc(1, sizeof *w);
-	if (!w || !(w->in = malloc(sizeof(float) * s->n)) || !(w->rb[0] = reply_buf_new(w, s->n))) {
-		if (w)
-			free(w->in);
+	if (!w || !(w->rb[0] = reply_buf_new(w, s->n))) {
 		free(w);
 		gem_errf(err, GEM_ENOMEM, "out of memory for worker %d", id);
 		return NULL;
@@ -466,7 +462,7 @@ static int wait_round(struct server *s, int worker, uint64_t round)
 	return ps_version(s->ps) == round ? -1 : 0;
 }
 
-/* The core's part of a commit whose update is decoded in w->in: FIFO, apply, wait for the round;
+/* The core's part of a commit whose update is decoded and checked (c->update): FIFO, apply, wait for the round;
  * *bp gets a reply buffer holding the reply vector (unless the commit fails). */
 static int commit_apply(struct server *s, struct ps_commit *c, struct slot *w, struct ps_reply *r,
 			struct reply_buf **bp, double *t_rule, char *err)
@@ -511,17 +507,18 @@ static void time_commit(struct server *s, double decode, double rule, double enc
 	pthread_mutex_unlock(&s->tmu);
 }
 
-/* Decode and check the update of m into w->in (w->lock held): 0, or a refusal sent. */
+/* Decode and check the update of m (w->lock held): *u is where it lies in the request (a raw
+ * update) or in w's codec buffer; 0, or a refusal sent. */
 static int commit_decode(struct server *s, struct httpd_req *req, const struct msg *m,
-			 struct slot *w, int id)
+			 struct slot *w, int id, const float **u)
 {
 	char err[GEM_ERRMAX];
 	const struct msg_blob *blob = msg_find(m, "update");
 	if (!blob)
 		return refuse(s, id, req, 400, "bad_message", "no blob named \"update\""), -1;
-	if (blob_decode(&w->codec, blob->data, &blob->meta, w->in, s->n, err) < 0)
+	if (blob_decode_view(&w->codec, blob->data, &blob->meta, s->n, u, err) < 0)
 		return refuse(s, id, req, 400, "bad_blob", err), -1;
-	if (ps_check_update(s->ps, w->in, err) < 0)
+	if (ps_check_update(s->ps, *u, err) < 0)
 		return refuse(s, id, req, 400, "non_finite", err), -1;
 	return 0;
 }
@@ -561,13 +558,12 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	}
 	pthread_mutex_lock(&w->lock);
 	t0 = cli_now();
-	if (commit_decode(s, req, &m, w, c.worker) < 0) {
+	if (commit_decode(s, req, &m, w, c.worker, &c.update) < 0) {
 		pthread_mutex_unlock(&w->lock);
 		slot_put(s, w);
 		msg_free(&m);
 		return 0;
 	}
-	c.update = w->in;
 	c.checked = 1;
 	t1 = cli_now();
 	st = commit_apply(s, &c, w, &r, &b, &t_rule, err);

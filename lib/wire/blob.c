@@ -4,6 +4,7 @@
 #include <libdeflate.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -342,8 +343,9 @@ static int inflate_exact(struct blob_codec *c, const unsigned char *in, size_t i
 	return 0;
 }
 
-int blob_decode(struct blob_codec *c, const void *in, const struct blob_meta *meta, float *v,
-		size_t count, char *err)
+/* Decode and check in: *raw is the decoded bytes (in itself for a raw blob, else c's buffer). */
+static int decode_checked(struct blob_codec *c, const void *in, const struct blob_meta *meta,
+			  size_t count, const unsigned char **rawp, char *err)
 {
 	size_t len = count * 4;
 	const unsigned char *raw;
@@ -397,7 +399,36 @@ int blob_decode(struct blob_codec *c, const void *in, const struct blob_meta *me
 	if (crc != meta->crc32)
 		return gem_errf(err, GEM_EFAIL, "blob: CRC mismatch (data %08x, header %08x)", crc,
 				meta->crc32);
-	if (len)
-		memcpy(v, raw, len);
+	*rawp = raw;
+	return 0;
+}
+
+int blob_decode(struct blob_codec *c, const void *in, const struct blob_meta *meta, float *v,
+		size_t count, char *err)
+{
+	const unsigned char *raw;
+	int rc = decode_checked(c, in, meta, count, &raw, err);
+	if (rc < 0)
+		return rc;
+	if (count)
+		memcpy(v, raw, count * 4);
+	return 0;
+}
+
+int blob_decode_view(struct blob_codec *c, const void *in, const struct blob_meta *meta,
+		     size_t count, const float **out, char *err)
+{
+	const unsigned char *raw;
+	int rc = decode_checked(c, in, meta, count, &raw, err);
+	if (rc < 0)
+		return rc;
+	if ((uintptr_t)raw % _Alignof(float)) {
+		if (reserve(&c->tmp, &c->tmp_cap, count * 4) < 0)
+			return gem_errf(err, GEM_ENOMEM, "blob: out of memory (%zu bytes)",
+					count * 4);
+		memcpy(c->tmp, raw, count * 4);
+		raw = c->tmp;
+	}
+	*out = (const float *)(const void *)raw;
 	return 0;
 }

@@ -79,4 +79,9 @@ int blob_encode_feedback(struct blob_codec *c, const float *v, float *resid, siz
  * count, the encoded and decoded sizes and the CRC; on any failure v is left untouched. */
 int blob_decode(struct blob_codec *c, const void *in, const struct blob_meta *meta, float *v,
 		size_t count, char *err);
+/* blob_decode without a copy where none is needed: *out is the raw blob's own bytes when they
+ * are float-aligned (in a message of msg_build's, they are), else c's buffer holding the
+ * decoded values, valid until c's next use. The same checks; on failure *out is untouched. */
+int blob_decode_view(struct blob_codec *c, const void *in, const struct blob_meta *meta,
+		     size_t count, const float **out, char *err);
 #endif

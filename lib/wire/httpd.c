@@ -26,6 +26,10 @@
 #define HTTPD_MAX_BODY (64u << 20)
 #define HTTPD_TIMEOUT_S 30
 #define HTTPD_MAX_CONNS 512
+/* libmicrohttpd's memory per connection (default 32 KiB), about half of it its read buffer: a
+ * 655 KB commit then arrives in ~5 reads of ~128 KiB, not ~40 of 16 KiB (the pages are touched
+ * only as they are used) */
+#define HTTPD_CONN_POOL ((size_t)256 << 10)
 /* Connections past max_conns that libmicrohttpd still admits: an evicted connection holds its
  * place until its thread has seen the shutdown. */
 #define HTTPD_EVICT_SLACK 64
@@ -731,6 +735,7 @@ int httpd_start(const struct httpd_config *c, struct httpd **out, char *err)
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
 		MHD_OPTION_CONNECTION_TIMEOUT, d->timeout_s,
 		MHD_OPTION_CONNECTION_LIMIT, d->max_conns + HTTPD_EVICT_SLACK,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTPD_CONN_POOL,
 		MHD_OPTION_NOTIFY_CONNECTION, httpd_notify_conn, d,
 		MHD_OPTION_UNESCAPE_CALLBACK, httpd_unescape, d,
 		MHD_OPTION_NOTIFY_COMPLETED, httpd_request_done, d,

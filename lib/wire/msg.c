@@ -51,7 +51,7 @@ int msg_build_head(struct msg_buf *b, json_t *header, const struct msg_blob *blo
 		   char *err)
 {
 	json_t *h, *arr;
-	size_t need;
+	size_t need, pad;
 	int rc;
 	b->len = 0;
 	if (header && !json_is_object(header))
@@ -101,8 +101,12 @@ int msg_build_head(struct msg_buf *b, json_t *header, const struct msg_blob *blo
 	if (need + 1 > MSG_HEAD_MAX)
 		return gem_errf(err, GEM_EUSAGE, "message: header of %zu bytes is too large",
 				need);
-	b->data[need] = '\n';
-	b->len = need + 1;
+	pad = (MSG_ALIGN - (need + 1) % MSG_ALIGN) % MSG_ALIGN;
+	if (need + pad + 1 > b->cap && buf_reserve(b, need + pad + 1) < 0)
+		return gem_errf(err, GEM_ENOMEM, "message: out of memory");
+	memset(b->data + need, ' ', pad);
+	b->data[need + pad] = '\n';
+	b->len = need + pad + 1;
 	return 0;
 }
 

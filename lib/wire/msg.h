@@ -15,6 +15,10 @@
 #define MSG_HEAD_MAX (1 << 20) /* a first line longer than this is refused */
 #define MSG_PARAMS "params"    /* the name of the parameter blob */
 #define MSG_CONTENT_TYPE "application/x-gem-message" /* a message's HTTP media type */
+/* The first line is padded with spaces to a multiple of this many bytes, so that the first
+ * blob starts aligned wherever the message starts aligned: a reader can use a raw blob where
+ * it lies (blob_decode_view) */
+#define MSG_ALIGN 64
 
 /* One blob of a message: its name, its description, and its encoded bytes. */
 struct msg_blob {

@@ -12,10 +12,13 @@
 # final training loss (mean minibatch loss of the last 100 central updates) and the wall time.
 # gem-eval shares the machine with the workers (one evaluation of 10000 test samples every
 # INTERVAL seconds, default 2, when the version changed), which slows every rule alike.
-# Writes OUTDIR/runs.tsv and OUTDIR/summary.tsv (mean and sd over the seeds). Restartable: a run
-# whose row exists is skipped. Defaults: RULES="gem downpour dynsgd easgd dcasgd sync dma",
-# NS="4 8 16", SEEDS="1 2 3", SLOW="1 4". SGP (gem-run --rule sgp) has no server to follow and is
-# not measured here.
+# The rules sgp and overlap-sgp run N SGP nodes instead (gem-work --rule sgp, node 0 slowed the
+# same way), and their accuracy is that of the nodes' average (gem-eval --nodes), sampled every
+# INTERVAL seconds: their seconds_to_TARGET count from the nodes' start, not from a first join.
+# Writes OUTDIR/runs.tsv, OUTDIR/summary.tsv (mean and sd over the seeds) and the figures
+# OUTDIR/acc-slow1.png, acc-slow4.png (test accuracy against time, seed 1). Restartable: a run
+# whose row exists is skipped. Defaults: RULES="gem downpour dynsgd easgd dcasgd sync dma sgp
+# overlap-sgp", NS="4 8 16", SEEDS="1 2 3", SLOW="1 4".
 # Environment: GEM_BIN where the gem programs are (default: PATH, then the source tree's bin/).
 set -u
 out=${1:-build/time-to-acc}
@@ -29,8 +32,10 @@ one() { # RULE N SEED SLOW
 	[ -s "$row" ] && return 0
 	rm -rf "$run" "$run".*
 	echo "time-to-acc: $name ($(date +%T))" >&2
-	gem-init -q --model cnn --data fashion-mnist --rule "$rule" --lr "${LR:-0.05}" --momentum 0.9 \
+	case $rule in *sgp) r= ;; *) r="--rule $rule" ;; esac
+	gem-init -q --model cnn --data fashion-mnist $r --lr "${LR:-0.05}" --momentum 0.9 \
 		--batch 64 --epochs 1 --seed "$seed" --workers "$n" "$run" 2>"$run.err" || return 1
+	case $rule in *sgp) one_sgp; return ;; esac
 	t0=$(date +%s.%N)
 	gem-serve --listen 127.0.0.1:0 "$run" >/dev/null 2>>"$run.err" &
 	spid=$!
@@ -53,7 +58,7 @@ one() { # RULE N SEED SLOW
 	gem-eval "$run" >"$run.eval" 2>>"$run.err" || st=failed
 	awk -v rule="$rule" -v n="$n" -v seed="$seed" -v slow="$slow" -v st="$st" -v target="$target" \
 		-v loss="$(tail_loss "$run")" -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" '
-		FNR == 1 { f++ } /^#/ { next }
+		FNR == 1 { f = FILENAME == ARGV[1] ? 1 : 2 } /^#/ { next }
 		f == 1 && $5 >= target && tt == "" { tt = $1 }
 		f == 2 { tl = $4; ta = $5 }
 		END { printf "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n", rule, n, seed, slow, st,
@@ -62,10 +67,63 @@ one() { # RULE N SEED SLOW
 	cat "$row" >&2
 }
 
+# one_sgp (inside one): N SGP nodes on RUN, their average sampled while they train; the row.
+one_sgp() {
+	t0=$(date +%s.%N)
+	i=0 wpids= ov=
+	[ "$rule" = overlap-sgp ] && ov=--overlap
+	while [ $i -lt "$n" ]; do
+		s=1; [ $i = 0 ] && s=$slow
+		gem-work -q --rule sgp --run "$run" --listen 127.0.0.1:0 --node $i --peers-file "$run/peers" \
+			$ov --slowdown "$s" ${STEPS:+--steps "$STEPS"} >"$run/node-$i.url" 2>>"$run.err" &
+		wpids="$wpids $!"
+		i=$((i + 1))
+	done
+	i=0
+	while [ $i -lt "$n" ]; do
+		k=0
+		until [ -s "$run/node-$i.url" ]; do
+			k=$((k + 1)); [ $k -le 600 ] || { echo "time-to-acc: $name: node $i did not start" >&2; break; }
+			sleep 0.1
+		done
+		head -1 "$run/node-$i.url"
+		i=$((i + 1))
+	done >"$run/peers.tmp"
+	mv "$run/peers.tmp" "$run/peers"
+	urls=$(paste -sd, "$run/peers")
+	while sleep "${INTERVAL:-2}"; do
+		gem-eval --retry-for 1 --nodes "$urls" 2>/dev/null |
+			awk -F'\t' -v t0="$t0" -v t="$(date +%s.%N)" '$1 == "average" { print t - t0 "\t" $2 "\t" $3 "\t" $4 "\t" $5 }' ||
+			break
+	done >"$run.follow" &
+	fpid=$!
+	st=ok
+	for p in $wpids; do wait "$p" || st=failed; done
+	kill $fpid 2>/dev/null
+	wait $fpid 2>/dev/null
+	t1=$(date +%s.%N)
+	gem-eval --nodes "$run" >"$run.eval" 2>>"$run.err" || st=failed
+	# the final training loss: the mean over the nodes of each node's last 100 minibatch losses
+	loss=$(for f in "$run"/node-*.jsonl; do
+			sed -n '/"event"/d; s/.*"loss":\([-0-9.eE+naif]*\),.*/\1/p' "$f" | tail -100 |
+				awk '{ s += $1; k++ } END { if (k) print s / k }'
+		done | awk '{ s += $1; k++ } END { if (k) printf "%.4f", s / k; else printf "nan" }')
+	awk -v rule="$rule" -v n="$n" -v seed="$seed" -v slow="$slow" -v st="$st" -v target="$target" \
+		-v loss="$loss" -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" '
+		FNR == 1 { f = FILENAME == ARGV[1] ? 1 : 2 }
+		f == 1 && $5 >= target && tt == "" { tt = $1 }
+		f == 2 && $1 == "average" { tl = $4; ta = $5 }
+		END { if (tt == "" && ta >= target) tt = wall	# the end of the run is the last sample
+		 printf "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n", rule, n, seed, slow, st,
+			tt == "" ? "-" : sprintf("%.3f", tt), ta, tl, loss, wall }' \
+		"$run.follow" "$run.eval" >"$row.tmp" && mv "$row.tmp" "$row"
+	cat "$row" >&2
+}
+
 for slow in ${SLOW:-1 4}; do
 for n in ${NS:-4 8 16}; do
 for seed in ${SEEDS:-1 2 3}; do
-for rule in ${RULES:-gem downpour dynsgd easgd dcasgd sync dma}; do
+for rule in ${RULES:-gem downpour dynsgd easgd dcasgd sync dma sgp overlap-sgp}; do
 	one "$rule" "$n" "$seed" "$slow" || echo "time-to-acc: $rule-n$n-s$seed-slow$slow failed" >&2
 done; done; done; done
 
@@ -82,3 +140,28 @@ awk -F'\t' 'NR > 1 && $5 == "ok" { k = $1 "\t" $2 "\t" $4; c[k]++; a[k] += $7; a
   cat "$out/s.tmp"; } >"$out/summary.tsv"
 rm -f "$out/s.tmp"
 cat "$out/summary.tsv"
+
+# Figures: test accuracy against seconds of training, one panel per N, seed FIGSEED (default 1):
+# OUTDIR/acc-slow1.png, acc-slow4.png (one per slowdown).
+command -v gnuplot >/dev/null 2>&1 || exit 0
+for slow in ${SLOW:-1 4}; do
+	{
+		set -- ${NS:-4 8 16}
+		echo "set term pngcairo size $((460 * $#)),440 font ',10'"
+		echo "set output '$out/acc-slow$slow.png'"
+		echo "set multiplot layout 1,$#"
+		echo "set grid; set key bottom right; set yrange [0.6:0.9]"
+		echo "set xlabel 'seconds of training'; set ylabel 'test accuracy'"
+		for n in "$@"; do
+			plot=
+			for rule in ${RULES:-gem downpour dynsgd easgd dcasgd sync dma sgp overlap-sgp}; do
+				f=$out/runs/$rule-n$n-s${FIGSEED:-1}-slow$slow.follow
+				[ -s "$f" ] && plot="$plot${plot:+, }'$f' using 1:5 with steps title '$rule'"
+			done
+			title="N = $n"; [ "$slow" = 1 ] || title="$title, worker 0 ${slow}x slower"
+			echo "set title '$title'"
+			if [ -n "$plot" ]; then echo "plot $plot"; else echo "plot 0 notitle"; fi
+		done
+		echo "unset multiplot"
+	} | gnuplot 2>>"$out/gnuplot.err"
+done
