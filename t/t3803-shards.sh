@@ -137,6 +137,25 @@ test_expect_success 'gem-run --shards 2: two servers, the workers commit to both
 	! test -e runs2/server.url
 '
 
+test_expect_success 'gem-eval --follow RUNDIR of a sharded run: whole θs while it trains, the final one last' '
+	gem-init -q --model tiny.json --data data --rule gem --workers 1 --lr 0.05 --batch 32 \
+		--seed 5 fol &&
+	for i in 0 1; do
+		gem-serve --listen 127.0.0.1:0 --shard $i/2 fol >/dev/null 2>fol.serve$i.err &
+		test_bg $!
+	done &&
+	wait_for_file fol/shard-0-of-2/server.url && wait_for_file fol/shard-1-of-2/server.url &&
+	gem-eval --follow fol --interval 0.1 >fol.tsv 2>fol.eval.err &
+	fpid=$! && test_bg $fpid &&
+	gem-work -q --server fol --steps 400 --slowdown 3 2>fol.work.err &&
+	wait_exit $fpid 30 &&
+	cat fol.tsv fol.eval.err &&
+	test $(grep -vc "^#" fol.tsv) -ge 3 &&
+	awk "!/^#/ { if (\$2 < last) exit 1; last = \$2 }" fol.tsv &&
+	tail -1 fol.tsv | cut -f2- >fol.last && gem-eval fol | tail -1 | cut -f2- >fol.final &&
+	cmp fol.last fol.final && grep -q "^400	" fol.final
+'
+
 test_expect_success 'gem-plot-data of a sharded run: one series per shard, labelled' '
 	gem-plot-data loss runs2 >plot2.tsv &&
 	grep "^# run:" plot2.tsv >runs-of-plot &&

@@ -453,68 +453,198 @@ static int follow_away(struct follower *w, char *err)
 	return follower_connect(w, url, err) < 0 ? GEM_EFAIL : 2;
 }
 
+/* One round of a follow: < 0 an error that ends it, 0 to poll again after *wait seconds, 1 when
+ * the server has stopped (follow_final next), 2 when the local training followed has ended
+ * (follow_local next). */
+static int follow_step(struct follower *w, double *wait, char *err)
+{
+	const struct eval_follow *f = w->f;
+	double t0 = cli_now();
+	int rc, moved;
+
+	*wait = 0;
+	if ((rc = follow_local_poll(w, err)) < 0)
+		return rc;
+	if (rc == 2)
+		return 2;
+	if (rc == 0) {
+		if ((rc = follow_poll(w, err)) < 0)
+			return rc;
+		if (rc == 2)
+			return 1;
+	}
+	if (rc == 1) {
+		w->away_since = -1;
+		*wait = f->interval - (cli_now() - t0);
+		return 0;
+	}
+	if ((moved = follow_away(w, err)) < 0)
+		return moved;
+	if (moved == 1)
+		return 1;
+	if (moved == 2)
+		return 0;
+	if (w->away_since < 0)
+		w->away_since = t0;
+	if (cli_now() - w->away_since >= f->retry_for) {
+		if (!w->r.http)
+			return gem_errf(err, GEM_EFAIL, "%s: no server running (waited %g s): %s",
+					f->rundir, f->retry_for, w->away_why);
+		if (!w->connected)
+			return gem_errf(err, GEM_EFAIL, "server %s unreachable for %g s: %s", w->url,
+					f->retry_for, w->away_why);
+		return gem_errf(err, GEM_EFAIL,
+				"server %s went away without stopping (unreachable for %g s: %s)",
+				w->url, f->retry_for, w->away_why);
+	}
+	*wait = f->interval < HEALTH_MAX_WAIT ? f->interval : HEALTH_MAX_WAIT;
+	return 0;
+}
+
+/* ---- following a sharded run ---- */
+
+/* The shards' followers report to this: each shard's last progress (its slice of θ is in
+ * place), and whether one moved since the caller last looked. */
+struct shard_news {
+	struct run_progress p[SHARD_MAX];
+	int have[SHARD_MAX];
+	int changed;
+};
+
+struct shard_ctx {
+	struct shard_news *news;
+	int i;
+};
+
+static int shard_got(void *ctx, const struct run_progress *p, char *err)
+{
+	struct shard_ctx *c = ctx;
+	(void)err;
+	c->news->p[c->i] = *p;
+	c->news->have[c->i] = 1;
+	c->news->changed = 1;
+	return 0;
+}
+
+/* Follow the K shard servers of a sharded RUNDIR (gem-serve --shard I/K), each as a run of its
+ * own in RUNDIR/shard-I-of-K/ into its slice of θ; f->fn gets the whole θ once every shard has
+ * been seen, and again whenever the slowest shard's version moves: the progress is the merged
+ * view of run_params_load_merged (the slowest shard's version and samples, the longest
+ * elapsed time). Ends when every shard has ended, with the final checkpoints. */
+static int follow_shards(const struct eval_follow *f, int k, char *err)
+{
+	struct shards {
+		struct follower w[SHARD_MAX];
+		struct eval_follow fk[SHARD_MAX];
+		struct shard_ctx cx[SHARD_MAX];
+		char dirs[SHARD_MAX][PATH_MAX];
+		struct shard_news news;
+		int done[SHARD_MAX];
+	} *sh = calloc(1, sizeof *sh);
+	struct follower *w;
+	struct eval_follow *fk;
+	struct shard_ctx *cx;
+	struct shard_news *newsp;
+	char (*dirs)[PATH_MAX], name[64];
+	int *done, ndone = 0, have_last = 0, rc = 0;
+	uint64_t last = 0;
+
+	if (!sh)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	w = sh->w, fk = sh->fk, cx = sh->cx, dirs = sh->dirs, done = sh->done, newsp = &sh->news;
+	for (int i = 0; i < k; i++) {
+		struct shard s = shard_of(f->n, i, k);
+		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+		if (run_dir_file(f->rundir, name, dirs[i], sizeof dirs[i]) < 0)
+		{
+			free(sh);
+			return gem_errf(err, GEM_EUSAGE, "%s: path too long", f->rundir);
+		}
+		fk[i] = *f;
+		fk[i].url = NULL;
+		fk[i].rundir = dirs[i];
+		fk[i].theta = f->theta + s.off;
+		fk[i].n = s.len;
+		fk[i].fn = shard_got;
+		cx[i] = (struct shard_ctx){newsp, i};
+		fk[i].ctx = &cx[i];
+		w[i].f = &fk[i];
+		w[i].away_since = -1;
+		blob_codec_init(&w[i].r.codec);
+	}
+	while (ndone < k) {
+		double wait = f->interval, wi;
+		for (int i = 0; i < k; i++) {
+			if (done[i])
+				continue;
+			rc = follow_step(&w[i], &wi, err);
+			if (rc == 1)
+				rc = follow_final(&w[i], err) < 0 ? -1 : 1;
+			else if (rc == 2)
+				rc = follow_local(&w[i], err) < 0 ? -1 : 2;
+			if (rc < 0) {
+				gem_errprefix(err, "shard %d/%d: ", i, k);
+				rc = GEM_EFAIL;
+				goto out;
+			}
+			if (rc) {
+				done[i] = 1;
+				ndone++;
+			} else if (wi < wait) {
+				wait = wi;
+			}
+		}
+		rc = 0;
+		if (newsp->changed) {
+			struct run_progress m = newsp->p[0];
+			int all = 1;
+			for (int i = 0; i < k; i++) {
+				all &= newsp->have[i];
+				if (newsp->p[i].version < m.version)
+					m.version = newsp->p[i].version;
+				if (newsp->p[i].samples < m.samples)
+					m.samples = newsp->p[i].samples;
+				if (newsp->p[i].elapsed > m.elapsed)
+					m.elapsed = newsp->p[i].elapsed;
+			}
+			newsp->changed = 0;
+			if (all && (!have_last || m.version != last)) {
+				have_last = 1;
+				last = m.version;
+				if ((rc = f->fn(f->ctx, &m, err)) < 0)
+					goto out;
+			}
+		}
+		if (ndone < k)
+			eval_sleep(wait);
+	}
+out:
+	for (int i = 0; i < k; i++)
+		eval_remote_close(&w[i].r);
+	free(sh);
+	return rc;
+}
+
 int eval_follow_run(const struct eval_follow *f, char *err)
 {
 	struct follower w;
+	double wait;
 	int rc;
 
+	if (f->rundir && !f->url && (rc = run_shards(f->rundir, err)) != 0)
+		return rc < 0 ? rc : follow_shards(f, rc, err);
 	memset(&w, 0, sizeof w);
 	w.f = f;
 	w.away_since = -1;
 	blob_codec_init(&w.r.codec);
 	if (f->url && (rc = follower_connect(&w, f->url, err)) < 0)
 		goto out;
-	for (;;) {
-		double t0 = cli_now(), wait;
-		if ((rc = follow_local_poll(&w, err)) < 0)
-			goto out;
-		if (rc == 2) {
-			rc = follow_local(&w, err); /* the last checkpoint, if new */
-			goto out;
-		}
-		if (rc == 1) {
-			w.away_since = -1;
-			eval_sleep(f->interval - (cli_now() - t0));
-			continue;
-		}
-		if ((rc = follow_poll(&w, err)) < 0)
-			goto out;
-		if (rc == 2)
-			break;
-		if (rc == 1) {
-			w.away_since = -1;
-			wait = f->interval - (cli_now() - t0);
-		} else {
-			int moved = follow_away(&w, err);
-			if (moved < 0) {
-				rc = moved;
-				goto out;
-			}
-			if (moved == 1)
-				break;
-			if (moved == 2)
-				continue;
-			if (w.away_since < 0)
-				w.away_since = t0;
-			if (cli_now() - w.away_since >= f->retry_for) {
-				if (!w.r.http)
-					rc = gem_errf(err, GEM_EFAIL, "%s: no server running (waited %g s): %s",
-						      f->rundir, f->retry_for, w.away_why);
-				else if (!w.connected)
-					rc = gem_errf(err, GEM_EFAIL, "server %s unreachable for %g s: %s",
-						      w.url, f->retry_for, w.away_why);
-				else
-					rc = gem_errf(err, GEM_EFAIL,
-						      "server %s went away without stopping (unreachable for "
-						      "%g s: %s)",
-						      w.url, f->retry_for, w.away_why);
-				goto out;
-			}
-			wait = f->interval < HEALTH_MAX_WAIT ? f->interval : HEALTH_MAX_WAIT;
-		}
+	while ((rc = follow_step(&w, &wait, err)) == 0)
 		eval_sleep(wait);
-	}
-	rc = follow_final(&w, err);
+	if (rc == 1)
+		rc = follow_final(&w, err);
+	else if (rc == 2)
+		rc = follow_local(&w, err); /* the last checkpoint, if new */
 out:
 	eval_remote_close(&w.r);
 	return rc;

@@ -111,6 +111,8 @@ struct eval_follow {
  * URL (a restarted server) is followed. A rundir trained without a server (gem-work --local:
  * eval_run_active, no server.url) has its checkpoints followed: each new version of
  * RUNDIR/params.gem goes to fn, and once the training has exited, the last one if new; then
- * 0 is returned. */
+ * 0 is returned. A sharded rundir (run_shards) has each shard's server followed so, into its
+ * slice of θ: fn gets the whole θ once every shard has been seen and whenever the slowest
+ * shard's version moves, with the merged progress of run_params_load_merged. */
 int eval_follow_run(const struct eval_follow *f, char *err);
 #endif
