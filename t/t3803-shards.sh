@@ -141,12 +141,12 @@ test_expect_success 'gem-eval --follow RUNDIR of a sharded run: whole θs while 
 	gem-init -q --model tiny.json --data data --rule gem --workers 1 --lr 0.05 --batch 32 \
 		--seed 5 fol &&
 	for i in 0 1; do
-		gem-serve --listen 127.0.0.1:0 --shard $i/2 fol >/dev/null 2>fol.serve$i.err &
-		test_bg $!
+		{ gem-serve --listen 127.0.0.1:0 --shard $i/2 fol >/dev/null 2>fol.serve$i.err &
+		  test_bg $!; } || return 1
 	done &&
 	wait_for_file fol/shard-0-of-2/server.url && wait_for_file fol/shard-1-of-2/server.url &&
-	gem-eval --follow fol --interval 0.1 >fol.tsv 2>fol.eval.err &
-	fpid=$! && test_bg $fpid &&
+	{ gem-eval --follow fol --interval 0.1 >fol.tsv 2>fol.eval.err & fpid=$!; } &&
+	test_bg $fpid &&
 	gem-work -q --server fol --steps 400 --slowdown 3 2>fol.work.err &&
 	wait_exit $fpid 30 &&
 	cat fol.tsv fol.eval.err &&
@@ -154,6 +154,25 @@ test_expect_success 'gem-eval --follow RUNDIR of a sharded run: whole θs while 
 	awk "!/^#/ { if (\$2 < last) exit 1; last = \$2 }" fol.tsv &&
 	tail -1 fol.tsv | cut -f2- >fol.last && gem-eval fol | tail -1 | cut -f2- >fol.final &&
 	cmp fol.last fol.final && grep -q "^400	" fol.final
+'
+
+test_expect_success 'per shard: the token is required, and a dead worker is gone from each' '
+	gem-init -q --model tiny.json --data data --lr 0.05 --batch 32 --workers 3 tok &&
+	echo "a-token-for-both-shards" >tok.token &&
+	{ gem-serve --listen 127.0.0.1:0 --shard 0/2 --token-file tok.token --worker-timeout 1 tok \
+		>/dev/null 2>tok.serve0.err & sp0=$!; } && test_bg $sp0 &&
+	{ gem-serve --listen 127.0.0.1:0 --shard 1/2 --token-file tok.token --worker-timeout 1 tok \
+		>/dev/null 2>tok.serve1.err & sp1=$!; } && test_bg $sp1 &&
+	wait_for_file tok/shard-0-of-2/server.url && wait_for_file tok/shard-1-of-2/server.url &&
+	{ gem-work -q --server tok --steps 5 --retry-for 1 2>notok.err; test $? != 0; } &&
+	cat notok.err && grep -qi "token" notok.err &&
+	for i in 1 2; do { gem-work -q --server tok --token-file tok.token --steps 40 & }; done &&
+	{ gem-work -q --server tok --token-file tok.token --steps 40 --die-after 5 2>/dev/null; true; } &&
+	wait_exit $sp0 30 && wait_exit $sp1 30 &&
+	for i in 0 1; do
+		grep -q "\"event\":\"gone\"" tok/shard-$i-of-2/log.jsonl &&
+		test $(grep -vc "\"event\"" tok/shard-$i-of-2/log.jsonl) = $((2 * 40 + 5)) || return 1
+	done
 '
 
 test_expect_success 'gem-plot-data of a sharded run: one series per shard, labelled' '
