@@ -238,8 +238,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gem-plot-data: which view?\n%s\n", usage_line);
 		return EXIT_USAGE;
 	}
-	if (plot_view_parse(argv[optind], &o.view) < 0)
-		return bad_usage("unknown view", argv[optind]);
+	if (plot_view_parse(argv[optind], &o.view, err) < 0) {
+		fprintf(stderr, "gem-plot-data: %s\n%s\n", err, usage_line);
+		return EXIT_USAGE;
+	}
 	optind++;
 	if (o.gnuplot && o.format != PLOT_TSV)
 		return bad_usage("a gnuplot script holds TSV", o.format == PLOT_CSV ? "--csv" : "--json");

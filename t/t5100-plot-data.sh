@@ -348,6 +348,10 @@ test_expect_success 'a PNG is not written to a terminal: gnuplot stops with a me
 
 test_expect_code 2 'an unknown view: exit 2 with a usage line' '
 	gem-plot-data nosuch runA 2>err; rc=$?; grep -q "^usage: gem-plot-data" err && grep -q nosuch err; exit $rc'
+test_expect_code 2 'a mistyped view: the valid ones and the closest' '
+	gem-plot-data stalenes runA 2>err; rc=$?; cat err &&
+	grep -q "did you mean staleness?" err && grep -q "valid: loss, pi, staleness, throughput, workers" err &&
+	exit $rc'
 test_expect_code 2 'no view: exit 2' 'gem-plot-data'
 test_expect_code 2 'an unknown option: exit 2' 'gem-plot-data --no-such-option loss runA'
 test_expect_code 2 'a bad --smooth: exit 2' 'gem-plot-data --smooth 0 loss runA'

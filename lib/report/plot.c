@@ -17,7 +17,7 @@
 /* The throughput view refuses windows so small that the table would be absurd. */
 #define PLOT_MAXWINDOWS 10000000
 
-static const char *view_names[] = {"loss", "pi", "staleness", "throughput", "workers"};
+static const char *const view_names[] = {"loss", "pi", "staleness", "throughput", "workers"};
 static const char *stat_names[] = {"median", "mean", "zero", "scale"};
 static const char *term_names[] = {"png", "svg", "dumb"};
 
@@ -40,12 +40,13 @@ static int name_index(const char *s, const char *const *names, int n)
 	return -1;
 }
 
-int plot_view_parse(const char *s, enum plot_view *out)
+int plot_view_parse(const char *s, enum plot_view *out, char *err)
 {
 	int i = name_index(s, view_names, 5);
-	if (i >= 0)
-		*out = (enum plot_view)i;
-	return i < 0 ? -1 : 0;
+	if (i < 0)
+		return gem_err_unknown(err, GEM_EUSAGE, "view", s, view_names, 5);
+	*out = (enum plot_view)i;
+	return 0;
 }
 
 int plot_stat_parse(const char *s, enum plot_stat *out)

@@ -73,8 +73,9 @@ struct plot_opts {
 /* Defaults: loss view, smooth 50, bins 200, median, window 1 s, data only, png. */
 void plot_opts_init(struct plot_opts *o);
 
-/* Names to enums ("loss", "median", "png", ...); -1 for an unknown name. */
-int plot_view_parse(const char *s, enum plot_view *out);
+/* Names to enums ("loss", "median", "png", ...); -1 for an unknown name (a view's: err names
+ * the valid ones). */
+int plot_view_parse(const char *s, enum plot_view *out, char *err);
 int plot_stat_parse(const char *s, enum plot_stat *out);
 int plot_term_parse(const char *s, enum plot_term *out);
 int plot_x_parse(const char *s, enum plot_x *out); /* version, samples, seconds */
