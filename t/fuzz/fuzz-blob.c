@@ -1,8 +1,10 @@
 /* fuzz-blob: libFuzzer target for blob_decode, with a differential check against plain zlib.
  * The first 4 bytes choose the codec, the element count and where the CRC comes from; the rest
- * is the encoded blob. zlib's own inflate (and a reference unshuffle) says what the bytes decode
- * to: blob_decode must succeed exactly when they decode to count floats with nothing after the
- * stream and the CRC matches, and then give the same floats; otherwise leave v untouched. */
+ * is the encoded blob. zlib's own inflate (and a reference unshuffle, or a reference fp16
+ * widening) says what the bytes decode to: blob_decode must succeed exactly when they decode to
+ * count floats with nothing after the stream (fp16: all finite) and the CRC matches, and then
+ * give the same floats; otherwise leave v untouched. blob_decode_view must agree, from an
+ * aligned or a misaligned copy of the blob. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,9 +45,28 @@ static int ref_inflate(const uint8_t *in, size_t inlen, uint8_t *out, size_t len
 	return rc;
 }
 
+/* IEEE half to float, written out: 0 and *out, or -1 for an infinity or a NaN. */
+static int ref_half(uint16_t h, float *out)
+{
+	uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff, f;
+	if (e == 31)
+		return -1;
+	if (e == 0) {
+		float x = (float)m * 0x1p-24f; /* zero or subnormal: exact in a float */
+		memcpy(&f, &x, 4);
+		f |= sign;
+	} else {
+		f = sign | (e + 112) << 23 | m << 13;
+	}
+	memcpy(out, &f, 4);
+	return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const char *names[] = {BLOB_RAW, BLOB_ZLIB, BLOB_ZLIB_SHUFFLE};
+	static const char *names[] = {BLOB_RAW, BLOB_ZLIB, BLOB_ZLIB_SHUFFLE, BLOB_FP16};
+	const float *view = NULL;
+	uint8_t *odd;
 	char err[GEM_ERRMAX];
 	struct blob_meta meta;
 	size_t count, len;
@@ -54,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 4)
 		return 0;
-	id = data[0] % 3;
+	id = data[0] % 4;
 	count = (size_t)data[1] | (size_t)(data[2] & 0x0f) << 8; /* up to 4095 floats */
 	memset(&meta, 0, sizeof meta);
 	strcpy(meta.codec, names[id]);
@@ -67,10 +88,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!in || !ref || !v)
 		abort();
 	memcpy(in, data + 4, meta.nbytes);
-	if (id == 0)
+	if (id == 0) {
 		want = meta.nbytes == len ? (memcpy(ref, in, len), 0) : -1;
-	else
+	} else if (id == 3) {
+		want = meta.nbytes == count * 2 ? 0 : -1;
+		for (size_t i = 0; want == 0 && i < count; i++)
+			want = ref_half((uint16_t)(in[2 * i] | in[2 * i + 1] << 8), (float *)(void *)ref + i);
+	} else {
 		want = ref_inflate(in, meta.nbytes, ref, len);
+	}
 	if (want == 0 && id == 2) {
 		/* reference unshuffle: byte k of float i was at k·count + i */
 		uint8_t *u = malloc(len + 1);
@@ -95,6 +121,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort(); /* different floats, or a refused blob that wrote into v */
 	if (v[len] != 0xa5)
 		abort();
+	/* the view: from the blob where it lies, or from one byte further (misaligned) */
+	odd = malloc(meta.nbytes + 1);
+	if (!odd)
+		abort();
+	if (meta.nbytes)
+		memcpy(odd + 1, in, meta.nbytes);
+	got = blob_decode_view(&codec, data[3] & 2 ? odd + 1 : in, &meta, count, &view, err);
+	if ((got == 0) != (want == 0) || (got == 0 && len && memcmp(view, ref, len) != 0) ||
+	    (got != 0 && view) || (got == 0 && (uintptr_t)view % sizeof(float)))
+		abort(); /* the view disagrees, or is not float-aligned */
+	free(odd);
 	free(in);
 	free(ref);
 	free(v);
