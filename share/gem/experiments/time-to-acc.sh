@@ -14,12 +14,14 @@
 # INTERVAL seconds, default 2, when the version changed), which slows every rule alike.
 # The rules sgp and overlap-sgp run N SGP nodes instead (gem-work --rule sgp, node 0 slowed the
 # same way), and their accuracy is that of the nodes' average (gem-eval --nodes), sampled every
-# INTERVAL seconds: their seconds_to_TARGET count from the nodes' start, not from a first join.
+# INTERVAL seconds: their seconds_to_TARGET count from when every node had started (loaded the
+# data and listened), as a server's count from its first join.
 # Writes OUTDIR/runs.tsv, OUTDIR/summary.tsv (mean and sd over the seeds) and the figures
 # OUTDIR/acc-slow1.png, acc-slow4.png (test accuracy against time, seed 1). Restartable: a run
 # whose row exists is skipped. Defaults: RULES="gem downpour dynsgd easgd dcasgd sync dma sgp
 # overlap-sgp", NS="4 8 16", SEEDS="1 2 3", SLOW="1 4".
-# Environment: GEM_BIN where the gem programs are (default: PATH, then the source tree's bin/).
+# Environment: GEM_BIN where the gem programs are (default: PATH, then the source tree's bin/);
+# TABLES_ONLY=1 runs nothing: the tables and figures from the rows there are.
 set -u
 out=${1:-build/time-to-acc}
 . "$(dirname "$0")/common.sh"
@@ -90,10 +92,11 @@ one_sgp() {
 		i=$((i + 1))
 	done >"$run/peers.tmp"
 	mv "$run/peers.tmp" "$run/peers"
+	ts=$(date +%s.%N) # the nodes have loaded the data: they train from here
 	urls=$(paste -sd, "$run/peers")
 	while sleep "${INTERVAL:-2}"; do
 		gem-eval --retry-for 1 --nodes "$urls" 2>/dev/null |
-			awk -F'\t' -v t0="$t0" -v t="$(date +%s.%N)" '$1 == "average" { print t - t0 "\t" $2 "\t" $3 "\t" $4 "\t" $5 }' ||
+			awk -F'\t' -v t0="$ts" -v t="$(date +%s.%N)" '$1 == "average" { print t - t0 "\t" $2 "\t" $3 "\t" $4 "\t" $5 }' ||
 			break
 	done >"$run.follow" &
 	fpid=$!
@@ -109,17 +112,19 @@ one_sgp() {
 				awk '{ s += $1; k++ } END { if (k) print s / k }'
 		done | awk '{ s += $1; k++ } END { if (k) printf "%.4f", s / k; else printf "nan" }')
 	awk -v rule="$rule" -v n="$n" -v seed="$seed" -v slow="$slow" -v st="$st" -v target="$target" \
-		-v loss="$loss" -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" '
+		-v loss="$loss" -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
+		-v end="$(awk -v a="$ts" -v b="$t1" 'BEGIN { print b - a }')" '
 		FNR == 1 { f = FILENAME == ARGV[1] ? 1 : 2 }
 		f == 1 && $5 >= target && tt == "" { tt = $1 }
 		f == 2 && $1 == "average" { tl = $4; ta = $5 }
-		END { if (tt == "" && ta >= target) tt = wall	# the end of the run is the last sample
+		END { if (tt == "" && ta >= target) tt = end	# the end of the run is the last sample
 		 printf "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n", rule, n, seed, slow, st,
 			tt == "" ? "-" : sprintf("%.3f", tt), ta, tl, loss, wall }' \
 		"$run.follow" "$run.eval" >"$row.tmp" && mv "$row.tmp" "$row"
 	cat "$row" >&2
 }
 
+[ -n "${TABLES_ONLY:-}" ] ||
 for slow in ${SLOW:-1 4}; do
 for n in ${NS:-4 8 16}; do
 for seed in ${SEEDS:-1 2 3}; do
@@ -140,6 +145,33 @@ awk -F'\t' 'NR > 1 && $5 == "ok" { k = $1 "\t" $2 "\t" $4; c[k]++; a[k] += $7; a
   cat "$out/s.tmp"; } >"$out/summary.tsv"
 rm -f "$out/s.tmp"
 cat "$out/summary.tsv"
+# The same as markdown tables, one per slowdown: a row per rule, a column per N; each cell the
+# mean seconds to TARGET over the seeds that reached it (with how many did, when not all) and
+# the mean final test accuracy.
+awk -F'\t' -v rules="${RULES:-gem downpour dynsgd easgd dcasgd sync dma sgp overlap-sgp}" \
+	-v ns="${NS:-4 8 16}" -v slows="${SLOW:-1 4}" -v target="$target" '
+	NR > 1 { k = $1 " " $2 " " $3; runs[k] = $4; got[k] = $5; sec[k] = $6; acc[k] = $8 }
+	END {
+		nr = split(rules, R, " "); nn = split(ns, N, " "); nsl = split(slows, S, " ")
+		for (s = 1; s <= nsl; s++) {
+			printf "%s\n\n", S[s] == 1 ? "Equal workers:" : "Worker 0 " S[s] "x slower:"
+			printf "| rule |"; for (j = 1; j <= nn; j++) printf " N = %s |", N[j]; printf "\n|---|"
+			for (j = 1; j <= nn; j++) printf "---|"; printf "\n"
+			for (i = 1; i <= nr; i++) {
+				printf "| %s |", R[i]
+				for (j = 1; j <= nn; j++) {
+					k = R[i] " " N[j] " " S[s]
+					if (!(k in runs)) { printf " |"; continue }
+					t = got[k] ? sec[k] " s" : "never"
+					if (got[k] && got[k] < runs[k]) t = t " (" got[k] "/" runs[k] ")"
+					printf " %s, %.3f |", t, acc[k]
+				}
+				printf "\n"
+			}
+			printf "\n"
+		}
+		printf "Each cell: the mean seconds of training to test accuracy %s (over the seeds that reached it), and the mean final test accuracy.\n", target
+	}' "$out/summary.tsv" >"$out/summary.md"
 
 # Figures: test accuracy against seconds of training, one panel per N, seed FIGSEED (default 1):
 # OUTDIR/acc-slow1.png, acc-slow4.png (one per slowdown).
