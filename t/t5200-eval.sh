@@ -155,7 +155,8 @@ test_expect_success 'an unreachable server or a bad URL fails quickly with --ret
 	grep -q "unreachable" err &&
 	{ gem-eval --retry-for 0.3 http://127.0.0.1:99999 2>err; test $? = 1; } &&
 	{ gem-eval --retry-for 0.3 --follow run 2>err; test $? = 1; } && grep -q "no server" err &&
-	test $(( $(date +%s) - start )) -le 5
+	# well under the default --retry-for of 60 s even on a loaded machine or a sanitizer build
+	test $(( $(date +%s) - start )) -le 20
 '
 
 test_expect_success 'a URL that is not a gem server fails with 1' '
