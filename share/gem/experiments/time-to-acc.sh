@@ -13,7 +13,7 @@
 # gem-eval shares the machine with the workers (one evaluation of 10000 test samples every
 # INTERVAL seconds, default 2, when the version changed), which slows every rule alike.
 # The rules sgp and overlap-sgp run N SGP nodes instead (gem-work --rule sgp, node 0 slowed the
-# same way), and their accuracy is that of the nodes' average (gem-eval --nodes), sampled every
+# same way; node I trains N epochs of its shard I/N: the samples of a worker's one epoch), and their accuracy is that of the nodes' average (gem-eval --nodes), sampled every
 # INTERVAL seconds: their seconds_to_TARGET count from when every node had started (loaded the
 # data and listened), as a server's count from its first join.
 # Writes OUTDIR/runs.tsv, OUTDIR/summary.tsv (mean and sd over the seeds) and the figures
@@ -74,10 +74,14 @@ one_sgp() {
 	t0=$(date +%s.%N)
 	i=0 wpids= ov=
 	[ "$rule" = overlap-sgp ] && ov=--overlap
+	len="--epochs $n"
+	[ -z "${STEPS:-}" ] || len="--steps $STEPS"
 	while [ $i -lt "$n" ]; do
 		s=1; [ $i = 0 ] && s=$slow
+		# node i trains on shard i/N: N epochs of it are a worker's one epoch of samples
 		gem-work -q --rule sgp --run "$run" --listen 127.0.0.1:0 --node $i --peers-file "$run/peers" \
-			$ov --slowdown "$s" ${STEPS:+--steps "$STEPS"} >"$run/node-$i.url" 2>>"$run.err" &
+			$ov --slowdown "$s" $len \
+			>"$run/node-$i.url" 2>>"$run.err" &
 		wpids="$wpids $!"
 		i=$((i + 1))
 	done
