@@ -98,14 +98,17 @@ one_sgp() {
 	mv "$run/peers.tmp" "$run/peers"
 	ts=$(date +%s.%N) # the nodes have loaded the data: they train from here
 	urls=$(paste -sd, "$run/peers")
+	# each sample is stamped when its evaluation has ended (the nodes' θ were fetched during it:
+	# an upper bound of the time it shows, by the evaluation's own duration)
 	while sleep "${INTERVAL:-2}"; do
-		gem-eval --retry-for 1 --nodes "$urls" 2>/dev/null |
-			awk -F'\t' -v t0="$ts" -v t="$(date +%s.%N)" '$1 == "average" { print t - t0 "\t" $2 "\t" $3 "\t" $4 "\t" $5 }' ||
-			break
+		r=$(gem-eval --retry-for 10 --nodes "$urls" 2>/dev/null) || break
+		printf '%s\n' "$r" | awk -F'\t' -v t0="$ts" -v t="$(date +%s.%N)" \
+			'$1 == "average" { print t - t0 "\t" $2 "\t" $3 "\t" $4 "\t" $5 }'
 	done >"$run.follow" &
 	fpid=$!
 	st=ok
 	for p in $wpids; do wait "$p" || st=failed; done
+	pkill -P $fpid 2>/dev/null # its gem-eval, retrying nodes that have ended
 	kill $fpid 2>/dev/null
 	wait $fpid 2>/dev/null
 	t1=$(date +%s.%N)
