@@ -9,7 +9,8 @@
 #
 # Per run: the server's training time when gem-eval first saw test accuracy >= TARGET (default
 # 0.85; "-" when never), the final test accuracy and loss (gem-eval of the saved parameters), the
-# final training loss (mean minibatch loss of the last 100 central updates) and the wall time.
+# final training loss (mean minibatch loss of the last 100 central updates), the wall time (start-up
+# and evaluations included) and the seconds of training in all (train_seconds).
 # gem-eval shares the machine with the workers (one evaluation of 10000 test samples every
 # INTERVAL seconds, default 2, when the version changed), which slows every rule alike.
 # The rules sgp and overlap-sgp run N SGP nodes instead (gem-work --rule sgp, node 0 slowed the
@@ -27,6 +28,13 @@ out=${1:-build/time-to-acc}
 . "$(dirname "$0")/common.sh"
 target=${TARGET:-0.85}
 mkdir -p "$out/runs" "$out/rows" || exit 1
+# train_seconds RUN: the run's training time in all: the largest "elapsed" of its update lines
+# (a server's: from its first join to its last update; SGP nodes': each node's own, the longest)
+train_seconds() {
+	cat "$1"/log.jsonl "$1"/node-*.jsonl 2>/dev/null |
+		sed -n '/"event"/d; s/.*"elapsed":\([0-9.]*\),.*/\1/p' | sort -g | tail -1
+}
+
 one() { # RULE N SEED SLOW
 	rule=$1 n=$2 seed=$3 slow=$4
 	name=$rule-n$n-s$seed-slow$slow run=$out/runs/$rule-n$n-s$seed-slow$slow
@@ -49,8 +57,7 @@ one() { # RULE N SEED SLOW
 		i=$((i + 1))
 	done
 	while [ ! -s "$run/server.url" ] && kill -0 $spid 2>/dev/null; do sleep 0.1; done
-	gem-eval --follow "$(cat "$run/server.url")" --interval "${INTERVAL:-2}" >"$run.follow" \
-		2>>"$run.err" &
+	gem-eval --follow "$run" --interval "${INTERVAL:-2}" >"$run.follow" 2>>"$run.err" &
 	fpid=$!
 	st=ok
 	for p in $wpids; do wait "$p" || st=failed; done
@@ -59,12 +66,13 @@ one() { # RULE N SEED SLOW
 	t1=$(date +%s.%N)
 	gem-eval "$run" >"$run.eval" 2>>"$run.err" || st=failed
 	awk -v rule="$rule" -v n="$n" -v seed="$seed" -v slow="$slow" -v st="$st" -v target="$target" \
-		-v loss="$(tail_loss "$run")" -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" '
+		-v loss="$(tail_loss "$run")" -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
+		-v train="$(train_seconds "$run")" '
 		FNR == 1 { f = FILENAME == ARGV[1] ? 1 : 2 } /^#/ { next }
 		f == 1 && $5 >= target && tt == "" { tt = $1 }
 		f == 2 { tl = $4; ta = $5 }
-		END { printf "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n", rule, n, seed, slow, st,
-			tt == "" ? "-" : tt, ta, tl, loss, wall }' "$run.follow" "$run.eval" >"$row.tmp" &&
+		END { printf "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n", rule, n, seed, slow, st,
+			tt == "" ? "-" : tt, ta, tl, loss, wall, train }' "$run.follow" "$run.eval" >"$row.tmp" &&
 		mv "$row.tmp" "$row"
 	cat "$row" >&2
 }
@@ -120,13 +128,13 @@ one_sgp() {
 		done | awk '{ s += $1; k++ } END { if (k) printf "%.4f", s / k; else printf "nan" }')
 	awk -v rule="$rule" -v n="$n" -v seed="$seed" -v slow="$slow" -v st="$st" -v target="$target" \
 		-v loss="$loss" -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
-		-v end="$(awk -v a="$ts" -v b="$t1" 'BEGIN { print b - a }')" '
+		-v end="$(awk -v a="$ts" -v b="$t1" 'BEGIN { print b - a }')" -v train="$(train_seconds "$run")" '
 		FNR == 1 { f = FILENAME == ARGV[1] ? 1 : 2 }
 		f == 1 && $5 >= target && tt == "" { tt = $1 }
 		f == 2 && $1 == "average" { tl = $4; ta = $5 }
 		END { if (tt == "" && ta >= target) tt = end	# the end of the run is the last sample
-		 printf "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n", rule, n, seed, slow, st,
-			tt == "" ? "-" : sprintf("%.3f", tt), ta, tl, loss, wall }' \
+		 printf "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n", rule, n, seed, slow, st,
+			tt == "" ? "-" : sprintf("%.3f", tt), ta, tl, loss, wall, train }' \
 		"$run.follow" "$run.eval" >"$row.tmp" && mv "$row.tmp" "$row"
 	cat "$row" >&2
 }
@@ -139,25 +147,26 @@ for rule in ${RULES:-gem downpour dynsgd easgd dcasgd sync dma sgp overlap-sgp};
 	one "$rule" "$n" "$seed" "$slow" || echo "time-to-acc: $rule-n$n-s$seed-slow$slow failed" >&2
 done; done; done; done
 
-printf 'rule\tN\tseed\tslowdown\tstatus\tseconds_to_%s\ttest_acc\ttest_loss\ttrain_loss\twall\n' \
+printf 'rule\tN\tseed\tslowdown\tstatus\tseconds_to_%s\ttest_acc\ttest_loss\ttrain_loss\twall\ttrain_seconds\n' \
 	"$target" >"$out/runs.tsv"
 cat "$out"/rows/*.tsv | sort -k4,4n -k2,2n -k1,1 -k3,3n >>"$out/runs.tsv"
 awk -F'\t' 'NR > 1 && $5 == "ok" { k = $1 "\t" $2 "\t" $4; c[k]++; a[k] += $7; a2[k] += $7 * $7
-		if ($6 != "-") { r[k]++; t[k] += $6; t2[k] += $6 * $6 } }
+		w[k] += $11; if ($6 != "-") { r[k]++; t[k] += $6; t2[k] += $6 * $6 } }
 	function sd(s, s2, n) { return n > 1 ? sqrt((s2 - s * s / n) / (n - 1)) : 0 }
-	END { for (k in c) printf "%s\t%d\t%d\t%s\t%s\t%.4f\t%.4f\n", k, c[k], r[k],
+	END { for (k in c) printf "%s\t%d\t%d\t%s\t%s\t%.4f\t%.4f\t%.1f\n", k, c[k], r[k],
 		r[k] ? sprintf("%.1f", t[k] / r[k]) : "-", r[k] ? sprintf("%.1f", sd(t[k], t2[k], r[k])) : "-",
-		a[k] / c[k], sd(a[k], a2[k], c[k]) }' "$out/runs.tsv" | sort -k3,3n -k2,2n -k1,1 >"$out/s.tmp"
-{ printf 'rule\tN\tslowdown\truns\treached\tseconds_mean\tseconds_sd\ttest_acc_mean\ttest_acc_sd\n'
+		a[k] / c[k], sd(a[k], a2[k], c[k]), w[k] / c[k] }' "$out/runs.tsv" |
+	sort -k3,3n -k2,2n -k1,1 >"$out/s.tmp"
+{ printf 'rule\tN\tslowdown\truns\treached\tseconds_mean\tseconds_sd\ttest_acc_mean\ttest_acc_sd\ttrain_seconds_mean\n'
   cat "$out/s.tmp"; } >"$out/summary.tsv"
 rm -f "$out/s.tmp"
 cat "$out/summary.tsv"
 # The same as markdown tables, one per slowdown: a row per rule, a column per N; each cell the
-# mean seconds to TARGET over the seeds that reached it (with how many did, when not all) and
-# the mean final test accuracy.
+# mean seconds to TARGET over the seeds that reached it (with how many did, when not all), the
+# mean training time of the whole run, and the mean final test accuracy.
 awk -F'\t' -v rules="${RULES:-gem downpour dynsgd easgd dcasgd sync dma sgp overlap-sgp}" \
 	-v ns="${NS:-4 8 16}" -v slows="${SLOW:-1 4}" -v target="$target" '
-	NR > 1 { k = $1 " " $2 " " $3; runs[k] = $4; got[k] = $5; sec[k] = $6; acc[k] = $8 }
+	NR > 1 { k = $1 " " $2 " " $3; runs[k] = $4; got[k] = $5; sec[k] = $6; acc[k] = $8; secs[k] = $10 }
 	END {
 		nr = split(rules, R, " "); nn = split(ns, N, " "); nsl = split(slows, S, " ")
 		for (s = 1; s <= nsl; s++) {
@@ -171,13 +180,13 @@ awk -F'\t' -v rules="${RULES:-gem downpour dynsgd easgd dcasgd sync dma sgp over
 					if (!(k in runs)) { printf " |"; continue }
 					t = got[k] ? sec[k] " s" : "never"
 					if (got[k] && got[k] < runs[k]) t = t " (" got[k] "/" runs[k] ")"
-					printf " %s, %.3f |", t, acc[k]
+					printf " %s / %.0f s, %.3f |", t, secs[k], acc[k]
 				}
 				printf "\n"
 			}
 			printf "\n"
 		}
-		printf "Each cell: the mean seconds of training to test accuracy %s (over the seeds that reached it), and the mean final test accuracy.\n", target
+		printf "Each cell: the mean seconds of training to test accuracy %s (over the seeds that reached it) / the mean seconds of training of the whole run, and the mean final test accuracy.\n", target
 	}' "$out/summary.tsv" >"$out/summary.md"
 
 # Figures: test accuracy against seconds of training, one panel per N, seed FIGSEED (default 1):
