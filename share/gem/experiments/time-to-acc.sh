@@ -190,8 +190,11 @@ awk -F'\t' -v rules="${RULES:-gem downpour dynsgd easgd dcasgd sync dma sgp over
 	}' "$out/summary.tsv" >"$out/summary.md"
 
 # Figures: test accuracy against seconds of training, one panel per N, seed FIGSEED (default 1):
-# OUTDIR/acc-slow1.png, acc-slow4.png (one per slowdown).
+# OUTDIR/acc-slow1.png, acc-slow4.png (one per slowdown). Each curve is the run's evaluations
+# while it trained, then its final accuracy at its last second of training (OUTDIR/curves/).
 command -v gnuplot >/dev/null 2>&1 || exit 0
+mkdir -p "$out/curves"
+colors="#9400d3 #009e73 #56b4e9 #e69f00 #c0a000 #0072b2 #e51e10 #000000 #777777"
 for slow in ${SLOW:-1 4}; do
 	{
 		set -- ${NS:-4 8 16}
@@ -201,10 +204,16 @@ for slow in ${SLOW:-1 4}; do
 		echo "set grid; set key bottom right; set yrange [0.6:0.9]"
 		echo "set xlabel 'seconds of training'; set ylabel 'test accuracy'"
 		for n in "$@"; do
-			plot=
+			plot= i=0
 			for rule in ${RULES:-gem downpour dynsgd easgd dcasgd sync dma sgp overlap-sgp}; do
-				f=$out/runs/$rule-n$n-s${FIGSEED:-1}-slow$slow.follow
-				[ -s "$f" ] && plot="$plot${plot:+, }'$f' using 1:5 with steps title '$rule'"
+				i=$((i + 1))
+				name=$rule-n$n-s${FIGSEED:-1}-slow$slow c=$out/curves/$name.tsv
+				[ -s "$out/rows/$name.tsv" ] || continue
+				{ awk '!/^#/ { print $1 "\t" $5 }' "$out/runs/$name.follow" 2>/dev/null
+				  awk -F'\t' '$11 != "" { print $11 "\t" $7 }' "$out/rows/$name.tsv"; } >"$c"
+				dt=1; case $rule in *sgp) dt=2 ;; esac
+				col=$(echo "$colors" | cut -d' ' -f$(( (i - 1) % 9 + 1 )))
+				plot="$plot${plot:+, }'$c' using 1:2 with steps lw 1.5 lc rgb '$col' dt $dt title '$rule'"
 			done
 			title="N = $n"; [ "$slow" = 1 ] || title="$title, worker 0 ${slow}x slower"
 			echo "set title '$title'"
