@@ -555,8 +555,7 @@ static int follow_shards(const struct eval_follow *f, int k, char *err)
 	for (int i = 0; i < k; i++) {
 		struct shard s = shard_of(f->n, i, k);
 		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
-		if (run_dir_file(f->rundir, name, dirs[i], sizeof dirs[i]) < 0)
-		{
+		if (run_dir_file(f->rundir, name, dirs[i], sizeof dirs[i]) < 0) {
 			free(sh);
 			return gem_errf(err, GEM_EUSAGE, "%s: path too long", f->rundir);
 		}

@@ -462,8 +462,9 @@ static int wait_round(struct server *s, int worker, uint64_t round)
 	return ps_version(s->ps) == round ? -1 : 0;
 }
 
-/* The core's part of a commit whose update is decoded and checked (c->update): FIFO, apply, wait for the round;
- * *bp gets a reply buffer holding the reply vector (unless the commit fails). */
+/* The core's part of a commit whose update is decoded and checked (c->update): FIFO, apply,
+ * wait for the round; *bp gets a reply buffer holding the reply vector (unless the commit
+ * fails). */
 static int commit_apply(struct server *s, struct ps_commit *c, struct slot *w, struct ps_reply *r,
 			struct reply_buf **bp, double *t_rule, char *err)
 {

@@ -19,6 +19,7 @@
  * blob starts aligned wherever the message starts aligned: a reader can use a raw blob where
  * it lies (blob_decode_view) */
 #define MSG_ALIGN 64
+_Static_assert(MSG_HEAD_MAX % MSG_ALIGN == 0, "padding keeps a first line within MSG_HEAD_MAX");
 
 /* One blob of a message: its name, its description, and its encoded bytes. */
 struct msg_blob {

@@ -8,17 +8,20 @@
 # usage: sh time-to-acc.sh [OUTDIR]        (default build/time-to-acc)
 #
 # Per run: the server's training time when gem-eval first saw test accuracy >= TARGET (default
-# 0.85; "-" when never), the final test accuracy and loss (gem-eval of the saved parameters), the
-# final training loss (mean minibatch loss of the last 100 central updates), the wall time (start-up
-# and evaluations included) and the seconds of training in all (train_seconds).
+# 0.85; "-" when never), the final test accuracy and loss (gem-eval of the saved parameters),
+# the final training loss (mean minibatch loss of the last 100 central updates), the wall time
+# (start-up and evaluations included) and the seconds of training in all (train_seconds).
 # gem-eval shares the machine with the workers (one evaluation of 10000 test samples every
 # INTERVAL seconds, default 2, when the version changed), which slows every rule alike.
 # The rules sgp and overlap-sgp run N SGP nodes instead (gem-work --rule sgp, node 0 slowed the
-# same way; node I trains N epochs of its shard I/N: the samples of a worker's one epoch), and their accuracy is that of the nodes' average (gem-eval --nodes), sampled every
-# INTERVAL seconds: their seconds_to_TARGET count from when every node had started (loaded the
-# data and listened), as a server's count from its first join.
-# Writes OUTDIR/runs.tsv, OUTDIR/summary.tsv (mean and sd over the seeds) and the figures
-# OUTDIR/acc-slow1.png, acc-slow4.png (test accuracy against time, seed 1). Restartable: a run
+# same way; node I trains N epochs of its shard I/N: the samples of a worker's one epoch), and
+# their accuracy is that of the nodes' average (gem-eval --nodes), sampled every INTERVAL
+# seconds, each sample stamped when its evaluation ends: their seconds_to_TARGET count from
+# when every node had started (loaded the data and listened), as a server's from its first
+# join.
+# Writes OUTDIR/runs.tsv, OUTDIR/summary.tsv (mean and sd over the seeds), OUTDIR/summary.md
+# (the README's tables) and the figures OUTDIR/acc-slow1.png, acc-slow4.png (test accuracy
+# against time, seed 1; their data in OUTDIR/curves/). Restartable: a run
 # whose row exists is skipped. Defaults: RULES="gem downpour dynsgd easgd dcasgd sync dma sgp
 # overlap-sgp", NS="4 8 16", SEEDS="1 2 3", SLOW="1 4".
 # Environment: GEM_BIN where the gem programs are (default: PATH, then the source tree's bin/);
@@ -186,7 +189,9 @@ awk -F'\t' -v rules="${RULES:-gem downpour dynsgd easgd dcasgd sync dma sgp over
 			}
 			printf "\n"
 		}
-		printf "Each cell: the mean seconds of training to test accuracy %s (over the seeds that reached it) / the mean seconds of training of the whole run, and the mean final test accuracy.\n", target
+		printf "Each cell: the mean seconds of training to test accuracy %s (over the seeds that " \
+			"reached it) / the mean seconds of training of the whole run, and the mean final " \
+			"test accuracy.\n", target
 	}' "$out/summary.tsv" >"$out/summary.md"
 
 # Figures: test accuracy against seconds of training, one panel per N, seed FIGSEED (default 1):
