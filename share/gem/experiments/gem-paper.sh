@@ -123,7 +123,7 @@ head='rule	N	lr	seed	timing	status	final_loss	test_loss	test_acc	pi_median	scale
 awk -F'\t' '!/^#/ && $6 == "ok" { k = $1 " | " $2 " | " $3 " | " $5; c[k]++
 		l[k] += $7; l2[k] += $7 * $7; a[k] += $9; a2[k] += $9 * $9 }
 	!/^#/ && $6 != "ok" { k = $1 " | " $2 " | " $3 " | " $5; bad[k]++ }
-	function sd(s, s2, n) { return n > 1 ? sqrt((s2 - s * s / n) / (n - 1)) : 0 }
+	function sd(s, s2, n) { return n > 1 && s2 - s * s / n > 0 ? sqrt((s2 - s * s / n) / (n - 1)) : 0 }
 	END { for (k in c) printf "| %s | %d | %d | %.3f ± %.3f | %.4f ± %.4f |\n", k, c[k], bad[k],
 		l[k] / c[k], sd(l[k], l2[k], c[k]), a[k] / c[k], sd(a[k], a2[k], c[k])
 		for (k in bad) if (!(k in c)) printf "| %s | 0 | %d | – | – |\n", k, bad[k] }' \

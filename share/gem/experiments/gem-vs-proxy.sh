@@ -42,7 +42,7 @@ printf 'kind\tN\tseed\tstatus\tsamples\ttrain_loss\ttest_loss\ttest_acc\n' >"$ou
 cat "$out"/rows/*.tsv | sort -k2,2n -k1,1 -k3,3n >>"$out/runs.tsv"
 awk -F'\t' 'NR > 1 && $4 == "ok" { k = $1 "\t" $2; c[k]++; l[k] += $7; l2[k] += $7 * $7
 		a[k] += $8; a2[k] += $8 * $8 }
-	function sd(s, s2, n) { return n > 1 ? sqrt((s2 - s * s / n) / (n - 1)) : 0 }
+	function sd(s, s2, n) { return n > 1 && s2 - s * s / n > 0 ? sqrt((s2 - s * s / n) / (n - 1)) : 0 }
 	END { for (k in c) printf "%s\t%d\t%.4f\t%.4f\t%.4f\t%.4f\n", k, c[k], l[k] / c[k],
 		sd(l[k], l2[k], c[k]), a[k] / c[k], sd(a[k], a2[k], c[k]) }' "$out/runs.tsv" |
 	sort -k2,2n -k1,1 >"$out/s.tmp"

@@ -155,7 +155,7 @@ printf 'rule\tN\tseed\tslowdown\tstatus\tseconds_to_%s\ttest_acc\ttest_loss\ttra
 cat "$out"/rows/*.tsv | sort -k4,4n -k2,2n -k1,1 -k3,3n >>"$out/runs.tsv"
 awk -F'\t' 'NR > 1 && $5 == "ok" { k = $1 "\t" $2 "\t" $4; c[k]++; a[k] += $7; a2[k] += $7 * $7
 		w[k] += $11; if ($6 != "-") { r[k]++; t[k] += $6; t2[k] += $6 * $6 } }
-	function sd(s, s2, n) { return n > 1 ? sqrt((s2 - s * s / n) / (n - 1)) : 0 }
+	function sd(s, s2, n) { return n > 1 && s2 - s * s / n > 0 ? sqrt((s2 - s * s / n) / (n - 1)) : 0 }
 	END { for (k in c) printf "%s\t%d\t%d\t%s\t%s\t%.4f\t%.4f\t%.1f\n", k, c[k], r[k],
 		r[k] ? sprintf("%.1f", t[k] / r[k]) : "-", r[k] ? sprintf("%.1f", sd(t[k], t2[k], r[k])) : "-",
 		a[k] / c[k], sd(a[k], a2[k], c[k]), w[k] / c[k] }' "$out/runs.tsv" |

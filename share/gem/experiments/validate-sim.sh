@@ -52,7 +52,7 @@ printf 'rule\tN\tseed\tmode\tstatus\ttrain_loss\ttest_loss\ttest_acc\tupdates\ts
 cat "$out"/rows/*.tsv | sort -k1,1 -k2,2n -k4,4 -k3,3n >>"$out/runs.tsv"
 awk -F'\t' 'NR > 1 { k = $1 "\t" $2 "\t" $4; n[k]++; a[k] += $6; a2[k] += $6 * $6
 		b[k] += $8; b2[k] += $8 * $8 }
-	function sd(s, s2, c) { return c > 1 ? sqrt((s2 - s * s / c) / (c - 1)) : 0 }
+	function sd(s, s2, c) { return c > 1 && s2 - s * s / c > 0 ? sqrt((s2 - s * s / c) / (c - 1)) : 0 }
 	END { for (k in n) printf "%s\t%d\t%.4f\t%.4f\t%.4f\t%.4f\n", k, n[k], a[k] / n[k],
 			sd(a[k], a2[k], n[k]), b[k] / n[k], sd(b[k], b2[k], n[k]) }' "$out/runs.tsv" |
 	sort -k1,1 -k2,2n -k3,3 >"$out/summary.tmp"
