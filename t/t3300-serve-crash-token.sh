@@ -18,7 +18,7 @@ test_bg $worker
 
 test_expect_success 'kill -9 of the server mid-run leaves a consistent checkpoint' '
 	for i in $(seq 100); do
-		v=$(curl -s "$URL/v1/health" | sed -n "s/.*\"version\": *\([0-9]*\).*/\1/p")
+		v=$(health_version)
 		[ "${v:-0}" -ge 60 ] && break; sleep 0.1
 	done &&
 	sleep 0.5 &&

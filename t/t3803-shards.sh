@@ -100,7 +100,7 @@ test_expect_success 'kill -9 of one shard: it resumes from its checkpoint, the o
 	{ gem-work -q --server crash --steps 300 --retry-for 30 --slowdown 100 2>crash.work.err &
 	  worker=$!; } && test_bg $worker &&
 	for i in $(seq 100); do
-		v=$(curl -s "$u1/v1/health" | sed -n "s/.*\"version\": *\([0-9]*\).*/\1/p")
+		v=$(health_version "$u1")
 		[ "${v:-0}" -ge 40 ] && break; sleep 0.1
 	done &&
 	sleep 0.5 &&

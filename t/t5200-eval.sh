@@ -4,11 +4,6 @@
 # server until it stops or dies, unreachable servers and bad usage.
 . "$(dirname "$0")/test-lib.sh"
 
-# health_version: the live server's version.
-health_version() {
-	curl -sf "$URL/v1/health" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"version\"])"
-}
-
 # data_lines FILE: the lines of FILE that are not the header.
 data_lines() { grep -vc "^#" "$1"; }
 

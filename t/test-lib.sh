@@ -172,6 +172,12 @@ wait_for_file() {
 	done
 }
 
+# health_version [URL]: the version the server at URL (default $URL) reports in GET /v1/health;
+# nothing when it does not answer.
+health_version() {
+	curl -s "${1:-$URL}/v1/health" | sed -n 's/.*"version": *\([0-9]*\).*/\1/p'
+}
+
 # wait_until 'COMMANDS' [SECONDS]: poll until COMMANDS succeed.
 wait_until() {
 	_i=0

@@ -125,10 +125,8 @@ one_sgp() {
 	t1=$(date +%s.%N)
 	gem-eval --nodes "$run" >"$run.eval" 2>>"$run.err" || st=failed
 	# the final training loss: the mean over the nodes of each node's last 100 minibatch losses
-	loss=$(for f in "$run"/node-*.jsonl; do
-			sed -n '/"event"/d; s/.*"loss":\([-0-9.eE+naif]*\),.*/\1/p' "$f" | tail -100 |
-				awk '{ s += $1; k++ } END { if (k) print s / k }'
-		done | awk '{ s += $1; k++ } END { if (k) printf "%.4f", s / k; else printf "nan" }')
+	loss=$(for f in "$run"/node-*.jsonl; do tail_loss_of "$f"; echo; done |
+		awk '$1 != "nan" { s += $1; k++ } END { if (k) printf "%.4f", s / k; else printf "nan" }')
 	awk -v rule="$rule" -v n="$n" -v seed="$seed" -v slow="$slow" -v st="$st" -v target="$target" \
 		-v loss="$loss" -v wall="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
 		-v end="$(awk -v a="$ts" -v b="$t1" 'BEGIN { print b - a }')" -v train="$(train_seconds "$run")" '
