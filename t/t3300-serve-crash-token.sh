@@ -43,6 +43,27 @@ test_expect_success 'restarted on the same port, the run goes on and the worker 
 	gem-eval run | awk "NR==2 { exit !(\$5 > 0.5) }"
 '
 
+# A crash after a checkpoint's rule state and before its θ: θ is the save before's, and so is
+# the state the restarted server takes (rule-state.prev.gem), with its workers.
+test_expect_success 'a crash between a checkpoint'"'"'s two files resumes the state of the save before' '
+	gem-init -q --model tiny.json --data data --lr 0.05 --batch 16 --seed 5 pair &&
+	start_server pair --keep-running --checkpoint-every 0 &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
+	gem-work -q --server "$URL" --steps 10 &&
+	curl -sf -X POST "$URL/v1/checkpoint" >/dev/null &&
+	cp pair/params.gem p10 && head -1 pair/rule-state.gem | grep -q "\"version\":10," &&
+	gem-work -q --server "$URL" --steps 5 &&
+	stop_server &&
+	head -1 pair/rule-state.gem | grep -q "\"version\":15," &&
+	head -1 pair/rule-state.prev.gem | grep -q "\"version\":10," &&
+	cp p10 pair/params.gem &&
+	start_server pair --keep-running &&
+	grep -q "resumed the rule'"'"'s state and 1 worker" pair/serve.err &&
+	! grep -q "afresh" pair/serve.err &&
+	stop_server &&
+	head -1 pair/rule-state.gem | grep -q "\"version\":10,"
+'
+
 test_expect_success 'a run with a token refuses a commit without it' '
 	echo "s3cret-token" >token &&
 	start_server run --token-file token --keep-running &&

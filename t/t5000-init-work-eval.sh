@@ -39,7 +39,8 @@ test_expect_success 'gem-init --force refuses a run in use, naming the holder, a
 '
 
 test_expect_success 'gem-init --force removes every file the old run left' '
-	for f in log.jsonl local-state.gem rule-state.gem server.url peers serve.err worker-0.log \
+	for f in log.jsonl local-state.gem rule-state.gem local-state.prev.gem rule-state.prev.gem \
+		server.url peers serve.err worker-0.log \
 		node-0.gem node-1.jsonl node-0.url node-0.log; do echo old >busy/$f || return 1; done &&
 	echo mine >busy/notes.txt &&
 	gem-init -f -q --model tiny.json --data data/quarters busy &&
@@ -119,6 +120,17 @@ test_expect_success 'a run stopped and resumed is bit for bit the run left alone
 	tail -c +$(( $(head -1 whole/params.gem | wc -c) + 1 )) whole/params.gem >w.blob &&
 	tail -c +$(( $(head -1 parts/params.gem | wc -c) + 1 )) parts/params.gem >p.blob &&
 	cmp w.blob p.blob
+'
+
+test_expect_success 'a crash between the optimiser state and θ of a save resumes the save before, bit for bit' '
+	gem-init -q --model drop.json --data data/quarters --lr 0.1 --batch 32 --seed 9 crash &&
+	gem-work -q --local crash --steps 37 && cp crash/params.gem p37 &&
+	gem-work -q --local crash --steps 20 &&
+	head -1 crash/local-state.prev.gem | grep -q "\"version\":37," &&
+	cp p37 crash/params.gem &&
+	gem-work -q --local crash --steps 63 2>err && ! grep -q "momentum starts at 0" err &&
+	tail -c +$(( $(head -1 crash/params.gem | wc -c) + 1 )) crash/params.gem >c.blob &&
+	cmp w.blob c.blob
 '
 
 test_expect_success 'without its optimiser state the resumed run differs (the test can fail)' '

@@ -57,7 +57,8 @@ static int make_dirs(const char *dir, char *err)
  * SGP's node files and peer list, gem-run's worker logs, token and TLS certificate, and the
  * server's messages. */
 static const char *const run_leaves[] = {
-	RUN_LOG, RUN_PARAMS, RUN_LOCAL_STATE, RUN_RULE_STATE, RUN_SERVER_URL, RUN_PEERS,
+	RUN_LOG, RUN_PARAMS, RUN_LOCAL_STATE, RUN_RULE_STATE, RUN_LOCAL_STATE_PREV,
+	RUN_RULE_STATE_PREV, RUN_SERVER_URL, RUN_PEERS,
 	RUN_PEERS ".tmp", RUN_SERVE_ERR, "serve-*.err", "serve.out", "node-*.gem", "node-*.jsonl", "node-*.url",
 	"node-*.log", "worker-*.log", "token", "tls-cert.pem", "tls-key.pem", "openssl.err",
 };
@@ -635,6 +636,19 @@ void run_log_start_x(FILE *f, const struct run *r, const char *rule, const char 
 	json_decref(ev);
 }
 
+/* Before a state file is replaced: the one there becomes the save before (kept until the next
+ * save), for θ may still be of its version when the new state is written. */
+static int state_keep_previous(const struct run *r, const char *name, const char *prev, char *err)
+{
+	char path[PATH_MAX + 16], ppath[PATH_MAX + 16];
+	run_file(r, name, path, sizeof path);
+	run_file(r, prev, ppath, sizeof ppath);
+	if (rename(path, ppath) < 0 && errno != ENOENT)
+		return gem_errf(err, GEM_EFAIL, "%s: cannot rename to %s: %s", path, ppath,
+				strerror(errno));
+	return 0;
+}
+
 int run_local_state_save(const struct run *r, const float *v, size_t n, uint64_t version, char *err)
 {
 	char path[PATH_MAX + 16];
@@ -644,6 +658,10 @@ int run_local_state_save(const struct run *r, const float *v, size_t n, uint64_t
 	int rc;
 	if (!h)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	if ((rc = state_keep_previous(r, RUN_LOCAL_STATE, RUN_LOCAL_STATE_PREV, err)) < 0) {
+		json_decref(h);
+		return rc;
+	}
 	run_file(r, RUN_LOCAL_STATE, path, sizeof path);
 	blob_codec_init(&c);
 	rc = msg_write_params_file(path, &b, &c, h, v, n, BLOB_RAW, 0, err);
@@ -653,33 +671,39 @@ int run_local_state_save(const struct run *r, const float *v, size_t n, uint64_t
 	return rc;
 }
 
+/* 1 if the state file at path is one of version (peeks at its header line only), 0 if not or
+ * there is none, < 0 if it cannot be read. */
+static int local_state_is(const char *path, uint64_t version, char *err)
+{
+	FILE *f = fopen(path, "r");
+	char line[256];
+	json_t *peek;
+	int same;
+	if (!f)
+		return errno == ENOENT ? 0 : gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+	peek = fgets(line, sizeof line, f) ? json_loads(line, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+	fclose(f);
+	same = json_is_string(json_object_get(peek, "state")) &&
+	       json_integer_value(json_object_get(peek, "version")) == (json_int_t)version;
+	json_decref(peek);
+	return same;
+}
+
 int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t version, char *err)
 {
 	char path[PATH_MAX + 16];
 	struct blob_codec c;
 	json_t *h = NULL;
-	int rc, same;
+	int rc;
+	/* decode into v only when the versions agree: the last save's state, or the one before */
 	run_file(r, RUN_LOCAL_STATE, path, sizeof path);
-	if (access(path, F_OK) < 0)
-		return 0;
+	if ((rc = local_state_is(path, version, err)) == 0) {
+		run_file(r, RUN_LOCAL_STATE_PREV, path, sizeof path);
+		rc = local_state_is(path, version, err);
+	}
+	if (rc <= 0)
+		return rc;
 	blob_codec_init(&c);
-	/* decode into v only when the versions agree: peek at the header first */
-	{
-		FILE *f = fopen(path, "r");
-		char line[256];
-		json_t *peek;
-		if (!f)
-			return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
-		peek = fgets(line, sizeof line, f) ? json_loads(line, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
-		fclose(f);
-		same = json_is_string(json_object_get(peek, "state")) &&
-		       json_integer_value(json_object_get(peek, "version")) == (json_int_t)version;
-		json_decref(peek);
-	}
-	if (!same) {
-		blob_codec_free(&c);
-		return 0;
-	}
 	rc = msg_read_params_file(path, params_max_bytes(n), &c, &h, v, n, err);
 	blob_codec_free(&c);
 	json_decref(h);
@@ -751,7 +775,8 @@ int run_ckpt_take(const struct rule *rule, json_t *workers, const float *theta, 
 }
 
 /* The state goes first at a checkpoint: a crash between it and params.gem leaves a state newer
- * than θ, which resume detects by the version and drops. */
+ * than θ, which resume detects by the version, and the state of θ's version in the file of the
+ * save before. */
 int run_ckpt_write(const struct run *r, const struct run_ckpt *ck, char *err)
 {
 	char path[PATH_MAX + 16];
@@ -763,6 +788,8 @@ int run_ckpt_write(const struct run *r, const struct run_ckpt *ck, char *err)
 
 	if (!ck->head)
 		return gem_errf(err, GEM_EUSAGE, "checkpoint: no snapshot taken");
+	if ((rc = state_keep_previous(r, RUN_RULE_STATE, RUN_RULE_STATE_PREV, err)) < 0)
+		return rc;
 	run_file(r, RUN_RULE_STATE, path, sizeof path);
 	blob_codec_init(&c);
 	rc = blob_encode(&c, ck->nvecs ? ck->vecs : &dummy, ck->nvecs ? ck->nvecs : 1, BLOB_RAW, 0,
@@ -822,19 +849,16 @@ out:
 	return rc;
 }
 
-int run_rule_state_load(const struct run *r, struct rule *rule, uint64_t version, json_t **workers,
-			char *err)
+/* The rule state in path if it is of version: 1 restored, 0 not of that version or unreadable
+ * (told in err), < 0 a state that does not fit. */
+static int rule_state_try(const char *path, struct rule *rule, uint64_t version, json_t **workers,
+			  char *err)
 {
-	char path[PATH_MAX + 16];
 	struct msg_buf b = {0};
 	struct msg m;
 	json_t *v;
 	int rc = 0;
 
-	*workers = NULL;
-	run_file(r, RUN_RULE_STATE, path, sizeof path);
-	if (access(path, F_OK) < 0)
-		return 0;
 	if (msg_read_file(path, (size_t)1 << 40, &b, &m, err) < 0) {
 		msg_buf_free(&b);
 		return 0;
@@ -853,6 +877,30 @@ out:
 	msg_free(&m);
 	msg_buf_free(&b);
 	return rc;
+}
+
+int run_rule_state_load(const struct run *r, struct rule *rule, uint64_t version, json_t **workers,
+			char *err)
+{
+	char path[PATH_MAX + 16], why[GEM_ERRMAX];
+	int rc;
+
+	*workers = NULL;
+	run_file(r, RUN_RULE_STATE, path, sizeof path);
+	if (access(path, F_OK) < 0)
+		why[0] = 0;
+	else if ((rc = rule_state_try(path, rule, version, workers, why)) != 0) {
+		if (rc < 0 && err)
+			memcpy(err, why, GEM_ERRMAX);
+		return rc;
+	}
+	/* a crash after the last save's state and before its θ: the save before has θ's state */
+	run_file(r, RUN_RULE_STATE_PREV, path, sizeof path);
+	if (access(path, F_OK) == 0 && (rc = rule_state_try(path, rule, version, workers, err)) != 0)
+		return rc;
+	if (why[0] && err)
+		memcpy(err, why, GEM_ERRMAX);
+	return 0;
 }
 
 int run_server_url_write(const struct run *r, const char *url, char *err)

@@ -24,6 +24,10 @@
 #define RUN_LOCK        ".lock"           /* flock'd by the one trainer or server of the run */
 #define RUN_LOCAL_STATE "local-state.gem" /* gem-work --local's optimiser state (momentum) */
 #define RUN_RULE_STATE  "rule-state.gem"  /* gem-serve's rule state and workers */
+/* A state's save before the last: a crash after a state's save and before θ's leaves θ of the
+ * save before, and the state that goes with it here. */
+#define RUN_LOCAL_STATE_PREV "local-state.prev.gem"
+#define RUN_RULE_STATE_PREV  "rule-state.prev.gem"
 #define RUN_NODE_PARAMS "node-%d.gem"     /* SGP node I's de-biased parameters */
 #define RUN_NODE_LOG    "node-%d.jsonl"   /* SGP node I's log */
 #define RUN_PEERS       "peers"           /* gem-run's SGP peer list */
@@ -114,8 +118,9 @@ int run_params_load(const struct run *r, const char *path, float *theta, size_t 
 		    struct run_progress *p, char *err);
 
 /* Local training's optimiser state (the momentum buffer v, n floats) at version, in
- * RUNDIR/state.gem, written before params.gem at each save. Load returns 1 when a state of that
- * version was there and is now in v, 0 when there was none of that version (v untouched). */
+ * RUNDIR/local-state.gem, written before params.gem at each save (the one it replaces becomes
+ * RUN_LOCAL_STATE_PREV). Load returns 1 when a state of that version was there (in either
+ * file) and is now in v, 0 when there was none of that version (v untouched). */
 int run_local_state_save(const struct run *r, const float *v, size_t n, uint64_t version, char *err);
 int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t version, char *err);
 
@@ -158,12 +163,14 @@ struct run_ckpt {
 /* Snapshot the state into ck (workers is stolen). Copies only memory: no I/O. */
 int run_ckpt_take(const struct rule *rule, json_t *workers, const float *theta, size_t n,
 		  const struct run_progress *p, struct run_ckpt *ck, char *err);
-/* Write a snapshot: RUNDIR/rule-state.gem, then RUNDIR/params.gem, each atomically. */
+/* Write a snapshot: RUNDIR/rule-state.gem (the one it replaces becomes RUN_RULE_STATE_PREV),
+ * then RUNDIR/params.gem, each atomically: a crash at any point leaves θ and a state of its
+ * version. */
 int run_ckpt_write(const struct run *r, const struct run_ckpt *ck, char *err);
 void run_ckpt_free(struct run_ckpt *ck);
-/* Restore a state saved at version into rule (just created, no worker); *workers gets the
- * saved workers (new reference). Returns 1 restored, 0 none saved of that version (told in
- * err, rule untouched), < 0 a state that does not fit. */
+/* Restore a state saved at version (from rule-state.gem, or the save before it) into rule (just
+ * created, no worker); *workers gets the saved workers (new reference). Returns 1 restored, 0
+ * none saved of that version (told in err, rule untouched), < 0 a state that does not fit. */
 int run_rule_state_load(const struct run *r, struct rule *rule, uint64_t version, json_t **workers,
 			char *err);
 
