@@ -30,7 +30,8 @@ static void usage(FILE *f)
 	      "elapsed seconds, version (central updates), samples seen, test loss, test\n"
 	      "accuracy, then train_loss (--train-subset), acc_0 ... acc_<C-1> (--per-class).\n"
 	      "Several runs make one table, the run (as named) in a first column. An SGP\n"
-	      "RUNDIR has its nodes evaluated (--nodes).\n"
+	      "RUNDIR has its nodes evaluated (--nodes). A sharded run's servers are one\n"
+	      "URL argument: URL1,URL2,... (gem-serve --shard I/K, shard 0's first).\n"
 	      "\n"
 	      "      --run RUNDIR        the run a PARAMS_FILE belongs to (default: the file's\n"
 	      "                          directory)\n"
@@ -41,8 +42,9 @@ static void usage(FILE *f)
 	      "      --json              print JSON lines (one object per evaluation)\n"
 	      "  -F, --follow URL|RUNDIR poll a live server (RUNDIR: the one in its server.url,\n"
 	      "                          every shard's of a sharded run, or the checkpoints of\n"
-	      "                          a local training); print a line per new version until\n"
-	      "                          the run ends\n"
+	      "                          a local training; URL1,URL2,...: a sharded run's\n"
+	      "                          servers); print a line per new version until the\n"
+	      "                          run ends\n"
 	      "  -i, --interval SEC      seconds between polls with --follow; default 2\n"
 	      "      --cacert FILE       trust only the CA certificate(s) in this PEM file for\n"
 	      "                          an https:// server; default: the system's CAs\n"
@@ -440,30 +442,27 @@ static int eval_target(struct evaluator *e, const char *arg, const char *run_opt
 		       const char *data, const char *cacert, double retry_for)
 {
 	char err[GEM_ERRMAX];
-	struct eval_remote remote;
 	struct run_progress p;
 	struct target t;
 	struct run run;
 	int c, rc = EXIT_JOB;
 
-	memset(&remote, 0, sizeof remote);
 	target_of(arg, run_opt, &t);
 	if (t.rundir) {
 		if (run_open(t.rundir, &run, err) < 0) {
 			fprintf(stderr, "gem-eval: %s\n", err);
 			return EXIT_USAGE;
 		}
-	} else if (eval_remote_open(&remote, t.url, retry_for, cacert, err) < 0 ||
-		   eval_remote_run(&remote, &run, err) < 0) {
+	} else if ((c = eval_remote_open_run(t.url, retry_for, cacert, &run, err)) < 0) {
 		fprintf(stderr, "gem-eval: %s\n", err);
-		eval_remote_close(&remote);
-		return EXIT_JOB;
+		return c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
 	}
 	if ((c = evaluator_init(e, &run, data, err)) < 0) {
 		rc = c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
 	} else {
 		if (t.url)
-			c = eval_remote_params(&remote, model_params(e->m), model_nparams(e->m), &p, err);
+			c = eval_remote_theta(t.url, retry_for, cacert, model_params(e->m),
+					      model_nparams(e->m), &p, err);
 		else
 			/* a sharded run's θ: its shards' slices end to end (the merged view) */
 			c = t.params ? run_params_load(&run, t.params, model_params(e->m),
@@ -477,7 +476,6 @@ static int eval_target(struct evaluator *e, const char *arg, const char *run_opt
 	if (rc)
 		fprintf(stderr, "gem-eval: %s\n", err);
 	evaluator_free(e);
-	eval_remote_close(&remote);
 	run_close(&run);
 	return rc;
 }
@@ -559,12 +557,10 @@ static int eval_follow_main(struct evaluator *e, const char *follow, const char 
 			    const char *cacert, double interval, double retry_for)
 {
 	char err[GEM_ERRMAX];
-	struct eval_remote remote;
 	struct run run;
 	int c, rc = EXIT_JOB;
 	const char *url = is_url(follow) ? follow : NULL, *rundir = url ? NULL : follow;
 
-	memset(&remote, 0, sizeof remote);
 	if (rundir && is_sgp_run(rundir)) {
 		fprintf(stderr, "gem-eval: --follow %s: an SGP run has no server or checkpoint to "
 				"follow; once it has ended, gem-eval %s evaluates its nodes\n",
@@ -576,13 +572,10 @@ static int eval_follow_main(struct evaluator *e, const char *follow, const char 
 			fprintf(stderr, "gem-eval: %s\n", err);
 			return EXIT_USAGE;
 		}
-	} else if (eval_remote_open(&remote, url, retry_for, cacert, err) < 0 ||
-		   eval_remote_run(&remote, &run, err) < 0) {
+	} else if ((c = eval_remote_open_run(url, retry_for, cacert, &run, err)) < 0) {
 		fprintf(stderr, "gem-eval: %s\n", err);
-		eval_remote_close(&remote);
-		return EXIT_JOB;
+		return c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
 	}
-	eval_remote_close(&remote);
 	if ((c = evaluator_init(e, &run, data, err)) < 0) {
 		rc = c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
 	} else {
@@ -590,7 +583,8 @@ static int eval_follow_main(struct evaluator *e, const char *follow, const char 
 					.retry_for = retry_for, .cacert = cacert,
 					.theta = model_params(e->m), .n = model_nparams(e->m),
 					.fn = evaluate, .ctx = e};
-		rc = eval_follow_run(&f, err) < 0 ? EXIT_JOB : 0;
+		c = eval_follow_run(&f, err);
+		rc = c == GEM_EUSAGE ? EXIT_USAGE : c < 0 ? EXIT_JOB : 0;
 	}
 	if (rc)
 		fprintf(stderr, "gem-eval: %s\n", err);

@@ -127,6 +127,34 @@ test_expect_success '--follow URL exits 0 when the server said it was stopping' 
 	test "$(data_lines fu.tsv)" -ge 2
 '
 
+test_expect_success 'GET /v1/health?wait=SEC is a long poll: a stop answers it; bad arguments are 400' '
+	start_server run --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
+	for q in wait=-1 wait=nan wait=abc "wait=" version=x version=-1 "version=1e3"; do
+		test "$(curl -s -o /dev/null -w "%{http_code}" "$URL/v1/health?$q")" = 400 || return 1
+	done &&
+	v=$(health_version) &&
+	curl -s --max-time 20 "$URL/v1/health?wait=30&version=$((v + 1))" | grep -q "\"version\":$v," &&
+	{ curl -s "$URL/v1/health?wait=30&version=$v" >lp.json & } && cpid=$! && test_bg $cpid &&
+	sleep 0.5 &&
+	stop_server &&
+	wait $cpid &&
+	grep -q "\"stopping\":true" lp.json
+'
+
+# The follow waits between its polls on the server (a long poll): it is connected when the run
+# stops, however long its interval, and ends with 0, not "went away" after its --retry-for.
+test_expect_success '--follow URL with a long interval sees a stop between two polls, exits 0' '
+	start_server run --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
+	{ gem-eval --follow "$URL" --interval 30 --retry-for 1 >fl.tsv 2>fl.err & } &&
+	fpid=$! && test_bg $fpid &&
+	wait_until "test -s fl.tsv" && sleep 0.5 &&
+	stop_server &&
+	wait_exit $fpid 20 &&
+	test "$(data_lines fl.tsv)" = 1
+'
+
 test_expect_success '--follow of a server killed with kill -9 exits 1 with a message' '
 	start_server run --keep-running &&
 	test_when_finished "stop_if_running $SERVER_PID" &&

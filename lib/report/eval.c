@@ -201,6 +201,7 @@ int eval_run_active(const char *dir)
 
 #define REMOTE_TIMEOUT_MS 60000L /* a whole request: θ of a large model on a slow link */
 #define HEALTH_MAX_WAIT 0.5      /* poll at least this often while a server is away */
+#define HEALTH_LONG_POLL 20.0    /* a long poll's wait at most (the server's cap is 30 s) */
 
 int eval_remote_open(struct eval_remote *r, const char *url, double retry_for, const char *cacert,
 		     char *err)
@@ -284,24 +285,124 @@ void eval_sleep(double s)
 		;
 }
 
-/* GET /v1/health once: the version and whether the server is stopping. */
-static int health(struct eval_remote *r, uint64_t *version, int *stopping, char *err)
+/* What GET /v1/health says. */
+struct health {
+	uint64_t version;
+	int stopping;
+	int shard_i, shard_k; /* its "theta_shard": shard i of k; k = 0: the whole of θ */
+};
+
+/* The health in r->resp. */
+static int health_parse(struct eval_remote *r, struct health *h, char *err)
 {
-	json_t *j, *v;
-	int rc = httpc_get(r->http, "/v1/health", &r->resp, err);
-	if (rc < 0)
-		return rc;
-	j = json_loadb(r->resp.body, r->resp.len, 0, NULL);
-	v = json_object_get(j, "version");
+	json_t *j = json_loadb(r->resp.body, r->resp.len, 0, NULL), *v = json_object_get(j, "version");
+	json_t *t = json_object_get(j, "theta_shard");
 	if (!json_is_integer(v) || json_integer_value(v) < 0) {
 		json_decref(j);
 		return gem_errf(err, GEM_EFAIL, "%s/v1/health: not a gem server's health (no version)",
 				httpc_base_url(r->http));
 	}
-	*version = (uint64_t)json_integer_value(v);
-	*stopping = json_is_true(json_object_get(j, "stopping"));
+	h->version = (uint64_t)json_integer_value(v);
+	h->stopping = json_is_true(json_object_get(j, "stopping"));
+	h->shard_i = h->shard_k = 0;
+	if (json_array_size(t) == 2 && json_integer_value(json_array_get(t, 1)) > 0 &&
+	    json_integer_value(json_array_get(t, 1)) <= SHARD_MAX) {
+		h->shard_k = (int)json_integer_value(json_array_get(t, 1));
+		h->shard_i = (int)json_integer_value(json_array_get(t, 0));
+	}
 	json_decref(j);
 	return 0;
+}
+
+/* GET /v1/health once; wait > 0: a long poll, answered when the server starts stopping or
+ * after wait seconds (gem-protocol(7)), so that the stop is seen while it is connected. */
+static int health(struct eval_remote *r, double wait, struct health *h, char *err)
+{
+	char path[64];
+	int rc;
+	if (wait > 0)
+		snprintf(path, sizeof path, "/v1/health?wait=%.3f", wait);
+	rc = httpc_get(r->http, wait > 0 ? path : "/v1/health", &r->resp, err);
+	return rc < 0 ? rc : health_parse(r, h, err);
+}
+
+/* Is the server the slice of θ wanted (shard i of k; k = 0: the whole)? GEM_EUSAGE if not. */
+static int health_is_shard(struct eval_remote *r, const struct health *h, int i, int k, char *err)
+{
+	const char *url = httpc_base_url(r->http);
+	if (h->shard_k == k && (k == 0 || h->shard_i == i))
+		return 0;
+	if (k == 0)
+		return gem_errf(err, GEM_EUSAGE,
+				"%s serves shard %d/%d of a sharded run: give every shard's URL, "
+				"comma-separated, shard 0's first (or the run directory)",
+				url, h->shard_i, h->shard_k);
+	if (h->shard_k == 0)
+		return gem_errf(err, GEM_EUSAGE, "%s serves the whole of θ, not shard %d/%d", url, i, k);
+	return gem_errf(err, GEM_EUSAGE, "%s serves shard %d/%d, not %d/%d (the URLs go in shard order)",
+			url, h->shard_i, h->shard_k, i, k);
+}
+
+int eval_urls_split(const char *urls, char (*out)[EVAL_URL_MAX], char *err)
+{
+	int k = 0;
+	for (const char *u = urls;; k++) {
+		size_t len = strcspn(u, ",");
+		if (k == SHARD_MAX)
+			return gem_errf(err, GEM_EUSAGE, "%s: more than %d servers", urls, SHARD_MAX);
+		if (!len)
+			return gem_errf(err, GEM_EUSAGE, "%s: an empty URL in the list", urls);
+		if (len >= EVAL_URL_MAX)
+			return gem_errf(err, GEM_EUSAGE, "a URL of %zu bytes is too long", len);
+		memcpy(out[k], u, len);
+		out[k][len] = 0;
+		if (!u[len])
+			return k + 1;
+		u += len + 1;
+	}
+}
+
+int eval_remote_open_run(const char *urls, double retry_for, const char *cacert, struct run *run,
+			 char *err)
+{
+	char first[EVAL_URL_MAX];
+	struct eval_remote r;
+	size_t len = strcspn(urls, ",");
+	int rc;
+	if (len >= sizeof first)
+		return gem_errf(err, GEM_EUSAGE, "a URL of %zu bytes is too long", len);
+	memcpy(first, urls, len);
+	first[len] = 0;
+	memset(run, 0, sizeof *run);
+	run->lock_fd = -1;
+	if ((rc = eval_remote_open(&r, first, retry_for, cacert, err)) == 0)
+		rc = eval_remote_run(&r, run, err);
+	eval_remote_close(&r);
+	return rc;
+}
+
+int eval_remote_theta(const char *urls, double retry_for, const char *cacert, float *theta, size_t n,
+		      struct run_progress *p, char *err)
+{
+	char (*u)[EVAL_URL_MAX] = malloc(SHARD_MAX * sizeof *u);
+	struct eval_remote r;
+	int k = u ? eval_urls_split(urls, u, err) : gem_errf(err, GEM_ENOMEM, "out of memory");
+	int rc = k < 0 ? k : 0;
+
+	for (int i = 0; i < k && rc == 0; i++) {
+		struct shard s = shard_of(n, i, k > 1 ? k : 0);
+		struct run_progress q;
+		struct health h;
+		if ((rc = eval_remote_open(&r, u[i], retry_for, cacert, err)) == 0 &&
+		    (rc = httpc_get_retry(r.http, "/v1/health", retry_for, &r.resp, err)) == 0 &&
+		    (rc = health_parse(&r, &h, err)) == 0 &&
+		    (rc = health_is_shard(&r, &h, i, k > 1 ? k : 0, err)) == 0 &&
+		    (rc = eval_remote_params(&r, theta + s.off, s.len, &q, err)) == 0)
+			run_progress_merge(p, &q, i == 0);
+		eval_remote_close(&r);
+	}
+	free(u);
+	return rc;
 }
 
 /* Where a followed server stands. */
@@ -317,6 +418,11 @@ struct follower {
 	char away_why[GEM_ERRMAX];
 	int local;         /* a local training was seen on the run (no server) */
 	struct stat ckpt;  /* RUNDIR/params.gem when last loaded (local) */
+	int shard_i, shard_k; /* the slice of θ the server must hold (k = 0: the whole) */
+	double poll_at;       /* when the next poll is due (cli_now; 0: now): its health request
+			       * waits on the server until then (a long poll) */
+	const int *run_stopping; /* a shard's: another shard of the run said it was stopping */
+	int no_long_poll;     /* the server answered a long poll at once */
 };
 
 static int follower_connect(struct follower *w, const char *url, char *err)
@@ -403,8 +509,9 @@ static int follow_local_poll(struct follower *w, char *err)
 static int follow_poll(struct follower *w, char *err)
 {
 	struct run_progress p;
-	uint64_t version = 0;
-	int stopping = 0, rc;
+	struct health h;
+	double t0, pace;
+	int rc;
 
 	if (!w->r.http) {
 		/* RUNDIR with no server.url yet, or a URL not reachable at all */
@@ -414,11 +521,21 @@ static int follow_poll(struct follower *w, char *err)
 		if ((rc = follower_connect(w, url, err)) < 0)
 			return rc;
 	}
-	rc = health(&w->r, &version, &stopping, w->away_why);
+	t0 = cli_now();
+	pace = w->poll_at - t0;
+	pace = pace < HEALTH_LONG_POLL ? pace : HEALTH_LONG_POLL;
+	rc = health(&w->r, pace, &h, w->away_why);
+	/* a server that answers a long poll at once does not know it: pause here from now on */
+	if (rc == 0 && pace > 0.1 && !h.stopping && cli_now() - t0 < pace / 2)
+		w->no_long_poll = 1;
 	if (rc == 0) {
+		if ((rc = health_is_shard(&w->r, &h, w->shard_i, w->shard_k, err)) < 0)
+			return rc;
 		w->connected = 1;
-		w->stopping |= stopping;
-		if (w->have_last && version == w->last)
+		w->stopping |= h.stopping;
+		if (!h.stopping && cli_now() < w->poll_at - 0.005)
+			return 1; /* a long poll cut short (the server's cap): the pause goes on */
+		if (w->have_last && h.version == w->last)
 			return 1;
 		rc = httpc_get(w->r.http, "/v1/params?codec=raw", &w->r.resp, w->away_why);
 		if (rc == 0) {
@@ -434,7 +551,7 @@ static int follow_poll(struct follower *w, char *err)
 	if (rc == HTTPC_EHTTP && w->r.resp.status == 410)
 		return 2;
 	if (rc == HTTPC_ETRANSPORT || (rc == HTTPC_EHTTP && w->r.resp.status == 503))
-		return w->stopping ? 2 : 0;
+		return w->stopping || (w->run_stopping && *w->run_stopping) ? 2 : 0;
 	if (err)
 		memcpy(err, w->away_why, GEM_ERRMAX);
 	return rc < 0 ? rc : GEM_EFAIL;
@@ -453,13 +570,24 @@ static int follow_away(struct follower *w, char *err)
 	return follower_connect(w, url, err) < 0 ? GEM_EFAIL : 2;
 }
 
+/* Before the next round, wait seconds: on the server, as the next health poll's long poll,
+ * when it answered the last one (so that a stop meanwhile is seen), else here. */
+static void follow_pause(struct follower *w, double wait)
+{
+	if (w->r.http && !w->local && w->away_since < 0 && !w->stopping && !w->no_long_poll &&
+	    wait > 0)
+		w->poll_at = cli_now() + wait;
+	else
+		eval_sleep(wait);
+}
+
 /* One round of a follow: < 0 an error that ends it, 0 to poll again after *wait seconds, 1 when
  * the server has stopped (follow_final next), 2 when the local training followed has ended
  * (follow_local next). */
 static int follow_step(struct follower *w, double *wait, char *err)
 {
 	const struct eval_follow *f = w->f;
-	double t0 = cli_now();
+	double t0 = cli_now(), now;
 	int rc, moved;
 
 	*wait = 0;
@@ -475,7 +603,17 @@ static int follow_step(struct follower *w, double *wait, char *err)
 	}
 	if (rc == 1) {
 		w->away_since = -1;
-		*wait = f->interval - (cli_now() - t0);
+		now = cli_now();
+		if (w->stopping) {
+			*wait = HEALTH_MAX_WAIT; /* soon, to see it go */
+			w->poll_at = 0;
+		} else if (now < w->poll_at) {
+			*wait = w->poll_at - now; /* the rest of a pause */
+		} else {
+			/* the interval counts from the poll's answer: a long poll's end */
+			*wait = f->interval - (now - (t0 > w->poll_at ? t0 : w->poll_at));
+			w->poll_at = 0;
+		}
 		return 0;
 	}
 	if ((moved = follow_away(w, err)) < 0)
@@ -526,12 +664,12 @@ static int shard_got(void *ctx, const struct run_progress *p, char *err)
 	return 0;
 }
 
-/* Follow the K shard servers of a sharded RUNDIR (gem-serve --shard I/K), each as a run of its
- * own in RUNDIR/shard-I-of-K/ into its slice of θ; f->fn gets the whole θ once every shard has
- * been seen, and again whenever the slowest shard's version moves: the progress is the merged
- * view of run_params_load_merged (the slowest shard's version and samples, the longest
- * elapsed time). Ends when every shard has ended, with the final checkpoints. */
-static int follow_shards(const struct eval_follow *f, int k, char *err)
+/* Follow the K shard servers of a sharded run (gem-serve --shard I/K), each into its slice of θ:
+ * with urls, server I at urls[I]; else each as a run of its own in RUNDIR/shard-I-of-K/. f->fn
+ * gets the whole θ once every shard has been seen, and again whenever the slowest shard's
+ * version moves, with the merged progress (run_progress_merge). Ends when every shard has
+ * ended, with the final checkpoints of a RUNDIR. */
+static int follow_shards(const struct eval_follow *f, int k, char (*urls)[EVAL_URL_MAX], char *err)
 {
 	struct shards {
 		struct follower w[SHARD_MAX];
@@ -540,6 +678,7 @@ static int follow_shards(const struct eval_follow *f, int k, char *err)
 		char dirs[SHARD_MAX][PATH_MAX];
 		struct shard_news news;
 		int done[SHARD_MAX];
+		int stopping; /* a shard said the run was stopping */
 	} *sh = calloc(1, sizeof *sh);
 	struct follower *w;
 	struct eval_follow *fk;
@@ -555,13 +694,13 @@ static int follow_shards(const struct eval_follow *f, int k, char *err)
 	for (int i = 0; i < k; i++) {
 		struct shard s = shard_of(f->n, i, k);
 		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
-		if (run_dir_file(f->rundir, name, dirs[i], sizeof dirs[i]) < 0) {
+		if (!urls && run_dir_file(f->rundir, name, dirs[i], sizeof dirs[i]) < 0) {
 			free(sh);
 			return gem_errf(err, GEM_EUSAGE, "%s: path too long", f->rundir);
 		}
 		fk[i] = *f;
-		fk[i].url = NULL;
-		fk[i].rundir = dirs[i];
+		fk[i].url = urls ? urls[i] : NULL;
+		fk[i].rundir = urls ? NULL : dirs[i];
 		fk[i].theta = f->theta + s.off;
 		fk[i].n = s.len;
 		fk[i].fn = shard_got;
@@ -569,7 +708,14 @@ static int follow_shards(const struct eval_follow *f, int k, char *err)
 		fk[i].ctx = &cx[i];
 		w[i].f = &fk[i];
 		w[i].away_since = -1;
+		w[i].shard_i = i;
+		w[i].shard_k = k;
+		w[i].run_stopping = &sh->stopping;
 		blob_codec_init(&w[i].r.codec);
+		if (urls && (rc = follower_connect(&w[i], urls[i], err)) < 0) {
+			k = i + 1;
+			goto out;
+		}
 	}
 	while (ndone < k) {
 		double wait = f->interval, wi;
@@ -583,9 +729,10 @@ static int follow_shards(const struct eval_follow *f, int k, char *err)
 				rc = follow_local(&w[i], err) < 0 ? -1 : 2;
 			if (rc < 0) {
 				gem_errprefix(err, "shard %d/%d: ", i, k);
-				rc = GEM_EFAIL;
+				rc = rc == GEM_EUSAGE ? rc : GEM_EFAIL;
 				goto out;
 			}
+			sh->stopping |= w[i].stopping;
 			if (rc) {
 				done[i] = 1;
 				ndone++;
@@ -595,16 +742,11 @@ static int follow_shards(const struct eval_follow *f, int k, char *err)
 		}
 		rc = 0;
 		if (newsp->changed) {
-			struct run_progress m = newsp->p[0];
+			struct run_progress m;
 			int all = 1;
 			for (int i = 0; i < k; i++) {
 				all &= newsp->have[i];
-				if (newsp->p[i].version < m.version)
-					m.version = newsp->p[i].version;
-				if (newsp->p[i].samples < m.samples)
-					m.samples = newsp->p[i].samples;
-				if (newsp->p[i].elapsed > m.elapsed)
-					m.elapsed = newsp->p[i].elapsed;
+				run_progress_merge(&m, &newsp->p[i], i == 0);
 			}
 			newsp->changed = 0;
 			if (all && (!have_last || m.version != last)) {
@@ -614,8 +756,12 @@ static int follow_shards(const struct eval_follow *f, int k, char *err)
 					goto out;
 			}
 		}
-		if (ndone < k)
-			eval_sleep(wait);
+		/* the first shard still followed waits on its server, the others poll at once */
+		for (int i = 0; i < k && ndone < k; i++)
+			if (!done[i]) {
+				follow_pause(&w[i], wait);
+				break;
+			}
 	}
 out:
 	for (int i = 0; i < k; i++)
@@ -631,7 +777,17 @@ int eval_follow_run(const struct eval_follow *f, char *err)
 	int rc;
 
 	if (f->rundir && !f->url && (rc = run_shards(f->rundir, err)) != 0)
-		return rc < 0 ? rc : follow_shards(f, rc, err);
+		return rc < 0 ? rc : follow_shards(f, rc, NULL, err);
+	if (f->url && strchr(f->url, ',')) {
+		char (*urls)[EVAL_URL_MAX] = malloc(SHARD_MAX * sizeof *urls);
+		if (!urls)
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		rc = eval_urls_split(f->url, urls, err);
+		if (rc > 0)
+			rc = follow_shards(f, rc, urls, err);
+		free(urls);
+		return rc;
+	}
 	memset(&w, 0, sizeof w);
 	w.f = f;
 	w.away_since = -1;
@@ -639,7 +795,7 @@ int eval_follow_run(const struct eval_follow *f, char *err)
 	if (f->url && (rc = follower_connect(&w, f->url, err)) < 0)
 		goto out;
 	while ((rc = follow_step(&w, &wait, err)) == 0)
-		eval_sleep(wait);
+		follow_pause(&w, wait);
 	if (rc == 1)
 		rc = follow_final(&w, err);
 	else if (rc == 2)

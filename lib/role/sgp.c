@@ -460,6 +460,10 @@ void sgp_node_close(struct sgp_node *s)
 {
 	if (!s)
 		return;
+	/* a long poll of GET /v1/health ends when it sees the node stopping */
+	pthread_mutex_lock(&s->mu);
+	s->closed = 1;
+	pthread_mutex_unlock(&s->mu);
 	httpd_stop(s->httpd);
 	for (int p = 0; s->http && p < s->nn; p++)
 		httpc_free(s->http[p]);

@@ -1009,14 +1009,19 @@ int run_params_load_merged(const struct run *r, float *theta, size_t n, struct r
 		dir_file(sub, RUN_PARAMS, path, sizeof path);
 		if ((rc = run_params_load(r, path, theta + s.off, s.len, &q, err)) < 0)
 			return rc;
-		if (i == 0 || q.version < p->version)
-			p->version = q.version;
-		if (i == 0 || q.samples < p->samples)
-			p->samples = q.samples;
-		if (i == 0 || q.elapsed > p->elapsed)
-			p->elapsed = q.elapsed;
+		run_progress_merge(p, &q, i == 0);
 	}
 	return 0;
+}
+
+void run_progress_merge(struct run_progress *m, const struct run_progress *q, int first)
+{
+	if (first || q->version < m->version)
+		m->version = q->version;
+	if (first || q->samples < m->samples)
+		m->samples = q->samples;
+	if (first || q->elapsed > m->elapsed)
+		m->elapsed = q->elapsed;
 }
 
 int run_server_urls_read(const char *dir, char *urls, size_t cap, char *err)

@@ -67,6 +67,9 @@ struct run_progress {
 	uint64_t samples; /* training samples consumed by those updates */
 	double elapsed;   /* training seconds, accumulated over every session */
 };
+/* Merge shard progress q into m (first: m is q): a sharded run is as far as its slowest shard
+ * (the least version and samples) and has trained as long as its longest (elapsed). */
+void run_progress_merge(struct run_progress *m, const struct run_progress *q, int first);
 
 /* Create RUNDIR and its parents (or reuse an empty one) and write run.json atomically, under
  * the run's lock. An existing run is refused (GEM_EUSAGE) unless force, which removes every

@@ -1,9 +1,12 @@
 #include "wire/reply.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "wire/blob.h"
 #include "base/err.h"
@@ -77,12 +80,75 @@ int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t
 	return rc;
 }
 
-/* GET /v1/health: {"ok": true, the owner's fields}. */
+static atomic_int health_waiters; /* GET /v1/health requests waiting, in the process */
+
+static double reply_clock(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ?wait=SEC (0 <= SEC, at most REPLY_HEALTH_WAIT_MAX is waited) and ?version=V (decimal) of a
+ * long poll: 0, or -1 after a 400. */
+static int health_args(struct httpd_req *req, double *wait, int *have_v, unsigned long long *v)
+{
+	const char *w = httpd_query(req, "wait"), *q = httpd_query(req, "version");
+	char *end;
+	*wait = 0;
+	*have_v = 0;
+	if (w) {
+		errno = 0;
+		*wait = strtod(w, &end);
+		if (!*w || *end || errno || !(*wait >= 0)) {
+			httpd_reply_error(req, 400, "bad_request", "wait: not a number of seconds >= 0");
+			return -1;
+		}
+		if (*wait > REPLY_HEALTH_WAIT_MAX)
+			*wait = REPLY_HEALTH_WAIT_MAX;
+	}
+	if (q) {
+		errno = 0;
+		*v = strtoull(q, &end, 10);
+		if (!*q || *q < '0' || *q > '9' || *end || errno) {
+			httpd_reply_error(req, 400, "bad_request", "version: not a version number");
+			return -1;
+		}
+		*have_v = 1;
+	}
+	return 0;
+}
+
+/* GET /v1/health[?wait=SEC[&version=V]]: {"ok": true, the owner's fields}; with wait, the reply
+ * waits (a long poll) until the owner is stopping, its version is not V (when given), or SEC
+ * seconds have passed, so that a client polling from outside is connected when a run stops. */
 static int get_health(struct httpd_req *req, void *ctx)
 {
 	const struct reply_get *g = ctx;
-	json_t *j = json_pack("{s:b}", "ok", 1), *fields = g->health(g->ctx);
-	int rc;
+	json_t *j, *fields;
+	double wait, t0 = reply_clock();
+	unsigned long long v = 0;
+	int rc, have_v, counted;
+
+	if (health_args(req, &wait, &have_v, &v) < 0)
+		return 0;
+	/* a long poll holds a connection's thread: past REPLY_HEALTH_WAITERS at once, none waits */
+	if ((counted = wait > 0) && atomic_fetch_add(&health_waiters, 1) >= REPLY_HEALTH_WAITERS)
+		wait = 0;
+	for (;;) {
+		json_t *jv;
+		if (!(fields = g->health(g->ctx)))
+			break;
+		jv = json_object_get(fields, "version");
+		if (reply_clock() - t0 >= wait || json_is_true(json_object_get(fields, "stopping")) ||
+		    (have_v && (!json_is_integer(jv) || (unsigned long long)json_integer_value(jv) != v)))
+			break;
+		json_decref(fields);
+		nanosleep(&(struct timespec){0, REPLY_HEALTH_POLL_NS}, NULL);
+	}
+	if (counted)
+		atomic_fetch_sub(&health_waiters, 1);
+	j = json_pack("{s:b}", "ok", 1);
 	if (!j || !fields || json_object_update(j, fields) < 0)
 		rc = httpd_reply_error(req, 503, "busy", "out of memory");
 	else

@@ -28,6 +28,12 @@ struct reply_get {
 	void *ctx;
 };
 
+/* GET /v1/health?wait=SEC waits at most this long, and looks at the owner this often; past
+ * REPLY_HEALTH_WAITERS waiting at once in the process, a request replies at once. */
+#define REPLY_HEALTH_WAIT_MAX 30.0
+#define REPLY_HEALTH_POLL_NS 20000000L
+#define REPLY_HEALTH_WAITERS 32
+
 #define REPLY_GET_ROUTES 3
 /* Fill r[0..2] with GET /v1/health, /v1/run and /v1/params served from g (not mutating). */
 void reply_get_routes(const struct reply_get *g, struct httpd_route r[REPLY_GET_ROUTES]);
