@@ -642,6 +642,10 @@ int main(int argc, char **argv)
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
+	cli_threads_passive((int)threads, argv); /* before anything is printed or done */
+	if (threads > 1)
+		log_debug("%d threads, OMP_WAIT_POLICY=%s", (int)threads,
+			  getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
 	/* a lone SGP RUNDIR: its params.gem is θ₀, its nodes hold the training */
 	if (!nodes_opt && !follow && optind == argc - 1 && !run_opt && is_sgp_run(argv[optind])) {
 		if (e.per_class || e.train_subset)

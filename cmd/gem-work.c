@@ -548,6 +548,10 @@ int main(int argc, char **argv)
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
+	cli_threads_passive(threads, argv); /* before anything is printed or done */
+	if (threads > 1)
+		log_debug("%d threads, OMP_WAIT_POLICY=%s", threads,
+			  getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
 	if (optind != argc)
 		bad_usage("unexpected argument: ", argv[optind]);
 	if (o.epochs && o.steps)

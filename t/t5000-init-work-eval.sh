@@ -122,6 +122,20 @@ test_expect_success 'a run stopped and resumed is bit for bit the run left alone
 	cmp w.blob p.blob
 '
 
+# --threads T > 1 runs the program again with OMP_WAIT_POLICY=passive (libgomp reads it before
+# main), unless the user chose a policy; the threads split outputs, not sums: the same θ.
+test_expect_success '--threads 2: the θ of one thread, OMP_WAIT_POLICY=passive unless set' '
+	gem-init -q --model drop.json --data data/quarters --lr 0.1 --batch 32 --seed 9 th &&
+	GEM_LOG=debug gem-work -q --local th --steps 100 --threads 2 2>th.err &&
+	grep -q "2 threads, OMP_WAIT_POLICY=passive" th.err &&
+	test $(grep -c "2 threads" th.err) = 1 &&
+	tail -c +$(( $(head -1 th/params.gem | wc -c) + 1 )) th/params.gem >t.blob &&
+	cmp w.blob t.blob &&
+	OMP_WAIT_POLICY=active GEM_LOG=debug gem-eval --threads 2 th 2>te.err >te.tsv &&
+	grep -q "2 threads, OMP_WAIT_POLICY=active" te.err &&
+	gem-eval th | cmp - te.tsv
+'
+
 test_expect_success 'a crash between the optimiser state and θ of a save resumes the save before, bit for bit' '
 	gem-init -q --model drop.json --data data/quarters --lr 0.1 --batch 32 --seed 9 crash &&
 	gem-work -q --local crash --steps 37 && cp crash/params.gem p37 &&

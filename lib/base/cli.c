@@ -108,6 +108,17 @@ void cli_blas_init(void)
 	bli_thread_set_num_threads(1);
 }
 
+int cli_threads_passive(int threads, char **argv)
+{
+	if (threads <= 1 || getenv("OMP_WAIT_POLICY"))
+		return 0;
+	if (setenv("OMP_WAIT_POLICY", "passive", 1) < 0)
+		return -1;
+	execv("/proc/self/exe", argv);
+	unsetenv("OMP_WAIT_POLICY");
+	return -1;
+}
+
 double cli_now(void)
 {
 	struct timespec ts;

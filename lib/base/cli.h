@@ -25,6 +25,13 @@ int cli_share_path(const char *rel, char *out, size_t cap);
 
 /* One BLIS thread per process: parallelism comes from processes (doc/design.md). */
 void cli_blas_init(void);
+/* For threads > 1, before the program has done anything: BLIS's OpenMP runtime (libgomp) reads
+ * OMP_WAIT_POLICY when it is loaded, before main, and by default its idle threads spin, which
+ * on a core another job holds starves the thread they wait for (doc/design.md). Unless the
+ * environment sets it, set OMP_WAIT_POLICY=passive and execute the program again with the same
+ * arguments (argv, NULL-terminated, as main got them, getopt's reordering included); returns
+ * only when it did not (threads 1, the variable set, or the exec failed: -1). */
+int cli_threads_passive(int threads, char **argv);
 
 /* Seconds from a monotonic clock, and wall-clock seconds since the epoch. */
 double cli_now(void);
