@@ -142,6 +142,20 @@ test_expect_success 'GET /v1/health?wait=SEC is a long poll: a stop answers it; 
 	grep -q "\"stopping\":true" lp.json
 '
 
+# A follower busy evaluating when the run stops polls again right after: the server waits for
+# that poll (5 s at most) so that it answers "stopping" instead of finding the port closed.
+test_expect_success 'a stopping server waits for the next poll of a follower that polled lately' '
+	start_server run --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
+	curl -sf "$URL/v1/health?wait=0" >/dev/null &&
+	curl -s -X POST "$URL/v1/stop" >/dev/null &&
+	sleep 1 &&
+	curl -sf "$URL/v1/health" | grep -q "\"stopping\":true" &&
+	kill -0 $SERVER_PID &&
+	curl -sf "$URL/v1/health?wait=0" | grep -q "\"stopping\":true" &&
+	wait_exit $SERVER_PID 10
+'
+
 # The follow waits between its polls on the server (a long poll): it is connected when the run
 # stops, however long its interval, and ends with 0, not "went away" after its --retry-for.
 test_expect_success '--follow URL with a long interval sees a stop between two polls, exits 0' '

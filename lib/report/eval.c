@@ -314,15 +314,16 @@ static int health_parse(struct eval_remote *r, struct health *h, char *err)
 	return 0;
 }
 
-/* GET /v1/health once; wait > 0: a long poll, answered when the server starts stopping or
- * after wait seconds (gem-protocol(7)), so that the stop is seen while it is connected. */
+/* GET /v1/health once as a follower; wait > 0: a long poll, answered when the server starts
+ * stopping or after wait seconds (gem-protocol(7)), so that the stop is seen while connected. */
 static int health(struct eval_remote *r, double wait, struct health *h, char *err)
 {
 	char path[64];
 	int rc;
-	if (wait > 0)
-		snprintf(path, sizeof path, "/v1/health?wait=%.3f", wait);
-	rc = httpc_get(r->http, wait > 0 ? path : "/v1/health", &r->resp, err);
+	/* ?wait even when 0: the server knows a follower polls it, and waits for its next poll
+	 * when it stops (gem-protocol(7)) */
+	snprintf(path, sizeof path, "/v1/health?wait=%.3f", wait > 0 ? wait : 0);
+	rc = httpc_get(r->http, path, &r->resp, err);
 	return rc < 0 ? rc : health_parse(r, h, err);
 }
 

@@ -27,6 +27,10 @@
  * when it is done with it (reply_done). A compressed reply is built in msg instead. */
 #define REPLY_HEAD_ROOM 4096
 #define SLOT_REPLIES 3 /* replies of one worker out at once: 1 but for a resend's overlap */
+/* At its stop, a server whose follower polled in the last SERVE_FOLLOWER_RECENT s (one polls
+ * at least every 20 s) waits up to SERVE_FOLLOWER_WAIT s for its next poll (follower_wait). */
+#define SERVE_FOLLOWER_RECENT 30.0
+#define SERVE_FOLLOWER_WAIT 5.0
 
 struct reply_buf {
 	struct slot *slot;
@@ -862,6 +866,23 @@ const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag)
 	return why;
 }
 
+/* A follower (gem-eval --follow) that was evaluating when the run stopped polls again soon:
+ * wait for that poll (SERVE_FOLLOWER_WAIT s at most) so that it hears "stopping" rather than
+ * finds the port closed. One that is waiting on the server (a long poll) hears it now. */
+static void follower_wait(void)
+{
+	struct reply_followers f0, f;
+	double t0 = cli_now();
+	reply_followers(&f0);
+	if (f0.inflight > 0 || f0.since_last < 0 || f0.since_last > SERVE_FOLLOWER_RECENT)
+		return;
+	do {
+		usleep(20000);
+		reply_followers(&f);
+	} while (f.polls == f0.polls && cli_now() - t0 < SERVE_FOLLOWER_WAIT);
+	/* let the poll's reply go out: httpd_stop waits for requests in flight */
+}
+
 int serve_close(struct server *s, const char *reason, char *err)
 {
 	int rc;
@@ -878,6 +899,7 @@ int serve_close(struct server *s, const char *reason, char *err)
 		pthread_mutex_lock(&s->mu);
 	}
 	pthread_mutex_unlock(&s->mu);
+	follower_wait();
 	httpd_stop(s->http);
 	rc = serve_checkpoint(s, NULL, err);
 	pthread_mutex_lock(&s->mu);

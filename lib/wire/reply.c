@@ -81,6 +81,11 @@ int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t
 }
 
 static atomic_int health_waiters; /* GET /v1/health requests waiting, in the process */
+/* Followers' polls (GET /v1/health with ?wait) in the process: how many so far, how many being
+ * answered, when the last began (reply_clock, in ms; -1: none) */
+static atomic_ulong follow_polls;
+static atomic_int follow_inflight;
+static atomic_llong follow_last_ms = -1;
 
 static double reply_clock(void)
 {
@@ -128,10 +133,15 @@ static int get_health(struct httpd_req *req, void *ctx)
 	json_t *j, *fields;
 	double wait, t0 = reply_clock();
 	unsigned long long v = 0;
-	int rc, have_v, counted;
+	int rc, have_v, counted, follower;
 
 	if (health_args(req, &wait, &have_v, &v) < 0)
 		return 0;
+	if ((follower = httpd_query(req, "wait") != NULL)) {
+		atomic_fetch_add(&follow_inflight, 1);
+		atomic_store(&follow_last_ms, (long long)(t0 * 1000));
+		atomic_fetch_add(&follow_polls, 1);
+	}
 	/* a long poll holds a connection's thread: past REPLY_HEALTH_WAITERS at once, none waits */
 	if ((counted = wait > 0) && atomic_fetch_add(&health_waiters, 1) >= REPLY_HEALTH_WAITERS)
 		wait = 0;
@@ -155,7 +165,17 @@ static int get_health(struct httpd_req *req, void *ctx)
 		rc = httpd_reply_json(req, 200, j);
 	json_decref(fields);
 	json_decref(j);
+	if (follower)
+		atomic_fetch_sub(&follow_inflight, 1);
 	return rc;
+}
+
+void reply_followers(struct reply_followers *f)
+{
+	long long last = atomic_load(&follow_last_ms);
+	f->polls = atomic_load(&follow_polls);
+	f->inflight = atomic_load(&follow_inflight);
+	f->since_last = last < 0 ? -1 : reply_clock() - (double)last / 1000;
 }
 
 /* GET /v1/run: run.json as it is. */

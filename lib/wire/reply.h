@@ -34,6 +34,16 @@ struct reply_get {
 #define REPLY_HEALTH_POLL_NS 20000000L
 #define REPLY_HEALTH_WAITERS 32
 
+/* The followers (GET /v1/health?wait=..., as gem-eval --follow polls) the process has seen:
+ * polls so far, how many are being answered now, seconds since the last began (< 0: none). A
+ * server about to close can wait for a follower's next poll, so that it hears of the stop. */
+struct reply_followers {
+	unsigned long polls;
+	int inflight;
+	double since_last;
+};
+void reply_followers(struct reply_followers *f);
+
 #define REPLY_GET_ROUTES 3
 /* Fill r[0..2] with GET /v1/health, /v1/run and /v1/params served from g (not mutating). */
 void reply_get_routes(const struct reply_get *g, struct httpd_route r[REPLY_GET_ROUTES]);
