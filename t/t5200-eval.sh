@@ -108,9 +108,9 @@ assert v == [45, 50], v
 '
 
 # The worker is stopped (SIGSTOP) before the server is: a stopping server waits up to 3 s for
-# its active workers, and that window, not a worker's commit racing the stop, is what the
-# follow sees ("stopping": true). A worker that commits at once ends that window at once, and
-# a URL follow that polls too late cannot tell that from a crash.
+# its active workers, and that window, not a worker's commit racing the stop, is what this
+# follow sees ("stopping": true). (The tests below cover a stop between polls: long polls, and
+# the server waiting for a follower's next poll.)
 test_expect_success '--follow URL exits 0 when the server said it was stopping' '
 	start_server run --keep-running &&
 	test_when_finished "stop_if_running $SERVER_PID" &&
@@ -167,6 +167,54 @@ test_expect_success '--follow URL with a long interval sees a stop between two p
 	stop_server &&
 	wait_exit $fpid 20 &&
 	test "$(data_lines fl.tsv)" = 1
+'
+
+# A server that answers a long poll at once (one that does not know ?wait) is not polled in a
+# loop: the follow sees it and pauses by itself, --interval apart.
+test_expect_success '--follow of a server without long polls pauses by itself' '
+	cat >fake.py <<-\PY &&
+	import http.server, sys
+	run = open(sys.argv[1], "rb").read()
+	params = open(sys.argv[2], "rb").read()
+	polls = 0
+	class H(http.server.BaseHTTPRequestHandler):
+	    def log_message(self, *a):
+	        pass
+	    def do_GET(self):
+	        global polls
+	        p = self.path.split("?")[0]
+	        if p == "/v1/health":
+	            polls += 1
+	            with open("polls", "w") as f:
+	                f.write(str(polls))
+	            body, ctype = b"{\"ok\":true,\"version\":0,\"workers\":0,\"stopping\":false}", "application/json"
+	        elif p == "/v1/run":
+	            body, ctype = run, "application/json"
+	        elif p == "/v1/params":
+	            body, ctype = params, "application/x-gem-message"
+	        else:
+	            self.send_error(404)
+	            return
+	        self.send_response(200)
+	        self.send_header("Content-Type", ctype)
+	        self.send_header("Content-Length", str(len(body)))
+	        self.end_headers()
+	        self.wfile.write(body)
+	s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+	print(s.server_address[1], flush=True)
+	s.serve_forever()
+	PY
+	{ python3 -u fake.py run/run.json run/params.gem >fake.out 2>fake.err & } &&
+	hpid=$! && test_bg $hpid &&
+	test_when_finished "kill $hpid 2>/dev/null; true" &&
+	wait_until "test -s fake.out" &&
+	{ gem-eval --follow "http://127.0.0.1:$(cat fake.out)" --interval 1 --retry-for 1 \
+		>ff.tsv 2>ff.err & } &&
+	gpid=$! && test_bg $gpid &&
+	wait_until "test -s ff.tsv" && sleep 3 &&
+	echo "$(cat polls) polls" && test "$(cat polls)" -le 8 &&
+	kill $hpid && { wait_exit $gpid 20; test $? = 1; } &&
+	test "$(data_lines ff.tsv)" = 1
 '
 
 test_expect_success '--follow of a server killed with kill -9 exits 1 with a message' '

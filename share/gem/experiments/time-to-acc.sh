@@ -10,7 +10,9 @@
 # Per run: the server's training time when gem-eval first saw test accuracy >= TARGET (default
 # 0.85; "-" when never), the final test accuracy and loss (gem-eval of the saved parameters),
 # the final training loss (mean minibatch loss of the last 100 central updates), the wall time
-# (start-up and evaluations included) and the seconds of training in all (train_seconds).
+# (start-up and evaluations included) and the seconds of training in all (train_seconds); its
+# status: ok, diverged (workers gave up on a NaN loss or non-finite updates; counted in the
+# tables as a run that ended where it was) or failed (left out of the tables).
 # gem-eval shares the machine with the workers (one evaluation of 10000 test samples every
 # INTERVAL seconds, default 2, when the version changed), which slows every rule alike.
 # The rules sgp and overlap-sgp run N SGP nodes instead (gem-work --rule sgp, node 0 slowed the
@@ -64,7 +66,13 @@ one() { # RULE N SEED SLOW
 	fpid=$!
 	st=ok
 	for p in $wpids; do wait "$p" || st=failed; done
-	wait $spid || st=failed
+	# workers that gave up on a diverged run (a NaN loss, or updates the server refused as
+	# non-finite) leave the server waiting for them to come back: the run is over
+	if [ $st = failed ] && grep -q "diverged\|non_finite" "$run.err"; then
+		st=diverged
+		kill -TERM $spid 2>/dev/null
+	fi
+	wait $spid || [ $st = diverged ] || st=failed
 	wait $fpid
 	t1=$(date +%s.%N)
 	gem-eval "$run" >"$run.eval" 2>>"$run.err" || st=failed
@@ -151,7 +159,7 @@ done; done; done; done
 printf 'rule\tN\tseed\tslowdown\tstatus\tseconds_to_%s\ttest_acc\ttest_loss\ttrain_loss\twall\ttrain_seconds\n' \
 	"$target" >"$out/runs.tsv"
 cat "$out"/rows/*.tsv | sort -k4,4n -k2,2n -k1,1 -k3,3n >>"$out/runs.tsv"
-awk -F'\t' 'NR > 1 && $5 == "ok" { k = $1 "\t" $2 "\t" $4; c[k]++; a[k] += $7; a2[k] += $7 * $7
+awk -F'\t' 'NR > 1 && ($5 == "ok" || $5 == "diverged") { k = $1 "\t" $2 "\t" $4; c[k]++; a[k] += $7; a2[k] += $7 * $7
 		w[k] += $11; if ($6 != "-") { r[k]++; t[k] += $6; t2[k] += $6 * $6 } }
 	function sd(s, s2, n) { return n > 1 && s2 - s * s / n > 0 ? sqrt((s2 - s * s / n) / (n - 1)) : 0 }
 	END { for (k in c) printf "%s\t%d\t%d\t%s\t%s\t%.4f\t%.4f\t%.1f\n", k, c[k], r[k],
