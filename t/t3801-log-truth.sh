@@ -41,10 +41,11 @@ test_expect_success 'setup' '
 
 # crash_local RUNDIR: gem-work --local on RUNDIR killed -9 while its log holds updates its
 # checkpoint does not (the crash loses them); a checkpoint may land between the look and the
-# kill, then it tries again.
+# kill, then it tries again. Slowed so that its 30 epochs outlast a few checkpoints (at
+# --slowdown 30 the tiny model's whole run took about as long as the first checkpoint).
 crash_local() {
 	for _try in 1 2 3 4 5; do
-		gem-work -q --local "$1" --checkpoint-every 1 --slowdown 30 &
+		gem-work -q --local "$1" --checkpoint-every 1 --slowdown 200 &
 		_pid=$!
 		test_bg $_pid
 		_i=0
