@@ -36,16 +36,18 @@ log_last() {
 
 test_expect_success 'setup' '
 	make_tiny_data data &&
-	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 --epochs 30 run
+	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 --epochs 300 run
 '
 
 # crash_local RUNDIR: gem-work --local on RUNDIR killed -9 while its log holds updates its
 # checkpoint does not (the crash loses them); a checkpoint may land between the look and the
-# kill, then it tries again. Slowed so that its 30 epochs outlast a few checkpoints (at
-# --slowdown 30 the tiny model's whole run took about as long as the first checkpoint).
+# kill, then it tries again. The run's budget is 300 epochs so that it outlasts a few
+# checkpoints: 30 took about as long as the first checkpoint on a quiet machine, and the
+# kill's window was a race. (Its log is flushed when stdio's buffer fills, so steps must be
+# fast enough to fill it between two checkpoints: more slowdown fails under TSAN.)
 crash_local() {
 	for _try in 1 2 3 4 5; do
-		gem-work -q --local "$1" --checkpoint-every 1 --slowdown 200 &
+		gem-work -q --local "$1" --checkpoint-every 1 --slowdown 30 &
 		_pid=$!
 		test_bg $_pid
 		_i=0
