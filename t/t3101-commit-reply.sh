@@ -30,15 +30,14 @@ test_expect_success 'an applied commit: its τ' '
 	r=$(commit 1 1 1) && test "$(field "$r" tau)" = 1 && test "$(field "$r" version)" = 3
 '
 
-# last_refused_has TEXT: the log's last "refused" event holds TEXT (the server flushes its log
-# every 0.2 s: the line may come after the reply)
-last_refused_has() { grep '"refused"' run/log.jsonl | tail -1 | grep -q "$1"; }
+# stale_refused: the log's last "refused" event is the stale commit's, τ 3 (the server flushes
+# its log every 0.2 s: the line may come after the reply)
+stale_refused() { grep '"refused"' run/log.jsonl | tail -1 | grep -q '"reason":"stale","tau":3'; }
 
 test_expect_success 'a commit refused as too stale: its τ as the log says, not the last applied one' '
 	r=$(commit 1 0 2) &&
 	test "$(field "$r" applied)" = False && test "$(field "$r" tau)" = 3 &&
-	for i in $(seq 100); do last_refused_has "\"reason\":\"stale\",\"tau\":3" && break; sleep 0.05; done &&
-	last_refused_has "\"reason\":\"stale\",\"tau\":3"
+	wait_until stale_refused 5
 '
 
 test_expect_success 'a commit sent again: nothing applied, its own τ' '

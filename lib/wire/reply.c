@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "wire/blob.h"
+#include "base/cli.h"
 #include "base/err.h"
 #include "wire/msg.h"
 
@@ -80,27 +81,22 @@ int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t
 	return rc;
 }
 
-static atomic_int health_waiters; /* GET /v1/health requests waiting, in the process */
 /* Followers' polls (GET /v1/health with ?wait) in the process: how many so far, how many being
- * answered, when the last began (reply_clock, in ms; -1: none) */
+ * answered (long polls past REPLY_HEALTH_WAITERS of them do not wait), when the last began
+ * (cli_now, in ms; -1: none) */
 static atomic_ulong follow_polls;
 static atomic_int follow_inflight;
 static atomic_llong follow_last_ms = -1;
 
-static double reply_clock(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* ?wait=SEC (0 <= SEC, at most REPLY_HEALTH_WAIT_MAX is waited) and ?version=V (decimal) of a
- * long poll: 0, or -1 after a 400. */
-static int health_args(struct httpd_req *req, double *wait, int *have_v, unsigned long long *v)
+/* ?wait=SEC (0 <= SEC, at most REPLY_HEALTH_WAIT_MAX is waited; *have_w: it was given) and
+ * ?version=V (decimal) of a long poll: 0, or -1 after a 400. */
+static int health_args(struct httpd_req *req, int *have_w, double *wait, int *have_v,
+		       unsigned long long *v)
 {
 	const char *w = httpd_query(req, "wait"), *q = httpd_query(req, "version");
 	char *end;
 	*wait = 0;
+	*have_w = w != NULL;
 	*have_v = 0;
 	if (w) {
 		errno = 0;
@@ -131,33 +127,30 @@ static int get_health(struct httpd_req *req, void *ctx)
 {
 	const struct reply_get *g = ctx;
 	json_t *j, *fields;
-	double wait, t0 = reply_clock();
+	double wait, t0 = cli_now();
 	unsigned long long v = 0;
-	int rc, have_v, counted, follower;
+	int rc, have_v, follower;
 
-	if (health_args(req, &wait, &have_v, &v) < 0)
+	if (health_args(req, &follower, &wait, &have_v, &v) < 0)
 		return 0;
-	if ((follower = httpd_query(req, "wait") != NULL)) {
-		atomic_fetch_add(&follow_inflight, 1);
+	if (follower) {
 		atomic_store(&follow_last_ms, (long long)(t0 * 1000));
 		atomic_fetch_add(&follow_polls, 1);
+		/* a long poll holds a connection's thread: past REPLY_HEALTH_WAITERS, none waits */
+		if (atomic_fetch_add(&follow_inflight, 1) >= REPLY_HEALTH_WAITERS)
+			wait = 0;
 	}
-	/* a long poll holds a connection's thread: past REPLY_HEALTH_WAITERS at once, none waits */
-	if ((counted = wait > 0) && atomic_fetch_add(&health_waiters, 1) >= REPLY_HEALTH_WAITERS)
-		wait = 0;
 	for (;;) {
 		json_t *jv;
 		if (!(fields = g->health(g->ctx)))
 			break;
 		jv = json_object_get(fields, "version");
-		if (reply_clock() - t0 >= wait || json_is_true(json_object_get(fields, "stopping")) ||
+		if (cli_now() - t0 >= wait || json_is_true(json_object_get(fields, "stopping")) ||
 		    (have_v && (!json_is_integer(jv) || (unsigned long long)json_integer_value(jv) != v)))
 			break;
 		json_decref(fields);
 		nanosleep(&(struct timespec){0, REPLY_HEALTH_POLL_NS}, NULL);
 	}
-	if (counted)
-		atomic_fetch_sub(&health_waiters, 1);
 	j = json_pack("{s:b}", "ok", 1);
 	if (!j || !fields || json_object_update(j, fields) < 0)
 		rc = httpd_reply_error(req, 503, "busy", "out of memory");
@@ -175,7 +168,7 @@ void reply_followers(struct reply_followers *f)
 	long long last = atomic_load(&follow_last_ms);
 	f->polls = atomic_load(&follow_polls);
 	f->inflight = atomic_load(&follow_inflight);
-	f->since_last = last < 0 ? -1 : reply_clock() - (double)last / 1000;
+	f->since_last = last < 0 ? -1 : cli_now() - (double)last / 1000;
 }
 
 /* GET /v1/run: run.json as it is. */

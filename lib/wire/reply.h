@@ -29,7 +29,7 @@ struct reply_get {
 };
 
 /* GET /v1/health?wait=SEC waits at most this long, and looks at the owner this often; past
- * REPLY_HEALTH_WAITERS waiting at once in the process, a request replies at once. */
+ * REPLY_HEALTH_WAITERS such requests at once in the process, a request replies at once. */
 #define REPLY_HEALTH_WAIT_MAX 30.0
 #define REPLY_HEALTH_POLL_NS 20000000L
 #define REPLY_HEALTH_WAITERS 32
