@@ -29,11 +29,11 @@ static int cmp_float(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The median rule_stats reports for π[0..n): exact up to 8192 values, else over every
- * ⌈n/8192⌉-th one; for an even count the mean of the middle two. By sorting. */
+/* The median rule_stats reports for π[0..n): exact up to 2048 values, else over every
+ * ⌈n/2048⌉-th one; for an even count the mean of the middle two. By sorting. */
 static float median_by_sort(const float *pi, size_t n, float *tmp)
 {
-	size_t stride = n <= 8192 ? 1 : (n + 8191) / 8192, m = 0;
+	size_t stride = n <= 2048 ? 1 : (n + 2047) / 2048, m = 0;
 	for (size_t i = 0; i < n; i += stride)
 		tmp[m++] = pi[i];
 	qsort(tmp, m, sizeof *tmp, cmp_float);
@@ -46,7 +46,7 @@ static float median_by_sort(const float *pi, size_t n, float *tmp)
  * π = clamp(κ|Δθ|/(|Δθ| + ε), 0, π_max), computed here as the rule does. */
 static void medians_match_sort(int levels)
 {
-	size_t sizes[] = {1, 2, 7, 8, 300, 301, 8192, 8193, 20000, 20001, 40000};
+	size_t sizes[] = {1, 2, 7, 8, 300, 301, 2048, 2049, 8192, 8193, 20000, 20001, 40000};
 	int nt = (int)(sizeof sizes / sizeof *sizes);
 	struct layout l = layout_of(sizes, nt);
 	struct rule_config c;

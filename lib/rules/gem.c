@@ -10,7 +10,7 @@
 
 #define RULE_GEM_WAYS 2    /* interleaved histograms of the median's first radix digit */
 #define RULE_GEM_BINS 4096 /* counters for the median: the largest digit, bits 30..19 */
-#define RULE_GEM_SAMPLE 8192 /* medians of larger tensors are taken over a stride sample */
+#define RULE_GEM_SAMPLE 2048 /* medians of larger tensors are taken over a stride sample */
 _Static_assert(RULE_GEM_SAMPLE / RULE_GEM_WAYS + RULE_GEM_WAYS <= 65535,
 	       "a way of the first digit's histogram counts in 16 bits");
 
@@ -76,24 +76,57 @@ RULE_NOINLINE static int rule_gem_finite(const float *restrict theta, const floa
 
 /* A bound without the division: |m_w'| <= μ|m_w| + |Δθ| and, as 0 <= π <= π_max,
  * |θ'| <= |θ| + π_max·|Δθ|, each side in floats (rounding is monotone and symmetric, so the
- * rounded bound bounds the rounded value). Finite bounds: the commit is finite. */
-RULE_NOINLINE static int rule_gem_bounded(const float *restrict theta, const float *restrict m,
-					  const float *restrict d, size_t n, float mu, float pi_max)
+ * rounded bound bounds the rounded value). Finite bounds: the commit is finite. The blocks of 8
+ * are compiled twice, portable and AVX2 (impl.h, rule_v8). */
+static inline __attribute__((always_inline)) int
+rule_gem_bounded_in(const float *restrict theta, const float *restrict m, const float *restrict d,
+		    size_t n, float mu, float pi_max)
 {
-	rule_i4 acc = {0};
+	rule_i8 acc = {0};
 	float tail = 0;
 	size_t i = 0;
-	for (; i + 4 <= n; i += 4) {
-		rule_v4 ad = rule_abs4(rule_load4(d + i));
-		rule_v4 bm = mu * rule_abs4(rule_load4(m + i)) + ad;
-		rule_v4 bt = rule_abs4(rule_load4(theta + i)) + pi_max * ad;
-		acc |= (rule_i4)((bm - bm) + (bt - bt));
+	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK) {
+		rule_v8 vd, vm, vt, ad, bm, bt;
+		memcpy(&vd, d + i, sizeof vd);
+		memcpy(&vm, m + i, sizeof vm);
+		memcpy(&vt, theta + i, sizeof vt);
+		ad = RULE_ABS8(vd);
+		bm = mu * RULE_ABS8(vm) + ad;
+		bt = RULE_ABS8(vt) + pi_max * ad;
+		acc |= (rule_i8)((bm - bm) + (bt - bt));
 	}
 	for (; i < n; i++) {
 		float bm = mu * fabsf(m[i]) + fabsf(d[i]), bt = fabsf(theta[i]) + pi_max * fabsf(d[i]);
 		tail += (bm - bm) + (bt - bt);
 	}
-	return rule_finite4(acc, tail);
+	return tail == 0 && !(acc[0] | acc[1] | acc[2] | acc[3] | acc[4] | acc[5] | acc[6] | acc[7]);
+}
+
+RULE_NOINLINE static int rule_gem_bounded_c(const float *restrict theta, const float *restrict m,
+					    const float *restrict d, size_t n, float mu,
+					    float pi_max)
+{
+	return rule_gem_bounded_in(theta, m, d, n, mu, pi_max);
+}
+
+#ifdef RULE_X86
+RULE_NOINLINE RULE_AVX2 static int rule_gem_bounded_avx2(const float *restrict theta,
+							 const float *restrict m,
+							 const float *restrict d, size_t n,
+							 float mu, float pi_max)
+{
+	return rule_gem_bounded_in(theta, m, d, n, mu, pi_max);
+}
+#endif
+
+static int rule_gem_bounded(const float *theta, const float *m, const float *d, size_t n, float mu,
+			    float pi_max)
+{
+#ifdef RULE_X86
+	if (rule_avx2())
+		return rule_gem_bounded_avx2(theta, m, d, n, mu, pi_max);
+#endif
+	return rule_gem_bounded_c(theta, m, d, n, mu, pi_max);
 }
 
 static int rule_gem_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
@@ -105,74 +138,115 @@ static int rule_gem_check(struct rule *r, struct rule_worker *w, const float *in
 	       rule_gem_finite(theta, w->vec[0], w->vec[1], in, r->n, &r->c);
 }
 
-/* Four elements of a commit, as rule_gem_elem does each (the same operations in the same order:
- * the same floats), with π's lane sums: Σπ, #(π = 0), #(π = π_max), Σ|π⊙Δθ|, Σ|Δθ|. The
+/* Eight elements of a commit, as rule_gem_elem does each (the same operations in the same
+ * order: the same floats), with π's lane sums: Σπ, #(π = 0), #(π = π_max), Σ|π⊙Δθ|, Σ|Δθ|. The
  * clamps are masks: a NaN π fails π >= 0 and becomes 0, as in rule_gem_pi. */
-struct rule_gem_k4 {
-	rule_v4 mu, kappa, pi_max, e_in, e_out, one;
-	rule_i4 pull; /* all ones: gem_ref pull (s_w ← θ before the update) */
+struct rule_gem_k8 {
+	rule_v8 mu, kappa, pi_max, e_in, e_out, one;
+	rule_i8 pull; /* all ones: gem_ref pull (s_w ← θ before the update) */
 };
 
-static inline void rule_gem_elem4(float *restrict theta, float *restrict m, float *restrict s,
-				  float *restrict p, const float *restrict d, size_t i,
-				  const struct rule_gem_k4 *k, rule_v4 sum[5])
+static inline __attribute__((always_inline)) void
+rule_gem_elem8(float *restrict theta, float *restrict m, float *restrict s, float *restrict p,
+	       const float *restrict d, size_t i, const struct rule_gem_k8 *k, rule_v8 sum[5])
 {
-	rule_v4 vd = rule_load4(d + i), vt = rule_load4(theta + i), ad = rule_abs4(vd), mi, pi, t, nt;
-	rule_i4 keep, over;
-	mi = k->mu * rule_load4(m + i) + vd;
-	pi = (k->kappa * rule_abs4(mi) - rule_abs4(vt - rule_load4(s + i))) /
-	     (rule_abs4(vd + k->e_in) + k->e_out);
+	rule_v8 vd, vt, vm, vs, mi, pi, t, nt;
+	rule_i8 keep, over;
+	memcpy(&vd, d + i, sizeof vd);
+	memcpy(&vt, theta + i, sizeof vt);
+	memcpy(&vm, m + i, sizeof vm);
+	memcpy(&vs, s + i, sizeof vs);
+	mi = k->mu * vm + vd;
+	pi = (k->kappa * RULE_ABS8(mi) - RULE_ABS8(vt - vs)) /
+	     (RULE_ABS8(vd + k->e_in) + k->e_out);
 	keep = pi >= 0;
-	pi = (rule_v4)((rule_i4)pi & keep);
+	pi = (rule_v8)((rule_i8)pi & keep);
 	over = pi > k->pi_max;
-	pi = (rule_v4)(((rule_i4)k->pi_max & over) | ((rule_i4)pi & ~over));
+	pi = (rule_v8)(((rule_i8)k->pi_max & over) | ((rule_i8)pi & ~over));
 	t = vt + pi * vd;
 	memcpy(m + i, &mi, sizeof mi);
 	memcpy(theta + i, &t, sizeof t);
-	nt = (rule_v4)(((rule_i4)vt & k->pull) | ((rule_i4)t & ~k->pull));
+	nt = (rule_v8)(((rule_i8)vt & k->pull) | ((rule_i8)t & ~k->pull));
 	memcpy(s + i, &nt, sizeof nt);
 	memcpy(p + i, &pi, sizeof pi);
 	sum[0] += pi;
-	sum[1] += (rule_v4)((rule_i4)k->one & (pi == 0));
-	sum[2] += (rule_v4)((rule_i4)k->one & (pi == k->pi_max));
-	sum[3] += rule_abs4(pi * vd);
-	sum[4] += ad;
+	sum[1] += (rule_v8)((rule_i8)k->one & (pi == 0));
+	sum[2] += (rule_v8)((rule_i8)k->one & (pi == k->pi_max));
+	sum[3] += RULE_ABS8(pi * vd);
+	sum[4] += RULE_ABS8(vd);
 }
 
+/* The blocks of elements [a, b) (b − a a multiple of RULE_BLOCK), their lane sums added to sum:
+ * compiled twice, portable and AVX2 (impl.h, rule_v8). */
+static inline __attribute__((always_inline)) void
+rule_gem_blocks_in(float *restrict theta, float *restrict m, float *restrict s, float *restrict p,
+		   const float *restrict d, size_t a, size_t b, const struct rule_gem_k *k,
+		   rule_v8 sum[5])
+{
+	const float mu = k->mu, kappa = k->kappa, pi_max = k->pi_max, ei = k->e_in, eo = k->e_out;
+	const int pl = k->pull ? -1 : 0;
+	const struct rule_gem_k8 k8 = {
+		{mu, mu, mu, mu, mu, mu, mu, mu},
+		{kappa, kappa, kappa, kappa, kappa, kappa, kappa, kappa},
+		{pi_max, pi_max, pi_max, pi_max, pi_max, pi_max, pi_max, pi_max},
+		{ei, ei, ei, ei, ei, ei, ei, ei},
+		{eo, eo, eo, eo, eo, eo, eo, eo},
+		{1, 1, 1, 1, 1, 1, 1, 1},
+		{pl, pl, pl, pl, pl, pl, pl, pl}};
+	rule_v8 acc[5];
+	memcpy(acc, sum, sizeof acc);
+	for (size_t i = a; i < b; i += RULE_BLOCK)
+		rule_gem_elem8(theta, m, s, p, d, i, &k8, acc);
+	memcpy(sum, acc, sizeof acc);
+}
+
+RULE_NOINLINE static void rule_gem_blocks_c(float *restrict theta, float *restrict m,
+					    float *restrict s, float *restrict p,
+					    const float *restrict d, size_t a, size_t b,
+					    const struct rule_gem_k *k, rule_v8 sum[5])
+{
+	rule_gem_blocks_in(theta, m, s, p, d, a, b, k, sum);
+}
+
+#ifdef RULE_X86
+RULE_NOINLINE RULE_AVX2 static void rule_gem_blocks_avx2(float *restrict theta, float *restrict m,
+							 float *restrict s, float *restrict p,
+							 const float *restrict d, size_t a,
+							 size_t b, const struct rule_gem_k *k,
+							 rule_v8 sum[5])
+{
+	rule_gem_blocks_in(theta, m, s, p, d, a, b, k, sum);
+}
+#endif
+
 /* Apply elements [a, b) of one tensor, π into p, its sums into sums. The lane sums are those of
- * RULE_BLOCK lanes (two vectors of four), kept in registers, folded into doubles at the end. */
-RULE_NOINLINE static void rule_gem_tensor(float *restrict theta, float *restrict m, float *restrict s,
-			    float *restrict p, const float *restrict d, size_t a, size_t b,
-			    const struct rule_config *c, double sums[5])
+ * RULE_BLOCK lanes, kept in registers, folded into doubles at the end in lane order. */
+static void rule_gem_tensor(float *theta, float *m, float *s, float *p, const float *d, size_t a,
+			    size_t b, const struct rule_config *c, double sums[5])
 {
 	const struct rule_gem_k k = rule_gem_consts(c);
-	const float mu = k.mu, kappa = k.kappa, pi_max = k.pi_max, ei = k.e_in, eo = k.e_out;
-	const int pl = k.pull ? -1 : 0;
-	const struct rule_gem_k4 k4 = {{mu, mu, mu, mu}, {kappa, kappa, kappa, kappa},
-				       {pi_max, pi_max, pi_max, pi_max}, {ei, ei, ei, ei},
-				       {eo, eo, eo, eo}, {1, 1, 1, 1}, {pl, pl, pl, pl}};
-	rule_v4 lo[5] = {{0}}, hi[5] = {{0}};
-	size_t i = a;
+	rule_v8 lane[5] = {{0}};
+	size_t i = a + (b - a) / RULE_BLOCK * RULE_BLOCK;
 
-	for (; i + RULE_BLOCK <= b; i += RULE_BLOCK) {
-		rule_gem_elem4(theta, m, s, p, d, i, &k4, lo);
-		rule_gem_elem4(theta, m, s, p, d, i + 4, &k4, hi);
-	}
+#ifdef RULE_X86
+	if (rule_avx2())
+		rule_gem_blocks_avx2(theta, m, s, p, d, a, i, &k, lane);
+	else
+#endif
+		rule_gem_blocks_c(theta, m, s, p, d, a, i, &k, lane);
 	for (; i < b; i++) {
 		float pi = rule_gem_elem(theta, m, s, d, i, &k);
 		p[i] = pi;
-		lo[0][0] += pi;
-		lo[1][0] += pi == 0 ? 1.0f : 0.0f;
-		lo[2][0] += pi == pi_max ? 1.0f : 0.0f;
-		lo[3][0] += fabsf(pi * d[i]);
-		lo[4][0] += fabsf(d[i]);
+		lane[0][0] += pi;
+		lane[1][0] += pi == 0 ? 1.0f : 0.0f;
+		lane[2][0] += pi == k.pi_max ? 1.0f : 0.0f;
+		lane[3][0] += fabsf(pi * d[i]);
+		lane[4][0] += fabsf(d[i]);
 	}
 	for (int q = 0; q < 5; q++) {
 		sums[q] = 0;
-		for (int j = 0; j < 4; j++)
-			sums[q] += lo[q][j];
-		for (int j = 0; j < 4; j++)
-			sums[q] += hi[q][j];
+		for (int j = 0; j < RULE_BLOCK; j++)
+			sums[q] += lane[q][j];
 	}
 }
 
@@ -334,8 +408,9 @@ static float rule_gem_median(const float *a, size_t n, uint32_t *tmp, uint32_t *
 }
 
 /* Median of π over a tensor: exact up to RULE_GEM_SAMPLE elements; above that, the exact median
- * of a fixed stride sample of them (every ⌈n/RULE_GEM_SAMPLE⌉-th element), which costs ~50 µs
- * instead of ~2 ms per commit for cnn and estimates the median closely. */
+ * of a fixed stride sample of them (every ⌈n/RULE_GEM_SAMPLE⌉-th element), which costs ~40 µs
+ * per cnn commit for its 10 tensors and θ, and estimates the median within ~1% in rank
+ * (doc/rules.md). */
 static float rule_gem_tensor_median(const float *a, size_t n, uint32_t *tmp, uint32_t *hist)
 {
 	float sample[RULE_GEM_SAMPLE];

@@ -89,6 +89,23 @@ static inline int rule_finite4(rule_i4 acc, float tail)
 	return !(acc[0] | acc[1] | acc[2] | acc[3]) && tail == 0;
 }
 
+/* The hot passes of GEM's commit also run on vectors of 8 floats: gcc lowers them to two of 4
+ * in the portable build and makes one AVX2 register of them in RULE_AVX2 functions (16
+ * registers of 8 lanes instead of 16 of 4: the portable pass spilled its constants). Lane j of
+ * a block of 8 is element i + j either way, so both give the same floats, sums included. */
+typedef float rule_v8 __attribute__((vector_size(8 * sizeof(float))));
+typedef int32_t rule_i8 __attribute__((vector_size(8 * sizeof(int32_t))));
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RULE_X86 1
+#define RULE_AVX2 __attribute__((target("avx2")))
+#endif
+
+/* |x| of a rule_v8 (a macro: a function returning one would change the ABI without AVX) */
+#define RULE_ABS8(x) ((rule_v8)((rule_i8)(x) & 0x7fffffff))
+
+/* 1: use the RULE_AVX2 passes (the CPU has AVX2 and no test forced the portable ones) */
+int rule_avx2(void);
+
 /* 1 if a + d is finite for all n floats (DOWNPOUR's θ + Δ). */
 int rule_check_add(const float *restrict a, const float *restrict d, size_t n);
 

@@ -19,6 +19,30 @@ static const struct rule_ops *const rule_all[] = {
 };
 #define RULE_NRULES ((int)(sizeof rule_all / sizeof *rule_all))
 
+static int rule_forced = -1; /* tests: a level forced; -1 asks the CPU */
+
+static int rule_simd_available(void)
+{
+#ifdef RULE_X86
+	return __builtin_cpu_supports("avx2") ? 1 : 0;
+#else
+	return 0;
+#endif
+}
+
+int rule_simd(int level)
+{
+	int have = rule_simd_available(), was = rule_forced >= 0 ? rule_forced : have;
+	if (level >= 0)
+		rule_forced = level < have ? level : have;
+	return was;
+}
+
+int rule_avx2(void)
+{
+	return (rule_forced >= 0 ? rule_forced : rule_simd_available()) == 1;
+}
+
 /* RULE_F_WORD: an int stored in JSON as the word of that index in the field's words */
 enum { RULE_F_FLOAT, RULE_F_INT, RULE_F_BOOL, RULE_F_WORD };
 

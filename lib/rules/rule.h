@@ -96,6 +96,11 @@ const struct rule_desc *rule_describe(const char *name);
 /* The error for a name that is no rule: the valid names, and a "did you mean". GEM_EUSAGE. */
 int rule_err_unknown(char *err, const char *name);
 
+/* The passes to use: 1 AVX2 where a rule has them (GEM's commit), 0 portable; a level the CPU
+ * lacks becomes the highest it has (tests force each: both give the same floats). level = -1
+ * only asks. Returns the level in use before. */
+int rule_simd(int level);
+
 /* Fill *c with the defaults of the named rule; an unknown name is GEM_EUSAGE listing RULE_NAMES. */
 int rule_config_default(const char *name, struct rule_config *c, char *err);
 /* The RULE_GEM_REF_* of a name in RULE_GEM_REFS ("commit", "pull"); -1 for any other. */

@@ -1,5 +1,6 @@
 #include "wire/blob.h"
 #include "base/err.h"
+#include "wire/crc.h"
 
 #include <libdeflate.h>
 #include <limits.h>
@@ -237,7 +238,7 @@ static int fp16_encode_blob(struct blob_codec *c, const float *v, size_t count, 
 		return gem_errf(err, GEM_ENOMEM, "blob: out of memory (%zu bytes)", count * 6);
 	if (fp16_encode(c->out, (float *)(void *)c->tmp2, v, count) < 0)
 		return gem_errf(err, GEM_EUSAGE, "blob: fp16 of a vector that is not finite");
-	meta->crc32 = (uint32_t)libdeflate_crc32(0, c->tmp2, count * 4);
+	meta->crc32 = crc32_update(0, c->tmp2, count * 4);
 	meta->nbytes = count * 2;
 	*out = c->out;
 	c->lossy_ready = 1;
@@ -294,7 +295,7 @@ int blob_encode(struct blob_codec *c, const float *v, size_t count, const char *
 	c->lossy_ready = 0;
 	if (id == C_FP16)
 		return fp16_encode_blob(c, v, count, out, meta, err);
-	meta->crc32 = (uint32_t)libdeflate_crc32(0, raw, len);
+	meta->crc32 = crc32_update(0, raw, len);
 	switch (id) {
 	case C_RAW:
 		*out = v;
@@ -395,7 +396,7 @@ static int decode_checked(struct blob_codec *c, const void *in, const struct blo
 			raw = c->tmp;
 		}
 	}
-	crc = (uint32_t)libdeflate_crc32(0, raw, len);
+	crc = crc32_update(0, raw, len);
 	if (crc != meta->crc32)
 		return gem_errf(err, GEM_EFAIL, "blob: CRC mismatch (data %08x, header %08x)", crc,
 				meta->crc32);

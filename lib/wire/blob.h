@@ -2,8 +2,8 @@
  * float32 little-endian vector, optionally byte-shuffled (all byte 0s, then all byte 1s, ...)
  * and deflated in the zlib format, described by its codec, element count, encoded size and
  * the CRC-32 (zlib's) of the raw (unshuffled, uncompressed) bytes. libdeflate does the work:
- * its CRC-32 runs at memory speed (~14 GB/s here against zlib's ~3) and its whole-buffer zlib
- * codec is ~3 times zlib's speed, with the same format. A blob_codec holds the (de)compressor
+ * its whole-buffer zlib codec is ~3 times zlib's speed, with the same format; the CRC-32 is
+ * wire/crc.h's (57 GB/s here from cache, against libdeflate's 12.6 and zlib's ~3). A blob_codec holds the (de)compressor
  * and scratch buffers, so encoding and decoding allocate nothing once warm. */
 #ifndef GEM_BLOB_H
 #define GEM_BLOB_H

@@ -3,7 +3,8 @@
  * (--shard I/2) at 4 and 16 clients (each client commits its slices one after the other),
  * the server's CPU time per
  * commit (the server runs in a child process: getrusage of it alone, user + system), and its
- * wall time per commit split into decode, rule and encode (from /v1/stats). Prints TSV. */
+ * wall time per commit split into decode, rule and encode (from /v1/stats). Prints TSV.
+ * BENCH_SERVE_ROW=RULE/SHARDS/CLIENTS runs that row alone (for a profiler). */
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -254,6 +255,17 @@ static int bench_row(const char *rule, int n, int nk, char *err)
 	return 0;
 }
 
+/* 1 if BENCH_SERVE_ROW is unset or names this row */
+static int row_wanted(const char *rule, int nk, int n)
+{
+	const char *only = getenv("BENCH_SERVE_ROW");
+	char name[64];
+	if (!only || !*only)
+		return 1;
+	snprintf(name, sizeof name, "%s/%d/%d", rule, nk, n);
+	return strcmp(only, name) == 0;
+}
+
 int main(void)
 {
 	static const char *rules[] = {"gem", "downpour"};
@@ -273,7 +285,8 @@ int main(void)
 	printf("# rule\tshards\tclients\tcommits_per_s\tserver_cpu_us\tdecode_us\trule_us\tencode_us\n");
 	for (size_t ri = 0; ri < sizeof rules / sizeof *rules; ri++)
 		for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
-			if (bench_row(rules[ri], rows[i][0], rows[i][1], err) < 0) {
+			if (row_wanted(rules[ri], rows[i][1], rows[i][0]) &&
+			    bench_row(rules[ri], rows[i][0], rows[i][1], err) < 0) {
 				fprintf(stderr, "bench-serve: %s\n", err);
 				return 1;
 			}

@@ -1,0 +1,156 @@
+#include "wire/crc.h"
+
+#include <libdeflate.h>
+#include <pthread.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define CRC_X86 1
+#define CRC_FOLD __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul")))
+#endif
+
+/* The folding runs on buffers this long or longer (shorter ones: libdeflate), a step of
+ * CRC_STEP bytes: four registers of four 128-bit lanes. */
+#define CRC_MIN 1024
+#define CRC_STEP 256
+#define CRC_POLY 0x104c11db7ull /* x^32 + ... + 1, bit d the coefficient of x^d */
+#define CRC_POLY_REFLECTED 0xedb88320u
+
+/* The reduction of a 128-bit lane, the polynomial of a stretch of the message whose last bit is
+ * the lane's last, moved forward by D bits: with the lane's first 64 bits H (the higher powers)
+ * and last 64 L, X·x^D ≡ H·(x^(64+D) mod P) + L·(x^D mod P), each product under 96 bits. In the
+ * reflected order of the bytes (bit 0 of byte 0 the highest power) a carry-less product of a
+ * 64-bit H by a 64-bit constant whose bit j is the coefficient of x^(63−j) of K comes out one
+ * bit short of the lane's order; K = x^(63+D) mod P and x^(D−1) mod P make up that bit. */
+struct crc_fold {
+	uint64_t h, l; /* the constants for the lane's first and last 64 bits */
+};
+
+static struct crc_fold crc_step;    /* D = 8·CRC_STEP: a lane to its place one step on */
+static struct crc_fold crc_tail[16]; /* D = 128·(15 − q): lane q of the last step to lane 15 */
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+/* x^e mod P, bit d the coefficient of x^d */
+static uint64_t crc_xpow(unsigned e)
+{
+	uint64_t r = 1;
+	while (e--) {
+		r <<= 1;
+		if (r >> 32)
+			r ^= CRC_POLY;
+	}
+	return r;
+}
+
+/* K (degree < 64) with bit j the coefficient of x^(63−j) */
+static uint64_t crc_reflect(uint64_t k)
+{
+	uint64_t r = 0;
+	for (int d = 0; d < 64; d++)
+		if (k >> d & 1)
+			r |= 1ull << (63 - d);
+	return r;
+}
+
+static struct crc_fold crc_fold_by(unsigned bits)
+{
+	struct crc_fold f = {crc_reflect(crc_xpow(63 + bits)), crc_reflect(crc_xpow(bits - 1))};
+	return f;
+}
+
+static void crc_init(void)
+{
+	crc_step = crc_fold_by(8 * CRC_STEP);
+	for (int q = 0; q < 15; q++)
+		crc_tail[q] = crc_fold_by(128 * (unsigned)(15 - q));
+}
+
+static int crc_forced = -1; /* tests: a level forced; -1 asks the CPU */
+
+static int crc_available(void)
+{
+#ifdef CRC_X86
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+		       __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul")
+		       ? 1
+		       : 0;
+#else
+	return 0;
+#endif
+}
+
+int crc32_simd(int level)
+{
+	int have = crc_available(), was = crc_forced >= 0 ? crc_forced : have;
+	if (level >= 0)
+		crc_forced = level < have ? level : have;
+	return was;
+}
+
+#ifdef CRC_X86
+CRC_FOLD static inline __m512i crc_fold512(__m512i a, __m512i k, __m512i data)
+{
+	/* lane by lane: H·k.h ⊕ L·k.l ⊕ the next data; 0x96 is the three-way XOR */
+	return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a, k, 0x00),
+					 _mm512_clmulepi64_epi128(a, k, 0x11), data, 0x96);
+}
+
+/* The CRC register (not inverted) of p[0..n), n a multiple of CRC_STEP and at least 2 steps,
+ * from register r. */
+CRC_FOLD static uint32_t crc_fold_all(uint32_t r, const unsigned char *p, size_t n)
+{
+	const __m512i k = _mm512_set_epi64((long long)crc_step.l, (long long)crc_step.h,
+					   (long long)crc_step.l, (long long)crc_step.h,
+					   (long long)crc_step.l, (long long)crc_step.h,
+					   (long long)crc_step.l, (long long)crc_step.h);
+	__m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64),
+		a2 = _mm512_loadu_si512(p + 128), a3 = _mm512_loadu_si512(p + 192);
+	unsigned char lanes[16][16];
+	__m128i x;
+	uint32_t reg = 0;
+
+	/* the register enters as the first 32 bits of the message, XORed in */
+	a0 = _mm512_xor_si512(a0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)r)));
+	for (size_t i = CRC_STEP; i < n; i += CRC_STEP) {
+		a0 = crc_fold512(a0, k, _mm512_loadu_si512(p + i));
+		a1 = crc_fold512(a1, k, _mm512_loadu_si512(p + i + 64));
+		a2 = crc_fold512(a2, k, _mm512_loadu_si512(p + i + 128));
+		a3 = crc_fold512(a3, k, _mm512_loadu_si512(p + i + 192));
+	}
+	_mm512_storeu_si512(lanes[0], a0);
+	_mm512_storeu_si512(lanes[4], a1);
+	_mm512_storeu_si512(lanes[8], a2);
+	_mm512_storeu_si512(lanes[12], a3);
+	x = _mm_loadu_si128((const __m128i *)(const void *)lanes[15]);
+	for (int q = 0; q < 15; q++) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)lanes[q]);
+		__m128i kq = _mm_set_epi64x((long long)crc_tail[q].l, (long long)crc_tail[q].h);
+		x = _mm_xor_si128(x, _mm_xor_si128(_mm_clmulepi64_si128(v, kq, 0x00),
+						   _mm_clmulepi64_si128(v, kq, 0x11)));
+	}
+	/* x ≡ the message mod P; its register is that of x's 16 bytes from 0: x·x^32 mod P */
+	_mm_storeu_si128((__m128i *)(void *)lanes[0], x);
+	for (int i = 0; i < 16; i++) {
+		reg ^= lanes[0][i];
+		for (int b = 0; b < 8; b++)
+			reg = (reg >> 1) ^ (CRC_POLY_REFLECTED & (0u - (reg & 1)));
+	}
+	return reg;
+}
+#endif
+
+uint32_t crc32_update(uint32_t crc, const void *p, size_t n)
+{
+#ifdef CRC_X86
+	int level = crc_forced >= 0 ? crc_forced : crc_available();
+	if (level == 1 && n >= CRC_MIN) {
+		size_t bulk = n / CRC_STEP * CRC_STEP;
+		pthread_once(&crc_once, crc_init);
+		crc = ~crc_fold_all(~crc, p, bulk);
+		p = (const unsigned char *)p + bulk;
+		n -= bulk;
+	}
+#endif
+	return (uint32_t)libdeflate_crc32(crc, p, n);
+}

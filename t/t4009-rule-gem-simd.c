@@ -1,0 +1,138 @@
+/* t4009: GEM's commit gives the same floats with its AVX2 passes as with its portable ones
+ * (rule_simd): θ, the rule's state and every statistic bit for bit, over tensors of blocks of 8
+ * with tails, for gem_ref commit and pull, with ε = 0 (0/0 π), with π clamped at 0 and π_max,
+ * and a commit that would overflow, refused at both levels. */
+#include "base/err.h"
+#include "base/rng.h"
+#include "rules/rule.h"
+#include "layout-test.h"
+#include "tap.h"
+
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COMMITS 12
+#define WORKERS 3
+
+struct trace {
+	float *theta, *state;
+	size_t nstate;
+	int status[COMMITS];
+	struct rule_stats st[COMMITS];
+};
+
+/* The update of commit i: normal noise, with exact zeros, huge values and −ε mixed in */
+static void update(float *d, size_t n, int i, float eps, struct rng *g)
+{
+	for (size_t k = 0; k < n; k++) {
+		d[k] = 1e-2f * (float)rng_normal(g);
+		if (k % 11 == 3)
+			d[k] = 0;
+		if (k % 29 == 5)
+			d[k] = -eps;
+		if (k % 97 == 7)
+			d[k] = 1e3f;
+	}
+	if (i == 6 || i == 9)
+		for (size_t k = 0; k < n; k++)
+			d[k] = FLT_MAX; /* worker 0's second one overflows its m_w: refused */
+}
+
+static void run(const struct rule_config *c, const struct layout *l, int level, struct trace *t)
+{
+	char err[GEM_ERRMAX];
+	struct rule *r;
+	struct rng g;
+	uint64_t ver = 0;
+	json_t *meta;
+	struct rule_vec *v;
+	int nv;
+	float *d = malloc(l->total * sizeof *d);
+
+	rule_simd(level);
+	rng_seed(&g, 7, 1);
+	t->theta = malloc(l->total * sizeof *t->theta);
+	for (size_t k = 0; k < l->total; k++)
+		t->theta[k] = 0.1f * (float)rng_normal(&g);
+	if (rule_create(c, l, &r, err) < 0) {
+		printf("Bail out! %s\n", err);
+		exit(1);
+	}
+	for (int w = 0; w < WORKERS; w++)
+		rule_join(r, w, t->theta, err);
+	for (int i = 0; i < COMMITS; i++) {
+		uint64_t base = ver > 1 ? ver - 1 : 0;
+		update(d, l->total, i, c->eps, &g);
+		memset(&t->st[i], 0, sizeof t->st[i]);
+		t->status[i] = rule_commit(r, i % WORKERS, d, base, t->theta, &ver, NULL, &t->st[i], err);
+	}
+	rule_state_save(r, &meta, &v, &nv, err);
+	t->nstate = 0;
+	for (int i = 0; i < nv; i++)
+		t->nstate += v[i].n;
+	t->state = malloc(t->nstate * sizeof *t->state);
+	t->nstate = 0;
+	for (int i = 0; i < nv; i++) {
+		memcpy(t->state + t->nstate, v[i].data, v[i].n * sizeof *t->state);
+		t->nstate += v[i].n;
+	}
+	free(v);
+	json_decref(meta);
+	rule_destroy(r);
+	free(d);
+}
+
+static void trace_free(struct trace *t)
+{
+	free(t->theta);
+	free(t->state);
+}
+
+int main(void)
+{
+	static const size_t sizes[] = {1001, 8, 3, 4099};
+	struct layout l = layout_of(sizes, 4);
+	int was = rule_simd(-1), have;
+	char err[GEM_ERRMAX];
+
+	rule_simd(1);
+	have = rule_simd(-1);
+	if (have < 1) {
+		rule_simd(was);
+		skip_all("this CPU has no AVX2: only the portable passes run");
+	}
+	for (int ref = 0; ref < 2; ref++)
+		for (int e = 0; e < 2; e++) {
+			struct rule_config c;
+			struct trace a, b;
+			int refused = 0;
+			float c0 = 0, cmax = 0;
+			rule_config_default("gem", &c, err);
+			c.momentum = 0.9f;
+			c.gem_ref = ref ? RULE_GEM_REF_PULL : RULE_GEM_REF_COMMIT;
+			c.eps = e ? 0 : c.eps;
+			c.pi_max = 2;
+			c.nworkers = WORKERS;
+			run(&c, &l, 0, &a);
+			run(&c, &l, 1, &b);
+			for (int i = 0; i < COMMITS; i++) {
+				refused += a.status[i] == RULE_E_NON_FINITE;
+				c0 = a.st[i].all.clamped0 > c0 ? a.st[i].all.clamped0 : c0;
+				cmax = a.st[i].all.clampedmax > cmax ? a.st[i].all.clampedmax : cmax;
+			}
+			ok(refused == 1 && a.status[9] == RULE_E_NON_FINITE, "%s, ε %g: the overflowing commit is refused", ref ? "pull" : "commit",
+			   (double)c.eps);
+			ok(!memcmp(a.status, b.status, sizeof a.status), "the same commits applied");
+			ok(!memcmp(a.theta, b.theta, l.total * sizeof *a.theta), "θ bit for bit");
+			ok(a.nstate == b.nstate && !memcmp(a.state, b.state, a.nstate * sizeof *a.state),
+			   "m_w and s_w bit for bit");
+			ok(!memcmp(a.st, b.st, sizeof a.st), "every commit's statistics bit for bit");
+			ok(c0 > 0 && cmax > 0, "π was clamped at 0 (up to %.3f) and at π_max (up to %.3f)",
+			   (double)c0, (double)cmax);
+			trace_free(&a);
+			trace_free(&b);
+		}
+	rule_simd(was);
+	return done_testing();
+}
