@@ -1,7 +1,8 @@
 /* t4009: GEM's commit gives the same floats with its AVX2 passes as with its portable ones
  * (rule_simd): θ, the rule's state and every statistic bit for bit, over tensors of blocks of 8
  * with tails, for gem_ref commit and pull, with ε = 0 (0/0 π), with π clamped at 0 and π_max,
- * and a commit that would overflow, refused at both levels. */
+ * and a commit that would overflow, refused at both levels. rule_vec_finite finds one
+ * infinity or NaN at any place, at both levels. */
 #include "base/err.h"
 #include "base/rng.h"
 #include "rules/rule.h"
@@ -9,6 +10,7 @@
 #include "tap.h"
 
 #include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,6 +135,26 @@ int main(void)
 			trace_free(&a);
 			trace_free(&b);
 		}
+	for (int level = 0; level <= have; level++) {
+		enum { N = 101 }; /* blocks of 32 and a tail */
+		float v[N];
+		int missed = 0, wrong = 0;
+		rule_simd(level);
+		for (int i = 0; i < N; i++)
+			v[i] = i % 3 ? FLT_MAX : (i % 2 ? -0.0f : 1e-45f);
+		wrong += !rule_vec_finite(v, N);
+		for (int i = 0; i < N; i++) {
+			const float bad[3] = {INFINITY, -INFINITY, NAN};
+			float keep = v[i];
+			for (int b = 0; b < 3; b++) {
+				v[i] = bad[b];
+				missed += rule_vec_finite(v, N);
+			}
+			v[i] = keep;
+		}
+		ok(!wrong && !missed, "level %d: rule_vec_finite takes FLT_MAX, −0 and denormals, "
+		   "and finds ±inf and NaN at each of %d places", level, N);
+	}
 	rule_simd(was);
 	return done_testing();
 }

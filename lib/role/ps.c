@@ -499,18 +499,8 @@ int ps_join(struct ps *s, int id, float *theta_out, struct ps_joined *j, char *e
 
 int ps_check_update(const struct ps *s, const float *u, char *err)
 {
-	/* x − x is 0 for a finite x and NaN for ±inf and NaN; lanes of such sums are NaN as soon
-	 * as one element is not finite, and the loop has no branch (it vectorises) */
-	float lane[8] = {0}, any = 0;
-	size_t i = 0;
-	for (; i + 8 <= s->n; i += 8)
-		for (int j = 0; j < 8; j++)
-			lane[j] += u[i + j] - u[i + j];
-	for (int j = 0; j < 8; j++)
-		any += lane[j];
-	for (; i < s->n; i++)
-		any += u[i] - u[i];
-	if (any == 0)
+	size_t i;
+	if (rule_vec_finite(u, s->n))
 		return PS_APPLIED;
 	for (i = 0; i < s->n; i++)
 		if (!isfinite(u[i]))

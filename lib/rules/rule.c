@@ -380,6 +380,50 @@ RULE_NOINLINE int rule_check_add(const float *restrict a, const float *restrict 
 	return rule_finite4(acc, tail);
 }
 
+/* OR the bits of x − x of blocks of 32 floats into four accumulators (no chain of float
+ * additions: the portable loop of 8 float sums took ~17 µs for a cnn update, a third of it in
+ * AVX2 with this one) */
+static inline __attribute__((always_inline)) int rule_finite_in(const float *v, size_t n)
+{
+	rule_i8 acc[4] = {{0}};
+	float tail = 0;
+	size_t i = 0;
+	for (; i + 4 * RULE_BLOCK <= n; i += 4 * RULE_BLOCK)
+		for (int q = 0; q < 4; q++) {
+			rule_v8 x;
+			memcpy(&x, v + i + q * RULE_BLOCK, sizeof x);
+			acc[q] |= (rule_i8)(x - x);
+		}
+	for (; i < n; i++)
+		tail += v[i] - v[i];
+	acc[0] |= acc[1] | acc[2] | acc[3];
+	for (int j = 0; j < RULE_BLOCK; j++)
+		if (acc[0][j])
+			return 0;
+	return tail == 0;
+}
+
+RULE_NOINLINE static int rule_finite_c(const float *v, size_t n)
+{
+	return rule_finite_in(v, n);
+}
+
+#ifdef RULE_X86
+RULE_NOINLINE RULE_AVX2 static int rule_finite_avx2(const float *v, size_t n)
+{
+	return rule_finite_in(v, n);
+}
+#endif
+
+int rule_vec_finite(const float *v, size_t n)
+{
+#ifdef RULE_X86
+	if (rule_avx2())
+		return rule_finite_avx2(v, n);
+#endif
+	return rule_finite_c(v, n);
+}
+
 RULE_NOINLINE void rule_vec_add(float *restrict a, const float *restrict d, size_t n)
 {
 	size_t i = 0;

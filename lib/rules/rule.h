@@ -101,6 +101,9 @@ int rule_err_unknown(char *err, const char *name);
  * only asks. Returns the level in use before. */
 int rule_simd(int level);
 
+/* 1 if the n floats of v are all finite (an update before any rule sees it). */
+int rule_vec_finite(const float *v, size_t n);
+
 /* Fill *c with the defaults of the named rule; an unknown name is GEM_EUSAGE listing RULE_NAMES. */
 int rule_config_default(const char *name, struct rule_config *c, char *err);
 /* The RULE_GEM_REF_* of a name in RULE_GEM_REFS ("commit", "pull"); -1 for any other. */
