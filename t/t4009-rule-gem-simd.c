@@ -1,7 +1,8 @@
 /* t4009: GEM's commit gives the same floats with its AVX2 passes as with its portable ones
  * (rule_simd): θ, the rule's state and every statistic bit for bit, over tensors of blocks of 8
  * with tails, for gem_ref commit and pull, with ε = 0 (0/0 π), with π clamped at 0 and π_max,
- * and a commit that would overflow, refused at both levels. rule_vec_finite finds one
+ * and a commit that would overflow, refused at both levels; the reply it writes in the same
+ * pass is the new θ. rule_vec_finite finds one
  * infinity or NaN at any place, at both levels. */
 #include "base/err.h"
 #include "base/rng.h"
@@ -21,6 +22,7 @@ struct trace {
 	float *theta, *state;
 	size_t nstate;
 	int status[COMMITS];
+	int reply_differs; /* applied commits whose reply was not θ */
 	struct rule_stats st[COMMITS];
 };
 
@@ -50,11 +52,12 @@ static void run(const struct rule_config *c, const struct layout *l, int level, 
 	json_t *meta;
 	struct rule_vec *v;
 	int nv;
-	float *d = malloc(l->total * sizeof *d);
+	float *d = malloc(l->total * sizeof *d), *reply = malloc(l->total * sizeof *reply);
 
 	rule_simd(level);
 	rng_seed(&g, 7, 1);
 	t->theta = malloc(l->total * sizeof *t->theta);
+	t->reply_differs = 0;
 	for (size_t k = 0; k < l->total; k++)
 		t->theta[k] = 0.1f * (float)rng_normal(&g);
 	if (rule_create(c, l, &r, err) < 0) {
@@ -67,7 +70,10 @@ static void run(const struct rule_config *c, const struct layout *l, int level, 
 		uint64_t base = ver > 1 ? ver - 1 : 0;
 		update(d, l->total, i, c->eps, &g);
 		memset(&t->st[i], 0, sizeof t->st[i]);
-		t->status[i] = rule_commit(r, i % WORKERS, d, base, t->theta, &ver, NULL, &t->st[i], err);
+		memset(reply, 0xff, l->total * sizeof *reply);
+		t->status[i] = rule_commit(r, i % WORKERS, d, base, t->theta, &ver, reply, &t->st[i], err);
+		t->reply_differs += t->status[i] == RULE_APPLIED &&
+				    memcmp(reply, t->theta, l->total * sizeof *reply);
 	}
 	rule_state_save(r, &meta, &v, &nv, err);
 	t->nstate = 0;
@@ -83,6 +89,7 @@ static void run(const struct rule_config *c, const struct layout *l, int level, 
 	json_decref(meta);
 	rule_destroy(r);
 	free(d);
+	free(reply);
 }
 
 static void trace_free(struct trace *t)
@@ -130,6 +137,7 @@ int main(void)
 			ok(a.nstate == b.nstate && !memcmp(a.state, b.state, a.nstate * sizeof *a.state),
 			   "m_w and s_w bit for bit");
 			ok(!memcmp(a.st, b.st, sizeof a.st), "every commit's statistics bit for bit");
+			ok(!a.reply_differs && !b.reply_differs, "the reply is the new θ at both levels");
 			ok(c0 > 0 && cmax > 0, "π was clamped at 0 (up to %.3f) and at π_max (up to %.3f)",
 			   (double)c0, (double)cmax);
 			trace_free(&a);

@@ -621,7 +621,8 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 		log_event(s, "held", w->id, nfield);
 		return status;
 	}
-	if (!r->elastic)
+	/* an applied commit's rule wrote θ into out (rule_commit) */
+	if (!r->elastic && status != PS_APPLIED)
 		ps_copy_theta(s, out);
 	return status;
 }

@@ -149,7 +149,8 @@ struct rule_gem_k8 {
 
 static inline __attribute__((always_inline)) void
 rule_gem_elem8(float *restrict theta, float *restrict m, float *restrict s, float *restrict p,
-	       const float *restrict d, size_t i, const struct rule_gem_k8 *k, rule_v8 sum[5])
+	       float *restrict q, const float *restrict d, size_t i, const struct rule_gem_k8 *k,
+	       rule_v8 sum[5])
 {
 	rule_v8 vd, vt, vm, vs, mi, pi, t, nt;
 	rule_i8 keep, over;
@@ -167,6 +168,8 @@ rule_gem_elem8(float *restrict theta, float *restrict m, float *restrict s, floa
 	t = vt + pi * vd;
 	memcpy(m + i, &mi, sizeof mi);
 	memcpy(theta + i, &t, sizeof t);
+	if (q)
+		memcpy(q + i, &t, sizeof t);
 	nt = (rule_v8)(((rule_i8)vt & k->pull) | ((rule_i8)t & ~k->pull));
 	memcpy(s + i, &nt, sizeof nt);
 	memcpy(p + i, &pi, sizeof pi);
@@ -177,12 +180,13 @@ rule_gem_elem8(float *restrict theta, float *restrict m, float *restrict s, floa
 	sum[4] += RULE_ABS8(vd);
 }
 
-/* The blocks of elements [a, b) (b − a a multiple of RULE_BLOCK), their lane sums added to sum:
+/* The blocks of elements [a, b) (b − a a multiple of RULE_BLOCK), their lane sums added to sum,
+ * the new θ also into q unless it is NULL (the reply: one pass instead of a copy after it):
  * compiled twice, portable and AVX2 (impl.h, rule_v8). */
 static inline __attribute__((always_inline)) void
 rule_gem_blocks_in(float *restrict theta, float *restrict m, float *restrict s, float *restrict p,
-		   const float *restrict d, size_t a, size_t b, const struct rule_gem_k *k,
-		   rule_v8 sum[5])
+		   float *restrict q, const float *restrict d, size_t a, size_t b,
+		   const struct rule_gem_k *k, rule_v8 sum[5])
 {
 	const float mu = k->mu, kappa = k->kappa, pi_max = k->pi_max, ei = k->e_in, eo = k->e_out;
 	const int pl = k->pull ? -1 : 0;
@@ -197,33 +201,34 @@ rule_gem_blocks_in(float *restrict theta, float *restrict m, float *restrict s, 
 	rule_v8 acc[5];
 	memcpy(acc, sum, sizeof acc);
 	for (size_t i = a; i < b; i += RULE_BLOCK)
-		rule_gem_elem8(theta, m, s, p, d, i, &k8, acc);
+		rule_gem_elem8(theta, m, s, p, q, d, i, &k8, acc);
 	memcpy(sum, acc, sizeof acc);
 }
 
 RULE_NOINLINE static void rule_gem_blocks_c(float *restrict theta, float *restrict m,
-					    float *restrict s, float *restrict p,
+					    float *restrict s, float *restrict p, float *restrict q,
 					    const float *restrict d, size_t a, size_t b,
 					    const struct rule_gem_k *k, rule_v8 sum[5])
 {
-	rule_gem_blocks_in(theta, m, s, p, d, a, b, k, sum);
+	rule_gem_blocks_in(theta, m, s, p, q, d, a, b, k, sum);
 }
 
 #ifdef RULE_X86
 RULE_NOINLINE RULE_AVX2 static void rule_gem_blocks_avx2(float *restrict theta, float *restrict m,
 							 float *restrict s, float *restrict p,
-							 const float *restrict d, size_t a,
-							 size_t b, const struct rule_gem_k *k,
-							 rule_v8 sum[5])
+							 float *restrict q, const float *restrict d,
+							 size_t a, size_t b,
+							 const struct rule_gem_k *k, rule_v8 sum[5])
 {
-	rule_gem_blocks_in(theta, m, s, p, d, a, b, k, sum);
+	rule_gem_blocks_in(theta, m, s, p, q, d, a, b, k, sum);
 }
 #endif
 
-/* Apply elements [a, b) of one tensor, π into p, its sums into sums. The lane sums are those of
- * RULE_BLOCK lanes, kept in registers, folded into doubles at the end in lane order. */
-static void rule_gem_tensor(float *theta, float *m, float *s, float *p, const float *d, size_t a,
-			    size_t b, const struct rule_config *c, double sums[5])
+/* Apply elements [a, b) of one tensor, π into p, the new θ into q (unless NULL), its sums into
+ * sums. The lane sums are those of RULE_BLOCK lanes, kept in registers, folded into doubles at
+ * the end in lane order. */
+static void rule_gem_tensor(float *theta, float *m, float *s, float *p, float *q, const float *d,
+			    size_t a, size_t b, const struct rule_config *c, double sums[5])
 {
 	const struct rule_gem_k k = rule_gem_consts(c);
 	rule_v8 lane[5] = {{0}};
@@ -231,13 +236,15 @@ static void rule_gem_tensor(float *theta, float *m, float *s, float *p, const fl
 
 #ifdef RULE_X86
 	if (rule_avx2())
-		rule_gem_blocks_avx2(theta, m, s, p, d, a, i, &k, lane);
+		rule_gem_blocks_avx2(theta, m, s, p, q, d, a, i, &k, lane);
 	else
 #endif
-		rule_gem_blocks_c(theta, m, s, p, d, a, i, &k, lane);
+		rule_gem_blocks_c(theta, m, s, p, q, d, a, i, &k, lane);
 	for (; i < b; i++) {
 		float pi = rule_gem_elem(theta, m, s, d, i, &k);
 		p[i] = pi;
+		if (q)
+			q[i] = theta[i];
 		lane[0][0] += pi;
 		lane[1][0] += pi == 0 ? 1.0f : 0.0f;
 		lane[2][0] += pi == k.pi_max ? 1.0f : 0.0f;
@@ -448,11 +455,11 @@ static int rule_gem_commit(struct rule *r, struct rule_worker *w, const float *i
 			   float *theta, float *reply, struct rule_stats *st, char *err)
 {
 	double sums[5], all[5] = {0};
-	(void)tau, (void)reply, (void)err;
+	(void)tau, (void)err;
 
 	for (int t = 0; t < r->l.ntensors; t++) {
 		const struct layout_tensor *lt = &r->l.t[t];
-		rule_gem_tensor(theta, w->vec[0], w->vec[1], r->scratch, in, lt->offset,
+		rule_gem_tensor(theta, w->vec[0], w->vec[1], r->scratch, reply, in, lt->offset,
 				lt->offset + lt->size, &r->c, sums);
 		for (int k = 0; k < 5; k++)
 			all[k] += sums[k];
@@ -480,6 +487,7 @@ const struct rule_ops rule_gem_ops = {
 	.nvec = 2,
 	.vec = {"m", "s"},
 	.sent_vec = 1,
+	.reply_theta = 1,
 	.check = rule_gem_check,
 	.commit = rule_gem_commit,
 };

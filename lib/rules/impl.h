@@ -28,6 +28,8 @@ struct rule_ops {
 	int nvec;           /* per-worker vectors */
 	const char *vec[2]; /* their names ("m", "s"; "bak") */
 	int sent_vec;       /* the one that holds θ last sent, -1 none */
+	int reply_theta;    /* commit writes the new θ into a non-NULL reply itself (else
+			     * rule_commit copies it there) */
 	int round_sum;      /* rounds: the global vector that sums the round's updates */
 	/* rounds: apply a complete round to θ (r->ncontrib updates in the sum; zero the sum) */
 	void (*round_close)(struct rule *r, float *theta);

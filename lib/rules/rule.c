@@ -531,6 +531,8 @@ int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_versi
 				"non-finite (an overflow): refused, nothing changed",
 				r->ops->desc.name, worker);
 	rc = r->ops->commit(r, w, in, tau, theta, reply, st, err);
+	if (rc == RULE_APPLIED && reply && !r->ops->desc.reply_elastic && !r->ops->reply_theta)
+		memcpy(reply, theta, r->n * sizeof(float));
 	if (rc == RULE_APPLIED)
 		++*version;
 	if (st)

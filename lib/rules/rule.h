@@ -139,8 +139,9 @@ void rule_sent(struct rule *r, int worker, const float *theta);
  * commit, which returns RULE_APPLIED), RULE_E_NON_FINITE when the result (θ, the reply or the
  * rule's state) would not be finite, an overflow of finite inputs: nothing changed, or GEM_EUSAGE: unknown worker, base_version ahead of
  * *version, sync and dma: a second commit in a round or a stale base. easgd needs
- * reply (total floats): the elastic difference d the worker subtracts; others ignore it. st (may be
- * NULL) receives the commit's statistics. */
+ * reply (total floats): the elastic difference d the worker subtracts; for the others a non-NULL
+ * reply receives θ after an applied commit (GEM writes it in the pass that computes it). st (may
+ * be NULL) receives the commit's statistics. */
 int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_version, float *theta,
 		uint64_t *version, float *reply, struct rule_stats *st, char *err);
 /* Worker w leaves: its state is freed; sync, dma and easgd continue with those remaining. Returns 1
