@@ -353,6 +353,7 @@ static int decode_checked(struct blob_codec *c, const void *in, const struct blo
 	uint32_t crc;
 	int id, rc;
 	c->lossy_ready = 0; /* tmp2 is about to be overwritten */
+	c->finite = 0;
 	if (!memchr(meta->codec, 0, sizeof meta->codec) || (id = codec_id(meta->codec)) < 0)
 		return gem_errf(err, GEM_EFAIL, "blob: unknown codec '%.*s'",
 				(int)sizeof meta->codec, meta->codec);
@@ -396,7 +397,7 @@ static int decode_checked(struct blob_codec *c, const void *in, const struct blo
 			raw = c->tmp;
 		}
 	}
-	crc = crc32_update(0, raw, len);
+	crc = crc32_f32(raw, count, &c->finite);
 	if (crc != meta->crc32)
 		return gem_errf(err, GEM_EFAIL, "blob: CRC mismatch (data %08x, header %08x)", crc,
 				meta->crc32);

@@ -45,6 +45,8 @@ struct blob_codec {
 			      * fp16: the floats the encoded halves decode to */
 	size_t out_cap, tmp_cap, tmp2_cap;
 	int lossy_ready; /* tmp2 holds the values of the last fp16 blob_encode */
+	int finite;      /* after a decode: 1 if its floats are known to be all finite (checked in
+			  * the CRC's pass, crc32_f32), 0 if not or not known */
 };
 
 /* Prepare c (same as zeroing it). */
