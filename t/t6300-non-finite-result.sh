@@ -62,4 +62,35 @@ for rule in gem downpour; do
 	"
 done
 
+# Workers whose loss stops being finite give up ("diverged"); they say so when they leave, and
+# once every worker has left the server ends the run as failed at once instead of waiting
+# --idle-timeout (600 s) for them to come back.
+test_expect_success 'diverging workers: the server ends the run, failed, when the last one leaves' '
+	rm -rf div && gem-init -q --model tiny.json --data data --rule downpour --lr 1e6 \
+		--workers 2 div &&
+	start_server div --idle-timeout 600 &&
+	{ gem-work -q --server div --steps 200 2>w0.err & w0=$!; } &&
+	{ gem-work -q --server div --steps 200 2>w1.err & w1=$!; } &&
+	test_bg "$w0 $w1" &&
+	{ wait_exit $w0 60; s0=$?; } && { wait_exit $w1 60; s1=$?; } &&
+	cat w0.err w1.err &&
+	test $s0 = 1 && test $s1 = 1 && grep -q diverged w0.err && grep -q diverged w1.err &&
+	{ wait_exit $SERVER_PID 20; s=$?; } &&
+	cat div/serve.err && test $s = 1 &&
+	grep -q "2 diverged" div/serve.err &&
+	test $(grep "\"event\":\"leave\"" div/log.jsonl | grep -c "\"diverged\":true") = 2
+'
+
+test_expect_success 'a leave that says both done and diverged is a 400' '
+	start_server div --keep-running &&
+	curl -sf -X POST -d "{}" $URL/v1/join >/dev/null &&
+	got=$(curl -s -o reply.json -w "%{http_code}" -X POST \
+		-d "{\"worker\":0,\"done\":true,\"diverged\":true}" $URL/v1/leave) &&
+	test "$got" = 400 && grep -q bad_field reply.json &&
+	got=$(curl -s -o reply.json -w "%{http_code}" -X POST \
+		-d "{\"worker\":0,\"diverged\":1}" $URL/v1/leave) &&
+	test "$got" = 400 &&
+	stop_if_running $SERVER_PID
+'
+
 test_done

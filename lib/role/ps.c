@@ -19,6 +19,7 @@ struct ps_worker {
 	int active;  /* connected: joined, and not left or gone */
 	int in_rule; /* the rule holds its state (kept while it is away after a stop) */
 	int done, waiting;
+	int diverged; /* left saying its loss was not finite (this session only) */
 	uint64_t commits, samples, refused, tau_sum, tau_min, tau_max, last_seq;
 	double joined_at, last_contact, loss_sum;
 	uint64_t joined_samples; /* samples at its last join: its rate is of this session */
@@ -41,9 +42,9 @@ struct ps {
 	double vtime;
 	FILE *log;
 	struct ps_worker *w[PS_MAX_WORKERS];
-	int nslots, nactive, ndone, nknown;
+	int nslots, nactive, ndone, nknown, ndiverged;
 	const char *stop_why;
-	char stop_buf[96]; /* a stop reason made up here */
+	char stop_buf[128]; /* a stop reason made up here */
 	int failed;
 	uint64_t applied_since_start;
 	struct rule_stats st; /* of the last applied update */
@@ -393,7 +394,7 @@ int ps_checkpoint(struct ps *s, char *err)
  * for the checkpoint, and the worker may come back to it later. */
 static int worker_release(struct ps *s, struct ps_worker *w, const char *event, int done)
 {
-	char extra[32];
+	char extra[48];
 	int closed = 0;
 	if (w->in_rule && !s->stop_why) {
 		if (rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL) == 1) {
@@ -409,17 +410,30 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 		w->active = 0;
 		active_add(s, -1);
 	}
-	if (done && !w->done) {
+	if (done == PS_LEFT_DONE && !w->done) {
 		w->done = 1;
 		s->ndone++;
 	}
-	snprintf(extra, sizeof extra, "\"done\":%s", w->done ? "true" : "false");
+	if (done == PS_LEFT_DIVERGED && !w->diverged) {
+		w->diverged = 1;
+		s->ndiverged++;
+	}
+	snprintf(extra, sizeof extra, "\"done\":%s%s", w->done ? "true" : "false",
+		 w->diverged ? ",\"diverged\":true" : "");
 	log_event(s, event, w->id, extra);
-	/* the run is over once no worker is left, one at least finished, and as many as the run
-	 * expects (gem-init --workers) have come: a fast worker done before a slow one joined
-	 * does not end it, a dead one does not hold it up */
-	if (s->nactive == 0 && s->ndone > 0 && s->nknown >= s->run.rule.nworkers && !s->o.keep_running) {
-		if (s->ndone == s->nknown) {
+	/* the run is over once no worker is left, one at least finished or diverged, and as many
+	 * as the run expects (gem-init --workers) have come: a fast worker done before a slow one
+	 * joined does not end it, a dead one does not hold it up; one that diverged will not
+	 * come back to a better θ, so it fails the run */
+	if (s->nactive == 0 && s->ndone + s->ndiverged > 0 && s->nknown >= s->run.rule.nworkers &&
+	    !s->o.keep_running) {
+		if (s->ndiverged > 0) {
+			snprintf(s->stop_buf, sizeof s->stop_buf,
+				 "every worker has left, %d diverged (a loss that was not finite), "
+				 "%d of %d finished", s->ndiverged, s->ndone, s->nknown);
+			s->failed = 1;
+			ps_stop(s, s->stop_buf);
+		} else if (s->ndone == s->nknown) {
 			ps_stop(s, "every worker has finished");
 		} else {
 			snprintf(s->stop_buf, sizeof s->stop_buf, "every worker has left, %d of %d finished",
@@ -482,8 +496,11 @@ int ps_join(struct ps *s, int id, float *theta_out, struct ps_joined *j, char *e
 		active_add(s, +1);
 	if (w->done)
 		s->ndone--;
+	if (w->diverged)
+		s->ndiverged--;
 	w->active = 1;
 	w->done = 0;
+	w->diverged = 0;
 	w->joined_at = w->last_contact = cli_now();
 	w->joined_samples = w->samples;
 	worker_shard(s, w);

@@ -243,7 +243,11 @@ static int do_event(struct replay *p, const char *ev, const json_t *j, int id, c
 	if (!strcmp(ev, "join"))
 		return do_join(p, id, err);
 	if (!strcmp(ev, "leave") || !strcmp(ev, "gone"))
-		return do_leave(p, id, json_is_true(json_object_get(j, "done")), !strcmp(ev, "gone"), err);
+		return do_leave(p, id,
+				json_is_true(json_object_get(j, "diverged")) ? PS_LEFT_DIVERGED
+				: json_is_true(json_object_get(j, "done"))   ? PS_LEFT_DONE
+									     : PS_LEFT_PAUSED,
+				!strcmp(ev, "gone"), err);
 	if (!strcmp(ev, "stop")) {
 		ps_stop(p->ps, reason ? reason : "stopped");
 		p->stopped = 1;

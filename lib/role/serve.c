@@ -602,7 +602,7 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	struct server *s = ctx;
 	char err[GEM_ERRMAX];
 	json_error_t je;
-	json_t *body = json_loadb((const char *)req->body, req->body_len, 0, &je), *v;
+	json_t *body = json_loadb((const char *)req->body, req->body_len, 0, &je), *v, *dv;
 	struct ps_reply r;
 	uint64_t id = UINT64_MAX;
 	int done, st;
@@ -612,12 +612,15 @@ static int h_leave(struct httpd_req *req, void *ctx)
 		return httpd_reply_error(req, 400, "bad_json", "leave: %s", je.text);
 	}
 	v = json_object_get(body, "done");
-	done = json_is_true(v);
+	dv = json_object_get(body, "diverged");
+	done = json_is_true(dv) ? PS_LEFT_DIVERGED : json_is_true(v) ? PS_LEFT_DONE : PS_LEFT_PAUSED;
 	if (field_u64(body, "worker", PS_MAX_WORKERS - 1, &id) < 0 || id == UINT64_MAX ||
-	    (v && !json_is_boolean(v))) {
+	    (v && !json_is_boolean(v)) || (dv && !json_is_boolean(dv)) ||
+	    (json_is_true(v) && json_is_true(dv))) {
 		json_decref(body);
 		return httpd_reply_error(req, 400, "bad_field",
-					 "want {\"worker\": an integer in [0, %d), \"done\": a boolean}",
+					 "want {\"worker\": an integer in [0, %d), \"done\": a boolean, "
+					 "\"diverged\": a boolean, not both true}",
 					 PS_MAX_WORKERS);
 	}
 	json_decref(body);

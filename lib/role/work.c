@@ -189,10 +189,13 @@ static int join(struct worker *w, char *err)
 	return 0;
 }
 
-static void leave(struct worker *w, int done)
+/* Leave every shard: done (the budget spent), diverged (the loss was not finite: the run
+ * fails once every worker has left), or neither (to come back). */
+static void leave(struct worker *w, int done, int diverged)
 {
 	char body[96], err[GEM_ERRMAX];
-	int n = snprintf(body, sizeof body, "{\"worker\":%d,\"done\":%s}", w->id, done ? "true" : "false");
+	int n = snprintf(body, sizeof body, "{\"worker\":%d,\"done\":%s%s}", w->id,
+			 done ? "true" : "false", diverged ? ",\"diverged\":true" : "");
 	for (int k = 0; k < w->nsh; k++)
 		if (httpc_post_retry(w->sh[k].http[0], "/v1/leave", "application/json", body, (size_t)n, 5,
 				     &w->sh[k].resp[0], err) < 0)
@@ -616,7 +619,7 @@ static int finish(struct worker *w, volatile sig_atomic_t *stop, struct work_res
 		double before = w->idle;
 		int c;
 		if (failed || stopped) {
-			leave(w, 0);
+			leave(w, 0, r->end == WORK_DIVERGED);
 			left = 1;
 		}
 		c = bg_wait(w, !left, e);
@@ -628,7 +631,7 @@ static int finish(struct worker *w, volatile sig_atomic_t *stop, struct work_res
 		}
 	}
 	if (!left)
-		leave(w, !failed && !stopped);
+		leave(w, !failed && !stopped, r->end == WORK_DIVERGED);
 	return rc;
 }
 
