@@ -17,10 +17,7 @@ worker=$!
 test_bg $worker
 
 test_expect_success 'kill -9 of the server mid-run leaves a consistent checkpoint' '
-	for i in $(seq 100); do
-		v=$(health_version)
-		[ "${v:-0}" -ge 60 ] && break; sleep 0.1
-	done &&
+	wait_until "[ \"\$(health_version)\" -ge 60 ] 2>/dev/null" 20 &&
 	sleep 0.5 &&
 	kill -9 $SERVER_PID && { wait_exit $SERVER_PID; true; } &&
 	saved=$(head -1 run/params.gem | sed -n "s/.*\"version\":\([0-9]*\).*/\1/p") &&

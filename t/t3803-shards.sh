@@ -118,10 +118,7 @@ test_expect_success 'kill -9 of one shard: it resumes from its checkpoint, the o
 	u1=$(cat crash/shard-1-of-2/server.url) && port=${u1##*:} &&
 	{ gem-work -q --server crash --steps 300 --retry-for 30 --slowdown 100 2>crash.work.err &
 	  worker=$!; } && test_bg $worker &&
-	for i in $(seq 100); do
-		v=$(health_version "$u1")
-		[ "${v:-0}" -ge 40 ] && break; sleep 0.1
-	done &&
+	wait_until "[ \"\$(health_version $u1)\" -ge 40 ] 2>/dev/null" 20 &&
 	sleep 0.5 &&
 	kill -9 $s1 && { wait_exit $s1; true; } &&
 	saved=$(head -1 crash/shard-1-of-2/params.gem | sed -n "s/.*\"version\":\([0-9]*\).*/\1/p") &&
