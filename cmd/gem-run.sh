@@ -41,6 +41,12 @@ train on disjoint shards, wired to each other on free ports, and gem-eval
       --shards K      serve θ with K gem-serve processes, one shard each
                       (--shard I/K, on this host); the workers commit to all of
                       them. Default 1
+      --shard-hosts FILE
+                      start shard I over ssh on the I-th host of FILE (one
+                      per line, taken in turn), listening on every address
+                      behind the run's token; a host that does not share
+                      RUNDIR gets a copy of the run and gives its shard
+                      directory back at the end. Needs --shards 2 or more
       --codec C       every gem-work's --codec (raw, zlib, zlib+shuffle, fp16);
                       default raw
   -r, --rule sgp      train with SGP nodes instead of a server (other rules go
@@ -210,7 +216,7 @@ if [ -n "${GEM_LOG:-}" ] && ! msg=$(gem-init --version 2>&1 >/dev/null); then
 	echo "gem-run: ${msg#gem-init: }" >&2
 	exit 2
 fi
-shards=1 workers=4 workers_set=0 steps= steps_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
+shards=1 shard_hosts= workers=4 workers_set=0 steps= steps_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; workers_set=1; shift ;;
@@ -230,6 +236,8 @@ while [ $# -gt 0 ]; do
 	--serve-opt=*) serveopts+=("${1#*=}") ;;
 	--shards) [ $# -ge 2 ] || die_usage "$1 needs a value"; shards=$2; shift ;;
 	--shards=*) shards=${1#*=} ;;
+	--shard-hosts) [ $# -ge 2 ] || die_usage "$1 needs a value"; shard_hosts=$2; shift ;;
+	--shard-hosts=*) shard_hosts=${1#*=} ;;
 	--codec) [ $# -ge 2 ] || die_usage "$1 needs a value"; workopts+=("--codec=$2"); shift ;;
 	--codec=*) workopts+=("$1") ;;
 	-r|--rule) [ $# -ge 2 ] || die_usage "$1 needs a value"
@@ -275,6 +283,18 @@ esac
 [ $quiet = 0 ] || progress_mode=off
 case "$shards" in ''|*[!0-9]*|0) die_usage "--shards: not an integer in [1, 64]: $shards" ;; esac
 [ "$shards" -le 64 ] || die_usage "--shards: not an integer in [1, 64]: $shards"
+# The hosts of the shards, one per line, taken in turn: shard I on shosts[I % count].
+shosts=()
+if [ -n "$shard_hosts" ]; then
+	[ -r "$shard_hosts" ] || die_usage "--shard-hosts: cannot read $shard_hosts"
+	while read -r h _; do
+		case "$h" in ''|'#'*) continue ;; esac
+		shosts+=("$h")
+	done <"$shard_hosts"
+	[ ${#shosts[@]} -gt 0 ] || die_usage "--shard-hosts: no hosts in $shard_hosts"
+	[ $sgp = 0 ] || die_usage "--shard-hosts: not with --rule sgp (there is no server)"
+	[ "$shards" -ge 2 ] || die_usage "--shard-hosts: needs --shards 2 or more (one server runs here)"
+fi
 
 
 # The hosts, one entry per worker slot; with --hosts, N defaults to the slots in the file.
@@ -415,6 +435,59 @@ copy_cert() {
 	rm -f "$rundir/$marker"
 }
 
+# --shard-hosts: every shard host runs gem-serve from its ssh shell's PATH. Says what is wrong,
+# by host, and fails.
+probe_shard_hosts() {
+	local h rc bad=0
+	for h in $(printf '%s\n' "${shosts[@]}" | sort -u); do
+		ssh "${ssh_opts[@]}" "$h" "command -v gem-serve >/dev/null || exit 4" </dev/null >/dev/null 2>"$rundir/probe.err"
+		rc=$?
+		case $rc in
+		0) continue ;;
+		4) echo "gem-run: $h: no gem-serve in the PATH of its ssh shell" >&2 ;;
+		*) echo "gem-run: cannot run a command on $h over ssh (exit status $rc):" >&2
+		   tail -3 "$rundir/probe.err" >&2 ;;
+		esac
+		bad=1
+	done
+	rm -f "$rundir/probe.err"
+	return $bad
+}
+
+# --shard-hosts: the run (run.json, params.gem, the token, the certificate and its key, and with
+# --resume the shards' directories) to every shard host that does not share RUNDIR, at the same
+# path; those hosts are copy_shard_hosts, and give their shards back (copy_shards_back).
+copy_shard_hosts=()
+copy_shards_out() {
+	local h k marker=".gem-run-marker-$$" files=()
+	: >"$rundir/$marker"
+	for h in $(printf '%s\n' "${shosts[@]}" | sort -u); do
+		ssh "${ssh_opts[@]}" "$h" test -e "$rrun/$marker" </dev/null && continue
+		copy_shard_hosts+=("$h")
+		files=("$rundir/run.json" "$rundir/params.gem" "$rundir/token")
+		[ ! -f "$rundir/tls-cert.pem" ] || files+=("$rundir/tls-cert.pem" "$rundir/tls-key.pem")
+		for ((k = 0; k < shards; k++)); do
+			[ "${shosts[$((k % ${#shosts[@]}))]}" = "$h" ] || continue
+			[ ! -d "$rundir/shard-$k-of-$shards" ] || files+=("$rundir/shard-$k-of-$shards")
+		done
+		ssh "${ssh_opts[@]}" "$h" mkdir -p "$rrun" </dev/null &&
+			scp -q -r "${ssh_opts[@]}" "${files[@]}" "$h:$rrun/" ||
+			{ rm -f "$rundir/$marker"; echo "gem-run: cannot copy the run to $h" >&2; return 1; }
+	done
+	rm -f "$rundir/$marker"
+}
+
+# Each shard's directory back from a host that does not share RUNDIR (after its server stopped).
+copy_shards_back() {
+	local h k
+	for ((k = 0; k < shards; k++)); do
+		h=${shosts[$((k % ${#shosts[@]}))]}
+		case " ${copy_shard_hosts[*]} " in *" $h "*) ;; *) continue ;; esac
+		scp -q -r "${ssh_opts[@]}" "$h:$rrun/shard-$k-of-$shards" "$rundir/" ||
+			echo "gem-run: cannot copy shard $k back from $h" >&2
+	done
+}
+
 if [ $sgp = 1 ]; then
 	[ "$tls" != 1 ] || die_usage "--tls: not with --rule sgp (SGP nodes speak plain HTTP)"
 	[ $resume = 0 ] || die_usage "--resume: not with --rule sgp (an SGP run starts from params.gem)"
@@ -460,14 +533,20 @@ elif [ ! -f "$rundir/run.json" ]; then
 	exit 2
 fi
 
+# on other hosts the run is at the same absolute path
+rrun=$(cd "$rundir" && pwd) || exit 1
 # the name workers on other hosts reach the server by
 server_host=${GEM_HOST:-$(hostname -f 2>/dev/null || hostname)}
 tlsopts=() cacert=()
 # over the network the token travels in HTTPS by default
-[ -n "$tls" ] || { [ -n "$hosts" ] && tls=1 || tls=0; }
+[ -n "$tls" ] || { [ -n "$hosts$shard_hosts" ] && tls=1 || tls=0; }
 if [ $tls = 1 ]; then
-	# a certificate for this run, for this host's name and the loopback; workers trust it alone
-	case "$server_host" in *[!0-9.]*) san="DNS:$server_host" ;; *) san="IP:$server_host" ;; esac
+	# a certificate for this run, for this host's name, the shards' hosts and the loopback;
+	# workers trust it alone
+	san=
+	for h in "$server_host" "${shosts[@]}"; do
+		case "$h" in *[!0-9.]*) san="${san:+$san,}DNS:$h" ;; *) san="${san:+$san,}IP:$h" ;; esac
+	done
 	(umask 077 && openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=$server_host" \
 		-addext "subjectAltName=$san,DNS:localhost,IP:127.0.0.1" \
 		-keyout "$rundir/tls-key.pem" -out "$rundir/tls-cert.pem" 2>"$rundir/openssl.err") ||
@@ -482,19 +561,43 @@ fi
 public=()
 case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
 token=()
-if [ -n "$hosts" ] || [ ${#public[@]} -gt 0 ]; then
+if [ -n "$hosts$shard_hosts" ] || [ ${#public[@]} -gt 0 ]; then
 	# workers come over the network (a public listener needs a token): a fresh token, which
 	# travels on ssh's standard input
 	(umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
 	token=(--token-file "$rundir/token")
 fi
-# one server, or K of them, shard I's files (its server.url too) in RUNDIR/shard-I-of-K/
+[ ${#shosts[@]} -eq 0 ] || probe_shard_hosts || exit 1
+[ ${#shosts[@]} -eq 0 ] || copy_shards_out || exit 1
+# one server, or K of them, shard I's files (its server.url too) in RUNDIR/shard-I-of-K/; with
+# --shard-hosts shard I runs on its host, and prints its URL into RUNDIR/serve-I.url
 url=
 for ((k = 0; k < shards; k++)); do
 	if [ "$shards" = 1 ]; then
 		sdir=$rundir shardopt=() err="$rundir/serve.err"
 	else
 		sdir="$rundir/shard-$k-of-$shards" shardopt=(--shard "$k/$shards") err="$rundir/serve-$k.err"
+	fi
+	if [ ${#shosts[@]} -gt 0 ]; then
+		h=${shosts[$((k % ${#shosts[@]}))]}
+		: >"$rundir/serve-$k.url"
+		: >"$err"
+		ssh_slot "$h" "$rundir/serve-$k.url" "$err" --token "$rundir/token" \
+			gem-serve --listen "0.0.0.0:${listen##*:}" --public --token-file /dev/stdin \
+			${tlsopts[@]:+--tls-cert "$rrun/tls-cert.pem" --tls-key "$rrun/tls-key.pem"} \
+			"${shardopt[@]}" "${serveopts[@]}" "$rrun" </dev/null &
+		servers+=($!) errs+=("$err")
+		for ((i = 0; i < 600; i++)); do
+			[ "$(wc -l <"$rundir/serve-$k.url")" -ge 1 ] && break
+			kill -0 "${servers[$k]}" 2>/dev/null || serve_failed "" "$err" "${servers[$k]}"
+			sleep 0.1
+		done
+		[ "$(wc -l <"$rundir/serve-$k.url")" -ge 1 ] ||
+			{ echo "gem-run: gem-serve did not start on $h" >&2; exit 1; }
+		# a server listening on every address is reached by its host's name
+		u=$(head -1 "$rundir/serve-$k.url")
+		url=${url:+$url,}${u%%://*}://$h:${u##*:}
+		continue
 	fi
 	rm -f "$sdir/server.url"
 	spawn gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "${tlsopts[@]}" "${shardopt[@]}" \
@@ -566,6 +669,7 @@ for k in "${!servers[@]}"; do
 	[ $stopped = 0 ] || [ $rc = 0 ] || { serve_error=$rc serve_error_file=${errs[$k]}; }
 done
 servers=()
+[ ${#copy_shard_hosts[@]} -eq 0 ] || copy_shards_back
 if [ -n "${progress:-}" ]; then
 	kill "$progress" 2>/dev/null
 	wait "$progress" 2>/dev/null

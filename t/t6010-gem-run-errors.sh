@@ -22,6 +22,20 @@ test_expect_success 'a typo in a built-in model name: the guess reaches the user
 	grep -q "^gem-run: unknown model \"mpl\" (did you mean mlp?)" err
 '
 
+test_expect_success '--shard-hosts: an unreadable file, one shard, SGP: exit 2, nothing made' '
+	echo node9 >sh &&
+	{ gem-run -n 1 --shards 2 --shard-hosts no-such-file --model tiny.json --data data rs1 2>err; test $? = 2; } &&
+	grep -q "^gem-run: --shard-hosts: cannot read no-such-file" err &&
+	{ gem-run -n 1 --shard-hosts sh --model tiny.json --data data rs2 2>err; test $? = 2; } &&
+	grep -q "^gem-run: --shard-hosts: needs --shards 2 or more" err &&
+	printf "# none\n\n" >empty &&
+	{ gem-run -n 1 --shards 2 --shard-hosts empty --model tiny.json --data data rs3 2>err; test $? = 2; } &&
+	grep -q "^gem-run: --shard-hosts: no hosts in empty" err &&
+	{ gem-run -n 2 --rule sgp --shard-hosts sh --model tiny.json --data data rs4 2>err; test $? = 2; } &&
+	grep -q "^gem-run: --shard-hosts: not with --rule sgp" err &&
+	test ! -e rs1 && test ! -e rs2 && test ! -e rs3 && test ! -e rs4
+'
+
 test_expect_success "gem-serve's complaint about a --serve-opt: exit 2, no TSV" '
 	{ gem-run -n 1 --model tiny.json --data data --serve-opt=--bogus r2 >out 2>err; test $? = 2; } &&
 	cat err &&
