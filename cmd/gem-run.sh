@@ -459,17 +459,22 @@ probe_shard_hosts() {
 # path; those hosts are copy_shard_hosts, and give their shards back (copy_shards_back).
 copy_shard_hosts=()
 copy_shards_out() {
-	local h k marker=".gem-run-marker-$$" files=()
+	local h k marker=".gem-run-marker-$$" files=() stale=()
 	: >"$rundir/$marker"
 	for h in $(printf '%s\n' "${shosts[@]}" | sort -u); do
 		ssh "${ssh_opts[@]}" "$h" test -e "$rrun/$marker" </dev/null && continue
 		copy_shard_hosts+=("$h")
 		files=("$rundir/run.json" "$rundir/params.gem" "$rundir/token")
 		[ ! -f "$rundir/tls-cert.pem" ] || files+=("$rundir/tls-cert.pem" "$rundir/tls-key.pem")
+		stale=()
 		for ((k = 0; k < shards; k++)); do
 			[ "${shosts[$((k % ${#shosts[@]}))]}" = "$h" ] || continue
+			# a new run's shard must not resume what an earlier run left on that host
+			stale+=("$rrun/shard-$k-of-$shards")
 			[ ! -d "$rundir/shard-$k-of-$shards" ] || files+=("$rundir/shard-$k-of-$shards")
 		done
+		[ $resume = 1 ] || ssh "${ssh_opts[@]}" "$h" rm -rf "${stale[@]}" </dev/null ||
+			{ rm -f "$rundir/$marker"; echo "gem-run: cannot clear $h:$rrun" >&2; return 1; }
 		ssh "${ssh_opts[@]}" "$h" mkdir -p "$rrun" </dev/null &&
 			scp -q -r "${ssh_opts[@]}" "${files[@]}" "$h:$rrun/" ||
 			{ rm -f "$rundir/$marker"; echo "gem-run: cannot copy the run to $h" >&2; return 1; }

@@ -2,7 +2,7 @@
 # t8003: gem-run --shards K --shard-hosts FILE: each shard's gem-serve on a host of its own over
 # ssh (HTTPS, the token on no command line), the workers on other hosts committing to every
 # shard; with RUNDIR shared, and with RUNDIR private to gem-run's host (the shards' directories
-# copied there and back).
+# copied there and back; a new run there does not resume what the hosts kept).
 . "$(dirname "$0")/lib-hosts.sh"
 hosts_need
 
@@ -48,6 +48,20 @@ test_expect_success 'RUNDIR private to gem-run: the shards are copied out and ba
 	cmp priv.tsv priv-again.tsv &&
 	# the shard hosts wrote theirs beneath the tmpfs, where gem-run does not look
 	test -s priv/run/shard-1-of-2/params.gem &&
+	hosts_wait_clean
+'
+
+test_expect_success 'a new private run at the same path starts afresh on the shard hosts' '
+	# the hosts still hold the shards of the run above, at the same path
+	test -s priv/run/shard-0-of-2/log.jsonl &&
+	on_host 1 sh -c "mount -t tmpfs gem-t8003 $PWD/priv &&
+		GEM_HOST=node1 gem-run -q --hosts $PWD/worker-hosts --shards 2 \
+			--shard-hosts $PWD/shard-hosts --epochs 1 --model $PWD/tiny.json \
+			--data $PWD/data --batch 32 --lr 0.1 --seed 3 $PWD/priv/run >again.tsv &&
+		cat $PWD/priv/run/shard-0-of-2/log.jsonl >again.log" &&
+	cat again.tsv &&
+	test $(grep -c "\"event\":\"join\"" again.log) = 2 &&
+	! grep -q "\"rejoin\":true" again.log &&
 	hosts_wait_clean
 '
 
