@@ -178,16 +178,18 @@ slot_failed() {
 	grep -v '^gem-run: remote start' "$4" | tail -3 >&2
 }
 
-# probe_hosts NAME: before anything starts there, check every host of --hosts: ssh reaches it,
-# gem-work is in the PATH of its ssh shell and, NAME given, the host resolves NAME (the name the
-# workers reach this host by). Says what is wrong, by host, and fails.
+# probe_hosts PROG NAME HOST...: before anything starts there, check every HOST: ssh reaches
+# it, PROG (gem-work, gem-serve) is in the PATH of its ssh shell and, NAME given, the host
+# resolves NAME (the name the workers reach this host by). Says what is wrong, by host, and
+# fails.
 probe_hosts() {
-	local h rc bad=0 dir n pids=() hs=()
+	local h rc bad=0 dir n pids=() hs=() prog=$1 name=$2
+	shift 2
 	dir=$(mktemp -d "${TMPDIR:-/tmp}/gem-run.XXXXXX") || return 1
-	hs=($(printf '%s\n' "${slots[@]}" | sort -u))
+	hs=($(printf '%s\n' "$@" | sort -u))
 	for n in "${!hs[@]}"; do
-		ssh "${ssh_opts[@]}" "${hs[$n]}" "command -v gem-work >/dev/null || exit 4
-			[ -z '$1' ] || ! command -v getent >/dev/null || getent hosts '$1' >/dev/null || exit 3" \
+		ssh "${ssh_opts[@]}" "${hs[$n]}" "command -v $prog >/dev/null || exit 4
+			[ -z '$name' ] || ! command -v getent >/dev/null || getent hosts '$name' >/dev/null || exit 3" \
 			</dev/null >/dev/null 2>"$dir/$n.err" &
 		pids+=($!)
 		stagger "$n"
@@ -198,9 +200,9 @@ probe_hosts() {
 		rc=$?
 		case $rc in
 		0) continue ;;
-		3) echo "gem-run: $h cannot resolve $1, the name the workers reach this host by;" \
+		3) echo "gem-run: $h cannot resolve $name, the name the workers reach this host by;" \
 			"set GEM_HOST to a name or address that $h resolves" >&2 ;;
-		4) echo "gem-run: $h: no gem-work in the PATH of its ssh shell" >&2 ;;
+		4) echo "gem-run: $h: no $prog in the PATH of its ssh shell" >&2 ;;
 		*) echo "gem-run: cannot run a command on $h over ssh (exit status $rc):" >&2
 		   tail -3 "$dir/$n.err" >&2 ;;
 		esac
@@ -342,7 +344,7 @@ sgp_run() {
 		token=(--token-file "$rundir/token")
 	fi
 	if [ -n "$hosts" ]; then
-		probe_hosts "" || exit 1
+		probe_hosts gem-work "" "${slots[@]}" || exit 1
 		# a host that sees this marker shares the run directory: nothing to copy there
 		marker=".gem-run-marker-$$"
 		: >"$rundir/$marker"
@@ -433,25 +435,6 @@ copy_cert() {
 			{ rm -f "$rundir/$marker"; echo "gem-run: cannot copy the certificate to $h" >&2; return 1; }
 	done
 	rm -f "$rundir/$marker"
-}
-
-# --shard-hosts: every shard host runs gem-serve from its ssh shell's PATH. Says what is wrong,
-# by host, and fails.
-probe_shard_hosts() {
-	local h rc bad=0
-	for h in $(printf '%s\n' "${shosts[@]}" | sort -u); do
-		ssh "${ssh_opts[@]}" "$h" "command -v gem-serve >/dev/null || exit 4" </dev/null >/dev/null 2>"$rundir/probe.err"
-		rc=$?
-		case $rc in
-		0) continue ;;
-		4) echo "gem-run: $h: no gem-serve in the PATH of its ssh shell" >&2 ;;
-		*) echo "gem-run: cannot run a command on $h over ssh (exit status $rc):" >&2
-		   tail -3 "$rundir/probe.err" >&2 ;;
-		esac
-		bad=1
-	done
-	rm -f "$rundir/probe.err"
-	return $bad
 }
 
 # --shard-hosts: the run (run.json, params.gem, the token, the certificate and its key, and with
@@ -561,7 +544,7 @@ if [ $tls = 1 ]; then
 	cacert=(--cacert "$(cd "$rundir" && pwd)/tls-cert.pem")
 fi
 # every host can be reached, runs gem-work and resolves this host's name, before anything starts
-[ -z "$hosts" ] || probe_hosts "$server_host" || exit 1
+[ -z "$hosts" ] || probe_hosts gem-work "$server_host" "${slots[@]}" || exit 1
 [ "$tls" != 1 ] || [ -z "$hosts" ] || copy_cert || exit 1
 public=()
 case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
@@ -572,7 +555,7 @@ if [ -n "$hosts$shard_hosts" ] || [ ${#public[@]} -gt 0 ]; then
 	(umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
 	token=(--token-file "$rundir/token")
 fi
-[ ${#shosts[@]} -eq 0 ] || probe_shard_hosts || exit 1
+[ ${#shosts[@]} -eq 0 ] || probe_hosts gem-serve "" "${shosts[@]}" || exit 1
 [ ${#shosts[@]} -eq 0 ] || copy_shards_out || exit 1
 # one server, or K of them, shard I's files (its server.url too) in RUNDIR/shard-I-of-K/; with
 # --shard-hosts shard I runs on its host, and prints its URL into RUNDIR/serve-I.url

@@ -185,3 +185,16 @@ const char *cli_num(char *buf, size_t cap, const char *fmt, double v)
 		snprintf(buf, cap, "n/a");
 	return buf;
 }
+
+int cli_level_force(int *forced, int have, int level)
+{
+	int was = cli_level(forced, have);
+	if (level >= 0)
+		*forced = level < have ? level : have;
+	return was;
+}
+
+int cli_level(const int *forced, int have)
+{
+	return *forced >= 0 ? *forced : have;
+}

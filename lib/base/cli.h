@@ -6,6 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The level of a set of kernels (0 portable, higher ones faster, as the CPU has them) that a test
+ * forces in *forced (-1: none) with level (-1 only asks); have is what the CPU has, and a level
+ * above it becomes have. Returns the level in use before. */
+int cli_level_force(int *forced, int have, int level);
+/* The level in use: *forced's, or have. */
+int cli_level(const int *forced, int have);
+
 /* Exit statuses of every program: success, failure of the job, bad usage. */
 enum { EXIT_JOB = 1, EXIT_USAGE = 2 };
 

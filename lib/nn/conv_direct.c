@@ -1,5 +1,7 @@
 #include "nn/conv_direct.h"
 
+#include "base/cli.h"
+
 #include <pthread.h>
 #include <string.h>
 
@@ -42,10 +44,7 @@ static int simd_available(void)
 
 int conv_direct_simd(int level)
 {
-	int was = forced >= 0 ? forced : simd_available(), have = simd_available();
-	if (level >= 0)
-		forced = level < have ? level : have;
-	return was;
+	return cli_level_force(&forced, simd_available(), level);
 }
 
 int conv_direct_fits(const struct conv2d_shape *s)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cli.h"
 #include "base/err.h"
 #include "rules/impl.h"
 
@@ -32,15 +33,12 @@ static int rule_simd_available(void)
 
 int rule_simd(int level)
 {
-	int have = rule_simd_available(), was = rule_forced >= 0 ? rule_forced : have;
-	if (level >= 0)
-		rule_forced = level < have ? level : have;
-	return was;
+	return cli_level_force(&rule_forced, rule_simd_available(), level);
 }
 
 int rule_avx2(void)
 {
-	return (rule_forced >= 0 ? rule_forced : rule_simd_available()) == 1;
+	return cli_level(&rule_forced, rule_simd_available()) == 1;
 }
 
 /* RULE_F_WORD: an int stored in JSON as the word of that index in the field's words */

@@ -1,5 +1,7 @@
 #include "wire/crc.h"
 
+#include "base/cli.h"
+
 #include <libdeflate.h>
 #include <pthread.h>
 #include <string.h>
@@ -82,10 +84,7 @@ static int crc_available(void)
 
 int crc32_simd(int level)
 {
-	int have = crc_available(), was = crc_forced >= 0 ? crc_forced : have;
-	if (level >= 0)
-		crc_forced = level < have ? level : have;
-	return was;
+	return cli_level_force(&crc_forced, crc_available(), level);
 }
 
 #ifdef CRC_X86
@@ -178,7 +177,7 @@ CRC_FOLD static uint32_t crc_fold_all_f32(uint32_t r, const unsigned char *p, si
 uint32_t crc32_update(uint32_t crc, const void *p, size_t n)
 {
 #ifdef CRC_X86
-	int level = crc_forced >= 0 ? crc_forced : crc_available();
+	int level = cli_level(&crc_forced, crc_available());
 	if (level == 1 && n >= CRC_MIN) {
 		size_t bulk = n / CRC_STEP * CRC_STEP;
 		pthread_once(&crc_once, crc_init);
@@ -196,7 +195,7 @@ uint32_t crc32_f32(const void *v, size_t count, int *finite)
 	size_t n = count * sizeof(float);
 	*finite = 0;
 #ifdef CRC_X86
-	int level = crc_forced >= 0 ? crc_forced : crc_available();
+	int level = cli_level(&crc_forced, crc_available());
 	if (level == 1 && n >= CRC_MIN) {
 		size_t bulk = n / CRC_STEP * CRC_STEP;
 		float tail = 0;

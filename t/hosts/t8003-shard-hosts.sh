@@ -6,18 +6,15 @@
 . "$(dirname "$0")/lib-hosts.sh"
 hosts_need
 
-TINY="--model tiny.json --data data --batch 32 --lr 0.1 --seed 3"
-
-test_expect_success 'setup: three hosts, tiny data' '
-	hosts_setup 3 &&
-	make_tiny_data data &&
-	printf "node2\nnode3\n" >shard-hosts &&
-	printf "node1\nnode3\n" >worker-hosts
+test_expect_success 'setup: three hosts; the shards on node2 and node3, workers on node1 and node3' '
+	hosts_setup 3 && make_tiny_data data &&
+	printf "node2\nnode3\n" >shard-hosts && printf "node1\nnode3\n" >worker-hosts
 '
 
 test_expect_success 'two shards on node2 and node3, workers on node1 and node3' '
 	{ GEM_HOST=node1 on_host 1 gem-run -q --hosts worker-hosts --shards 2 --shard-hosts shard-hosts \
-		--epochs 1 $TINY --work-opt=--slowdown=10 run >eval.tsv & pid=$!; } &&
+		--epochs 1 --model tiny.json --data data --batch 32 --lr 0.1 --seed 3 \
+		--work-opt=--slowdown=10 run >eval.tsv & pid=$!; } &&
 	test_when_finished "stop_if_running $pid" &&
 	: >ps.out &&
 	while kill -0 $pid 2>/dev/null; do ps -eo args >>ps.out; sleep 0.05; done &&
