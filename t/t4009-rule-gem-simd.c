@@ -3,7 +3,7 @@
  * with tails, for gem_ref commit and pull, with ε = 0 (0/0 π), with π clamped at 0 and π_max,
  * and a commit that would overflow, refused at both levels; the reply it writes in the same
  * pass is the new θ. rule_vec_finite finds one
- * infinity or NaN at any place, at both levels. */
+ * infinity or NaN at any place, at both levels; the check's shortcut lets no overflow through. */
 #include "base/err.h"
 #include "base/rng.h"
 #include "rules/rule.h"
@@ -143,6 +143,41 @@ int main(void)
 			trace_free(&a);
 			trace_free(&b);
 		}
+	/* The check's shortcut (the largest |m_w| and |θ| the last commit left, against the largest
+	 * |Δθ|) never lets an overflow through: commits near FLT_MAX, some applied and some refused,
+	 * and θ and the state stay finite after every one, at both levels. */
+	for (int level = 0; level <= have; level++) {
+		struct rule_config c;
+		struct rule *r;
+		struct rng g;
+		uint64_t ver = 0;
+		int applied = 0, refused = 0, infinite = 0;
+		float *theta = calloc(l.total, sizeof *theta), *d = malloc(l.total * sizeof *d);
+		rule_simd(level);
+		rng_seed(&g, 11, 1);
+		rule_config_default("gem", &c, err);
+		c.momentum = 0.9f;
+		rule_create(&c, &l, &r, err);
+		for (int w = 0; w < 2; w++)
+			rule_join(r, w, theta, err);
+		for (int i = 0; i < 60; i++) {
+			float scale = i % 3 == 0 ? 5e37f : i % 3 == 1 ? 1e37f : 2e36f;
+			int rc;
+			for (size_t k = 0; k < l.total; k++)
+				d[k] = scale * (float)rng_normal(&g);
+			rc = rule_commit(r, i % 2, d, ver, theta, &ver, NULL, NULL, err);
+			applied += rc == RULE_APPLIED;
+			refused += rc == RULE_E_NON_FINITE;
+			for (size_t k = 0; k < l.total; k++)
+				infinite += !isfinite(theta[k]);
+		}
+		ok(applied > 0 && refused > 0 && !infinite,
+		   "level %d: near FLT_MAX, %d commits applied and %d refused, θ always finite", level,
+		   applied, refused);
+		rule_destroy(r);
+		free(theta);
+		free(d);
+	}
 	for (int level = 0; level <= have; level++) {
 		enum { N = 101 }; /* blocks of 32 and a tail */
 		float v[N];

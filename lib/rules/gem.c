@@ -133,7 +133,17 @@ static int rule_gem_bounded(const float *theta, const float *m, const float *d, 
 static int rule_gem_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
 			  const float *theta)
 {
+	float dmax, bm, bt;
 	(void)tau;
+	/* The bound of rule_gem_bounded with the largest |m_w|, |θ| and |Δθ| in place of each
+	 * element's (rounding is monotone: it bounds every element's bound): |m_w| and |θ| as the
+	 * last commit left them (rule_gem_commit), so that only Δθ is read. Unknown ones are +inf. */
+	if (rule_vec_absmax(in, r->n, &dmax)) {
+		bm = r->c.momentum * w->vmax + dmax;
+		bt = r->tbound + r->c.pi_max * dmax;
+		if (bm - bm == 0 && bt - bt == 0)
+			return 1;
+	}
 	/* the bound is a cheap pass; only near FLT_MAX does it take the exact one */
 	return rule_gem_bounded(theta, w->vec[0], in, r->n, r->c.momentum, r->c.pi_max) ||
 	       rule_gem_finite(theta, w->vec[0], w->vec[1], in, r->n, &r->c);
@@ -150,7 +160,7 @@ struct rule_gem_k8 {
 static inline __attribute__((always_inline)) void
 rule_gem_elem8(float *restrict theta, float *restrict m, float *restrict s, float *restrict p,
 	       float *restrict q, const float *restrict d, size_t i, const struct rule_gem_k8 *k,
-	       rule_v8 sum[5])
+	       rule_v8 sum[5], rule_i8 mx[2])
 {
 	rule_v8 vd, vt, vm, vs, mi, pi, t, nt;
 	rule_i8 keep, over;
@@ -178,6 +188,13 @@ rule_gem_elem8(float *restrict theta, float *restrict m, float *restrict s, floa
 	sum[2] += (rule_v8)((rule_i8)k->one & (pi == k->pi_max));
 	sum[3] += RULE_ABS8(pi * vd);
 	sum[4] += RULE_ABS8(vd);
+	/* the largest |m_w| and |θ| left: the bits of a finite |x| order like the numbers */
+	{
+		rule_i8 am = (rule_i8)RULE_ABS8(mi), at = (rule_i8)RULE_ABS8(t);
+		rule_i8 gm = am > mx[0], gt = at > mx[1];
+		mx[0] = (am & gm) | (mx[0] & ~gm);
+		mx[1] = (at & gt) | (mx[1] & ~gt);
+	}
 }
 
 /* The blocks of elements [a, b) (b − a a multiple of RULE_BLOCK), their lane sums added to sum,
@@ -186,7 +203,7 @@ rule_gem_elem8(float *restrict theta, float *restrict m, float *restrict s, floa
 static inline __attribute__((always_inline)) void
 rule_gem_blocks_in(float *restrict theta, float *restrict m, float *restrict s, float *restrict p,
 		   float *restrict q, const float *restrict d, size_t a, size_t b,
-		   const struct rule_gem_k *k, rule_v8 sum[5])
+		   const struct rule_gem_k *k, rule_v8 sum[5], rule_i8 mxo[2])
 {
 	const float mu = k->mu, kappa = k->kappa, pi_max = k->pi_max, ei = k->e_in, eo = k->e_out;
 	const int pl = k->pull ? -1 : 0;
@@ -199,18 +216,21 @@ rule_gem_blocks_in(float *restrict theta, float *restrict m, float *restrict s, 
 		{1, 1, 1, 1, 1, 1, 1, 1},
 		{pl, pl, pl, pl, pl, pl, pl, pl}};
 	rule_v8 acc[5];
+	rule_i8 mx[2];
 	memcpy(acc, sum, sizeof acc);
+	memcpy(mx, mxo, sizeof mx);
 	for (size_t i = a; i < b; i += RULE_BLOCK)
-		rule_gem_elem8(theta, m, s, p, q, d, i, &k8, acc);
+		rule_gem_elem8(theta, m, s, p, q, d, i, &k8, acc, mx);
 	memcpy(sum, acc, sizeof acc);
+	memcpy(mxo, mx, sizeof mx);
 }
 
 RULE_NOINLINE static void rule_gem_blocks_c(float *restrict theta, float *restrict m,
 					    float *restrict s, float *restrict p, float *restrict q,
 					    const float *restrict d, size_t a, size_t b,
-					    const struct rule_gem_k *k, rule_v8 sum[5])
+					    const struct rule_gem_k *k, rule_v8 sum[5], rule_i8 mx[2])
 {
-	rule_gem_blocks_in(theta, m, s, p, q, d, a, b, k, sum);
+	rule_gem_blocks_in(theta, m, s, p, q, d, a, b, k, sum, mx);
 }
 
 #ifdef RULE_X86
@@ -218,31 +238,42 @@ RULE_NOINLINE RULE_AVX2 static void rule_gem_blocks_avx2(float *restrict theta, 
 							 float *restrict s, float *restrict p,
 							 float *restrict q, const float *restrict d,
 							 size_t a, size_t b,
-							 const struct rule_gem_k *k, rule_v8 sum[5])
+							 const struct rule_gem_k *k, rule_v8 sum[5],
+							 rule_i8 mx[2])
 {
-	rule_gem_blocks_in(theta, m, s, p, q, d, a, b, k, sum);
+	rule_gem_blocks_in(theta, m, s, p, q, d, a, b, k, sum, mx);
 }
 #endif
 
 /* Apply elements [a, b) of one tensor, π into p, the new θ into q (unless NULL), its sums into
- * sums. The lane sums are those of RULE_BLOCK lanes, kept in registers, folded into doubles at
- * the end in lane order. */
+ * sums, the largest new |m_w| and |θ| into max[0], max[1] (if larger). The lane sums are those
+ * of RULE_BLOCK lanes, kept in registers, folded into doubles at the end in lane order. */
 static void rule_gem_tensor(float *theta, float *m, float *s, float *p, float *q, const float *d,
-			    size_t a, size_t b, const struct rule_config *c, double sums[5])
+			    size_t a, size_t b, const struct rule_config *c, double sums[5],
+			    float max[2])
 {
 	const struct rule_gem_k k = rule_gem_consts(c);
 	rule_v8 lane[5] = {{0}};
+	rule_i8 mx[2] = {{0}};
 	size_t i = a + (b - a) / RULE_BLOCK * RULE_BLOCK;
 
 #ifdef RULE_X86
 	if (rule_avx2())
-		rule_gem_blocks_avx2(theta, m, s, p, q, d, a, i, &k, lane);
+		rule_gem_blocks_avx2(theta, m, s, p, q, d, a, i, &k, lane, mx);
 	else
 #endif
-		rule_gem_blocks_c(theta, m, s, p, q, d, a, i, &k, lane);
+		rule_gem_blocks_c(theta, m, s, p, q, d, a, i, &k, lane, mx);
+	for (int v = 0; v < 2; v++)
+		for (int j = 0; j < RULE_BLOCK; j++) {
+			float f;
+			memcpy(&f, &mx[v][j], sizeof f);
+			max[v] = f > max[v] ? f : max[v];
+		}
 	for (; i < b; i++) {
 		float pi = rule_gem_elem(theta, m, s, d, i, &k);
 		p[i] = pi;
+		max[0] = fabsf(m[i]) > max[0] ? fabsf(m[i]) : max[0];
+		max[1] = fabsf(theta[i]) > max[1] ? fabsf(theta[i]) : max[1];
 		if (q)
 			q[i] = theta[i];
 		lane[0][0] += pi;
@@ -455,17 +486,22 @@ static int rule_gem_commit(struct rule *r, struct rule_worker *w, const float *i
 			   float *theta, float *reply, struct rule_stats *st, char *err)
 {
 	double sums[5], all[5] = {0};
+	float max[2] = {0, 0};
 	(void)tau, (void)err;
 
 	for (int t = 0; t < r->l.ntensors; t++) {
 		const struct layout_tensor *lt = &r->l.t[t];
 		rule_gem_tensor(theta, w->vec[0], w->vec[1], r->scratch, reply, in, lt->offset,
-				lt->offset + lt->size, &r->c, sums);
+				lt->offset + lt->size, &r->c, sums, max);
 		for (int k = 0; k < 5; k++)
 			all[k] += sums[k];
 		if (st)
 			rule_gem_fill(&st->t[t], sums, lt->size);
 	}
+	/* the bounds the next check of this worker, and of θ, may use */
+	w->vmax = max[0];
+	r->tmax_new = max[1];
+	r->tmax_fresh = 1;
 	if (!st)
 		return RULE_APPLIED;
 	st->ntensors = r->l.ntensors;

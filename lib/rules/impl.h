@@ -19,6 +19,7 @@ struct rule_worker {
 	int active;
 	int committed; /* sync, dma: committed in the current round */
 	float *vec[2]; /* ops->vec names them */
+	float vmax;    /* a bound of |vec[0]| that the last commit left (GEM's m_w); +inf unknown */
 };
 
 struct rule;
@@ -62,6 +63,13 @@ struct rule {
 	int cap, nactive;
 	float *global[2];          /* ops->global */
 	float *scratch;            /* gem: π of the last commit, then 32-bit room for the medians */
+	/* A bound of |θ| that a commit left (GEM), valid for that θ at that version only (another
+	 * rule's commit, a leave or any other θ makes it unknown): tmax_new is the commit's, which
+	 * rule_commit keeps as tmax; tbound is the one a check may use (+inf: unknown). */
+	float tmax, tmax_new, tbound;
+	int tmax_valid, tmax_fresh;
+	uint64_t tmax_version;
+	const float *tmax_theta;
 	int target, ncommitted, ncontrib; /* sync and dma round: see round.c */
 };
 
@@ -107,6 +115,9 @@ typedef int32_t rule_i8 __attribute__((vector_size(8 * sizeof(int32_t))));
 
 /* 1: use the RULE_AVX2 passes (the CPU has AVX2 and no test forced the portable ones) */
 int rule_avx2(void);
+
+/* 1 if the n floats of v are all finite, and then *max = max |v_i| (0 for n = 0). */
+int rule_vec_absmax(const float *v, size_t n, float *max);
 
 /* 1 if a + d is finite for all n floats (DOWNPOUR's θ + Δ). */
 int rule_check_add(const float *restrict a, const float *restrict d, size_t n);
