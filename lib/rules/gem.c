@@ -263,12 +263,12 @@ static void rule_gem_tensor(float *theta, float *m, float *s, float *p, float *q
 	else
 #endif
 		rule_gem_blocks_c(theta, m, s, p, q, d, a, i, &k, lane, mx);
-	for (int v = 0; v < 2; v++)
-		for (int j = 0; j < RULE_BLOCK; j++) {
-			float f;
-			memcpy(&f, &mx[v][j], sizeof f);
-			max[v] = f > max[v] ? f : max[v];
-		}
+	for (int v = 0; v < 2; v++) {
+		float f[RULE_BLOCK];
+		memcpy(f, &mx[v], sizeof f);
+		for (int j = 0; j < RULE_BLOCK; j++)
+			max[v] = f[j] > max[v] ? f[j] : max[v];
+	}
 	for (; i < b; i++) {
 		float pi = rule_gem_elem(theta, m, s, d, i, &k);
 		p[i] = pi;

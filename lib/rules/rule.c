@@ -403,14 +403,14 @@ static inline __attribute__((always_inline)) int rule_absmax_in(const float *v, 
 		m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
 	}
 	acc[0] |= acc[1] | acc[2] | acc[3];
-	for (int j = 0; j < RULE_BLOCK; j++) {
-		float f;
+	for (int j = 0; j < RULE_BLOCK; j++)
 		if (acc[0][j])
 			return 0;
-		for (int q = 0; q < 4; q++) {
-			memcpy(&f, &mx[q][j], sizeof f);
-			m = f > m ? f : m;
-		}
+	for (int q = 0; q < 4; q++) {
+		float f[RULE_BLOCK];
+		memcpy(f, &mx[q], sizeof f);
+		for (int j = 0; j < RULE_BLOCK; j++)
+			m = f[j] > m ? f[j] : m;
 	}
 	*max = m;
 	return tail == 0;
