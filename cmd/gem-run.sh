@@ -667,9 +667,17 @@ fi
 [ $quiet = 1 ] || sed -n 's/^gem-serve: \(done\|failed\|interrupted\): /gem-run: server: /p' "${errs[0]}" | tail -1 >&2
 if [ $failed != 0 ]; then
 	# no TSV: it would read as the run's result
-	echo "gem-run: $failed of $(plural "$workers" worker) failed; the server checkpointed at version" \
-		"$(sed -n '1s/.*"version":\([0-9]*\).*/\1/p' "$rundir/params.gem")" >&2
-	echo "gem-run: gem-run --resume -n $workers $rundir continues the run" >&2
+	if [ "$shards" = 1 ]; then
+		echo "gem-run: $failed of $(plural "$workers" worker) failed; the server checkpointed at version" \
+			"$(sed -n '1s/.*"version":\([0-9]*\).*/\1/p' "$rundir/params.gem")" >&2
+	else
+		v=
+		for ((k = 0; k < shards; k++)); do
+			v="${v:+$v, }$(sed -n '1s/.*"version":\([0-9]*\).*/\1/p' "$rundir/shard-$k-of-$shards/params.gem" 2>/dev/null)"
+		done
+		echo "gem-run: $failed of $(plural "$workers" worker) failed; the shards checkpointed at versions $v" >&2
+	fi
+	echo "gem-run: gem-run --resume -n $workers${hosts:+ --hosts $hosts}$([ "$shards" = 1 ] || echo " --shards $shards")${shard_hosts:+ --shard-hosts $shard_hosts} $rundir continues the run" >&2
 	exit 1
 fi
 # a server that stopped on its own with an error (idle timeout, a failed checkpoint): no TSV

@@ -73,4 +73,16 @@ test_expect_success 'workers killed by a signal: no TSV, and no message of bash'
 	test ! -s out
 '
 
+test_expect_success 'sharded, workers failed: each shard'"'"'s version, and a resume line with --shards' '
+	{ gem-run -n 2 --steps 50 --shards 2 --model tiny.json --data data --work-opt=--die-after=2 \
+		--serve-opt=--worker-timeout=1 r7 >out 2>err; test $? = 1; } &&
+	cat err &&
+	v0=$(sed -n "1s/.*\"version\":\([0-9]*\).*/\1/p" r7/shard-0-of-2/params.gem) &&
+	v1=$(sed -n "1s/.*\"version\":\([0-9]*\).*/\1/p" r7/shard-1-of-2/params.gem) &&
+	test "$v0" -gt 0 &&
+	grep -q "^gem-run: 2 of 2 workers failed; the shards checkpointed at versions $v0, $v1\$" err &&
+	grep -q "^gem-run: gem-run --resume -n 2 --shards 2 r7 continues the run" err &&
+	test ! -s out
+'
+
 test_done
