@@ -554,8 +554,11 @@ static int commit_decide(struct ps *s, struct ps_worker *w, const struct ps_comm
 		log_event(s, "refused", w->id, extra);
 		return PS_STALE;
 	}
-	int rc = rule_commit(s->rule, w->id, c->update, c->base, s->theta, &s->prog.version, out,
-			     &s->st, err);
+	int rc;
+	if (c->has_absmax)
+		rule_hint_absmax(s->rule, c->absmax);
+	rc = rule_commit(s->rule, w->id, c->update, c->base, s->theta, &s->prog.version, out,
+			 &s->st, err);
 	if (rc == RULE_E_NON_FINITE) {
 		/* the rule checked the result before it wrote anything: θ and its state are as
 		 * they were */

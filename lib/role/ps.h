@@ -64,6 +64,8 @@ struct ps_commit {
 	double idle;      /* dma: seconds the worker waited; < 0: not said */
 	const float *update;
 	int checked;      /* the caller has already run ps_check_update on it */
+	int has_absmax;   /* the caller knows the largest |update_i|: absmax (a pass it made anyway) */
+	float absmax;
 };
 
 /* The answer to a commit or a leave. */

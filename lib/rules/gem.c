@@ -138,7 +138,7 @@ static int rule_gem_check(struct rule *r, struct rule_worker *w, const float *in
 	/* The bound of rule_gem_bounded with the largest |m_w|, |θ| and |Δθ| in place of each
 	 * element's (rounding is monotone: it bounds every element's bound): |m_w| and |θ| as the
 	 * last commit left them (rule_gem_commit), so that only Δθ is read. Unknown ones are +inf. */
-	if (rule_vec_absmax(in, r->n, &dmax)) {
+	if (r->in_hinted ? (dmax = r->in_absmax, 1) : rule_vec_absmax(in, r->n, &dmax)) {
 		bm = r->c.momentum * w->vmax + dmax;
 		bt = r->tbound + r->c.pi_max * dmax;
 		if (bm - bm == 0 && bt - bt == 0)

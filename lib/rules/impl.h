@@ -68,6 +68,8 @@ struct rule {
 	 * rule_commit keeps as tmax; tbound is the one a check may use (+inf: unknown). */
 	float tmax, tmax_new, tbound;
 	int tmax_valid, tmax_fresh;
+	float in_absmax; /* rule_hint_absmax's, for the commit under way when in_hinted */
+	int in_hinted;
 	uint64_t tmax_version;
 	const float *tmax_theta;
 	int target, ncommitted, ncontrib; /* sync and dma round: see round.c */

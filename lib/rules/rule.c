@@ -437,6 +437,12 @@ int rule_vec_absmax(const float *v, size_t n, float *max)
 	return rule_absmax_c(v, n, max);
 }
 
+void rule_hint_absmax(struct rule *r, float max)
+{
+	r->in_absmax = max;
+	r->in_hinted = 1;
+}
+
 int rule_vec_finite(const float *v, size_t n)
 {
 	float max;
@@ -532,8 +538,9 @@ int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_versi
 {
 	struct rule_worker *w = rule_worker(r, worker);
 	uint64_t tau;
-	int rc;
+	int rc, hinted = r->in_hinted;
 
+	r->in_hinted = 0; /* a hint is for this commit, whatever happens to it */
 	if (!w)
 		return gem_errf(err, GEM_EUSAGE, "worker %d has not joined", worker);
 	if (base_version > *version)
@@ -548,7 +555,10 @@ int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_versi
 	r->tbound = r->tmax_valid && r->tmax_theta == theta && r->tmax_version == *version ? r->tmax
 											      : INFINITY;
 	r->tmax_fresh = 0;
-	if (!r->ops->check(r, w, in, tau, theta))
+	r->in_hinted = hinted;
+	rc = r->ops->check(r, w, in, tau, theta);
+	r->in_hinted = 0;
+	if (!rc)
 		return gem_errf(err, RULE_E_NON_FINITE,
 				"%s: worker %d's update would make the parameters or the rule's state "
 				"non-finite (an overflow): refused, nothing changed",

@@ -101,6 +101,11 @@ int rule_err_unknown(char *err, const char *name);
  * only asks. Returns the level in use before. */
 int rule_simd(int level);
 
+/* The largest |in_i| of the next rule_commit's update, which the caller learnt in a pass it made
+ * anyway (the decode's CRC): a rule's check then need not read the update for it. For that one
+ * commit only. */
+void rule_hint_absmax(struct rule *r, float max);
+
 /* 1 if the n floats of v are all finite (an update before any rule sees it). */
 int rule_vec_finite(const float *v, size_t n);
 
