@@ -296,10 +296,19 @@ static uint32_t rule_gem_bits(float x)
 	return u & 0x7fffffffu; /* π >= 0: clear the sign of a −0 */
 }
 
-/* Find the bin of rank *k in hist[0..nb): *k becomes the rank inside the bin. */
+/* Find the bin of rank *k in hist[0..nb): *k becomes the rank inside the bin. Chunks of
+ * RULE_GEM_CHUNK bins first, as for the first digit (rule_gem_select). */
 static uint32_t rule_gem_bin(const uint32_t *hist, uint32_t nb, size_t *k)
 {
 	uint32_t b = 0;
+	for (; b + RULE_GEM_CHUNK < nb; b += RULE_GEM_CHUNK) {
+		size_t c = 0;
+		for (int q = 0; q < RULE_GEM_CHUNK; q++)
+			c += hist[b + (uint32_t)q];
+		if (*k < c)
+			break;
+		*k -= c;
+	}
 	while (b < nb - 1 && *k >= hist[b])
 		*k -= hist[b++];
 	return b;
