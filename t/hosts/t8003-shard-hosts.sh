@@ -62,4 +62,15 @@ test_expect_success 'a new private run at the same path starts afresh on the sha
 	hosts_wait_clean
 '
 
+test_expect_success 'a shard host that ssh cannot reach: exit 1, said by name, before anything starts' '
+	printf "node2\nnode9\n" >bad-shard-hosts &&
+	{ GEM_HOST=node1 on_host 1 gem-run -q --hosts worker-hosts --shards 2 \
+		--shard-hosts bad-shard-hosts --epochs 1 --model tiny.json --data data bad \
+		>bad.tsv 2>bad.err; test $? = 1; } &&
+	cat bad.err &&
+	grep -q "^gem-run: cannot run a command on node9 over ssh" bad.err &&
+	test ! -s bad.tsv && test ! -e bad/serve-0.url &&
+	hosts_wait_clean
+'
+
 test_done
