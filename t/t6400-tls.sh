@@ -106,10 +106,8 @@ test_expect_success 'gem-run --tls --hosts: workers over (fake) ssh train over H
 		--model tiny.json --data data --batch 16 --work-opt=--slowdown=20 run-tls >eval.tsv &
 	  pid=$!; } &&
 	test_when_finished "stop_if_running $pid" &&
-	for i in $(seq 100); do
-		ps -eo args | grep "gem-" | grep -v grep >ps.out
-		grep -q "gem-work.*https://" ps.out && break; sleep 0.1
-	done &&
+	seen() { ps -eo args | grep "gem-" | grep -v grep >ps.out; grep -q "gem-work.*https://" ps.out; } &&
+	wait_until seen 60 &&
 	cat ps.out &&
 	grep -q "gem-serve.*--tls-cert" ps.out && grep -q "gem-work.*--cacert" ps.out &&
 	! grep -q -F "$(cat run-tls/token)" ps.out &&
