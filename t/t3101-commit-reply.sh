@@ -40,10 +40,13 @@ test_expect_success 'a commit refused as too stale: its τ as the log says, not 
 	wait_until stale_refused 5
 '
 
+# duplicate_logged: the resend's "duplicate" event is in the log (flushed every 0.2 s, as above)
+duplicate_logged() { grep -q '"event":"duplicate",.*"worker":0' run/log.jsonl; }
+
 test_expect_success 'a commit sent again: nothing applied, its own τ' '
 	r=$(commit 0 1 2) &&
 	test "$(field "$r" version)" = 3 && test "$(field "$r" tau)" = 2 &&
-	grep -q "\"event\":\"duplicate\",.*\"worker\":0" run/log.jsonl
+	wait_until duplicate_logged 5
 '
 
 test_expect_success 'out-of-range ids, sequence numbers and counts are refused, not narrowed' '
