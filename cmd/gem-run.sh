@@ -211,6 +211,23 @@ probe_hosts() {
 	rm -rf "$dir"
 	return $bad
 }
+# hosts_apart HOST...: the distinct HOSTs that do not see RUNDIR at its absolute path $rrun (a
+# marker file made there is not found), one per line: they get copies of the run's files.
+hosts_apart() {
+	local h marker=".gem-run-marker-$$"
+	: >"$rundir/$marker" || return 1
+	for h in $(printf '%s\n' "$@" | sort -u); do
+		ssh "${ssh_opts[@]}" "$h" test -e "$rrun/$marker" </dev/null || echo "$h"
+	done
+	rm -f "$rundir/$marker"
+}
+
+# copy_to HOST FILE...: FILEs (directories too) into $rrun on HOST.
+copy_to() {
+	local h=$1
+	shift
+	ssh "${ssh_opts[@]}" "$h" mkdir -p "$rrun" </dev/null && scp -q -r "${ssh_opts[@]}" "$@" "$h:$rrun/"
+}
 bindir=$(cd "$(dirname "$0")" && pwd)
 PATH="$bindir:$PATH"
 # GEM_LOG is checked as every program checks it (gem-init says what is wrong with it)
@@ -320,7 +337,7 @@ fi
 # same topology (hello) and start. With --hosts, each host gets a copy of the run (run.json,
 # params.gem, the token) at the same path, the peer list, and gives back its node files.
 sgp_run() {
-	local i j h port u nodes=() failed=0 ok marker copy_hosts=() rc
+	local i j h port u nodes=() failed=0 ok copy_hosts=() rc
 	cleanup_sgp() {
 		trap - INT TERM HUP EXIT
 		for p in "${nodes[@]}"; do kill "$p" 2>/dev/null; done
@@ -345,18 +362,12 @@ sgp_run() {
 	fi
 	if [ -n "$hosts" ]; then
 		probe_hosts gem-work "" "${slots[@]}" || exit 1
-		# a host that sees this marker shares the run directory: nothing to copy there
-		marker=".gem-run-marker-$$"
-		: >"$rundir/$marker"
-		copy_hosts=()
-		for h in $(printf '%s\n' "${slots[@]}" | sort -u); do
-			ssh "${ssh_opts[@]}" "$h" test -e "$rrun/$marker" </dev/null && continue
-			copy_hosts+=("$h")
-			ssh "${ssh_opts[@]}" "$h" mkdir -p "$rrun" </dev/null &&
-				scp -q "${ssh_opts[@]}" "$rundir/run.json" "$rundir/params.gem" "$rundir/token" "$h:$rrun/" ||
+		# a host that shares the run directory needs no copy
+		copy_hosts=($(hosts_apart "${slots[@]}"))
+		for h in "${copy_hosts[@]}"; do
+			copy_to "$h" "$rundir/run.json" "$rundir/params.gem" "$rundir/token" ||
 				{ echo "gem-run: cannot copy the run to $h" >&2; exit 1; }
 		done
-		rm -f "$rundir/$marker"
 	fi
 	[ $quiet = 1 ] || echo "gem-run: $rundir: starting $(plural "$workers" "SGP node")" >&2
 	for ((i = 0; i < workers; i++)); do
@@ -425,16 +436,11 @@ sgp_run() {
 
 # The run's certificate to every host of --hosts that does not share RUNDIR, at the same path.
 copy_cert() {
-	local h marker=".gem-run-marker-$$" rrun
-	rrun=$(cd "$rundir" && pwd) || return 1
-	: >"$rundir/$marker"
-	for h in $(printf '%s\n' "${slots[@]}" | sort -u); do
-		ssh "${ssh_opts[@]}" "$h" test -e "$rrun/$marker" </dev/null && continue
-		ssh "${ssh_opts[@]}" "$h" mkdir -p "$rrun" </dev/null &&
-			scp -q "${ssh_opts[@]}" "$rundir/tls-cert.pem" "$h:$rrun/" ||
-			{ rm -f "$rundir/$marker"; echo "gem-run: cannot copy the certificate to $h" >&2; return 1; }
+	local h
+	for h in $(hosts_apart "${slots[@]}"); do
+		copy_to "$h" "$rundir/tls-cert.pem" ||
+			{ echo "gem-run: cannot copy the certificate to $h" >&2; return 1; }
 	done
-	rm -f "$rundir/$marker"
 }
 
 # --shard-hosts: the run (run.json, params.gem, the token, the certificate and its key, and with
@@ -442,11 +448,9 @@ copy_cert() {
 # path; those hosts are copy_shard_hosts, and give their shards back (copy_shards_back).
 copy_shard_hosts=()
 copy_shards_out() {
-	local h k marker=".gem-run-marker-$$" files=() stale=()
-	: >"$rundir/$marker"
-	for h in $(printf '%s\n' "${shosts[@]}" | sort -u); do
-		ssh "${ssh_opts[@]}" "$h" test -e "$rrun/$marker" </dev/null && continue
-		copy_shard_hosts+=("$h")
+	local h k files=() stale=()
+	copy_shard_hosts=($(hosts_apart "${shosts[@]}"))
+	for h in "${copy_shard_hosts[@]}"; do
 		files=("$rundir/run.json" "$rundir/params.gem" "$rundir/token")
 		[ ! -f "$rundir/tls-cert.pem" ] || files+=("$rundir/tls-cert.pem" "$rundir/tls-key.pem")
 		stale=()
@@ -457,12 +461,9 @@ copy_shards_out() {
 			[ ! -d "$rundir/shard-$k-of-$shards" ] || files+=("$rundir/shard-$k-of-$shards")
 		done
 		[ $resume = 1 ] || ssh "${ssh_opts[@]}" "$h" rm -rf "${stale[@]}" </dev/null ||
-			{ rm -f "$rundir/$marker"; echo "gem-run: cannot clear $h:$rrun" >&2; return 1; }
-		ssh "${ssh_opts[@]}" "$h" mkdir -p "$rrun" </dev/null &&
-			scp -q -r "${ssh_opts[@]}" "${files[@]}" "$h:$rrun/" ||
-			{ rm -f "$rundir/$marker"; echo "gem-run: cannot copy the run to $h" >&2; return 1; }
+			{ echo "gem-run: cannot clear $h:$rrun" >&2; return 1; }
+		copy_to "$h" "${files[@]}" || { echo "gem-run: cannot copy the run to $h" >&2; return 1; }
 	done
-	rm -f "$rundir/$marker"
 }
 
 # Each shard's directory back from a host that does not share RUNDIR (after its server stopped).

@@ -392,7 +392,7 @@ int ps_checkpoint(struct ps *s, char *err)
 /* Worker w leaves (event "leave") or is declared gone ("gone"). Its rule state is released, so
  * that rules that count workers go on with the others; once the run is stopping the state stays
  * for the checkpoint, and the worker may come back to it later. */
-static int worker_release(struct ps *s, struct ps_worker *w, const char *event, int done)
+static int worker_release(struct ps *s, struct ps_worker *w, const char *event, int how)
 {
 	char extra[48];
 	int closed = 0;
@@ -410,11 +410,11 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 		w->active = 0;
 		active_add(s, -1);
 	}
-	if (done == PS_LEFT_DONE && !w->done) {
+	if (how == PS_LEFT_DONE && !w->done) {
 		w->done = 1;
 		s->ndone++;
 	}
-	if (done == PS_LEFT_DIVERGED && !w->diverged) {
+	if (how == PS_LEFT_DIVERGED && !w->diverged) {
 		w->diverged = 1;
 		s->ndiverged++;
 	}
@@ -647,14 +647,14 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 	return status;
 }
 
-int ps_leave(struct ps *s, int worker, int done, int gone, struct ps_reply *r, char *err)
+int ps_leave(struct ps *s, int worker, int how, int gone, struct ps_reply *r, char *err)
 {
 	struct ps_worker *w = worker_get(s, worker);
 	memset(r, 0, sizeof r[0]);
 	if (!w)
 		return r->status = gem_errf(err, PS_E_UNKNOWN, "no such worker");
 	if (w->active)
-		r->round_closed = worker_release(s, w, gone ? "gone" : "leave", done);
+		r->round_closed = worker_release(s, w, gone ? "gone" : "leave", how);
 	r->st = &s->st;
 	r->version = s->prog.version;
 	return r->status = PS_APPLIED;
@@ -670,7 +670,7 @@ void ps_liveness(struct ps *s, void (*gone)(void *ctx, int worker, double silent
 				continue;
 			if (gone)
 				gone(ctx, w->id, now - w->last_contact);
-			worker_release(s, w, "gone", 0);
+			worker_release(s, w, "gone", PS_LEFT_PAUSED);
 		}
 	}
 	if (s->o.idle_timeout > 0 && !s->stop_why && now - s->last_commit >= s->o.idle_timeout) {

@@ -120,8 +120,8 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 /* How a worker left: to come back, having spent its budget, or having diverged (its loss was not
  * finite: it will not come back, and the run fails once every worker has left). */
 enum { PS_LEFT_PAUSED = 0, PS_LEFT_DONE = 1, PS_LEFT_DIVERGED = 2 };
-/* Worker `worker` leaves (done: PS_LEFT_*) or, with gone, was declared gone. */
-int ps_leave(struct ps *s, int worker, int done, int gone, struct ps_reply *r, char *err);
+/* Worker `worker` leaves (how: PS_LEFT_*) or, with gone, was declared gone. */
+int ps_leave(struct ps *s, int worker, int how, int gone, struct ps_reply *r, char *err);
 /* Log a refusal decided outside the core (a bad message): worker -1 if unknown. */
 void ps_refused(struct ps *s, int worker, const char *reason);
 

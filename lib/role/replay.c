@@ -164,10 +164,10 @@ static int do_join(struct replay *p, int id, char *err)
 	return vworker_joined(p->w[id], p->run, &p->ds, &j, p->reply, err);
 }
 
-static int do_leave(struct replay *p, int id, int done, int gone, char *err)
+static int do_leave(struct replay *p, int id, int how, int gone, char *err)
 {
 	struct ps_reply r;
-	if (ps_leave(p->ps, id, done, gone, &r, err) < 0) {
+	if (ps_leave(p->ps, id, how, gone, &r, err) < 0) {
 		gem_errprefix(err, "the leave of worker %d was refused: ", id);
 		return GEM_EFAIL;
 	}

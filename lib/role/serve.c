@@ -607,7 +607,7 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	json_t *body = json_loadb((const char *)req->body, req->body_len, 0, &je), *v, *dv;
 	struct ps_reply r;
 	uint64_t id = UINT64_MAX;
-	int done, st;
+	int how, st;
 
 	if (!json_is_object(body)) {
 		json_decref(body);
@@ -615,7 +615,7 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	}
 	v = json_object_get(body, "done");
 	dv = json_object_get(body, "diverged");
-	done = json_is_true(dv) ? PS_LEFT_DIVERGED : json_is_true(v) ? PS_LEFT_DONE : PS_LEFT_PAUSED;
+	how = json_is_true(dv) ? PS_LEFT_DIVERGED : json_is_true(v) ? PS_LEFT_DONE : PS_LEFT_PAUSED;
 	if (field_u64(body, "worker", PS_MAX_WORKERS - 1, &id) < 0 || id == UINT64_MAX ||
 	    (v && !json_is_boolean(v)) || (dv && !json_is_boolean(dv)) ||
 	    (json_is_true(v) && json_is_true(dv))) {
@@ -627,7 +627,7 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	}
 	json_decref(body);
 	fifo_enter(s);
-	st = ps_leave(s->ps, (int)id, done, 0, &r, err);
+	st = ps_leave(s->ps, (int)id, how, 0, &r, err);
 	if (st >= 0)
 		slot_drop(s, (int)id);
 	if (r.round_closed)

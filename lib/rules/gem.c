@@ -509,7 +509,7 @@ static int rule_gem_commit(struct rule *r, struct rule_worker *w, const float *i
 	}
 	/* the bounds the next check of this worker, and of θ, may use */
 	w->vmax = max[0];
-	r->tmax_new = max[1];
+	r->tmax = max[1];
 	r->tmax_fresh = 1;
 	if (!st)
 		return RULE_APPLIED;

@@ -63,13 +63,13 @@ struct rule {
 	int cap, nactive;
 	float *global[2];          /* ops->global */
 	float *scratch;            /* gem: π of the last commit, then 32-bit room for the medians */
-	/* A bound of |θ| that a commit left (GEM), valid for that θ at that version only (another
-	 * rule's commit, a leave or any other θ makes it unknown): tmax_new is the commit's, which
-	 * rule_commit keeps as tmax; tbound is the one a check may use (+inf: unknown). GEM's
+	/* A bound of |θ| that a commit left (GEM: tmax, and tmax_fresh to say so), valid for that θ
+	 * at that version only (another rule's commit, a leave or any other θ makes it unknown);
+	 * tbound is the one a check may use (+inf: unknown). GEM's
 	 * overflow check trusts it and rule_worker.vmax: code that comes to write θ or a worker's
 	 * vec[0] otherwise than through rule_commit, rule_leave, rule_join or rule_state_load must
 	 * clear tmax_valid or set vmax to +inf. */
-	float tmax, tmax_new, tbound;
+	float tmax, tbound;
 	int tmax_valid, tmax_fresh;
 	float in_absmax; /* rule_hint_absmax's, for the commit under way when in_hinted */
 	int in_hinted;

@@ -379,9 +379,9 @@ RULE_NOINLINE int rule_check_add(const float *restrict a, const float *restrict 
 }
 
 /* OR the bits of x − x of blocks of 32 floats into four accumulators (no chain of float
- * additions: the portable loop of 8 float sums took ~17 µs for a cnn update, a third of it in
- * AVX2 with this one), and keep the largest |x| of each lane: as the bits of |x| order like
- * the numbers, an integer max (no NaN reaches a max that counts: the result is then 0). */
+ * additions: the loop of 8 float sums it replaced took ~17 µs for a cnn update), and keep the
+ * largest |x| of each lane: as the bits of |x| order like the numbers, an integer max (no NaN
+ * reaches a max that counts: the result is then 0). */
 static inline __attribute__((always_inline)) int rule_absmax_in(const float *v, size_t n,
 								 float *max)
 {
@@ -570,7 +570,6 @@ int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_versi
 		++*version;
 	/* the bound of |θ| this commit left, if it computed one; else none holds any more */
 	r->tmax_valid = rc == RULE_APPLIED && r->tmax_fresh;
-	r->tmax = r->tmax_new;
 	r->tmax_version = *version;
 	r->tmax_theta = theta;
 	if (st)

@@ -182,13 +182,23 @@ CRC_FOLD static uint32_t crc_fold_all_f32(uint32_t r, const unsigned char *p, si
 }
 #endif
 
+#ifdef CRC_X86
+/* The bytes of n that the folding takes (whole steps; 0: it does not run here), the constants
+ * made. */
+static size_t crc_bulk(size_t n)
+{
+	if (cli_level(&crc_forced, crc_available()) != 1 || n < CRC_MIN)
+		return 0;
+	pthread_once(&crc_once, crc_init);
+	return n / CRC_STEP * CRC_STEP;
+}
+#endif
+
 uint32_t crc32_update(uint32_t crc, const void *p, size_t n)
 {
 #ifdef CRC_X86
-	int level = cli_level(&crc_forced, crc_available());
-	if (level == 1 && n >= CRC_MIN) {
-		size_t bulk = n / CRC_STEP * CRC_STEP;
-		pthread_once(&crc_once, crc_init);
+	size_t bulk = crc_bulk(n);
+	if (bulk) {
 		crc = ~crc_fold_all(~crc, p, bulk);
 		p = (const unsigned char *)p + bulk;
 		n -= bulk;
@@ -204,13 +214,10 @@ uint32_t crc32_f32(const void *v, size_t count, int *finite, float *max)
 	*finite = 0;
 	*max = 0;
 #ifdef CRC_X86
-	int level = cli_level(&crc_forced, crc_available());
-	if (level == 1 && n >= CRC_MIN) {
-		size_t bulk = n / CRC_STEP * CRC_STEP;
+	size_t bulk = crc_bulk(n);
+	if (bulk) {
 		float tail = 0;
-		uint32_t crc;
-		pthread_once(&crc_once, crc_init);
-		crc = ~crc_fold_all_f32(~0u, p, bulk, finite, max);
+		uint32_t crc = ~crc_fold_all_f32(~0u, p, bulk, finite, max);
 		for (size_t i = bulk; i < n; i += sizeof(float)) {
 			float x;
 			memcpy(&x, p + i, sizeof x);
