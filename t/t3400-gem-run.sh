@@ -73,6 +73,8 @@ test_expect_success 'SIGTERM to gem-run: exit 143, nothing it started is left' '
 	gem-run -q -n 2 $TINY $LONG run-term >term.out 2>term.err &
 	pid=$! && test_bg $pid &&
 	wait_for_file run-term/server.url 20 && wait_for_joins run-term 2 &&
+	# a commit before the signal, so that the checkpoint below has something to show
+	wait_until "test \"\$(health_version \$(cat run-term/server.url))\" -ge 1 2>/dev/null" 60 &&
 	kids=$(started_by $pid) && echo "started: "$kids && test $(echo $kids | wc -w) -ge 3 &&
 	for k in $kids; do test_bg $k; done &&
 	test_when_finished "stop_if_running $pid $(echo $kids)" &&
