@@ -9,7 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base/cli.h"
+#include "base/num.h"
+#include "base/prog.h"
 #include "nn/data.h"
 #include "nn/layers.h"
 #include "base/err.h"
@@ -455,10 +456,10 @@ static int eval_target(struct evaluator *e, const char *arg, const char *run_opt
 		}
 	} else if ((c = eval_remote_open_run(t.url, retry_for, cacert, &run, err)) < 0) {
 		fprintf(stderr, "gem-eval: %s\n", err);
-		return c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		return prog_exit(c);
 	}
 	if ((c = evaluator_init(e, &run, data, err)) < 0) {
-		rc = c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		rc = prog_exit(c);
 	} else {
 		if (t.url)
 			c = eval_remote_theta(t.url, retry_for, cacert, model_params(e->m),
@@ -471,7 +472,7 @@ static int eval_target(struct evaluator *e, const char *arg, const char *run_opt
 							      &p, err);
 		if (c == 0)
 			c = evaluate(e, &p, err);
-		rc = c == 0 ? 0 : c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		rc = prog_exit(c);
 	}
 	if (rc)
 		fprintf(stderr, "gem-eval: %s\n", err);
@@ -539,7 +540,7 @@ static int eval_nodes_main(struct evaluator *e, const char *nodes_opt, const cha
 	}
 	eval_remote_close(&remote);
 	if ((c = evaluator_init(e, &run, data, err)) < 0)
-		rc = c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		rc = prog_exit(c);
 	else if ((c = evaluate_nodes(e, &run, &nd, retry_for, err)) < 0)
 		rc = EXIT_JOB;
 	else
@@ -574,10 +575,10 @@ static int eval_follow_main(struct evaluator *e, const char *follow, const char 
 		}
 	} else if ((c = eval_remote_open_run(url, retry_for, cacert, &run, err)) < 0) {
 		fprintf(stderr, "gem-eval: %s\n", err);
-		return c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		return prog_exit(c);
 	}
 	if ((c = evaluator_init(e, &run, data, err)) < 0) {
-		rc = c == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		rc = prog_exit(c);
 	} else {
 		struct eval_follow f = {.url = url, .rundir = rundir, .interval = interval,
 					.retry_for = retry_for, .cacert = cacert,
@@ -615,7 +616,7 @@ int main(int argc, char **argv)
 		case O_RUN: run_opt = optarg; break;
 		case 'd': data = optarg; break;
 		case O_TRAIN:
-			if (cli_long(optarg, 1, INT_MAX, &n))
+			if (num_long(optarg, 1, INT_MAX, &n))
 				bad_usage("--train-subset: not a positive number of samples: ", optarg);
 			e.train_subset = (int)n;
 			break;
@@ -625,24 +626,24 @@ int main(int argc, char **argv)
 		case 'N': nodes_opt = optarg; break;
 		case O_CACERT: cacert = optarg; break;
 		case 'i':
-			if (cli_double(optarg, 0.01, 86400, &interval))
+			if (num_double(optarg, 0.01, 86400, &interval))
 				bad_usage("--interval: not a number of seconds in [0.01, 86400]: ", optarg);
 			break;
 		case O_RETRY:
-			if (cli_double(optarg, 0, 1e6, &retry_for))
+			if (num_double(optarg, 0, 1e6, &retry_for))
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
 			break;
 		case 'j':
-			if (cli_long(optarg, 1, 256, &threads))
+			if (num_long(optarg, 1, 256, &threads))
 				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
 			break;
 		case 'q': log_quiet(); break;
 		case 'h': usage(stdout); return 0;
-		case 'V': cli_print_version("gem-eval"); return 0;
+		case 'V': prog_print_version("gem-eval"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
-	cli_threads_passive((int)threads, argv); /* before anything is printed or done */
+	prog_threads_passive((int)threads, argv); /* before anything is printed or done */
 	if (threads > 1)
 		log_debug("%d threads, OMP_WAIT_POLICY=%s", (int)threads,
 			  getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
@@ -679,7 +680,7 @@ int main(int argc, char **argv)
 			if (is_url(argv[i]))
 				bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate: ", argv[i]);
 	}
-	cli_blas_init();
+	prog_blas_init();
 	layers_set_threads((int)threads);
 
 	if (nodes_opt)

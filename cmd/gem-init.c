@@ -9,7 +9,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "base/cli.h"
+#include "base/num.h"
+#include "base/prog.h"
 #include "nn/data.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -95,7 +96,7 @@ static size_t builtin_models(char names[][64], size_t cap)
 	struct dirent *e;
 	DIR *d;
 	size_t n = 0;
-	if (cli_share_path("models", dir, sizeof dir) || !(d = opendir(dir)))
+	if (prog_share_path("models", dir, sizeof dir) || !(d = opendir(dir)))
 		return 0;
 	while (n < cap && (e = readdir(d))) {
 		size_t len = strlen(e->d_name);
@@ -117,7 +118,7 @@ static int resolve_model(const char *arg, char *path, size_t cap, char *err)
 	size_t n;
 	if (!strchr(arg, '/') && strlen(arg) <= 200) {
 		snprintf(rel, sizeof rel, "models/%s.json", arg);
-		if (cli_share_path(rel, path, cap) == 0)
+		if (prog_share_path(rel, path, cap) == 0)
 			return 0;
 	}
 	if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
@@ -167,30 +168,30 @@ int main(int argc, char **argv)
 		case 'd': data_arg = optarg; break;
 		case 'r': rule_name = optarg; break;
 		case O_LR:
-			if (cli_double(optarg, 1e-12, 1e6, &lr))
+			if (num_double(optarg, 1e-12, 1e6, &lr))
 				bad_usage("--lr: not a positive number: %s", optarg);
 			break;
 		case O_MOM:
-			if (cli_double(optarg, 0, 0.999999, &momentum))
+			if (num_double(optarg, 0, 0.999999, &momentum))
 				bad_usage("--momentum: not in [0, 1): %s", optarg);
 			break;
 		case O_NEST: tr.nesterov = 1; break;
 		case O_WD:
-			if (cli_double(optarg, 0, 1e6, &wd))
+			if (num_double(optarg, 0, 1e6, &wd))
 				bad_usage("--weight-decay: not a number >= 0: %s", optarg);
 			break;
 		case 'b':
-			if (cli_long(optarg, 1, 1 << 16, &v))
+			if (num_long(optarg, 1, 1 << 16, &v))
 				bad_usage("--batch: not an integer in [1, 65536]: %s", optarg);
 			tr.batch = (int)v;
 			break;
 		case 'e':
-			if (cli_long(optarg, 1, 1 << 20, &v))
+			if (num_long(optarg, 1, 1 << 20, &v))
 				bad_usage("--epochs: not a positive integer: %s", optarg);
 			tr.epochs = (int)v;
 			break;
 		case 's':
-			if (cli_u64(optarg, &tr.seed) || tr.seed > INT64_MAX)
+			if (num_u64(optarg, &tr.seed) || tr.seed > INT64_MAX)
 				bad_usage("--seed: not an integer in [0, 2^63): %s", optarg);
 			break;
 		case O_KAPPA: case O_PIMAX: case O_EPS: case O_GEMREF: case O_WINDOW: case O_ALPHA: case O_LDC: case 'n':
@@ -202,7 +203,7 @@ int main(int argc, char **argv)
 		case 'f': force = 1; break;
 		case 'q': quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
-		case 'V': cli_print_version("gem-init"); return 0;
+		case 'V': prog_print_version("gem-init"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
@@ -224,30 +225,30 @@ int main(int argc, char **argv)
 		const char *a = ruleopts[i].arg;
 		switch (ruleopts[i].opt) {
 		case O_KAPPA:
-			if (cli_float(a, 0, 1e6, &rc.kappa)) bad_usage("--kappa: not a number >= 0: %s", a);
+			if (num_float(a, 0, 1e6, &rc.kappa)) bad_usage("--kappa: not a number >= 0: %s", a);
 			break;
 		case O_PIMAX:
-			if (cli_float(a, 0, 1e6, &rc.pi_max)) bad_usage("--pi-max: not a number >= 0: %s", a);
+			if (num_float(a, 0, 1e6, &rc.pi_max)) bad_usage("--pi-max: not a number >= 0: %s", a);
 			break;
 		case O_EPS:
-			if (cli_float(a, 0, 1, &rc.eps)) bad_usage("--eps: not in [0, 1]: %s", a);
+			if (num_float(a, 0, 1, &rc.eps)) bad_usage("--eps: not in [0, 1]: %s", a);
 			break;
 		case O_GEMREF:
 			if ((rc.gem_ref = rule_gem_ref_parse(a)) < 0)
 				bad_usage("--gem-ref: not pull or commit: %s", a);
 			break;
 		case O_WINDOW:
-			if (cli_long(a, 1, 1 << 20, &v)) bad_usage("--window: not a positive integer: %s", a);
+			if (num_long(a, 1, 1 << 20, &v)) bad_usage("--window: not a positive integer: %s", a);
 			rc.window = (int)v;
 			break;
 		case O_ALPHA:
-			if (cli_float(a, 0, 1, &rc.alpha)) bad_usage("--alpha: not in [0, 1]: %s", a);
+			if (num_float(a, 0, 1, &rc.alpha)) bad_usage("--alpha: not in [0, 1]: %s", a);
 			break;
 		case O_LDC:
-			if (cli_float(a, 0, 1e6, &rc.lambda_dc)) bad_usage("--lambda-dc: not a number >= 0: %s", a);
+			if (num_float(a, 0, 1e6, &rc.lambda_dc)) bad_usage("--lambda-dc: not a number >= 0: %s", a);
 			break;
 		case 'n':
-			if (cli_long(a, 1, 4096, &v)) bad_usage("--workers: not an integer in [1, 4096]: %s", a);
+			if (num_long(a, 1, 4096, &v)) bad_usage("--workers: not an integer in [1, 4096]: %s", a);
 			rc.nworkers = (int)v;
 			break;
 		}
@@ -276,7 +277,7 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	cli_blas_init();
+	prog_blas_init();
 	status = EXIT_USAGE;
 	if (resolve_model(model_arg, model_path, sizeof model_path, err) < 0 ||
 	    model_from_file(model_path, &spec, &m, err) < 0 ||
@@ -330,15 +331,15 @@ int main(int argc, char **argv)
 	}
 	if ((rc_create = run_create(argv[optind], runjson, force, err)) < 0) {
 		fprintf(stderr, "gem-init: %s\n", err);
-		status = rc_create == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		status = prog_exit(rc_create);
 		goto out;
 	}
 	if (run_open(argv[optind], &run, err) < 0) {
 		fprintf(stderr, "gem-init: %s\n", err);
 		goto out;
 	}
-	if ((rc_create = run_lock(&run, err)) < 0 || run_params_init(&run, err) < 0) {
-		status = rc_create == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	if ((rc_create = run_lock(&run, err)) < 0 || (rc_create = run_params_init(&run, err)) < 0) {
+		status = prog_exit(rc_create);
 		fprintf(stderr, "gem-init: %s\n", err);
 		run_close(&run);
 		goto out;

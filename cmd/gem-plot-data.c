@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/cli.h"
+#include "base/num.h"
+#include "base/prog.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "report/eval.h"
@@ -155,7 +156,7 @@ static int follow(struct logs *L, const struct plot_opts *o, double interval)
 		if (lines != shown) {
 			if ((w = plot_write(stdout, o, L->lg, L->n, err)) < 0) {
 				fprintf(stderr, "gem-plot-data: %s\n", err);
-				return w == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+				return prog_exit(w);
 			}
 			shown = lines;
 		}
@@ -184,7 +185,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "w:gT:o:qhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case OPT_SMOOTH:
-			if (cli_long(optarg, 1, 1000000, &o.smooth) < 0)
+			if (num_long(optarg, 1, 1000000, &o.smooth) < 0)
 				return bad_usage("--smooth wants a whole number from 1", optarg);
 			break;
 		case OPT_BY:
@@ -197,7 +198,7 @@ int main(int argc, char **argv)
 				return bad_usage("--x wants version, samples or seconds", optarg);
 			break;
 		case OPT_BINS:
-			if (cli_long(optarg, 1, 1000000, &o.bins) < 0)
+			if (num_long(optarg, 1, 1000000, &o.bins) < 0)
 				return bad_usage("--bins wants a whole number from 1", optarg);
 			break;
 		case OPT_STAT:
@@ -208,14 +209,14 @@ int main(int argc, char **argv)
 			log_warn("--window is deprecated here: say --time-window");
 			/* fall through */
 		case 'w':
-			if (cli_double(optarg, 1e-3, 1e9, &o.window) < 0)
+			if (num_double(optarg, 1e-3, 1e9, &o.window) < 0)
 				return bad_usage("--time-window wants seconds from 0.001", optarg);
 			break;
 		case OPT_CSV: o.format = PLOT_CSV; break;
 		case OPT_JSON: o.format = PLOT_JSON; break;
 		case OPT_FOLLOW: o.follow = 1; break;
 		case OPT_INTERVAL:
-			if (cli_double(optarg, 0.01, 86400, &interval) < 0)
+			if (num_double(optarg, 0.01, 86400, &interval) < 0)
 				return bad_usage("--interval wants seconds in [0.01, 86400]", optarg);
 			break;
 		case 'g': o.gnuplot = 1; break;
@@ -230,7 +231,7 @@ int main(int argc, char **argv)
 			break;
 		case 'q': log_quiet(); break;
 		case 'h': usage(stdout); return 0;
-		case 'V': cli_print_version("gem-plot-data"); return 0;
+		case 'V': prog_print_version("gem-plot-data"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
@@ -266,7 +267,7 @@ int main(int argc, char **argv)
 		int w = plot_write(stdout, &o, L.lg, L.n, err);
 		if (w < 0) {
 			fprintf(stderr, "gem-plot-data: %s\n", err);
-			rc = w == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+			rc = prog_exit(w);
 		}
 	}
 	logs_free(&L);

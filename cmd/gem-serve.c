@@ -8,7 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
+#include "base/num.h"
+#include "base/prog.h"
 #include "base/err.h"
 #include "base/fsutil.h"
 #include "wire/httpd.h"
@@ -93,7 +95,7 @@ static void status_tick(struct server *s, void *ctx)
 	struct ps_now st;
 	char line[384], text[448];
 	size_t len;
-	if (!progress_show_due(sh, cli_now()))
+	if (!progress_show_due(sh, clock_mono()))
 		return;
 	serve_now(s, &st);
 	progress_line(&st.p, line, sizeof line);
@@ -170,18 +172,18 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "l:qhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
-			if (cli_hostport(optarg, host, sizeof host, &o.port))
+			if (httpd_listen_parse(optarg, host, sizeof host, &o.port))
 				bad_usage("--listen: want HOST:PORT: ", optarg);
 			o.host = host;
 			break;
 		case O_PUBLIC: o.allow_public = 1; break;
 		case O_TOKEN: token_file = optarg; break;
 		case O_CKPT:
-			if (cli_double(optarg, 0, 1e9, &o.checkpoint_every))
+			if (num_double(optarg, 0, 1e9, &o.checkpoint_every))
 				bad_usage("--checkpoint-every: not a number of seconds: ", optarg);
 			break;
 		case O_MAXUPD:
-			if (cli_u64(optarg, &o.max_updates))
+			if (num_u64(optarg, &o.max_updates))
 				bad_usage("--max-updates: not an unsigned integer: ", optarg);
 			break;
 		case O_KEEP: o.keep_running = 1; break;
@@ -191,26 +193,26 @@ int main(int argc, char **argv)
 			o.codec = optarg;
 			break;
 		case O_WTO:
-			if (cli_double(optarg, 0, 1e9, &o.worker_timeout))
+			if (num_double(optarg, 0, 1e9, &o.worker_timeout))
 				bad_usage("--worker-timeout: not a number of seconds: ", optarg);
 			break;
 		case O_ITO:
-			if (cli_double(optarg, 0, 1e9, &o.idle_timeout))
+			if (num_double(optarg, 0, 1e9, &o.idle_timeout))
 				bad_usage("--idle-timeout: not a number of seconds: ", optarg);
 			break;
 		case O_STALE:
-			if (cli_long(optarg, 0, 1L << 40, &o.max_staleness))
+			if (num_long(optarg, 0, 1L << 40, &o.max_staleness))
 				bad_usage("--max-staleness: not an integer >= 0: ", optarg);
 			break;
 		case O_DROP:
-			if (cli_double(optarg, 0, 1, &o.drop_rate))
+			if (num_double(optarg, 0, 1, &o.drop_rate))
 				bad_usage("--drop-rate: not a fraction in [0, 1]: ", optarg);
 			break;
 		case O_NOTOKEN: no_token = 1; break;
 		case O_CERT: cert_file = optarg; break;
 		case O_KEY: key_file = optarg; break;
 		case O_MAXW:
-			if (cli_long(optarg, 1, PS_MAX_WORKERS, &max_workers))
+			if (num_long(optarg, 1, PS_MAX_WORKERS, &max_workers))
 				bad_usage("--max-workers: not an integer in [1, 4096]: ", optarg);
 			o.max_workers = (int)max_workers;
 			break;
@@ -220,7 +222,7 @@ int main(int argc, char **argv)
 				bad_usage("--shard: want I/K with 0 <= I < K <= 64: ", optarg);
 			break;
 		case 'h': usage(stdout); return 0;
-		case 'V': cli_print_version("gem-serve"); return 0;
+		case 'V': prog_print_version("gem-serve"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
@@ -247,7 +249,7 @@ int main(int argc, char **argv)
 		o.tls_key = key;
 	}
 	if (token_file) {
-		if (cli_read_token(token_file, &token, err) < 0) {
+		if (fs_read_token(token_file, &token, err) < 0) {
 			fprintf(stderr, "gem-serve: %s\n", err);
 			free(cert), free(key);
 			return EXIT_USAGE;
@@ -276,7 +278,7 @@ int main(int argc, char **argv)
 	if ((rc = serve_open(argv[optind], &o, &s, err)) < 0) {
 		fprintf(stderr, "gem-serve: %s\n", err);
 		free(token), free(cert), free(key);
-		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		return prog_exit(rc);
 	}
 	printf("%s\n", serve_url(s));
 	fflush(stdout);

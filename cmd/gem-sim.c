@@ -15,7 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
+#include "base/num.h"
+#include "base/prog.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "run/run.h"
@@ -193,12 +195,12 @@ static int replay(const char *logpath, const char *newrun, int quiet)
 	struct replay_summary sum;
 	char err[GEM_ERRMAX];
 	int rc;
-	cli_blas_init();
+	prog_blas_init();
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	if ((rc = replay_run(logpath, newrun, &stop_signal, &sum, err)) < 0) {
 		fprintf(stderr, "gem-sim: %s: %s\n", logpath, err);
-		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		return prog_exit(rc);
 	}
 	printf("# version\tsamples\tcommits\tworkers\tlines\tseconds\n");
 	printf("%llu\t%llu\t%llu\t%d\t%llu\t%.3f\n", (unsigned long long)sum.version,
@@ -224,7 +226,7 @@ static void progress(void *ctx, const struct ps_now *st, double vtime)
 	struct progress_show *sh = ctx;
 	char line[320], text[384];
 	size_t len;
-	if (!progress_show_due(sh, cli_now()))
+	if (!progress_show_due(sh, clock_mono()))
 		return;
 	progress_line(&st->p, line, sizeof line);
 	len = strlen(line);
@@ -288,12 +290,12 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(sargc, sargv, shortopts, longopts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
-			if (cli_long(optarg, 1, SIM_MAX_WORKERS, &v))
+			if (num_long(optarg, 1, SIM_MAX_WORKERS, &v))
 				bad_usage("--workers: not an integer in [1, 4096]: ", optarg);
 			o.nworkers = (int)v;
 			break;
 		case 't':
-			if (cli_u64(optarg, &o.steps) || o.steps == 0)
+			if (num_u64(optarg, &o.steps) || o.steps == 0)
 				bad_usage("--steps: not a positive integer: ", optarg);
 			break;
 		case O_STEPTIME:
@@ -301,11 +303,11 @@ int main(int argc, char **argv)
 				bad_usage("--step-time: ", err);
 			break;
 		case O_JITTER:
-			if (cli_double(optarg, 0, 0.999999, &o.jitter))
+			if (num_double(optarg, 0, 0.999999, &o.jitter))
 				bad_usage("--jitter: not in [0, 1): ", optarg);
 			break;
 		case O_SPREAD:
-			if (cli_double(optarg, 0, 10, &o.speed_spread))
+			if (num_double(optarg, 0, 10, &o.speed_spread))
 				bad_usage("--speed-spread: not in [0, 10]: ", optarg);
 			break;
 		case O_TIMING:
@@ -317,11 +319,11 @@ int main(int argc, char **argv)
 				bad_usage("--stragglers: ", err);
 			break;
 		case O_LAT:
-			if (cli_double(optarg, 0, 1e9, &o.latency))
+			if (num_double(optarg, 0, 1e9, &o.latency))
 				bad_usage("--latency: not a number of seconds >= 0: ", optarg);
 			break;
 		case O_SRV:
-			if (cli_double(optarg, 0, 1e9, &o.server_time))
+			if (num_double(optarg, 0, 1e9, &o.server_time))
 				bad_usage("--server-time: not a number of seconds >= 0: ", optarg);
 			break;
 		case O_DIE:
@@ -333,23 +335,23 @@ int main(int argc, char **argv)
 		case O_JOIN:
 			if (o.njoins == MAX_EVENTS)
 				bad_usage("--join: too many", NULL);
-			if (cli_double(optarg, 0, 1e12, &joins[o.njoins++]))
+			if (num_double(optarg, 0, 1e12, &joins[o.njoins++]))
 				bad_usage("--join: not a time >= 0: ", optarg);
 			break;
 		case 'j':
-			if (cli_long(optarg, 1, 256, &v))
+			if (num_long(optarg, 1, 256, &v))
 				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
 			o.threads = (int)v;
 			break;
 		case O_REPLAY: replay_log = optarg; break;
 		case O_SHARDS:
-			if (cli_long(optarg, 1, 64, &v))
+			if (num_long(optarg, 1, 64, &v))
 				bad_usage("--shards: not an integer in [1, 64]: ", optarg);
 			o.shards = (int)v;
 			break;
 		case 'q': quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
-		case 'V': cli_print_version("gem-sim"); return 0;
+		case 'V': prog_print_version("gem-sim"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
@@ -394,7 +396,7 @@ int main(int argc, char **argv)
 	}
 	free(iargv);
 
-	cli_blas_init();
+	prog_blas_init();
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	o.stop = &stop_signal;
@@ -408,7 +410,7 @@ int main(int argc, char **argv)
 	if (rc < 0) {
 		fprintf(stderr, "gem-sim: %s\n", err);
 		free(sargv);
-		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		return prog_exit(rc);
 	}
 	free(sargv);
 	printf("# workers\tversion\tsamples\tvtime\tloss\ttau_mean\ttau_max\tpi_median\tscale\tfailed\tseconds\tzero\n");

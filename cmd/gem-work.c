@@ -11,7 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
+#include "base/num.h"
+#include "base/prog.h"
 #include "nn/data.h"
 #include "nn/layers.h"
 #include "wire/blob.h"
@@ -145,7 +147,7 @@ struct shown {
 
 static int progress_due(struct shown *p)
 {
-	return progress_show_due(&p->sh, cli_now());
+	return progress_show_due(&p->sh, clock_mono());
 }
 
 /* Out of the budget, with rate, ETA and the smoothed loss (role/progress), and the epoch. */
@@ -191,7 +193,7 @@ static int train_local(const char *dir, const struct work_opts *o)
 		return rc;
 	if ((rc = local_open(dir, &lo, &l, err)) < 0) {
 		fprintf(stderr, "gem-work: %s\n", err);
-		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		return prog_exit(rc);
 	}
 	if (local_info(l)->spent) {
 		if (!o->quiet)
@@ -222,8 +224,8 @@ static int train_local(const char *dir, const struct work_opts *o)
 		fprintf(stderr, "gem-work: %llu update%s, %llu samples in %.1f s (%s samples/s), last loss "
 				"%s\n",
 			(unsigned long long)r.steps, GEM_S(r.steps), (unsigned long long)r.samples, r.seconds,
-			cli_num(rate, sizeof rate, "%.0f", (double)r.samples / r.seconds),
-			cli_num(loss, sizeof loss, "%.4f", (double)r.loss));
+			num_format(rate, sizeof rate, "%.0f", (double)r.samples / r.seconds),
+			num_format(loss, sizeof loss, "%.4f", (double)r.loss));
 	}
 	if (stop_signal) {
 		fprintf(stderr, "gem-work: interrupted; parameters saved at update %llu\n",
@@ -284,7 +286,7 @@ static int server_report(const struct work_info *in, const struct work_opts *o,
 			 (double)r->commit_bytes / (double)r->commits, o->codec ? o->codec : "raw");
 	log_info("worker %d: %llu step%s, %llu samples in %.1f s, last loss %s, version %llu%s%s",
 		 in->worker, (unsigned long long)r->steps, GEM_S(r->steps), (unsigned long long)r->samples,
-		 r->seconds, cli_num(loss, sizeof loss, "%.4f", (double)r->loss),
+		 r->seconds, num_format(loss, sizeof loss, "%.4f", (double)r->loss),
 		 (unsigned long long)r->version, idle, comm);
 	return 0;
 }
@@ -294,7 +296,7 @@ static int server_report(const struct work_info *in, const struct work_opts *o,
 static int server_of_run(const char *dir, const struct work_opts *o, char *url, size_t cap)
 {
 	char err[GEM_ERRMAX], path[PATH_MAX];
-	double t0 = cli_now();
+	double t0 = clock_mono();
 	int said = 0;
 	struct timespec ts = {0, 50 * 1000 * 1000};
 	int rc = 0;
@@ -310,7 +312,7 @@ static int server_of_run(const char *dir, const struct work_opts *o, char *url, 
 			rc = 128 + stop_signal;
 			break;
 		}
-		if (cli_now() - t0 >= o->retry_for) {
+		if (clock_mono() - t0 >= o->retry_for) {
 			fprintf(stderr, "gem-work: %s: no server after %g s (%s)\n", dir, o->retry_for, err);
 			rc = EXIT_JOB;
 			break;
@@ -354,7 +356,7 @@ static int train_server(const char *url, const struct work_opts *o)
 		wo.waiting = waiting;
 	if ((rc = work_open(url, &wo, &w, err)) < 0) {
 		fprintf(stderr, "gem-work: %s\n", err);
-		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		return prog_exit(rc);
 	}
 	in = work_info(w);
 	if (!o->quiet)
@@ -395,8 +397,8 @@ static void sgp_show(const struct sgp_status *st, void *ctx)
 			 st->node, st->nodes, sh->url, st->rule, sgp_topology_name(sh->o->topology),
 			 st->peers_per_iter, st->peers_per_iter == 1 ? "" : "s",
 			 (unsigned long long)st->iters, st->shard_i, st->shard_n, st->shard_samples);
-	if (sh->tty && st->iter > 0 && cli_now() - sh->last > 0.25) {
-		sh->last = cli_now();
+	if (sh->tty && st->iter > 0 && clock_mono() - sh->last > 0.25) {
+		sh->last = clock_mono();
 		sh->shown = 1;
 		fprintf(stderr, "\rgem-work node %d: iteration %llu/%llu  loss %.4f  w %.3f   ", st->node,
 			(unsigned long long)st->iter, (unsigned long long)st->iters, (double)st->loss,
@@ -416,7 +418,7 @@ static int run_sgp_node(const struct sgp_opts *so, int quiet)
 
 	if (rc < 0) {
 		log_error("%s", err);
-		return rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+		return prog_exit(rc);
 	}
 	sh.url = sgp_node_url(node);
 	printf("%s\n", sh.url);
@@ -431,11 +433,11 @@ static int run_sgp_node(const struct sgp_opts *so, int quiet)
 	else if (!quiet)
 		log_info("node %d: %llu iteration%s, %llu samples in %.1f s, last loss %s, w %.4f",
 			 st.node, (unsigned long long)st.iter, GEM_S(st.iter), (unsigned long long)st.samples,
-			 st.seconds, cli_num(loss, sizeof loss, "%.4f", (double)st.loss), st.w);
+			 st.seconds, num_format(loss, sizeof loss, "%.4f", (double)st.loss), st.w);
 	sgp_node_close(node);
 	if (stop_signal)
 		return 128 + stop_signal;
-	return rc == 0 ? 0 : rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
+	return prog_exit(rc);
 }
 
 int main(int argc, char **argv)
@@ -457,12 +459,12 @@ int main(int argc, char **argv)
 		case 'L': local = optarg; break;
 		case 'S': server = optarg; break;
 		case 'e':
-			if (cli_long(optarg, 1, 1 << 20, &v))
+			if (num_long(optarg, 1, 1 << 20, &v))
 				bad_usage("--epochs: not a positive integer: ", optarg);
 			o.epochs = (int)v;
 			break;
 		case 't':
-			if (cli_u64(optarg, &o.steps) || o.steps == 0)
+			if (num_u64(optarg, &o.steps) || o.steps == 0)
 				bad_usage("--steps: not a positive integer: ", optarg);
 			break;
 		case O_SHARD:
@@ -471,7 +473,7 @@ int main(int argc, char **argv)
 			o.shard_set = 1;
 			break;
 		case O_WID:
-			if (cli_long(optarg, 0, 1 << 20, &v))
+			if (num_long(optarg, 0, 1 << 20, &v))
 				bad_usage("--worker-id: not an integer >= 0: ", optarg);
 			o.worker_id = (int)v;
 			break;
@@ -483,19 +485,19 @@ int main(int argc, char **argv)
 			o.codec = optarg;
 			break;
 		case O_RETRY:
-			if (cli_double(optarg, 0, 1e7, &o.retry_for))
+			if (num_double(optarg, 0, 1e7, &o.retry_for))
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
 			break;
 		case O_CKPT:
-			if (cli_double(optarg, 0, 1e7, &o.checkpoint_every))
+			if (num_double(optarg, 0, 1e7, &o.checkpoint_every))
 				bad_usage("--checkpoint-every: not a number of seconds: ", optarg);
 			break;
 		case O_SLOW:
-			if (cli_double(optarg, 1, 1e4, &o.slowdown))
+			if (num_double(optarg, 1, 1e4, &o.slowdown))
 				bad_usage("--slowdown: not a number >= 1: ", optarg);
 			break;
 		case O_DIE:
-			if (cli_u64(optarg, &o.die_after) || o.die_after == 0)
+			if (num_u64(optarg, &o.die_after) || o.die_after == 0)
 				bad_usage("--die-after: not a positive integer: ", optarg);
 			break;
 		case O_RULE:
@@ -506,7 +508,7 @@ int main(int argc, char **argv)
 			break;
 		case O_RUN: so.rundir = optarg; break;
 		case O_LISTEN:
-			if (cli_hostport(optarg, host, sizeof host, &so.port))
+			if (httpd_listen_parse(optarg, host, sizeof host, &so.port))
 				bad_usage("--listen: want HOST:PORT: ", optarg);
 			listen_set = 1;
 			break;
@@ -515,7 +517,7 @@ int main(int argc, char **argv)
 		case O_PEERS: so.peers = optarg; break;
 		case O_PEERS_FILE: so.peers_file = optarg; break;
 		case O_NODE:
-			if (cli_long(optarg, 0, SGP_MAX_NODES - 1, &v))
+			if (num_long(optarg, 0, SGP_MAX_NODES - 1, &v))
 				bad_usage("--node: not an integer in [0, 4095]: ", optarg);
 			so.node = (int)v;
 			break;
@@ -525,30 +527,30 @@ int main(int argc, char **argv)
 			sgp_only = 1;
 			break;
 		case O_PPI:
-			if (cli_long(optarg, 1, SGP_MAX_PEERS, &v))
+			if (num_long(optarg, 1, SGP_MAX_PEERS, &v))
 				bad_usage("--peers-per-iter: not an integer in [1, 16]: ", optarg);
 			so.peers_per_iter = (int)v;
 			sgp_only = 1;
 			break;
 		case O_OVERLAP: so.overlap = 1; sgp_only = 1; break;
 		case O_TAU:
-			if (cli_long(optarg, 1, 1 << 20, &v))
+			if (num_long(optarg, 1, 1 << 20, &v))
 				bad_usage("--tau: not a positive integer: ", optarg);
 			so.tau = (int)v;
 			sgp_only = 1;
 			break;
 		case 'j':
-			if (cli_long(optarg, 1, 256, &v))
+			if (num_long(optarg, 1, 256, &v))
 				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
 			threads = (int)v;
 			break;
 		case 'q': o.quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
-		case 'V': cli_print_version("gem-work"); return 0;
+		case 'V': prog_print_version("gem-work"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
-	cli_threads_passive(threads, argv); /* before anything is printed or done */
+	prog_threads_passive(threads, argv); /* before anything is printed or done */
 	if (threads > 1)
 		log_debug("%d threads, OMP_WAIT_POLICY=%s", threads,
 			  getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
@@ -591,7 +593,7 @@ int main(int argc, char **argv)
 		so.retry_for = o.retry_for;
 		so.slowdown = o.slowdown;
 		so.codec = o.codec;
-		cli_blas_init();
+		prog_blas_init();
 		layers_set_threads(threads);
 		return run_sgp_node(&so, o.quiet);
 	}
@@ -601,7 +603,7 @@ int main(int argc, char **argv)
 			  NULL);
 	if (!local == !server)
 		bad_usage("give exactly one of --local RUNDIR and --server URL", NULL);
-	cli_blas_init();
+	prog_blas_init();
 	layers_set_threads(threads);
 	if (local)
 		return train_local(local, &o);

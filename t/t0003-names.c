@@ -1,6 +1,6 @@
 /* t0003: the helpers of messages: edit distance, the guess of a mistyped name, the error that
  * lists the valid names, plural endings, and numbers that are not finite shown as n/a. */
-#include "base/cli.h"
+#include "base/num.h"
 #include "base/err.h"
 #include "tap.h"
 
@@ -37,10 +37,10 @@ int main(void)
 
 	ok(!strcmp(GEM_S(1), "") && !strcmp(GEM_S(0), "s") && !strcmp(GEM_S(2), "s"),
 	   "1 worker, 0 workers, 2 workers");
-	ok(!strcmp(cli_num(buf, sizeof buf, "%.4f", 0.5), "0.5000"), "a finite number as asked");
-	ok(!strcmp(cli_num(buf, sizeof buf, "%.4f", NAN), "n/a") &&
-		   !strcmp(cli_num(buf, sizeof buf, "%.4f", -NAN), "n/a") &&
-		   !strcmp(cli_num(buf, sizeof buf, "%.0f", INFINITY), "n/a"),
+	ok(!strcmp(num_format(buf, sizeof buf, "%.4f", 0.5), "0.5000"), "a finite number as asked");
+	ok(!strcmp(num_format(buf, sizeof buf, "%.4f", NAN), "n/a") &&
+		   !strcmp(num_format(buf, sizeof buf, "%.4f", -NAN), "n/a") &&
+		   !strcmp(num_format(buf, sizeof buf, "%.0f", INFINITY), "n/a"),
 	   "NaN, -NaN and infinity: n/a");
 	return done_testing();
 }

@@ -166,3 +166,20 @@ fail_errno:
 	close(fd);
 	return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(e));
 }
+
+int fs_read_token(const char *file, char **token, char *err)
+{
+	char buf[4096];
+	FILE *f = fopen(file, "r");
+	size_t n;
+	if (!f)
+		return gem_errf(err, GEM_EUSAGE, "%s: %s", file, strerror(errno));
+	n = fgets(buf, sizeof buf, f) ? strcspn(buf, "\r\n") : 0;
+	fclose(f);
+	if (n == 0)
+		return gem_errf(err, GEM_EUSAGE, "%s: no token on the first line", file);
+	buf[n] = 0;
+	if (!(*token = strdup(buf)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	return 0;
+}

@@ -13,4 +13,7 @@ int fs_write_atomicv(const char *path, const struct iovec *iov, int n, char *err
 /* Read a whole file into *buf (malloc'ed, one extra NUL byte after the data, so text is a C
  * string); files longer than max bytes are an error. The caller frees *buf. */
 int fs_read_all(const char *path, void **buf, size_t *len, size_t max, char *err);
+/* Read a secret (a bearer token): the first line of file, without its newline, into *token
+ * (malloc'ed); an empty first line or an unreadable file is GEM_EUSAGE. */
+int fs_read_token(const char *file, char **token, char *err);
 #endif

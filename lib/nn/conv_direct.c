@@ -1,6 +1,6 @@
 #include "nn/conv_direct.h"
 
-#include "base/cli.h"
+#include "base/cpulevel.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -44,7 +44,7 @@ static int simd_available(void)
 
 int conv_direct_simd(int level)
 {
-	return cli_level_force(&forced, simd_available(), level);
+	return cpulevel_force(&forced, simd_available(), level);
 }
 
 int conv_direct_fits(const struct conv2d_shape *s)

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
 #include "nn/layer_ops.h"
 #include "base/err.h"
 #include "wire/msg.h"
@@ -420,7 +420,7 @@ struct follower {
 	int local;         /* a local training was seen on the run (no server) */
 	struct stat ckpt;  /* RUNDIR/params.gem when last loaded (local) */
 	int shard_i, shard_k; /* the slice of θ the server must hold (k = 0: the whole) */
-	double poll_at;       /* when the next poll is due (cli_now; 0: now): its health request
+	double poll_at;       /* when the next poll is due (clock_mono; 0: now): its health request
 			       * waits on the server until then (a long poll) */
 	const int *run_stopping; /* a shard's: another shard of the run said it was stopping */
 	int no_long_poll;     /* the server answered a long poll at once */
@@ -445,7 +445,7 @@ static int follow_final(struct follower *w, char *err)
 		return 0;
 	/* gem-serve checkpoints, then removes server.url: wait for the latter, so as to read the
 	 * former whole and final */
-	for (double t0 = cli_now(); cli_now() - t0 < w->f->retry_for; eval_sleep(0.05)) {
+	for (double t0 = clock_mono(); clock_mono() - t0 < w->f->retry_for; eval_sleep(0.05)) {
 		char url[sizeof w->url];
 		if (run_server_url_read(w->f->rundir, url, sizeof url, NULL) < 0 || strcmp(url, w->url))
 			break;
@@ -522,19 +522,19 @@ static int follow_poll(struct follower *w, char *err)
 		if ((rc = follower_connect(w, url, err)) < 0)
 			return rc;
 	}
-	t0 = cli_now();
+	t0 = clock_mono();
 	pace = w->poll_at - t0;
 	pace = pace < HEALTH_LONG_POLL ? pace : HEALTH_LONG_POLL;
 	rc = health(&w->r, pace, &h, w->away_why);
 	/* a server that answers a long poll at once does not know it: pause here from now on */
-	if (rc == 0 && pace > 0.1 && !h.stopping && cli_now() - t0 < pace / 2)
+	if (rc == 0 && pace > 0.1 && !h.stopping && clock_mono() - t0 < pace / 2)
 		w->no_long_poll = 1;
 	if (rc == 0) {
 		if ((rc = health_is_shard(&w->r, &h, w->shard_i, w->shard_k, err)) < 0)
 			return rc;
 		w->connected = 1;
 		w->stopping |= h.stopping;
-		if (!h.stopping && cli_now() < w->poll_at - 0.005)
+		if (!h.stopping && clock_mono() < w->poll_at - 0.005)
 			return 1; /* a long poll cut short (the server's cap): the pause goes on */
 		if (w->have_last && h.version == w->last)
 			return 1;
@@ -577,7 +577,7 @@ static void follow_pause(struct follower *w, double wait)
 {
 	if (w->r.http && !w->local && w->away_since < 0 && !w->stopping && !w->no_long_poll &&
 	    wait > 0)
-		w->poll_at = cli_now() + wait;
+		w->poll_at = clock_mono() + wait;
 	else
 		eval_sleep(wait);
 }
@@ -588,7 +588,7 @@ static void follow_pause(struct follower *w, double wait)
 static int follow_step(struct follower *w, double *wait, char *err)
 {
 	const struct eval_follow *f = w->f;
-	double t0 = cli_now(), now;
+	double t0 = clock_mono(), now;
 	int rc, moved;
 
 	*wait = 0;
@@ -604,7 +604,7 @@ static int follow_step(struct follower *w, double *wait, char *err)
 	}
 	if (rc == 1) {
 		w->away_since = -1;
-		now = cli_now();
+		now = clock_mono();
 		if (w->stopping) {
 			*wait = HEALTH_MAX_WAIT; /* soon, to see it go */
 			w->poll_at = 0;
@@ -625,7 +625,7 @@ static int follow_step(struct follower *w, double *wait, char *err)
 		return 0;
 	if (w->away_since < 0)
 		w->away_since = t0;
-	if (cli_now() - w->away_since >= f->retry_for) {
+	if (clock_mono() - w->away_since >= f->retry_for) {
 		if (!w->r.http)
 			return gem_errf(err, GEM_EFAIL, "%s: no server running (waited %g s): %s",
 					f->rundir, f->retry_for, w->away_why);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "nn/data.h"
@@ -119,7 +119,7 @@ static void checkpoint_due(struct local *l, double now, double t0, double *last)
 int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn progress, void *ctx,
 	      struct local_result *r, char *err)
 {
-	double t0 = cli_now(), last_ckpt = t0;
+	double t0 = clock_mono(), last_ckpt = t0;
 	float *theta = model_params(l->t.m);
 	int n;
 
@@ -134,7 +134,7 @@ int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn pr
 	progress_start(&l->meter, l->p.version, l->p.samples,
 		       l->o.steps ? l->p.samples + l->o.steps * (uint64_t)l->run.train.batch : l->target, t0);
 	while (!(stop && *stop) && l->p.samples < l->target && (!l->o.steps || r->steps < l->o.steps)) {
-		double step_start = cli_now(), now;
+		double step_start = clock_mono(), now;
 		if (trainer_step(&l->t, &l->f, &r->loss, &n, err) < 0) {
 			r->end = LOCAL_DIVERGED;
 			break;
@@ -142,8 +142,8 @@ int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn pr
 		sgd_step(&l->opt, theta, model_grads(l->t.m));
 		l->p.version++;
 		l->p.samples += (uint64_t)n;
-		now = cli_now();
-		run_log_update(l->log, cli_wall(), l->p.elapsed + (now - t0), -1, l->p.version, 0, 0, r->loss,
+		now = clock_mono();
+		run_log_update(l->log, clock_wall(), l->p.elapsed + (now - t0), -1, l->p.version, 0, 0, r->loss,
 			       l->p.samples, NULL);
 		if (l->o.slowdown > 1)
 			work_slowdown(now - step_start, l->o.slowdown);
@@ -162,7 +162,7 @@ int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn pr
 	}
 	if (r->end == LOCAL_BUDGET && stop && *stop)
 		r->end = LOCAL_STOPPED;
-	r->seconds = cli_now() - t0;
+	r->seconds = clock_mono() - t0;
 	if (r->end == LOCAL_DIVERGED) {
 		fflush(l->log);
 		return 0;

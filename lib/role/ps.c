@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "nn/data.h"
@@ -73,17 +73,17 @@ const char *ps_status_code(int status)
 
 static double elapsed_of(const struct ps *s)
 {
-	return s->prog.elapsed + s->busy + (s->nactive > 0 ? cli_now() - s->busy_since : 0);
+	return s->prog.elapsed + s->busy + (s->nactive > 0 ? clock_mono() - s->busy_since : 0);
 }
 
 /* A worker more (+1) or less (-1) joined: the training clock runs while there is one. */
 static void active_add(struct ps *s, int d)
 {
 	if (d > 0 && s->nactive++ == 0) {
-		s->busy_since = cli_now();
+		s->busy_since = clock_mono();
 		progress_resume(&s->meter, s->busy_since);
 	} else if (d < 0 && --s->nactive == 0) {
-		s->busy += cli_now() - s->busy_since;
+		s->busy += clock_mono() - s->busy_since;
 	}
 }
 
@@ -95,7 +95,7 @@ static void log_event(struct ps *s, const char *event, int worker, const char *e
 /* An update line; extra: "n":K, the commit's samples, or "by":"leave". */
 static void log_update(struct ps *s, int worker, float loss, const char *extra)
 {
-	run_log_update_x(s->log, cli_wall(), elapsed_of(s), s->vtime, s->prog.version, worker,
+	run_log_update_x(s->log, clock_wall(), elapsed_of(s), s->vtime, s->prog.version, worker,
 			 s->st.staleness, loss, s->prog.samples, &s->st, extra);
 }
 
@@ -169,7 +169,7 @@ static void workers_restore(struct ps *s, const json_t *workers)
 		s->ndone += w->done;
 		/* the rule kept this worker's state: it may come back under its id and carry on */
 		w->in_rule = json_is_true(json_object_get(o, "in_rule"));
-		w->last_contact = cli_now();
+		w->last_contact = clock_mono();
 	}
 }
 
@@ -208,7 +208,7 @@ static uint64_t ps_total(const struct ps *s)
 static void meter_update(struct ps *s, float loss)
 {
 	progress_loss(&s->meter, loss);
-	progress_at(&s->meter, s->prog.version, s->prog.samples, cli_now());
+	progress_at(&s->meter, s->prog.version, s->prog.samples, clock_mono());
 }
 
 void ps_set_total(struct ps *s, uint64_t total)
@@ -260,7 +260,7 @@ static int ps_load(struct ps *s, char *err)
 	}
 	json_decref(workers);
 	budget_of(s);
-	progress_start(&s->meter, s->prog.version, s->prog.samples, ps_total(s), cli_now());
+	progress_start(&s->meter, s->prog.version, s->prog.samples, ps_total(s), clock_mono());
 	return run_log_open(&s->run, s->prog.version, &s->log, err);
 }
 
@@ -273,7 +273,7 @@ int ps_open(const char *rundir, const struct ps_opts *o, struct ps **out, char *
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	s->o = *o;
 	s->vtime = -1;
-	s->started = s->last_commit = cli_now();
+	s->started = s->last_commit = clock_mono();
 	if ((rc = run_open(rundir, &s->run, err)) < 0) {
 		free(s);
 		return rc;
@@ -329,7 +329,7 @@ void ps_waiting(struct ps *s, int worker, int waiting)
 	struct ps_worker *w = worker_get(s, worker);
 	if (w) {
 		w->waiting = waiting;
-		w->last_contact = cli_now();
+		w->last_contact = clock_mono();
 	}
 }
 
@@ -501,7 +501,7 @@ int ps_join(struct ps *s, int id, float *theta_out, struct ps_joined *j, char *e
 	w->active = 1;
 	w->done = 0;
 	w->diverged = 0;
-	w->joined_at = w->last_contact = cli_now();
+	w->joined_at = w->last_contact = clock_mono();
 	w->joined_samples = w->samples;
 	worker_shard(s, w);
 	progress_set_total(&s->meter, ps_total(s));
@@ -610,7 +610,7 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 		ps_refused(s, -1, ps_status_code(PS_E_UNKNOWN));
 		return r->status = gem_errf(err, PS_E_UNKNOWN, "join first (POST /v1/join)");
 	}
-	w->last_contact = s->last_commit = cli_now();
+	w->last_contact = s->last_commit = clock_mono();
 	if (c->idle >= 0)
 		w->idle = c->idle;
 	if (s->stop_why)
@@ -662,7 +662,7 @@ int ps_leave(struct ps *s, int worker, int how, int gone, struct ps_reply *r, ch
 
 void ps_liveness(struct ps *s, void (*gone)(void *ctx, int worker, double silent), void *ctx)
 {
-	double now = cli_now();
+	double now = clock_mono();
 	if (s->o.worker_timeout > 0 && !s->stop_why) {
 		for (int i = 0; i < s->nslots; i++) {
 			struct ps_worker *w = s->w[i];
@@ -710,7 +710,7 @@ static json_t *worker_stats(const struct ps_worker *w, double now)
 
 void ps_now(const struct ps *s, struct ps_now *st)
 {
-	double now = cli_now();
+	double now = clock_mono();
 	memset(st, 0, sizeof *st);
 	progress_get(&s->meter, now, &st->p);
 	st->elapsed = elapsed_of(s);
@@ -752,7 +752,7 @@ static json_t *status_json(const struct ps *s)
 
 json_t *ps_stats_json(const struct ps *s)
 {
-	double now = cli_now(), up = now - s->started;
+	double now = clock_mono(), up = now - s->started;
 	json_t *ws = json_array();
 	for (int i = 0; i < s->nslots; i++)
 		if (s->w[i])

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "role/ps.h"
 #include "role/trainer.h"
@@ -356,7 +356,7 @@ int replay_run(const char *logpath, const char *newrun, volatile sig_atomic_t *s
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	}
 	p->newrun = newrun;
-	p->sum.seconds = cli_now();
+	p->sum.seconds = clock_mono();
 	rc = replay_lines(p, f, stop, err);
 	fclose(f);
 	if (rc == 0 && p->ps && !p->stopped) {
@@ -370,7 +370,7 @@ int replay_run(const char *logpath, const char *newrun, volatile sig_atomic_t *s
 		p->sum.version = pr.version;
 		p->sum.samples = pr.samples;
 	}
-	p->sum.seconds = cli_now() - p->sum.seconds;
+	p->sum.seconds = clock_mono() - p->sum.seconds;
 	if (sum)
 		*sum = p->sum;
 	replay_free(p);

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/rng.h"
@@ -481,9 +481,9 @@ static int commit_apply(struct server *s, struct ps_commit *c, struct slot *w, s
 		return gem_errf(err, PS_E_NOMEM, "out of memory, or replies to worker %d still going out",
 				c->worker);
 	}
-	t0 = cli_now();
+	t0 = clock_mono();
 	st = ps_commit(s->ps, c, reply_vec(b), r, err);
-	*t_rule = cli_now() - t0;
+	*t_rule = clock_mono() - t0;
 	if (r->round_closed)
 		pthread_cond_broadcast(&s->round_cv);
 	if (st == PS_PENDING) {
@@ -563,7 +563,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		return refuse(s, c.worker, req, 503, "busy", "dropped on purpose (--drop-rate)");
 	}
 	pthread_mutex_lock(&w->lock);
-	t0 = cli_now();
+	t0 = clock_mono();
 	if (commit_decode(s, req, &m, w, c.worker, &c.update) < 0) {
 		pthread_mutex_unlock(&w->lock);
 		slot_put(s, w);
@@ -573,7 +573,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	c.checked = 1;
 	c.has_absmax = w->codec.finite;
 	c.absmax = w->codec.absmax;
-	t1 = cli_now();
+	t1 = clock_mono();
 	st = commit_apply(s, &c, w, &r, &b, &t_rule, err);
 	if (st < 0) {
 		if (b)
@@ -588,12 +588,12 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	head = json_pack("{s:I, s:I, s:b}", "version", (json_int_t)r.version, "tau", (json_int_t)r.tau,
 			 "applied", st == PS_APPLIED || st == PS_PENDING);
 	t0 = t1 - t0;
-	t1 = cli_now();
+	t1 = clock_mono();
 	rc = reply_vector(s, req, w, b, head, r.elastic ? "elastic" : MSG_PARAMS,
 			  codec_of(s, msg_find(&m, "update")->meta.codec));
 	pthread_mutex_unlock(&w->lock);
 	slot_put(s, w);
-	time_commit(s, t0, t_rule, cli_now() - t1);
+	time_commit(s, t0, t_rule, clock_mono() - t1);
 	json_decref(head);
 	msg_free(&m);
 	return rc;
@@ -669,7 +669,7 @@ static int serve_checkpoint(struct server *s, uint64_t *version, char *err)
 	rc = ps_checkpoint_take(s->ps, &s->ck, err);
 	if (version)
 		*version = ps_version(s->ps);
-	s->last_checkpoint = cli_now();
+	s->last_checkpoint = clock_mono();
 	pthread_mutex_unlock(&s->mu);
 	if (rc == 0)
 		rc = ps_checkpoint_write(s->ps, &s->ck, err);
@@ -783,7 +783,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	pthread_mutex_init(&s->tmu, NULL);
 	pthread_cond_init(&s->fifo_cv, NULL);
 	pthread_cond_init(&s->round_cv, NULL);
-	pthread_cond_init(&s->stop_cv, NULL);
+	clock_cond_init(&s->stop_cv);
 	if ((rc = ps_open(rundir, &po, &s->ps, err)) < 0)
 		goto fail;
 	s->n = ps_nparams(s->ps);
@@ -796,7 +796,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 		goto fail;
 	}
 	ps_log_start(s->ps, s->url);
-	s->last_checkpoint = cli_now();
+	s->last_checkpoint = clock_mono();
 	rng_seed(&s->drop_rng, ps_run(s->ps)->train.seed, RNG_DROP_RATE);
 	*out = s;
 	return 0;
@@ -830,32 +830,18 @@ static void on_gone(void *ctx, int worker, double silent)
 	slot_drop(s, worker); /* mu held (serve_wait) */
 }
 
-/* A deadline `seconds` from now on CLOCK_REALTIME, for pthread_cond_timedwait. */
-static struct timespec deadline_in(double seconds)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += (time_t)seconds;
-	ts.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	return ts;
-}
-
 const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag)
 {
 	const char *why;
 	char err[GEM_ERRMAX];
 	pthread_mutex_lock(&s->mu);
 	while (!ps_stopping(s->ps) && !*sigflag) {
-		struct timespec ts = deadline_in(0.2);
+		struct timespec ts = clock_deadline(0.2);
 		pthread_cond_timedwait(&s->stop_cv, &s->mu, &ts);
 		fflush(ps_log(s->ps));
 		ps_liveness(s->ps, on_gone, s);
 		pthread_cond_broadcast(&s->round_cv);
-		if (s->opts.checkpoint_every > 0 && cli_now() - s->last_checkpoint >= s->opts.checkpoint_every) {
+		if (s->opts.checkpoint_every > 0 && clock_mono() - s->last_checkpoint >= s->opts.checkpoint_every) {
 			pthread_mutex_unlock(&s->mu);
 			if (serve_checkpoint(s, NULL, err) < 0)
 				log_warn("checkpoint failed: %s", err);
@@ -878,28 +864,28 @@ const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag)
 static void follower_wait(void)
 {
 	struct reply_followers f0, f;
-	double t0 = cli_now();
+	double t0 = clock_mono();
 	reply_followers(&f0);
 	if (f0.inflight > 0 || f0.since_last < 0 || f0.since_last > SERVE_FOLLOWER_RECENT)
 		return;
 	do {
 		usleep(20000);
 		reply_followers(&f);
-	} while (f.polls == f0.polls && cli_now() - t0 < SERVE_FOLLOWER_WAIT);
+	} while (f.polls == f0.polls && clock_mono() - t0 < SERVE_FOLLOWER_WAIT);
 	/* let the poll's reply go out: httpd_stop waits for requests in flight */
 }
 
 int serve_close(struct server *s, const char *reason, char *err)
 {
 	int rc;
-	double t0 = cli_now();
+	double t0 = clock_mono();
 	pthread_mutex_lock(&s->mu);
 	ps_stop(s->ps, reason);
 	s->stopping = 1;
 	pthread_cond_broadcast(&s->round_cv);
 	/* Workers still active learn of the stop from their next request (410) and leave; give
 	 * them a moment so that they end cleanly instead of retrying a closed port. */
-	while (ps_active(s->ps) > 0 && cli_now() - t0 < 3) {
+	while (ps_active(s->ps) > 0 && clock_mono() - t0 < 3) {
 		pthread_mutex_unlock(&s->mu);
 		usleep(20000);
 		pthread_mutex_lock(&s->mu);

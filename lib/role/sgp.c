@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
 #include "base/fsutil.h"
 #include "base/log.h"
 #include "nn/optim.h"
@@ -35,7 +35,7 @@ struct loop {
 /* Read the peer list: given, or from the file once it appears (written whole by a rename). */
 static int get_peers(struct sgp_node *s, char ***peers, int *nn, char *err)
 {
-	double t0 = cli_now();
+	double t0 = clock_mono();
 	void *text = NULL;
 	size_t len;
 	int rc;
@@ -46,7 +46,7 @@ static int get_peers(struct sgp_node *s, char ***peers, int *nn, char *err)
 		if (sgp_stopping(s))
 			return gem_errf(err, GEM_EFAIL, "interrupted while waiting for %s",
 					s->o.peers_file);
-		if (errno != ENOENT || cli_now() - t0 > s->o.retry_for)
+		if (errno != ENOENT || clock_mono() - t0 > s->o.retry_for)
 			return gem_errf(err, GEM_EUSAGE, "%s: %s", s->o.peers_file,
 					errno == ENOENT ? "no peer list after --retry-for seconds"
 							: strerror(errno));
@@ -200,7 +200,7 @@ static void log_iter(FILE *f, const struct sgp_node *s, const struct loop *l,
 		snprintf(peer, sizeof peer, ",\"peer\":%d,\"dist\":%.6g", mx->last_from, mx->dist);
 	snprintf(extra, sizeof extra, "\"w\":%.9g,\"msgs\":%d,\"wait\":%.4f%s", l->w, mx->got,
 		 mx->waited, peer);
-	run_log_update_x(f, cli_wall(), cli_now() - s->t0, -1, l->iter + 1, s->id, mx->age_max,
+	run_log_update_x(f, clock_wall(), clock_mono() - s->t0, -1, l->iter + 1, s->id, mx->age_max,
 			 l->loss, l->feed.samples, NULL, extra);
 }
 
@@ -212,7 +212,7 @@ static void publish(struct sgp_node *s, const float *z, uint64_t iter, uint64_t 
 	s->pub_iter = iter;
 	s->pub_samples = samples;
 	s->pub_w = w;
-	s->pub_elapsed = cli_now() - s->t0;
+	s->pub_elapsed = clock_mono() - s->t0;
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -220,7 +220,7 @@ static void publish(struct sgp_node *s, const float *z, uint64_t iter, uint64_t 
 static int iterate(struct sgp_node *s, struct loop *l, char *err)
 {
 	float *z = model_params(s->tr.m);
-	double step_start = cli_now();
+	double step_start = clock_mono();
 	struct mixed mx;
 	int nb, rc;
 	sgp_debias(l->x, l->w, z, s->n);
@@ -235,7 +235,7 @@ static int iterate(struct sgp_node *s, struct loop *l, char *err)
 	for (size_t i = 0; i < s->n; i++)
 		l->x[i] = z[i] * (float)l->w;
 	if (s->o.slowdown > 1)
-		work_slowdown(cli_now() - step_start, s->o.slowdown);
+		work_slowdown(clock_mono() - step_start, s->o.slowdown);
 	/* keep 1/(m+1) of (x, w), push 1/(m+1) to each out-peer, add what comes in */
 	sgp_split(l->x, s->n, &l->w, s->mper);
 	l->quiet++;
@@ -260,7 +260,7 @@ static int save_node(struct sgp_node *s, const float *z, const struct loop *l, c
 	snprintf(name, sizeof name, RUN_NODE_PARAMS, s->id);
 	run_file(&s->run, name, path, sizeof path);
 	h = json_pack("{s:I, s:I, s:f, s:s, s:i, s:i, s:f}", "version", (json_int_t)l->iter,
-		      "samples", (json_int_t)l->feed.samples, "elapsed", cli_now() - s->t0, "rule",
+		      "samples", (json_int_t)l->feed.samples, "elapsed", clock_mono() - s->t0, "rule",
 		      sgp_rule_name(s), "node", s->id, "nodes", s->nn, "w", l->w);
 	if (!h)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -314,7 +314,7 @@ static void status_of(const struct sgp_node *s, const struct loop *l, struct sgp
 	st->samples = l->feed.samples;
 	st->loss = l->loss;
 	st->w = l->w;
-	st->seconds = cli_now() - s->t0;
+	st->seconds = clock_mono() - s->t0;
 }
 
 /* From the hello barrier to node-I.gem. */
@@ -329,7 +329,7 @@ static int train(struct sgp_node *s, struct loop *l, sgp_progress_fn progress, v
 			return gem_errf(err, GEM_EFAIL, "cannot start the sender thread");
 		l->sender_started = 1;
 	}
-	s->t0 = cli_now();
+	s->t0 = clock_mono();
 	if (progress)
 		progress(st, ctx);
 	for (l->iter = 0; rc == 0 && l->iter < s->iters && !sgp_stopping(s);) {
@@ -389,7 +389,7 @@ static int load(struct sgp_node *s, char *err)
 {
 	struct run_progress p0;
 	int rc;
-	if (s->o.token_file && cli_read_token(s->o.token_file, &s->token, err) < 0)
+	if (s->o.token_file && fs_read_token(s->o.token_file, &s->token, err) < 0)
 		return GEM_EUSAGE;
 	if (run_open(s->o.rundir, &s->run, err) < 0)
 		return GEM_EUSAGE;
@@ -428,7 +428,7 @@ int sgp_node_open(const struct sgp_opts *o, struct sgp_node **out, char *err)
 	}
 	log_debug("pushes in codec %s", s->codec_name);
 	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
+	clock_cond_init(&s->cv);
 	blob_codec_init(&s->send_codec);
 	if ((rc = load(s, err)) == 0 && sgp_http_start(s, err) < 0)
 		rc = GEM_EUSAGE; /* the address */

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
 #include "base/log.h"
 
 int sgp_stopping(const struct sgp_node *s)
@@ -53,13 +53,7 @@ void sgp_inbox_add(struct sgp_node *s, struct inmsg *m)
 /* Under mu: wait on cv for at most ms milliseconds. */
 static void wait_ms(struct sgp_node *s, long ms)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += ms * 1000000L;
-	while (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	struct timespec ts = clock_deadline((double)ms * 1e-3);
 	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 }
 
@@ -70,9 +64,9 @@ static int post_sliced(struct sgp_node *s, int p, const char *path, const char *
 		       const void *body, size_t len, struct httpc_resp *resp, int on_mismatch,
 		       char *err)
 {
-	double t0 = cli_now();
+	double t0 = clock_mono();
 	for (;;) {
-		double left = s->o.retry_for - (cli_now() - t0);
+		double left = s->o.retry_for - (clock_mono() - t0);
 		int rc = httpc_post_retry(s->http[p], path, ctype, body, len,
 					  left < 1 ? (left > 0 ? left : 0) : 1, resp, err), mismatch;
 		if (rc == 0 || (rc != HTTPC_ETRANSPORT && !(rc == HTTPC_EHTTP && resp->status == 503)))
@@ -206,9 +200,9 @@ void sgp_bye_all(struct sgp_node *s)
 /* Under mu: wait until every peer has said hello (and agrees), the start barrier. */
 static int hello_barrier(struct sgp_node *s, char *err)
 {
-	double t0 = cli_now();
+	double t0 = clock_mono();
 	while (s->nhello < s->nn - 1 && !s->mismatch && !sgp_stopping(s)) {
-		if (cli_now() - t0 > s->o.retry_for)
+		if (clock_mono() - t0 > s->o.retry_for)
 			return gem_errf(err, GEM_EFAIL, "%d of %d peers said hello in %.0f s", s->nhello,
 					s->nn - 1, s->o.retry_for);
 		wait_ms(s, SGP_POLL_MS);
@@ -348,7 +342,7 @@ int sgp_mix_in(struct sgp_node *s, float *x, double *w, uint64_t iter, uint64_t 
 	       struct mixed *mx, char *err)
 {
 	int in[SGP_MAX_PEERS], need = 0, have[SGP_MAX_PEERS] = {0}, rc = 0;
-	double t0 = cli_now(), last = t0;
+	double t0 = clock_mono(), last = t0;
 
 	memset(mx, 0, sizeof *mx);
 	mx->last_from = -1;
@@ -358,7 +352,7 @@ int sgp_mix_in(struct sgp_node *s, float *x, double *w, uint64_t iter, uint64_t 
 	for (;;) {
 		int got = mx->got, peer_msgs = take_due(s, x, w, iter, in, need, have, z, mx), all = 1;
 		if (mx->got > got)
-			last = cli_now();
+			last = clock_mono();
 		if (s->mismatch) {
 			rc = gem_errf(err, GEM_EUSAGE, "%s", s->mismatch_msg);
 			break;
@@ -383,7 +377,7 @@ int sgp_mix_in(struct sgp_node *s, float *x, double *w, uint64_t iter, uint64_t 
 				      (unsigned long long)iter);
 			break;
 		}
-		if (cli_now() - last > s->o.retry_for) {
+		if (clock_mono() - last > s->o.retry_for) {
 			int j = 0;
 			while (j < need - 1 && have[j])
 				j++;
@@ -398,6 +392,6 @@ int sgp_mix_in(struct sgp_node *s, float *x, double *w, uint64_t iter, uint64_t 
 		wait_ms(s, 200);
 	}
 	pthread_mutex_unlock(&s->mu);
-	mx->waited = cli_now() - t0;
+	mx->waited = clock_mono() - t0;
 	return rc;
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/rng.h"
@@ -374,7 +374,7 @@ static void set_ready(struct sim *s, struct simw *w)
 static void sim_progress(struct sim *s)
 {
 	struct ps_now now;
-	s->last_progress = cli_now();
+	s->last_progress = clock_mono();
 	ps_now(s->ps, &now);
 	s->o->progress(s->o->progress_ctx, &now, s->vnow);
 }
@@ -398,7 +398,7 @@ static void log_sim(struct sim *s)
 	for (int i = 0; i < o->njoins; i++)
 		json_array_append_new(joins, json_real(o->joins[i]));
 	ev = json_pack("{s:s, s:f, s:f, s:I, s:i, s:I, s:s, s:f, s:f, s:i, s:f, s:f, s:f, s:o, s:o}", "event",
-		       "sim", "time", cli_wall(), "vtime", 0.0, "version", (json_int_t)ps_version(s->ps),
+		       "sim", "time", clock_wall(), "vtime", 0.0, "version", (json_int_t)ps_version(s->ps),
 		       "workers", o->nworkers, "steps", (json_int_t)o->steps, "step_time", step, "jitter",
 		       o->jitter, "speed_spread", o->speed_spread, "stragglers", o->stragglers, "straggler_factor", o->straggler_factor,
 		       "latency", o->latency, "server_time", o->server_time, "die", deaths, "join", joins);
@@ -732,7 +732,7 @@ static void summarise(struct sim *s)
 	m->version = p.version;
 	m->samples = p.samples;
 	m->vtime = s->vnow;
-	m->seconds = cli_now() - s->t0;
+	m->seconds = clock_mono() - s->t0;
 	for (int i = 0; i < s->ring_n; i++)
 		l += s->loss_ring[i];
 	m->loss_tail = s->ring_n ? l / s->ring_n : NAN;
@@ -870,14 +870,14 @@ int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *su
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->work_cv, NULL);
 	pthread_cond_init(&s->done_cv, NULL);
-	s->t0 = s->last_progress = cli_now();
+	s->t0 = s->last_progress = clock_mono();
 	if ((rc = sim_setup(s, rundir, err)) < 0)
 		goto out;
 	while (s->q.n > 0 && !(o->stop && *o->stop)) {
 		struct event e = heap_pop(&s->q);
 		if ((rc = step_event(s, &e, err)) < 0)
 			goto out;
-		if (o->progress && cli_now() - s->last_progress >= 0.05)
+		if (o->progress && clock_mono() - s->last_progress >= 0.05)
 			sim_progress(s);
 	}
 	if (o->progress)

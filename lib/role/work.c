@@ -8,7 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "base/cli.h"
+#include "base/clock.h"
+#include "base/fsutil.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "nn/data.h"
@@ -344,13 +345,13 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
  * restart): rejoined, nothing applied there; 2: the run is over. */
 static int commit(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
-	double t = cli_now();
+	double t = clock_mono();
 	int rc;
 	if ((rc = commit_build(w, v, loss, samples, err)) < 0)
 		return rc;
 	post_all(w, 0);
 	rc = fold_replies(w, 0, 1, err);
-	w->commit_s += cli_now() - t;
+	w->commit_s += clock_mono() - t;
 	for (int k = 0; k < w->nsh; k++)
 		w->commit_bytes += w->sh[k].buf.len + w->sh[k].resp[0].len;
 	return rc;
@@ -393,12 +394,12 @@ static int bg_send(struct worker *w, const float *v, float loss, uint64_t sample
  * (only if rejoin), 2 the run is over, < 0 an error. */
 static int bg_wait(struct worker *w, int rejoin, char *err)
 {
-	double t = cli_now();
+	double t = clock_mono();
 	int rc;
 
 	pthread_join(w->post.thread, NULL);
 	w->post.busy = 0;
-	w->idle += cli_now() - t;
+	w->idle += clock_mono() - t;
 	rc = fold_replies(w, 1, rejoin, err);
 	return rc;
 }
@@ -423,7 +424,7 @@ static int open_http(struct worker *w, const char *urls, char *err)
 		free(list);
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	}
-	if (w->o.token_file && cli_read_token(w->o.token_file, &token, err) < 0) {
+	if (w->o.token_file && fs_read_token(w->o.token_file, &token, err) < 0) {
 		free(list);
 		return GEM_EUSAGE;
 	}
@@ -638,7 +639,7 @@ static int finish(struct worker *w, volatile sig_atomic_t *stop, struct work_res
 int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn progress, void *ctx,
 	     struct work_result *r, char *err)
 {
-	double t0 = cli_now();
+	double t0 = clock_mono();
 	int rc = 0, c;
 
 	memset(r, 0, sizeof *r);
@@ -646,13 +647,13 @@ int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn pro
 	r->version = w->version;
 	while (!(stop && *stop) && r->samples < w->target && (!w->o.steps || r->steps < w->o.steps)) {
 		uint64_t got;
-		double step_start = cli_now();
+		double step_start = clock_mono();
 		if (train_window(w, r, &got, err)) {
 			r->end = WORK_DIVERGED;
 			break;
 		}
 		if (w->o.slowdown > 1)
-			work_slowdown(cli_now() - step_start, w->o.slowdown);
+			work_slowdown(clock_mono() - step_start, w->o.slowdown);
 		c = w->l.d->background ? bg_boundary(w, r->loss, got, err)
 				       : commit(w, rule_local_commit(&w->l, model_params(w->t.m)), r->loss,
 						got, err);
@@ -670,7 +671,7 @@ int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn pro
 		r->idle = w->idle;
 		r->commit_seconds = w->commit_s;
 		r->commit_bytes = w->commit_bytes;
-		r->seconds = cli_now() - t0;
+		r->seconds = clock_mono() - t0;
 		if (w->o.die_after && r->commits >= w->o.die_after) {
 			/* fault injection: stop as a crash would, without a word to the server */
 			r->end = WORK_DIE_AFTER;
@@ -684,7 +685,7 @@ int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn pro
 	rc = finish(w, stop, r, rc, err);
 	r->version = w->version;
 	r->idle = w->idle;
-	r->seconds = cli_now() - t0;
+	r->seconds = clock_mono() - t0;
 	return rc < 0 ? job_failure(rc) : 0;
 }
 

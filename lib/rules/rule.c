@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/cli.h"
+#include "base/cpulevel.h"
 #include "base/err.h"
 #include "rules/impl.h"
 
@@ -33,12 +33,12 @@ static int rule_simd_available(void)
 
 int rule_simd(int level)
 {
-	return cli_level_force(&rule_forced, rule_simd_available(), level);
+	return cpulevel_force(&rule_forced, rule_simd_available(), level);
 }
 
 int rule_avx2(void)
 {
-	return cli_level(&rule_forced, rule_simd_available()) == 1;
+	return cpulevel_get(&rule_forced, rule_simd_available()) == 1;
 }
 
 /* RULE_F_WORD: an int stored in JSON as the word of that index in the field's words */

@@ -1,5 +1,7 @@
 #include "run/run.h"
 
+#include "base/clock.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <float.h>
@@ -618,12 +620,9 @@ void run_log_start_x(FILE *f, const struct run *r, const char *rule, const char 
 		     uint64_t version, const struct layout *l, json_t *more)
 {
 	json_t *names = json_array(), *ev;
-	struct timespec ts;
 	for (int i = 0; i < l->ntensors; i++)
 		json_array_append_new(names, json_string(l->t[i].name));
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ev = json_pack("{s:s, s:f, s:I, s:s, s:s, s:o}", "event", "start", "time",
-		       (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9, "version", (json_int_t)version, "rule",
+	ev = json_pack("{s:s, s:f, s:I, s:s, s:s, s:o}", "event", "start", "time", clock_wall(), "version", (json_int_t)version, "rule",
 		       rule, "model", r->model_name, "tensors", names);
 	if (ev && url)
 		json_object_set_new(ev, "url", json_string(url));
@@ -713,10 +712,7 @@ int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t versi
 void run_log_event(FILE *f, const char *event, double vtime, int worker, uint64_t version,
 		   const char *extra)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	fprintf(f, "{\"event\":\"%s\",\"time\":%.3f", event,
-		(double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+	fprintf(f, "{\"event\":\"%s\",\"time\":%.3f", event, clock_wall());
 	if (vtime >= 0)
 		fprintf(f, ",\"vtime\":%.6f", vtime);
 	if (worker >= 0)

@@ -1,6 +1,6 @@
 #include "wire/crc.h"
 
-#include "base/cli.h"
+#include "base/cpulevel.h"
 
 #include <libdeflate.h>
 #include <math.h>
@@ -85,7 +85,7 @@ static int crc_available(void)
 
 int crc32_simd(int level)
 {
-	return cli_level_force(&crc_forced, crc_available(), level);
+	return cpulevel_force(&crc_forced, crc_available(), level);
 }
 
 #ifdef CRC_X86
@@ -187,7 +187,7 @@ CRC_FOLD static uint32_t crc_fold_all_f32(uint32_t r, const unsigned char *p, si
  * made. */
 static size_t crc_bulk(size_t n)
 {
-	if (cli_level(&crc_forced, crc_available()) != 1 || n < CRC_MIN)
+	if (cpulevel_get(&crc_forced, crc_available()) != 1 || n < CRC_MIN)
 		return 0;
 	pthread_once(&crc_once, crc_init);
 	return n / CRC_STEP * CRC_STEP;

@@ -1,5 +1,6 @@
 #include "wire/httpc.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 
 #include <curl/curl.h>
@@ -336,13 +337,6 @@ int httpc_post(struct httpc *c, const char *path, const char *content_type, cons
 	return httpc_perform(c, r, err);
 }
 
-static double httpc_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void httpc_sleep_ms(long ms)
 {
 	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -354,7 +348,7 @@ static int httpc_retry(struct httpc *c, const char *path, const char *ctype, con
 		       size_t len, int post, double retry_for, struct httpc_resp *r, char *err)
 {
 	char last[GEM_ERRMAX];
-	double t0 = httpc_now();
+	double t0 = clock_mono();
 	long backoff = HTTPC_BACKOFF0_MS;
 	int rc;
 	for (;;) {
@@ -362,7 +356,7 @@ static int httpc_retry(struct httpc *c, const char *path, const char *ctype, con
 			  : httpc_get(c, path, r, last);
 		if (rc == 0 || !(rc == HTTPC_ETRANSPORT || (rc == HTTPC_EHTTP && r->status == 503)))
 			break;
-		double left = retry_for - (httpc_now() - t0);
+		double left = retry_for - (clock_mono() - t0);
 		if (left <= 0) {
 			/* last is "<url>: <cause>"; keep the cause only, the server is named. */
 			const char *cause = last, *p = strstr(last, c->url);

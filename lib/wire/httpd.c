@@ -1,7 +1,9 @@
 #include "wire/httpd.h"
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/num.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -697,7 +699,7 @@ int httpd_start(const struct httpd_config *c, struct httpd **out, char *err)
 	if (!(d = calloc(1, sizeof *d)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory starting the HTTP server");
 	pthread_mutex_init(&d->lock, NULL);
-	pthread_cond_init(&d->idle, NULL);
+	clock_cond_init(&d->idle);
 	if (!(d->routes = calloc(c->n_routes + 1, sizeof *d->routes)))
 		goto nomem;
 	for (size_t i = 0; i < c->n_routes; i++) {
@@ -814,8 +816,7 @@ void httpd_stop(struct httpd *d)
 	fd = MHD_quiesce_daemon(d->mhd);
 	if (fd != MHD_INVALID_SOCKET)
 		close(fd);
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += HTTPD_GRACE_S;
+	until = clock_deadline(HTTPD_GRACE_S);
 	pthread_mutex_lock(&d->lock);
 	while (d->active && pthread_cond_timedwait(&d->idle, &d->lock, &until) == 0)
 		;
@@ -874,4 +875,26 @@ int httpd_reply_error(struct httpd_req *req, unsigned status, const char *error,
 	rc = httpd_verror(req->conn, status, error, fmt, ap);
 	va_end(ap);
 	return rc;
+}
+
+int httpd_listen_parse(const char *arg, char *host, size_t cap, int *port)
+{
+	const char *colon = strrchr(arg, ':');
+	long p;
+	size_t hl;
+	if (!colon || num_long(colon + 1, 0, 65535, &p))
+		return -1;
+	hl = (size_t)(colon - arg);
+	if (hl >= 2 && arg[0] == '[' && arg[hl - 1] == ']') {
+		arg++;
+		hl -= 2;
+	}
+	if (hl >= cap)
+		return -1;
+	if (hl == 0)
+		snprintf(host, cap, "127.0.0.1");
+	else
+		snprintf(host, cap, "%.*s", (int)hl, arg);
+	*port = (int)p;
+	return 0;
 }

@@ -57,6 +57,9 @@ struct httpd_config {
 
 /* Bind, listen and start serving. Route and token strings are copied. */
 int httpd_start(const struct httpd_config *c, struct httpd **out, char *err);
+/* Parse a listen address, HOST:PORT, [V6]:PORT or :PORT (host 127.0.0.1), into host (cap
+ * bytes) and port; -1 when it is not of that form or the host does not fit. */
+int httpd_listen_parse(const char *arg, char *host, size_t cap, int *port);
 /* The bound port (useful after port 0). */
 int httpd_port(const struct httpd *d);
 /* The server's base URL, SCHEME://HOST:PORT ([HOST] for IPv6), HOST being the one it was

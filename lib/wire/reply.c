@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "wire/blob.h"
-#include "base/cli.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "wire/msg.h"
 
@@ -83,7 +83,7 @@ int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t
 
 /* Followers' polls (GET /v1/health with ?wait) in the process: how many so far, how many being
  * answered (long polls past REPLY_HEALTH_WAITERS of them do not wait), when the last began
- * (cli_now, in ms; -1: none) */
+ * (clock_mono, in ms; -1: none) */
 static atomic_ulong follow_polls;
 static atomic_int follow_inflight;
 static atomic_llong follow_last_ms = -1;
@@ -127,7 +127,7 @@ static int get_health(struct httpd_req *req, void *ctx)
 {
 	const struct reply_get *g = ctx;
 	json_t *j, *fields;
-	double wait, t0 = cli_now();
+	double wait, t0 = clock_mono();
 	unsigned long long v = 0;
 	int rc, have_v, follower;
 
@@ -145,7 +145,7 @@ static int get_health(struct httpd_req *req, void *ctx)
 		if (!(fields = g->health(g->ctx)))
 			break;
 		jv = json_object_get(fields, "version");
-		if (cli_now() - t0 >= wait || json_is_true(json_object_get(fields, "stopping")) ||
+		if (clock_mono() - t0 >= wait || json_is_true(json_object_get(fields, "stopping")) ||
 		    (have_v && (!json_is_integer(jv) || (unsigned long long)json_integer_value(jv) != v)))
 			break;
 		json_decref(fields);
@@ -168,7 +168,7 @@ void reply_followers(struct reply_followers *f)
 	long long last = atomic_load(&follow_last_ms);
 	f->polls = atomic_load(&follow_polls);
 	f->inflight = atomic_load(&follow_inflight);
-	f->since_last = last < 0 ? -1 : cli_now() - (double)last / 1000;
+	f->since_last = last < 0 ? -1 : clock_mono() - (double)last / 1000;
 }
 
 /* GET /v1/run: run.json as it is. */

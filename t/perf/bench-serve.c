@@ -16,7 +16,8 @@
 #include <unistd.h>
 
 #include "wire/blob.h"
-#include "base/cli.h"
+#include "base/clock.h"
+#include "base/prog.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "wire/httpc.h"
@@ -97,8 +98,8 @@ static void *client_main(void *arg)
 		cs[k].version = (uint64_t)json_integer_value(json_object_get(m.header, "version"));
 		msg_free(&m);
 	}
-	t0 = cli_now();
-	while (cli_now() - t0 < SECONDS && !c->failed) {
+	t0 = clock_mono();
+	while (clock_mono() - t0 < SECONDS && !c->failed) {
 		for (int k = 0; k < nshards; k++)
 			if (commit_one(&cs[k], upd, &codec, &buf, &r, err) < 0) {
 				fprintf(stderr, "bench-serve: commit: %s\n", err);
@@ -131,7 +132,7 @@ static int make_run(char *dir, const char *rule, char *err)
 	struct run_progress p = {0};
 	if (!mkdtemp(dir))
 		return gem_errf(err, GEM_EFAIL, "mkdtemp failed");
-	if (cli_share_path("models/cnn.json", spec_path, sizeof spec_path) < 0)
+	if (prog_share_path("models/cnn.json", spec_path, sizeof spec_path) < 0)
 		return gem_errf(err, GEM_EFAIL, "share/gem/models/cnn.json not found (set GEM_SHARE_DIR)");
 	if (model_from_file(spec_path, &spec, &m, err) < 0 || rule_config_default(rule, &rc, err) < 0)
 		return GEM_EFAIL;

@@ -1,0 +1,31 @@
+/* prog: what every gem program sets up around its getopt_long loop and how it ends: exit
+ * statuses, where the shared files (model specs, scripts) are, one BLIS thread, --version.
+ * The functions return 0 or -1; the program decides what to print. */
+#ifndef GEM_PROG_H
+#define GEM_PROG_H
+#include <stddef.h>
+
+/* Exit statuses of every program: success, failure of the job, bad usage. */
+enum { EXIT_JOB = 1, EXIT_USAGE = 2 };
+
+/* The exit status for a library return code: 0 → 0, GEM_EUSAGE → EXIT_USAGE, any other
+ * failure → EXIT_JOB. */
+int prog_exit(int rc);
+
+/* Find share/gem/<rel>: $GEM_SHARE_DIR, then ../share/gem beside the executable (a build
+ * tree), then the installed GEM_SHARE. Writes the path into out; -1 if none exists. */
+int prog_share_path(const char *rel, char *out, size_t cap);
+
+/* One BLIS thread per process: parallelism comes from processes (doc/design.md). */
+void prog_blas_init(void);
+/* For threads > 1, before the program has done anything: BLIS's OpenMP runtime (libgomp) reads
+ * OMP_WAIT_POLICY when it is loaded, before main, and by default its idle threads spin, which
+ * on a core another job holds starves the thread they wait for (doc/design.md). Unless the
+ * environment sets it, set OMP_WAIT_POLICY=passive and execute the program again with the same
+ * arguments (argv, NULL-terminated, as main got them, getopt's reordering included); returns
+ * only when it did not (threads 1, the variable set, or the exec failed: -1). */
+int prog_threads_passive(int threads, char **argv);
+
+/* Print "PROG VERSION" on stdout, as --version does. */
+void prog_print_version(const char *prog);
+#endif
