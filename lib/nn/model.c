@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/jget.h"
 #include "nn/layer_ops.h"
 
 /* The layers (struct layer, nn/layer_ops.h) know their type through l->ops: nothing here
@@ -46,32 +47,26 @@ static const char *type_list(char *buf, size_t size, int losses, const char *sep
 static int get_field(const json_t *o, int li, const struct layer_field *f, union layer_val *v, char *err)
 {
 	json_t *j = json_object_get(o, f->name);
-	if (!j) {
-		if (f->required)
-			return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: missing", li, f->name);
-		if (f->kind == LAYER_INT)
-			v->i = (int)f->def;
-		else
-			v->f = (float)f->def;
-		return 0;
-	}
-	if (f->kind == LAYER_NUM) {
-		if (!json_is_number(j))
-			return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: must be a number", li, f->name);
-		double x = json_number_value(j);
-		if (!(x >= f->min && x < f->max))
-			return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: %g is not in [%g, %g)", li, f->name, x,
-					f->min, f->max);
-		v->f = (float)x;
-		return 0;
-	}
-	if (!json_is_integer(j))
-		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: must be an integer", li, f->name);
-	json_int_t x = json_integer_value(j);
-	if (x < f->min || x > f->max)
+	double x = f->def;
+	long long k = (long long)f->def;
+	int rc = f->kind == LAYER_NUM ? jget_num(o, f->name, f->min, f->max, &x)
+				      : jget_int(o, f->name, (long long)f->min, (long long)f->max, &k);
+	if (rc == JGET_MISSING && f->required)
+		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: missing", li, f->name);
+	if (rc == JGET_TYPE)
+		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: must be %s", li, f->name,
+				f->kind == LAYER_NUM ? "a number" : "an integer");
+	/* a number's range is [min, max) */
+	if (f->kind == LAYER_NUM && (rc == JGET_RANGE || x >= f->max))
+		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: %g is not in [%g, %g)", li, f->name,
+				json_number_value(j), f->min, f->max);
+	if (rc == JGET_RANGE)
 		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: %lld is out of range [%d, %d]", li, f->name,
-				(long long)x, (int)f->min, (int)f->max);
-	v->i = (int)x;
+				(long long)json_integer_value(j), (int)f->min, (int)f->max);
+	if (f->kind == LAYER_NUM)
+		v->f = (float)x;
+	else
+		v->i = (int)k;
 	return 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/jget.h"
 #include "base/log.h"
 #include "nn/data.h"
 #include "nn/model.h"
@@ -140,30 +141,22 @@ static json_t *workers_json(const struct ps *s)
 	return a;
 }
 
-/* A saved counter: an integer >= 0, else 0. */
-static uint64_t saved_u64(const json_t *o, const char *key)
-{
-	long long v = 0;
-	return msg_field_int(o, key, 0, INT64_MAX, &v) == 0 ? (uint64_t)v : 0;
-}
-
 static void workers_restore(struct ps *s, const json_t *workers)
 {
 	size_t i;
 	json_t *o;
 	json_array_foreach(workers, i, o) {
-		json_t *id = json_object_get(o, "id");
+		long long id;
 		struct ps_worker *w;
-		if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-		    json_integer_value(id) >= PS_MAX_WORKERS || !(w = worker_add(s, (int)json_integer_value(id))))
+		if (jget_int(o, "id", 0, PS_MAX_WORKERS - 1, &id) != JGET_OK || !(w = worker_add(s, (int)id)))
 			continue;
-		w->commits = saved_u64(o, "commits");
-		w->samples = saved_u64(o, "samples");
-		w->refused = saved_u64(o, "refused");
-		w->tau_sum = saved_u64(o, "tau_sum");
-		w->tau_min = saved_u64(o, "tau_min");
-		w->tau_max = saved_u64(o, "tau_max");
-		w->last_seq = saved_u64(o, "last_seq");
+		w->commits = (uint64_t)jget_int_or(o, "commits", 0, INT64_MAX, 0);
+		w->samples = (uint64_t)jget_int_or(o, "samples", 0, INT64_MAX, 0);
+		w->refused = (uint64_t)jget_int_or(o, "refused", 0, INT64_MAX, 0);
+		w->tau_sum = (uint64_t)jget_int_or(o, "tau_sum", 0, INT64_MAX, 0);
+		w->tau_min = (uint64_t)jget_int_or(o, "tau_min", 0, INT64_MAX, 0);
+		w->tau_max = (uint64_t)jget_int_or(o, "tau_max", 0, INT64_MAX, 0);
+		w->last_seq = (uint64_t)jget_int_or(o, "last_seq", 0, INT64_MAX, 0);
 		w->loss_sum = json_number_value(json_object_get(o, "loss_sum"));
 		w->done = json_is_true(json_object_get(o, "done"));
 		s->ndone += w->done;

@@ -10,6 +10,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/jget.h"
 #include "role/ps.h"
 #include "role/trainer.h"
 #include "role/vworker.h"
@@ -38,7 +39,7 @@ struct replay {
 static long long field_int(const json_t *j, const char *key, long long lo, long long hi, long long def)
 {
 	long long v = def;
-	return msg_field_int(j, key, lo, hi, &v) < 0 ? -2 : v;
+	return jget_int(j, key, lo, hi, &v) < 0 ? -2 : v;
 }
 
 /* ---- the run and its first parameters ---- */

@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/jget.h"
 #include "base/log.h"
 #include "base/rng.h"
 #include "role/ps.h"
@@ -403,45 +404,36 @@ static int h_join(struct httpd_req *req, void *ctx)
 	return rc;
 }
 
-/* An optional integer field in [0, max]: 0 fine (*out set, or left if absent), -1 refused. */
-static int field_u64(const json_t *h, const char *key, long long max, uint64_t *out)
-{
-	long long v;
-	int rc = msg_field_int(h, key, 0, max, &v);
-	if (rc == 0)
-		*out = (uint64_t)v;
-	return rc < 0 ? -1 : 0;
-}
-
 /* The commit message's header into c (update not set); a refusal's detail in err. */
 static int commit_parse(const json_t *h, struct ps_commit *c, char *err)
 {
-	uint64_t worker = UINT64_MAX, base = UINT64_MAX;
-	json_t *v;
+	long long worker, base, seq = 0, samples = 0;
+	double loss;
+	int rc;
 	memset(c, 0, sizeof *c);
 	c->loss = NAN;
 	c->idle = -1;
-	if (field_u64(h, "worker", PS_MAX_WORKERS - 1, &worker) < 0 || worker == UINT64_MAX)
+	if (jget_int(h, "worker", 0, PS_MAX_WORKERS - 1, &worker) != JGET_OK)
 		return gem_errf(err, PS_E_UNKNOWN, "join first (POST /v1/join)");
 	c->worker = (int)worker;
-	if (field_u64(h, "base", INT64_MAX, &base) < 0 || base == UINT64_MAX)
+	if (jget_int(h, "base", 0, INT64_MAX, &base) != JGET_OK)
 		return gem_errf(err, -1, "base: missing or not an integer >= 0");
-	c->base = base;
-	if (field_u64(h, "seq", INT64_MAX, &c->seq) < 0)
+	c->base = (uint64_t)base;
+	if (jget_int(h, "seq", 0, INT64_MAX, &seq) < 0)
 		return gem_errf(err, -1, "seq: not an integer >= 0");
+	c->seq = (uint64_t)seq;
 	/* more samples than any dataset holds would wrap the counters */
-	if (field_u64(h, "samples", 1LL << 40, &c->samples) < 0)
+	if (jget_int(h, "samples", 0, 1LL << 40, &samples) < 0)
 		return gem_errf(err, -1, "samples: not an integer in [0, 2^40]");
-	if ((v = json_object_get(h, "loss")) && !json_is_null(v)) {
-		if (!json_is_number(v) || !(fabs(json_number_value(v)) <= 3.4e38))
+	c->samples = (uint64_t)samples;
+	if (!json_is_null(json_object_get(h, "loss"))) {
+		if ((rc = jget_num(h, "loss", -3.4e38, 3.4e38, &loss)) < 0)
 			return gem_errf(err, -1, "loss: not a finite number");
-		c->loss = (float)json_number_value(v);
+		if (rc == JGET_OK)
+			c->loss = (float)loss;
 	}
-	if ((v = json_object_get(h, "idle"))) {
-		if (!json_is_number(v) || !(json_number_value(v) >= 0 && json_number_value(v) < 1e9))
-			return gem_errf(err, -1, "idle: not a number of seconds >= 0");
-		c->idle = json_number_value(v);
-	}
+	if (jget_num(h, "idle", 0, 1e9, &c->idle) < 0 || c->idle >= 1e9)
+		return gem_errf(err, -1, "idle: not a number of seconds >= 0");
 	return 0;
 }
 
@@ -606,7 +598,7 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	json_error_t je;
 	json_t *body = json_loadb((const char *)req->body, req->body_len, 0, &je), *v, *dv;
 	struct ps_reply r;
-	uint64_t id = UINT64_MAX;
+	long long id;
 	int how, st;
 
 	if (!json_is_object(body)) {
@@ -616,7 +608,7 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	v = json_object_get(body, "done");
 	dv = json_object_get(body, "diverged");
 	how = json_is_true(dv) ? PS_LEFT_DIVERGED : json_is_true(v) ? PS_LEFT_DONE : PS_LEFT_PAUSED;
-	if (field_u64(body, "worker", PS_MAX_WORKERS - 1, &id) < 0 || id == UINT64_MAX ||
+	if (jget_int(body, "worker", 0, PS_MAX_WORKERS - 1, &id) != JGET_OK ||
 	    (v && !json_is_boolean(v)) || (dv && !json_is_boolean(dv)) ||
 	    (json_is_true(v) && json_is_true(dv))) {
 		json_decref(body);

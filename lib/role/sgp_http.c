@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/jget.h"
+
 const char *sgp_rule_name(const struct sgp_node *s)
 {
 	return s->o.overlap ? "overlap-sgp" : "sgp";
@@ -48,12 +50,6 @@ json_t *sgp_hello_body(const struct sgp_node *s)
 			 "iters", (json_int_t)s->iters, "overlap", s->o.overlap, "hash", hash);
 }
 
-/* A JSON string's value, or "?". */
-static const char *str_or(const json_t *v)
-{
-	return json_is_string(v) ? json_string_value(v) : "?";
-}
-
 /* Under ready (the fields are fixed): why a peer's hello j does not agree with this node's, in
  * why; empty if it agrees. */
 static void hello_check(const struct sgp_node *s, const json_t *j, const char *client, char *why,
@@ -70,10 +66,10 @@ static void hello_check(const struct sgp_node *s, const json_t *j, const char *c
 			 "%s (every node needs the same --peers list, in the same order, and the same "
 			 "--topology and --peers-per-iter)",
 			 from, client, json_integer_value(json_object_get(j, "nodes")),
-			 str_or(json_object_get(j, "topology")),
+			 jget_str_or(j, "topology", "?"),
 			 json_integer_value(json_object_get(j, "peers_per_iter")),
-			 str_or(json_object_get(j, "hash")), s->id, s->nn,
-			 sgp_topology_name(s->o.topology), s->mper, str_or(json_object_get(mine, "hash")));
+			 jget_str_or(j, "hash", "?"), s->id, s->nn,
+			 sgp_topology_name(s->o.topology), s->mper, jget_str_or(mine, "hash", "?"));
 	else if (!json_is_integer(json_object_get(j, "node")) || from < 0 || from >= s->nn ||
 		 from == s->id)
 		snprintf(why, len, "a hello from %s names node %d", client, from);

@@ -20,6 +20,7 @@
 #include "nn/model.h"
 #include "base/err.h"
 #include "base/fsutil.h"
+#include "base/jget.h"
 #include "base/log.h"
 #include "wire/msg.h"
 
@@ -161,21 +162,17 @@ int run_create(const char *dir, json_t *runjson, int force, char *err)
 /* Field getters that name what is wrong: "run.json: train.lr: missing or not a number". */
 static int get_num(json_t *obj, const char *sect, const char *key, double *out, char *err)
 {
-	json_t *v = json_object_get(obj, key);
-	if (!json_is_number(v))
+	if (jget_num(obj, key, -HUGE_VAL, HUGE_VAL, out) != JGET_OK)
 		return gem_errf(err, GEM_EUSAGE, "%s%s%s: missing or not a number", sect, *sect ? "." : "",
 				key);
-	*out = json_number_value(v);
 	return 0;
 }
 
 static int get_str(json_t *obj, const char *sect, const char *key, char *out, size_t cap, char *err)
 {
-	json_t *v = json_object_get(obj, key);
-	if (!json_is_string(v) || json_string_length(v) >= cap)
+	if (jget_strcpy(obj, key, out, cap) != JGET_OK)
 		return gem_errf(err, GEM_EUSAGE, "%s%s%s: missing, not a string or too long", sect,
 				*sect ? "." : "", key);
-	memcpy(out, json_string_value(v), json_string_length(v) + 1);
 	return 0;
 }
 
@@ -197,7 +194,7 @@ static int get_range(json_t *train, const char *key, double lo, double hi, int i
 static int parse_train(json_t *train, struct run_train *t, char *err)
 {
 	double lr, mu, wd, batch, epochs;
-	json_t *seed = json_object_get(train, "seed");
+	long long seed;
 	if (get_range(train, "lr", 1e-12, 1e6, 0, &lr, err) ||
 	    get_range(train, "momentum", 0, 0.999999, 0, &mu, err) ||
 	    get_range(train, "weight_decay", 0, 1e6, 0, &wd, err) ||
@@ -205,14 +202,14 @@ static int parse_train(json_t *train, struct run_train *t, char *err)
 	    get_range(train, "epochs", 1, RUN_MAX_EPOCHS, 1, &epochs, err))
 		return GEM_EUSAGE;
 	/* read exactly, as gem-init writes it: a JSON integer (a double has 53 bits) */
-	if (!json_is_integer(seed) || json_integer_value(seed) < 0)
+	if (jget_int(train, "seed", 0, LLONG_MAX, &seed) != JGET_OK)
 		return gem_errf(err, GEM_EUSAGE, "train.seed: missing or not an integer in [0, 2^63)");
 	t->lr = (float)lr;
 	t->momentum = (float)mu;
 	t->weight_decay = (float)wd;
 	t->batch = (int)batch;
 	t->epochs = (int)epochs;
-	t->seed = (uint64_t)json_integer_value(seed);
+	t->seed = (uint64_t)seed;
 	return 0;
 }
 
@@ -521,14 +518,13 @@ int run_params_init(const struct run *r, char *err)
 
 void run_progress_of(const json_t *h, struct run_progress *p)
 {
-	json_t *v;
+	long long v;
 	memset(p, 0, sizeof *p);
-	if (json_is_integer(v = json_object_get(h, "version")) && json_integer_value(v) >= 0)
-		p->version = (uint64_t)json_integer_value(v);
-	if (json_is_integer(v = json_object_get(h, "samples")) && json_integer_value(v) >= 0)
-		p->samples = (uint64_t)json_integer_value(v);
-	if (json_is_number(v = json_object_get(h, "elapsed")))
-		p->elapsed = json_number_value(v);
+	if (jget_int(h, "version", 0, LLONG_MAX, &v) == JGET_OK)
+		p->version = (uint64_t)v;
+	if (jget_int(h, "samples", 0, LLONG_MAX, &v) == JGET_OK)
+		p->samples = (uint64_t)v;
+	jget_num(h, "elapsed", -HUGE_VAL, HUGE_VAL, &p->elapsed);
 }
 
 int run_params_load(const struct run *r, const char *path, float *theta, size_t n,
@@ -677,13 +673,15 @@ static int local_state_is(const char *path, uint64_t version, char *err)
 	FILE *f = fopen(path, "r");
 	char line[256];
 	json_t *peek;
+	const char *kind;
+	long long v;
 	int same;
 	if (!f)
 		return errno == ENOENT ? 0 : gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
 	peek = fgets(line, sizeof line, f) ? json_loads(line, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
 	fclose(f);
-	same = json_is_string(json_object_get(peek, "state")) &&
-	       json_integer_value(json_object_get(peek, "version")) == (json_int_t)version;
+	same = jget_str(peek, "state", 0, &kind) == JGET_OK &&
+	       jget_int(peek, "version", 0, LLONG_MAX, &v) == JGET_OK && (uint64_t)v == version;
 	json_decref(peek);
 	return same;
 }
@@ -852,17 +850,16 @@ static int rule_state_try(const char *path, struct rule *rule, uint64_t version,
 {
 	struct msg_buf b = {0};
 	struct msg m;
-	json_t *v;
+	long long v = -1;
 	int rc = 0;
 
 	if (msg_read_file(path, (size_t)1 << 40, &b, &m, err) < 0) {
 		msg_buf_free(&b);
 		return 0;
 	}
-	v = json_object_get(m.header, "version");
-	if (!json_is_integer(v) || json_integer_value(v) != (json_int_t)version) {
-		gem_errf(err, 0, "%s is of version %lld, the parameters of %llu", path,
-			 (long long)json_integer_value(v), (unsigned long long)version);
+	if (jget_int(m.header, "version", 0, LLONG_MAX, &v) != JGET_OK || (uint64_t)v != version) {
+		gem_errf(err, 0, "%s is of version %lld, the parameters of %llu", path, v,
+			 (unsigned long long)version);
 		goto out;
 	}
 	if ((rc = rule_state_restore(&m, rule, rule_nparams(rule), path, err)) == 0) {

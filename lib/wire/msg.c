@@ -1,6 +1,7 @@
 #include "wire/msg.h"
 #include "base/err.h"
 #include "base/fsutil.h"
+#include "base/jget.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -139,30 +140,27 @@ int msg_build(struct msg_buf *b, json_t *header, const struct msg_blob *blobs, i
 static int get_uint(json_t *e, int i, const char *field, json_int_t max, json_int_t *out,
 		    char *err)
 {
-	json_t *v = json_object_get(e, field);
-	if (!v)
+	long long v;
+	int rc = jget_int(e, field, 0, max, &v);
+	if (rc == JGET_MISSING)
 		return gem_errf(err, GEM_EFAIL, "message: blobs[%d].%s is missing", i, field);
-	if (!json_is_integer(v))
+	if (rc == JGET_TYPE)
 		return gem_errf(err, GEM_EFAIL, "message: blobs[%d].%s is not an integer", i,
 				field);
-	*out = json_integer_value(v);
-	if (*out < 0 || *out > max)
+	if (rc == JGET_RANGE)
 		return gem_errf(err, GEM_EFAIL, "message: blobs[%d].%s = %lld is out of range", i,
-				field, (long long)*out);
+				field, (long long)json_integer_value(json_object_get(e, field)));
+	*out = v;
 	return 0;
 }
 
+/* A string field of a blob entry of 1 to cap - 1 bytes, or NULL. */
 static const char *get_str(json_t *e, const char *field, size_t cap, size_t *len)
 {
-	json_t *v = json_object_get(e, field);
 	const char *s;
-	if (!json_is_string(v))
+	if (jget_str(e, field, cap, &s) != JGET_OK || !*s)
 		return NULL;
-	s = json_string_value(v);
-	*len = json_string_length(v);
-	/* Embedded NULs (\u0000) or over-long names are refused, not silently cut. */
-	if (*len == 0 || *len >= cap || strlen(s) != *len)
-		return NULL;
+	*len = strlen(s);
 	return s;
 }
 
@@ -378,13 +376,3 @@ int msg_read_params_file(const char *path, size_t max, struct blob_codec *c, jso
 	return rc;
 }
 
-int msg_field_int(const json_t *o, const char *key, long long lo, long long hi, long long *out)
-{
-	json_t *v = json_object_get(o, key);
-	if (!v)
-		return 1;
-	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-		return -1;
-	*out = json_integer_value(v);
-	return 0;
-}

@@ -59,10 +59,6 @@ int msg_parse(const void *buf, size_t len, struct msg *m, char *err);
 void msg_free(struct msg *m);
 /* The blob called name, or NULL. */
 const struct msg_blob *msg_find(const struct msg *m, const char *name);
-/* The integer member key of a header (or any JSON object), range-checked before it is narrowed:
- * 0 and *out set when it is an integer in [lo, hi], 1 when absent (*out untouched), -1 when
- * present and anything else. */
-int msg_field_int(const json_t *o, const char *key, long long lo, long long hi, long long *out);
 
 /* Write a message to path atomically (fsutil), without copying the blobs. */
 int msg_write_file(const char *path, json_t *header, const struct msg_blob *blobs, int n,
