@@ -8,9 +8,11 @@
 #include <sys/stat.h>
 
 #include "base/err.h"
+#include "base/jget.h"
 #include "base/log.h"
 #include "report/eval.h"
 #include "run/run.h"
+#include "run/runlog.h"
 
 /* Past this many, malformed lines of one log are counted, not each reported. */
 #define PLOT_MAXREPORT 20
@@ -99,44 +101,6 @@ static int grow(void *p, size_t *cap, size_t need, size_t sz)
 	return 0;
 }
 
-/* An integer field; a real with an integral value is accepted too. */
-static int get_int(json_t *o, const char *key, int64_t *out, const char **why)
-{
-	json_t *v = json_object_get(o, key);
-	if (!v) {
-		*why = "missing";
-		return -1;
-	}
-	if (json_is_integer(v)) {
-		*out = (int64_t)json_integer_value(v);
-		return 0;
-	}
-	if (json_is_real(v)) {
-		double d = json_real_value(v);
-		if (d == floor(d) && fabs(d) < 9e15) {
-			*out = (int64_t)d;
-			return 0;
-		}
-	}
-	*why = "not an integer";
-	return -1;
-}
-
-static int get_num(json_t *o, const char *key, double *out, const char **why)
-{
-	json_t *v = json_object_get(o, key);
-	if (!v) {
-		*why = "missing";
-		return -1;
-	}
-	if (!json_is_number(v)) {
-		*why = "not a number";
-		return -1;
-	}
-	*out = json_number_value(v);
-	return 0;
-}
-
 struct reader {
 	struct plot_log *lg;
 	const char *name; /* for messages */
@@ -178,7 +142,7 @@ static int set_tensor_names(struct plot_log *lg, json_t *names, size_t n)
 	return 0;
 }
 
-static void start_event(struct reader *r, json_t *o)
+static void start_event(struct reader *r, const json_t *o)
 {
 	json_t *t = json_object_get(o, "tensors");
 	struct plot_log *lg = r->lg;
@@ -206,24 +170,23 @@ static void start_event(struct reader *r, json_t *o)
 }
 
 /* The events the views need: start (tensor names, the rule), stop, sgp (an SGP node's log). */
-static void other_event(struct reader *r, const char *ev, json_t *o)
+static void other_event(struct reader *r, const char *ev, const json_t *o)
 {
 	struct plot_log *lg = r->lg;
 	if (!strcmp(ev, "start")) {
-		json_t *rule = json_object_get(o, "rule");
+		const char *rule;
 		start_event(r, o);
 		lg->stopped = 0;
-		if (json_is_string(rule))
-			snprintf(lg->rule, sizeof lg->rule, "%s", json_string_value(rule));
+		if (jget_str(o, "rule", 0, &rule) == JGET_OK)
+			snprintf(lg->rule, sizeof lg->rule, "%s", rule);
 	} else if (!strcmp(ev, "stop")) {
 		lg->stopped = 1;
 	} else if (!strcmp(ev, "sgp")) {
-		int64_t node, iters;
-		const char *why;
-		if (get_int(o, "node", &node, &why) == 0 && node >= 0 && node < INT32_MAX)
-			lg->node = node;
-		if (get_int(o, "iters", &iters, &why) == 0 && iters > 0)
-			lg->iters = (uint64_t)iters;
+		long long v;
+		if (jget_integral(o, "node", 0, INT32_MAX - 1, &v) == JGET_OK)
+			lg->node = v;
+		if (jget_integral(o, "iters", 1, LLONG_MAX, &v) == JGET_OK)
+			lg->iters = (uint64_t)v;
 	}
 }
 
@@ -299,60 +262,6 @@ static int add_worker(struct plot_log *lg, int64_t w)
 	return 0;
 }
 
-/* One line of the log; -1 only when out of memory. */
-/* An update line's fields into *u: 0, or 1 when the line is bad (reported). */
-static int line_update(struct reader *r, json_t *o, struct plot_update *u)
-{
-	static const char *ikeys[] = {"version", "worker", "tau", "samples"};
-	const char *why = NULL;
-	json_t *loss;
-	int64_t iv[4];
-	double t;
-
-	for (int i = 0; i < 4; i++) {
-		if (get_int(o, ikeys[i], &iv[i], &why) < 0) {
-			bad_line(r, !strcmp(why, "missing") ? "missing \"%s\"%s" : "\"%s\" is %s",
-				 ikeys[i], !strcmp(why, "missing") ? "" : why);
-			return 1;
-		}
-	}
-	if (iv[0] < 0 || iv[2] < 0 || iv[3] < 0) {
-		bad_line(r, "negative %s%s", iv[0] < 0 ? "version" : iv[2] < 0 ? "tau" : "samples", "");
-		return 1;
-	}
-	/* τ updates came between the version computed on and this one: τ < version. */
-	if (iv[2] > iv[0]) {
-		bad_line(r, "\"tau\" greater than \"version\"%s%s", "", "");
-		return 1;
-	}
-	if (json_object_get(o, "vtime")) {
-		if (get_num(o, "vtime", &t, &why) < 0) {
-			bad_line(r, "\"%s\" is %s", "vtime", why);
-			return 1;
-		}
-	} else if (get_num(o, "elapsed", &t, &why) < 0) {
-		bad_line(r, !strcmp(why, "missing") ? "missing \"%s\"%s" : "\"%s\" is %s", "elapsed",
-			 !strcmp(why, "missing") ? "" : why);
-		return 1;
-	}
-	loss = json_object_get(o, "loss");
-	if (!loss) {
-		bad_line(r, "missing \"%s\"%s", "loss", "");
-		return 1;
-	}
-	if (!json_is_null(loss) && !json_is_number(loss)) {
-		bad_line(r, "\"%s\" is %s", "loss", "neither a number nor null");
-		return 1;
-	}
-	u->version = (uint64_t)iv[0];
-	u->worker = iv[1];
-	u->tau = iv[2];
-	u->samples = (uint64_t)iv[3];
-	u->t = t;
-	u->loss = json_is_null(loss) ? NAN : json_number_value(loss);
-	return 0;
-}
-
 /* An update line's π object into the next row of lg->pi: 0, 1 a bad line (reported), -1 no
  * memory. */
 static int line_pi(struct reader *r, json_t *pi)
@@ -395,38 +304,25 @@ static int keep_update(struct plot_log *lg, const struct plot_update *u, int wit
 	return 0;
 }
 
-static int read_line(struct reader *r, const char *line, size_t len)
+/* One line of the log: an event, or an update kept; -1 only when out of memory. */
+static int take_line(struct reader *r, const struct run_log_line *l)
 {
-	struct plot_update u;
-	json_error_t jerr;
-	json_t *o, *pi, *ev;
-	int rc = 0, with_pi;
+	struct plot_update u = {.t = l->u.vtime >= 0 ? l->u.vtime : l->u.elapsed, .loss = l->u.loss,
+				.version = l->u.version, .samples = l->u.samples,
+				.worker = l->u.worker, .tau = (int64_t)l->u.tau};
+	json_t *pi;
+	int rc, with_pi;
 
-	while (len && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
-		len--;
-	if (len == 0)
-		return 0;
-	o = json_loadb(line, len, 0, &jerr);
-	if (!o) {
-		bad_line(r, "not JSON%s%s", "", "");
+	if (l->event) {
+		other_event(r, l->event, l->json);
 		return 0;
 	}
-	if (!json_is_object(o)) {
-		bad_line(r, "not a JSON object%s%s", "", "");
-	} else if ((ev = json_object_get(o, "event"))) {
-		if (json_is_string(ev))
-			other_event(r, json_string_value(ev), o);
-	} else if (line_update(r, o, &u) == 0) {
-		pi = json_object_get(o, "pi");
-		with_pi = r->want_pi && pi;
-		rc = with_pi ? line_pi(r, pi) : 0;
-		if (rc == 0)
-			rc = keep_update(r->lg, &u, with_pi);
-		if (rc > 0)
-			rc = 0;
-	}
-	json_decref(o);
-	return rc;
+	pi = json_object_get(l->json, "pi");
+	with_pi = r->want_pi && pi;
+	rc = with_pi ? line_pi(r, pi) : 0;
+	if (rc == 0)
+		rc = keep_update(r->lg, &u, with_pi);
+	return rc > 0 ? 0 : rc;
 }
 
 static int is_dir(const char *p)
@@ -547,19 +443,16 @@ int plot_log_read(const char *arg, const struct plot_opts *o, long quiet_upto,
 		  struct plot_log *lg, char *err)
 {
 	struct reader r = {lg, NULL, 0, o->view == PLOT_PI, o->stat, quiet_upto};
+	struct run_log_reader rd;
+	const struct run_log_line *l;
+	const char *why;
 	char dir[PATH_MAX];
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t len;
-	FILE *f;
-	int rc = 0;
+	int rc;
 
 	memset(lg, 0, sizeof *lg);
 	lg->node = -1;
 	if (!strcmp(arg, "-")) {
 		snprintf(lg->path, sizeof lg->path, "-");
-		r.name = "stdin";
-		f = stdin;
 		dir[0] = 0;
 	} else {
 		const char *slash;
@@ -574,26 +467,21 @@ int plot_log_read(const char *arg, const struct plot_opts *o, long quiet_upto,
 			if (slash == arg)
 				snprintf(dir, sizeof dir, "/");
 		}
-		r.name = lg->path;
-		f = fopen(lg->path, "r");
-		if (!f)
-			return gem_errf(err, GEM_EFAIL, "%s: %s", lg->path, strerror(errno));
 	}
-	while ((len = getline(&line, &cap, f)) >= 0) {
-		/* a growing log's last line may be half written: it is read next time */
-		if (o->follow && line[len - 1] != '\n')
-			break;
-		r.line++;
-		if (read_line(&r, line, (size_t)len) < 0) {
+	if ((rc = run_log_reader_open(&rd, lg->path, o->follow, err)) < 0)
+		return rc;
+	r.name = rd.name;
+	while ((rc = run_log_next(&rd, &l, &why, err)) > 0) {
+		r.line = rd.line;
+		if (why)
+			bad_line(&r, "%s%s", why, "");
+		else if (take_line(&r, l) < 0) {
 			rc = gem_errf(err, GEM_ENOMEM, "%s:%ld: out of memory", r.name, r.line);
 			break;
 		}
 	}
-	if (!rc && ferror(f))
-		rc = gem_errf(err, GEM_EFAIL, "%s: %s", r.name, strerror(errno));
-	free(line);
-	if (f != stdin)
-		fclose(f);
+	r.line = rd.line;
+	run_log_reader_close(&rd);
 	if (rc < 0)
 		return rc;
 	lg->nlines = r.line;

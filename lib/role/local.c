@@ -14,6 +14,7 @@
 #include "role/trainer.h"
 #include "role/work.h"
 #include "run/run.h"
+#include "run/runlog.h"
 
 struct local {
 	struct local_opts o;
@@ -143,8 +144,9 @@ int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn pr
 		l->p.version++;
 		l->p.samples += (uint64_t)n;
 		now = clock_mono();
-		run_log_update(l->log, clock_wall(), l->p.elapsed + (now - t0), -1, l->p.version, 0, 0, r->loss,
-			       l->p.samples, NULL);
+		run_log_update(l->log, &(struct run_log_update){.time = clock_wall(),
+				.elapsed = l->p.elapsed + (now - t0), .vtime = -1, .version = l->p.version,
+				.loss = r->loss, .samples = l->p.samples});
 		if (l->o.slowdown > 1)
 			work_slowdown(now - step_start, l->o.slowdown);
 		r->steps++;

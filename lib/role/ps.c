@@ -12,6 +12,7 @@
 #include "nn/data.h"
 #include "nn/model.h"
 #include "role/progress.h"
+#include "run/runlog.h"
 #include "wire/msg.h"
 
 /* One worker as the server sees it. */
@@ -93,11 +94,13 @@ static void log_event(struct ps *s, const char *event, int worker, const char *e
 	run_log_event(s->log, event, s->vtime, worker, s->prog.version, extra);
 }
 
-/* An update line; extra: "n":K, the commit's samples, or "by":"leave". */
-static void log_update(struct ps *s, int worker, float loss, const char *extra)
+/* An update line: of a commit c, or (c NULL) of a round a leave closed. */
+static void log_update(struct ps *s, int worker, const struct ps_commit *c)
 {
-	run_log_update_x(s->log, clock_wall(), elapsed_of(s), s->vtime, s->prog.version, worker,
-			 s->st.staleness, loss, s->prog.samples, &s->st, extra);
+	run_log_update(s->log, &(struct run_log_update){.time = clock_wall(), .elapsed = elapsed_of(s),
+			.vtime = s->vtime, .version = s->prog.version, .worker = worker,
+			.tau = s->st.staleness, .loss = c ? c->loss : NAN, .samples = s->prog.samples,
+			.has_n = c != NULL, .n = c ? c->samples : 0, .by_leave = !c, .st = &s->st});
 }
 
 /* ---- workers ---- */
@@ -393,7 +396,7 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 		if (rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL) == 1) {
 			/* the worker's leave completed a round */
 			s->applied_since_start++;
-			log_update(s, w->id, NAN, "\"by\":\"leave\"");
+			log_update(s, w->id, NULL);
 			meter_update(s, NAN);
 			closed = 1;
 		}
@@ -458,7 +461,7 @@ static int worker_enter_rule(struct ps *s, struct ps_worker *w, char *err)
 	if (w->in_rule && rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL) == 1) {
 		/* its old state's leave closed a round */
 		s->applied_since_start++;
-		log_update(s, w->id, NAN, "\"by\":\"leave\"");
+		log_update(s, w->id, NULL);
 	}
 	w->in_rule = 0;
 	if (rule_join(s->rule, w->id, s->theta, err) < 0)
@@ -626,7 +629,7 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 		r->elastic = s->desc->reply_elastic;
 		/* a round of a rule with rounds closes on its last commit */
 		r->round_closed = s->desc->rounds;
-		log_update(s, w->id, c->loss, nfield);
+		log_update(s, w->id, c);
 		meter_update(s, c->loss);
 		if (s->o.max_updates && s->prog.version >= s->o.max_updates)
 			ps_stop(s, "reached --max-updates");

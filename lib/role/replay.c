@@ -3,6 +3,7 @@
 #include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@
 #include "role/ps.h"
 #include "role/trainer.h"
 #include "role/vworker.h"
-#include "wire/msg.h"
+#include "run/runlog.h"
 
 struct replay {
 	const char *newrun;
@@ -32,15 +33,6 @@ struct replay {
 	double t0;     /* the log's first time: the replay's vtime is the log's time since then */
 	struct replay_summary sum;
 };
-
-/* ---- reading a line ---- */
-
-/* An integer field in [lo, hi], or def when absent; -2 when present and not such an integer. */
-static long long field_int(const json_t *j, const char *key, long long lo, long long hi, long long def)
-{
-	long long v = def;
-	return jget_int(j, key, lo, hi, &v) < 0 ? -2 : v;
-}
 
 /* ---- the run and its first parameters ---- */
 
@@ -70,11 +62,12 @@ static int make_newrun(const char *logpath, const char *newrun, char *err)
 }
 
 /* The log's server started (again): open newrun through the core with the server's options. */
-static int server_start(struct replay *p, const json_t *j, char *err)
+static int server_start(struct replay *p, const struct run_log_line *l, char *err)
 {
 	struct ps_opts po = {.max_staleness = -1};
-	const char *rule = json_string_value(json_object_get(j, "rule"));
-	long long v;
+	const json_t *j = l->json;
+	const char *rule = jget_str_or(j, "rule", NULL);
+	long long v = 0, staleness = -1;
 	int rc;
 
 	if (p->ps && !p->stopped)
@@ -88,10 +81,11 @@ static int server_start(struct replay *p, const json_t *j, char *err)
 		return gem_errf(err, GEM_EUSAGE,
 				"rule %s: its workers commit in the background, which a replay does not model",
 				rule);
-	if ((v = field_int(j, "max_updates", 0, INT64_MAX, 0)) < 0 ||
-	    (po.max_staleness = (long)field_int(j, "max_staleness", -1, INT64_MAX, -1)) < -1)
+	if (jget_int(j, "max_updates", 0, INT64_MAX, &v) < 0 ||
+	    jget_int(j, "max_staleness", -1, LONG_MAX, &staleness) < 0)
 		return gem_errf(err, GEM_EUSAGE, "bad server options in the start event");
 	po.max_updates = (uint64_t)v;
+	po.max_staleness = (long)staleness;
 	po.keep_running = json_is_true(json_object_get(j, "keep_running"));
 	if (p->ps) {
 		ps_close(p->ps);
@@ -101,9 +95,9 @@ static int server_start(struct replay *p, const json_t *j, char *err)
 		return rc;
 	p->run = ps_run(p->ps);
 	p->stopped = 0;
-	if ((uint64_t)field_int(j, "version", 0, INT64_MAX, 0) != ps_version(p->ps))
-		return gem_errf(err, GEM_EUSAGE, "the log's server starts at version %lld, %s is at %llu",
-				field_int(j, "version", 0, INT64_MAX, 0), p->newrun,
+	if (l->u.version != ps_version(p->ps))
+		return gem_errf(err, GEM_EUSAGE, "the log's server starts at version %llu, %s is at %llu",
+				(unsigned long long)l->u.version, p->newrun,
 				(unsigned long long)ps_version(p->ps));
 	ps_log_start(p->ps, NULL);
 	return 0;
@@ -221,10 +215,12 @@ static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
 
 /* ---- one line ---- */
 
-static int do_event(struct replay *p, const char *ev, const json_t *j, int id, char *err)
+static int do_event(struct replay *p, const struct run_log_line *l, char *err)
 {
-	const char *reason = json_string_value(json_object_get(j, "reason"));
-	long long n = field_int(j, "n", 1, (long long)1 << 40, 0);
+	const char *ev = l->event, *reason = jget_str_or(l->json, "reason", NULL);
+	const json_t *j = l->json;
+	long long n = jget_int_or(j, "n", 1, (long long)1 << 40, 0);
+	int id = l->u.worker;
 	if (!strcmp(ev, "held"))
 		return do_commit(p, id, (uint64_t)n, PS_PENDING, err);
 	if (!strcmp(ev, "refused") && reason && !strcmp(reason, "stale"))
@@ -258,65 +254,54 @@ static int do_event(struct replay *p, const char *ev, const json_t *j, int id, c
 	return 0; /* "sim" and anything newer: nothing the server decided */
 }
 
-/* Which worker a line names (-1: none); -2 a bad one. */
-static int line_worker(const json_t *j)
+static int replay_line(struct replay *p, const struct run_log_line *l, char *err)
 {
-	long long id = field_int(j, "worker", 0, PS_MAX_WORKERS - 1, -1);
-	return id < -1 ? -2 : (int)id;
-}
+	const struct run_log_update *u = &l->u;
+	int rc;
 
-static int replay_line(struct replay *p, const json_t *j, char *err)
-{
-	const char *ev = json_string_value(json_object_get(j, "event"));
-	int id = line_worker(j), rc;
-	long long v;
-
-	if (ev && !strcmp(ev, "start"))
-		return server_start(p, j, err);
+	if (l->event && !strcmp(l->event, "start"))
+		return server_start(p, l, err);
 	if ((rc = ensure_ready(p, err)) < 0)
 		return rc;
-	if (id == -2 || (!ev && id < 0))
+	if (u->worker >= PS_MAX_WORKERS || (!l->event && u->worker < 0))
 		return gem_errf(err, GEM_EFAIL, "a bad \"worker\"");
-	if (json_is_number(json_object_get(j, "time")))
-		ps_set_vtime(p->ps, json_number_value(json_object_get(j, "time")) - p->t0);
-	if (!ev && json_object_get(j, "by"))
+	if (!isnan(u->time))
+		ps_set_vtime(p->ps, u->time - p->t0);
+	if (!l->event && u->by_leave)
 		return 0; /* a round a leave closed: the leave that follows closes it here */
-	rc = ev ? do_event(p, ev, j, id, err)
-		: do_commit(p, id, (uint64_t)field_int(j, "n", 1, (long long)1 << 40, 0), PS_APPLIED, err);
+	rc = l->event ? do_event(p, l, err) : do_commit(p, u->worker, u->n, PS_APPLIED, err);
 	if (rc < 0)
 		return rc;
-	v = field_int(j, "version", 0, INT64_MAX, -1);
-	if (v >= 0 && (uint64_t)v != ps_version(p->ps))
-		return gem_errf(err, GEM_EFAIL, "the replay is at version %llu, the log at %lld",
-				(unsigned long long)ps_version(p->ps), v);
+	if ((!l->event || l->has_version) && u->version != ps_version(p->ps))
+		return gem_errf(err, GEM_EFAIL, "the replay is at version %llu, the log at %llu",
+				(unsigned long long)ps_version(p->ps), (unsigned long long)u->version);
 	return 0;
 }
 
 /* ---- the whole log ---- */
 
-static int replay_lines(struct replay *p, FILE *f, volatile sig_atomic_t *stop, char *err)
+static int replay_lines(struct replay *p, struct run_log_reader *rd, volatile sig_atomic_t *stop,
+			char *err)
 {
-	char *line = NULL;
-	size_t cap = 0;
-	int rc = 0;
-	while (getline(&line, &cap, f) > 0 && !(stop && *stop)) {
-		json_error_t je;
-		json_t *j = json_loads(line, 0, &je);
-		p->sum.lines++;
-		if (!json_is_object(j)) {
-			rc = gem_errf(err, GEM_EFAIL, "line %llu: not JSON: %s",
-				      (unsigned long long)p->sum.lines, je.text);
+	const struct run_log_line *l;
+	const char *why;
+	int rc = 0, first = 1;
+	while (!(stop && *stop) && (rc = run_log_next(rd, &l, &why, err)) > 0) {
+		p->sum.lines = (uint64_t)rd->line;
+		if (why) {
+			rc = gem_errf(err, GEM_EFAIL, "%s", why);
 		} else {
-			if (p->sum.lines == 1)
-				p->t0 = json_number_value(json_object_get(j, "time"));
-			if ((rc = replay_line(p, j, err)) < 0)
-				gem_errprefix(err, "line %llu: ", (unsigned long long)p->sum.lines);
+			/* the replay's vtime is the log's time since its first line */
+			if (first)
+				p->t0 = isnan(l->u.time) ? 0 : l->u.time;
+			first = 0;
+			rc = replay_line(p, l, err);
 		}
-		json_decref(j);
-		if (rc < 0)
-			break;
+		if (rc < 0) {
+			gem_errprefix(err, "line %ld: ", rd->line);
+			return rc;
+		}
 	}
-	free(line);
 	return rc;
 }
 
@@ -339,27 +324,27 @@ static void replay_free(struct replay *p)
 int replay_run(const char *logpath, const char *newrun, volatile sig_atomic_t *stop,
 	       struct replay_summary *sum, char *err)
 {
+	struct run_log_reader rd;
 	struct replay *p;
 	struct stat st;
 	char runjson[PATH_MAX + 16];
-	FILE *f;
 	int rc;
 
-	if (!(f = fopen(logpath, "r")))
+	if (run_log_reader_open(&rd, logpath, 0, err) < 0)
 		return gem_errf(err, GEM_EUSAGE, "%s: cannot read", logpath);
 	run_dir_file(newrun, RUN_JSON, runjson, sizeof runjson);
 	if (stat(runjson, &st) != 0 && (rc = make_newrun(logpath, newrun, err)) < 0) {
-		fclose(f);
+		run_log_reader_close(&rd);
 		return rc;
 	}
 	if (!(p = calloc(1, sizeof *p))) {
-		fclose(f);
+		run_log_reader_close(&rd);
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	}
 	p->newrun = newrun;
 	p->sum.seconds = clock_mono();
-	rc = replay_lines(p, f, stop, err);
-	fclose(f);
+	rc = replay_lines(p, &rd, stop, err);
+	run_log_reader_close(&rd);
 	if (rc == 0 && p->ps && !p->stopped) {
 		ps_log_stop(p->ps, stop && *stop ? "stopped by a signal" : "the log ends here");
 		rc = ps_checkpoint(p->ps, err);

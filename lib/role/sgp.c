@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "nn/optim.h"
 #include "role/work.h"
+#include "run/runlog.h"
 
 /* One run of the node: the trainer's data and optimiser, (x, w), the log, the sender. */
 struct loop {
@@ -195,13 +196,11 @@ static int log_open(struct sgp_node *s, struct loop *l, const struct sgp_status 
 static void log_iter(FILE *f, const struct sgp_node *s, const struct loop *l,
 		     const struct mixed *mx)
 {
-	char extra[160], peer[64] = "";
-	if (mx->last_from >= 0)
-		snprintf(peer, sizeof peer, ",\"peer\":%d,\"dist\":%.6g", mx->last_from, mx->dist);
-	snprintf(extra, sizeof extra, "\"w\":%.9g,\"msgs\":%d,\"wait\":%.4f%s", l->w, mx->got,
-		 mx->waited, peer);
-	run_log_update_x(f, clock_wall(), clock_mono() - s->t0, -1, l->iter + 1, s->id, mx->age_max,
-			 l->loss, l->feed.samples, NULL, extra);
+	struct run_log_gossip g = {.w = l->w, .msgs = mx->got, .wait = mx->waited,
+				   .peer = mx->last_from, .dist = mx->dist};
+	run_log_update(f, &(struct run_log_update){.time = clock_wall(), .elapsed = clock_mono() - s->t0,
+			.vtime = -1, .version = l->iter + 1, .worker = s->id, .tau = mx->age_max,
+			.loss = l->loss, .samples = l->feed.samples, .gossip = &g});
 }
 
 /* z and the node's progress for GET /v1/params and /v1/health. */

@@ -15,6 +15,7 @@
 #include "role/ps.h"
 #include "role/trainer.h"
 #include "role/vworker.h"
+#include "run/runlog.h"
 #include "run/shard.h"
 
 #define LOSS_TAIL 100

@@ -1,7 +1,5 @@
 #include "run/run.h"
 
-#include "base/clock.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <float.h>
@@ -384,97 +382,6 @@ int run_lock(struct run *r, char *err)
 	return lock_dir(r->fdir[0] ? r->fdir : r->dir, &r->lock_fd, err);
 }
 
-/* The version a log line records (its first "version" member: every writer here puts it before
- * any free text), or -1 for a line with none. */
-static long long line_version(const char *line)
-{
-	const char *v = strstr(line, "\"version\":");
-	char *end;
-	unsigned long long n;
-	if (!v)
-		return -1;
-	errno = 0;
-	n = strtoull(v + 10, &end, 10);
-	return end == v + 10 || errno || n > (unsigned long long)LLONG_MAX ? -1 : (long long)n;
-}
-
-/* Copy the lines of in that stay (whole, of a version <= version) to path, atomically. */
-static int log_rewrite(FILE *in, const char *path, uint64_t version, char *err)
-{
-	char tmp[PATH_MAX + 32];
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t len;
-	FILE *out;
-	int bad = 0;
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	if (!(out = fopen(tmp, "w")))
-		return gem_errf(err, GEM_EFAIL, "%s: %s", tmp, strerror(errno));
-	rewind(in);
-	while ((len = getline(&line, &cap, in)) > 0) {
-		long long v = line_version(line);
-		if (line[len - 1] == '\n' && (v < 0 || (uint64_t)v <= version))
-			bad |= fwrite(line, 1, (size_t)len, out) != (size_t)len;
-	}
-	free(line);
-	bad |= fflush(out) != 0 || fsync(fileno(out)) != 0;
-	bad |= fclose(out) != 0;
-	if (bad || rename(tmp, path) < 0) {
-		unlink(tmp);
-		return gem_errf(err, GEM_EFAIL, "%s: cannot cut the log back: %s", path, strerror(errno));
-	}
-	return 0;
-}
-
-/* Cut the log at path back to the checkpoint of version: the lines of later versions (what a
- * crash lost of θ, and would be logged again) and a torn last line go. Usually they are the
- * log's tail, which is truncated; else the log is rewritten without them. */
-static int log_cut(const char *path, uint64_t version, char *err)
-{
-	FILE *f = fopen(path, "r");
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t len;
-	off_t pos = 0, cut = -1;
-	long long dropped = 0;
-	int kept_after = 0, rc = 0;
-	if (!f)
-		return errno == ENOENT ? 0 : gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
-	while ((len = getline(&line, &cap, f)) > 0) {
-		long long v = line_version(line);
-		int drop = line[len - 1] != '\n' || (v >= 0 && (uint64_t)v > version);
-		dropped += drop;
-		if (drop && cut < 0)
-			cut = pos;
-		else if (!drop && cut >= 0)
-			kept_after = 1;
-		pos += len;
-	}
-	free(line);
-	if (cut >= 0 && !kept_after && truncate(path, cut) < 0)
-		rc = gem_errf(err, GEM_EFAIL, "%s: cannot cut the log back: %s", path, strerror(errno));
-	else if (cut >= 0 && kept_after)
-		rc = log_rewrite(f, path, version, err);
-	if (cut >= 0 && rc == 0)
-		log_info("%s: cut back to the checkpoint (version %llu): %lld line%s of later versions "
-			 "or torn dropped", path, (unsigned long long)version, dropped, dropped == 1 ? "" : "s");
-	fclose(f);
-	return rc;
-}
-
-int run_log_open(const struct run *r, uint64_t version, FILE **out, char *err)
-{
-	char path[PATH_MAX + 16];
-	int rc;
-	run_file(r, RUN_LOG, path, sizeof path);
-	if ((rc = log_cut(path, version, err)) < 0)
-		return rc;
-	*out = fopen(path, "a");
-	if (!*out)
-		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
-	return 0;
-}
-
 /* The largest params file for n floats: the raw bytes, zlib's worst-case growth, a header. */
 static size_t params_max_bytes(size_t n)
 {
@@ -547,88 +454,6 @@ int run_params_load(const struct run *r, const char *path, float *theta, size_t 
 	run_progress_of(h, p);
 	json_decref(h);
 	return 0;
-}
-
-static void log_floats(FILE *f, const char *key, const struct rule_stats *st, size_t off)
-{
-	fprintf(f, "\"%s\":[", key);
-	for (int i = 0; i < st->ntensors; i++) {
-		const float *v = (const float *)((const char *)&st->t[i] + off);
-		if (isfinite(*v))
-			fprintf(f, "%s%.4g", i ? "," : "", (double)*v);
-		else
-			fprintf(f, "%snull", i ? "," : "");
-	}
-	fputc(']', f);
-}
-
-void run_log_update(FILE *f, double time, double elapsed, double vtime, uint64_t version,
-		    int worker, uint64_t tau, float loss, uint64_t samples, const struct rule_stats *st)
-{
-	run_log_update_x(f, time, elapsed, vtime, version, worker, tau, loss, samples, st, NULL);
-}
-
-void run_log_json(FILE *f, json_t *obj)
-{
-	if (obj)
-		json_dumpf(obj, f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-	fputc('\n', f);
-}
-
-void run_log_update_x(FILE *f, double time, double elapsed, double vtime, uint64_t version,
-		      int worker, uint64_t tau, float loss, uint64_t samples,
-		      const struct rule_stats *st, const char *extra)
-{
-	fprintf(f, "{\"time\":%.3f,\"elapsed\":%.3f,", time, elapsed);
-	if (vtime >= 0)
-		fprintf(f, "\"vtime\":%.6f,", vtime);
-	fprintf(f, "\"version\":%llu,\"worker\":%d,\"tau\":%llu,", (unsigned long long)version, worker,
-		(unsigned long long)tau);
-	if (isfinite(loss))
-		fprintf(f, "\"loss\":%.6g,", (double)loss);
-	else
-		fputs("\"loss\":null,", f);
-	fprintf(f, "\"samples\":%llu", (unsigned long long)samples);
-	if (extra && *extra)
-		fprintf(f, ",%s", extra);
-	if (st && st->ntensors > 0) {
-		fputs(",\"pi\":{", f);
-		log_floats(f, "median", st, offsetof(struct rule_tensor_stats, pi_median));
-		fputc(',', f);
-		log_floats(f, "mean", st, offsetof(struct rule_tensor_stats, pi_mean));
-		fputc(',', f);
-		log_floats(f, "zero", st, offsetof(struct rule_tensor_stats, clamped0));
-		fputc(',', f);
-		log_floats(f, "scale", st, offsetof(struct rule_tensor_stats, scale));
-		fprintf(f, isfinite(st->all.scale) ? "},\"scale\":%.4g" : "},\"scale\":null",
-			(double)st->all.scale);
-	}
-	fputs("}\n", f);
-}
-
-void run_log_start(FILE *f, const struct run *r, const char *rule, const char *url, uint64_t version,
-		   const struct layout *l)
-{
-	run_log_start_x(f, r, rule, url, version, l, NULL);
-}
-
-void run_log_start_x(FILE *f, const struct run *r, const char *rule, const char *url,
-		     uint64_t version, const struct layout *l, json_t *more)
-{
-	json_t *names = json_array(), *ev;
-	for (int i = 0; i < l->ntensors; i++)
-		json_array_append_new(names, json_string(l->t[i].name));
-	ev = json_pack("{s:s, s:f, s:I, s:s, s:s, s:o}", "event", "start", "time", clock_wall(), "version", (json_int_t)version, "rule",
-		       rule, "model", r->model_name, "tensors", names);
-	if (ev && url)
-		json_object_set_new(ev, "url", json_string(url));
-	if (ev && more)
-		json_object_update(ev, more);
-	if (ev)
-		json_dumpf(ev, f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(13));
-	fputc('\n', f);
-	fflush(f);
-	json_decref(ev);
 }
 
 /* Before a state file is replaced: the one there becomes the save before (kept until the next
@@ -705,18 +530,6 @@ int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t versi
 	blob_codec_free(&c);
 	json_decref(h);
 	return rc < 0 ? rc : 1;
-}
-
-void run_log_event(FILE *f, const char *event, double vtime, int worker, uint64_t version,
-		   const char *extra)
-{
-	fprintf(f, "{\"event\":\"%s\",\"time\":%.3f", event, clock_wall());
-	if (vtime >= 0)
-		fprintf(f, ",\"vtime\":%.6f", vtime);
-	if (worker >= 0)
-		fprintf(f, ",\"worker\":%d", worker);
-	fprintf(f, ",\"version\":%llu%s%s}\n", (unsigned long long)version, extra && *extra ? "," : "",
-		extra ? extra : "");
 }
 
 #define RULE_STATE_BLOB "rule"

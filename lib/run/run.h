@@ -1,6 +1,6 @@
 /* run: one training run's directory, and the one module that names and formats the files in
- * it (gem-protocol(7) documents them) and writes its log. Whoever trains or serves a run reads
- * and writes RUNDIR through these functions only. */
+ * it (gem-protocol(7) documents them; its log: run/runlog.h). Whoever trains or serves a run
+ * reads and writes RUNDIR through these functions only. */
 #ifndef GEM_RUN_H
 #define GEM_RUN_H
 #include <jansson.h>
@@ -127,32 +127,6 @@ int run_params_load(const struct run *r, const char *path, float *theta, size_t 
 int run_local_state_save(const struct run *r, const float *v, size_t n, uint64_t version, char *err);
 int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t version, char *err);
 
-/* Write one update line of log.jsonl (see gem-protocol(7)): wall time, elapsed training
- * seconds, virtual time (vtime < 0: none), version, worker, staleness, loss (NaN: null),
- * samples, and GEM's π statistics when st has tensors (st may be NULL). */
-void run_log_update(FILE *f, double time, double elapsed, double vtime, uint64_t version,
-		    int worker, uint64_t tau, float loss, uint64_t samples, const struct rule_stats *st);
-/* The same, with more JSON members (extra, may be NULL) after "samples": a server's "n" (the
- * commit's samples) or "by":"leave" (a round a worker's leave closed). */
-void run_log_update_x(FILE *f, double time, double elapsed, double vtime, uint64_t version,
-		      int worker, uint64_t tau, float loss, uint64_t samples,
-		      const struct rule_stats *st, const char *extra);
-/* One JSON object as a line. */
-void run_log_json(FILE *f, json_t *obj);
-
-/* Write one event line of log.jsonl: {"event":E,"time":…[,"vtime":…][,"worker":W],"version":V
- * [,extra]} where extra (may be NULL) is more JSON members, written as given. */
-void run_log_event(FILE *f, const char *event, double vtime, int worker, uint64_t version,
-		   const char *extra);
-
-/* Write the start event of log.jsonl: rule, model, the server's url (NULL: none), version and
- * the tensor names of the layout. */
-void run_log_start(FILE *f, const struct run *r, const char *rule, const char *url, uint64_t version,
-		   const struct layout *l);
-/* The same with the members of more (may be NULL) added: a server's options. */
-void run_log_start_x(FILE *f, const struct run *r, const char *rule, const char *url,
-		     uint64_t version, const struct layout *l, json_t *more);
-
 /* A checkpoint in two halves, so that a server takes it under its lock and writes it (fsync
  * and all) outside: a snapshot of θ, its progress, the rule's state and the server's record of
  * its workers (an array of objects), in buffers kept from one checkpoint to the next. A
@@ -182,10 +156,4 @@ int run_server_url_write(const struct run *r, const char *url, char *err);
 void run_server_url_remove(const struct run *r);
 /* The URL in RUNDIR/server.url (the directory of a run, not yet opened). */
 int run_server_url_read(const char *dir, char *url, size_t cap, char *err);
-
-/* Append-only log.jsonl, cut back first to θ's checkpoint of version: a session that restarts
- * from it drops what the log says of later versions (a crash's lost updates, which would be
- * logged twice) and a torn last line. Lines are written whole, flushed at checkpoints and at
- * close. */
-int run_log_open(const struct run *r, uint64_t version, FILE **out, char *err);
 #endif

@@ -1,0 +1,403 @@
+#include "run/runlog.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/jget.h"
+#include "base/log.h"
+
+/* ---- writing ---- */
+
+static void log_floats(FILE *f, const char *key, const struct rule_stats *st, size_t off)
+{
+	fprintf(f, "\"%s\":[", key);
+	for (int i = 0; i < st->ntensors; i++) {
+		const float *v = (const float *)((const char *)&st->t[i] + off);
+		if (isfinite(*v))
+			fprintf(f, "%s%.4g", i ? "," : "", (double)*v);
+		else
+			fprintf(f, "%snull", i ? "," : "");
+	}
+	fputc(']', f);
+}
+
+static void log_gossip(FILE *f, const struct run_log_gossip *g)
+{
+	fprintf(f, ",\"w\":%.9g,\"msgs\":%d,\"wait\":%.4f", g->w, g->msgs, g->wait);
+	if (g->peer >= 0)
+		fprintf(f, ",\"peer\":%d,\"dist\":%.6g", g->peer, g->dist);
+}
+
+void run_log_update(FILE *f, const struct run_log_update *u)
+{
+	const struct rule_stats *st = u->st;
+	fprintf(f, "{\"time\":%.3f,\"elapsed\":%.3f,", u->time, u->elapsed);
+	if (u->vtime >= 0)
+		fprintf(f, "\"vtime\":%.6f,", u->vtime);
+	fprintf(f, "\"version\":%llu,\"worker\":%d,\"tau\":%llu,", (unsigned long long)u->version,
+		u->worker, (unsigned long long)u->tau);
+	if (isfinite(u->loss))
+		fprintf(f, "\"loss\":%.6g,", u->loss);
+	else
+		fputs("\"loss\":null,", f);
+	fprintf(f, "\"samples\":%llu", (unsigned long long)u->samples);
+	if (u->has_n)
+		fprintf(f, ",\"n\":%llu", (unsigned long long)u->n);
+	if (u->by_leave)
+		fputs(",\"by\":\"leave\"", f);
+	if (u->gossip)
+		log_gossip(f, u->gossip);
+	if (st && st->ntensors > 0) {
+		fputs(",\"pi\":{", f);
+		log_floats(f, "median", st, offsetof(struct rule_tensor_stats, pi_median));
+		fputc(',', f);
+		log_floats(f, "mean", st, offsetof(struct rule_tensor_stats, pi_mean));
+		fputc(',', f);
+		log_floats(f, "zero", st, offsetof(struct rule_tensor_stats, clamped0));
+		fputc(',', f);
+		log_floats(f, "scale", st, offsetof(struct rule_tensor_stats, scale));
+		fprintf(f, isfinite(st->all.scale) ? "},\"scale\":%.4g" : "},\"scale\":null",
+			(double)st->all.scale);
+	}
+	fputs("}\n", f);
+}
+
+void run_log_json(FILE *f, json_t *obj)
+{
+	if (obj)
+		json_dumpf(obj, f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+	fputc('\n', f);
+}
+
+void run_log_event(FILE *f, const char *event, double vtime, int worker, uint64_t version,
+		   const char *extra)
+{
+	fprintf(f, "{\"event\":\"%s\",\"time\":%.3f", event, clock_wall());
+	if (vtime >= 0)
+		fprintf(f, ",\"vtime\":%.6f", vtime);
+	if (worker >= 0)
+		fprintf(f, ",\"worker\":%d", worker);
+	fprintf(f, ",\"version\":%llu%s%s}\n", (unsigned long long)version, extra && *extra ? "," : "",
+		extra ? extra : "");
+}
+
+void run_log_start(FILE *f, const struct run *r, const char *rule, const char *url, uint64_t version,
+		   const struct layout *l)
+{
+	run_log_start_x(f, r, rule, url, version, l, NULL);
+}
+
+void run_log_start_x(FILE *f, const struct run *r, const char *rule, const char *url,
+		     uint64_t version, const struct layout *l, json_t *more)
+{
+	json_t *names = json_array(), *ev;
+	for (int i = 0; i < l->ntensors; i++)
+		json_array_append_new(names, json_string(l->t[i].name));
+	ev = json_pack("{s:s, s:f, s:I, s:s, s:s, s:o}", "event", "start", "time", clock_wall(), "version", (json_int_t)version, "rule",
+		       rule, "model", r->model_name, "tensors", names);
+	if (ev && url)
+		json_object_set_new(ev, "url", json_string(url));
+	if (ev && more)
+		json_object_update(ev, more);
+	if (ev)
+		json_dumpf(ev, f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(13));
+	fputc('\n', f);
+	fflush(f);
+	json_decref(ev);
+}
+
+/* ---- cutting back at a restart ---- */
+
+/* The version a log line records (its first "version" member: every writer here puts it before
+ * any free text), or -1 for a line with none. */
+static long long line_version(const char *line)
+{
+	const char *v = strstr(line, "\"version\":");
+	char *end;
+	unsigned long long n;
+	if (!v)
+		return -1;
+	errno = 0;
+	n = strtoull(v + 10, &end, 10);
+	return end == v + 10 || errno || n > (unsigned long long)LLONG_MAX ? -1 : (long long)n;
+}
+
+/* Copy the lines of in that stay (whole, of a version <= version) to path, atomically. */
+static int log_rewrite(FILE *in, const char *path, uint64_t version, char *err)
+{
+	char tmp[PATH_MAX + 32];
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	FILE *out;
+	int bad = 0;
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	if (!(out = fopen(tmp, "w")))
+		return gem_errf(err, GEM_EFAIL, "%s: %s", tmp, strerror(errno));
+	rewind(in);
+	while ((len = getline(&line, &cap, in)) > 0) {
+		long long v = line_version(line);
+		if (line[len - 1] == '\n' && (v < 0 || (uint64_t)v <= version))
+			bad |= fwrite(line, 1, (size_t)len, out) != (size_t)len;
+	}
+	free(line);
+	bad |= fflush(out) != 0 || fsync(fileno(out)) != 0;
+	bad |= fclose(out) != 0;
+	if (bad || rename(tmp, path) < 0) {
+		unlink(tmp);
+		return gem_errf(err, GEM_EFAIL, "%s: cannot cut the log back: %s", path, strerror(errno));
+	}
+	return 0;
+}
+
+/* Cut the log at path back to the checkpoint of version: the lines of later versions (what a
+ * crash lost of θ, and would be logged again) and a torn last line go. Usually they are the
+ * log's tail, which is truncated; else the log is rewritten without them. */
+static int log_cut(const char *path, uint64_t version, char *err)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	off_t pos = 0, cut = -1;
+	long long dropped = 0;
+	int kept_after = 0, rc = 0;
+	if (!f)
+		return errno == ENOENT ? 0 : gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+	while ((len = getline(&line, &cap, f)) > 0) {
+		long long v = line_version(line);
+		int drop = line[len - 1] != '\n' || (v >= 0 && (uint64_t)v > version);
+		dropped += drop;
+		if (drop && cut < 0)
+			cut = pos;
+		else if (!drop && cut >= 0)
+			kept_after = 1;
+		pos += len;
+	}
+	free(line);
+	if (cut >= 0 && !kept_after && truncate(path, cut) < 0)
+		rc = gem_errf(err, GEM_EFAIL, "%s: cannot cut the log back: %s", path, strerror(errno));
+	else if (cut >= 0 && kept_after)
+		rc = log_rewrite(f, path, version, err);
+	if (cut >= 0 && rc == 0)
+		log_info("%s: cut back to the checkpoint (version %llu): %lld line%s of later versions "
+			 "or torn dropped", path, (unsigned long long)version, dropped, dropped == 1 ? "" : "s");
+	fclose(f);
+	return rc;
+}
+
+int run_log_open(const struct run *r, uint64_t version, FILE **out, char *err)
+{
+	char path[PATH_MAX + 16];
+	int rc;
+	run_file(r, RUN_LOG, path, sizeof path);
+	if ((rc = log_cut(path, version, err)) < 0)
+		return rc;
+	*out = fopen(path, "a");
+	if (!*out)
+		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+	return 0;
+}
+
+/* ---- reading ---- */
+
+/* A count of an update line (version, worker, tau, samples): an integer, or an integral real. */
+static int need_count(const json_t *o, const char *key, long long *out, char *why, size_t cap)
+{
+	int rc = jget_integral(o, key, LLONG_MIN, LLONG_MAX, out);
+	if (rc == JGET_MISSING)
+		snprintf(why, cap, "missing \"%s\"", key);
+	else if (rc != JGET_OK)
+		snprintf(why, cap, "\"%s\" is not an integer", key);
+	return rc;
+}
+
+/* An optional number >= 0 into *out (left as it is when missing); -1 when bad. */
+static int opt_seconds(const json_t *o, const char *key, double *out, char *why, size_t cap)
+{
+	int rc = jget_num(o, key, 0, HUGE_VAL, out);
+	if (rc < 0)
+		snprintf(why, cap, "\"%s\" is %s", key, rc == JGET_TYPE ? "not a number" : "negative");
+	return rc < 0 ? -1 : 0;
+}
+
+/* The times of an update line: vtime when it has one, else elapsed, which it must have. */
+static int update_times(const json_t *o, struct run_log_update *u, char *why, size_t cap)
+{
+	int rc;
+	if (opt_seconds(o, "time", &u->time, why, cap) < 0 || opt_seconds(o, "vtime", &u->vtime, why, cap) < 0)
+		return -1;
+	if ((rc = jget_num(o, "elapsed", -HUGE_VAL, HUGE_VAL, &u->elapsed)) == JGET_OK || u->vtime >= 0)
+		return 0;
+	if (rc == JGET_MISSING)
+		snprintf(why, cap, "missing \"elapsed\"");
+	else
+		snprintf(why, cap, "\"elapsed\" is not a number");
+	return -1;
+}
+
+/* What only a server's update line has: the commit's samples, or the leave that closed it. */
+static int update_server(const json_t *o, struct run_log_update *u, char *why, size_t cap)
+{
+	long long n;
+	const char *by;
+	int rc = jget_int(o, "n", 0, (long long)1 << 40, &n);
+	if (rc < 0) {
+		snprintf(why, cap, "\"n\" is not a count of samples");
+		return -1;
+	}
+	u->has_n = rc == JGET_OK;
+	u->n = u->has_n ? (uint64_t)n : 0;
+	if ((rc = jget_str(o, "by", 0, &by)) < 0 || (rc == JGET_OK && strcmp(by, "leave"))) {
+		snprintf(why, cap, "\"by\" is not \"leave\"");
+		return -1;
+	}
+	u->by_leave = rc == JGET_OK;
+	return 0;
+}
+
+static int parse_update(const json_t *o, struct run_log_update *u, char *why, size_t cap)
+{
+	static const char *const keys[] = {"version", "worker", "tau", "samples"};
+	long long v[4];
+	json_t *loss;
+	for (int i = 0; i < 4; i++)
+		if (need_count(o, keys[i], &v[i], why, cap) != JGET_OK)
+			return -1;
+	if (v[0] < 0 || v[1] < 0 || v[2] < 0 || v[3] < 0) {
+		snprintf(why, cap, "negative %s", v[0] < 0 ? "version" : v[1] < 0 ? "worker"
+						   : v[2] < 0 ? "tau" : "samples");
+		return -1;
+	}
+	if (v[1] > INT_MAX) {
+		snprintf(why, cap, "\"worker\" is out of range");
+		return -1;
+	}
+	/* τ updates came between the version computed on and this one: τ < version */
+	if (v[2] > v[0]) {
+		snprintf(why, cap, "\"tau\" greater than \"version\"");
+		return -1;
+	}
+	if (update_times(o, u, why, cap) < 0)
+		return -1;
+	if (!(loss = json_object_get(o, "loss"))) {
+		snprintf(why, cap, "missing \"loss\"");
+		return -1;
+	}
+	if (!json_is_null(loss) && !json_is_number(loss)) {
+		snprintf(why, cap, "\"loss\" is neither a number nor null");
+		return -1;
+	}
+	u->version = (uint64_t)v[0];
+	u->worker = (int)v[1];
+	u->tau = (uint64_t)v[2];
+	u->samples = (uint64_t)v[3];
+	u->loss = json_is_null(loss) ? NAN : json_number_value(loss);
+	return update_server(o, u, why, cap);
+}
+
+/* An event's common fields, each optional; an event named by other than a string is one of a
+ * kind no reader knows (""). */
+static int parse_event(struct run_log_line *l, char *why, size_t cap)
+{
+	const json_t *o = l->json;
+	long long v;
+	int rc;
+	l->event = jget_str_or(o, "event", "");
+	if (opt_seconds(o, "time", &l->u.time, why, cap) < 0 ||
+	    opt_seconds(o, "vtime", &l->u.vtime, why, cap) < 0)
+		return -1;
+	if ((rc = jget_integral(o, "worker", 0, INT_MAX, &v)) < 0) {
+		snprintf(why, cap, "\"worker\" is not a worker's number");
+		return -1;
+	}
+	l->u.worker = rc == JGET_OK ? (int)v : -1;
+	if ((rc = jget_integral(o, "version", 0, LLONG_MAX, &v)) < 0) {
+		snprintf(why, cap, "\"version\" is not a version");
+		return -1;
+	}
+	l->has_version = rc == JGET_OK;
+	l->u.version = l->has_version ? (uint64_t)v : 0;
+	return 0;
+}
+
+int run_log_parse(const char *text, size_t len, struct run_log_line *l, char *why, size_t cap)
+{
+	json_error_t je;
+	memset(l, 0, sizeof *l);
+	l->u.time = l->u.elapsed = l->u.loss = NAN;
+	l->u.vtime = -1;
+	l->u.worker = -1;
+	if (!(l->json = json_loadb(text, len, 0, &je)))
+		snprintf(why, cap, "not JSON");
+	else if (!json_is_object(l->json))
+		snprintf(why, cap, "not a JSON object");
+	else if (json_object_get(l->json, "event") ? parse_event(l, why, cap) == 0
+						    : parse_update(l->json, &l->u, why, cap) == 0)
+		return 0;
+	return GEM_EUSAGE;
+}
+
+void run_log_line_free(struct run_log_line *l)
+{
+	json_decref(l->json);
+	l->json = NULL;
+}
+
+int run_log_reader_open(struct run_log_reader *rd, const char *path, int follow, char *err)
+{
+	memset(rd, 0, sizeof *rd);
+	rd->follow = follow;
+	if (!strcmp(path, "-")) {
+		rd->f = stdin;
+		rd->name = "stdin";
+		return 0;
+	}
+	rd->name = path;
+	if (!(rd->f = fopen(path, "r")))
+		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+	return 0;
+}
+
+int run_log_next(struct run_log_reader *rd, const struct run_log_line **l, const char **why,
+		 char *err)
+{
+	ssize_t len;
+	run_log_line_free(&rd->cur);
+	*l = NULL;
+	*why = NULL;
+	while ((len = getline(&rd->buf, &rd->cap, rd->f)) > 0) {
+		/* a growing log's last line may be half written: it is read next time */
+		if (rd->follow && rd->buf[len - 1] != '\n')
+			return 0;
+		rd->line++;
+		while (len && (rd->buf[len - 1] == '\n' || rd->buf[len - 1] == '\r' || rd->buf[len - 1] == ' '))
+			len--;
+		if (len == 0)
+			continue;
+		if (run_log_parse(rd->buf, (size_t)len, &rd->cur, rd->why, sizeof rd->why) < 0)
+			*why = rd->why;
+		else
+			*l = &rd->cur;
+		return 1;
+	}
+	if (ferror(rd->f))
+		return gem_errf(err, GEM_EFAIL, "%s: %s", rd->name, strerror(errno));
+	return 0;
+}
+
+void run_log_reader_close(struct run_log_reader *rd)
+{
+	run_log_line_free(&rd->cur);
+	if (rd->f && rd->f != stdin)
+		fclose(rd->f);
+	free(rd->buf);
+	memset(rd, 0, sizeof *rd);
+}
