@@ -1,10 +1,8 @@
 /* gem-sim: N asynchronous workers of a run, simulated in one process on a virtual clock, against
  * gem-serve's own server core (lib/role/sim.c, lib/role/ps.c); or a replay of a served run
- * (--replay, lib/role/replay.c). Options it does not know are gem-init's: with them (or
- * when RUNDIR is not a run yet) it makes the run with the gem-init beside it first. */
-#include <errno.h>
+ * (--replay, lib/role/replay.c). gem-init's options (lib/run/spec.h) make the run first, as
+ * gem-init would, with --workers N. */
 #include <getopt.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -12,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -21,6 +18,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "run/run.h"
+#include "run/spec.h"
 #include "role/progress.h"
 #include "role/ps.h"
 #include "role/replay.h"
@@ -92,39 +90,6 @@ static const struct option longopts[] = {
 };
 static const char shortopts[] = "n:t:j:qhV";
 
-/* gem-init's options (see gem-init.c): name, short letter, whether it takes a value. */
-static const struct {
-	const char *name;
-	char letter;
-	int arg;
-} init_opts[] = {
-	{"model", 'm', 1},  {"data", 'd', 1},   {"rule", 'r', 1},         {"lr", 0, 1},
-	{"momentum", 0, 1}, {"nesterov", 0, 0}, {"weight-decay", 0, 1},   {"batch", 'b', 1},
-	{"epochs", 'e', 1}, {"seed", 's', 1},   {"kappa", 0, 1},          {"pi-max", 0, 1},
-	{"eps", 0, 1},      {"window", 0, 1},   {"alpha", 0, 1},          {"lambda-dc", 0, 1},
-	{"gem-ref", 0, 1},  {"force", 'f', 0},
-};
-
-/* -1: not a gem-init option; else whether it takes a separate value (argument `a`). */
-static int init_option(const char *a)
-{
-	size_t i;
-	if (a[0] != '-' || !a[1])
-		return -1;
-	if (a[1] == '-') {
-		const char *eq = strchr(a + 2, '=');
-		size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-		for (i = 0; i < sizeof init_opts / sizeof *init_opts; i++)
-			if (strlen(init_opts[i].name) == len && !strncmp(init_opts[i].name, a + 2, len))
-				return init_opts[i].arg && !eq;
-		return -1;
-	}
-	for (i = 0; i < sizeof init_opts / sizeof *init_opts; i++)
-		if (init_opts[i].letter && init_opts[i].letter == a[1])
-			return init_opts[i].arg && !a[2];
-	return -1;
-}
-
 /* Whether a gem-sim option `a` takes the next argument as its value. */
 static int sim_takes_value(const char *a)
 {
@@ -143,43 +108,38 @@ static int sim_takes_value(const char *a)
 	return a[1] && a[2] == 0 && strchr("ntj", a[1]) != NULL;
 }
 
-/* Run the gem-init beside this program (else the one on PATH) with args; its exit status. */
-static int run_gem_init(char **args)
+/* Make rundir as gem-init would with the options in args[1..nargs), and --workers n (first):
+ * 0, or the exit status. */
+static int make_run(const char *rundir, int n, int nargs, char **args)
 {
-	char self[PATH_MAX], path[PATH_MAX + 16];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	pid_t pid;
-	int st;
-	path[0] = 0;
-	if (n > 0) {
-		self[n] = 0;
-		snprintf(path, sizeof path, "%s/gem-init", dirname(self));
-		if (access(path, X_OK) != 0)
-			path[0] = 0;
+	char err[GEM_ERRMAX], nbuf[32];
+	struct run_opts o;
+	struct run_spec spec;
+	int c, rc;
+
+	run_opts_init(&o);
+	snprintf(nbuf, sizeof nbuf, "%d", n);
+	run_opts_take(&o, 'n', nbuf, err);
+	optind = 0;
+	while ((c = getopt_long(nargs, args, RUN_OPTS_SHORT, run_opts_long, NULL)) != -1) {
+		if (c == '?') {
+			fprintf(stderr, "%s\n", usage_line);
+			exit(EXIT_USAGE);
+		}
+		if (run_opts_take(&o, c, optarg, err) < 0)
+			bad_usage("", err);
 	}
-	fflush(stdout);
-	pid = fork();
-	if (pid < 0) {
-		fprintf(stderr, "gem-sim: fork: %s\n", strerror(errno));
-		return EXIT_JOB;
+	prog_blas_init();
+	if ((rc = run_make_new(rundir, &o, &spec, err)) < 0) {
+		fprintf(stderr, "gem-sim: %s\n", err);
+		if (o.usage)
+			fprintf(stderr, "%s\n", usage_line);
 	}
-	if (pid == 0) {
-		if (path[0])
-			execv(path, args);
-		else
-			execvp("gem-init", args);
-		fprintf(stderr, "gem-sim: cannot run gem-init: %s\n", strerror(errno));
-		_exit(127);
-	}
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return EXIT_JOB;
-	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-		return 0;
-	return WIFEXITED(st) && WEXITSTATUS(st) == EXIT_USAGE ? EXIT_USAGE : EXIT_JOB;
+	run_spec_free(&spec);
+	return prog_exit(rc);
 }
 
-/* The arguments, split: ours for getopt_long, gem-init's to pass on. Global so that they stay
+/* The arguments, split: ours, and gem-init's that make the run. Global so that they stay
  * reachable whichever way main exits. */
 static char **sargv, **iargv;
 
@@ -235,184 +195,134 @@ static void progress(void *ctx, const struct ps_now *st, double vtime)
 	fputs(progress_show_text(sh, "gem-sim", line, text, sizeof text), stderr);
 }
 
-int main(int argc, char **argv)
+/* Split the arguments: gem-init's options (with their values) into iargv, ours (and RUNDIR)
+ * into sargv; argv[0] heads both. */
+static void split_args(int argc, char **argv, int *sargc, int *iargc)
 {
-	struct sim_opts o;
-	struct sim_summary sum;
-	static struct sim_death deaths[MAX_EVENTS];
-	static double joins[MAX_EVENTS];
-	char err[GEM_ERRMAX], runjson[PATH_MAX + 16];
-	char nbuf[32];
-	const char *rundir, *replay_log = NULL;
-	int sargc = 0, iargc = 0, c, quiet = 0, rc, ninit;
-	long v;
-	struct progress_show show;
-	struct stat stt;
-
-	if (log_init("gem-sim", err) < 0) {
-		fprintf(stderr, "gem-sim: %s\n", err);
-		return EXIT_USAGE;
-	}
-	sim_opts_default(&o);
-	sargv = calloc((size_t)argc + 1, sizeof *sargv);
-	iargv = calloc((size_t)argc + 8, sizeof *iargv);
-	if (!sargv || !iargv) {
-		fprintf(stderr, "gem-sim: out of memory\n");
-		return EXIT_JOB;
-	}
-	/* Split the arguments: gem-init's options (with their values) and ours. */
-	sargv[sargc++] = argv[0];
-	iargv[iargc++] = "gem-init";
-	iargv[iargc++] = "-q";
-	iargv[iargc++] = "--workers";
-	iargv[iargc++] = nbuf;
-	ninit = iargc;
+	sargv[(*sargc)++] = argv[0];
+	iargv[(*iargc)++] = argv[0];
 	for (int i = 1; i < argc; i++) {
-		int k;
+		int c, value;
 		if (!strcmp(argv[i], "--")) {
 			while (i < argc)
-				sargv[sargc++] = argv[i++];
+				sargv[(*sargc)++] = argv[i++];
 			break;
 		}
-		if ((k = init_option(argv[i])) >= 0) {
-			iargv[iargc++] = argv[i];
-			if (k) {
+		/* --workers is ours: it goes to the new run too */
+		if ((c = run_opts_match(argv[i], &value)) >= 0 && c != 'n') {
+			iargv[(*iargc)++] = argv[i];
+			if (value) {
 				if (i + 1 >= argc)
 					bad_usage("option needs a value: ", argv[i]);
-				iargv[iargc++] = argv[++i];
+				iargv[(*iargc)++] = argv[++i];
 			}
 			continue;
 		}
-		sargv[sargc++] = argv[i];
+		sargv[(*sargc)++] = argv[i];
 		if (sim_takes_value(argv[i]) && i + 1 < argc)
-			sargv[sargc++] = argv[++i];
+			sargv[(*sargc)++] = argv[++i];
 	}
-	while ((c = getopt_long(sargc, sargv, shortopts, longopts, NULL)) != -1) {
-		switch (c) {
-		case 'n':
-			if (num_long(optarg, 1, SIM_MAX_WORKERS, &v))
-				bad_usage("--workers: not an integer in [1, 4096]: ", optarg);
-			o.nworkers = (int)v;
-			break;
-		case 't':
-			if (num_u64(optarg, &o.steps) || o.steps == 0)
-				bad_usage("--steps: not a positive integer: ", optarg);
-			break;
-		case O_STEPTIME:
-			if (sim_parse_dist(optarg, &o.step, err) < 0)
-				bad_usage("--step-time: ", err);
-			break;
-		case O_JITTER:
-			if (num_double(optarg, 0, 0.999999, &o.jitter))
-				bad_usage("--jitter: not in [0, 1): ", optarg);
-			break;
-		case O_SPREAD:
-			if (num_double(optarg, 0, 10, &o.speed_spread))
-				bad_usage("--speed-spread: not in [0, 10]: ", optarg);
-			break;
-		case O_TIMING:
-			if (sim_timing_preset(optarg, &o, err) < 0)
-				bad_usage("--timing: ", err);
-			break;
-		case O_STRAG:
-			if (sim_parse_stragglers(optarg, &o.stragglers, &o.straggler_factor, err) < 0)
-				bad_usage("--stragglers: ", err);
-			break;
-		case O_LAT:
-			if (num_double(optarg, 0, 1e9, &o.latency))
-				bad_usage("--latency: not a number of seconds >= 0: ", optarg);
-			break;
-		case O_SRV:
-			if (num_double(optarg, 0, 1e9, &o.server_time))
-				bad_usage("--server-time: not a number of seconds >= 0: ", optarg);
-			break;
-		case O_DIE:
-			if (o.ndeaths == MAX_EVENTS)
-				bad_usage("--die: too many", NULL);
-			if (sim_parse_death(optarg, &deaths[o.ndeaths++], err) < 0)
-				bad_usage("--die: ", err);
-			break;
-		case O_JOIN:
-			if (o.njoins == MAX_EVENTS)
-				bad_usage("--join: too many", NULL);
-			if (num_double(optarg, 0, 1e12, &joins[o.njoins++]))
-				bad_usage("--join: not a time >= 0: ", optarg);
-			break;
-		case 'j':
-			if (num_long(optarg, 1, 256, &v))
-				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
-			o.threads = (int)v;
-			break;
-		case O_REPLAY: replay_log = optarg; break;
-		case O_SHARDS:
-			if (num_long(optarg, 1, 64, &v))
-				bad_usage("--shards: not an integer in [1, 64]: ", optarg);
-			o.shards = (int)v;
-			break;
-		case 'q': quiet = 1; log_quiet(); break;
-		case 'h': usage(stdout); return 0;
-		case 'V': prog_print_version("gem-sim"); return 0;
-		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
-		}
-	}
-	if (optind == sargc)
-		bad_usage("no RUNDIR given", NULL);
-	if (optind + 1 != sargc)
-		bad_usage("unexpected argument: ", sargv[optind + 1]);
-	rundir = sargv[optind];
-	if (replay_log) {
-		/* the log says who commits when: timing, workers and a new run's options do not apply */
-		if (sargc != optind + 1 || iargc > ninit || o.nworkers != 1 || o.steps || o.ndeaths ||
-		    o.njoins || o.threads != 1 || o.shards > 1 || o.jitter > 0 || o.speed_spread > 0 ||
-		    o.stragglers || o.latency > 0 ||
-		    o.server_time > 0 || o.step.kind != SIM_CONST || o.step.a != 1)
-			bad_usage("--replay takes no other option but -q", NULL);
-		free(iargv);
-		rc = replay(replay_log, rundir, quiet);
-		free(sargv);
-		return rc;
-	}
-	o.deaths = deaths;
-	o.joins = joins;
-	if (sim_opts_check(&o, err) < 0)
-		bad_usage("", err);
-	if (progress_show_init(&show, getenv("GEM_PROGRESS"), isatty(2), quiet, err) < 0)
-		bad_usage("", err);
+	iargv[*iargc] = NULL;
+}
 
-	/* Make the run first when gem-init options are given; without them RUNDIR must be a run
-	 * (a mistyped name is not a new cnn run) */
-	run_dir_file(rundir, RUN_JSON, runjson, sizeof runjson);
-	if (iargc == ninit && stat(runjson, &stt) != 0) {
-		fprintf(stderr, "gem-sim: %s: not a run (no %s); give gem-init options (--model, "
-				"--data, ...) to make one\n%s\n", rundir, RUN_JSON, usage_line);
-		return EXIT_USAGE;
+/* Our option c (of getopt_long) into o; exits on a bad value. */
+static void sim_option(int c, struct sim_opts *o, struct sim_death *deaths, double *joins)
+{
+	char err[GEM_ERRMAX];
+	long v;
+	switch (c) {
+	case 'n':
+		if (num_long(optarg, 1, SIM_MAX_WORKERS, &v))
+			bad_usage("--workers: not an integer in [1, 4096]: ", optarg);
+		o->nworkers = (int)v;
+		break;
+	case 't':
+		if (num_u64(optarg, &o->steps) || o->steps == 0)
+			bad_usage("--steps: not a positive integer: ", optarg);
+		break;
+	case O_STEPTIME:
+		if (sim_parse_dist(optarg, &o->step, err) < 0)
+			bad_usage("--step-time: ", err);
+		break;
+	case O_JITTER:
+		if (num_double(optarg, 0, 0.999999, &o->jitter))
+			bad_usage("--jitter: not in [0, 1): ", optarg);
+		break;
+	case O_SPREAD:
+		if (num_double(optarg, 0, 10, &o->speed_spread))
+			bad_usage("--speed-spread: not in [0, 10]: ", optarg);
+		break;
+	case O_TIMING:
+		if (sim_timing_preset(optarg, o, err) < 0)
+			bad_usage("--timing: ", err);
+		break;
+	case O_STRAG:
+		if (sim_parse_stragglers(optarg, &o->stragglers, &o->straggler_factor, err) < 0)
+			bad_usage("--stragglers: ", err);
+		break;
+	case O_LAT:
+		if (num_double(optarg, 0, 1e9, &o->latency))
+			bad_usage("--latency: not a number of seconds >= 0: ", optarg);
+		break;
+	case O_SRV:
+		if (num_double(optarg, 0, 1e9, &o->server_time))
+			bad_usage("--server-time: not a number of seconds >= 0: ", optarg);
+		break;
+	case O_DIE:
+		if (o->ndeaths == MAX_EVENTS)
+			bad_usage("--die: too many", NULL);
+		if (sim_parse_death(optarg, &deaths[o->ndeaths++], err) < 0)
+			bad_usage("--die: ", err);
+		break;
+	case O_JOIN:
+		if (o->njoins == MAX_EVENTS)
+			bad_usage("--join: too many", NULL);
+		if (num_double(optarg, 0, 1e12, &joins[o->njoins++]))
+			bad_usage("--join: not a time >= 0: ", optarg);
+		break;
+	case 'j':
+		if (num_long(optarg, 1, 256, &v))
+			bad_usage("--threads: not an integer in [1, 256]: ", optarg);
+		o->threads = (int)v;
+		break;
+	case O_SHARDS:
+		if (num_long(optarg, 1, 64, &v))
+			bad_usage("--shards: not an integer in [1, 64]: ", optarg);
+		o->shards = (int)v;
+		break;
 	}
-	if (iargc > ninit) {
-		snprintf(nbuf, sizeof nbuf, "%d", o.nworkers);
-		iargv[iargc++] = (char *)rundir;
-		iargv[iargc] = NULL;
-		if ((rc = run_gem_init(iargv)) != 0)
-			return rc;
-	}
-	free(iargv);
+}
+
+/* Whether o holds anything but the defaults a replay runs with. */
+static int sim_opts_given(const struct sim_opts *o)
+{
+	return o->nworkers != 1 || o->steps || o->ndeaths || o->njoins || o->threads != 1 ||
+	       o->shards > 1 || o->jitter > 0 || o->speed_spread > 0 || o->stragglers ||
+	       o->latency > 0 || o->server_time > 0 || o->step.kind != SIM_CONST || o->step.a != 1;
+}
+
+/* The simulation of rundir, and its summary: the exit status. */
+static int simulate(const char *rundir, struct sim_opts *o, struct progress_show *show, int quiet)
+{
+	struct sim_summary sum;
+	char err[GEM_ERRMAX];
+	int rc;
 
 	prog_blas_init();
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	o.stop = &stop_signal;
-	if (show.mode != PROGRESS_OFF) {
-		o.progress = progress;
-		o.progress_ctx = &show;
+	o->stop = &stop_signal;
+	if (show->mode != PROGRESS_OFF) {
+		o->progress = progress;
+		o->progress_ctx = show;
 	}
-	log_over_line(show.mode == PROGRESS_TTY);
-	rc = sim_run(rundir, &o, &sum, err);
-	fputs(progress_show_end(&show), stderr);
+	log_over_line(show->mode == PROGRESS_TTY);
+	rc = sim_run(rundir, o, &sum, err);
+	fputs(progress_show_end(show), stderr);
 	if (rc < 0) {
 		fprintf(stderr, "gem-sim: %s\n", err);
-		free(sargv);
 		return prog_exit(rc);
 	}
-	free(sargv);
 	printf("# workers\tversion\tsamples\tvtime\tloss\ttau_mean\ttau_max\tpi_median\tscale\tfailed\tseconds\tzero\n");
 	printf("%d\t%llu\t%llu\t%.6f\t%.6g\t%.4f\t%llu\t%.6g\t%.6g\t%d\t%.3f\t%.6g\n", sum.workers,
 	       (unsigned long long)sum.version, (unsigned long long)sum.samples, sum.vtime, sum.loss_tail,
@@ -434,4 +344,68 @@ int main(int argc, char **argv)
 		return 128 + stop_signal;
 	}
 	return sum.failed ? EXIT_JOB : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct sim_opts o;
+	static struct sim_death deaths[MAX_EVENTS];
+	static double joins[MAX_EVENTS];
+	char err[GEM_ERRMAX], runjson[PATH_MAX + 16];
+	const char *rundir, *replay_log = NULL;
+	int sargc = 0, iargc = 0, c, quiet = 0, rc;
+	struct progress_show show;
+	struct stat stt;
+
+	if (log_init("gem-sim", err) < 0) {
+		fprintf(stderr, "gem-sim: %s\n", err);
+		return EXIT_USAGE;
+	}
+	sim_opts_default(&o);
+	sargv = calloc((size_t)argc + 1, sizeof *sargv);
+	iargv = calloc((size_t)argc + 1, sizeof *iargv);
+	if (!sargv || !iargv) {
+		fprintf(stderr, "gem-sim: out of memory\n");
+		return EXIT_JOB;
+	}
+	split_args(argc, argv, &sargc, &iargc);
+	while ((c = getopt_long(sargc, sargv, shortopts, longopts, NULL)) != -1) {
+		switch (c) {
+		case O_REPLAY: replay_log = optarg; break;
+		case 'q': quiet = 1; log_quiet(); break;
+		case 'h': usage(stdout); return 0;
+		case 'V': prog_print_version("gem-sim"); return 0;
+		case '?': fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
+		default: sim_option(c, &o, deaths, joins);
+		}
+	}
+	if (optind == sargc)
+		bad_usage("no RUNDIR given", NULL);
+	if (optind + 1 != sargc)
+		bad_usage("unexpected argument: ", sargv[optind + 1]);
+	rundir = sargv[optind];
+	if (replay_log) {
+		/* the log says who commits when: timing, workers and a new run's options do not apply */
+		if (iargc > 1 || sim_opts_given(&o))
+			bad_usage("--replay takes no other option but -q", NULL);
+		return replay(replay_log, rundir, quiet);
+	}
+	o.deaths = deaths;
+	o.joins = joins;
+	if (sim_opts_check(&o, err) < 0)
+		bad_usage("", err);
+	if (progress_show_init(&show, getenv("GEM_PROGRESS"), isatty(2), quiet, err) < 0)
+		bad_usage("", err);
+
+	/* Make the run first when gem-init options are given; without them RUNDIR must be a run
+	 * (a mistyped name is not a new cnn run) */
+	run_dir_file(rundir, RUN_JSON, runjson, sizeof runjson);
+	if (iargc == 1 && stat(runjson, &stt) != 0) {
+		fprintf(stderr, "gem-sim: %s: not a run (no %s); give gem-init options (--model, "
+				"--data, ...) to make one\n%s\n", rundir, RUN_JSON, usage_line);
+		return EXIT_USAGE;
+	}
+	if (iargc > 1 && (rc = make_run(rundir, o.nworkers, iargc, iargv)) != 0)
+		return rc;
+	return simulate(rundir, &o, &show, quiet);
 }

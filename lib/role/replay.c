@@ -16,6 +16,7 @@
 #include "role/trainer.h"
 #include "role/vworker.h"
 #include "run/runlog.h"
+#include "run/spec.h"
 
 struct replay {
 	const char *newrun;
@@ -40,9 +41,9 @@ struct replay {
 static int make_newrun(const char *logpath, const char *newrun, char *err)
 {
 	char copy[PATH_MAX], from[PATH_MAX + 16];
+	struct run_spec spec;
 	json_error_t je;
 	json_t *runjson;
-	struct run r;
 	int rc;
 
 	snprintf(copy, sizeof copy, "%s", logpath);
@@ -50,14 +51,12 @@ static int make_newrun(const char *logpath, const char *newrun, char *err)
 	if (!(runjson = json_load_file(from, 0, &je)))
 		return gem_errf(err, GEM_EUSAGE, "%s: %s (the log's run, to make %s from)", from, je.text,
 				newrun);
-	rc = run_create(newrun, runjson, 0, err);
+	if ((rc = run_spec_from_json(runjson, &spec, err)) < 0)
+		gem_errprefix(err, "%s: ", from);
+	else
+		rc = run_make(newrun, &spec, 0, err);
+	run_spec_free(&spec);
 	json_decref(runjson);
-	if (rc < 0)
-		return rc;
-	if ((rc = run_open(newrun, &r, err)) < 0)
-		return rc;
-	rc = run_params_init(&r, err);
-	run_close(&r);
 	return rc;
 }
 

@@ -20,6 +20,7 @@
 #include "base/fsutil.h"
 #include "base/jget.h"
 #include "base/log.h"
+#include "run/spec.h"
 #include "wire/msg.h"
 
 static int lock_dir(const char *dir, int *fd, char *err);
@@ -130,9 +131,13 @@ static int write_run_json(const char *path, json_t *runjson, char *err)
 	return rc;
 }
 
-int run_create(const char *dir, json_t *runjson, int force, char *err)
+static int params_write(const char *path, const float *theta, size_t n, const struct run_progress *p,
+			char *err);
+
+int run_create(const char *dir, json_t *runjson, const float *theta, size_t n, int force, char *err)
 {
-	char path[PATH_MAX + 16];
+	char path[PATH_MAX + 16], params[PATH_MAX + 16];
+	struct run_progress p0 = {0};
 	struct stat st;
 	int rc, fd = -1;
 
@@ -140,120 +145,54 @@ int run_create(const char *dir, json_t *runjson, int force, char *err)
 		return rc;
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
 		return gem_errf(err, GEM_EUSAGE, "%s: not a directory", dir);
-	if (dir_file(dir, RUN_JSON, path, sizeof path) < 0)
+	if (dir_file(dir, RUN_JSON, path, sizeof path) < 0 ||
+	    dir_file(dir, RUN_PARAMS, params, sizeof params) < 0)
 		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
 	if (!force && access(path, F_OK) == 0)
 		return gem_errf(err, GEM_EUSAGE, "%s: a run exists there already (use --force to replace it)",
 				dir);
-	/* no server or trainer may have the run while it is replaced under it; a new run starts
-	 * with none of the old one's files */
+	/* no server or trainer may have the run while it is made or replaced under it; a new run
+	 * starts with none of the old one's files */
 	if ((rc = lock_dir(dir, &fd, err)) < 0)
 		return rc;
-	if (force)
+	/* run.json goes first and comes back last: a crash in between leaves no run, never the
+	 * run.json of one run beside the files of another */
+	if (force && unlink(path) < 0 && errno != ENOENT)
+		rc = gem_errf(err, GEM_EFAIL, "%s: cannot remove: %s", path, strerror(errno));
+	if (rc == 0 && force)
 		rc = remove_run_files(dir, err);
+	if (rc == 0 && !force && access(path, F_OK) == 0)
+		rc = gem_errf(err, GEM_EUSAGE, "%s: a run exists there already (use --force to replace it)",
+			      dir);
+	if (rc == 0)
+		rc = params_write(params, theta, n, &p0, err);
 	if (rc == 0)
 		rc = write_run_json(path, runjson, err);
 	close(fd);
 	return rc;
 }
 
-/* Field getters that name what is wrong: "run.json: train.lr: missing or not a number". */
-static int get_num(json_t *obj, const char *sect, const char *key, double *out, char *err)
-{
-	if (jget_num(obj, key, -HUGE_VAL, HUGE_VAL, out) != JGET_OK)
-		return gem_errf(err, GEM_EUSAGE, "%s%s%s: missing or not a number", sect, *sect ? "." : "",
-				key);
-	return 0;
-}
-
-static int get_str(json_t *obj, const char *sect, const char *key, char *out, size_t cap, char *err)
-{
-	if (jget_strcpy(obj, key, out, cap) != JGET_OK)
-		return gem_errf(err, GEM_EUSAGE, "%s%s%s: missing, not a string or too long", sect,
-				*sect ? "." : "", key);
-	return 0;
-}
-
-/* A number of "train" in [lo, hi] (and whole if integral), checked before it is narrowed. */
-static int get_range(json_t *train, const char *key, double lo, double hi, int integral,
-		     double *out, char *err)
-{
-	if (get_num(train, "train", key, out, err))
-		return GEM_EUSAGE;
-	if (!(*out >= lo && *out <= hi) || (integral && *out != floor(*out)))
-		return gem_errf(err, GEM_EUSAGE, "train.%s: %s in [%g, %g]", key,
-				integral ? "an integer" : "a number", lo, hi);
-	return 0;
-}
-
-/* run.json "train": every field in the range gem-init gives it, checked before it is narrowed
- * (a double beyond an int or a float, or a negative one cast to uint64_t, is undefined
- * behaviour). */
-static int parse_train(json_t *train, struct run_train *t, char *err)
-{
-	double lr, mu, wd, batch, epochs;
-	long long seed;
-	if (get_range(train, "lr", 1e-12, 1e6, 0, &lr, err) ||
-	    get_range(train, "momentum", 0, 0.999999, 0, &mu, err) ||
-	    get_range(train, "weight_decay", 0, 1e6, 0, &wd, err) ||
-	    get_range(train, "batch", 1, RUN_MAX_BATCH, 1, &batch, err) ||
-	    get_range(train, "epochs", 1, RUN_MAX_EPOCHS, 1, &epochs, err))
-		return GEM_EUSAGE;
-	/* read exactly, as gem-init writes it: a JSON integer (a double has 53 bits) */
-	if (jget_int(train, "seed", 0, LLONG_MAX, &seed) != JGET_OK)
-		return gem_errf(err, GEM_EUSAGE, "train.seed: missing or not an integer in [0, 2^63)");
-	t->lr = (float)lr;
-	t->momentum = (float)mu;
-	t->weight_decay = (float)wd;
-	t->batch = (int)batch;
-	t->epochs = (int)epochs;
-	t->seed = (uint64_t)seed;
-	return 0;
-}
-
+/* r's fields from its run.json (r->json): the spec's, narrowed where a run uses floats. */
 static int parse_run(struct run *r, char *err)
 {
-	json_t *j = r->json, *data, *train;
-	double v;
-	int rc;
-
-	if (!json_is_object(j))
-		return gem_errf(err, GEM_EUSAGE, "not a JSON object");
-	if (get_num(j, "", "gem_run", &v, err) || v != RUN_FORMAT)
-		return gem_errf(err, GEM_EUSAGE, "gem_run: missing, or a format this gem does not know");
-	r->model = json_object_get(j, "model");
-	if (!json_is_object(r->model))
-		return gem_errf(err, GEM_EUSAGE, "model: missing or not an object");
-	if (get_str(j, "", "model_name", r->model_name, sizeof r->model_name, err))
-		return GEM_EUSAGE;
-	data = json_object_get(j, "data");
-	if (!json_is_object(data))
-		return gem_errf(err, GEM_EUSAGE, "data: missing or not an object");
-	if (get_str(data, "data", "name", r->data_name, sizeof r->data_name, err) ||
-	    get_str(data, "data", "dir", r->data_dir, sizeof r->data_dir, err))
-		return GEM_EUSAGE;
-	/* of pixels scaled to [0, 1] (dataset_stats): a std that small keeps x/std a float */
-	if (get_num(data, "data", "mean", &v, err))
-		return GEM_EUSAGE;
-	if (!(v >= 0 && v <= 1))
-		return gem_errf(err, GEM_EUSAGE, "data.mean: a number in [0, 1]");
-	r->mean = (float)v;
-	if (get_num(data, "data", "std", &v, err))
-		return GEM_EUSAGE;
-	if (!(v >= 1e-30 && v <= 1))
-		return gem_errf(err, GEM_EUSAGE, "data.std: a number in [1e-30, 1]");
-	r->std = (float)v;
-	train = json_object_get(j, "train");
-	if (!json_is_object(train))
-		return gem_errf(err, GEM_EUSAGE, "train: missing or not an object");
-	if ((rc = parse_train(train, &r->train, err)) < 0)
-		return rc;
-	r->train.nesterov = json_is_true(json_object_get(train, "nesterov"));
-	if (rule_config_from_json(json_object_get(j, "rule"), &r->rule, err) < 0) {
-		gem_errprefix(err, "rule: ");
-		return GEM_EUSAGE;
+	struct run_spec spec;
+	int rc = run_spec_from_json(r->json, &spec, err);
+	if (rc == 0) {
+		r->model = json_object_get(r->json, "model");
+		snprintf(r->model_name, sizeof r->model_name, "%s", spec.model_name);
+		snprintf(r->data_name, sizeof r->data_name, "%s", spec.data_name);
+		snprintf(r->data_dir, sizeof r->data_dir, "%s", spec.data_dir);
+		r->mean = (float)spec.mean;
+		r->std = (float)spec.std;
+		r->train = (struct run_train){.lr = (float)spec.train.lr,
+					      .momentum = (float)spec.train.momentum,
+					      .weight_decay = (float)spec.train.weight_decay,
+					      .nesterov = spec.train.nesterov, .batch = spec.train.batch,
+					      .epochs = spec.train.epochs, .seed = spec.train.seed};
+		r->rule = spec.rule;
 	}
-	return 0;
+	run_spec_free(&spec);
+	return rc;
 }
 
 /* The recorded data directory, or the dataset found again by name (another host, another path). */
@@ -388,16 +327,15 @@ static size_t params_max_bytes(size_t n)
 	return n * 4 + n / 64 + 1024 + MSG_HEAD_MAX;
 }
 
-int run_params_save(const struct run *r, const float *theta, size_t n, const struct run_progress *p,
-		    char *err)
+/* θ and its progress to path, atomically. */
+static int params_write(const char *path, const float *theta, size_t n, const struct run_progress *p,
+			char *err)
 {
-	char path[PATH_MAX + 16];
 	struct msg_buf b = {0};
 	struct blob_codec c;
 	json_t *h;
 	int rc;
 
-	run_file(r, RUN_PARAMS, path, sizeof path);
 	h = json_pack("{s:I, s:I, s:f}", "version", (json_int_t)p->version, "samples",
 		      (json_int_t)p->samples, "elapsed", p->elapsed);
 	if (!h)
@@ -410,17 +348,12 @@ int run_params_save(const struct run *r, const float *theta, size_t n, const str
 	return rc;
 }
 
-int run_params_init(const struct run *r, char *err)
+int run_params_save(const struct run *r, const float *theta, size_t n, const struct run_progress *p,
+		    char *err)
 {
-	struct run_progress p = {0};
-	struct model *m;
-	int rc;
-	if ((rc = model_from_json(r->model, &m, err)) < 0)
-		return rc;
-	model_init_params(m, r->train.seed);
-	rc = run_params_save(r, model_params(m), model_nparams(m), &p, err);
-	model_free(m);
-	return rc;
+	char path[PATH_MAX + 16];
+	run_file(r, RUN_PARAMS, path, sizeof path);
+	return params_write(path, theta, n, p, err);
 }
 
 void run_progress_of(const json_t *h, struct run_progress *p)

@@ -71,10 +71,12 @@ struct run_progress {
  * (the least version and samples) and has trained as long as its longest (elapsed). */
 void run_progress_merge(struct run_progress *m, const struct run_progress *q, int first);
 
-/* Create RUNDIR and its parents (or reuse an empty one) and write run.json atomically, under
- * the run's lock. An existing run is refused (GEM_EUSAGE) unless force, which removes every
- * file the old run left; a run in use (locked) is refused (GEM_EUSAGE, naming the holder). */
-int run_create(const char *dir, json_t *runjson, int force, char *err);
+/* Create RUNDIR and its parents (or take an empty one) and write θ₀ (n floats) to params.gem at
+ * version 0 and then runjson to run.json, each atomically, under the run's lock throughout
+ * (run_make, run/spec.h, is how a run is made). An existing run is refused (GEM_EUSAGE) unless
+ * force, which removes its run.json first and then every file the old run left; a run in use
+ * (locked) is refused (GEM_EUSAGE, naming the holder). */
+int run_create(const char *dir, json_t *runjson, const float *theta, size_t n, int force, char *err);
 /* Read and check RUNDIR/run.json; every missing or ill-typed field is named. */
 int run_open(const char *dir, struct run *r, char *err);
 /* A run described by json (taken over: run_close releases it), with no directory: a worker's
@@ -111,8 +113,6 @@ int run_lock(struct run *r, char *err);
 /* The progress recorded in a params message's header (missing fields are 0). */
 void run_progress_of(const json_t *header, struct run_progress *p);
 
-/* θ₀ of the run: its model initialised from its seed, to RUNDIR/params.gem at version 0. */
-int run_params_init(const struct run *r, char *err);
 /* θ to RUNDIR/params.gem atomically, with its progress. */
 int run_params_save(const struct run *r, const float *theta, size_t n, const struct run_progress *p,
 		    char *err);

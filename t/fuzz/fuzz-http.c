@@ -18,7 +18,7 @@
 
 #include "base/err.h"
 #include "role/serve.h"
-#include "run/run.h"
+#include "run/spec.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -37,16 +37,14 @@ static int make_run(char *dir, char *err)
 		"\"train\":{\"lr\":0.1,\"momentum\":0.9,\"nesterov\":false,\"weight_decay\":0,\"batch\":8,"
 		"\"epochs\":1,\"seed\":1},\"rule\":{\"name\":\"gem\"},\"nparams\":260}",
 		0, NULL);
-	struct run r;
+	struct run_spec spec;
 	int rc;
 	if (!j)
 		return gem_errf(err, GEM_EFAIL, "run.json");
-	rc = run_create(dir, j, 0, err);
+	if ((rc = run_spec_from_json(j, &spec, err)) == 0)
+		rc = run_make(dir, &spec, 0, err);
+	run_spec_free(&spec);
 	json_decref(j);
-	if (rc < 0 || (rc = run_open(dir, &r, err)) < 0)
-		return rc;
-	rc = run_params_init(&r, err);
-	run_close(&r);
 	return rc;
 }
 

@@ -1,5 +1,6 @@
 /* fuzz-run: libFuzzer target for run_from_json, the run.json a worker is given by GET /v1/run:
- * any JSON is taken or refused; every number taken is in range. */
+ * any JSON is taken or refused; every number taken is in range. And run.json's schema both ways
+ * (run/spec.h): a spec read is written and read back to the same run.json. */
 #include <jansson.h>
 #include <math.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 
 #include "base/err.h"
 #include "run/run.h"
+#include "run/spec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -15,9 +17,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char err[GEM_ERRMAX];
 	struct run r;
-	json_t *j = json_loadb((const char *)data, size, 0, NULL);
+	json_t *j = json_loadb((const char *)data, size, 0, NULL), *once, *twice = NULL;
+	struct run_spec s;
 	if (!j)
 		return 0;
+	if (run_spec_from_json(j, &s, err) == 0) {
+		once = run_spec_to_json(&s);
+		run_spec_free(&s);
+		if (!once || run_spec_from_json(once, &s, err) < 0 || !(twice = run_spec_to_json(&s)) ||
+		    !json_equal(once, twice))
+			abort();
+		json_decref(once);
+		json_decref(twice);
+	}
+	run_spec_free(&s);
 	if (run_from_json(j, &r, err) == 0) {
 		if (r.train.batch < 1 || r.train.batch > RUN_MAX_BATCH || r.train.epochs < 1 ||
 		    !isfinite(r.train.lr) || !(r.train.lr > 0) || !isfinite(r.std) || !(r.std > 0) ||

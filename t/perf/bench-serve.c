@@ -25,6 +25,7 @@
 #include "wire/msg.h"
 #include "rules/rule.h"
 #include "run/run.h"
+#include "run/spec.h"
 #include "role/serve.h"
 #include "run/shard.h"
 
@@ -125,36 +126,25 @@ static void *client_main(void *arg)
 static int make_run(char *dir, const char *rule, char *err)
 {
 	char spec_path[4096];
-	json_t *spec, *runjson;
-	struct model *m;
-	struct rule_config rc;
-	struct run run;
-	struct run_progress p = {0};
+	json_error_t je;
+	struct run_spec spec = {.created = "bench", .model_name = "cnn", .data_name = "none",
+				.data_dir = "/nonexistent", .mean = 0.5, .std = 0.5,
+				.train = {.lr = 0.05, .momentum = 0.9, .batch = 64, .epochs = 1, .seed = 1}};
+	int rc;
 	if (!mkdtemp(dir))
 		return gem_errf(err, GEM_EFAIL, "mkdtemp failed");
 	if (prog_share_path("models/cnn.json", spec_path, sizeof spec_path) < 0)
 		return gem_errf(err, GEM_EFAIL, "share/gem/models/cnn.json not found (set GEM_SHARE_DIR)");
-	if (model_from_file(spec_path, &spec, &m, err) < 0 || rule_config_default(rule, &rc, err) < 0)
-		return GEM_EFAIL;
-	rc.lr = 0.05f;
-	rc.nworkers = 1;
-	runjson = json_pack("{s:i, s:s, s:s, s:O, s:{s:s, s:s, s:f, s:f}, s:{s:f, s:f, s:f, s:i, s:i, s:i},"
-			    " s:o}",
-			    "gem_run", RUN_FORMAT, "created", "bench", "model_name", "cnn", "model", spec,
-			    "data", "name", "none", "dir", "/nonexistent", "mean", 0.5, "std", 0.5, "train", "lr",
-			    0.05, "momentum", 0.9, "weight_decay", 0.0, "batch", 64, "epochs", 1, "seed", 1, "rule",
-			    rule_config_to_json(&rc));
-	model_init_params(m, 1);
-	nparams = model_nparams(m);
-	if (run_create(dir, runjson, 1, err) < 0 || run_open(dir, &run, err) < 0)
-		return GEM_EFAIL;
-	if (run_params_save(&run, model_params(m), nparams, &p, err) < 0)
-		return GEM_EFAIL;
-	run_close(&run);
-	json_decref(runjson);
-	json_decref(spec);
-	model_free(m);
-	return 0;
+	if (!(spec.model = json_load_file(spec_path, 0, &je)))
+		return gem_errf(err, GEM_EFAIL, "%s: %s", spec_path, je.text);
+	if ((rc = rule_config_default(rule, &spec.rule, err)) == 0) {
+		spec.rule.lr = 0.05f;
+		spec.rule.nworkers = 1;
+		rc = run_make(dir, &spec, RUN_MAKE_FORCE, err);
+	}
+	nparams = spec.nparams;
+	run_spec_free(&spec);
+	return rc;
 }
 
 /* The server of one row (shard k of K; K = 0: the only one) in a child process: its URL goes

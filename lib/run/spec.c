@@ -1,0 +1,538 @@
+#include "run/spec.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "base/err.h"
+#include "base/jget.h"
+#include "base/num.h"
+#include "base/prog.h"
+#include "nn/data.h"
+#include "nn/model.h"
+#include "run/run.h"
+
+enum {
+	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_WINDOW, O_ALPHA, O_LDC,
+};
+
+const struct option run_opts_long[RUN_OPTS_N + 1] = {
+	{.name = "model", .has_arg = required_argument, .val = 'm'},
+	{.name = "data", .has_arg = required_argument, .val = 'd'},
+	{.name = "rule", .has_arg = required_argument, .val = 'r'},
+	{.name = "lr", .has_arg = required_argument, .val = O_LR},
+	{.name = "momentum", .has_arg = required_argument, .val = O_MOM},
+	{.name = "nesterov", .has_arg = no_argument, .val = O_NEST},
+	{.name = "weight-decay", .has_arg = required_argument, .val = O_WD},
+	{.name = "batch", .has_arg = required_argument, .val = 'b'},
+	{.name = "epochs", .has_arg = required_argument, .val = 'e'},
+	{.name = "seed", .has_arg = required_argument, .val = 's'},
+	{.name = "kappa", .has_arg = required_argument, .val = O_KAPPA},
+	{.name = "pi-max", .has_arg = required_argument, .val = O_PIMAX},
+	{.name = "eps", .has_arg = required_argument, .val = O_EPS},
+	{.name = "gem-ref", .has_arg = required_argument, .val = O_GEMREF},
+	{.name = "window", .has_arg = required_argument, .val = O_WINDOW},
+	{.name = "alpha", .has_arg = required_argument, .val = O_ALPHA},
+	{.name = "lambda-dc", .has_arg = required_argument, .val = O_LDC},
+	{.name = "workers", .has_arg = required_argument, .val = 'n'},
+	{.name = "force", .has_arg = no_argument, .val = 'f'},
+	{0},
+};
+
+/* The numbers of run.json's "train": their range, which their options check too, and what an
+ * option's bad value is told. */
+static const struct train_num {
+	int opt;
+	const char *key, *bad;
+	double lo, hi;
+	int integral;
+	size_t off; /* in struct run_train_spec: a double, or an int when integral */
+} train_nums[] = {
+	{.opt = O_LR, .key = "lr", .bad = "not a positive number", .lo = 1e-12, .hi = 1e6,
+	 .off = offsetof(struct run_train_spec, lr)},
+	{.opt = O_MOM, .key = "momentum", .bad = "not in [0, 1)", .lo = 0, .hi = 0.999999,
+	 .off = offsetof(struct run_train_spec, momentum)},
+	{.opt = O_WD, .key = "weight_decay", .bad = "not a number >= 0", .lo = 0, .hi = 1e6,
+	 .off = offsetof(struct run_train_spec, weight_decay)},
+	{.opt = 'b', .key = "batch", .bad = "not an integer in [1, 65536]", .lo = 1, .hi = RUN_MAX_BATCH,
+	 .integral = 1, .off = offsetof(struct run_train_spec, batch)},
+	{.opt = 'e', .key = "epochs", .bad = "not a positive integer", .lo = 1, .hi = RUN_MAX_EPOCHS,
+	 .integral = 1, .off = offsetof(struct run_train_spec, epochs)},
+};
+#define NTRAIN (sizeof train_nums / sizeof *train_nums)
+
+/* ---- run.json ---- */
+
+json_t *run_spec_to_json(const struct run_spec *s)
+{
+	const struct run_train_spec *t = &s->train;
+	json_t *rule = rule_config_to_json(&s->rule), *j;
+	if (!rule)
+		return NULL;
+	j = json_pack("{s:i, s:s, s:s, s:O, s:{s:s, s:s, s:f, s:f}, s:{s:f, s:f, s:b, s:f, s:i, s:i, s:I},"
+		      " s:o, s:I}",
+		      "gem_run", RUN_FORMAT, "created", s->created, "model_name", s->model_name, "model",
+		      s->model, "data", "name", s->data_name, "dir", s->data_dir, "mean", s->mean, "std",
+		      s->std, "train", "lr", t->lr, "momentum", t->momentum, "nesterov", t->nesterov,
+		      "weight_decay", t->weight_decay, "batch", t->batch, "epochs", t->epochs, "seed",
+		      (json_int_t)t->seed, "rule", rule, "nparams", (json_int_t)s->nparams);
+	if (j && s->shard_data && json_object_set_new(j, "shard", json_true()) < 0) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+/* Getters that name what is wrong: "train.lr: missing or not a number". */
+static int get_num(const json_t *o, const char *sect, const char *key, double *out, char *err)
+{
+	if (jget_num(o, key, -HUGE_VAL, HUGE_VAL, out) != JGET_OK)
+		return gem_errf(err, GEM_EUSAGE, "%s%s%s: missing or not a number", sect, *sect ? "." : "",
+				key);
+	return 0;
+}
+
+static int get_str(const json_t *o, const char *sect, const char *key, char *out, size_t cap,
+		   char *err)
+{
+	if (jget_strcpy(o, key, out, cap) != JGET_OK)
+		return gem_errf(err, GEM_EUSAGE, "%s%s%s: missing, not a string or too long", sect,
+				*sect ? "." : "", key);
+	return 0;
+}
+
+/* run.json "train": every number in the range gem-init gives it, checked before it is narrowed
+ * (a double beyond an int, or a negative one cast to uint64_t, is undefined behaviour). */
+static int train_from_json(const json_t *train, struct run_train_spec *t, char *err)
+{
+	long long seed;
+	double v;
+	for (size_t i = 0; i < NTRAIN; i++) {
+		const struct train_num *f = &train_nums[i];
+		if (get_num(train, "train", f->key, &v, err))
+			return GEM_EUSAGE;
+		if (!(v >= f->lo && v <= f->hi) || (f->integral && v != floor(v)))
+			return gem_errf(err, GEM_EUSAGE, "train.%s: %s in [%g, %g]", f->key,
+					f->integral ? "an integer" : "a number", f->lo, f->hi);
+		if (f->integral)
+			*(int *)((char *)t + f->off) = (int)v;
+		else
+			*(double *)((char *)t + f->off) = v;
+	}
+	/* read exactly, as gem-init writes it: a JSON integer (a double has 53 bits) */
+	if (jget_int(train, "seed", 0, LLONG_MAX, &seed) != JGET_OK)
+		return gem_errf(err, GEM_EUSAGE, "train.seed: missing or not an integer in [0, 2^63)");
+	t->seed = (uint64_t)seed;
+	jget_bool(train, "nesterov", &t->nesterov);
+	return 0;
+}
+
+/* run.json "data": of pixels scaled to [0, 1] (dataset_stats), and a std that keeps x/std a
+ * float. */
+static int data_from_json(const json_t *data, struct run_spec *s, char *err)
+{
+	if (!json_is_object(data))
+		return gem_errf(err, GEM_EUSAGE, "data: missing or not an object");
+	if (get_str(data, "data", "name", s->data_name, sizeof s->data_name, err) ||
+	    get_str(data, "data", "dir", s->data_dir, sizeof s->data_dir, err) ||
+	    get_num(data, "data", "mean", &s->mean, err))
+		return GEM_EUSAGE;
+	if (!(s->mean >= 0 && s->mean <= 1))
+		return gem_errf(err, GEM_EUSAGE, "data.mean: a number in [0, 1]");
+	if (get_num(data, "data", "std", &s->std, err))
+		return GEM_EUSAGE;
+	if (!(s->std >= 1e-30 && s->std <= 1))
+		return gem_errf(err, GEM_EUSAGE, "data.std: a number in [1e-30, 1]");
+	return 0;
+}
+
+int run_spec_from_json(const json_t *j, struct run_spec *s, char *err)
+{
+	const json_t *train = json_object_get(j, "train");
+	long long n = 0;
+	double v;
+	int rc;
+
+	memset(s, 0, sizeof *s);
+	if (!json_is_object(j))
+		return gem_errf(err, GEM_EUSAGE, "not a JSON object");
+	if (get_num(j, "", "gem_run", &v, err) || v != RUN_FORMAT)
+		return gem_errf(err, GEM_EUSAGE, "gem_run: missing, or a format this gem does not know");
+	if (jget_strcpy(j, "created", s->created, sizeof s->created) < 0)
+		return gem_errf(err, GEM_EUSAGE, "created: not a string of a time");
+	s->model = json_incref(json_object_get(j, "model"));
+	if (!json_is_object(s->model))
+		return gem_errf(err, GEM_EUSAGE, "model: missing or not an object");
+	if (get_str(j, "", "model_name", s->model_name, sizeof s->model_name, err) < 0 ||
+	    (rc = data_from_json(json_object_get(j, "data"), s, err)) < 0)
+		return GEM_EUSAGE;
+	if (!json_is_object(train))
+		return gem_errf(err, GEM_EUSAGE, "train: missing or not an object");
+	if ((rc = train_from_json(train, &s->train, err)) < 0)
+		return rc;
+	if (rule_config_from_json(json_object_get(j, "rule"), &s->rule, err) < 0) {
+		gem_errprefix(err, "rule: ");
+		return GEM_EUSAGE;
+	}
+	if (jget_int(j, "nparams", 0, LLONG_MAX, &n) < 0)
+		return gem_errf(err, GEM_EUSAGE, "nparams: not an integer >= 0");
+	s->nparams = (size_t)n;
+	s->shard_data = json_is_true(json_object_get(j, "shard")) ||
+			json_is_true(json_object_get(train, "shard"));
+	return 0;
+}
+
+void run_spec_free(struct run_spec *s)
+{
+	json_decref(s->model);
+	s->model = NULL;
+}
+
+/* ---- making a run ---- */
+
+/* Write the run spec describes with m, its model built: θ₀ from the seed, then run.json. */
+static int make_with(const char *dir, struct run_spec *spec, struct model *m, int flags, char *err)
+{
+	struct run_spec check;
+	json_t *runjson;
+	int rc;
+	if (!spec->created[0]) {
+		time_t now = time(NULL);
+		strftime(spec->created, sizeof spec->created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+	}
+	spec->nparams = model_nparams(m);
+	if (!(runjson = run_spec_to_json(spec)))
+		return gem_errf(err, GEM_ENOMEM, "cannot build run.json");
+	/* no run is made that run_open would refuse (a dataset whose pixels are all one value) */
+	rc = run_spec_from_json(runjson, &check, err);
+	run_spec_free(&check);
+	if (rc < 0) {
+		gem_errprefix(err, "%s: ", RUN_JSON);
+		json_decref(runjson);
+		return rc;
+	}
+	model_init_params(m, spec->train.seed);
+	rc = run_create(dir, runjson, model_params(m), model_nparams(m), flags & RUN_MAKE_FORCE, err);
+	json_decref(runjson);
+	return rc;
+}
+
+int run_make(const char *dir, struct run_spec *spec, int flags, char *err)
+{
+	struct model *m;
+	int rc;
+	if ((rc = model_from_json(spec->model, &m, err)) < 0)
+		return rc;
+	rc = make_with(dir, spec, m, flags, err);
+	model_free(m);
+	return rc;
+}
+
+/* ---- a new run from its options ---- */
+
+/* The long name of option val. */
+static const char *opt_name(int val)
+{
+	const struct option *o = run_opts_long;
+	while (o->name && o->val != val)
+		o++;
+	return o->name;
+}
+
+void run_opts_init(struct run_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->model = "cnn";
+	o->data = "fashion-mnist";
+	o->rule = "gem";
+	o->train = (struct run_train_spec){.lr = 0.05, .momentum = 0.9, .batch = 64, .epochs = 1,
+					   .seed = 1};
+}
+
+int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
+{
+	for (size_t i = 0; i < NTRAIN; i++) {
+		const struct train_num *f = &train_nums[i];
+		double v;
+		long k;
+		if (f->opt != c)
+			continue;
+		if (f->integral ? num_long(arg, (long)f->lo, (long)f->hi, &k) : num_double(arg, f->lo, f->hi, &v))
+			return gem_errf(err, GEM_EUSAGE, "--%s: %s: %s", opt_name(c), f->bad, arg);
+		if (f->integral)
+			*(int *)((char *)&o->train + f->off) = (int)k;
+		else
+			*(double *)((char *)&o->train + f->off) = v;
+		return 0;
+	}
+	switch (c) {
+	case 'm': o->model = arg; return 0;
+	case 'd': o->data = arg; return 0;
+	case 'r': o->rule = arg; return 0;
+	case O_NEST: o->train.nesterov = 1; return 0;
+	case 'f': o->force = 1; return 0;
+	case 's':
+		if (num_u64(arg, &o->train.seed) || o->train.seed > INT64_MAX)
+			return gem_errf(err, GEM_EUSAGE, "--seed: not an integer in [0, 2^63): %s", arg);
+		return 0;
+	case O_KAPPA: case O_PIMAX: case O_EPS: case O_GEMREF: case O_WINDOW: case O_ALPHA: case O_LDC:
+	case 'n':
+		if (o->nruleopts == (int)(sizeof o->ruleopts / sizeof *o->ruleopts))
+			return gem_errf(err, GEM_EUSAGE, "too many rule options");
+		o->ruleopts[o->nruleopts].opt = c;
+		o->ruleopts[o->nruleopts++].arg = arg;
+		return 0;
+	}
+	return 1;
+}
+
+int run_opts_match(const char *a, int *value)
+{
+	const struct option *o;
+	*value = 0;
+	if (a[0] != '-' || !a[1])
+		return -1;
+	if (a[1] == '-') {
+		const char *eq = strchr(a + 2, '=');
+		size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+		for (o = run_opts_long; o->name; o++)
+			if (strlen(o->name) == len && !strncmp(o->name, a + 2, len)) {
+				*value = o->has_arg == required_argument && !eq;
+				return o->val;
+			}
+		return -1;
+	}
+	for (o = run_opts_long; o->name; o++)
+		if (o->val == a[1]) {
+			*value = o->has_arg == required_argument && !a[2];
+			return o->val;
+		}
+	return -1;
+}
+
+int run_opts_table(const struct option *more, struct option *out, size_t cap)
+{
+	size_t n = 0;
+	for (const struct option *o = run_opts_long; o->name; o++)
+		if (n < cap)
+			out[n++] = *o;
+	for (; more && more->name; more++)
+		if (n < cap)
+			out[n++] = *more;
+	if (n >= cap)
+		return -1;
+	out[n] = (struct option){0, 0, 0, 0};
+	return 0;
+}
+
+/* A rule option's value into c: 0, or GEM_EUSAGE saying what is wrong with it. */
+static int rule_opt_apply(struct rule_config *c, int opt, const char *a, char *err)
+{
+	long v;
+	switch (opt) {
+	case O_KAPPA:
+		if (num_float(a, 0, 1e6, &c->kappa))
+			return gem_errf(err, GEM_EUSAGE, "--kappa: not a number >= 0: %s", a);
+		break;
+	case O_PIMAX:
+		if (num_float(a, 0, 1e6, &c->pi_max))
+			return gem_errf(err, GEM_EUSAGE, "--pi-max: not a number >= 0: %s", a);
+		break;
+	case O_EPS:
+		if (num_float(a, 0, 1, &c->eps))
+			return gem_errf(err, GEM_EUSAGE, "--eps: not in [0, 1]: %s", a);
+		break;
+	case O_GEMREF:
+		if ((c->gem_ref = rule_gem_ref_parse(a)) < 0)
+			return gem_errf(err, GEM_EUSAGE, "--gem-ref: not pull or commit: %s", a);
+		break;
+	case O_WINDOW:
+		if (num_long(a, 1, 1 << 20, &v))
+			return gem_errf(err, GEM_EUSAGE, "--window: not a positive integer: %s", a);
+		c->window = (int)v;
+		break;
+	case O_ALPHA:
+		if (num_float(a, 0, 1, &c->alpha))
+			return gem_errf(err, GEM_EUSAGE, "--alpha: not in [0, 1]: %s", a);
+		break;
+	case O_LDC:
+		if (num_float(a, 0, 1e6, &c->lambda_dc))
+			return gem_errf(err, GEM_EUSAGE, "--lambda-dc: not a number >= 0: %s", a);
+		break;
+	case 'n':
+		if (num_long(a, 1, 4096, &v))
+			return gem_errf(err, GEM_EUSAGE, "--workers: not an integer in [1, 4096]: %s", a);
+		c->nworkers = (int)v;
+		break;
+	}
+	return 0;
+}
+
+/* The run.json "rule" member an option sets: its name with '_' for '-' ("pi_max"), --workers'
+ * "nworkers". */
+static void rule_key(int val, char *key, size_t cap)
+{
+	snprintf(key, cap, "%s", val == 'n' ? "nworkers" : opt_name(val));
+	for (char *p = key; *p; p++)
+		if (*p == '-')
+			*p = '_';
+}
+
+/* The rule of o: its defaults, the options given in their order, checked; an option the rule
+ * does not use is refused. o->usage when the error is one option's. */
+static int rule_of_opts(struct run_opts *o, struct rule_config *rc, char *err)
+{
+	json_t *rulejson;
+	char key[32];
+	int rcode;
+	if ((rcode = rule_config_default(o->rule, rc, err)) < 0) {
+		gem_errprefix(err, "--rule: ");
+		return GEM_EUSAGE;
+	}
+	rc->lr = (float)o->train.lr;
+	rc->momentum = (float)o->train.momentum;
+	for (int i = 0; i < o->nruleopts; i++)
+		if (rule_opt_apply(rc, o->ruleopts[i].opt, o->ruleopts[i].arg, err) < 0)
+			return o->usage = 1, GEM_EUSAGE;
+	if ((rcode = rule_config_check(rc, err)) < 0)
+		return GEM_EUSAGE;
+	if (!(rulejson = rule_config_to_json(rc)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	for (int i = 0; i < o->nruleopts; i++) {
+		rule_key(o->ruleopts[i].opt, key, sizeof key);
+		if (!json_object_get(rulejson, key)) {
+			json_decref(rulejson);
+			o->usage = 1;
+			return gem_errf(err, GEM_EUSAGE, "--%s: rule %s does not use it",
+					opt_name(o->ruleopts[i].opt), rc->name);
+		}
+	}
+	json_decref(rulejson);
+	return 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* The built-in model names (share/gem/models/NAME.json), sorted; how many (at most cap). */
+static size_t builtin_models(char names[][64], size_t cap)
+{
+	char dir[4096];
+	struct dirent *e;
+	DIR *d;
+	size_t n = 0;
+	if (prog_share_path("models", dir, sizeof dir) || !(d = opendir(dir)))
+		return 0;
+	while (n < cap && (e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (len > 5 && len - 5 < 64 && !strcmp(e->d_name + len - 5, ".json"))
+			snprintf(names[n++], 64, "%.*s", (int)(len - 5), e->d_name);
+	}
+	closedir(d);
+	qsort(names, n, sizeof *names, by_name);
+	return n;
+}
+
+/* A model argument without a slash is a built-in name first (share/gem/models/NAME.json),
+ * whatever the current directory holds; else it is a spec file. */
+static int resolve_model(const char *arg, char *path, size_t cap, char *err)
+{
+	char rel[300], names[64][64];
+	const char *list[64];
+	struct stat st;
+	size_t n;
+	if (!strchr(arg, '/') && strlen(arg) <= 200) {
+		snprintf(rel, sizeof rel, "models/%s.json", arg);
+		if (prog_share_path(rel, path, cap) == 0)
+			return 0;
+	}
+	if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
+		return gem_errf(err, GEM_EUSAGE, "--model %s: a directory, not a model spec (a JSON file, "
+				"see gem-model(5)) nor a built-in model", arg);
+	if (stat(arg, &st) == 0) {
+		snprintf(path, cap, "%s", arg);
+		return 0;
+	}
+	if (strchr(arg, '/'))
+		return gem_errf(err, GEM_EUSAGE, "--model %s: no such file", arg);
+	n = builtin_models(names, 64);
+	for (size_t i = 0; i < n; i++)
+		list[i] = names[i];
+	gem_err_unknown(err, GEM_EUSAGE, "model", arg, list, n);
+	n = strlen(err);
+	snprintf(err + n, GEM_ERRMAX - n, " (built-in), or a spec file (gem-model(5))");
+	return GEM_EUSAGE;
+}
+
+/* The model's name in run.json: the name given, or the file's base name without .json. */
+static int model_name_of(const char *arg, char *out, size_t cap, char *err)
+{
+	const char *b = strrchr(arg, '/');
+	size_t len;
+	b = b ? b + 1 : arg;
+	len = strlen(b);
+	if (len > 5 && !strcmp(b + len - 5, ".json"))
+		len -= 5;
+	if (len >= cap)
+		return gem_errf(err, GEM_EUSAGE, "--model %s: a name of at most %zu bytes", arg, cap - 1);
+	snprintf(out, cap, "%.*s", (int)len, b);
+	return 0;
+}
+
+/* The data of a new run: found (recorded absolute: workers start elsewhere, and gem-run's
+ * other hosts find it by name), its training set checked against m, its statistics taken. */
+static int data_of_opts(struct run_opts *o, const struct model *m, const char *model_path,
+			struct run_spec *s, char *err)
+{
+	char abs[PATH_MAX];
+	struct dataset ds;
+	if (strlen(o->data) >= sizeof s->data_name)
+		return gem_errf(err, GEM_EUSAGE, "--data: a name of at most %zu bytes", sizeof s->data_name - 1);
+	if (dataset_resolve(o->data, s->data_dir, sizeof s->data_dir, err) < 0)
+		return GEM_EUSAGE;
+	if (realpath(s->data_dir, abs))
+		snprintf(s->data_dir, sizeof s->data_dir, "%s", abs);
+	snprintf(s->data_name, sizeof s->data_name, "%s", o->data);
+	if (dataset_load(s->data_dir, "train", &ds, err) < 0)
+		return GEM_EFAIL;
+	o->nsamples = ds.n;
+	if (model_fits(m, &ds, err) < 0) {
+		gem_errprefix(err, "%s: ", model_path);
+		dataset_free(&ds);
+		return GEM_EUSAGE;
+	}
+	dataset_stats(&ds, &s->mean, &s->std);
+	dataset_free(&ds);
+	return 0;
+}
+
+int run_make_new(const char *dir, struct run_opts *o, struct run_spec *spec, char *err)
+{
+	char path[4096];
+	struct model *m = NULL;
+	int rc;
+
+	memset(spec, 0, sizeof *spec);
+	o->usage = 0;
+	if ((rc = rule_of_opts(o, &spec->rule, err)) < 0)
+		return rc;
+	if (resolve_model(o->model, path, sizeof path, err) < 0 ||
+	    model_from_file(path, &spec->model, &m, err) < 0)
+		return GEM_EUSAGE;
+	spec->train = o->train;
+	if ((rc = model_name_of(o->model, spec->model_name, sizeof spec->model_name, err)) < 0) {
+		model_free(m);
+		return rc;
+	}
+	if ((rc = data_of_opts(o, m, path, spec, err)) == 0)
+		rc = make_with(dir, spec, m, o->force ? RUN_MAKE_FORCE : 0, err);
+	model_free(m);
+	return rc;
+}
