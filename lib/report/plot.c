@@ -1160,6 +1160,41 @@ static void script_pi_lines(struct writer *w, size_t i)
 	fputc('\n', f);
 }
 
+/* The pi view's script: one heat map per run, or lines on a terminal. */
+static void script_pi(struct writer *w, size_t nonempty)
+{
+	FILE *f = w->f;
+	const struct plot_opts *o = w->o;
+	if (nonempty > 1)
+		fprintf(f, "set multiplot layout %zu,1\n", nonempty);
+	fprintf(f, "set xlabel 'central updates (version)'\nset autoscale xfix\nset cbrange [0:*]\n"
+		   "set palette rgbformulae 33,13,10\n");
+	for (size_t i = 0; i < w->nb; i++) {
+		const struct plot_log *lg = &w->logs[w->b[i].run];
+		if (!w->b[i].rows)
+			continue;
+		fprintf(f, "set title ");
+		char t[PATH_MAX + 128];
+		snprintf(t, sizeof t, "%s pi per tensor: %s", stat_names[o->stat], lg->label);
+		put_quoted(f, t);
+		fputc('\n', f);
+		if (o->term == PLOT_DUMB) {
+			script_pi_lines(w, i);
+			continue;
+		}
+		fprintf(f, "set yrange [-0.5:%zu.5]\nset ytics (", lg->ntensors - 1);
+		for (size_t k = 0; k < lg->ntensors; k++) {
+			if (k)
+				fputs(", ", f);
+			put_quoted(f, lg->tensors[k]);
+			fprintf(f, " %zu", k);
+		}
+		fprintf(f, ")\nplot $data index %zu matrix nonuniform with image notitle\n", i);
+	}
+	if (nonempty > 1)
+		fprintf(f, "unset multiplot\n");
+}
+
 /* The plot commands for the blocks written into $data. */
 static int script_plot(struct writer *w, char *err)
 {
@@ -1189,34 +1224,7 @@ static int script_plot(struct writer *w, char *err)
 		fputc('\n', f);
 		break;
 	case PLOT_PI:
-		if (nonempty > 1)
-			fprintf(f, "set multiplot layout %zu,1\n", nonempty);
-		fprintf(f, "set xlabel 'central updates (version)'\nset autoscale xfix\nset cbrange [0:*]\n"
-			   "set palette rgbformulae 33,13,10\n");
-		for (size_t i = 0; i < w->nb; i++) {
-			const struct plot_log *lg = &w->logs[w->b[i].run];
-			if (!w->b[i].rows)
-				continue;
-			fprintf(f, "set title ");
-			char t[PATH_MAX + 128];
-			snprintf(t, sizeof t, "%s pi per tensor: %s", stat_names[o->stat], lg->label);
-			put_quoted(f, t);
-			fputc('\n', f);
-			if (o->term == PLOT_DUMB) {
-				script_pi_lines(w, i);
-				continue;
-			}
-			fprintf(f, "set yrange [-0.5:%zu.5]\nset ytics (", lg->ntensors - 1);
-			for (size_t k = 0; k < lg->ntensors; k++) {
-				if (k)
-					fputs(", ", f);
-				put_quoted(f, lg->tensors[k]);
-				fprintf(f, " %zu", k);
-			}
-			fprintf(f, ")\nplot $data index %zu matrix nonuniform with image notitle\n", i);
-		}
-		if (nonempty > 1)
-			fprintf(f, "unset multiplot\n");
+		script_pi(w, nonempty);
 		break;
 	case PLOT_STALENESS:
 		/* a log scale: the long tail of rare large tau shows beside the common small ones */

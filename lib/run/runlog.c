@@ -232,7 +232,8 @@ static int opt_seconds(const json_t *o, const char *key, double *out, char *why,
 static int update_times(const json_t *o, struct run_log_update *u, char *why, size_t cap)
 {
 	int rc;
-	if (opt_seconds(o, "time", &u->time, why, cap) < 0 || opt_seconds(o, "vtime", &u->vtime, why, cap) < 0)
+	if (opt_seconds(o, "time", &u->time, why, cap) < 0 ||
+	    opt_seconds(o, "vtime", &u->vtime, why, cap) < 0)
 		return -1;
 	if ((rc = jget_num(o, "elapsed", -HUGE_VAL, HUGE_VAL, &u->elapsed)) == JGET_OK || u->vtime >= 0)
 		return 0;
