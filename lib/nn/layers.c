@@ -1,6 +1,7 @@
 #include "nn/layers.h"
 
 #include "nn/conv_direct.h"
+#include "nn/matmul.h"
 
 #include <blis.h>
 #include <math.h>
@@ -96,6 +97,7 @@ void layers_set_threads(int t)
 {
 	bli_thread_set_num_threads(t);
 	conv_direct_threads(t);
+	matmul_threads(t);
 }
 
 int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k, int stride, int pad)

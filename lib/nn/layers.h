@@ -21,7 +21,7 @@ int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k
 /* Floats in the im2col matrix for B samples: C·K·K rows × B·OH·OW columns. */
 size_t conv2d_col_size(const struct conv2d_shape *s, int B);
 
-// Run the kernels on t threads (BLIS's and nn/conv_direct.h's); the default is 1
+// Run the kernels on t threads (BLIS's, nn/conv_direct.h's and nn/matmul.h's); the default is 1
 void layers_set_threads(int t);
 
 // Floats of the dense passes' scratch for batches up to B (its products run faster with it)

@@ -1,0 +1,376 @@
+#include "nn/matmul.h"
+
+#include "base/cpulevel.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define MM_X86 1
+#define MM_AVX2 __attribute__((target("avx2,fma")))
+#define MM_AVX512 __attribute__((target("avx2,fma,avx512f")))
+#endif
+
+/* Blocking: a panel of B of KC rows × NC columns (512 KB) stays in the L2 cache while slivers
+ * of A (MR rows × KC, in L1) sweep it; each tile of C is MR × NR. */
+#define KC 256
+#define NC 512
+#define MR_MAX 12
+#define NR_MAX 32
+#define MM_MAX_THREADS 64
+/* Products of fewer multiply-adds run on one thread (attention's per-head products). */
+#define MM_THREAD_MIN (1 << 22)
+
+static int forced = -1; /* tests: a level forced; -1 asks the CPU at every call */
+static int nthreads = 1;
+
+static int simd_available(void)
+{
+#ifdef MM_X86
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		return 0;
+	return __builtin_cpu_supports("avx512f") ? 2 : 1;
+#else
+	return 0;
+#endif
+}
+
+int matmul_simd(int level)
+{
+	return cpulevel_force(&forced, simd_available(), level);
+}
+
+void matmul_threads(int t)
+{
+	nthreads = t < 1 ? 1 : t > MM_MAX_THREADS ? MM_MAX_THREADS : t;
+}
+
+size_t matmul_scratch_size(void)
+{
+	return (size_t)KC * NC + 64;
+}
+
+/* A tile kernel: c (MR,NR), rows ldc apart, = (load ? c : 0) + Σ_k A(i,k)·b[k·NR + j], one
+ * fused multiply-add per k in increasing order. A(i,k) is a[k·MR + i] (a packed sliver) when
+ * lda is 0, else a[i·lda + k] (MR rows of a row-major A, read in place). */
+typedef void (*kernel_fn)(int kc, const float *a, long lda, const float *b, float *c, long ldc, int load);
+
+static void kernel_c(int kc, const float *a, long lda, const float *b, float *c, long ldc, int load)
+{
+	enum { MR = 4, NR = 8 };
+	float acc[MR][NR];
+	long ars = lda ? lda : 1, acs = lda ? 1 : MR;
+	for (int i = 0; i < MR; i++)
+		for (int j = 0; j < NR; j++)
+			acc[i][j] = load ? c[i * ldc + j] : 0.0f;
+	for (int k = 0; k < kc; k++)
+		for (int i = 0; i < MR; i++)
+			for (int j = 0; j < NR; j++)
+				acc[i][j] = fmaf(a[i * ars + k * acs], b[k * NR + j], acc[i][j]);
+	for (int i = 0; i < MR; i++)
+		for (int j = 0; j < NR; j++)
+			c[i * ldc + j] = acc[i][j];
+}
+
+#ifdef MM_X86
+#define MM_INLINE static inline __attribute__((always_inline))
+
+/* The AVX2 tile, 6 × 16: 12 accumulators, two rows of B and a broadcast in 16 registers. A is
+ * read at a[i·ars + k·acs]: constants in each caller below, so each gets its own loop. */
+MM_AVX2 MM_INLINE void tile_avx2(int kc, const float *a, long ars, long acs, const float *b, float *c,
+				 long ldc, int load)
+{
+	enum { MR = 6, NR = 16 };
+	__m256 c0[MR], c1[MR];
+#pragma GCC unroll 6
+	for (int i = 0; i < MR; i++) {
+		c0[i] = load ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+		c1[i] = load ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+	}
+	for (int k = 0; k < kc; k++, a += acs, b += NR) {
+		__m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+		for (int i = 0; i < MR; i++) {
+			__m256 ai = _mm256_broadcast_ss(a + i * ars);
+			c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+			c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+		}
+	}
+#pragma GCC unroll 6
+	for (int i = 0; i < MR; i++) {
+		_mm256_storeu_ps(c + i * ldc, c0[i]);
+		_mm256_storeu_ps(c + i * ldc + 8, c1[i]);
+	}
+}
+
+MM_AVX2 static void kernel_avx2(int kc, const float *a, long lda, const float *b, float *c, long ldc, int load)
+{
+	if (lda)
+		tile_avx2(kc, a, lda, 1, b, c, ldc, load);
+	else
+		tile_avx2(kc, a, 1, 6, b, c, ldc, load);
+}
+
+/* The AVX-512 tile, 12 × 32: 24 accumulators of the 32 registers. */
+MM_AVX512 MM_INLINE void tile_avx512(int kc, const float *a, long ars, long acs, const float *b, float *c,
+				     long ldc, int load)
+{
+	enum { MR = 12, NR = 32 };
+	__m512 c0[MR], c1[MR];
+#pragma GCC unroll 12
+	for (int i = 0; i < MR; i++) {
+		c0[i] = load ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
+		c1[i] = load ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+	}
+	for (int k = 0; k < kc; k++, a += acs, b += NR) {
+		__m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 12
+		for (int i = 0; i < MR; i++) {
+			__m512 ai = _mm512_set1_ps(a[i * ars]);
+			c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+			c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+		}
+	}
+#pragma GCC unroll 12
+	for (int i = 0; i < MR; i++) {
+		_mm512_storeu_ps(c + i * ldc, c0[i]);
+		_mm512_storeu_ps(c + i * ldc + 16, c1[i]);
+	}
+}
+
+MM_AVX512 static void kernel_avx512(int kc, const float *a, long lda, const float *b, float *c, long ldc,
+				    int load)
+{
+	if (lda)
+		tile_avx512(kc, a, lda, 1, b, c, ldc, load);
+	else
+		tile_avx512(kc, a, 1, 12, b, c, ldc, load);
+}
+#endif
+
+/* One level's kernel and tile. */
+struct kern {
+	kernel_fn fn;
+	int mr, nr;
+};
+
+static struct kern kernel_of(int level)
+{
+#ifdef MM_X86
+	if (level == 2)
+		return (struct kern){kernel_avx512, 12, 32};
+	if (level == 1)
+		return (struct kern){kernel_avx2, 6, 16};
+#endif
+	(void)level;
+	return (struct kern){kernel_c, 4, 8};
+}
+
+/* d[0..n) = s[0..n), in blocks of constant size (inlined moves, not a memcpy call each) */
+static inline void copy_run(float *restrict d, const float *restrict s, int n)
+{
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		memcpy(d + i, s + i, 8 * sizeof *d);
+	for (; i + 4 <= n; i += 4)
+		memcpy(d + i, s + i, 4 * sizeof *d);
+	for (; i < n; i++)
+		d[i] = s[i];
+}
+
+/* d (4 rows, ld apart) = the 4×4 block of s whose columns are cs apart, transposed */
+static inline void transpose4(float *d, long ld, const float *s, long cs)
+{
+#ifdef MM_X86
+	__m128 r0 = _mm_loadu_ps(s), r1 = _mm_loadu_ps(s + cs), r2 = _mm_loadu_ps(s + 2 * cs);
+	__m128 r3 = _mm_loadu_ps(s + 3 * cs);
+	_MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+	_mm_storeu_ps(d, r0);
+	_mm_storeu_ps(d + ld, r1);
+	_mm_storeu_ps(d + 2 * ld, r2);
+	_mm_storeu_ps(d + 3 * ld, r3);
+#else
+	for (int j = 0; j < 4; j++)
+		for (int k = 0; k < 4; k++)
+			d[k * ld + j] = s[j * cs + k];
+#endif
+}
+
+/* dst (kc × nr per micro-panel, k-major, columns past nc zero) = B[pc.., jc..] */
+static void pack_b(float *dst, struct mat b, int pc, int kc, int jc, int nc, int nr)
+{
+	for (int j0 = 0; j0 < nc; j0 += nr, dst += (size_t)kc * nr) {
+		int w = nc - j0 < nr ? nc - j0 : nr, k = 0, j;
+		const float *s = b.p + (long)pc * b.rs + (long)(jc + j0) * b.cs;
+		if (b.cs == 1) { /* rows of B */
+			for (; k < kc; k++) {
+				copy_run(dst + (size_t)k * nr, s + k * b.rs, w);
+				for (j = w; j < nr; j++)
+					dst[(size_t)k * nr + j] = 0.0f;
+			}
+			continue;
+		}
+		if (b.rs == 1 && w == nr) /* columns of B: 4×4 blocks transposed */
+			for (; k + 4 <= kc; k += 4)
+				for (j = 0; j < nr; j += 4)
+					transpose4(dst + (size_t)k * nr + j, nr, s + k + j * b.cs, b.cs);
+		for (j = 0; j < nr; j++) /* the rest one float at a time */
+			for (int kk = k; kk < kc; kk++)
+				dst[(size_t)kk * nr + j] = j < w ? s[kk * b.rs + j * b.cs] : 0.0f;
+	}
+}
+
+/* dst (kc × mr, k-major, rows past m zero) = A[i0.., kl..kl+kc) */
+static void pack_a(float *dst, struct mat a, int i0, int m, int kl, int kc, int mr)
+{
+	const float *s = a.p + (long)i0 * a.rs + (long)kl * a.cs;
+	if (a.rs == 1 && m == mr) { /* A stored by columns: mr floats at a time */
+		for (int k = 0; k < kc; k++)
+			copy_run(dst + (size_t)k * mr, s + k * a.cs, mr);
+		return;
+	}
+	for (int i = 0; i < mr; i++)
+		for (int k = 0; k < kc; k++)
+			dst[(size_t)k * mr + i] = i < m ? s[i * a.rs + k * a.cs] : 0.0f;
+}
+
+/* One product's arguments, and the rows [lo, hi) of C one thread computes. */
+struct job {
+	float *c;
+	long ldc;
+	struct mat a, b;
+	int M, N, K, init, tri, level, lo, hi;
+	float *panel;
+};
+
+/* The terms k of row block [i0, i1) that are not zero: [*kl, *kh). */
+static void k_range(const struct job *j, int i0, int i1, int *kl, int *kh)
+{
+	*kl = j->tri == MATMUL_A_UPPER ? i0 : 0;
+	*kh = j->tri == MATMUL_A_LOWER && i1 < j->K ? i1 : j->K;
+}
+
+/* The tiles of row block [i0, i0+m) against the packed panel of columns [jc, jc+nc), terms
+ * [kl, kh) of the panel's [pc, pc+kc). */
+static void row_block(const struct job *j, struct kern kn, const float *ap, long lda, int i0, int m, int jc,
+		      int nc, int pc, int kc, int kl, int kh, int load)
+{
+	float tile[MR_MAX * NR_MAX];
+	const float *bp = j->panel + (size_t)(kl - pc) * kn.nr;
+	for (int j0 = 0; j0 < nc; j0 += kn.nr, bp += (size_t)kc * kn.nr) {
+		int w = nc - j0 < kn.nr ? nc - j0 : kn.nr;
+		float *c = j->c + (long)i0 * j->ldc + jc + j0;
+		if (j->tri == MATMUL_C_LOWER && jc + j0 > i0 + m - 1)
+			break; /* this tile and those right of it are above the diagonal */
+		if (m == kn.mr && w == kn.nr) {
+			kn.fn(kh - kl, ap, lda, bp, c, j->ldc, load);
+			continue;
+		}
+		for (int i = 0; i < m && load; i++) /* an edge: through a whole tile */
+			memcpy(tile + i * kn.nr, c + i * j->ldc, sizeof *tile * w);
+		kn.fn(kh - kl, ap, lda, bp, tile, kn.nr, load);
+		for (int i = 0; i < m; i++)
+			memcpy(c + i * j->ldc, tile + i * kn.nr, sizeof *tile * w);
+	}
+}
+
+static void run_job(struct job *j)
+{
+	struct kern kn = kernel_of(j->level);
+	_Alignas(64) float sliver[MR_MAX * KC];
+	for (int jc = 0; jc < j->N; jc += NC) {
+		int nc = j->N - jc < NC ? j->N - jc : NC;
+		for (int pc = 0; pc < j->K; pc += KC) {
+			int kc = j->K - pc < KC ? j->K - pc : KC;
+			pack_b(j->panel, j->b, pc, kc, jc, nc, kn.nr);
+			for (int i0 = j->lo; i0 < j->hi; i0 += kn.mr) {
+				int m = j->hi - i0 < kn.mr ? j->hi - i0 : kn.mr, kl, kh;
+				k_range(j, i0, i0 + m, &kl, &kh);
+				int first = kl >= pc; /* this block holds the row block's first term */
+				if (kl < pc)
+					kl = pc;
+				if (kh > pc + kc)
+					kh = pc + kc;
+				if (kl >= kh)
+					continue;
+				int load = !(first && j->init == MATMUL_ZERO);
+				if (j->a.cs == 1 && m == kn.mr) { /* rows of A read in place */
+					row_block(j, kn, j->a.p + i0 * j->a.rs + kl, j->a.rs, i0, m, jc, nc, pc, kc, kl, kh,
+						  load);
+					continue;
+				}
+				pack_a(sliver, j->a, i0, m, kl, kh - kl, kn.mr);
+				row_block(j, kn, sliver, 0, i0, m, jc, nc, pc, kc, kl, kh, load);
+			}
+		}
+	}
+}
+
+/* A helper thread's part, with its own panel on its stack. */
+static void *run_part(void *arg)
+{
+	_Alignas(64) float panel[KC * NC];
+	struct job *j = arg;
+	j->panel = panel;
+	run_job(j);
+	return NULL;
+}
+
+/* The outputs no term reaches (K = 0, or k_range empty) get C₀; BIAS is made ACC here. */
+static void init_c(float *c, long ldc, int M, int N, enum matmul_init init, const float *bias)
+{
+	for (int i = 0; i < M; i++) {
+		if (init == MATMUL_BIAS)
+			memcpy(c + i * ldc, bias, sizeof *c * N);
+		else if (init == MATMUL_ZERO)
+			memset(c + i * ldc, 0, sizeof *c * N);
+	}
+}
+
+void matmul(float *c, long ldc, struct mat a, struct mat b, int M, int N, int K, enum matmul_init init,
+	    const float *bias, enum matmul_tri tri, float *scratch)
+{
+	int level = matmul_simd(-1), mr = kernel_of(level).mr;
+	if (M <= 0 || N <= 0)
+		return;
+	if (init == MATMUL_BIAS || K <= 0) {
+		init_c(c, ldc, M, N, init, bias);
+		init = MATMUL_ACC;
+	}
+	if (K <= 0)
+		return;
+	if (init == MATMUL_ZERO && tri == MATMUL_A_UPPER && M > K)
+		init_c(c + (long)K * ldc, ldc, M - K, N, init, NULL); /* rows no term reaches */
+	struct job base = {c, ldc, a, b, M, N, K, init, tri, level, 0, M, NULL};
+	int units = (M + mr - 1) / mr, T = nthreads < units ? nthreads : units;
+	if ((double)M * N * K < MM_THREAD_MIN)
+		T = 1; /* starting a thread would cost more than it saves */
+	struct job parts[MM_MAX_THREADS];
+	pthread_t th[MM_MAX_THREADS];
+	int started[MM_MAX_THREADS] = {0};
+	pthread_attr_t attr;
+	/* a part is whole row blocks, so the tiles are those of one thread */
+	for (int i = 0; i < T; i++) {
+		parts[i] = base;
+		parts[i].lo = units * i / T * mr;
+		parts[i].hi = units * (i + 1) / T * mr < M ? units * (i + 1) / T * mr : M;
+	}
+	parts[0].panel = (float *)(((size_t)scratch + 63) & ~(size_t)63);
+	if (T > 1 && pthread_attr_init(&attr) == 0) {
+		pthread_attr_setstacksize(&attr, sizeof(float) * KC * NC + ((size_t)1 << 20));
+		for (int i = 1; i < T; i++)
+			started[i] = pthread_create(&th[i], &attr, run_part, &parts[i]) == 0;
+		pthread_attr_destroy(&attr);
+	}
+	run_job(&parts[0]);
+	for (int i = 1; i < T; i++) {
+		if (started[i]) {
+			pthread_join(th[i], NULL);
+			continue;
+		}
+		parts[i].panel = parts[0].panel; /* no thread: this one, after its own part */
+		run_job(&parts[i]);
+	}
+}
