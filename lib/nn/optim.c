@@ -1,5 +1,6 @@
 #include "nn/optim.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,4 +54,174 @@ void sgd_free(struct sgd *s)
 {
 	free(s->v);
 	s->v = NULL;
+}
+
+int adamw_init(struct adamw *a, const struct layout *lo, float beta1, float beta2, float eps, float wd,
+	       char *err)
+{
+	memset(a, 0, sizeof *a);
+	if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+		return gem_errf(err, GEM_EUSAGE, "AdamW betas %g, %g: must be in [0, 1)", (double)beta1, (double)beta2);
+	if (!(eps > 0))
+		return gem_errf(err, GEM_EUSAGE, "AdamW epsilon %g: must be > 0", (double)eps);
+	if (!(wd >= 0))
+		return gem_errf(err, GEM_EUSAGE, "weight decay %g: must be >= 0", (double)wd);
+	*a = (struct adamw){.n = lo->total, .beta1 = beta1, .beta2 = beta2, .eps = eps, .wd = wd, .nt = lo->ntensors};
+	for (int i = 0; i < lo->ntensors; i++) {
+		a->off[i] = lo->t[i].offset;
+		a->len[i] = lo->t[i].size;
+		a->decay[i] = lo->t[i].ndim >= 2;
+	}
+	a->m = calloc(a->n ? a->n : 1, sizeof *a->m);
+	a->v = calloc(a->n ? a->n : 1, sizeof *a->v);
+	if (!a->m || !a->v) {
+		adamw_free(a);
+		return gem_errf(err, GEM_ENOMEM, "out of memory for %zu moments", 2 * lo->total);
+	}
+	return 0;
+}
+
+void adamw_step(struct adamw *a, float *theta, const float *grad, float lr)
+{
+	a->t++;
+	double bc1 = 1 - pow(a->beta1, (double)a->t), bc2 = 1 - pow(a->beta2, (double)a->t);
+	float step = (float)(lr / bc1), bc2s = (float)sqrt(bc2), b1 = a->beta1, b2 = a->beta2;
+	float keep = (float)(1.0 - (double)lr * a->wd);
+	for (int k = 0; k < a->nt; k++) {
+		float *th = theta + a->off[k], *m = a->m + a->off[k], *v = a->v + a->off[k];
+		const float *g = grad + a->off[k];
+		if (a->decay[k] && a->wd > 0)
+			for (size_t i = 0; i < a->len[k]; i++)
+				th[i] *= keep;
+		for (size_t i = 0; i < a->len[k]; i++) {
+			m[i] = b1 * m[i] + (1 - b1) * g[i];
+			v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+			th[i] -= step * m[i] / (sqrtf(v[i]) / bc2s + a->eps);
+		}
+	}
+}
+
+void adamw_reset(struct adamw *a)
+{
+	a->t = 0;
+	if (a->m)
+		memset(a->m, 0, sizeof *a->m * a->n);
+	if (a->v)
+		memset(a->v, 0, sizeof *a->v * a->n);
+}
+
+void adamw_free(struct adamw *a)
+{
+	free(a->m);
+	free(a->v);
+	a->m = a->v = NULL;
+}
+
+float lr_at(const struct lr_schedule *s, uint64_t step)
+{
+	if (step < s->warmup)
+		return (float)((double)s->lr * (double)(step + 1) / (double)s->warmup);
+	if (s->shape == LR_CONSTANT)
+		return s->lr;
+	double span = s->total > s->warmup ? (double)(s->total - s->warmup) : 1;
+	double p = (double)(step - s->warmup) / span, lo = (double)s->lr * s->min_ratio;
+	if (p > 1)
+		p = 1;
+	return (float)(lo + 0.5 * (1 + cos(M_PI * p)) * ((double)s->lr - lo));
+}
+
+double clip_grad_norm(float *g, size_t n, float max)
+{
+	double s = 0;
+	for (size_t i = 0; i < n; i++)
+		s += (double)g[i] * g[i];
+	double norm = sqrt(s);
+	if (max > 0 && norm > max) {
+		float f = (float)(max / (norm + 1e-6));
+		for (size_t i = 0; i < n; i++)
+			g[i] *= f;
+	}
+	return norm;
+}
+
+int optim_init(struct optim *o, const struct optim_config *c, const struct layout *lo, char *err)
+{
+	int rc;
+	memset(o, 0, sizeof *o);
+	o->c = *c;
+	if (!(c->clip >= 0))
+		return gem_errf(err, GEM_EUSAGE, "clip %g: must be >= 0", (double)c->clip);
+	if (c->schedule == LR_COSINE && c->total_steps <= c->warmup)
+		return gem_errf(err, GEM_EUSAGE, "cosine schedule over %llu steps: must be longer than the warm-up (%llu)",
+				(unsigned long long)c->total_steps, (unsigned long long)c->warmup);
+	o->lr = (struct lr_schedule){c->lr, c->warmup, c->schedule, c->total_steps, LR_MIN_RATIO};
+	if (c->kind == OPTIM_SGD)
+		return sgd_init(&o->sgd, lo->total, c->lr, c->momentum, c->weight_decay, c->nesterov, err);
+	if (!(c->lr >= 0))
+		return gem_errf(err, GEM_EUSAGE, "learning rate %g: must be >= 0", (double)c->lr);
+	if (c->momentum != 0 || c->nesterov)
+		return gem_errf(err, GEM_EUSAGE, "AdamW takes no momentum or nesterov (its betas are its momentum)");
+	if ((rc = adamw_init(&o->adamw, lo, c->beta1 ? c->beta1 : ADAMW_BETA1, c->beta2 ? c->beta2 : ADAMW_BETA2,
+			     c->eps ? c->eps : ADAMW_EPS, c->weight_decay, err)) < 0)
+		return rc;
+	return 0;
+}
+
+double optim_step(struct optim *o, float *theta, float *grad)
+{
+	size_t n = o->c.kind == OPTIM_SGD ? o->sgd.n : o->adamw.n;
+	double norm = o->c.clip > 0 ? clip_grad_norm(grad, n, o->c.clip) : 0;
+	float lr = lr_at(&o->lr, o->step++);
+	if (o->c.kind == OPTIM_SGD) {
+		o->sgd.lr = lr;
+		sgd_step(&o->sgd, theta, grad);
+	} else {
+		adamw_step(&o->adamw, theta, grad, lr);
+	}
+	return norm;
+}
+
+size_t optim_state_floats(const struct optim *o)
+{
+	if (o->c.kind == OPTIM_SGD)
+		return o->sgd.v ? o->sgd.n : 0;
+	return 2 * o->adamw.n;
+}
+
+void optim_state_get(const struct optim *o, float *vec, uint64_t *step)
+{
+	*step = o->step;
+	if (o->c.kind == OPTIM_SGD) {
+		if (o->sgd.v)
+			memcpy(vec, o->sgd.v, sizeof *vec * o->sgd.n);
+		return;
+	}
+	memcpy(vec, o->adamw.m, sizeof *vec * o->adamw.n);
+	memcpy(vec + o->adamw.n, o->adamw.v, sizeof *vec * o->adamw.n);
+}
+
+void optim_state_set(struct optim *o, const float *vec, uint64_t step)
+{
+	o->step = step;
+	if (o->c.kind == OPTIM_SGD) {
+		if (o->sgd.v)
+			memcpy(o->sgd.v, vec, sizeof *vec * o->sgd.n);
+		return;
+	}
+	o->adamw.t = step;
+	memcpy(o->adamw.m, vec, sizeof *vec * o->adamw.n);
+	memcpy(o->adamw.v, vec + o->adamw.n, sizeof *vec * o->adamw.n);
+}
+
+void optim_reset(struct optim *o)
+{
+	o->step = 0;
+	sgd_reset(&o->sgd);
+	adamw_reset(&o->adamw);
+}
+
+void optim_free(struct optim *o)
+{
+	sgd_free(&o->sgd);
+	adamw_free(&o->adamw);
 }
