@@ -42,7 +42,7 @@ int main(void)
 {
 	static uint8_t images[N * DIM], labels[N];
 	static int seen[N], o1[N], o2[N], o3[N];
-	struct dataset d = {N, 2, 3, DIM, 10, images, labels};
+	struct dataset d = {.n = N, .rows = 2, .cols = 3, .dim = DIM, .classes = 10, .images = images, .labels = labels};
 	char err[GEM_ERRMAX] = "";
 	struct batcher b, c;
 	int total = 0, disjoint = 1, sizes_ok, n1, n2, same, ok_sizes = 1;

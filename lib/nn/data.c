@@ -21,6 +21,12 @@ static int is_dir(const char *path)
 	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static int is_file(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
 {
 	char looked[GEM_ERRMAX] = "", cand[4096];
@@ -28,6 +34,16 @@ int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
 	size_t lk = 0;
 	if (!name_or_dir || !*name_or_dir)
 		return gem_errf(err, GEM_EUSAGE, "dataset: empty name");
+	if (!strncmp(name_or_dir, DATA_TEXT_PREFIX, strlen(DATA_TEXT_PREFIX))) {
+		const char *file = name_or_dir + strlen(DATA_TEXT_PREFIX);
+		if (!is_file(file))
+			return gem_errf(err, GEM_EUSAGE, "%s: %s", name_or_dir,
+					access(file, F_OK) ? "no such file" : "not a regular file");
+		if (strlen(file) >= cap)
+			return gem_errf(err, GEM_EUSAGE, "%s: path too long", file);
+		snprintf(dir, cap, "%s", file);
+		return 0;
+	}
 	/* "." and ".." name no dataset; in a search path they would step out of it */
 	if (!strcmp(name_or_dir, ".") || !strcmp(name_or_dir, ".."))
 		return gem_errf(err, GEM_EUSAGE, "dataset: \"%s\" is not a dataset name (give a path such "
@@ -58,7 +74,10 @@ int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
 		goto found;
 	return gem_errf(err, GEM_EUSAGE,
 			"dataset '%s' not found (looked in %s%s; set GEM_DATA_PATH or give a "
-			"directory)", name_or_dir, looked, cand);
+			"directory%s)", name_or_dir, looked, cand,
+			strcmp(name_or_dir, DATA_KJV) ? ""
+			: "; make deps writes it: COLUMNS=80 bible 'Gen1:1-Rev22:21' > DIR/kjv/kjv.txt, "
+			  "with Debian's bible-kjv");
 found:
 	if (strlen(cand) >= cap)
 		return gem_errf(err, GEM_EUSAGE, "%s: path too long", cand);
@@ -212,6 +231,88 @@ static int find_file(const char *dir, const char *name, char *path, size_t cap, 
 	return gem_errf(err, GEM_EFAIL, "%s: no %s or %s.gz", dir, name, name);
 }
 
+/* The text file of dataset dir: dir itself when it is a file, else dir/NAME.txt for a
+ * directory named NAME, if it is there. 1 found (path written), 0 not a text. */
+static int text_path(const char *dir, char *path, size_t cap)
+{
+	const char *end = dir + strlen(dir), *base;
+	if (is_file(dir))
+		return (size_t)snprintf(path, cap, "%s", dir) < cap;
+	while (end > dir && end[-1] == '/')
+		end--;
+	for (base = end; base > dir && base[-1] != '/'; base--)
+		;
+	if (base == end ||
+	    (size_t)snprintf(path, cap, "%.*s/%.*s.txt", (int)(end - dir), dir, (int)(end - base), base) >= cap)
+		return 0;
+	return is_file(path);
+}
+
+/* The whole of file path (not empty, under 4 GiB) into *buf (malloc'ed), *len bytes. */
+static int read_file(const char *path, uint8_t **buf, size_t *len, char *err)
+{
+	FILE *f = fopen(path, "rb");
+	struct stat st;
+	int rc = 0;
+	*buf = NULL;
+	*len = 0;
+	if (!f)
+		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode))
+		rc = gem_errf(err, GEM_EFAIL, "%s: not a regular file", path);
+	else if (st.st_size == 0 || (uint64_t)st.st_size >= UINT32_MAX)
+		rc = gem_errf(err, GEM_EFAIL, "%s: %s", path, st.st_size ? "larger than 4 GiB" : "empty");
+	else if (!(*buf = malloc((size_t)st.st_size)))
+		rc = gem_errf(err, GEM_ENOMEM, "%s: out of memory (%lld bytes)", path, (long long)st.st_size);
+	else if ((*len = fread(*buf, 1, (size_t)st.st_size, f)) != (size_t)st.st_size)
+		rc = gem_errf(err, GEM_EFAIL, "%s: %s", path, ferror(f) ? "read error" : "shorter than its size");
+	fclose(f);
+	if (rc < 0) {
+		free(*buf);
+		*buf = NULL;
+	}
+	return rc;
+}
+
+/* Split "train" (the first ⌊len·(H−1)/H⌋ bytes, H = DATA_TEXT_HOLD_OUT) or "test" (the rest)
+ * of the text in path; classes from the largest byte of the whole file. */
+static int text_load(const char *path, const char *split, struct dataset *out, char *err)
+{
+	int test = !strcmp(split, "test") || !strcmp(split, "t10k"), maxb = 0, rc;
+	uint8_t *all;
+	size_t len, cut;
+	if (!test && strcmp(split, "train"))
+		return gem_errf(err, GEM_EUSAGE, "dataset: unknown split '%s' (train or test)", split);
+	if ((rc = read_file(path, &all, &len, err)) < 0)
+		return rc;
+	for (size_t i = 0; i < len; i++)
+		maxb = all[i] > maxb ? all[i] : maxb;
+	cut = (size_t)((uint64_t)len * (DATA_TEXT_HOLD_OUT - 1) / DATA_TEXT_HOLD_OUT);
+	out->len = test ? len - cut : cut;
+	out->classes = maxb + 1;
+	out->text = malloc(out->len ? out->len : 1);
+	if (out->text)
+		memcpy(out->text, all + (test ? cut : 0), out->len);
+	free(all);
+	return out->text ? 0 : gem_errf(err, GEM_ENOMEM, "%s: out of memory", path);
+}
+
+int dataset_window(struct dataset *d, int seq, char *err)
+{
+	if (!d->text)
+		return gem_errf(err, GEM_EUSAGE, "dataset: not a text, no windows");
+	if (seq < 1 || d->len < (size_t)seq + 1)
+		return gem_errf(err, GEM_EUSAGE, "the text has %zu bytes: too few for a window of %d and the byte after",
+				d->len, seq);
+	if ((d->len - 1) / (size_t)seq > INT_MAX)
+		return gem_errf(err, GEM_EUSAGE, "the text has too many windows of %d bytes", seq);
+	d->seq = seq;
+	d->rows = 1;
+	d->cols = d->dim = seq;
+	d->n = (int)((d->len - 1) / (size_t)seq);
+	return 0;
+}
+
 int dataset_load(const char *dir, const char *split, struct dataset *out, char *err)
 {
 	char ipath[4096], lpath[4096], name[64];
@@ -219,6 +320,8 @@ int dataset_load(const char *dir, const char *split, struct dataset *out, char *
 	const char *prefix;
 	int rc, maxl = -1;
 	memset(out, 0, sizeof *out);
+	if (text_path(dir, ipath, sizeof ipath))
+		return text_load(ipath, split, out, err);
 	if (!strcmp(split, "train"))
 		prefix = "train";
 	else if (!strcmp(split, "test") || !strcmp(split, "t10k"))
@@ -262,6 +365,13 @@ int dataset_count(const char *dir, const char *split, uint64_t *n, char *err)
 	int rc;
 	if (strcmp(split, "train") && strcmp(split, "test"))
 		return gem_errf(err, GEM_EUSAGE, "dataset: unknown split '%s' (train or test)", split);
+	if (text_path(dir, path, sizeof path)) {
+		struct dataset text = {0};
+		if ((rc = text_load(path, split, &text, err)) == 0)
+			*n = text.len;
+		dataset_free(&text);
+		return rc;
+	}
 	if ((rc = find_file(dir, strcmp(split, "train") ? "t10k-labels-idx1-ubyte" : "train-labels-idx1-ubyte",
 			    path, sizeof path, err)) < 0 ||
 	    (rc = idx_load(path, IDX_LABELS, dims, &labels, err)) < 0)
@@ -275,6 +385,7 @@ void dataset_free(struct dataset *d)
 {
 	free(d->images);
 	free(d->labels);
+	free(d->text);
 	memset(d, 0, sizeof *d);
 }
 
@@ -282,10 +393,11 @@ void dataset_stats(const struct dataset *d, double *mean, double *std)
 {
 	/* A histogram makes it exact and fast: 256 distinct values, whatever n is. */
 	uint64_t hist[256] = {0};
-	size_t total = (size_t)d->n * (size_t)d->dim;
+	const uint8_t *x = d->text ? d->text : d->images;
+	size_t total = d->text ? d->len : (size_t)d->n * (size_t)d->dim;
 	double m = 0, v = 0;
 	for (size_t i = 0; i < total; i++)
-		hist[d->images[i]]++;
+		hist[x[i]]++;
 	if (!total) {
 		*mean = 0;
 		*std = 0;
@@ -306,10 +418,26 @@ static void make_lut(float lut[256], float mean, float std)
 		lut[k] = (float)((k / 255.0 - mean) / std);
 }
 
+/* The window of d's text at offset off into x (seq byte values) and y (the seq bytes after
+ * each; y may be NULL). */
+static void fill_window(const struct dataset *d, size_t off, float *restrict x, uint8_t *restrict y)
+{
+	const uint8_t *src = d->text + off;
+	for (int j = 0; j < d->seq; j++)
+		x[j] = (float)src[j];
+	if (y)
+		memcpy(y, src + 1, (size_t)d->seq);
+}
+
 static void fill(const struct dataset *d, const float lut[256], const uint32_t *idx,
 		 size_t start, size_t n, float *restrict x, uint8_t *restrict y)
 {
 	size_t dim = (size_t)d->dim;
+	if (d->text) { /* sample s: the window at s·seq */
+		for (size_t k = 0; k < n; k++)
+			fill_window(d, (idx ? idx[start + k] : start + k) * dim, x + k * dim, y ? y + k * dim : NULL);
+		return;
+	}
 	for (size_t k = 0; k < n; k++) {
 		size_t s = idx ? idx[start + k] : start + k;
 		const uint8_t *restrict src = d->images + s * dim;
@@ -343,8 +471,30 @@ static void shuffle_epoch(struct batcher *b)
 {
 	struct rng r;
 	rng_seed(&r, splitmix64(b->seed ^ splitmix64((uint64_t)b->epoch)), b->stream);
+	if (b->d->text) { /* a text: the epoch's windows at offsets drawn with replacement */
+		uint32_t span = (uint32_t)(b->hi - b->lo - (size_t)b->d->seq);
+		for (size_t k = 0; k < b->count; k++)
+			b->order[k] = (uint32_t)b->lo + rng_below(&r, span);
+		return;
+	}
 	memcpy(b->order, b->shard, b->count * sizeof *b->order);
 	rng_shuffle(&r, b->order, b->count);
+}
+
+/* batcher_init of a windowed text: the worker's slice of its bytes. */
+static int batcher_init_text(struct batcher *b, const struct dataset *d, int shard_i, int shard_n, char *err)
+{
+	b->lo = d->len * (size_t)shard_i / (size_t)shard_n;
+	b->hi = d->len * (size_t)(shard_i + 1) / (size_t)shard_n;
+	if (d->seq < 1)
+		return gem_errf(err, GEM_EUSAGE, "batcher: the text is not cut into windows");
+	if (b->hi - b->lo < (size_t)d->seq + 1)
+		return gem_errf(err, GEM_EUSAGE, "batcher: shard %d of %d of the text has %zu bytes, too few for a "
+				"window of %d and the byte after", shard_i, shard_n, b->hi - b->lo, d->seq);
+	b->count = (b->hi - b->lo - 1) / (size_t)d->seq;
+	if (!(b->order = malloc(b->count * sizeof *b->order)))
+		return gem_errf(err, GEM_ENOMEM, "batcher: out of memory");
+	return 0;
 }
 
 int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t seed,
@@ -353,11 +503,26 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
 	uint32_t *perm;
 	size_t lo, hi;
 	struct rng r;
+	int rc;
 	memset(b, 0, sizeof *b);
 	if (batch < 1)
 		return gem_errf(err, GEM_EUSAGE, "batcher: batch size %d", batch);
 	if (shard_n < 1 || shard_i < 0 || shard_i >= shard_n)
 		return gem_errf(err, GEM_EUSAGE, "batcher: shard %d of %d", shard_i, shard_n);
+	if (d->text) {
+		b->d = d;
+		b->batch = batch;
+		b->seed = seed;
+		b->stream = stream;
+		b->shard_i = shard_i;
+		b->shard_n = shard_n;
+		if ((rc = batcher_init_text(b, d, shard_i, shard_n, err)) < 0) {
+			batcher_free(b);
+			return rc;
+		}
+		shuffle_epoch(b);
+		return 0;
+	}
 	if (shard_n > d->n)
 		return gem_errf(err, GEM_EUSAGE, "batcher: %d shards of %d samples", shard_n,
 				d->n);
@@ -404,6 +569,13 @@ int batcher_next(struct batcher *b, float *x, uint8_t *y)
 		shuffle_epoch(b);
 	}
 	k = b->count - b->pos < (size_t)b->batch ? b->count - b->pos : (size_t)b->batch;
+	if (b->d->text) {
+		size_t seq = (size_t)b->d->seq;
+		for (size_t i = 0; i < k; i++)
+			fill_window(b->d, b->order[b->pos + i], x + i * seq, y + i * seq);
+		b->pos += k;
+		return (int)k;
+	}
 	fill(b->d, b->lut, b->order, b->pos, k, x, y);
 	b->pos += k;
 	return (int)k;

@@ -1,20 +1,36 @@
-/* data: image classification datasets in IDX format (the MNIST family, gzip'd or plain), and
- * the batches training and evaluation read from them: normalised float inputs, sharded across
- * workers, shuffled per epoch in an order that a resumed run can recompute from (epoch, pos). */
+/* data: image classification datasets in IDX format (the MNIST family, gzip'd or plain) and
+ * texts (any file of bytes, for a language model), and the batches training and evaluation
+ * read from them: normalised float inputs, sharded across workers, in an order per epoch that
+ * a resumed run can recompute from (epoch, pos): a shuffle of the images, or windows of a text
+ * at offsets drawn at random. */
 #ifndef GEM_DATA_H
 #define GEM_DATA_H
 #include <stddef.h>
 #include <stdint.h>
 
 #define DATA_DIR_DEFAULT "/usr/share/datasets"
+/* A text given by its file: "text:FILE". */
+#define DATA_TEXT_PREFIX "text:"
+/* The King James Bible as Debian's bible-kjv prints it, by name: DIR/kjv/kjv.txt in a dataset
+ * directory (share/gem/install-deps.sh writes DATA_DIR_DEFAULT's). A dataset directory NAME
+ * holding NAME.txt is a text. */
+#define DATA_KJV "kjv"
+/* A text's last 1/DATA_TEXT_HOLD_OUT (its bytes from ⌊len·9/10⌋ on) is split "test". */
+#define DATA_TEXT_HOLD_OUT 10
 
+/* A dataset: images and their labels, or a text's bytes. A text's sample is a window of seq
+ * bytes, its labels the seq bytes after each (the next byte at every position); its n samples
+ * for evaluation are the windows one after another from its first byte. */
 struct dataset {
 	int n;          /* samples */
-	int rows, cols; /* image shape */
-	int dim;        /* rows * cols */
-	int classes;    /* largest label + 1 */
-	uint8_t *images; /* n × dim pixels, row-major */
-	uint8_t *labels; /* n */
+	int rows, cols; /* image shape (a text: 1, seq) */
+	int dim;        /* values per sample: rows * cols */
+	int classes;    /* largest label + 1 (a text: largest byte of the whole file + 1) */
+	uint8_t *images; /* n × dim pixels, row-major (a text: NULL) */
+	uint8_t *labels; /* n (a text: NULL) */
+	int seq;         /* a text: bytes per window (0 until dataset_window) */
+	uint8_t *text;   /* a text: the split's bytes (NULL: images) */
+	size_t len;      /* ... how many */
 };
 
 /* Batches of one worker's shard: epoch e visits the shard in an order fixed by (seed, stream,
@@ -25,42 +41,54 @@ struct batcher {
 	uint64_t seed, stream;
 	int shard_i, shard_n;
 	uint32_t *shard; /* this worker's sample indices, in their fixed (unshuffled) order */
-	uint32_t *order; /* the shard shuffled for the current epoch */
-	size_t count;    /* samples in the shard */
+	uint32_t *order; /* the shard shuffled for the current epoch (a text: window offsets) */
+	size_t count;    /* samples in the shard (a text: windows per epoch) */
+	size_t lo, hi;   /* a text: the worker's slice of its bytes */
 	long epoch;      /* current epoch, from 0 */
 	size_t pos;      /* next sample of the epoch's order */
 	float lut[256];  /* pixel byte → (byte/255 − mean)/std */
 };
 
-/* Find a dataset: a directory path is used as is; a name is looked up as <dir>/<name>/ in each
- * directory of $GEM_DATA_PATH (colon-separated), then DATA_DIR_DEFAULT/<name>/. Writes the
- * directory to dir (cap bytes); the error lists every place looked in. */
+/* Find a dataset: a directory path is used as is, "text:FILE" is FILE; a name is looked up as
+ * <dir>/<name>/ in each directory of $GEM_DATA_PATH (colon-separated), then
+ * DATA_DIR_DEFAULT/<name>/. Writes the directory (or file) to dir (cap bytes); the error lists
+ * every place looked in. */
 int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err);
 /* Read one IDX file (gzip'd or plain) of unsigned bytes: magic must be want_magic (0x803
  * images, 0x801 labels); dims[0..ndims) gets the sizes, *data (malloc'ed) the payload. */
 int idx_load(const char *path, uint32_t want_magic, uint32_t dims[3], uint8_t **data,
 	     char *err);
 /* Load split "train" or "test" ("t10k") of the dataset in dir: <prefix>-images-idx3-ubyte
- * and <prefix>-labels-idx1-ubyte, each with or without .gz. */
+ * and <prefix>-labels-idx1-ubyte, each with or without .gz; or, when dir is a file or a
+ * directory NAME holding NAME.txt, that text's part (DATA_TEXT_HOLD_OUT), to be windowed by
+ * dataset_window before use. */
 int dataset_load(const char *dir, const char *split, struct dataset *out, char *err);
+/* Cut a loaded text into windows of seq bytes (the model's positions): sets seq, rows, cols,
+ * dim and n; GEM_EUSAGE when the split is shorter than seq + 1 bytes. */
+int dataset_window(struct dataset *d, int seq, char *err);
 /* The number of samples of split "train" or "test" of the dataset in dir (its labels only are
- * read). */
+ * read); of a text, the split's bytes (a window of T bytes is one sample). */
 int dataset_count(const char *dir, const char *split, uint64_t *n, char *err);
 /* Release the arrays; d can be loaded again. */
 void dataset_free(struct dataset *d);
-/* Mean and standard deviation of all pixels scaled to [0, 1]. */
+/* Mean and standard deviation of all pixels (a text's bytes) scaled to [0, 1]. */
 void dataset_stats(const struct dataset *d, double *mean, double *std);
 /* Normalised samples for evaluation: sample idx[start+k] (or start+k when idx is NULL) for k
- * in [0, n) into x (n × dim) and y (n labels; y may be NULL). */
+ * in [0, n) into x (n × dim) and y (n labels; y may be NULL). A text's windows are its byte
+ * values, not normalised, and n × seq labels. */
 void dataset_fill(const struct dataset *d, const uint32_t *idx, size_t start, size_t n,
 		  float mean, float std, float *x, uint8_t *y);
 
 /* Worker shard_i of shard_n gets a disjoint, near-equal part of a permutation fixed by seed
- * (the parts cover the dataset); inputs become (pixel/255 − mean)/std. Starts at epoch 0. */
+ * (the parts cover the dataset); inputs become (pixel/255 − mean)/std. Starts at epoch 0. Of a
+ * windowed text, the worker's part is the shard_i-th of shard_n slices of its bytes; an epoch
+ * is count = (slice − 1)/seq windows at offsets drawn uniformly, with replacement, from every
+ * offset whose window and next byte lie in the slice (a stream fixed by seed, stream, epoch). */
 int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t seed,
 		 uint64_t stream, int shard_i, int shard_n, float mean, float std, char *err);
-/* Fill up to batch samples into x (batch × dim) and y; return how many. The last batch of an
- * epoch may be partial; the call after it starts the next epoch. */
+/* Fill up to batch samples into x (batch × dim) and y (batch × seq labels for a text); return
+ * how many. The last batch of an epoch may be partial; the call after it starts the next
+ * epoch. */
 int batcher_next(struct batcher *b, float *x, uint8_t *y);
 /* Continue at sample pos of epoch's order, as a run checkpointed there would. */
 void batcher_seek(struct batcher *b, long epoch, size_t pos);
