@@ -15,12 +15,16 @@ struct model {
 	char name[64];
 	struct shape input;
 	int classes, nlayers, cap;
+	int labels;    /* per sample: the loss layer's rows (T for a sequence, else 1) */
+	int vocab;     /* the token ids an embedding first layer takes (0: none) */
+	int depth;     /* the deepest nesting of residual blocks */
 	struct layer *l;
 	struct layout layout;
 	float *theta, *grad;
 	float *xin;    /* input transposed from NCHW to (C,B,H,W) when C > 1 */
-	float *g[2];   /* gradient ping-pong, the largest activation */
+	float *g[2 * (LAYER_MAX_DEPTH + 1)]; /* gradient ping-pong per depth, the largest activation */
 	float *dcol;   /* conv2d backward scratch */
+	float *scratch; /* the sequence layers' matmul scratch */
 };
 
 /* The type named name in layer_all, or NULL. */
@@ -43,8 +47,10 @@ static const char *type_list(char *buf, size_t size, int losses, const char *sep
 	return buf;
 }
 
-/* Read field f of layers[li] (o) into *v: an integer or a number in range, or its default. */
-static int get_field(const json_t *o, int li, const struct layer_field *f, union layer_val *v, char *err)
+/* Read field f of the layer at path (o) into *v: an integer or a number in range, or its
+ * default. */
+static int get_field(const json_t *o, const char *path, const struct layer_field *f, union layer_val *v,
+		     char *err)
 {
 	json_t *j = json_object_get(o, f->name);
 	double x = f->def;
@@ -52,16 +58,16 @@ static int get_field(const json_t *o, int li, const struct layer_field *f, union
 	int rc = f->kind == LAYER_NUM ? jget_num(o, f->name, f->min, f->max, &x)
 				      : jget_int(o, f->name, (long long)f->min, (long long)f->max, &k);
 	if (rc == JGET_MISSING && f->required)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: missing", li, f->name);
+		return gem_errf(err, GEM_EUSAGE, "%s.%s: missing", path, f->name);
 	if (rc == JGET_TYPE)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: must be %s", li, f->name,
+		return gem_errf(err, GEM_EUSAGE, "%s.%s: must be %s", path, f->name,
 				f->kind == LAYER_NUM ? "a number" : "an integer");
 	/* a number's range is [min, max) */
 	if (f->kind == LAYER_NUM && (rc == JGET_RANGE || x >= f->max))
-		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: %g is not in [%g, %g)", li, f->name,
-				json_number_value(j), f->min, f->max);
+		return gem_errf(err, GEM_EUSAGE, "%s.%s: %g is not in [%g, %g)", path, f->name, json_number_value(j),
+				f->min, f->max);
 	if (rc == JGET_RANGE)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d].%s: %lld is out of range [%d, %d]", li, f->name,
+		return gem_errf(err, GEM_EUSAGE, "%s.%s: %lld is out of range [%d, %d]", path, f->name,
 				(long long)json_integer_value(j), (int)f->min, (int)f->max);
 	if (f->kind == LAYER_NUM)
 		v->f = (float)x;
@@ -70,28 +76,30 @@ static int get_field(const json_t *o, int li, const struct layer_field *f, union
 	return 0;
 }
 
-/* Find layers[li]'s type and check that every key of o is one of its fields. */
-static int layer_type(const json_t *o, int li, const struct layer_ops **ops, char *err)
+/* Find the type of the layer at path (o) and check that every key of o is one of its fields. */
+static int layer_type(const json_t *o, const char *path, const struct layer_ops **ops, char *err)
 {
 	const char *key, *tname, *names[LAYER_MAX_FIELDS + 32];
 	size_t n = 0;
 	json_t *v, *tv = json_object_get(o, "type");
 
 	if (!json_is_object(o))
-		return gem_errf(err, GEM_EUSAGE, "layers[%d]: must be an object", li);
+		return gem_errf(err, GEM_EUSAGE, "%s: must be an object", path);
 	if (!tv)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d].type: missing", li);
+		return gem_errf(err, GEM_EUSAGE, "%s.type: missing", path);
 	if (!json_is_string(tv))
-		return gem_errf(err, GEM_EUSAGE, "layers[%d].type: must be a string", li);
+		return gem_errf(err, GEM_EUSAGE, "%s.type: must be a string", path);
 	tname = json_string_value(tv);
 	if (!(*ops = find_type(tname))) {
 		for (const struct layer_ops *const *t = layer_all; *t && n < sizeof names / sizeof *names; t++)
 			names[n++] = (*t)->name;
 		gem_err_unknown(err, GEM_EUSAGE, "layer type", tname, names, n);
-		gem_errprefix(err, "layers[%d]: ", li);
+		gem_errprefix(err, "%s: ", path);
 		return GEM_EUSAGE;
 	}
 	names[n++] = "type";
+	if ((*ops)->block)
+		names[n++] = "layers";
 	for (int f = 0; f < LAYER_MAX_FIELDS && (*ops)->fields[f].name; f++)
 		names[n++] = (*ops)->fields[f].name;
 	json_object_foreach((json_t *)o, key, v) {
@@ -102,46 +110,122 @@ static int layer_type(const json_t *o, int li, const struct layer_ops **ops, cha
 			char what[64];
 			snprintf(what, sizeof what, "field of %.40s", tname);
 			gem_err_unknown(err, GEM_EUSAGE, what, key, names, n);
-			gem_errprefix(err, "layers[%d].%.64s: ", li, key);
+			gem_errprefix(err, "%s.%.64s: ", path, key);
 			return GEM_EUSAGE;
 		}
 	}
 	return 0;
 }
 
-/* Check layers[li] (o) and compute its output shape from l->in. */
-static int layer_parse(struct model *m, struct layer *l, const json_t *o, int li, int last, char *err)
+/* The input kinds of layer_ops, in words. */
+static int check_input(const struct layer *l, char *err)
+{
+	struct shape s = l->in;
+	char have[64];
+	static const char *const want[] = {
+		[LAYER_IMAGE] = "an image input (C,H,W)", [LAYER_FLAT] = "a flat input",
+		[LAYER_SEQ] = "a sequence input (T,C)", [LAYER_ROWS] = "a flat or a sequence input",
+	};
+	int kind = l->ops->input, fits = kind == LAYER_ANY || (kind == LAYER_IMAGE && s.image) ||
+					 (kind == LAYER_FLAT && !s.image && !s.seq) || (kind == LAYER_SEQ && s.seq) ||
+					 (kind == LAYER_ROWS && !s.image);
+	if (fits)
+		return 0;
+	shape_name(have, sizeof have, s);
+	if ((kind == LAYER_FLAT || kind == LAYER_ROWS) && s.image)
+		return gem_errf(err, GEM_EUSAGE, "%s: %s needs a flat input, got an image %s; add a flatten layer",
+				l->path, l->ops->name, have);
+	if (!s.image && !s.seq)
+		return gem_errf(err, GEM_EUSAGE, "%s: %s needs %s, got %d features", l->path, l->ops->name, want[kind],
+				s.c);
+	return gem_errf(err, GEM_EUSAGE, "%s: %s needs %s, got %s %s", l->path, l->ops->name, want[kind],
+			s.image ? "an image" : "a sequence", have);
+}
+
+static int parse_chain(struct model *m, struct layer *l, const json_t *layers, struct layer *parent, char *err);
+
+/* The block of l (a residual): its "layers", each parsed from l's input. */
+static int parse_block(struct model *m, struct layer *l, const json_t *o, char *err)
+{
+	json_t *layers = json_object_get(o, "layers");
+	size_t n = json_is_array(layers) ? json_array_size(layers) : 0;
+	if (l->depth == LAYER_MAX_DEPTH)
+		return gem_errf(err, GEM_EUSAGE, "%s: blocks nested more than %d deep", l->path, LAYER_MAX_DEPTH);
+	if (!layers)
+		return gem_errf(err, GEM_EUSAGE, "%s.layers: missing", l->path);
+	if (n == 0 || n > 1000)
+		return gem_errf(err, GEM_EUSAGE, "%s.layers: must be an array of 1 to 1000 layers", l->path);
+	if (!(l->kids = calloc(n, sizeof *l->kids)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	l->nkids = (int)n;
+	return parse_chain(m, l->kids, layers, l, err);
+}
+
+/* Check the layer at l->path (o) and compute its output shape from l->in; last: the model's
+ * last layer. */
+static int layer_parse(struct model *m, struct layer *l, const json_t *o, int first, int last, char *err)
 {
 	const struct layer_ops *ops = NULL;
 	char names[64];
 	int rc;
 
-	if ((rc = layer_type(o, li, &ops, err)))
+	if ((rc = layer_type(o, l->path, &ops, err)))
 		return rc;
 	l->ops = ops;
-	l->index = li;
-	l->wt = l->bt = -1;
 	l->out = l->in;
-	if (ops->input == LAYER_IMAGE && !l->in.image)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d]: %s needs an image input (C,H,W), got %d features",
-				li, ops->name, l->in.c);
-	if (ops->input == LAYER_FLAT && l->in.image)
-		return gem_errf(err, GEM_EUSAGE,
-				"layers[%d]: %s needs a flat input, got an image (%d,%d,%d); add a flatten layer",
-				li, ops->name, l->in.c, l->in.h, l->in.w);
+	if (ops->first && !first)
+		return gem_errf(err, GEM_EUSAGE, "%s: %s must be the first layer (it reads the input's token ids)",
+				l->path, ops->name);
+	if ((rc = check_input(l, err)))
+		return rc;
 	if (ops->loss && !last)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d]: %s must be the last layer", li, ops->name);
+		return gem_errf(err, GEM_EUSAGE, "%s: %s must be the last layer", l->path, ops->name);
 	if (!ops->loss && last)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d]: the last layer must be %s, not %s", li,
+		return gem_errf(err, GEM_EUSAGE, "%s: the last layer must be %s, not %s", l->path,
 				type_list(names, sizeof names, 1, " or "), ops->name);
 	for (int f = 0; f < LAYER_MAX_FIELDS && ops->fields[f].name; f++)
-		if ((rc = get_field(o, li, &ops->fields[f], &l->v[f], err)))
+		if ((rc = get_field(o, l->path, &ops->fields[f], &l->v[f], err)))
 			return rc;
+	if (ops->block && (rc = parse_block(m, l, o, err)))
+		return rc;
 	if ((rc = ops->parse(l, &m->layout, m->classes, err)))
 		return rc;
 	if (shape_size(l->out) > (size_t)1 << 28)
-		return gem_errf(err, GEM_EUSAGE, "layers[%d]: output of %zu floats per sample is too large", li,
+		return gem_errf(err, GEM_EUSAGE, "%s: output of %zu floats per sample is too large", l->path,
 				shape_size(l->out));
+	return 0;
+}
+
+/* The layers of a "layers" array into l[], from the model's input (parent NULL) or from a
+ * block's. A layer needs an input gradient when one before it has parameters, or, in a block,
+ * when the block does. */
+static int parse_chain(struct model *m, struct layer *l, const json_t *layers, struct layer *parent, char *err)
+{
+	struct shape s = parent ? parent->in : m->input;
+	int n = (int)json_array_size(layers), params_before = parent ? parent->need_dx : 0, rc;
+	for (int i = 0; i < n; i++) {
+		struct layer *li = &l[i];
+		int np = parent ? snprintf(li->path, sizeof li->path, "%s.layers[%d]", parent->path, i)
+				: snprintf(li->path, sizeof li->path, "layers[%d]", i);
+		int nn = parent ? snprintf(li->name, sizeof li->name, "%s.%d", parent->name, i)
+				: snprintf(li->name, sizeof li->name, "%d", i);
+		if (np >= (int)sizeof li->path || nn >= (int)sizeof li->name)
+			return gem_errf(err, GEM_EUSAGE, "%s: nested too deep to be named", parent->path);
+		li->depth = parent ? parent->depth + 1 : 0;
+		if (li->depth > m->depth)
+			m->depth = li->depth;
+		for (int k = 0; k < LAYER_MAX_TENSORS; k++)
+			li->t[k] = -1;
+		li->in = s;
+		li->need_dx = params_before;
+		if ((rc = layer_parse(m, li, json_array_get(layers, (size_t)i), !parent && i == 0,
+				      !parent && i == n - 1, err)))
+			return rc;
+		for (int k = 0; k < li->nkids; k++)
+			li->params |= li->kids[k].params;
+		params_before |= li->params;
+		s = li->out;
+	}
 	return 0;
 }
 
@@ -161,7 +245,7 @@ static int parse_input(struct model *m, const json_t *in, char *err)
 	}
 	if ((size_t)d[0] * d[1] * d[2] > (size_t)1 << 24)
 		return gem_errf(err, GEM_EUSAGE, "input: too large");
-	m->input = (struct shape){d[0], d[1], d[2], n == 3};
+	m->input = (struct shape){d[0], d[1], d[2], n == 3, 0};
 	return 0;
 }
 
@@ -213,17 +297,10 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
 		goto fail;
 	}
-	struct shape s = m->input;
-	int params_before = 0;
-	for (int i = 0; i < m->nlayers; i++) {
-		struct layer *l = &m->l[i];
-		l->in = s;
-		l->need_dx = params_before;
-		if ((rc = layer_parse(m, l, json_array_get(layers, (size_t)i), i, i == m->nlayers - 1, err)))
-			goto fail;
-		params_before |= l->wt >= 0;
-		s = l->out;
-	}
+	if ((rc = parse_chain(m, m->l, layers, NULL, err)))
+		goto fail;
+	m->labels = shape_rows(m->l[m->nlayers - 1].in);
+	m->vocab = m->l[0].ops->first ? m->l[0].v[0].i : 0;
 	m->theta = layer_falloc(m->layout.total, sizeof *m->theta);
 	m->grad = layer_falloc(m->layout.total, sizeof *m->grad);
 	if (!m->theta || !m->grad) {
@@ -264,29 +341,48 @@ int model_from_file(const char *path, json_t **spec_out, struct model **out, cha
 	return 0;
 }
 
+/* Free the batch buffers of l[0..n) and of their blocks. */
+static void free_chain(struct layer *l, int n)
+{
+	for (int i = 0; i < n; i++) {
+		free(l[i].y);
+		free(l[i].aux);
+		l[i].y = NULL;
+		l[i].aux = NULL;
+		free_chain(l[i].kids, l[i].nkids);
+	}
+}
+
 static void free_buffers(struct model *m)
 {
-	for (int i = 0; i < m->nlayers; i++) {
-		struct layer *l = &m->l[i];
-		free(l->y);
-		free(l->aux);
-		l->y = NULL;
-		l->aux = NULL;
-	}
+	if (m->l)
+		free_chain(m->l, m->nlayers);
 	free(m->xin);
-	free(m->g[0]);
-	free(m->g[1]);
+	for (int i = 0; i < 2 * (LAYER_MAX_DEPTH + 1); i++) {
+		free(m->g[i]);
+		m->g[i] = NULL;
+	}
 	free(m->dcol);
-	m->xin = m->g[0] = m->g[1] = m->dcol = NULL;
+	free(m->scratch);
+	m->xin = m->dcol = m->scratch = NULL;
 	m->cap = 0;
+}
+
+/* Free the blocks of l[0..n) (their layers). */
+static void free_kids(struct layer *l, int n)
+{
+	for (int i = 0; l && i < n; i++) {
+		free_kids(l[i].kids, l[i].nkids);
+		free(l[i].kids);
+	}
 }
 
 void model_free(struct model *m)
 {
 	if (!m)
 		return;
-	if (m->l)
-		free_buffers(m);
+	free_buffers(m);
+	free_kids(m->l, m->nlayers);
 	free(m->l);
 	free(m->theta);
 	free(m->grad);
@@ -323,13 +419,32 @@ size_t model_input_size(const struct model *m)
 	return shape_size(m->input);
 }
 
+int model_labels(const struct model *m)
+{
+	return m->labels;
+}
+
 int model_fits(const struct model *m, const struct dataset *d, char *err)
 {
-	if (d->dim < 1 || (size_t)d->dim != model_input_size(m) || d->classes > model_classes(m))
+	if (d->seq) {
+		if ((size_t)d->seq != model_input_size(m) || m->labels != d->seq || !m->vocab)
+			return gem_errf(err, GEM_EUSAGE,
+					"the text (windows of %d bytes) does not fit the model (%zu inputs, a loss at "
+					"%d positions%s)",
+					d->seq, model_input_size(m), m->labels, m->vocab ? "" : ", no embedding");
+		if (d->classes > m->vocab || d->classes > m->classes)
+			return gem_errf(err, GEM_EUSAGE,
+					"the text has bytes up to %d, beyond the model's vocabulary (%d tokens in, %d "
+					"classes out)",
+					d->classes - 1, m->vocab, m->classes);
+		return 0;
+	}
+	if (d->dim < 1 || (size_t)d->dim != model_input_size(m) || d->classes > model_classes(m) || m->labels != 1)
 		return gem_errf(err, GEM_EUSAGE,
 				"the data (%d values, %d classes per sample) does not fit the model (%zu "
-				"inputs, %d classes)",
-				d->dim, d->classes, model_input_size(m), model_classes(m));
+				"inputs, %d classes%s)",
+				d->dim, d->classes, model_input_size(m), model_classes(m),
+				m->labels != 1 ? " at every position of a sequence" : "");
 	return 0;
 }
 
@@ -343,30 +458,47 @@ int model_reserved(const struct model *m)
 	return m->cap;
 }
 
+/* The tensors of l[0..n) and of their blocks, in layout order. */
+static void init_chain(const struct layer *l, int n, const struct layout *lo, float *theta, struct rng *r)
+{
+	for (int i = 0; i < n; i++) {
+		if (l[i].nkids)
+			init_chain(l[i].kids, l[i].nkids, lo, theta, r);
+		else if (l[i].ops->init)
+			l[i].ops->init(&l[i], lo, theta, r);
+		else if (l[i].t[0] >= 0)
+			layer_init_default(&l[i], lo, theta, r);
+	}
+}
+
 void model_init_params(struct model *m, uint64_t seed)
 {
 	struct rng r;
 	rng_seed(&r, seed, RNG_MODEL_INIT);
-	for (int i = 0; i < m->nlayers; i++) {
-		struct layer *l = &m->l[i];
-		if (l->wt < 0)
-			continue;
-		/* kaiming_uniform_(a=√5): gain √(2/(1+5)), bound gain·√(3/fan_in) = 1/√fan_in;
-		 * PyTorch draws the bias from the same interval. */
-		const struct layout_tensor *ts[2] = {&m->layout.t[l->wt], &m->layout.t[l->bt]};
-		int fan_in = (int)(ts[0]->size / (size_t)ts[0]->shape[0]); /* W is (OUT, fan-in...) */
-		float bound = 1.0f / sqrtf((float)fan_in);
-		for (int j = 0; j < 2; j++) {
-			float *p = m->theta + ts[j]->offset;
-			for (size_t k = 0; k < ts[j]->size; k++)
-				p[k] = (2.0f * rng_float(&r) - 1.0f) * bound;
-		}
+	init_chain(m->l, m->nlayers, &m->layout, m->theta, &r);
+}
+
+/* Buffers of l[0..n) and of their blocks for a batch of B; *gmax rises to the largest output.
+ * 0, or -1 when out of memory. */
+static int reserve_chain(struct layer *l, int n, int B, size_t *gmax, struct layer_need *need)
+{
+	int fail = 0;
+	for (int i = 0; i < n; i++) {
+		if (shape_size(l[i].out) > *gmax)
+			*gmax = shape_size(l[i].out);
+		if (!l[i].view)
+			fail |= !(l[i].y = layer_falloc((size_t)B * shape_size(l[i].out), sizeof(float)));
+		if (l[i].ops->reserve)
+			fail |= l[i].ops->reserve(&l[i], B, need) < 0;
+		fail |= reserve_chain(l[i].kids, l[i].nkids, B, gmax, need) < 0;
 	}
+	return fail ? -1 : 0;
 }
 
 int model_reserve(struct model *m, int batch, char *err)
 {
-	size_t B = (size_t)batch, gmax = shape_size(m->input), dcol = 0;
+	size_t B = (size_t)batch, gmax = shape_size(m->input);
+	struct layer_need need = {0, 0};
 	int fail = 0;
 	if (batch < 1)
 		return gem_errf(err, GEM_EUSAGE, "batch size %d: must be positive", batch);
@@ -375,20 +507,13 @@ int model_reserve(struct model *m, int batch, char *err)
 	free_buffers(m);
 	if (m->input.image && m->input.c > 1)
 		fail |= !(m->xin = layer_falloc(B * shape_size(m->input), sizeof(float)));
-	for (int i = 0; i < m->nlayers; i++) {
-		struct layer *l = &m->l[i];
-		size_t n = B * shape_size(l->out);
-		if (shape_size(l->out) > gmax)
-			gmax = shape_size(l->out);
-		if (!l->view)
-			fail |= !(l->y = layer_falloc(n, sizeof(float)));
-		if (l->ops->reserve)
-			fail |= l->ops->reserve(l, batch, &dcol) < 0;
-	}
-	fail |= !(m->g[0] = layer_falloc(B * gmax, sizeof(float)));
-	fail |= !(m->g[1] = layer_falloc(B * gmax, sizeof(float)));
-	if (dcol)
-		fail |= !(m->dcol = layer_falloc(dcol, sizeof(float)));
+	fail |= reserve_chain(m->l, m->nlayers, batch, &gmax, &need) < 0;
+	for (int i = 0; i < 2 * (m->depth + 1); i++)
+		fail |= !(m->g[i] = layer_falloc(B * gmax, sizeof(float)));
+	if (need.dcol)
+		fail |= !(m->dcol = layer_falloc(need.dcol, sizeof(float)));
+	if (need.scratch)
+		fail |= !(m->scratch = layer_falloc(need.scratch, sizeof(float)));
 	if (fail) {
 		free_buffers(m);
 		return gem_errf(err, GEM_ENOMEM, "out of memory for a batch of %d", batch);
@@ -399,25 +524,29 @@ int model_reserve(struct model *m, int batch, char *err)
 
 /* The passes below run every layer through its ops (layer_ops.c), which say each layer's shapes:
  *   B = batch (n samples), C = channels, H, W = image plane, IN/OUT = features,
- *   OC/OH/OW = a conv2d's output channels and plane.
- * Images travel as (C,B,H,W), flat activations as (B,IN); the input arrives as NCHW. */
+ *   OC/OH/OW = a conv2d's output channels and plane, T = positions of a sequence.
+ * Images travel as (C,B,H,W), flat activations as (B,IN), sequences as (B,T,C); the input
+ * arrives as NCHW (a sequence model's: B × T token ids). */
 
-/* Point p at layer l's parameters and gradient in θ and ∇ (NULL if it has none). */
-static void pass_params(struct model *m, const struct layer *l, struct layer_pass *p)
+/* A pass over n samples with the model's parameters and buffers. */
+static struct layer_pass pass_of(struct model *m, int n)
 {
-	p->W = l->wt >= 0 ? m->theta + m->layout.t[l->wt].offset : NULL;
-	p->b = l->bt >= 0 ? m->theta + m->layout.t[l->bt].offset : NULL;
-	p->dW = l->wt >= 0 ? m->grad + m->layout.t[l->wt].offset : NULL;
-	p->db = l->bt >= 0 ? m->grad + m->layout.t[l->bt].offset : NULL;
+	struct layer_pass p = {.B = n, .theta = m->theta, .grad = m->grad, .lo = &m->layout,
+			       .dcol = m->dcol, .scratch = m->scratch};
+	memcpy(p.gbuf, m->g, sizeof p.gbuf);
+	return p;
 }
 
-/* Run the layers on n samples; returns the log-probabilities (n, classes) and puts the summed
- * loss in *loss (0 if y is NULL). Train mode draws dropout masks from r; eval mode skips them. */
+/* Run the layers on n samples; returns the log-probabilities (n·labels, classes) and puts the
+ * summed loss in *loss (0 if y is NULL). Train mode draws dropout masks from r; eval mode skips
+ * them. */
 static const float *forward(struct model *m, const float *x, const uint8_t *y, int n, struct rng *r,
 			    double *loss)
 {
-	struct layer_pass p = {.B = n, .r = r, .label = y};
+	struct layer_pass p = pass_of(m, n);
 	const float *h = x;
+	p.r = r;
+	p.label = y;
 	if (m->xin) {
 		/* NCHW → (C,B,H,W) */
 		size_t hw = (size_t)m->input.h * m->input.w;
@@ -427,33 +556,9 @@ static const float *forward(struct model *m, const float *x, const uint8_t *y, i
 				       sizeof(float) * hw);
 		h = m->xin;
 	}
-	for (int i = 0; i < m->nlayers; i++) {
-		struct layer *l = &m->l[i];
-		pass_params(m, l, &p);
-		l->x = h;
-		h = l->ops->forward(l, h, &p);
-	}
+	h = layer_chain_forward(m->l, m->nlayers, h, &p);
 	*loss = p.loss;
 	return h;
-}
-
-/* From the loss down to the lowest layer with parameters; g holds the gradient of the current
- * layer's output, a layer that writes its input gradient into the other buffer swaps them. */
-static void backward(struct model *m, const uint8_t *y, int n)
-{
-	struct layer_pass p = {.B = n, .label = y, .scale = 1.0f / (float)n, .dcol = m->dcol};
-	float *g = m->g[0], *other = m->g[1];
-	for (int i = m->nlayers - 1; i >= 0; i--) {
-		struct layer *l = &m->l[i];
-		if (!l->need_dx && l->wt < 0)
-			break; /* nothing below needs a gradient */
-		pass_params(m, l, &p);
-		float *gx = l->ops->backward(l, g, l->need_dx ? other : NULL, &p);
-		if (gx == other) {
-			other = g;
-			g = gx;
-		}
-	}
 }
 
 float model_train_step(struct model *m, const float *x, const uint8_t *y, int n, struct rng *r)
@@ -462,8 +567,12 @@ float model_train_step(struct model *m, const float *x, const uint8_t *y, int n,
 	if (n < 1 || n > m->cap || !r)
 		return NAN;
 	forward(m, x, y, n, r, &loss);
-	backward(m, y, n);
-	return (float)(loss / n);
+	/* from the loss down to the lowest layer with parameters */
+	struct layer_pass p = pass_of(m, n);
+	p.label = y;
+	p.scale = 1.0f / ((float)n * (float)m->labels);
+	layer_chain_backward(m->l, m->nlayers, m->g[0], m->g[1], &p);
+	return (float)(loss / ((double)n * m->labels));
 }
 
 double model_evaluate(struct model *m, const float *x, const uint8_t *y, int n, long *correct,
@@ -474,7 +583,7 @@ double model_evaluate(struct model *m, const float *x, const uint8_t *y, int n, 
 	if (n < 1 || n > m->cap)
 		return NAN;
 	const float *logp = forward(m, x, y, n, NULL, &loss);
-	for (int b = 0; b < n; b++) {
+	for (long b = 0; b < (long)n * m->labels; b++) {
 		const float *p = logp + (size_t)b * m->classes;
 		int best = 0;
 		for (int k = 1; k < m->classes; k++)

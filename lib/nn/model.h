@@ -1,25 +1,37 @@
-/* model: a feed-forward network built from a JSON spec, its parameters θ in one flat float
- * vector (described by a struct layout), and a training step (forward, NLL loss, backward) and
- * an evaluation pass over a batch. Buffers are allocated once by model_reserve.
+/* model: a network built from a JSON spec, its parameters θ in one flat float vector
+ * (described by a struct layout), and a training step (forward, NLL loss, backward) and an
+ * evaluation pass over a batch. Buffers are allocated once by model_reserve.
  *
- * Spec (share/gem/models/NAME.json):
+ * Spec (share/gem/models/NAME.json; gem-model(5) says it all):
  *   {"name": "cnn", "input": [1, 28, 28], "classes": 10, "layers": [LAYER, ...]}
- * "input" is [features] (flat) or [channels, height, width] (an image); "name" and
- * "description" are optional; other keys are refused. Each LAYER is an object with "type", one
- * of the table layer_all (nn/layer_ops.c, where a type is defined):
- *   {"type": "dense", "out": N}                    flat input of IN → N; W (N,IN), b (N)
+ * "input" is [features] (flat; a sequence model's: [T] token ids) or [channels, height, width]
+ * (an image); "name" and "description" are optional; other keys are refused. Each LAYER is an
+ * object with "type", one of the table layer_all (nn/layer_ops.c, where a type is defined):
+ *   {"type": "dense", "out": N, "init_std": 0}     rows of IN (flat, or each position of a
+ *                                                   sequence) → N; W (N,IN), b (N)
  *   {"type": "conv2d", "out": C', "kernel": K, "stride": 1, "padding": 0}
  *                                                   image input; W (C',C,K,K), b (C')
  *   {"type": "maxpool2d", "size": 2}               k×k windows (k <= 16), stride k, floor
- *   {"type": "relu"}
+ *   {"type": "relu"}   {"type": "gelu"}            element-wise
  *   {"type": "dropout", "p": 0.5}                  p in [0, 1); identity in eval
  *   {"type": "dropout2d", "p": 0.5}                zeroes whole channels; image input
  *   {"type": "flatten"}                            image (C,H,W) → flat C·H·W (PyTorch order)
- *   {"type": "logsoftmax"}                         must be the last layer, with `classes` inputs
+ *   {"type": "embedding", "vocab": V, "dim": D, "init_std": 0.02}
+ *                                                   first layer only: T token ids → (T,D)
+ *   {"type": "position", "init_std": 0.02}         (T,D) + a learned (T,D) table
+ *   {"type": "layernorm"}                          rows, normalised; gain and bias
+ *   {"type": "attention", "heads": H, "init_std": 0.02}
+ *                                                   (T,C) → (T,C), causal self-attention
+ *   {"type": "residual", "layers": [LAYER, ...]}   x + layers(x), same shape out as in
+ *   {"type": "logsoftmax"}                         must be the last layer, with `classes`
+ *                                                   inputs (per position: a loss at each)
  * Optional fields take the defaults shown. The loss is the NLL of the log-softmax, averaged over
- * the batch. Parameters are named "<layer index>.weight" and "<layer index>.bias", in layer
- * order, weight before bias, initialised as PyTorch does by default. Inputs are batches of
- * samples in NCHW order (B × input floats); labels are integers below `classes`. */
+ * the batch (and the positions). Parameters are named "<layer index>.weight", ".bias" (and
+ * attention's ".out_weight", ".out_bias"), a layer in a block "<block>.<index>.weight", in layer
+ * order; dense and conv2d are initialised as PyTorch does by default, the sequence layers (and
+ * dense with init_std > 0) N(0, init_std²) for weights, biases 0, LayerNorm gains 1. Inputs are
+ * batches of samples in NCHW order (B × input floats); labels are integers below `classes`, one
+ * per sample (B), or one per position (B × T) for a sequence model. */
 #ifndef GEM_MODEL_H
 #define GEM_MODEL_H
 #include <jansson.h>
@@ -53,27 +65,32 @@ float *model_grads(struct model *m);
 size_t model_input_size(const struct model *m);
 /* Number of classes (outputs of the last layer). */
 int model_classes(const struct model *m);
+/* Labels per sample: the positions the loss is taken at (T for a sequence model, else 1). */
+int model_labels(const struct model *m);
 /* The one check that data d fits model m (every program where a run meets its data makes it,
  * gem-init first): as many values per sample as the model's inputs, no label beyond its
- * classes. A sample too big overflows the batch buffer, a label too large reads past the
- * output: GEM_EUSAGE saying which. */
+ * classes; a text (windowed: d->seq) only a sequence model of as many positions, its bytes
+ * inside the embedding's vocabulary. A sample too big overflows the batch buffer, a label too
+ * large reads past the output: GEM_EUSAGE saying which. */
 int model_fits(const struct model *m, const struct dataset *d, char *err);
 
-/* PyTorch default init: weights and biases U(−1/√fan_in, 1/√fan_in) (kaiming-uniform with
- * a = √5 for weights), drawn in layout order from a lib/rng generator seeded with seed. */
+/* θ₀ drawn in layout order from a lib/rng generator seeded with seed (stream RNG_MODEL_INIT):
+ * dense and conv2d as PyTorch does by default, weights and biases U(−1/√fan_in, 1/√fan_in)
+ * (kaiming-uniform with a = √5 for weights); the sequence layers as gem-model(5) says. */
 void model_init_params(struct model *m, uint64_t seed);
 /* Allocate activations for up to `batch` samples; a later call with a smaller batch is free. */
 int model_reserve(struct model *m, int batch, char *err);
 /* The batch size reserved so far (0 before model_reserve). */
 int model_reserved(const struct model *m);
 
-/* Forward and backward on 0 < n <= reserved samples (x: n × input floats, y: labels); writes
- * the gradient of the mean loss into model_grads and returns the mean loss (NaN if n is out of
- * range or r is NULL); r drives dropout. */
+/* Forward and backward on 0 < n <= reserved samples (x: n × input floats, y: n × model_labels
+ * labels); writes the gradient of the mean loss (over the n·labels of them) into model_grads
+ * and returns the mean loss (NaN if n is out of range or r is NULL); r drives dropout. */
 float model_train_step(struct model *m, const float *x, const uint8_t *y, int n, struct rng *r);
-/* Forward in eval mode on 0 < n <= reserved samples; returns the sum of the losses (0 if y is
- * NULL), adds the number of correct predictions to *correct (if both are non-NULL), and
- * writes the predicted classes to pred (if non-NULL). */
+/* Forward in eval mode on 0 < n <= reserved samples; returns the sum of the losses over the
+ * n × model_labels labels (0 if y is NULL; nats: a text's bits per byte are its mean / ln 2),
+ * adds the number of correct predictions to *correct (if both are non-NULL), and writes the
+ * n × model_labels predicted classes to pred (if non-NULL). */
 double model_evaluate(struct model *m, const float *x, const uint8_t *y, int n, long *correct,
 		      uint8_t *pred);
 #endif

@@ -1,0 +1,423 @@
+#include "nn/seq.h"
+
+#include "nn/matmul.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Sixteen floats at a time with GCC/Clang generic vectors: one AVX-512 register, two AVX2 or
+ * four SSE ones, whichever level the function they are inlined into is built for (SEQ_LEVELS);
+ * the same operations in the same order at every level, so all levels agree bit for bit, and
+ * a scalar tail runs the same operations on lane 0. No fused multiply-add: ISO C mode does not
+ * contract a·b + c. (The helpers are always inlined, so the vectors never cross a call: GCC's
+ * note that passing them would change the ABI does not apply.) */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#define VW 16
+typedef float vf __attribute__((vector_size(4 * VW)));
+typedef int32_t vi __attribute__((vector_size(4 * VW)));
+#define SEQ_INLINE static inline __attribute__((always_inline))
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SEQ_AVX2 __attribute__((target("avx2")))
+#define SEQ_AVX512 __attribute__((target("avx2,avx512f")))
+#else
+#define SEQ_AVX2
+#define SEQ_AVX512
+#endif
+
+/* name##_body built three times, for matmul_simd's levels 0, 1, 2: name##_at[level](...). */
+#define SEQ_LEVELS(name, params, args)                                                         \
+	static void name##_0 params { name##_body args; }                                       \
+	SEQ_AVX2 static void name##_1 params { name##_body args; }                              \
+	SEQ_AVX512 static void name##_2 params { name##_body args; }                            \
+	static void (*const name##_at[3]) params = {name##_0, name##_1, name##_2}
+
+SEQ_INLINE vf vload(const float *p)
+{
+	vf v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+SEQ_INLINE void vstore(float *p, vf v)
+{
+	memcpy(p, &v, sizeof v);
+}
+
+SEQ_INLINE vf vsplat(float x)
+{
+	return (vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+}
+
+/* m ? a : b, lane by lane (m lanes are 0 or −1) */
+SEQ_INLINE vf vselect(vi m, vf a, vf b)
+{
+	return (vf)((m & (vi)a) | (~m & (vi)b));
+}
+
+/* the sum of the lanes, as a tree: (0+8, 1+9, ...), then halves again */
+SEQ_INLINE float vhsum(vf v)
+{
+	float h[VW];
+	memcpy(h, &v, sizeof h);
+	for (int w = VW / 2; w >= 1; w /= 2)
+		for (int i = 0; i < w; i++)
+			h[i] += h[i + w];
+	return h[0];
+}
+
+/* e^x for x <= 88.7 (below −87.3, a number under 2e-38): x = n·ln2 + r with |r| <= ln2/2,
+ * e^r by its Taylor series to r⁷ (relative error under 1e-7), times 2^n through the exponent
+ * bits; n is x/ln2 rounded by adding and taking away 1.5·2^23. */
+SEQ_INLINE vf vexp(vf x)
+{
+	const vf big = vsplat(12582912.0f);
+	x = vselect(x < vsplat(88.7f), x, vsplat(88.7f));
+	x = vselect(x > vsplat(-87.3f), x, vsplat(-87.3f));
+	vf n = (x * vsplat(1.44269504f) + big) - big;
+	vf r = (x - n * vsplat(0.693359375f)) - n * vsplat(-2.12194440e-4f);
+	vf p = vsplat(1.0f / 5040);
+	p = p * r + vsplat(1.0f / 720);
+	p = p * r + vsplat(1.0f / 120);
+	p = p * r + vsplat(1.0f / 24);
+	p = p * r + vsplat(1.0f / 6);
+	p = p * r + vsplat(0.5f);
+	p = p * r + vsplat(1.0f);
+	p = p * r + vsplat(1.0f);
+	return (vf)((vi)p + (__builtin_convertvector(n, vi) << 23));
+}
+
+/* Σ x[0..n) in VW partial sums (then vhsum), the tail after them */
+SEQ_INLINE float row_sum(const float *x, int n)
+{
+	vf acc = vsplat(0);
+	float s = 0;
+	int d = 0;
+	for (; d + VW <= n; d += VW)
+		acc += vload(x + d);
+	for (; d < n; d++)
+		s += x[d];
+	return vhsum(acc) + s;
+}
+
+/* Σ x·y over [0, n), as row_sum */
+SEQ_INLINE float row_dot(const float *x, const float *y, int n)
+{
+	vf acc = vsplat(0);
+	float s = 0;
+	int d = 0;
+	for (; d + VW <= n; d += VW)
+		acc += vload(x + d) * vload(y + d);
+	for (; d < n; d++)
+		s += x[d] * y[d];
+	return vhsum(acc) + s;
+}
+
+/* The row of token id x: x itself when it is in [0, V), else 0 (NaN too). */
+static inline size_t token(float x, int V)
+{
+	return x >= 0 && x < (float)V ? (size_t)x : 0;
+}
+
+void embedding_forward(float *y, const float *ids, const float *W, int N, int V, int D)
+{
+	for (int i = 0; i < N; i++)
+		memcpy(y + (size_t)i * D, W + token(ids[i], V) * D, sizeof *y * D);
+}
+
+void embedding_backward(float *dW, const float *dy, const float *ids, int N, int V, int D)
+{
+	memset(dW, 0, sizeof *dW * V * D);
+	for (int i = 0; i < N; i++) {
+		float *w = dW + token(ids[i], V) * D;
+		const float *g = dy + (size_t)i * D;
+		for (int d = 0; d < D; d++)
+			w[d] += g[d];
+	}
+}
+
+void position_forward(float *y, const float *x, const float *P, int B, int T, int D)
+{
+	size_t n = (size_t)T * D;
+	for (int b = 0; b < B; b++)
+		for (size_t i = 0; i < n; i++)
+			y[b * n + i] = x[b * n + i] + P[i];
+}
+
+void position_backward(float *dP, const float *dy, int B, int T, int D)
+{
+	size_t n = (size_t)T * D;
+	memcpy(dP, dy, sizeof *dP * n);
+	for (int b = 1; b < B; b++)
+		for (size_t i = 0; i < n; i++)
+			dP[i] += dy[b * n + i];
+}
+
+SEQ_INLINE void layernorm_forward_body(float *y, float *stats, const float *x, const float *g, const float *b,
+				       int N, int D)
+{
+	for (int i = 0; i < N; i++) {
+		const float *xr = x + (size_t)i * D;
+		float *yr = y + (size_t)i * D;
+		float mu = row_sum(xr, D) / (float)D, s = 0;
+		vf acc = vsplat(0), vmu = vsplat(mu);
+		int d = 0;
+		for (; d + VW <= D; d += VW) {
+			vf c = vload(xr + d) - vmu;
+			acc += c * c;
+		}
+		for (int e = d; e < D; e++)
+			s += (xr[e] - mu) * (xr[e] - mu);
+		float rstd = 1.0f / sqrtf((vhsum(acc) + s) / (float)D + LAYERNORM_EPS);
+		vf vr = vsplat(rstd);
+		stats[2 * i] = mu;
+		stats[2 * i + 1] = rstd;
+		for (d = 0; d + VW <= D; d += VW)
+			vstore(yr + d, (vload(xr + d) - vmu) * vr * vload(g + d) + vload(b + d));
+		for (; d < D; d++)
+			yr[d] = (xr[d] - mu) * rstd * g[d] + b[d];
+	}
+}
+SEQ_LEVELS(layernorm_forward, (float *y, float *stats, const float *x, const float *g, const float *b, int N, int D),
+	   (y, stats, x, g, b, N, D));
+
+void layernorm_forward(float *y, float *stats, const float *x, const float *g, const float *b, int N, int D)
+{
+	layernorm_forward_at[matmul_simd(-1)](y, stats, x, g, b, N, D);
+}
+
+/* With x̂ = (x − μ)·r and dx̂ = dy·g: dx = r·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)). */
+SEQ_INLINE void layernorm_backward_body(float *dx, float *dg, float *db, float *dy, const float *x,
+					const float *stats, const float *g, int N, int D)
+{
+	memset(dg, 0, sizeof *dg * D);
+	memset(db, 0, sizeof *db * D);
+	for (int i = 0; i < N; i++) {
+		const float *xr = x + (size_t)i * D;
+		float *gr = dy + (size_t)i * D, mu = stats[2 * i], r = stats[2 * i + 1], s1 = 0, s2 = 0;
+		vf a1 = vsplat(0), a2 = vsplat(0), vmu = vsplat(mu), vr = vsplat(r);
+		int d = 0;
+		for (; d + VW <= D; d += VW) {
+			vf xh = (vload(xr + d) - vmu) * vr, gy = vload(gr + d), dxh = gy * vload(g + d);
+			vstore(dg + d, vload(dg + d) + gy * xh);
+			vstore(db + d, vload(db + d) + gy);
+			a1 += dxh;
+			a2 += dxh * xh;
+		}
+		for (int e = d; e < D; e++) {
+			float xh = (xr[e] - mu) * r, dxh = gr[e] * g[e];
+			dg[e] += gr[e] * xh;
+			db[e] += gr[e];
+			s1 += dxh;
+			s2 += dxh * xh;
+		}
+		if (!dx)
+			continue;
+		float m1 = (vhsum(a1) + s1) / (float)D, m2 = (vhsum(a2) + s2) / (float)D;
+		vf v1 = vsplat(m1), v2 = vsplat(m2);
+		float *dr = dx + (size_t)i * D;
+		for (d = 0; d + VW <= D; d += VW) {
+			vf xh = (vload(xr + d) - vmu) * vr;
+			vstore(dr + d, vr * ((vload(gr + d) * vload(g + d) - v1) - xh * v2));
+		}
+		for (; d < D; d++) {
+			float xh = (xr[d] - mu) * r;
+			dr[d] = r * ((gr[d] * g[d] - m1) - xh * m2);
+		}
+	}
+}
+SEQ_LEVELS(layernorm_backward, (float *dx, float *dg, float *db, float *dy, const float *x, const float *stats,
+				const float *g, int N, int D),
+	   (dx, dg, db, dy, x, stats, g, N, D));
+
+void layernorm_backward(float *dx, float *dg, float *db, float *dy, const float *x, const float *stats,
+			const float *g, int N, int D)
+{
+	layernorm_backward_at[matmul_simd(-1)](dx, dg, db, dy, x, stats, g, N, D);
+}
+
+#define GELU_K 0.7978845608f /* √(2/π) */
+#define GELU_C 0.044715f
+
+/* s = σ(2z) = 1 / (1 + e^(−2z)), z = √(2/π)(x + 0.044715x³) */
+SEQ_INLINE vf gelu_sigma(vf x)
+{
+	vf z2 = vsplat(-2.0f * GELU_K) * (x + vsplat(GELU_C) * x * x * x);
+	return vsplat(1.0f) / (vsplat(1.0f) + vexp(z2));
+}
+
+SEQ_INLINE void gelu_forward_body(float *y, const float *x, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW) {
+		vf v = vload(x + i);
+		vstore(y + i, v * gelu_sigma(v));
+	}
+	for (; i < n; i++) {
+		vf v = vsplat(x[i]);
+		y[i] = (v * gelu_sigma(v))[0];
+	}
+}
+SEQ_LEVELS(gelu_forward, (float *y, const float *x, size_t n), (y, x, n));
+
+void gelu_forward(float *y, const float *x, size_t n)
+{
+	gelu_forward_at[matmul_simd(-1)](y, x, n);
+}
+
+/* gelu' = s + x·s(1 − s)·2·√(2/π)(1 + 3·0.044715x²) */
+SEQ_INLINE vf gelu_grad(vf x)
+{
+	vf s = gelu_sigma(x);
+	vf dz = vsplat(2.0f * GELU_K) * (vsplat(1.0f) + vsplat(3.0f * GELU_C) * x * x);
+	return s + x * s * (vsplat(1.0f) - s) * dz;
+}
+
+SEQ_INLINE void gelu_backward_body(float *dx, const float *dy, const float *x, size_t n)
+{
+	size_t i = 0;
+	for (; i + VW <= n; i += VW)
+		vstore(dx + i, vload(dy + i) * gelu_grad(vload(x + i)));
+	for (; i < n; i++)
+		dx[i] = (vsplat(dy[i]) * gelu_grad(vsplat(x[i])))[0];
+}
+SEQ_LEVELS(gelu_backward, (float *dx, const float *dy, const float *x, size_t n), (dx, dy, x, n));
+
+void gelu_backward(float *dx, const float *dy, const float *x, size_t n)
+{
+	gelu_backward_at[matmul_simd(-1)](dx, dy, x, n);
+}
+
+void dense_rows_forward(float *y, const float *x, const float *W, const float *b, int N, int in, int out,
+			float *scratch)
+{
+	struct mat X = {x, in, 1}, Wt = {W, 1, in};
+	matmul(y, out, X, Wt, N, out, in, MATMUL_BIAS, b, MATMUL_FULL, scratch);
+}
+
+void dense_rows_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
+			 int N, int in, int out, float *scratch)
+{
+	struct mat dYt = {dy, 1, out}, X = {x, in, 1}, dY = {dy, out, 1}, Wm = {W, in, 1};
+	matmul(dW, in, dYt, X, out, in, N, MATMUL_ZERO, NULL, MATMUL_FULL, scratch);
+	memcpy(db, dy, sizeof *db * out);
+	for (int i = 1; i < N; i++) {
+		const float *r = dy + (size_t)i * out;
+		for (int o = 0; o < out; o++)
+			db[o] += r[o];
+	}
+	if (dx)
+		matmul(dx, in, dY, Wm, N, in, out, MATMUL_ZERO, NULL, MATMUL_FULL, scratch);
+}
+
+size_t attention_size(int B, int T, int C, int H)
+{
+	size_t n = (size_t)B * T;
+	return n * 3 * C * 2 + n * C * 2 + (size_t)B * H * T * T + (size_t)T * T;
+}
+
+void attention_bind(struct attention *a, float *mem, int B, int T, int C, int H)
+{
+	size_t n = (size_t)B * T;
+	*a = (struct attention){B, T, C, H, NULL, NULL, NULL, NULL, NULL, NULL};
+	a->qkv = mem, mem += n * 3 * C;
+	a->dqkv = mem, mem += n * 3 * C;
+	a->att = mem, mem += n * C;
+	a->datt = mem, mem += n * C;
+	a->P = mem, mem += (size_t)B * H * T * T;
+	a->dP = mem;
+}
+
+/* Rows [0, T) of the scores S (T,T) of one head in place: P[i][j] = e^(S[i][j]·scale − max) / Σ
+ * for j <= i, 0 beyond. */
+SEQ_INLINE void softmax_causal_body(float *S, int T, float scale)
+{
+	vf vs = vsplat(scale);
+	for (int i = 0; i < T; i++) {
+		float *p = S + (size_t)i * T, mx = p[0] * scale, sum = 0;
+		int n = i + 1, j;
+		for (j = 1; j < n; j++)
+			mx = p[j] * scale > mx ? p[j] * scale : mx;
+		vf acc = vsplat(0), vm = vsplat(mx);
+		for (j = 0; j + VW <= n; j += VW) {
+			vf e = vexp(vload(p + j) * vs - vm);
+			vstore(p + j, e);
+			acc += e;
+		}
+		for (int k = j; k < n; k++) {
+			p[k] = vexp(vsplat(p[k] * scale - mx))[0];
+			sum += p[k];
+		}
+		float inv = 1.0f / (vhsum(acc) + sum);
+		for (j = 0; j < n; j++)
+			p[j] *= inv;
+		for (; j < T; j++)
+			p[j] = 0.0f;
+	}
+}
+SEQ_LEVELS(softmax_causal, (float *S, int T, float scale), (S, T, scale));
+
+/* Rows of dS from dP (in place) and P: dS = P ⊙ (dP − Σ_j dP·P)·scale for j <= i, 0 beyond. */
+SEQ_INLINE void softmax_causal_back_body(float *dS, const float *P, int T, float scale)
+{
+	for (int i = 0; i < T; i++) {
+		float *ds = dS + (size_t)i * T;
+		const float *p = P + (size_t)i * T;
+		int n = i + 1, j = 0;
+		float dot = row_dot(ds, p, n);
+		vf vd = vsplat(dot), vs = vsplat(scale);
+		for (; j + VW <= n; j += VW)
+			vstore(ds + j, vload(p + j) * (vload(ds + j) - vd) * vs);
+		for (; j < n; j++)
+			ds[j] = p[j] * (ds[j] - dot) * scale;
+		for (; j < T; j++)
+			ds[j] = 0.0f;
+	}
+}
+SEQ_LEVELS(softmax_causal_back, (float *dS, const float *P, int T, float scale), (dS, P, T, scale));
+
+void attention_forward(struct attention *a, float *y, const float *x, const float *Wqkv, const float *bqkv,
+		       const float *Wo, const float *bo, int B, float *scratch)
+{
+	int T = a->T, C = a->C, H = a->H, hd = C / H;
+	float scale = 1.0f / sqrtf((float)hd);
+	void (*softmax)(float *, int, float) = softmax_causal_at[matmul_simd(-1)];
+	dense_rows_forward(a->qkv, x, Wqkv, bqkv, B * T, C, 3 * C, scratch);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++) {
+			const float *q = a->qkv + (size_t)b * T * 3 * C + h * hd;
+			struct mat Q = {q, 3 * C, 1}, Kt = {q + C, 1, 3 * C}, V = {q + 2 * C, 3 * C, 1};
+			float *P = a->P + ((size_t)b * H + h) * T * T;
+			struct mat Pm = {P, T, 1};
+			matmul(P, T, Q, Kt, T, T, hd, MATMUL_ZERO, NULL, MATMUL_C_LOWER, scratch);
+			softmax(P, T, scale);
+			matmul(a->att + (size_t)b * T * C + h * hd, C, Pm, V, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_LOWER,
+			       scratch);
+		}
+	dense_rows_forward(y, a->att, Wo, bo, B * T, C, C, scratch);
+}
+
+void attention_backward(struct attention *a, float *dx, float *dWqkv, float *dbqkv, float *dWo, float *dbo,
+			const float *dy, const float *x, const float *Wqkv, const float *Wo, int B, float *scratch)
+{
+	int T = a->T, C = a->C, H = a->H, hd = C / H;
+	float scale = 1.0f / sqrtf((float)hd);
+	void (*softmax_back)(float *, const float *, int, float) = softmax_causal_back_at[matmul_simd(-1)];
+	dense_rows_backward(a->datt, dWo, dbo, dy, a->att, Wo, B * T, C, C, scratch);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++) {
+			size_t row = (size_t)b * T * 3 * C + h * hd;
+			const float *q = a->qkv + row, *P = a->P + ((size_t)b * H + h) * T * T;
+			float *dq = a->dqkv + row;
+			struct mat dO = {a->datt + (size_t)b * T * C + h * hd, C, 1};
+			struct mat Vt = {q + 2 * C, 1, 3 * C}, Pt = {P, 1, T}, dSm = {a->dP, T, 1}, dSt = {a->dP, 1, T};
+			struct mat Km = {q + C, 3 * C, 1}, Qm = {q, 3 * C, 1};
+			matmul(a->dP, T, dO, Vt, T, T, hd, MATMUL_ZERO, NULL, MATMUL_C_LOWER, scratch);
+			matmul(dq + 2 * C, 3 * C, Pt, dO, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_UPPER, scratch);
+			softmax_back(a->dP, P, T, scale);
+			matmul(dq, 3 * C, dSm, Km, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_LOWER, scratch);
+			matmul(dq + C, 3 * C, dSt, Qm, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_UPPER, scratch);
+		}
+	dense_rows_backward(dx, dWqkv, dbqkv, a->dqkv, x, Wqkv, B * T, C, 3 * C, scratch);
+}
