@@ -52,19 +52,21 @@ size_t matmul_scratch_size(void)
 	return (size_t)KC * NC + 64;
 }
 
-/* A tile kernel: c (MR,NR), rows ldc apart, = (load ? c : 0) + Σ_k A(i,k)·b[k·NR + j], one
- * fused multiply-add per k in increasing order. A(i,k) is a[k·MR + i] (a packed sliver) when
- * lda is 0, else a[i·lda + k] (MR rows of a row-major A, read in place). */
-typedef void (*kernel_fn)(int kc, const float *a, long lda, const float *b, float *c, long ldc, int load);
+/* A tile kernel: c (MR,NR), rows ldc apart, = C₀ + Σ_k A(i,k)·b[k·NR + j], one fused
+ * multiply-add per k in increasing order; C₀ is c itself (start NULL) or the row start[0..NR)
+ * in every row. A(i,k) is a[k·MR + i] (a packed sliver) when lda is 0, else a[i·lda + k] (MR
+ * rows of a row-major A, read in place). */
+typedef void (*kernel_fn)(int kc, const float *a, long lda, const float *b, float *c, long ldc,
+			  const float *start);
 
-static void kernel_c(int kc, const float *a, long lda, const float *b, float *c, long ldc, int load)
+static void kernel_c(int kc, const float *a, long lda, const float *b, float *c, long ldc, const float *start)
 {
 	enum { MR = 4, NR = 8 };
 	float acc[MR][NR];
 	long ars = lda ? lda : 1, acs = lda ? 1 : MR;
 	for (int i = 0; i < MR; i++)
 		for (int j = 0; j < NR; j++)
-			acc[i][j] = load ? c[i * ldc + j] : 0.0f;
+			acc[i][j] = start ? start[j] : c[i * ldc + j];
 	for (int k = 0; k < kc; k++)
 		for (int i = 0; i < MR; i++)
 			for (int j = 0; j < NR; j++)
@@ -80,14 +82,14 @@ static void kernel_c(int kc, const float *a, long lda, const float *b, float *c,
 /* The AVX2 tile, 6 × 16: 12 accumulators, two rows of B and a broadcast in 16 registers. A is
  * read at a[i·ars + k·acs]: constants in each caller below, so each gets its own loop. */
 MM_AVX2 MM_INLINE void tile_avx2(int kc, const float *a, long ars, long acs, const float *b, float *c,
-				 long ldc, int load)
+				 long ldc, const float *start)
 {
 	enum { MR = 6, NR = 16 };
 	__m256 c0[MR], c1[MR];
 #pragma GCC unroll 6
 	for (int i = 0; i < MR; i++) {
-		c0[i] = load ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
-		c1[i] = load ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+		c0[i] = _mm256_loadu_ps(start ? start : c + i * ldc);
+		c1[i] = _mm256_loadu_ps(start ? start + 8 : c + i * ldc + 8);
 	}
 	for (int k = 0; k < kc; k++, a += acs, b += NR) {
 		__m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
@@ -105,24 +107,25 @@ MM_AVX2 MM_INLINE void tile_avx2(int kc, const float *a, long ars, long acs, con
 	}
 }
 
-MM_AVX2 static void kernel_avx2(int kc, const float *a, long lda, const float *b, float *c, long ldc, int load)
+MM_AVX2 static void kernel_avx2(int kc, const float *a, long lda, const float *b, float *c, long ldc,
+				 const float *start)
 {
 	if (lda)
-		tile_avx2(kc, a, lda, 1, b, c, ldc, load);
+		tile_avx2(kc, a, lda, 1, b, c, ldc, start);
 	else
-		tile_avx2(kc, a, 1, 6, b, c, ldc, load);
+		tile_avx2(kc, a, 1, 6, b, c, ldc, start);
 }
 
 /* The AVX-512 tile, 12 × 32: 24 accumulators of the 32 registers. */
 MM_AVX512 MM_INLINE void tile_avx512(int kc, const float *a, long ars, long acs, const float *b, float *c,
-				     long ldc, int load)
+				     long ldc, const float *start)
 {
 	enum { MR = 12, NR = 32 };
 	__m512 c0[MR], c1[MR];
 #pragma GCC unroll 12
 	for (int i = 0; i < MR; i++) {
-		c0[i] = load ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
-		c1[i] = load ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+		c0[i] = _mm512_loadu_ps(start ? start : c + i * ldc);
+		c1[i] = _mm512_loadu_ps(start ? start + 16 : c + i * ldc + 16);
 	}
 	for (int k = 0; k < kc; k++, a += acs, b += NR) {
 		__m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
@@ -141,12 +144,12 @@ MM_AVX512 MM_INLINE void tile_avx512(int kc, const float *a, long ars, long acs,
 }
 
 MM_AVX512 static void kernel_avx512(int kc, const float *a, long lda, const float *b, float *c, long ldc,
-				    int load)
+				    const float *start)
 {
 	if (lda)
-		tile_avx512(kc, a, lda, 1, b, c, ldc, load);
+		tile_avx512(kc, a, lda, 1, b, c, ldc, start);
 	else
-		tile_avx512(kc, a, 1, 12, b, c, ldc, load);
+		tile_avx512(kc, a, 1, 12, b, c, ldc, start);
 }
 #endif
 
@@ -241,6 +244,7 @@ struct job {
 	float *c;
 	long ldc;
 	struct mat a, b;
+	const float *bias;
 	int M, N, K, init, tri, level, lo, hi;
 	float *panel;
 };
@@ -253,24 +257,33 @@ static void k_range(const struct job *j, int i0, int i1, int *kl, int *kh)
 }
 
 /* The tiles of row block [i0, i0+m) against the packed panel of columns [jc, jc+nc), terms
- * [kl, kh) of the panel's [pc, pc+kc). */
+ * [kl, kh) of the panel's [pc, pc+kc); first: these are the row block's first terms, so the
+ * tiles start from C₀ (the init's) rather than from C. */
 static void row_block(const struct job *j, struct kern kn, const float *ap, long lda, int i0, int m, int jc,
-		      int nc, int pc, int kc, int kl, int kh, int load)
+		      int nc, int pc, int kc, int kl, int kh, int first)
 {
-	float tile[MR_MAX * NR_MAX];
+	static const float zeros[NR_MAX];
+	float tile[MR_MAX * NR_MAX], edge[NR_MAX];
 	const float *bp = j->panel + (size_t)(kl - pc) * kn.nr;
+	int from_c = !first || j->init == MATMUL_ACC;
 	for (int j0 = 0; j0 < nc; j0 += kn.nr, bp += (size_t)kc * kn.nr) {
 		int w = nc - j0 < kn.nr ? nc - j0 : kn.nr;
 		float *c = j->c + (long)i0 * j->ldc + jc + j0;
+		const float *start = from_c ? NULL : j->init == MATMUL_BIAS ? j->bias + jc + j0 : zeros;
 		if (j->tri == MATMUL_C_LOWER && jc + j0 > i0 + m - 1)
 			break; /* this tile and those right of it are above the diagonal */
 		if (m == kn.mr && w == kn.nr) {
-			kn.fn(kh - kl, ap, lda, bp, c, j->ldc, load);
+			kn.fn(kh - kl, ap, lda, bp, c, j->ldc, start);
 			continue;
 		}
-		for (int i = 0; i < m && load; i++) /* an edge: through a whole tile */
+		if (start && j->init == MATMUL_BIAS) { /* an edge: the bias's columns, then zeros */
+			memcpy(edge, start, sizeof *edge * w);
+			memset(edge + w, 0, sizeof *edge * (kn.nr - w));
+			start = edge;
+		}
+		for (int i = 0; i < m && !start; i++) /* through a whole tile */
 			memcpy(tile + i * kn.nr, c + i * j->ldc, sizeof *tile * w);
-		kn.fn(kh - kl, ap, lda, bp, tile, kn.nr, load);
+		kn.fn(kh - kl, ap, lda, bp, tile, kn.nr, start);
 		for (int i = 0; i < m; i++)
 			memcpy(c + i * j->ldc, tile + i * kn.nr, sizeof *tile * w);
 	}
@@ -295,14 +308,13 @@ static void run_job(struct job *j)
 					kh = pc + kc;
 				if (kl >= kh)
 					continue;
-				int load = !(first && j->init == MATMUL_ZERO);
 				if (j->a.cs == 1 && m == kn.mr) { /* rows of A read in place */
 					row_block(j, kn, j->a.p + i0 * j->a.rs + kl, j->a.rs, i0, m, jc, nc, pc, kc, kl, kh,
-						  load);
+						  first);
 					continue;
 				}
 				pack_a(sliver, j->a, i0, m, kl, kh - kl, kn.mr);
-				row_block(j, kn, sliver, 0, i0, m, jc, nc, pc, kc, kl, kh, load);
+				row_block(j, kn, sliver, 0, i0, m, jc, nc, pc, kc, kl, kh, first);
 			}
 		}
 	}
@@ -318,7 +330,7 @@ static void *run_part(void *arg)
 	return NULL;
 }
 
-/* The outputs no term reaches (K = 0, or k_range empty) get C₀; BIAS is made ACC here. */
+/* C₀ into the rows of C no term reaches (K = 0, or k_range empty). */
 static void init_c(float *c, long ldc, int M, int N, enum matmul_init init, const float *bias)
 {
 	for (int i = 0; i < M; i++) {
@@ -335,15 +347,13 @@ void matmul(float *c, long ldc, struct mat a, struct mat b, int M, int N, int K,
 	int level = matmul_simd(-1), mr = kernel_of(level).mr;
 	if (M <= 0 || N <= 0)
 		return;
-	if (init == MATMUL_BIAS || K <= 0) {
+	if (K <= 0) {
 		init_c(c, ldc, M, N, init, bias);
-		init = MATMUL_ACC;
-	}
-	if (K <= 0)
 		return;
-	if (init == MATMUL_ZERO && tri == MATMUL_A_UPPER && M > K)
-		init_c(c + (long)K * ldc, ldc, M - K, N, init, NULL); /* rows no term reaches */
-	struct job base = {c, ldc, a, b, M, N, K, init, tri, level, 0, M, NULL};
+	}
+	if (tri == MATMUL_A_UPPER && M > K)
+		init_c(c + (long)K * ldc, ldc, M - K, N, init, bias); /* rows no term reaches */
+	struct job base = {c, ldc, a, b, bias, M, N, K, init, tri, level, 0, M, NULL};
 	int units = (M + mr - 1) / mr, T = nthreads < units ? nthreads : units;
 	if ((double)M * N * K < MM_THREAD_MIN)
 		T = 1; /* starting a thread would cost more than it saves */

@@ -10,8 +10,9 @@
  * four SSE ones, whichever level the function they are inlined into is built for (SEQ_LEVELS);
  * the same operations in the same order at every level, so all levels agree bit for bit, and
  * a scalar tail runs the same operations on lane 0. No fused multiply-add: ISO C mode does not
- * contract a·b + c. (The helpers are always inlined, so the vectors never cross a call: GCC's
- * note that passing them would change the ABI does not apply.) */
+ * contract a·b + c. The helpers are always inlined, so no vector crosses a call and GCC's
+ * warnings that one would pass differently with AVX-512 (-Wpsabi) do not apply; they take
+ * vectors by pointer, as GCC notes a vector parameter whatever the pragma says. */
 #pragma GCC diagnostic ignored "-Wpsabi"
 #define VW 16
 typedef float vf __attribute__((vector_size(4 * VW)));
@@ -40,10 +41,12 @@ SEQ_INLINE vf vload(const float *p)
 	return v;
 }
 
-SEQ_INLINE void vstore(float *p, vf v)
-{
-	memcpy(p, &v, sizeof v);
-}
+/* p[0..VW) = v */
+#define vstore(p, v)                                                                                    \
+	do {                                                                                            \
+		vf vstore_ = (v);                                                                       \
+		memcpy((p), &vstore_, sizeof vstore_);                                                  \
+	} while (0)
 
 SEQ_INLINE vf vsplat(float x)
 {
@@ -51,16 +54,13 @@ SEQ_INLINE vf vsplat(float x)
 }
 
 /* m ? a : b, lane by lane (m lanes are 0 or −1) */
-SEQ_INLINE vf vselect(vi m, vf a, vf b)
-{
-	return (vf)((m & (vi)a) | (~m & (vi)b));
-}
+#define vselect(m, a, b) ((vf)(((m) & (vi)(a)) | (~(m) & (vi)(b))))
 
 /* the sum of the lanes, as a tree: (0+8, 1+9, ...), then halves again */
-SEQ_INLINE float vhsum(vf v)
+SEQ_INLINE float vhsum(const vf *v)
 {
 	float h[VW];
-	memcpy(h, &v, sizeof h);
+	memcpy(h, v, sizeof h);
 	for (int w = VW / 2; w >= 1; w /= 2)
 		for (int i = 0; i < w; i++)
 			h[i] += h[i + w];
@@ -70,9 +70,10 @@ SEQ_INLINE float vhsum(vf v)
 /* e^x for x <= 88.7 (below −87.3, a number under 2e-38): x = n·ln2 + r with |r| <= ln2/2,
  * e^r by its Taylor series to r⁷ (relative error under 1e-7), times 2^n through the exponent
  * bits; n is x/ln2 rounded by adding and taking away 1.5·2^23. */
-SEQ_INLINE vf vexp(vf x)
+SEQ_INLINE vf vexp(const vf *px)
 {
 	const vf big = vsplat(12582912.0f);
+	vf x = *px;
 	x = vselect(x < vsplat(88.7f), x, vsplat(88.7f));
 	x = vselect(x > vsplat(-87.3f), x, vsplat(-87.3f));
 	vf n = (x * vsplat(1.44269504f) + big) - big;
@@ -98,7 +99,7 @@ SEQ_INLINE float row_sum(const float *x, int n)
 		acc += vload(x + d);
 	for (; d < n; d++)
 		s += x[d];
-	return vhsum(acc) + s;
+	return vhsum(&acc) + s;
 }
 
 /* Σ x·y over [0, n), as row_sum */
@@ -111,7 +112,7 @@ SEQ_INLINE float row_dot(const float *x, const float *y, int n)
 		acc += vload(x + d) * vload(y + d);
 	for (; d < n; d++)
 		s += x[d] * y[d];
-	return vhsum(acc) + s;
+	return vhsum(&acc) + s;
 }
 
 /* The row of token id x: x itself when it is in [0, V), else 0 (NaN too). */
@@ -169,7 +170,7 @@ SEQ_INLINE void layernorm_forward_body(float *y, float *stats, const float *x, c
 		}
 		for (int e = d; e < D; e++)
 			s += (xr[e] - mu) * (xr[e] - mu);
-		float rstd = 1.0f / sqrtf((vhsum(acc) + s) / (float)D + LAYERNORM_EPS);
+		float rstd = 1.0f / sqrtf((vhsum(&acc) + s) / (float)D + LAYERNORM_EPS);
 		vf vr = vsplat(rstd);
 		stats[2 * i] = mu;
 		stats[2 * i + 1] = rstd;
@@ -214,7 +215,7 @@ SEQ_INLINE void layernorm_backward_body(float *dx, float *dg, float *db, float *
 		}
 		if (!dx)
 			continue;
-		float m1 = (vhsum(a1) + s1) / (float)D, m2 = (vhsum(a2) + s2) / (float)D;
+		float m1 = (vhsum(&a1) + s1) / (float)D, m2 = (vhsum(&a2) + s2) / (float)D;
 		vf v1 = vsplat(m1), v2 = vsplat(m2);
 		float *dr = dx + (size_t)i * D;
 		for (d = 0; d + VW <= D; d += VW) {
@@ -241,10 +242,10 @@ void layernorm_backward(float *dx, float *dg, float *db, float *dy, const float 
 #define GELU_C 0.044715f
 
 /* s = σ(2z) = 1 / (1 + e^(−2z)), z = √(2/π)(x + 0.044715x³) */
-SEQ_INLINE vf gelu_sigma(vf x)
+SEQ_INLINE vf gelu_sigma(const vf *px)
 {
-	vf z2 = vsplat(-2.0f * GELU_K) * (x + vsplat(GELU_C) * x * x * x);
-	return vsplat(1.0f) / (vsplat(1.0f) + vexp(z2));
+	vf x = *px, z2 = vsplat(-2.0f * GELU_K) * (x + vsplat(GELU_C) * x * x * x);
+	return vsplat(1.0f) / (vsplat(1.0f) + vexp(&z2));
 }
 
 SEQ_INLINE void gelu_forward_body(float *y, const float *x, size_t n)
@@ -252,11 +253,11 @@ SEQ_INLINE void gelu_forward_body(float *y, const float *x, size_t n)
 	size_t i = 0;
 	for (; i + VW <= n; i += VW) {
 		vf v = vload(x + i);
-		vstore(y + i, v * gelu_sigma(v));
+		vstore(y + i, v * gelu_sigma(&v));
 	}
 	for (; i < n; i++) {
 		vf v = vsplat(x[i]);
-		y[i] = (v * gelu_sigma(v))[0];
+		y[i] = (v * gelu_sigma(&v))[0];
 	}
 }
 SEQ_LEVELS(gelu_forward, (float *y, const float *x, size_t n), (y, x, n));
@@ -267,9 +268,9 @@ void gelu_forward(float *y, const float *x, size_t n)
 }
 
 /* gelu' = s + x·s(1 − s)·2·√(2/π)(1 + 3·0.044715x²) */
-SEQ_INLINE vf gelu_grad(vf x)
+SEQ_INLINE vf gelu_grad(const vf *px)
 {
-	vf s = gelu_sigma(x);
+	vf x = *px, s = gelu_sigma(px);
 	vf dz = vsplat(2.0f * GELU_K) * (vsplat(1.0f) + vsplat(3.0f * GELU_C) * x * x);
 	return s + x * s * (vsplat(1.0f) - s) * dz;
 }
@@ -277,10 +278,14 @@ SEQ_INLINE vf gelu_grad(vf x)
 SEQ_INLINE void gelu_backward_body(float *dx, const float *dy, const float *x, size_t n)
 {
 	size_t i = 0;
-	for (; i + VW <= n; i += VW)
-		vstore(dx + i, vload(dy + i) * gelu_grad(vload(x + i)));
-	for (; i < n; i++)
-		dx[i] = (vsplat(dy[i]) * gelu_grad(vsplat(x[i])))[0];
+	for (; i + VW <= n; i += VW) {
+		vf v = vload(x + i);
+		vstore(dx + i, vload(dy + i) * gelu_grad(&v));
+	}
+	for (; i < n; i++) {
+		vf v = vsplat(x[i]);
+		dx[i] = (vsplat(dy[i]) * gelu_grad(&v))[0];
+	}
 }
 SEQ_LEVELS(gelu_backward, (float *dx, const float *dy, const float *x, size_t n), (dx, dy, x, n));
 
@@ -330,30 +335,48 @@ void attention_bind(struct attention *a, float *mem, int B, int T, int C, int H)
 }
 
 /* Rows [0, T) of the scores S (T,T) of one head in place: P[i][j] = e^(S[i][j]·scale − max) / Σ
- * for j <= i, 0 beyond. */
+ * for j <= i, 0 beyond. (max_j S·scale is scale·max_j S: scale > 0 and rounding is monotone.)
+ * A row's last n mod VW terms go through one vector too (the lanes past n padded), and are
+ * summed one by one after the vector's partial sums. */
 SEQ_INLINE void softmax_causal_body(float *S, int T, float scale)
 {
 	vf vs = vsplat(scale);
 	for (int i = 0; i < T; i++) {
-		float *p = S + (size_t)i * T, mx = p[0] * scale, sum = 0;
-		int n = i + 1, j;
-		for (j = 1; j < n; j++)
-			mx = p[j] * scale > mx ? p[j] * scale : mx;
+		float *p = S + (size_t)i * T, mx = p[0], sum = 0, tail[VW];
+		int n = i + 1, j, r;
+		vf vmx = vsplat(p[0]);
+		for (j = 0; j + VW <= n; j += VW) {
+			vf v = vload(p + j);
+			vmx = vselect(v > vmx, v, vmx);
+		}
+		for (int k = 0; k < VW; k++)
+			mx = vmx[k] > mx ? vmx[k] : mx;
+		for (; j < n; j++)
+			mx = p[j] > mx ? p[j] : mx;
+		mx *= scale;
 		vf acc = vsplat(0), vm = vsplat(mx);
 		for (j = 0; j + VW <= n; j += VW) {
-			vf e = vexp(vload(p + j) * vs - vm);
+			vf z = vload(p + j) * vs - vm, e = vexp(&z);
 			vstore(p + j, e);
 			acc += e;
 		}
-		for (int k = j; k < n; k++) {
-			p[k] = vexp(vsplat(p[k] * scale - mx))[0];
-			sum += p[k];
+		if ((r = n - j) > 0) {
+			vf z;
+			memcpy(tail, p + j, sizeof *tail * r);
+			for (int k = r; k < VW; k++)
+				tail[k] = p[0];
+			z = vload(tail) * vs - vm;
+			vstore(tail, vexp(&z));
+			memcpy(p + j, tail, sizeof *tail * r);
+			for (int k = 0; k < r; k++)
+				sum += tail[k];
 		}
-		float inv = 1.0f / (vhsum(acc) + sum);
-		for (j = 0; j < n; j++)
-			p[j] *= inv;
-		for (; j < T; j++)
-			p[j] = 0.0f;
+		vf inv = vsplat(1.0f / (vhsum(&acc) + sum));
+		for (j = 0; j + VW <= n; j += VW)
+			vstore(p + j, vload(p + j) * inv);
+		for (; j < n; j++)
+			p[j] *= inv[0];
+		memset(p + n, 0, sizeof *p * (T - n));
 	}
 }
 SEQ_LEVELS(softmax_causal, (float *S, int T, float scale), (S, T, scale));
