@@ -1,17 +1,21 @@
 /* bench-train: how fast the training kernels run on one thread. Prints TSV on stdout:
  * sgemm GFLOP/s for the shapes the mlp layers use and the cnn's would under im2col, the
- * direct conv kernels' GFLOP/s on the cnn's two conv layers, then training samples/s at batch
- * 64 and evaluation samples/s at batch 1000 for share/gem/models/{mlp,cnn}.json (found via
- * $GEM_SRC, else the current directory). Rates are per second of the thread's CPU time (one
- * BLIS thread). Beside each model figure: the fraction of this core's FMA peak it reaches
- * (FLOPs per sample counted from the spec: 2 per multiply-add of the dense and conv2d layers,
- * forward, and for training dW and dx where a lower layer has parameters; the peak measured
- * by an 8-wide FMA loop first) and the ratio to the same figure in $GEM_BENCH_LAST (a TSV this
- * program rewrites; make bench keeps it in build/rel/bench-last.tsv).
+ * direct conv kernels' GFLOP/s on the cnn's two conv layers, nn/matmul's on the gpt's
+ * products, then training samples/s at batch 64 and evaluation samples/s at batch 1000 for
+ * share/gem/models/{mlp,cnn}.json, and training and evaluation tokens/s at batch 32 (windows
+ * of 128 bytes) for gpt.json (found via $GEM_SRC, else the current directory). Rates are per
+ * second of the thread's CPU time (one BLIS thread), after a first step (its page faults) that
+ * is not counted. Beside each model figure: the fraction of this core's FMA peak it reaches
+ * (FLOPs per sample, or per token, counted from the spec: 2 per multiply-add of the dense,
+ * conv2d and attention layers (attention's products over all T positions, as if not causal),
+ * forward, and for training dW and dx where a lower layer has parameters: 5.7 M per token for
+ * gpt; the peak measured by an 8-wide FMA loop first; a 16-wide loop's is printed too, on CPUs
+ * with AVX-512) and the ratio to the same figure in $GEM_BENCH_LAST (a TSV this program
+ * rewrites; make bench keeps it in build/rel/bench-last.tsv).
  * Usage: bench-train [CPU seconds per model figure, default 2 [model [threads]]]: with a model
- * name (mlp, cnn), only that model's figures, for a profiler (the last-run file is then left
- * alone); with threads T given, the kernels run on T threads (nn/layers.h) and the rates are
- * per second of wall-clock time, which other jobs on a shared machine slow down. */
+ * name (mlp, cnn, gpt), only that model's figures, for a profiler (the last-run file is then
+ * left alone); with threads T given, the kernels run on T threads (nn/layers.h) and the rates
+ * are per second of wall-clock time, which other jobs on a shared machine slow down. */
 #include <blis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +27,9 @@
 
 #include "base/err.h"
 #include "nn/conv_direct.h"
+#include "nn/layer_ops.h"
 #include "nn/layers.h"
+#include "nn/matmul.h"
 #include "nn/model.h"
 #include "base/rng.h"
 
@@ -64,7 +70,41 @@ __attribute__((target("avx2,fma"))) static double fma_peak_avx2(double secs)
 		fprintf(stderr, "bench-train: %g\n", (double)sink);
 	return 12.0 * 8 * 2 * reps / t;
 }
+
+/* The same with 16-wide AVX-512 registers. */
+__attribute__((target("avx2,fma,avx512f"))) static double fma_peak_avx512(double secs)
+{
+	__m512 acc[12], m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
+	long reps = 0;
+	double t0 = now(), t;
+	for (int i = 0; i < 12; i++)
+		acc[i] = _mm512_set1_ps((float)i);
+	do {
+		for (int r = 0; r < 100000; r++)
+#pragma GCC unroll 12
+			for (int i = 0; i < 12; i++)
+				acc[i] = _mm512_fmadd_ps(acc[i], m, a);
+		reps += 100000;
+		t = now() - t0;
+	} while (t < secs);
+	float sink = 0;
+	for (int i = 0; i < 12; i++)
+		sink += _mm512_reduce_add_ps(acc[i]);
+	if (sink == 42.0f)
+		fprintf(stderr, "bench-train: %g\n", (double)sink);
+	return 12.0 * 16 * 2 * reps / t;
+}
 #endif
+
+static double fma_peak16(double secs)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (__builtin_cpu_supports("avx512f"))
+		return fma_peak_avx512(secs);
+#endif
+	(void)secs;
+	return 0;
+}
 
 static double fma_peak(double secs)
 {
@@ -76,24 +116,26 @@ static double fma_peak(double secs)
 	return 0;
 }
 
-/* FLOPs per sample of a model spec: forward (train 0), or forward + backward (train 1). */
-static double spec_flops(const json_t *spec, int train)
+/* A spec's shapes as its layers go: c features (channels) of h × w, or of each of T positions. */
+struct flops {
+	long c, h, w, T;
+	double fwd, bwd;
+	int params_below;
+};
+
+/* Add the FLOPs of the layers of a "layers" array to f. */
+static void layers_flops(const json_t *layers, struct flops *f)
 {
-	json_t *in = json_object_get(spec, "input"), *layers = json_object_get(spec, "layers"), *l;
-	long c = json_integer_value(json_array_get(in, 0)), h = 1, w = 1;
-	double fwd = 0, bwd = 0;
-	int params_below = 0;
+	json_t *l, *v;
 	size_t i;
-	if (json_array_size(in) == 3)
-		h = json_integer_value(json_array_get(in, 1)), w = json_integer_value(json_array_get(in, 2));
 	json_array_foreach(layers, i, l) {
 		const char *type = json_string_value(json_object_get(l, "type"));
-		json_t *v;
 		double macs = 0;
+		int params = 0;
 		if (!strcmp(type, "dense")) {
 			long out = json_integer_value(json_object_get(l, "out"));
-			macs = (double)c * h * w * out;
-			c = out, h = w = 1;
+			macs = (double)f->c * f->h * f->w * f->T * out;
+			f->c = out, f->h = f->w = 1;
 		} else if (!strcmp(type, "conv2d")) {
 			long out = json_integer_value(json_object_get(l, "out"));
 			long k = json_integer_value(json_object_get(l, "kernel")), st = 1, pad = 0;
@@ -101,18 +143,39 @@ static double spec_flops(const json_t *spec, int train)
 				st = json_integer_value(v);
 			if ((v = json_object_get(l, "padding")))
 				pad = json_integer_value(v);
-			long oh = (h + 2 * pad - k) / st + 1, ow = (w + 2 * pad - k) / st + 1;
-			macs = (double)out * c * k * k * oh * ow;
-			c = out, h = oh, w = ow;
+			long oh = (f->h + 2 * pad - k) / st + 1, ow = (f->w + 2 * pad - k) / st + 1;
+			macs = (double)out * f->c * k * k * oh * ow;
+			f->c = out, f->h = oh, f->w = ow;
 		} else if (!strcmp(type, "maxpool2d")) {
 			long k = (v = json_object_get(l, "size")) ? json_integer_value(v) : 2;
-			h /= k, w /= k;
+			f->h /= k, f->w /= k;
+		} else if (!strcmp(type, "embedding")) { /* T token ids → (T, dim) */
+			f->T = f->c, f->c = json_integer_value(json_object_get(l, "dim"));
+			params = 1;
+		} else if (!strcmp(type, "position") || !strcmp(type, "layernorm")) {
+			params = 1;
+		} else if (!strcmp(type, "attention")) { /* q, k, v and out projections; q·kᵀ, p·v */
+			macs = (double)f->T * 4 * f->c * f->c + 2.0 * f->T * f->T * f->c;
+		} else if (!strcmp(type, "residual")) {
+			layers_flops(json_object_get(l, "layers"), f);
+		} else if (!strcmp(type, "flatten")) {
+			f->c *= f->h * f->w * f->T, f->h = f->w = f->T = 1;
 		}
-		fwd += 2 * macs;
-		bwd += 2 * macs * (params_below ? 2 : 1);
-		params_below |= macs > 0;
+		f->fwd += 2 * macs;
+		f->bwd += 2 * macs * (f->params_below ? 2 : 1);
+		f->params_below |= macs > 0 || params;
 	}
-	return train ? fwd + bwd : fwd;
+}
+
+/* FLOPs per sample of a model spec: forward (train 0), or forward + backward (train 1). */
+static double spec_flops(const json_t *spec, int train)
+{
+	json_t *in = json_object_get(spec, "input");
+	struct flops f = {json_integer_value(json_array_get(in, 0)), 1, 1, 1, 0, 0, 0};
+	if (json_array_size(in) == 3)
+		f.h = json_integer_value(json_array_get(in, 1)), f.w = json_integer_value(json_array_get(in, 2));
+	layers_flops(json_object_get(spec, "layers"), &f);
+	return train ? f.fwd + f.bwd : f.fwd;
 }
 
 /* The figures of the last run ($GEM_BENCH_LAST: "what<TAB>shape<TAB>value" lines) and of this one. */
@@ -151,7 +214,7 @@ static void save_cur(void)
 }
 
 /* Print one model figure: value, fraction of peak (flops per sample), ratio to the last run. */
-static void report(const char *what, const char *shape, double v, double flops, double peak)
+static void report(const char *what, const char *shape, double v, const char *unit, double flops, double peak)
 {
 	char key[96], ratio[32] = "-", frac[32] = "-";
 	snprintf(key, sizeof key, "%s\t%s", what, shape);
@@ -160,7 +223,7 @@ static void report(const char *what, const char *shape, double v, double flops, 
 			snprintf(ratio, sizeof ratio, "%.2fx", v / last[i].v);
 	if (peak > 0)
 		snprintf(frac, sizeof frac, "%.1f%%", 100 * v * flops / peak);
-	printf("%s\t%.0f\tsamples/s\t%s\t%s\n", key, v, frac, ratio);
+	printf("%s\t%.0f\t%s/s\t%s\t%s\n", key, v, unit, frac, ratio);
 	if (ncur < MAX_FIGS) {
 		snprintf(cur[ncur].key, sizeof cur[ncur].key, "%s", key);
 		cur[ncur++].v = v;
@@ -226,40 +289,74 @@ static void bench_direct(const char *what, int B, int c, int hw, int oc, int k, 
 	free(x), free(y), free(W), free(b), free(dW), free(dx);
 }
 
+/* GFLOP/s of nn/matmul.h's kernels on C (M,N) = A (M,K)·B (K,N), B given transposed if tb
+ * (x·Wᵀ), A if ta (dyᵀ·x), in the causal part tri (as the gpt's layers call them). */
+static void bench_matmul(const char *what, int M, int N, int K, int ta, int tb, enum matmul_tri tri, double secs,
+			 struct rng *r)
+{
+	float *a = layer_falloc((size_t)M * K, 4), *b = layer_falloc((size_t)K * N, 4);
+	float *c = layer_falloc((size_t)M * N, 4), *scratch = layer_falloc(matmul_scratch_size(), 4);
+	struct mat A = {a, ta ? 1 : K, ta ? M : 1}, B = {b, tb ? 1 : N, tb ? K : 1};
+	long reps = 0;
+	double t0, t;
+	fill(a, (size_t)M * K, r);
+	fill(b, (size_t)K * N, r);
+	t0 = now();
+	do {
+		matmul(c, N, A, B, M, N, K, MATMUL_ZERO, NULL, tri, scratch);
+		reps++;
+		t = now() - t0;
+	} while (t < secs);
+	printf("matmul\t%s %dx%dx%d%s%s\t%.1f\tGFLOP/s\n", what, M, K, N, ta ? " Aᵀ" : "", tb ? " Bᵀ" : "",
+	       2.0 * M * N * K * reps / t * 1e-9);
+	free(a), free(b), free(c), free(scratch);
+}
+
 static int bench_model(const char *name, double secs, double peak, struct rng *r)
 {
 	char path[4096], err[GEM_ERRMAX];
 	const char *src = getenv("GEM_SRC");
 	struct model *m;
 	json_t *spec;
-	int B = 64, E = 1000;
 	snprintf(path, sizeof path, "%s/share/gem/models/%s.json", src ? src : ".", name);
-	if (model_from_file(path, &spec, &m, err) < 0 || model_reserve(m, E, err) < 0) {
+	if (model_from_file(path, &spec, &m, err) < 0) {
 		fprintf(stderr, "bench-train: %s\n", err);
 		return -1;
 	}
+	/* a sequence model: batches of 32 windows, rates in tokens (its labels per sample) */
+	int L = model_labels(m), B = L > 1 ? 32 : 64, E = L > 1 ? 32 : 1000, K = model_classes(m);
+	const char *unit = L > 1 ? "tokens" : "samples";
+	if (model_reserve(m, E > B ? E : B, err) < 0) {
+		fprintf(stderr, "bench-train: %s\n", err);
+		return -1;
+	}
+	int S = E > 4 * B ? E : 4 * B; /* samples to draw batches from */
 	size_t in = model_input_size(m);
-	float *x = malloc(sizeof(float) * in * E);
-	uint8_t *y = malloc(E);
-	fill(x, in * E, r);
-	for (int i = 0; i < E; i++)
-		y[i] = (uint8_t)rng_below(r, (uint32_t)model_classes(m));
+	float *x = layer_falloc(in * S, sizeof *x);
+	uint8_t *y = malloc((size_t)S * L);
+	if (L > 1)
+		for (size_t i = 0; i < in * S; i++)
+			x[i] = (float)rng_below(r, (uint32_t)K);
+	else
+		fill(x, in * S, r);
+	for (int i = 0; i < S * L; i++)
+		y[i] = (uint8_t)rng_below(r, (uint32_t)K);
 	model_init_params(m, 1);
 	long steps = 0, correct = 0;
+	float loss = model_train_step(m, x, y, B, r); /* the first step's page faults: not counted */
 	double t0 = now(), t;
-	float loss = 0;
 	do {
 		/* different slices of x so the batch is not always hot in cache */
-		int off = (int)(steps % (E / B)) * B;
-		loss += model_train_step(m, x + (size_t)off * in, y + off, B, r);
+		int off = (int)(steps % (S / B)) * B;
+		loss += model_train_step(m, x + (size_t)off * in, y + (size_t)off * L, B, r);
 		steps++;
 		t = now() - t0;
 	} while (t < secs);
 	char shape[64];
 	snprintf(shape, sizeof shape, "%s batch %d", name, B);
-	report("train", shape, (double)steps * B / t, spec_flops(spec, 1), peak);
+	report("train", shape, (double)steps * B * L / t, unit, spec_flops(spec, 1) / L, peak);
 	long evals = 0;
-	double sum = 0;
+	double sum = model_evaluate(m, x, y, E, &correct, NULL);
 	t0 = now();
 	do {
 		sum += model_evaluate(m, x, y, E, &correct, NULL);
@@ -267,9 +364,9 @@ static int bench_model(const char *name, double secs, double peak, struct rng *r
 		t = now() - t0;
 	} while (t < secs);
 	snprintf(shape, sizeof shape, "%s batch %d", name, E);
-	report("eval", shape, (double)evals * E / t, spec_flops(spec, 0), peak);
+	report("eval", shape, (double)evals * E * L / t, unit, spec_flops(spec, 0) / L, peak);
 	fprintf(stderr, "bench-train: %s: %zu parameters, mean loss %.3f (%.3f in eval)\n", name,
-		model_nparams(m), (double)loss / steps, sum / ((double)evals * E));
+		model_nparams(m), (double)loss / (steps + 1), sum / ((double)(evals + 1) * E * L));
 	free(x);
 	free(y);
 	json_decref(spec);
@@ -294,12 +391,14 @@ int main(int argc, char **argv)
 			layers_set_threads(threads);
 			clock_id = CLOCK_MONOTONIC;
 		}
-		return bench_model(argv[2], secs, 0, &r) < 0;
+		return bench_model(argv[2], secs, fma_peak(secs / 4), &r) < 0;
 	}
-	double peak = fma_peak(secs / 4);
+	double peak = fma_peak(secs / 4), peak16 = fma_peak16(secs / 4);
 	load_last();
 	printf("# what\tshape\tvalue\tunit\tof FMA peak\tvs last run\n");
 	printf("peak\tFMA loop, 8-wide\t%.1f\tGFLOP/s\n", peak * 1e-9);
+	if (peak16 > 0)
+		printf("peak\tFMA loop, 16-wide (AVX-512; not the fractions' peak)\t%.1f\tGFLOP/s\n", peak16 * 1e-9);
 	double gs = secs / 4;
 	bench_gemm("mlp dense0 fwd", 64, 256, 784, 0, 1, gs, &r);
 	bench_gemm("mlp dense0 dW", 256, 784, 64, 1, 0, gs, &r);
@@ -315,8 +414,16 @@ int main(int argc, char **argv)
 	bench_gemm("square", 512, 512, 512, 0, 0, gs, &r);
 	bench_direct("cnn conv0 1x28x28→10 k5", 64, 1, 28, 10, 5, gs, &r);
 	bench_direct("cnn conv3 10x12x12→20 k5", 64, 10, 12, 20, 5, gs, &r);
+	bench_matmul("gpt qkv fwd", 4096, 384, 128, 0, 1, MATMUL_FULL, gs, &r);
+	bench_matmul("gpt mlp fwd", 4096, 512, 128, 0, 1, MATMUL_FULL, gs, &r);
+	bench_matmul("gpt mlp dx", 4096, 128, 512, 0, 0, MATMUL_FULL, gs, &r);
+	bench_matmul("gpt mlp dW", 512, 128, 4096, 1, 0, MATMUL_FULL, gs, &r);
+	bench_matmul("gpt q·kᵀ, causal", 128, 128, 32, 0, 1, MATMUL_C_LOWER, gs, &r);
+	bench_matmul("gpt p·v, causal", 128, 32, 128, 0, 0, MATMUL_A_LOWER, gs, &r);
+	bench_matmul("square", 512, 512, 512, 0, 0, MATMUL_FULL, gs, &r);
 	rc |= bench_model("mlp", secs, peak, &r);
 	rc |= bench_model("cnn", secs, peak, &r);
+	rc |= bench_model("gpt", secs, peak, &r);
 	if (!rc)
 		save_cur();
 	return rc ? 1 : 0;
