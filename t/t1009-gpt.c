@@ -84,6 +84,13 @@ static void test_bad_specs(void)
 	txt.classes = 10;
 	ok(m && model_fits(m, &txt, err) == GEM_EUSAGE && strstr(err, "bytes up to 9, beyond the model's vocabulary"),
 	   "bytes beyond the vocabulary do not (%s)", err);
+	struct model *flat = build("{\"input\":[4],\"classes\":9,\"layers\":[{\"type\":\"dense\",\"out\":9},"
+				   "{\"type\":\"logsoftmax\"}]}", err);
+	txt.text = (uint8_t *)"abcde";
+	ok(flat && model_fits(flat, &txt, err) == GEM_EUSAGE && strstr(err, "not a sequence model"),
+	   "a text does not fit a model without an embedding (%s)", err);
+	txt.text = NULL;
+	model_free(flat);
 	txt.classes = 9, txt.seq = txt.dim = 5;
 	ok(m && model_fits(m, &txt, err) == GEM_EUSAGE && strstr(err, "windows of 5 bytes"),
 	   "windows of another length do not (%s)", err);
@@ -201,6 +208,19 @@ static void test_gradients(void)
 		in_range &= pred[i] < 7;
 	ok(fabs(sum / (N * T) - l0) < 1e-5 && correct >= 0 && correct <= N * T && in_range,
 	   "evaluate sums the loss over every position (mean %.4f, train step %.4f) and predicts each", sum / (N * T), l0);
+	/* the log-probabilities at position t depend on positions <= t only: a prompt of 2 tokens
+	 * and anything after it give the same next-token distribution after the prompt */
+	const float *lp = model_predict(m, x, 1);
+	float keep[7], psum = 0, x0[N * T];
+	memcpy(x0, x, sizeof x0);
+	memcpy(keep, lp + 7, sizeof keep);
+	for (int k = 0; k < 7; k++)
+		psum += expf(keep[k]);
+	x[3] = (float)(((int)x[3] + 1) % 7), x[5] = 0;
+	lp = model_predict(m, x, 1);
+	ok(!memcmp(keep, lp + 7, sizeof keep) && fabsf(psum - 1) < 1e-5 && !model_predict(m, x, N + 1),
+	   "predict: position 1's next-token log-probabilities (summing to 1) ignore later tokens");
+	memcpy(x, x0, sizeof x0);
 	/* every kernel level: the same loss and gradient, bit for bit */
 	int have = matmul_simd(-1), same = 1;
 	for (int l = 0; l < 3; l++) {

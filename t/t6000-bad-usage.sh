@@ -80,7 +80,7 @@ test_expect_code 2 'an unknown rule lists the valid ones; a typo gets a guess' '
 '
 test_expect_code 2 'an unknown model lists the built-in ones; a typo gets a guess' '
 	gem-init --model mlpp run2 2>err; rc=$?; cat err
-	grep -q "unknown model \"mlpp\" (did you mean mlp?); valid: cnn, mlp" err && exit $rc
+	grep -q "unknown model \"mlpp\" (did you mean mlp?); valid: cnn, gpt, mlp" err && exit $rc
 '
 test_expect_code 2 'gem-serve: an unknown codec lists the valid ones' '
 	gem-serve --codec zlb run 2>err; rc=$?; cat err

@@ -18,8 +18,8 @@ test_expect_success "gem-init's complaint is gem-run's, with gem-run's usage lin
 '
 
 test_expect_success 'a typo in a built-in model name: the guess reaches the user' '
-	{ gem-run -n 1 --model mpl --data data r1 2>err; test $? = 2; } &&
-	grep -q "^gem-run: unknown model \"mpl\" (did you mean mlp?)" err
+	{ gem-run -n 1 --model mlpp --data data r1 2>err; test $? = 2; } &&
+	grep -q "^gem-run: unknown model \"mlpp\" (did you mean mlp?)" err
 '
 
 test_expect_success '--shard-hosts: an unreadable file, one shard, SGP: exit 2, nothing made' '

@@ -534,6 +534,9 @@ static int attention_parse(struct layer *l, struct layout *lo, int classes, char
 	(void)classes;
 	if (C % H)
 		return gem_errf(err, GEM_EUSAGE, "%s.heads: %d does not divide the %d features", l->path, H, C);
+	if ((size_t)H * l->in.h * l->in.h > (size_t)1 << 28)
+		return gem_errf(err, GEM_EUSAGE, "%s: %d heads of %d×%d scores per sample are too many", l->path, H,
+				l->in.h, l->in.h);
 	if (add_weight_bias(l, lo, 2, wq, err) < 0 || add_tensor(l, lo, "out_weight", 2, wo, err) < 0 ||
 	    add_tensor(l, lo, "out_bias", 1, wo, err) < 0)
 		return GEM_EUSAGE;

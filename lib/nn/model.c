@@ -426,6 +426,14 @@ int model_labels(const struct model *m)
 
 int model_fits(const struct model *m, const struct dataset *d, char *err)
 {
+	if (d->text && (!m->vocab || m->labels == 1))
+		return gem_errf(err, GEM_EUSAGE,
+				"the data is a text, the model (%zu inputs, %d classes) not a sequence model (an "
+				"embedding first, a loss at every position)",
+				model_input_size(m), model_classes(m));
+	if (d->text && !d->seq)
+		return gem_errf(err, GEM_EUSAGE, "the text is not cut into windows of the model's %zu positions",
+				model_input_size(m));
 	if (d->seq) {
 		if ((size_t)d->seq != model_input_size(m) || m->labels != d->seq || !m->vocab)
 			return gem_errf(err, GEM_EUSAGE,
@@ -597,4 +605,12 @@ double model_evaluate(struct model *m, const float *x, const uint8_t *y, int n, 
 	if (correct && y)
 		*correct += right;
 	return loss;
+}
+
+const float *model_predict(struct model *m, const float *x, int n)
+{
+	double loss;
+	if (n < 1 || n > m->cap)
+		return NULL;
+	return forward(m, x, NULL, n, NULL, &loss);
 }

@@ -93,4 +93,9 @@ float model_train_step(struct model *m, const float *x, const uint8_t *y, int n,
  * n × model_labels predicted classes to pred (if non-NULL). */
 double model_evaluate(struct model *m, const float *x, const uint8_t *y, int n, long *correct,
 		      uint8_t *pred);
+/* Forward in eval mode on 0 < n <= reserved samples; returns the log-probabilities, n ×
+ * model_labels rows of model_classes (a sequence model's row t: the next token's after
+ * positions 0..t of its window, whatever follows t), valid until the next pass; NULL if n is
+ * out of range. */
+const float *model_predict(struct model *m, const float *x, int n);
 #endif
