@@ -509,13 +509,9 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
 		return gem_errf(err, GEM_EUSAGE, "batcher: batch size %d", batch);
 	if (shard_n < 1 || shard_i < 0 || shard_i >= shard_n)
 		return gem_errf(err, GEM_EUSAGE, "batcher: shard %d of %d", shard_i, shard_n);
+	*b = (struct batcher){.d = d, .batch = batch, .seed = seed, .stream = stream, .shard_i = shard_i,
+			      .shard_n = shard_n};
 	if (d->text) {
-		b->d = d;
-		b->batch = batch;
-		b->seed = seed;
-		b->stream = stream;
-		b->shard_i = shard_i;
-		b->shard_n = shard_n;
 		if ((rc = batcher_init_text(b, d, shard_i, shard_n, err)) < 0) {
 			batcher_free(b);
 			return rc;
@@ -549,12 +545,6 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
 	}
 	memcpy(b->shard, perm + lo, b->count * sizeof *perm);
 	free(perm);
-	b->d = d;
-	b->batch = batch;
-	b->seed = seed;
-	b->stream = stream;
-	b->shard_i = shard_i;
-	b->shard_n = shard_n;
 	make_lut(b->lut, mean, std);
 	shuffle_epoch(b);
 	return 0;

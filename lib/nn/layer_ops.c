@@ -39,7 +39,8 @@ static int add_tensor(struct layer *l, struct layout *lo, const char *kind, int 
 	while (l->t[k] >= 0)
 		k++;
 	struct layout_tensor *t = &lo->t[lo->ntensors];
-	snprintf(t->name, sizeof t->name, "%s.%s", l->name, kind);
+	if ((size_t)snprintf(t->name, sizeof t->name, "%s.%s", l->name, kind) >= sizeof t->name)
+		return gem_errf(err, GEM_EUSAGE, "%s: nested too deep to name its tensors", l->path);
 	t->ndim = ndim;
 	t->size = 1;
 	for (int d = 0; d < 4; d++) {
