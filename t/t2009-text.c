@@ -11,7 +11,7 @@
 #include "nn/data.h"
 #include "tap.h"
 
-static char dir[] = "/tmp/t2009-XXXXXX";
+static char dir[1024];
 
 static void write_file(const char *path, const uint8_t *p, size_t n)
 {
@@ -152,6 +152,8 @@ int main(void)
 	enum { LEN = 5003 };
 	static uint8_t text[LEN];
 	char file[4096];
+	const char *tmp = getenv("TMPDIR");
+	snprintf(dir, sizeof dir, "%s/t2009-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(dir))
 		skip_all("no temporary directory");
 	for (int i = 0; i < LEN; i++)
