@@ -1,4 +1,5 @@
 #include "nn/data.h"
+#include "nn/samples.h"
 #include "base/err.h"
 #include "base/rng.h"
 
@@ -248,32 +249,6 @@ static int text_path(const char *dir, char *path, size_t cap)
 	return is_file(path);
 }
 
-/* The whole of file path (not empty, under 4 GiB) into *buf (malloc'ed), *len bytes. */
-static int read_file(const char *path, uint8_t **buf, size_t *len, char *err)
-{
-	FILE *f = fopen(path, "rb");
-	struct stat st;
-	int rc = 0;
-	*buf = NULL;
-	*len = 0;
-	if (!f)
-		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
-	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode))
-		rc = gem_errf(err, GEM_EFAIL, "%s: not a regular file", path);
-	else if (st.st_size == 0 || (uint64_t)st.st_size >= UINT32_MAX)
-		rc = gem_errf(err, GEM_EFAIL, "%s: %s", path, st.st_size ? "larger than 4 GiB" : "empty");
-	else if (!(*buf = malloc((size_t)st.st_size)))
-		rc = gem_errf(err, GEM_ENOMEM, "%s: out of memory (%lld bytes)", path, (long long)st.st_size);
-	else if ((*len = fread(*buf, 1, (size_t)st.st_size, f)) != (size_t)st.st_size)
-		rc = gem_errf(err, GEM_EFAIL, "%s: %s", path, ferror(f) ? "read error" : "shorter than its size");
-	fclose(f);
-	if (rc < 0) {
-		free(*buf);
-		*buf = NULL;
-	}
-	return rc;
-}
-
 /* Split "train" (the first ⌊len·(H−1)/H⌋ bytes, H = DATA_TEXT_HOLD_OUT) or "test" (the rest)
  * of the text in path; classes from the largest byte of the whole file. */
 static int text_load(const char *path, const char *split, struct dataset *out, char *err)
@@ -283,8 +258,13 @@ static int text_load(const char *path, const char *split, struct dataset *out, c
 	size_t len, cut;
 	if (!test && strcmp(split, "train"))
 		return gem_errf(err, GEM_EUSAGE, "dataset: unknown split '%s' (train or test)", split);
-	if ((rc = read_file(path, &all, &len, err)) < 0)
+	/* offsets are uint32 (struct batcher's order) */
+	if ((rc = samples_read_file(path, UINT32_MAX - 1, &all, &len, err)) < 0)
 		return rc;
+	if (len == 0) {
+		free(all);
+		return gem_errf(err, GEM_EFAIL, "%s: empty", path);
+	}
 	for (size_t i = 0; i < len; i++)
 		maxb = all[i] > maxb ? all[i] : maxb;
 	cut = (size_t)((uint64_t)len * (DATA_TEXT_HOLD_OUT - 1) / DATA_TEXT_HOLD_OUT);

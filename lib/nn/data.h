@@ -18,7 +18,8 @@
 /* A text's last 1/DATA_TEXT_HOLD_OUT (its bytes from ⌊len·9/10⌋ on) is split "test". */
 #define DATA_TEXT_HOLD_OUT 10
 
-/* A dataset: images and their labels, or a text's bytes. A text's sample is a window of seq
+/* A dataset: images and their labels, or a text's bytes (a file read as it is, or inflated
+ * when gzip'd). A text's sample is a window of seq
  * bytes, its labels the seq bytes after each (the next byte at every position); its n samples
  * for evaluation are the windows one after another from its first byte. */
 struct dataset {
