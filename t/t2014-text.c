@@ -1,4 +1,4 @@
-/* t2009: texts as datasets (nn/data.h): "text:FILE" and a directory NAME holding NAME.txt are
+/* t2014: texts as datasets (nn/data.h): "text:FILE" and a directory NAME holding NAME.txt are
  * found and split 90/10; windows of T bytes with the next byte at every position; the batcher's
  * windows lie in the worker's slice, follow from (seed, stream, epoch) alone, and come back the
  * same after a seek; bad texts are refused. With make deps, the kjv corpus is checked too. */
@@ -153,7 +153,7 @@ int main(void)
 	static uint8_t text[LEN];
 	char file[4096];
 	const char *tmp = getenv("TMPDIR");
-	snprintf(dir, sizeof dir, "%s/t2009-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	snprintf(dir, sizeof dir, "%s/t2014-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(dir))
 		skip_all("no temporary directory");
 	for (int i = 0; i < LEN; i++)
