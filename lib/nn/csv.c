@@ -51,8 +51,8 @@ static char *next_field(struct csv *c, char **p, char *end, int *last)
 			return NULL;
 		}
 	} else {
-		r = memchr(q, ',', (size_t)(end - q));
-		r = r ? r : end;
+		for (r = q; r < end && *r != ',';)
+			r++;
 		for (w = r; w > q && (w[-1] == ' ' || w[-1] == '\t');)
 			w--;
 	}
