@@ -16,8 +16,12 @@ int prog_exit(int rc);
  * tree), then the installed GEM_SHARE. Writes the path into out; -1 if none exists. */
 int prog_share_path(const char *rel, char *out, size_t cap);
 
-/* One BLIS thread per process: parallelism comes from processes (doc/design.md). */
+/* One BLIS thread per process: parallelism comes from processes (doc/design.md); and on a CPU
+ * BLIS 0.9 does not know, the kernels of its instructions rather than generic C. Before any
+ * other BLIS call. */
 void prog_blas_init(void);
+/* The name of the kernels BLIS runs ("skx", "zen3", "generic", ...). */
+const char *prog_blas_kernels(void);
 /* For threads > 1, before the program has done anything: BLIS's OpenMP runtime (libgomp) reads
  * OMP_WAIT_POLICY when it is loaded, before main, and by default its idle threads spin, which
  * on a core another job holds starves the thread they wait for (doc/design.md). Unless the

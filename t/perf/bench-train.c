@@ -26,6 +26,7 @@
 #endif
 
 #include "base/err.h"
+#include "base/prog.h"
 #include "nn/conv_direct.h"
 #include "nn/layer_ops.h"
 #include "nn/layers.h"
@@ -384,7 +385,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: bench-train [seconds [model [threads 1..64]]]\n");
 		return 2;
 	}
-	bli_thread_set_num_threads(1);
+	prog_blas_init();
 	rng_seed(&r, 42, 0);
 	if (argc >= 3) {
 		if (argc > 3) {
@@ -396,6 +397,7 @@ int main(int argc, char **argv)
 	double peak = fma_peak(secs / 4), peak16 = fma_peak16(secs / 4);
 	load_last();
 	printf("# what\tshape\tvalue\tunit\tof FMA peak\tvs last run\n");
+	printf("# BLIS kernels: %s\n", prog_blas_kernels());
 	printf("peak\tFMA loop, 8-wide\t%.1f\tGFLOP/s\n", peak * 1e-9);
 	if (peak16 > 0)
 		printf("peak\tFMA loop, 16-wide (AVX-512; not the fractions' peak)\t%.1f\tGFLOP/s\n", peak16 * 1e-9);
