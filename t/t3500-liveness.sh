@@ -23,7 +23,7 @@ test_expect_success 'a worker joins after 100 updates and its commits are applie
 	gem-init -q --model tiny.json --data data --lr 0.05 --batch 32 late &&
 	start_server late &&
 	{ gem-work -q --server "$URL" --steps 300 --slowdown 20 & first=$!; } &&
-	for i in $(seq 200); do [ "$(updates late)" -ge 100 ] && break; sleep 0.05; done &&
+	for i in $(seq 1200); do [ "$(updates late)" -ge 100 ] && break; sleep 0.05; done &&
 	gem-work -q --server "$URL" --steps 20 && wait $first && wait_exit $SERVER_PID &&
 	python3 -c "
 import json

@@ -7,7 +7,7 @@ msg() { python3 "$GEM_SRC/t/gem-msg.py" --count 1108 "$@"; }
 test_expect_success 'setup: a server with one worker joined' '
 	make_tiny_data data &&
 	gem-init -q --model tiny.json --data data run &&
-	start_server run &&
+	start_server run --worker-timeout 0 &&
 	curl -sf -X POST -d "{}" "$URL/v1/join" | head -1 | grep -q "\"worker\":0" &&
 	curl -sf "$URL/v1/params?codec=raw" >before.msg
 '
