@@ -26,6 +26,30 @@ static int refused(const char *text, const char *word)
 	return ok(rc == GEM_EUSAGE && strstr(err, word), "%s refused naming %s: %s", text, word, err);
 }
 
+/* rule_create checks the config and the layout */
+static void create_checks(void)
+{
+	struct rule_config c;
+	char err[GEM_ERRMAX];
+	struct layout l;
+	struct rule *r;
+	const float theta[6] = {0};
+	memset(&l, 0, sizeof l);
+	rule_config_default("gem", &c, err);
+	l.ntensors = 2;
+	l.t[0].size = 3;
+	l.t[1].offset = 4;
+	l.t[1].size = 2;
+	l.total = 6;
+	ok(rule_create(&c, &l, theta, &r, err) == GEM_EUSAGE && !r, "a layout with a hole is refused: %s", err);
+	l.t[1].offset = 3;
+	l.total = 5;
+	ok(rule_create(&c, &l, theta, &r, err) == 0 && r, "a tiling layout is taken");
+	rule_destroy(r);
+	c.pi_max = -1;
+	ok(rule_create(&c, &l, theta, &r, err) == GEM_EUSAGE && strstr(err, "pi_max"), "a bad config is refused: %s", err);
+}
+
 int main(void)
 {
 	const char *names[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync"};
@@ -110,24 +134,6 @@ int main(void)
 	ok(from_text("{\"name\": \"sync\", \"nworkers\": 4, \"momentum\": 0.5}", &c, err) == 0, "sync with nworkers");
 	ok(rule_config_from_json(NULL, &c, err) == GEM_EUSAGE, "a missing object is refused: %s", err);
 
-	/* rule_create checks the config and the layout */
-	{
-		struct layout l;
-		struct rule *r;
-		memset(&l, 0, sizeof l);
-		rule_config_default("gem", &c, err);
-		l.ntensors = 2;
-		l.t[0].size = 3;
-		l.t[1].offset = 4;
-		l.t[1].size = 2;
-		l.total = 6;
-		ok(rule_create(&c, &l, &r, err) == GEM_EUSAGE && !r, "a layout with a hole is refused: %s", err);
-		l.t[1].offset = 3;
-		l.total = 5;
-		ok(rule_create(&c, &l, &r, err) == 0 && r, "a tiling layout is taken");
-		rule_destroy(r);
-		c.pi_max = -1;
-		ok(rule_create(&c, &l, &r, err) == GEM_EUSAGE && strstr(err, "pi_max"), "a bad config is refused: %s", err);
-	}
+	create_checks();
 	return done_testing();
 }

@@ -1,5 +1,5 @@
 /* t4005: a rule's state saved and loaded (through JSON text and copied vectors, as a checkpoint
- * would) gives the same subsequent commits, bit for bit, for every rule. */
+ * would, with θ) gives the same subsequent commits, bit for bit, for every rule. */
 #include "base/err.h"
 #include "base/rng.h"
 #include "rules/rule.h"
@@ -17,7 +17,7 @@ static void fill(struct rng *g, float *x, float sd)
 }
 
 /* One commit of worker w with a random update on rule r; returns rule_commit's code. */
-static int step(struct rule *r, int w, uint64_t seed, float *theta, uint64_t *ver, uint64_t base,
+static int step(struct rule *r, int w, uint64_t seed, uint64_t *ver, uint64_t base,
 		struct rule_stats *st)
 {
 	struct rng g;
@@ -28,8 +28,8 @@ static int step(struct rule *r, int w, uint64_t seed, float *theta, uint64_t *ve
 	fill(&g, in, 0.1f);
 	if (!strcmp(rule_config_of(r)->name, "easgd"))
 		for (int i = 0; i < N; i++)
-			in[i] += theta[i];
-	rc = rule_commit(r, w, in, base, theta, ver, reply, st, err);
+			in[i] += rule_theta(r)[i];
+	rc = rule_commit(r, w, in, base, ver, reply, st, err);
 	if (rc < 0)
 		diag("commit: %s", err);
 	return rc;
@@ -37,7 +37,7 @@ static int step(struct rule *r, int w, uint64_t seed, float *theta, uint64_t *ve
 
 int main(void)
 {
-	const char *names[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync"};
+	const char *names[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync", "dma"};
 	size_t sizes[3] = {10, 7, 20};
 	struct layout l;
 	char err[GEM_ERRMAX];
@@ -49,32 +49,33 @@ int main(void)
 		l.t[i].size = sizes[i];
 		l.total += sizes[i];
 	}
-	for (int k = 0; k < 6; k++) {
+	for (int k = 0; k < 7; k++) {
 		struct rule_config c;
 		struct rule *a, *b;
 		struct rule_vec *vecs, copies[16];
 		struct rule_stats sa, sb;
 		struct rng g;
-		float ta[N], tb[N];
+		float theta[N];
 		uint64_t va = 0, vb;
 		json_t *meta, *meta2;
 		char *text;
-		int nvec, same = 1, rc = 0;
+		int nvec, same = 1, rc = 0, rounds;
 
 		rule_config_default(names[k], &c, err);
 		c.nworkers = W;
 		c.lr = 0.1f;
-		rule_create(&c, &l, &a, err);
 		rng_seed(&g, 4005, 0);
-		fill(&g, ta, 1);
+		fill(&g, theta, 1);
+		rule_create(&c, &l, theta, &a, err);
+		rounds = rule_desc_of(a)->rounds;
 		for (int w = 0; w < W; w++)
-			rule_join(a, w, ta, err);
-		/* some history: sync completes 3 rounds and leaves one pending (worker 0 committed) */
+			rule_join(a, w, err);
+		/* some history: rounds complete 3 and leave one pending (worker 0 committed) */
 		for (int s = 0; s < 3; s++)
 			for (int w = 0; w < W; w++)
-				step(a, w, 100 + s, ta, &va, k == 5 ? va : (va > 0 ? va - 1 : 0), NULL);
-		step(a, 0, 200, ta, &va, va, NULL);
-		rule_sent(a, 1, ta);
+				step(a, w, 100 + s, &va, rounds ? va : (va > 0 ? va - 1 : 0), NULL);
+		step(a, 0, 200, &va, va, NULL);
+		rule_sent(a, 1);
 
 		ok(rule_state_save(a, &meta, &vecs, &nvec, err) == 0, "%s: state saved (%d vectors)", names[k], nvec);
 		text = json_dumps(meta, JSON_COMPACT);
@@ -86,27 +87,27 @@ int main(void)
 		free(vecs);
 		json_decref(meta);
 		meta2 = json_loads(text, 0, NULL);
-		rule_create(&c, &l, &b, err);
+		memcpy(theta, rule_theta(a), sizeof theta);
+		rule_create(&c, &l, theta, &b, err);
 		ok(rule_state_load(b, meta2, copies, nvec, err) == 0, "%s: state loaded", names[k]);
 		if (nvec > 0) {
 			ok(rule_state_load(b, meta2, copies, nvec, err) == GEM_EUSAGE, "%s: a second load is refused", names[k]);
 			rule_destroy(b);
-			rule_create(&c, &l, &b, err);
+			rule_create(&c, &l, theta, &b, err);
 			ok(rule_state_load(b, meta2, copies, nvec - 1, err) == GEM_EFAIL, "%s: a missing vector: %s",
 			   names[k], err);
 			rule_destroy(b);
-			rule_create(&c, &l, &b, err);
+			rule_create(&c, &l, theta, &b, err);
 			rule_state_load(b, meta2, copies, nvec, err);
 		}
-		memcpy(tb, ta, sizeof ta);
 		vb = va;
 		for (int s = 0; s < 4 && rc >= 0; s++)
 			for (int w = 1; w < W + 1 && rc >= 0; w++) {
 				int ww = w % W;
-				uint64_t base = k == 5 ? va : (va > 0 ? va - 1 : 0);
-				rc = step(a, ww, 300 + s, ta, &va, base, &sa);
-				if (step(b, ww, 300 + s, tb, &vb, base, &sb) != rc || va != vb ||
-				    memcmp(ta, tb, sizeof ta) ||
+				uint64_t base = rounds ? va : (va > 0 ? va - 1 : 0);
+				rc = step(a, ww, 300 + s, &va, base, &sa);
+				if (step(b, ww, 300 + s, &vb, base, &sb) != rc || va != vb ||
+				    memcmp(rule_theta(a), rule_theta(b), sizeof theta) ||
 				    (sa.ntensors && memcmp(&sa.all, &sb.all, sizeof sa.all)))
 					same = 0;
 			}

@@ -2,6 +2,7 @@
  * (100,003 elements): close to the exact median; exact on a small tensor. */
 #include "base/err.h"
 #include "rules/rule.h"
+#include "rule-test.h"
 #include "tap.h"
 
 #include <stdlib.h>
@@ -33,8 +34,8 @@ int main(void)
 	l.total = n;
 	rule_config_default("gem", &c, err);
 	c.momentum = 0.9f;
-	ok(rule_create(&c, &l, &r, err) == 0, "gem rule created");
-	ok(rule_join(r, 0, theta, err) == 0, "worker 0 joins");
+	ok(rule_create(&c, &l, theta, &r, err) == 0, "gem rule created");
+	ok(rule_join(r, 0, err) == 0, "worker 0 joins");
 	/* Two commits of one worker: θ − s_w = 0 at the second, so π_i = |0.9·Δ1_i + Δ2_i| / |Δ2_i|.
 	 * With Δ1_i = c_i·Δ2_i and c_i = i-dependent values in [0, 4], π_i = 1 + 0.9·c_i. */
 	for (size_t i = 0; i < n; i++) {
@@ -43,8 +44,8 @@ int main(void)
 		d1[i] = ci * d2[i];
 		pi[i] = 1 + 0.9f * ci;
 	}
-	ok(rule_commit(r, 0, d1, 0, theta, &ver, NULL, &st, err) == RULE_APPLIED, "first commit");
-	ok(rule_commit(r, 0, d2, 1, theta, &ver, NULL, &st, err) == RULE_APPLIED, "second commit");
+	ok(commit1(r, 0, d1, 0, theta, &ver, NULL, &st, err) == RULE_APPLIED, "first commit");
+	ok(commit1(r, 0, d2, 1, theta, &ver, NULL, &st, err) == RULE_APPLIED, "second commit");
 	qsort(pi, BIG, sizeof *pi, cmp);
 	qsort(pi + BIG, SMALL, sizeof *pi, cmp);
 	diag("big tensor: sampled median %.5f, exact %.5f", st.t[0].pi_median, (pi[BIG / 2]));

@@ -34,8 +34,7 @@ struct ps {
 	struct ps_opts o;
 	struct layout layout;
 	size_t n;
-	float *theta;
-	struct rule *rule;
+	struct rule *rule; /* it holds θ */
 	const struct rule_desc *desc;
 	struct run_progress prog; /* version, samples; elapsed as of the start */
 	double started, last_commit;
@@ -219,6 +218,7 @@ static int ps_load(struct ps *s, char *err)
 {
 	struct model *m = NULL;
 	json_t *workers = NULL;
+	float *theta;
 	int rc;
 	if ((rc = model_from_json(s->run.model, &m, err)) < 0)
 		return rc;
@@ -240,10 +240,12 @@ static int ps_load(struct ps *s, char *err)
 	}
 	if ((rc = run_lock(&s->run, err)) < 0)
 		return rc;
-	if (!(s->theta = malloc(sizeof(float) * s->n)))
+	if (!(theta = malloc(sizeof(float) * s->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	if ((rc = run_params_load(&s->run, NULL, s->theta, s->n, &s->prog, err)) < 0 ||
-	    (rc = rule_create(&s->run.rule, &s->layout, &s->rule, err)) < 0)
+	if ((rc = run_params_load(&s->run, NULL, theta, s->n, &s->prog, err)) == 0)
+		rc = rule_create(&s->run.rule, &s->layout, theta, &s->rule, err);
+	free(theta);
+	if (rc < 0)
 		return rc;
 	s->desc = rule_desc_of(s->rule);
 	if ((rc = run_rule_state_load(&s->run, s->rule, s->prog.version, &workers, err)) < 0)
@@ -291,7 +293,6 @@ void ps_close(struct ps *s)
 		free(s->w[i]);
 	rule_destroy(s->rule);
 	run_ckpt_free(&s->ck);
-	free(s->theta);
 	if (s->log)
 		fclose(s->log);
 	run_close(&s->run);
@@ -317,7 +318,7 @@ struct run_progress ps_progress(const struct ps *s)
 
 void ps_copy_theta(const struct ps *s, float *out)
 {
-	memcpy(out, s->theta, sizeof(float) * s->n);
+	memcpy(out, rule_theta(s->rule), sizeof(float) * s->n);
 }
 
 void ps_waiting(struct ps *s, int worker, int waiting)
@@ -369,7 +370,7 @@ int ps_checkpoint_take(struct ps *s, struct run_ckpt *ck, char *err)
 {
 	struct run_progress p = ps_progress(s);
 	fflush(s->log);
-	return run_ckpt_take(s->rule, workers_json(s), s->theta, s->n, &p, ck, err);
+	return run_ckpt_take(s->rule, workers_json(s), rule_theta(s->rule), s->n, &p, ck, err);
 }
 
 int ps_checkpoint_write(const struct ps *s, const struct run_ckpt *ck, char *err)
@@ -393,7 +394,7 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 	char extra[48];
 	int closed = 0;
 	if (w->in_rule && !s->stop_why) {
-		if (rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL) == 1) {
+		if (rule_leave(s->rule, w->id, &s->prog.version, &s->st, NULL) == 1) {
 			/* the worker's leave completed a round */
 			s->applied_since_start++;
 			log_update(s, w->id, NULL);
@@ -455,16 +456,16 @@ static void worker_shard(const struct ps *s, struct ps_worker *w)
 static int worker_enter_rule(struct ps *s, struct ps_worker *w, char *err)
 {
 	if (w->in_rule && !w->active) {
-		rule_sent(s->rule, w->id, s->theta);
+		rule_sent(s->rule, w->id);
 		return 0;
 	}
-	if (w->in_rule && rule_leave(s->rule, w->id, s->theta, &s->prog.version, &s->st, NULL) == 1) {
+	if (w->in_rule && rule_leave(s->rule, w->id, &s->prog.version, &s->st, NULL) == 1) {
 		/* its old state's leave closed a round */
 		s->applied_since_start++;
 		log_update(s, w->id, NULL);
 	}
 	w->in_rule = 0;
-	if (rule_join(s->rule, w->id, s->theta, err) < 0)
+	if (rule_join(s->rule, w->id, err) < 0)
 		return PS_E_REFUSED;
 	w->in_rule = 1;
 	return 0;
@@ -550,14 +551,10 @@ static int commit_decide(struct ps *s, struct ps_worker *w, const struct ps_comm
 		log_event(s, "refused", w->id, extra);
 		return PS_STALE;
 	}
-	int rc;
-	if (c->has_absmax)
-		rule_hint_absmax(s->rule, c->absmax);
-	rc = rule_commit(s->rule, w->id, c->update, c->base, s->theta, &s->prog.version, out,
-			 &s->st, err);
+	int rc = rule_commit(s->rule, w->id, c->update, c->base, &s->prog.version, out, &s->st,
+			     err);
 	if (rc == RULE_E_NON_FINITE) {
-		/* the rule checked the result before it wrote anything: θ and its state are as
-		 * they were */
+		/* the rule took none of the result: θ and its state are as they were */
 		ps_refused(s, w->id, ps_status_code(PS_E_NON_FINITE_RESULT));
 		return PS_E_NON_FINITE_RESULT;
 	}
@@ -637,7 +634,7 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 		log_event(s, "held", w->id, nfield);
 		return status;
 	}
-	/* an applied commit's rule wrote θ into out (rule_commit) */
+	/* an applied commit's rule wrote the reply in its pass (rule_commit) */
 	if (!r->elastic && status != PS_APPLIED)
 		ps_copy_theta(s, out);
 	return status;

@@ -1,6 +1,6 @@
-/* ps: the parameter server's core, with no transport. It holds θ, its version and the rule,
- * keeps the record of every worker, decides every join, commit and leave (what is applied,
- * refused, held for a round, answered twice), logs them and checkpoints. gem-serve's HTTP
+/* ps: the parameter server's core, with no transport. It holds the rule (which holds θ) and θ's
+ * version, keeps the record of every worker, decides every join, commit and leave (what is
+ * applied, refused, held for a round, answered twice), logs them and checkpoints. gem-serve's HTTP
  * handlers and gem-sim's virtual server both call it for every decision, so a simulated or
  * replayed run applies exactly what a served one does. Not thread-safe: the caller serialises
  * calls (gem-serve holds its lock, in commit arrival order). */
@@ -64,8 +64,6 @@ struct ps_commit {
 	double idle;      /* dma: seconds the worker waited; < 0: not said */
 	const float *update;
 	int checked;      /* the caller has already run ps_check_update on it */
-	int has_absmax;   /* the caller knows the largest |update_i|: absmax (a pass it made anyway) */
-	float absmax;
 };
 
 /* The answer to a commit or a leave. */

@@ -563,8 +563,6 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		return 0;
 	}
 	c.checked = 1;
-	c.has_absmax = w->codec.finite;
-	c.absmax = w->codec.absmax;
 	t1 = clock_mono();
 	st = commit_apply(s, &c, w, &r, &b, &t_rule, err);
 	if (st < 0) {

@@ -11,64 +11,60 @@
  * number of deltas the round holds. */
 #include <stddef.h>
 
-#include "base/err.h"
 #include "rules/impl.h"
 
-/* X ← X + sum / W ; sum ← 0 */
-RULE_NOINLINE static void rule_dma_average(float *restrict theta, float *restrict sum, size_t n,
-					   float nw)
+/* s = sum + in (in NULL: sum) ; X′ = X + s/W. With close: X′ → t2 and q (unless NULL), 0 → s2;
+ * else s → s2. 1 if s and X′ are finite. */
+RULE_NOINLINE static int rule_dma_pass(const float *restrict theta, const float *restrict sum,
+				       const float *restrict in, float *restrict t2,
+				       float *restrict s2, float *restrict q, size_t n, float nw,
+				       int close)
 {
-	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++) {
-			theta[i + j] += sum[i + j] / nw;
-			sum[i + j] = 0;
-		}
-	for (; i < n; i++) {
-		theta[i] += sum[i] / nw;
-		sum[i] = 0;
-	}
-}
-
-/* the average with sum s = sum + in: s and X + s/W finite */
-RULE_NOINLINE static int rule_dma_finite(const float *restrict theta, const float *restrict sum,
-					 const float *restrict in, size_t n, float nw)
-{
+	const rule_v4 zero = {0};
 	rule_i4 acc = {0};
 	float tail = 0;
 	size_t i = 0;
 	for (; i + 4 <= n; i += 4) {
-		rule_v4 s = rule_load4(sum + i) + rule_load4(in + i), t = rule_load4(theta + i) + s / nw;
-		acc |= (rule_i4)((s - s) + (t - t));
+		rule_v4 s = in ? rule_load4(sum + i) + rule_load4(in + i) : rule_load4(sum + i);
+		rule_v4 t = rule_load4(theta + i) + s / nw;
+		RULE_FINITE(acc, s);
+		RULE_FINITE(acc, t);
+		if (!close) {
+			rule_store4(s2 + i, s);
+			continue;
+		}
+		rule_store4(t2 + i, t);
+		rule_store4(s2 + i, zero);
+		if (q)
+			rule_store4(q + i, t);
 	}
 	for (; i < n; i++) {
-		float s = sum[i] + in[i], t = theta[i] + s / nw;
+		float s = in ? sum[i] + in[i] : sum[i], t = theta[i] + s / nw;
 		tail += (s - s) + (t - t);
+		if (!close) {
+			s2[i] = s;
+			continue;
+		}
+		t2[i] = t;
+		s2[i] = 0;
+		if (q)
+			q[i] = t;
 	}
-	return rule_finite4(acc, tail);
+	return rule_finite(&acc, 4, tail);
 }
 
-static int rule_dma_round_check(const struct rule *r, const float *theta, const float *in, float k)
+static int rule_dma_round(struct rule *r, const float *in, float *reply, float k, int close)
 {
-	return rule_dma_finite(theta, r->global[0], in, r->n, k);
-}
-
-static void rule_dma_close(struct rule *r, float *theta)
-{
-	rule_dma_average(theta, r->global[0], r->n, (float)r->ncontrib);
+	return rule_dma_pass(rule_theta(r), r->global[0], in, rule_theta_next(r), r->gspare[0],
+			     reply, r->n, k, close);
 }
 
 const struct rule_ops rule_dma_ops = {
-	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
-	.desc = {"dma", "window", 4, RULE_SENDS_CYCLE, 0, 1, 1, 0},
-	.round_sum = 0,
-	.round_close = rule_dma_close,
-	.round_check = rule_dma_round_check,
+	.desc = {.name = "dma", .fields = "window", .window = 4, .sends = RULE_SENDS_CYCLE,
+		 .rounds = 1, .background = 1},
 	.sent_vec = -1,
 	.nglobal = 1,
 	.global = {"sum"},
-	.check = rule_round_check,
-	.commit = rule_round_commit,
-	.join = rule_round_join,
-	.leave = rule_round_leave,
+	.round_sum = 0,
+	.round_pass = rule_dma_round,
 };

@@ -1,28 +1,18 @@
 /* rule_downpour: DOWNPOUR (Dean et al. 2012). The worker sums its last λ local updates; the
- * server adds them as they come. */
+ * server adds them as they come: θ ← θ + Δ. */
 #include <stddef.h>
 
 #include "rules/impl.h"
 
-static int rule_downpour_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-				float *theta, float *reply, struct rule_stats *st, char *err)
+static int rule_downpour_commit(struct rule *r, struct rule_worker *w, const float *in,
+				uint64_t tau, float *reply, struct rule_stats *st)
 {
-	(void)w, (void)tau, (void)reply, (void)st, (void)err;
-	rule_vec_add(theta, in, r->n);
-	return RULE_APPLIED;
-}
-
-static int rule_downpour_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-			       const float *theta)
-{
-	(void)w, (void)tau;
-	return rule_check_add(theta, in, r->n);
+	(void)w, (void)tau, (void)st;
+	return rule_add_div(rule_theta(r), in, 1, rule_theta_next(r), reply, r->n);
 }
 
 const struct rule_ops rule_downpour_ops = {
-	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
-	.desc = {"downpour", "window", 1, RULE_SENDS_STEP, 0, 0, 0, 0},
+	.desc = {.name = "downpour", .fields = "window", .window = 1, .sends = RULE_SENDS_STEP},
 	.sent_vec = -1,
-	.check = rule_downpour_check,
-	.commit = rule_downpour_commit,
+	.pass = rule_downpour_commit,
 };

@@ -2,41 +2,32 @@
  * worker sends its local x; center and worker move toward each other by the same d. */
 #include <stddef.h>
 
-#include "base/err.h"
 #include "rules/impl.h"
 
-/* d = α(x − θ) ; θ ← θ + d ; reply d (the worker sets x ← x − d) */
-RULE_NOINLINE static void rule_easgd_move(float *restrict theta, const float *restrict x,
-					  float *restrict d, size_t n, float alpha)
-{
-	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++) {
-			d[i + j] = alpha * (x[i + j] - theta[i + j]);
-			theta[i + j] += d[i + j];
-		}
-	for (; i < n; i++) {
-		d[i] = alpha * (x[i] - theta[i]);
-		theta[i] += d[i];
-	}
-}
-
-/* 1 if d and θ + d are finite */
-RULE_NOINLINE static int rule_easgd_finite(const float *restrict theta, const float *restrict x,
-					   size_t n, float alpha)
+/* d = α(x − θ) ; θ′ = θ + d into t2 ; d into the reply (the worker sets x ← x − d). 1 if d and θ′
+ * are finite. */
+RULE_NOINLINE static int rule_easgd_pass(const float *restrict theta, const float *restrict x,
+					 float *restrict t2, float *restrict d, size_t n,
+					 float alpha)
 {
 	rule_i4 acc = {0};
 	float tail = 0;
 	size_t i = 0;
 	for (; i + 4 <= n; i += 4) {
-		rule_v4 t = rule_load4(theta + i), d = alpha * (rule_load4(x + i) - t), u = t + d;
-		acc |= (rule_i4)((d - d) + (u - u));
+		rule_v4 t = rule_load4(theta + i), vd = alpha * (rule_load4(x + i) - t);
+		t = t + vd;
+		rule_store4(d + i, vd);
+		rule_store4(t2 + i, t);
+		RULE_FINITE(acc, vd);
+		RULE_FINITE(acc, t);
 	}
 	for (; i < n; i++) {
-		float d = alpha * (x[i] - theta[i]), u = theta[i] + d;
-		tail += (d - d) + (u - u);
+		float di = alpha * (x[i] - theta[i]), t = theta[i] + di;
+		d[i] = di;
+		t2[i] = t;
+		tail += (di - di) + (t - t);
 	}
-	return rule_finite4(acc, tail);
+	return rule_finite(&acc, 4, tail);
 }
 
 static float rule_easgd_alpha(const struct rule *r)
@@ -46,28 +37,17 @@ static float rule_easgd_alpha(const struct rule *r)
 	return r->c.alpha > 0 ? r->c.alpha : 0.9f / (float)n;
 }
 
-static int rule_easgd_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-			    const float *theta)
-{
-	(void)w, (void)tau;
-	return rule_easgd_finite(theta, in, r->n, rule_easgd_alpha(r));
-}
-
 static int rule_easgd_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-			     float *theta, float *reply, struct rule_stats *st, char *err)
+			     float *reply, struct rule_stats *st)
 {
-	float alpha = rule_easgd_alpha(r);
 	(void)w, (void)tau, (void)st;
-	if (!reply)
-		return gem_errf(err, GEM_EUSAGE, "easgd: no reply buffer for the elastic difference");
-	rule_easgd_move(theta, in, reply, r->n, alpha);
-	return RULE_APPLIED;
+	return rule_easgd_pass(rule_theta(r), in, rule_theta_next(r), reply, r->n,
+			       rule_easgd_alpha(r));
 }
 
 const struct rule_ops rule_easgd_ops = {
-	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
-	.desc = {"easgd", "window alpha", 10, RULE_SENDS_X, 1, 0, 0, 0},
+	.desc = {.name = "easgd", .fields = "window alpha", .window = 10, .sends = RULE_SENDS_X,
+		 .reply_elastic = 1},
 	.sent_vec = -1,
-	.check = rule_easgd_check,
-	.commit = rule_easgd_commit,
+	.pass = rule_easgd_commit,
 };

@@ -22,152 +22,81 @@ _Static_assert(RULE_GEM_SAMPLE / RULE_GEM_WAYS + RULE_GEM_WAYS <= 65535,
  * gem_ref pull (the authors' code): π's denominator is |Δθ + ε| and s_w ← θ before the update,
  * so that the worker's own scaled update counts in its next |θ − s_w|. One loop serves both:
  * the denominator is |Δθ + e_in| + e_out, (e_in, e_out) = (0, ε) or (ε, 0) — |Δθ + 0| + ε is
- * |Δθ| + ε bit for bit — and the new s_w is a select. The clamp is written so that a NaN π
- * (0/0 when ε = 0, or Δθ = −ε with pull) becomes 0, in the one form gcc -O2 vectorises. */
+ * |Δθ| + ε bit for bit — and the new s_w is the buffer of θ before or after the commit
+ * (rule_gem_sent_before). The clamp is written so that a NaN π (0/0 when ε = 0, or Δθ = −ε
+ * with pull) becomes 0. */
 struct rule_gem_k {
 	float mu, kappa, pi_max, e_in, e_out;
-	int pull;
 };
 
 static struct rule_gem_k rule_gem_consts(const struct rule_config *c)
 {
 	int pull = c->gem_ref == RULE_GEM_REF_PULL;
-	struct rule_gem_k k = {c->momentum, c->kappa, c->pi_max, pull ? c->eps : 0,
-			       pull ? 0 : c->eps, pull};
+	struct rule_gem_k k = {.mu = c->momentum, .kappa = c->kappa, .pi_max = c->pi_max,
+			       .e_in = pull ? c->eps : 0, .e_out = pull ? 0 : c->eps};
 	return k;
 }
 
-static inline float rule_gem_pi(float theta, float m, float s, float d, const struct rule_gem_k *k,
-				float *mi)
+/* What a commit's pass reads (θ, m_w, s_w, Δθ) and writes: θ′ and m_w′ into the spares, θ′ into
+ * the reply q unless it is NULL, π into the scratch where the medians read it unless pi is NULL
+ * (no medians). */
+struct rule_gem_io {
+	const float *theta, *m, *s, *d;
+	float *theta2, *m2, *pi, *q;
+};
+
+/* Elements between two of a median's sample in a tensor of n (rule_gem_tensor_median). */
+static size_t rule_gem_stride(size_t n)
 {
-	float pi;
-	*mi = k->mu * m + d;
-	pi = (k->kappa * fabsf(*mi) - fabsf(theta - s)) / (fabsf(d + k->e_in) + k->e_out);
-	pi = pi >= 0 ? pi : 0;
-	return pi > k->pi_max ? k->pi_max : pi;
+	return n <= RULE_GEM_SAMPLE ? 1 : (n + RULE_GEM_SAMPLE - 1) / RULE_GEM_SAMPLE;
 }
 
-static inline float rule_gem_elem(float *restrict theta, float *restrict m, float *restrict s,
-				  const float *restrict d, size_t i, const struct rule_gem_k *k)
+/* Where the medians read π in a tensor: the next element of the tensor's sample and of θ's
+ * (from the start of θ), and their strides. */
+struct rule_gem_pick {
+	size_t next[2], stride[2];
+};
+
+/* Element i of a commit: returns π, and adds the bits of x − x of what it wrote to *tail
+ * (impl.h; π is clamped, so finite). */
+static inline float rule_gem_elem(const struct rule_gem_io *o, size_t i, const struct rule_gem_k *k,
+				  float *tail)
 {
-	float mi, t, old = theta[i];
-	float pi = rule_gem_pi(old, m[i], s[i], d[i], k, &mi);
-	m[i] = mi;
-	t = old + pi * d[i];
-	theta[i] = t;
-	s[i] = k->pull ? old : t;
+	float mi, t, old = o->theta[i], d = o->d[i];
+	float pi;
+	mi = k->mu * o->m[i] + d;
+	pi = (k->kappa * fabsf(mi) - fabsf(old - o->s[i])) / (fabsf(d + k->e_in) + k->e_out);
+	pi = pi >= 0 ? pi : 0;
+	pi = pi > k->pi_max ? k->pi_max : pi;
+	t = old + pi * d;
+	o->m2[i] = mi;
+	o->theta2[i] = t;
+	if (o->pi)
+		o->pi[i] = pi;
+	if (o->q)
+		o->q[i] = t;
+	*tail += (mi - mi) + (t - t);
 	return pi;
 }
 
-/* The exact check (impl.h): m_w and θ finite after the commit, each computed as rule_gem_elem
- * does (s_w is one of θ's old or new values); π is clamped, so finite. */
-RULE_NOINLINE static int rule_gem_finite(const float *restrict theta, const float *restrict m,
-					 const float *restrict s, const float *restrict d, size_t n,
-					 const struct rule_config *c)
-{
-	const struct rule_gem_k k = rule_gem_consts(c);
-	float tail = 0;
-	for (size_t i = 0; i < n; i++) {
-		float mi, pi = rule_gem_pi(theta[i], m[i], s[i], d[i], &k, &mi);
-		float t = theta[i] + pi * d[i];
-		tail += (mi - mi) + (t - t);
-	}
-	return tail == 0;
-}
-
-/* A bound without the division: |m_w'| <= μ|m_w| + |Δθ| and, as 0 <= π <= π_max,
- * |θ'| <= |θ| + π_max·|Δθ|, each side in floats (rounding is monotone and symmetric, so the
- * rounded bound bounds the rounded value). Finite bounds: the commit is finite. The blocks of 8
- * are compiled twice, portable and AVX2 (impl.h, rule_v8). */
-static inline __attribute__((always_inline)) int
-rule_gem_bounded_in(const float *restrict theta, const float *restrict m, const float *restrict d,
-		    size_t n, float mu, float pi_max)
-{
-	rule_i8 acc = {0};
-	float tail = 0;
-	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK) {
-		rule_v8 vd, vm, vt, ad, bm, bt;
-		memcpy(&vd, d + i, sizeof vd);
-		memcpy(&vm, m + i, sizeof vm);
-		memcpy(&vt, theta + i, sizeof vt);
-		ad = RULE_ABS8(vd);
-		bm = mu * RULE_ABS8(vm) + ad;
-		bt = RULE_ABS8(vt) + pi_max * ad;
-		acc |= (rule_i8)((bm - bm) + (bt - bt));
-	}
-	for (; i < n; i++) {
-		float bm = mu * fabsf(m[i]) + fabsf(d[i]), bt = fabsf(theta[i]) + pi_max * fabsf(d[i]);
-		tail += (bm - bm) + (bt - bt);
-	}
-	return tail == 0 && !(acc[0] | acc[1] | acc[2] | acc[3] | acc[4] | acc[5] | acc[6] | acc[7]);
-}
-
-RULE_NOINLINE static int rule_gem_bounded_c(const float *restrict theta, const float *restrict m,
-					    const float *restrict d, size_t n, float mu,
-					    float pi_max)
-{
-	return rule_gem_bounded_in(theta, m, d, n, mu, pi_max);
-}
-
-#ifdef RULE_X86
-RULE_NOINLINE RULE_AVX2 static int rule_gem_bounded_avx2(const float *restrict theta,
-							 const float *restrict m,
-							 const float *restrict d, size_t n,
-							 float mu, float pi_max)
-{
-	return rule_gem_bounded_in(theta, m, d, n, mu, pi_max);
-}
-#endif
-
-static int rule_gem_bounded(const float *theta, const float *m, const float *d, size_t n, float mu,
-			    float pi_max)
-{
-#ifdef RULE_X86
-	if (rule_avx2())
-		return rule_gem_bounded_avx2(theta, m, d, n, mu, pi_max);
-#endif
-	return rule_gem_bounded_c(theta, m, d, n, mu, pi_max);
-}
-
-static int rule_gem_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-			  const float *theta)
-{
-	float dmax, bm, bt;
-	(void)tau;
-	/* The bound of rule_gem_bounded with the largest |m_w|, |θ| and |Δθ| in place of each
-	 * element's (rounding is monotone: it bounds every element's bound): |m_w| and |θ| as the
-	 * last commit left them (rule_gem_commit), so that only Δθ is read. Unknown ones are +inf. */
-	if (r->in_hinted ? (dmax = r->in_absmax, 1) : rule_vec_absmax(in, r->n, &dmax)) {
-		bm = r->c.momentum * w->vmax + dmax;
-		bt = r->tbound + r->c.pi_max * dmax;
-		if (bm - bm == 0 && bt - bt == 0)
-			return 1;
-	}
-	/* the bound is a cheap pass; only near FLT_MAX does it take the exact one */
-	return rule_gem_bounded(theta, w->vec[0], in, r->n, r->c.momentum, r->c.pi_max) ||
-	       rule_gem_finite(theta, w->vec[0], w->vec[1], in, r->n, &r->c);
-}
-
 /* Eight elements of a commit, as rule_gem_elem does each (the same operations in the same
- * order: the same floats), with π's lane sums: Σπ, #(π = 0), #(π = π_max), Σ|π⊙Δθ|, Σ|Δθ|. The
- * clamps are masks: a NaN π fails π >= 0 and becomes 0, as in rule_gem_pi. */
+ * order: the same floats), π into *pi, with π's lane sums: Σπ, #(π = 0), #(π = π_max), Σ|π⊙Δθ|,
+ * Σ|Δθ|, and the finiteness of what it wrote ORed into *acc. The clamps are masks: a NaN π
+ * fails π >= 0 and becomes 0, as in rule_gem_elem. */
 struct rule_gem_k8 {
 	rule_v8 mu, kappa, pi_max, e_in, e_out, one;
-	rule_i8 pull; /* all ones: gem_ref pull (s_w ← θ before the update) */
 };
 
 static inline __attribute__((always_inline)) void
-rule_gem_elem8(float *restrict theta, float *restrict m, float *restrict s, float *restrict p,
-	       float *restrict q, const float *restrict d, size_t i, const struct rule_gem_k8 *k,
-	       rule_v8 sum[5], rule_i8 mx[2])
+rule_gem_elem8(const struct rule_gem_io *o, size_t i, const struct rule_gem_k8 *k, rule_v8 sum[5],
+	       rule_i8 *acc, rule_v8 *pio)
 {
-	rule_v8 vd, vt, vm, vs, mi, pi, t, nt;
+	rule_v8 vd, vt, vm, vs, mi, pi, t;
 	rule_i8 keep, over;
-	memcpy(&vd, d + i, sizeof vd);
-	memcpy(&vt, theta + i, sizeof vt);
-	memcpy(&vm, m + i, sizeof vm);
-	memcpy(&vs, s + i, sizeof vs);
+	memcpy(&vd, o->d + i, sizeof vd);
+	memcpy(&vt, o->theta + i, sizeof vt);
+	memcpy(&vm, o->m + i, sizeof vm);
+	memcpy(&vs, o->s + i, sizeof vs);
 	mi = k->mu * vm + vd;
 	pi = (k->kappa * RULE_ABS8(mi) - RULE_ABS8(vt - vs)) /
 	     (RULE_ABS8(vd + k->e_in) + k->e_out);
@@ -176,117 +105,106 @@ rule_gem_elem8(float *restrict theta, float *restrict m, float *restrict s, floa
 	over = pi > k->pi_max;
 	pi = (rule_v8)(((rule_i8)k->pi_max & over) | ((rule_i8)pi & ~over));
 	t = vt + pi * vd;
-	memcpy(m + i, &mi, sizeof mi);
-	memcpy(theta + i, &t, sizeof t);
-	if (q)
-		memcpy(q + i, &t, sizeof t);
-	nt = (rule_v8)(((rule_i8)vt & k->pull) | ((rule_i8)t & ~k->pull));
-	memcpy(s + i, &nt, sizeof nt);
-	memcpy(p + i, &pi, sizeof pi);
+	memcpy(o->m2 + i, &mi, sizeof mi);
+	memcpy(o->theta2 + i, &t, sizeof t);
+	if (o->q)
+		memcpy(o->q + i, &t, sizeof t);
+	*pio = pi;
 	sum[0] += pi;
 	sum[1] += (rule_v8)((rule_i8)k->one & (pi == 0));
 	sum[2] += (rule_v8)((rule_i8)k->one & (pi == k->pi_max));
 	sum[3] += RULE_ABS8(pi * vd);
 	sum[4] += RULE_ABS8(vd);
-	/* the largest |m_w| and |θ| left: the bits of a finite |x| order like the numbers */
-	{
-		rule_i8 am = (rule_i8)RULE_ABS8(mi), at = (rule_i8)RULE_ABS8(t);
-		rule_i8 gm = am > mx[0], gt = at > mx[1];
-		mx[0] = (am & gm) | (mx[0] & ~gm);
-		mx[1] = (at & gt) | (mx[1] & ~gt);
-	}
+	RULE_FINITE(*acc, mi);
+	RULE_FINITE(*acc, t);
 }
 
-/* The blocks of elements [a, b) (b − a a multiple of RULE_BLOCK), their lane sums added to sum,
- * the new θ also into q unless it is NULL (the reply: one pass instead of a copy after it):
- * compiled twice, portable and AVX2 (impl.h, rule_v8). */
+/* The blocks of elements [a, b) (b − a a multiple of RULE_BLOCK), their lane sums added to sum
+ * and finiteness to acc, π stored in the blocks that hold an element of a median's sample
+ * (pick): compiled twice, portable and AVX2 (impl.h, rule_v8). The sums and the pointers are
+ * kept in locals, in registers. */
 static inline __attribute__((always_inline)) void
-rule_gem_blocks_in(float *restrict theta, float *restrict m, float *restrict s, float *restrict p,
-		   float *restrict q, const float *restrict d, size_t a, size_t b,
-		   const struct rule_gem_k *k, rule_v8 sum[5], rule_i8 mxo[2])
+rule_gem_blocks_in(const struct rule_gem_io *o, size_t a, size_t b, const struct rule_gem_k *k,
+		   struct rule_gem_pick *pick, rule_v8 sum[5], rule_i8 *acc)
 {
 	const float mu = k->mu, kappa = k->kappa, pi_max = k->pi_max, ei = k->e_in, eo = k->e_out;
-	const int pl = k->pull ? -1 : 0;
 	const struct rule_gem_k8 k8 = {
-		{mu, mu, mu, mu, mu, mu, mu, mu},
-		{kappa, kappa, kappa, kappa, kappa, kappa, kappa, kappa},
-		{pi_max, pi_max, pi_max, pi_max, pi_max, pi_max, pi_max, pi_max},
-		{ei, ei, ei, ei, ei, ei, ei, ei},
-		{eo, eo, eo, eo, eo, eo, eo, eo},
-		{1, 1, 1, 1, 1, 1, 1, 1},
-		{pl, pl, pl, pl, pl, pl, pl, pl}};
-	rule_v8 acc[5];
-	rule_i8 mx[2];
-	memcpy(acc, sum, sizeof acc);
-	memcpy(mx, mxo, sizeof mx);
-	for (size_t i = a; i < b; i += RULE_BLOCK)
-		rule_gem_elem8(theta, m, s, p, q, d, i, &k8, acc, mx);
-	memcpy(sum, acc, sizeof acc);
-	memcpy(mxo, mx, sizeof mx);
+		.mu = {mu, mu, mu, mu, mu, mu, mu, mu},
+		.kappa = {kappa, kappa, kappa, kappa, kappa, kappa, kappa, kappa},
+		.pi_max = {pi_max, pi_max, pi_max, pi_max, pi_max, pi_max, pi_max, pi_max},
+		.e_in = {ei, ei, ei, ei, ei, ei, ei, ei},
+		.e_out = {eo, eo, eo, eo, eo, eo, eo, eo},
+		.one = {1, 1, 1, 1, 1, 1, 1, 1}};
+	const struct rule_gem_io io = *o;
+	struct rule_gem_pick at = *pick;
+	rule_v8 lanes[5], pi;
+	rule_i8 bad = *acc;
+	memcpy(lanes, sum, sizeof lanes);
+	for (size_t i = a; i < b; i += RULE_BLOCK) {
+		rule_gem_elem8(&io, i, &k8, lanes, &bad, &pi);
+		if (!io.pi || (at.next[0] >= i + RULE_BLOCK && at.next[1] >= i + RULE_BLOCK))
+			continue;
+		memcpy(io.pi + i, &pi, sizeof pi);
+		for (int q = 0; q < 2; q++)
+			while (at.next[q] < i + RULE_BLOCK)
+				at.next[q] += at.stride[q];
+	}
+	memcpy(sum, lanes, sizeof lanes);
+	*acc = bad;
 }
 
-RULE_NOINLINE static void rule_gem_blocks_c(float *restrict theta, float *restrict m,
-					    float *restrict s, float *restrict p, float *restrict q,
-					    const float *restrict d, size_t a, size_t b,
-					    const struct rule_gem_k *k, rule_v8 sum[5], rule_i8 mx[2])
+RULE_NOINLINE static void rule_gem_blocks_c(const struct rule_gem_io *o, size_t a, size_t b,
+					    const struct rule_gem_k *k, struct rule_gem_pick *pick,
+					    rule_v8 sum[5], rule_i8 *acc)
 {
-	rule_gem_blocks_in(theta, m, s, p, q, d, a, b, k, sum, mx);
+	rule_gem_blocks_in(o, a, b, k, pick, sum, acc);
 }
 
 #ifdef RULE_X86
-RULE_NOINLINE RULE_AVX2 static void rule_gem_blocks_avx2(float *restrict theta, float *restrict m,
-							 float *restrict s, float *restrict p,
-							 float *restrict q, const float *restrict d,
-							 size_t a, size_t b,
-							 const struct rule_gem_k *k, rule_v8 sum[5],
-							 rule_i8 mx[2])
+RULE_NOINLINE RULE_AVX2 static void rule_gem_blocks_avx2(const struct rule_gem_io *o, size_t a,
+							 size_t b, const struct rule_gem_k *k,
+							 struct rule_gem_pick *pick,
+							 rule_v8 sum[5], rule_i8 *acc)
 {
-	rule_gem_blocks_in(theta, m, s, p, q, d, a, b, k, sum, mx);
+	rule_gem_blocks_in(o, a, b, k, pick, sum, acc);
 }
 #endif
 
-/* Apply elements [a, b) of one tensor, π into p, the new θ into q (unless NULL), its sums into
- * sums, the largest new |m_w| and |θ| into max[0], max[1] (if larger). The lane sums are those
- * of RULE_BLOCK lanes, kept in registers, folded into doubles at the end in lane order. */
-static void rule_gem_tensor(float *theta, float *m, float *s, float *p, float *q, const float *d,
-			    size_t a, size_t b, const struct rule_config *c, double sums[5],
-			    float max[2])
+/* Apply elements [a, b) of one tensor of θ's n, its sums into sums; 1 if all it wrote is
+ * finite. The lane sums are those of RULE_BLOCK lanes, folded into doubles at the end in lane
+ * order. */
+static int rule_gem_tensor(const struct rule_gem_io *o, size_t a, size_t b, size_t n,
+			   const struct rule_config *c, double sums[5])
 {
 	const struct rule_gem_k k = rule_gem_consts(c);
+	size_t all = rule_gem_stride(n);
+	struct rule_gem_pick pick = {.next = {a, (a + all - 1) / all * all},
+				     .stride = {rule_gem_stride(b - a), all}};
 	rule_v8 lane[5] = {{0}};
-	rule_i8 mx[2] = {{0}};
+	rule_i8 acc = {0};
+	float tail = 0;
 	size_t i = a + (b - a) / RULE_BLOCK * RULE_BLOCK;
 
 #ifdef RULE_X86
 	if (rule_avx2())
-		rule_gem_blocks_avx2(theta, m, s, p, q, d, a, i, &k, lane, mx);
+		rule_gem_blocks_avx2(o, a, i, &k, &pick, lane, &acc);
 	else
 #endif
-		rule_gem_blocks_c(theta, m, s, p, q, d, a, i, &k, lane, mx);
-	for (int v = 0; v < 2; v++) {
-		float f[RULE_BLOCK];
-		memcpy(f, &mx[v], sizeof f);
-		for (int j = 0; j < RULE_BLOCK; j++)
-			max[v] = f[j] > max[v] ? f[j] : max[v];
-	}
+		rule_gem_blocks_c(o, a, i, &k, &pick, lane, &acc);
 	for (; i < b; i++) {
-		float pi = rule_gem_elem(theta, m, s, d, i, &k);
-		p[i] = pi;
-		max[0] = fabsf(m[i]) > max[0] ? fabsf(m[i]) : max[0];
-		max[1] = fabsf(theta[i]) > max[1] ? fabsf(theta[i]) : max[1];
-		if (q)
-			q[i] = theta[i];
+		float pi = rule_gem_elem(o, i, &k, &tail);
 		lane[0][0] += pi;
 		lane[1][0] += pi == 0 ? 1.0f : 0.0f;
 		lane[2][0] += pi == k.pi_max ? 1.0f : 0.0f;
-		lane[3][0] += fabsf(pi * d[i]);
-		lane[4][0] += fabsf(d[i]);
+		lane[3][0] += fabsf(pi * o->d[i]);
+		lane[4][0] += fabsf(o->d[i]);
 	}
 	for (int q = 0; q < 5; q++) {
 		sums[q] = 0;
 		for (int j = 0; j < RULE_BLOCK; j++)
 			sums[q] += lane[q][j];
 	}
+	return rule_finite(&acc, 8, tail);
 }
 
 static uint32_t rule_gem_bits(float x)
@@ -473,10 +391,9 @@ static float rule_gem_median(const float *a, size_t n, uint32_t *tmp, uint32_t *
 static float rule_gem_tensor_median(const float *a, size_t n, uint32_t *tmp, uint32_t *hist)
 {
 	float sample[RULE_GEM_SAMPLE];
-	size_t stride, m = 0;
-	if (n <= RULE_GEM_SAMPLE)
+	size_t stride = rule_gem_stride(n), m = 0;
+	if (stride == 1)
 		return rule_gem_median(a, n, tmp, hist);
-	stride = (n + RULE_GEM_SAMPLE - 1) / RULE_GEM_SAMPLE;
 	for (size_t i = 0; i < n; i += stride)
 		sample[m++] = a[i];
 	return rule_gem_median(sample, m, tmp, hist);
@@ -492,27 +409,25 @@ static void rule_gem_fill(struct rule_tensor_stats *t, const double sums[5], siz
 }
 
 static int rule_gem_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-			   float *theta, float *reply, struct rule_stats *st, char *err)
+			   float *reply, struct rule_stats *st)
 {
+	const struct rule_gem_io o = {.theta = rule_theta(r), .m = w->vec[0], .s = w->vec[1],
+				      .d = in, .theta2 = rule_theta_next(r), .m2 = r->spare[0],
+				      .pi = st && r->c.tensor_stats ? r->scratch : NULL, .q = reply};
 	double sums[5], all[5] = {0};
-	float max[2] = {0, 0};
-	(void)tau, (void)err;
+	int finite = 1;
+	(void)tau;
 
 	for (int t = 0; t < r->l.ntensors; t++) {
 		const struct layout_tensor *lt = &r->l.t[t];
-		rule_gem_tensor(theta, w->vec[0], w->vec[1], r->scratch, reply, in, lt->offset,
-				lt->offset + lt->size, &r->c, sums, max);
+		finite &= rule_gem_tensor(&o, lt->offset, lt->offset + lt->size, r->n, &r->c, sums);
 		for (int k = 0; k < 5; k++)
 			all[k] += sums[k];
 		if (st)
 			rule_gem_fill(&st->t[t], sums, lt->size);
 	}
-	/* the bounds the next check of this worker, and of θ, may use */
-	w->vmax = max[0];
-	r->tmax = max[1];
-	r->tmax_fresh = 1;
-	if (!st)
-		return RULE_APPLIED;
+	if (!finite || !st)
+		return finite;
 	st->ntensors = r->l.ntensors;
 	rule_gem_fill(&st->all, all, r->n);
 	if (r->c.tensor_stats) {
@@ -523,16 +438,21 @@ static int rule_gem_commit(struct rule *r, struct rule_worker *w, const float *i
 								    r->l.t[t].size, tmp, hist);
 		st->all.pi_median = rule_gem_tensor_median(r->scratch, r->n, tmp, hist);
 	}
-	return RULE_APPLIED;
+	return 1;
+}
+
+/* gem_ref pull: s_w is θ before the worker's commit */
+static int rule_gem_sent_before(const struct rule *r)
+{
+	return r->c.gem_ref == RULE_GEM_REF_PULL;
 }
 
 const struct rule_ops rule_gem_ops = {
-	/* name, fields, window, sends, reply_elastic, rounds, background, scratch */
-	.desc = {"gem", "kappa pi_max eps tensor_stats gem_ref", 1, RULE_SENDS_STEP, 0, 0, 0, 2},
+	.desc = {.name = "gem", .fields = "kappa pi_max eps tensor_stats gem_ref", .window = 1,
+		 .sends = RULE_SENDS_STEP, .scratch = 2},
 	.nvec = 2,
 	.vec = {"m", "s"},
 	.sent_vec = 1,
-	.reply_theta = 1,
-	.check = rule_gem_check,
-	.commit = rule_gem_commit,
+	.sent_before = rule_gem_sent_before,
+	.pass = rule_gem_commit,
 };

@@ -1,7 +1,7 @@
 /* rule_round: the round bookkeeping of the rules whose commits wait for every worker (sync,
  * dma). A round collects one update per worker, all computed at the same version, summed into
- * the rule's global vector ops->round_sum; when the last is in, ops->round_close applies the
- * round to θ (with r->ncontrib updates in the sum).
+ * the rule's global vector ops->round_sum; the last one's ops->round_pass applies the round to θ
+ * (with r->ncontrib updates in the sum).
  *
  * target is the number of commits a round waits for. It starts at nworkers; a worker leaving
  * lowers it (the round completes with those remaining), a worker joining while fewer than target
@@ -12,26 +12,21 @@
 #include "base/err.h"
 #include "rules/impl.h"
 
-static void rule_round_close(struct rule *r, float *theta)
+/* The round just closed was applied into the spares: take them, and start the next round. */
+static void rule_round_take(struct rule *r)
 {
-	r->ops->round_close(r, theta);
+	rule_take_theta(r, NULL);
+	for (int i = 0; i < r->ops->nglobal; i++)
+		rule_swap(&r->global[i], &r->gspare[i]);
 	for (int i = 0; i < r->cap; i++)
 		r->w[i].committed = 0;
 	r->ncommitted = r->ncontrib = 0;
 }
 
-int rule_round_check(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-		     const float *theta)
-{
-	if (w->committed || tau)
-		return 1; /* rule_round_commit refuses it */
-	return r->ops->round_check(r, theta, in, (float)(r->ncontrib + 1));
-}
-
 int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-		      float *theta, float *reply, struct rule_stats *st, char *err)
+		      float *reply, char *err)
 {
-	(void)reply, (void)st;
+	int close = r->ncommitted + 1 >= r->target;
 	if (w->committed)
 		return gem_errf(err, GEM_EUSAGE, "%s: worker %d already committed in this round",
 				r->ops->desc.name, (int)(w - r->w));
@@ -40,14 +35,19 @@ int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, ui
 		return gem_errf(err, GEM_EUSAGE,
 				"%s: worker %d committed an update %llu versions old to the round",
 				r->ops->desc.name, (int)(w - r->w), (unsigned long long)tau);
-	rule_vec_add(r->global[r->ops->round_sum], in, r->n);
+	/* a commit that leaves the round open checks the round closed now with it, so that a
+	 * leave can close it later with the same sum and θ */
+	if (!r->ops->round_pass(r, in, close ? reply : NULL, (float)(r->ncontrib + 1), close))
+		return RULE_E_NON_FINITE;
 	w->committed = 1;
 	r->ncommitted++;
 	r->ncontrib++;
-	if (r->ncommitted < r->target)
-		return RULE_PENDING;
-	rule_round_close(r, theta);
-	return RULE_APPLIED;
+	if (close) {
+		rule_round_take(r);
+		return RULE_APPLIED;
+	}
+	rule_swap(&r->global[r->ops->round_sum], &r->gspare[r->ops->round_sum]);
+	return RULE_PENDING;
 }
 
 int rule_round_join(struct rule *r, char *err)
@@ -61,15 +61,16 @@ int rule_round_join(struct rule *r, char *err)
 	return 0;
 }
 
-int rule_round_leave(struct rule *r, struct rule_worker *w, float *theta, struct rule_stats *st)
+int rule_round_leave(struct rule *r, struct rule_worker *w)
 {
-	(void)st;
 	if (w->committed)
 		r->ncommitted--;
 	if (r->target > 0)
 		r->target--;
 	if (r->ncontrib == 0 || r->ncommitted < r->target)
 		return 0;
-	rule_round_close(r, theta);
+	/* finite: the round's last commit checked this very close (the same sum, k and θ) */
+	r->ops->round_pass(r, NULL, NULL, (float)r->ncontrib, 1);
+	rule_round_take(r);
 	return 1;
 }

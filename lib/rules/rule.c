@@ -299,7 +299,80 @@ fail:
 	return NULL;
 }
 
-int rule_create(const struct rule_config *c, const struct layout *l, struct rule **out, char *err)
+/* A new buffer of θ, referenced by no one (NULL: no memory). */
+static struct rule_snap *rule_snap_new(size_t n)
+{
+	struct rule_snap *s = calloc(1, sizeof *s);
+	if (s && !(s->v = malloc(n * sizeof(float)))) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+static void rule_snap_free(struct rule_snap *s)
+{
+	if (s)
+		free(s->v);
+	free(s);
+}
+
+/* One more buffer of θ, free (a worker's sent vector will reference one): 0 or GEM_ENOMEM. */
+static int rule_snap_add(struct rule *r)
+{
+	struct rule_snap *s, **f = r->free;
+	if (r->nsnap + 1 > r->free_cap) {
+		int cap = r->free_cap ? 2 * r->free_cap : 4;
+		if (!(f = realloc(r->free, (size_t)cap * sizeof *f)))
+			return GEM_ENOMEM;
+		r->free = f;
+		r->free_cap = cap;
+	}
+	if (!(s = rule_snap_new(r->n)))
+		return GEM_ENOMEM;
+	r->free[r->nfree++] = s;
+	r->nsnap++;
+	return 0;
+}
+
+/* The free buffer a commit writes θ′ into, taken (referenced by no one yet). */
+static struct rule_snap *rule_snap_pop(struct rule *r)
+{
+	return r->free[--r->nfree];
+}
+
+static void rule_snap_unref(struct rule *r, struct rule_snap *s)
+{
+	if (s && --s->refs == 0)
+		r->free[r->nfree++] = s;
+}
+
+/* Worker w's sent vector is now s. */
+static void rule_sent_set(struct rule *r, struct rule_worker *w, struct rule_snap *s)
+{
+	s->refs++;
+	rule_snap_unref(r, w->sent);
+	w->sent = s;
+	w->vec[r->ops->sent_vec] = s->v;
+}
+
+void rule_take_theta(struct rule *r, struct rule_worker *w)
+{
+	struct rule_snap *old = r->theta, *next = rule_snap_pop(r);
+	next->refs = 1;
+	r->theta = next;
+	if (w && r->ops->sent_vec >= 0)
+		rule_sent_set(r, w, r->ops->sent_before && r->ops->sent_before(r) ? old : next);
+	rule_snap_unref(r, old);
+}
+
+const float *rule_theta(const struct rule *r)
+{
+	return r->theta->v;
+}
+
+int rule_create(const struct rule_config *c, const struct layout *l, const float *theta,
+		struct rule **out, char *err)
 {
 	struct rule *r;
 	size_t at = 0;
@@ -327,8 +400,17 @@ int rule_create(const struct rule_config *c, const struct layout *l, struct rule
 	r->l = *l;
 	r->n = l->total;
 	r->target = c->nworkers;
+	if (rule_snap_add(r) < 0 || rule_snap_add(r) < 0)
+		goto nomem;
+	r->theta = rule_snap_pop(r);
+	r->theta->refs = 1;
+	memcpy(r->theta->v, theta, r->n * sizeof(float));
 	for (int i = 0; i < r->ops->nglobal; i++)
-		if (!(r->global[i] = calloc(r->n, sizeof(float))))
+		if (!(r->global[i] = calloc(r->n, sizeof(float))) ||
+		    !(r->gspare[i] = malloc(r->n * sizeof(float))))
+			goto nomem;
+	for (int i = 0; i < r->ops->nvec; i++)
+		if (i != r->ops->sent_vec && !(r->spare[i] = malloc(r->n * sizeof(float))))
 			goto nomem;
 	if (r->ops->desc.scratch &&
 	    !(r->scratch = malloc((size_t)r->ops->desc.scratch * r->n * sizeof(float))))
@@ -337,14 +419,22 @@ int rule_create(const struct rule_config *c, const struct layout *l, struct rule
 	return 0;
 nomem:
 	rule_destroy(r);
-	return gem_errf(err, GEM_ENOMEM, "rule: out of memory for %zu floats", r->n);
+	return gem_errf(err, GEM_ENOMEM, "rule: out of memory for %zu floats", l->total);
 }
 
-static void rule_worker_free(struct rule_worker *w)
+/* Free what worker w holds: its vectors, and the buffer of θ the pool kept for its sent one. */
+static void rule_worker_free(struct rule *r, struct rule_worker *w)
 {
 	for (int i = 0; i < 2; i++) {
-		free(w->vec[i]);
+		if (i != r->ops->sent_vec)
+			free(w->vec[i]);
 		w->vec[i] = NULL;
+	}
+	if (w->active && r->ops->sent_vec >= 0) {
+		rule_snap_unref(r, w->sent);
+		w->sent = NULL;
+		rule_snap_free(rule_snap_pop(r));
+		r->nsnap--;
 	}
 	w->active = w->committed = 0;
 }
@@ -354,109 +444,84 @@ void rule_destroy(struct rule *r)
 	if (!r)
 		return;
 	for (int i = 0; i < r->cap; i++)
-		rule_worker_free(&r->w[i]);
+		rule_worker_free(r, &r->w[i]);
 	free(r->w);
-	for (int i = 0; i < 2; i++)
+	rule_snap_free(r->theta);
+	for (int i = 0; i < r->nfree; i++)
+		rule_snap_free(r->free[i]);
+	free(r->free);
+	for (int i = 0; i < 2; i++) {
 		free(r->global[i]);
+		free(r->gspare[i]);
+		free(r->spare[i]);
+	}
 	free(r->scratch);
 	free(r);
 }
 
-RULE_NOINLINE int rule_check_add(const float *restrict a, const float *restrict d, size_t n)
+/* OR the bits of x − x of blocks of 32 floats into four accumulators: no chain of float
+ * additions bounds the loop. */
+static inline __attribute__((always_inline)) int rule_finite_in(const float *v, size_t n)
+{
+	rule_i8 acc[4] = {{0}};
+	float tail = 0;
+	size_t i = 0;
+	for (; i + 4 * RULE_BLOCK <= n; i += 4 * RULE_BLOCK)
+		for (int q = 0; q < 4; q++) {
+			rule_v8 x;
+			memcpy(&x, v + i + q * RULE_BLOCK, sizeof x);
+			RULE_FINITE(acc[q], x);
+		}
+	for (; i < n; i++)
+		tail += v[i] - v[i];
+	acc[0] |= acc[1] | acc[2] | acc[3];
+	return rule_finite(&acc[0], 8, tail);
+}
+
+RULE_NOINLINE static int rule_finite_c(const float *v, size_t n)
+{
+	return rule_finite_in(v, n);
+}
+
+#ifdef RULE_X86
+RULE_NOINLINE RULE_AVX2 static int rule_finite_avx2(const float *v, size_t n)
+{
+	return rule_finite_in(v, n);
+}
+#endif
+
+int rule_vec_finite(const float *v, size_t n)
+{
+#ifdef RULE_X86
+	if (rule_avx2())
+		return rule_finite_avx2(v, n);
+#endif
+	return rule_finite_c(v, n);
+}
+
+RULE_NOINLINE int rule_add_div(const float *restrict theta, const float *restrict d, float k,
+				float *restrict out, float *restrict q, size_t n)
 {
 	rule_i4 acc = {0};
 	float tail = 0;
 	size_t i = 0;
 	for (; i + 4 <= n; i += 4) {
-		rule_v4 x = rule_load4(a + i) + rule_load4(d + i);
-		acc |= (rule_i4)(x - x);
+		rule_v4 t = rule_load4(theta + i), x = rule_load4(d + i);
+		/* x/1 is x: the division only where it can change something */
+		t = k == 1 ? t + x : t + x / k;
+		rule_store4(out + i, t);
+		if (q)
+			rule_store4(q + i, t);
+		RULE_FINITE(acc, t);
 	}
 	for (; i < n; i++) {
-		float x = a[i] + d[i];
-		tail += x - x;
+		float t = theta[i] + d[i] / k;
+		out[i] = t;
+		if (q)
+			q[i] = t;
+		tail += t - t;
 	}
-	return rule_finite4(acc, tail);
-}
-
-/* OR the bits of x − x of blocks of 32 floats into four accumulators (no chain of float
- * additions: the loop of 8 float sums it replaced took ~17 µs for a cnn update), and keep the
- * largest |x| of each lane: as the bits of |x| order like the numbers, an integer max (no NaN
- * reaches a max that counts: the result is then 0). */
-static inline __attribute__((always_inline)) int rule_absmax_in(const float *v, size_t n,
-								 float *max)
-{
-	rule_i8 acc[4] = {{0}}, mx[4] = {{0}};
-	float tail = 0, m = 0;
-	size_t i = 0;
-	for (; i + 4 * RULE_BLOCK <= n; i += 4 * RULE_BLOCK)
-		for (int q = 0; q < 4; q++) {
-			rule_v8 x;
-			rule_i8 a, gt;
-			memcpy(&x, v + i + q * RULE_BLOCK, sizeof x);
-			acc[q] |= (rule_i8)(x - x);
-			a = (rule_i8)RULE_ABS8(x);
-			gt = a > mx[q];
-			mx[q] = (a & gt) | (mx[q] & ~gt);
-		}
-	for (; i < n; i++) {
-		tail += v[i] - v[i];
-		m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
-	}
-	acc[0] |= acc[1] | acc[2] | acc[3];
-	for (int j = 0; j < RULE_BLOCK; j++)
-		if (acc[0][j])
-			return 0;
-	for (int q = 0; q < 4; q++) {
-		float f[RULE_BLOCK];
-		memcpy(f, &mx[q], sizeof f);
-		for (int j = 0; j < RULE_BLOCK; j++)
-			m = f[j] > m ? f[j] : m;
-	}
-	*max = m;
-	return tail == 0;
-}
-
-RULE_NOINLINE static int rule_absmax_c(const float *v, size_t n, float *max)
-{
-	return rule_absmax_in(v, n, max);
-}
-
-#ifdef RULE_X86
-RULE_NOINLINE RULE_AVX2 static int rule_absmax_avx2(const float *v, size_t n, float *max)
-{
-	return rule_absmax_in(v, n, max);
-}
-#endif
-
-int rule_vec_absmax(const float *v, size_t n, float *max)
-{
-#ifdef RULE_X86
-	if (rule_avx2())
-		return rule_absmax_avx2(v, n, max);
-#endif
-	return rule_absmax_c(v, n, max);
-}
-
-void rule_hint_absmax(struct rule *r, float max)
-{
-	r->in_absmax = max;
-	r->in_hinted = 1;
-}
-
-int rule_vec_finite(const float *v, size_t n)
-{
-	float max;
-	return rule_vec_absmax(v, n, &max);
-}
-
-RULE_NOINLINE void rule_vec_add(float *restrict a, const float *restrict d, size_t n)
-{
-	size_t i = 0;
-	for (; i + RULE_BLOCK <= n; i += RULE_BLOCK)
-		for (int j = 0; j < RULE_BLOCK; j++)
-			a[i + j] += d[i + j];
-	for (; i < n; i++)
-		a[i] += d[i];
+	return rule_finite(&acc, 4, tail);
 }
 
 size_t rule_nparams(const struct rule *r)
@@ -502,104 +567,112 @@ static int rule_worker_add(struct rule *r, int worker, char *err)
 	if (w->active)
 		return gem_errf(err, GEM_EUSAGE, "worker %d has already joined", worker);
 	for (int i = 0; i < r->ops->nvec; i++)
-		if (!(w->vec[i] = calloc(r->n, sizeof(float)))) {
-			rule_worker_free(w);
+		if (i != r->ops->sent_vec && !(w->vec[i] = calloc(r->n, sizeof(float)))) {
+			rule_worker_free(r, w);
 			return gem_errf(err, GEM_ENOMEM, "rule: out of memory for worker %d", worker);
 		}
+	if (r->ops->sent_vec >= 0 && rule_snap_add(r) < 0) {
+		rule_worker_free(r, w);
+		return gem_errf(err, GEM_ENOMEM, "rule: out of memory for worker %d", worker);
+	}
 	w->active = 1;
 	w->committed = 0;
-	w->vmax = INFINITY;
 	r->nactive++;
 	return 0;
 }
 
-int rule_join(struct rule *r, int worker, const float *theta, char *err)
+int rule_join(struct rule *r, int worker, char *err)
 {
 	int rc;
 	if (worker >= 0 && worker < r->cap && r->w[worker].active)
 		return gem_errf(err, GEM_EUSAGE, "worker %d has already joined", worker);
-	if (r->ops->join && (rc = r->ops->join(r, err)) < 0)
+	if (r->ops->desc.rounds && (rc = rule_round_join(r, err)) < 0)
 		return rc;
 	if ((rc = rule_worker_add(r, worker, err)) < 0)
 		return rc;
-	rule_sent(r, worker, theta);
+	rule_sent(r, worker);
 	return 0;
 }
 
-void rule_sent(struct rule *r, int worker, const float *theta)
+void rule_sent(struct rule *r, int worker)
 {
 	struct rule_worker *w = rule_worker(r, worker);
 	if (w && r->ops->sent_vec >= 0)
-		memcpy(w->vec[r->ops->sent_vec], theta, r->n * sizeof(float));
+		rule_sent_set(r, w, r->theta);
 }
 
-int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_version, float *theta,
+/* The statistics of a call that applied nothing yet. */
+static void rule_stats_start(struct rule_stats *st, uint64_t tau, uint64_t version)
+{
+	if (!st)
+		return;
+	st->staleness = tau;
+	st->version = version;
+	st->ntensors = 0;
+	memset(&st->all, 0, sizeof st->all);
+}
+
+/* A commit of a rule without rounds: its pass, then θ′ and w's new vectors taken. */
+static int rule_apply(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
+		      float *reply, struct rule_stats *st)
+{
+	if (!r->ops->pass(r, w, in, tau, reply, st))
+		return RULE_E_NON_FINITE;
+	for (int i = 0; i < r->ops->nvec; i++)
+		if (i != r->ops->sent_vec)
+			rule_swap(&w->vec[i], &r->spare[i]);
+	rule_take_theta(r, w);
+	return RULE_APPLIED;
+}
+
+int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_version,
 		uint64_t *version, float *reply, struct rule_stats *st, char *err)
 {
 	struct rule_worker *w = rule_worker(r, worker);
 	uint64_t tau;
-	int rc, hinted = r->in_hinted;
+	int rc;
 
-	r->in_hinted = 0; /* a hint is for this commit, whatever happens to it */
 	if (!w)
 		return gem_errf(err, GEM_EUSAGE, "worker %d has not joined", worker);
 	if (base_version > *version)
 		return gem_errf(err, GEM_EUSAGE, "base version %llu is ahead of version %llu",
 				(unsigned long long)base_version, (unsigned long long)*version);
+	if (!reply && r->ops->desc.reply_elastic)
+		return gem_errf(err, GEM_EUSAGE, "%s: no reply buffer for the elastic difference",
+				r->ops->desc.name);
 	tau = *version - base_version;
-	if (st) {
-		st->staleness = tau;
-		st->ntensors = 0;
-		memset(&st->all, 0, sizeof st->all);
-	}
-	r->tbound = r->tmax_valid && r->tmax_theta == theta && r->tmax_version == *version ? r->tmax
-											      : INFINITY;
-	r->tmax_fresh = 0;
-	r->in_hinted = hinted;
-	rc = r->ops->check(r, w, in, tau, theta);
-	r->in_hinted = 0;
-	if (!rc)
+	rule_stats_start(st, tau, *version);
+	rc = r->ops->desc.rounds ? rule_round_commit(r, w, in, tau, reply, err)
+				 : rule_apply(r, w, in, tau, reply, st);
+	if (rc == RULE_E_NON_FINITE) {
+		rule_stats_start(st, tau, *version);
 		return gem_errf(err, RULE_E_NON_FINITE,
 				"%s: worker %d's update would make the parameters or the rule's state "
 				"non-finite (an overflow): refused, nothing changed",
 				r->ops->desc.name, worker);
-	rc = r->ops->commit(r, w, in, tau, theta, reply, st, err);
-	if (rc == RULE_APPLIED && reply && !r->ops->desc.reply_elastic && !r->ops->reply_theta)
-		memcpy(reply, theta, r->n * sizeof(float));
+	}
 	if (rc == RULE_APPLIED)
 		++*version;
-	/* the bound of |θ| this commit left, if it computed one; else none holds any more */
-	r->tmax_valid = rc == RULE_APPLIED && r->tmax_fresh;
-	r->tmax_version = *version;
-	r->tmax_theta = theta;
 	if (st)
 		st->version = *version;
 	return rc;
 }
 
-int rule_leave(struct rule *r, int worker, float *theta, uint64_t *version, struct rule_stats *st,
-	       char *err)
+int rule_leave(struct rule *r, int worker, uint64_t *version, struct rule_stats *st, char *err)
 {
 	struct rule_worker *w = rule_worker(r, worker);
 	int rc = 0;
 
 	if (!w)
 		return gem_errf(err, GEM_EUSAGE, "worker %d has not joined", worker);
-	r->tmax_valid = 0; /* a leave may close a round, which moves θ */
-	w->active = 0;
 	r->nactive--;
-	if (st) {
-		st->staleness = 0;
-		st->ntensors = 0;
-		memset(&st->all, 0, sizeof st->all);
-		st->version = *version;
-	}
-	if (r->ops->leave && (rc = r->ops->leave(r, w, theta, st)) == 1) {
+	rule_stats_start(st, 0, *version);
+	if (r->ops->desc.rounds && (rc = rule_round_leave(r, w)) == 1) {
 		++*version;
 		if (st)
 			st->version = *version;
 	}
-	rule_worker_free(w);
+	rule_worker_free(r, w);
 	return rc;
 }
 
@@ -703,6 +776,8 @@ int rule_state_load(struct rule *r, const json_t *meta, const struct rule_vec *v
 		}
 		if ((rc = rule_worker_add(r, id, err)) < 0)
 			goto fail;
+		if (ops->sent_vec >= 0)
+			rule_sent_set(r, &r->w[id], rule_snap_pop(r));
 		r->w[id].committed = committed;
 		for (int k = 0; k < ops->nvec; k++) {
 			snprintf(vname, sizeof vname, "%s.%d", ops->vec[k], id);
@@ -713,12 +788,10 @@ int rule_state_load(struct rule *r, const json_t *meta, const struct rule_vec *v
 	r->target = target;
 	r->ncommitted = ncommitted;
 	r->ncontrib = ncontrib;
-	r->tmax_valid = 0;
 	return 0;
 fail:
 	for (int id = 0; id < r->cap; id++)
-		if (r->w[id].active)
-			rule_worker_free(&r->w[id]);
+		rule_worker_free(r, &r->w[id]);
 	r->nactive = 0;
 	return rc;
 }

@@ -1,8 +1,10 @@
 /* rule: the server side of every update rule (GEM, DOWNPOUR, DynSGD, EASGD, DC-ASGD, synchronous
- * momentum SGD, delayed model averaging) behind one interface, exactly as doc/rules.md. The
- * caller (gem-serve) owns θ and its version counter and serialises calls; a rule keeps
- * per-worker state allocated once at join, so a commit allocates nothing. Not thread-safe: call
- * everything under the server's lock. */
+ * momentum SGD, delayed model averaging) behind one interface, exactly as doc/rules.md. A rule
+ * holds θ; the caller (gem-serve) owns its version counter and serialises calls. A rule keeps
+ * per-worker state allocated once at join, and one spare of each of its vector kinds, so a
+ * commit allocates nothing: it is computed into the spares and taken only if all of it is
+ * finite, so that a refused one changes nothing. Not thread-safe: call everything under the
+ * server's lock. */
 #ifndef GEM_RULE_H
 #define GEM_RULE_H
 #include <jansson.h>
@@ -101,11 +103,6 @@ int rule_err_unknown(char *err, const char *name);
  * only asks. Returns the level in use before. */
 int rule_simd(int level);
 
-/* The largest |in_i| of the next rule_commit's update, which the caller learnt in a pass it made
- * anyway (the decode's CRC): a rule's check then need not read the update for it. For that one
- * commit only. */
-void rule_hint_absmax(struct rule *r, float max);
-
 /* 1 if the n floats of v are all finite (an update before any rule sees it). */
 int rule_vec_finite(const float *v, size_t n);
 
@@ -122,38 +119,41 @@ int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err);
  * Floats are stored as their shortest decimal: dump with JSON_REAL_PRECISION(9) to read 0.9. */
 json_t *rule_config_to_json(const struct rule_config *c);
 
-/* Make a rule for parameters laid out as l (copied). */
-int rule_create(const struct rule_config *c, const struct layout *l, struct rule **out, char *err);
+/* Make a rule for parameters laid out as l (copied), θ starting as theta (l->total floats,
+ * copied). */
+int rule_create(const struct rule_config *c, const struct layout *l, const float *theta,
+		struct rule **out, char *err);
 void rule_destroy(struct rule *r);
 const struct rule_config *rule_config_of(const struct rule *r);
 /* Floats in θ (the layout's total). */
 size_t rule_nparams(const struct rule *r);
 /* What the rule is (its descriptor). */
 const struct rule_desc *rule_desc_of(const struct rule *r);
+/* θ (rule_nparams floats), until the next call that moves it (rule_commit, rule_leave). */
+const float *rule_theta(const struct rule *r);
 
 /* Worker w (an id >= 0) joins and receives θ: allocate its state (gem: m_w = 0, s_w = θ;
  * dcasgd: w_bak = θ). sync and dma refuse a worker beyond nworkers; a joined id is refused. */
-int rule_join(struct rule *r, int worker, const float *theta, char *err);
+int rule_join(struct rule *r, int worker, char *err);
 /* θ was just sent to worker w (a pull): gem's s_w, dcasgd's w_bak. rule_commit already records
  * the θ it leaves behind as sent to the committing worker. Unknown workers are ignored. */
-void rule_sent(struct rule *r, int worker, const float *theta);
-/* Apply worker w's commit `in` (layout->total floats, not aliasing θ): Δθ = −η∇L computed at
- * base_version (downpour: the sum of λ local updates; easgd: the worker's x) to θ, of which
- * *version is the version (dma: the worker's delta of one cycle, Δ_w = x_w − x_w^init). Returns
- * RULE_APPLIED (θ updated, ++*version), RULE_PENDING (sync, dma: held until the round's last
- * commit, which returns RULE_APPLIED), RULE_E_NON_FINITE when the result (θ, the reply or the
- * rule's state) would not be finite, an overflow of finite inputs: nothing changed, or GEM_EUSAGE: unknown worker, base_version ahead of
- * *version, sync and dma: a second commit in a round or a stale base. easgd needs
- * reply (total floats): the elastic difference d the worker subtracts; for the others a non-NULL
- * reply receives θ after an applied commit (GEM writes it in the pass that computes it). st (may
- * be NULL) receives the commit's statistics. */
-int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_version, float *theta,
+void rule_sent(struct rule *r, int worker);
+/* Apply worker w's commit `in` (layout->total floats): Δθ = −η∇L computed at base_version
+ * (downpour: the sum of λ local updates; easgd: the worker's x; dma: the worker's delta of one
+ * cycle, Δ_w = x_w − x_w^init) to θ, of which *version is the version. Returns RULE_APPLIED (θ updated, ++*version), RULE_PENDING (sync, dma: held until the
+ * round's last commit, which returns RULE_APPLIED), RULE_E_NON_FINITE when the result (θ, the
+ * reply or the rule's state) would not be finite, an overflow of finite inputs: nothing changed;
+ * or GEM_EUSAGE: unknown worker, base_version ahead of *version, easgd without a reply, sync and
+ * dma: a second commit in a round or a stale base. reply (n floats; NULL: none) receives, in
+ * the commit's pass, what the worker gets back from an applied commit: θ after it, or easgd's
+ * elastic difference d (the worker subtracts it); otherwise its contents are undefined. st
+ * (may be NULL) receives the commit's statistics. */
+int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_version,
 		uint64_t *version, float *reply, struct rule_stats *st, char *err);
 /* Worker w leaves: its state is freed; sync, dma and easgd continue with those remaining. Returns 1
  * if the leave completed a pending round (sync, dma) (θ, *version and st updated: reply to the waiting
  * workers), 0 if not, GEM_EUSAGE for an unknown worker. */
-int rule_leave(struct rule *r, int worker, float *theta, uint64_t *version, struct rule_stats *st,
-	       char *err);
+int rule_leave(struct rule *r, int worker, uint64_t *version, struct rule_stats *st, char *err);
 
 /* The rule's state for a checkpoint: *meta a new JSON object (rule, workers, sync round) and
  * *vecs a malloc'd array of *nvec vectors pointing into the rule, valid until the next call that

@@ -45,7 +45,8 @@ static struct layout cnn_layout(void)
 
 /* Time `commits` commits rotating over `workers` workers; returns µs per commit. */
 static double bench(const char *name, int tensor_stats, int use_stats, int workers, int commits,
-		    const struct layout *l, float *theta, float **updates, int nupd, float *reply)
+		    const struct layout *l, const float *theta, float **updates, int nupd,
+		    float *reply)
 {
 	struct rule_config c;
 	struct rule *r;
@@ -57,12 +58,12 @@ static double bench(const char *name, int tensor_stats, int use_stats, int worke
 	rule_config_default(name, &c, err);
 	c.nworkers = workers;
 	c.tensor_stats = tensor_stats;
-	if (rule_create(&c, l, &r, err) < 0) {
+	if (rule_create(&c, l, theta, &r, err) < 0) {
 		fprintf(stderr, "bench-rule: %s: %s\n", name, err);
 		exit(1);
 	}
 	for (int w = 0; w < workers; w++)
-		rule_join(r, w, theta, err);
+		rule_join(r, w, err);
 	/* warm up once over every worker, then time */
 	for (int pass = 0; pass < 2; pass++) {
 		int n = pass ? commits : workers;
@@ -71,7 +72,7 @@ static double bench(const char *name, int tensor_stats, int use_stats, int worke
 			int w = i % workers;
 			/* sync needs every worker at the round's version; others see τ = workers − 1 */
 			uint64_t base = !strcmp(name, "sync") || ver < (uint64_t)workers ? ver : ver - (uint64_t)workers + 1;
-			if (rule_commit(r, w, updates[i % nupd], base, theta, &ver, reply,
+			if (rule_commit(r, w, updates[i % nupd], base, &ver, reply,
 					use_stats ? &st : NULL, err) < 0) {
 				fprintf(stderr, "bench-rule: %s: %s\n", name, err);
 				exit(1);
@@ -87,8 +88,9 @@ int main(int argc, char **argv)
 {
 	struct layout l = cnn_layout();
 	int commits = argc > 1 ? atoi(argv[1]) : 300, nupd = 8;
-	float *theta = malloc(l.total * sizeof(float)), *reply = malloc(l.total * sizeof(float));
-	float *updates[8];
+	size_t bytes = l.total * sizeof(float);
+	float *theta0 = malloc(bytes), *reply = malloc(bytes);
+	float *updates[8], *xs[8];
 	struct rng g;
 	static const struct {
 		const char *name;
@@ -103,33 +105,31 @@ int main(int argc, char **argv)
 		commits = 300;
 	rng_seed(&g, 1, 1);
 	for (size_t i = 0; i < l.total; i++)
-		theta[i] = 0.05f * (float)rng_normal(&g);
+		theta0[i] = 0.05f * (float)rng_normal(&g);
 	for (int k = 0; k < nupd; k++) {
-		updates[k] = malloc(l.total * sizeof(float));
-		for (size_t i = 0; i < l.total; i++)
+		updates[k] = malloc(bytes);
+		xs[k] = malloc(bytes);
+		for (size_t i = 0; i < l.total; i++) {
 			updates[k][i] = 1e-3f * (float)rng_normal(&g);
+			xs[k][i] = theta0[i] + updates[k][i];
+		}
 	}
 	printf("# rule\ttensor_stats\tstats\tworkers\tfloats\tcommits\tus_per_commit\n");
 	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
 		double us;
-		/* easgd gets x = θ + u; the others Δθ = u */
-		if (!strcmp(cases[k].name, "easgd"))
-			for (int u = 0; u < nupd; u++)
-				for (size_t i = 0; i < l.total; i++)
-					updates[u][i] += theta[i];
+		/* every case from the same θ; easgd gets x = θ + u, the others Δθ = u */
 		us = bench(cases[k].name, cases[k].tensor_stats, cases[k].use_stats, cases[k].workers,
-			   commits, &l, theta, updates, nupd, reply);
-		if (!strcmp(cases[k].name, "easgd"))
-			for (int u = 0; u < nupd; u++)
-				for (size_t i = 0; i < l.total; i++)
-					updates[u][i] -= theta[i];
+			   commits, &l, theta0, strcmp(cases[k].name, "easgd") ? updates : xs, nupd,
+			   reply);
 		printf("%s\t%d\t%d\t%d\t%zu\t%d\t%.1f\n", cases[k].name, cases[k].tensor_stats,
 		       cases[k].use_stats, cases[k].workers, l.total, commits, us);
 		fflush(stdout);
 	}
-	for (int k = 0; k < nupd; k++)
+	for (int k = 0; k < nupd; k++) {
 		free(updates[k]);
-	free(theta);
+		free(xs[k]);
+	}
+	free(theta0);
 	free(reply);
 	return 0;
 }
