@@ -634,10 +634,18 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 		log_event(s, "held", w->id, nfield);
 		return status;
 	}
-	/* an applied commit's rule wrote the reply in its pass (rule_commit) */
-	if (!r->elastic && status != PS_APPLIED)
+	/* an applied commit's rule wrote the reply in its pass; a duplicate or a stale commit
+	 * gets θ as it is */
+	if (status != PS_APPLIED)
 		ps_copy_theta(s, out);
 	return status;
+}
+
+void ps_reply_held(const struct ps *s, float *out, struct ps_reply *r)
+{
+	ps_copy_theta(s, out);
+	r->version = s->prog.version;
+	r->elastic = 0;
 }
 
 int ps_leave(struct ps *s, int worker, int how, int gone, struct ps_reply *r, char *err)

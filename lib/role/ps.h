@@ -1,6 +1,7 @@
 /* ps: the parameter server's core, with no transport. It holds the rule (which holds θ) and θ's
  * version, keeps the record of every worker, decides every join, commit and leave (what is
- * applied, refused, held for a round, answered twice), logs them and checkpoints. gem-serve's HTTP
+ * applied, refused, held for a round, answered twice), makes their replies, logs them and
+ * checkpoints. gem-serve's HTTP
  * handlers and gem-sim's virtual server both call it for every decision, so a simulated or
  * replayed run applies exactly what a served one does. Not thread-safe: the caller serialises
  * calls (gem-serve holds its lock, in commit arrival order). */
@@ -113,8 +114,13 @@ int ps_checkpoint_write(const struct ps *s, const struct run_ckpt *ck, char *err
 int ps_join(struct ps *s, int worker, float *theta_out, struct ps_joined *j, char *err);
 /* The check every update gets (all elements finite): PS_APPLIED or PS_E_NON_FINITE. */
 int ps_check_update(const struct ps *s, const float *u, char *err);
-/* Apply commit c; the reply vector goes to out (n floats) unless PS_PENDING. */
+/* Apply commit c. out (n floats) receives the reply's vector: θ, or easgd's d when r->elastic
+ * (written in the rule's pass); undefined after a refusal, and after PS_PENDING until
+ * ps_reply_held. */
 int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_reply *r, char *err);
+/* The reply of a commit held for its round (PS_PENDING) once the round has closed: its vector
+ * (θ) into out, r->version the round's. */
+void ps_reply_held(const struct ps *s, float *out, struct ps_reply *r);
 /* How a worker left: to come back, having spent its budget, or having diverged (its loss was not
  * finite: it will not come back, and the run fails once every worker has left). */
 enum { PS_LEFT_PAUSED = 0, PS_LEFT_DONE = 1, PS_LEFT_DIVERGED = 2 };

@@ -127,11 +127,12 @@ static int ensure_ready(struct replay *p, char *err)
 /* A round closed: the workers held in it get θ. */
 static void release_round(struct replay *p)
 {
-	ps_copy_theta(p->ps, p->reply);
+	struct ps_reply r;
+	ps_reply_held(p->ps, p->reply, &r);
 	for (int i = 0; i < PS_MAX_WORKERS; i++)
 		if (p->pending[i]) {
 			p->pending[i] = 0;
-			vworker_reply(p->w[i], p->reply, 0, ps_version(p->ps));
+			vworker_reply(p->w[i], p->reply, r.elastic, r.version);
 		}
 }
 

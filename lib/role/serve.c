@@ -485,8 +485,7 @@ static int commit_apply(struct server *s, struct ps_commit *c, struct slot *w, s
 			pthread_mutex_unlock(&s->mu);
 			return gem_errf(err, PS_E_STOPPING, "the server stopped mid-round");
 		}
-		ps_copy_theta(s->ps, reply_vec(b));
-		r->version = ps_version(s->ps);
+		ps_reply_held(s->ps, reply_vec(b), r);
 		pthread_mutex_unlock(&s->mu);
 		return st;
 	}

@@ -482,10 +482,13 @@ static void cores_vtime(struct sim *s, double t)
 		ps_set_vtime(s->core[k], t);
 }
 
-static void cores_theta(struct sim *s, float *out)
+/* The reply of the commits held for the round that just closed, into s->reply; shard 0's r. */
+static void cores_reply_held(struct sim *s, struct ps_reply *r)
 {
-	for (int k = 0; k < s->ncores; k++)
-		ps_copy_theta(s->core[k], out + s->cut[k].off);
+	for (int k = 0; k < s->ncores; k++) {
+		struct ps_reply rk;
+		ps_reply_held(s->core[k], s->reply + s->cut[k].off, k ? &rk : r);
+	}
 }
 
 static int cores_join(struct sim *s, int id, struct ps_joined *j, char *err)
@@ -530,10 +533,11 @@ static int cores_commit(struct sim *s, const struct ps_commit *c, struct ps_repl
 	return st;
 }
 
-/* A round closed: every worker held in it gets θ at tr. */
+/* A round closed: every worker held in it gets its reply at tr. */
 static int release_round(struct sim *s, double tr)
 {
-	cores_theta(s, s->reply);
+	struct ps_reply r;
+	cores_reply_held(s, &r);
 	for (int i = 0; i < s->nw; i++) {
 		struct simw *w = &s->w[i];
 		if (!w->pending)
@@ -541,7 +545,7 @@ static int release_round(struct sim *s, double tr)
 		w->pending = 0;
 		if (!w->joined)
 			continue;
-		vworker_reply(&w->v, s->reply, 0, ps_version(s->ps));
+		vworker_reply(&w->v, s->reply, r.elastic, r.version);
 		if (worker_reply(s, w, tr) < 0)
 			return -1;
 	}
