@@ -397,7 +397,7 @@ static int decode_checked(struct blob_codec *c, const void *in, const struct blo
 			raw = c->tmp;
 		}
 	}
-	crc = crc32_f32(raw, count, &c->finite, &c->absmax);
+	crc = crc32_f32(raw, count, &c->finite);
 	if (crc != meta->crc32)
 		return gem_errf(err, GEM_EFAIL, "blob: CRC mismatch (data %08x, header %08x)", crc,
 				meta->crc32);

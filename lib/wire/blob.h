@@ -47,7 +47,6 @@ struct blob_codec {
 	int lossy_ready; /* tmp2 holds the values of the last fp16 blob_encode */
 	int finite;      /* after a decode: 1 if its floats are known to be all finite (checked in
 			  * the CRC's pass, crc32_f32), 0 if not or not known */
-	float absmax;    /* with finite 1: the largest |x| of them */
 };
 
 /* Prepare c (same as zeroing it). */

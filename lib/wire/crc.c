@@ -3,7 +3,6 @@
 #include "base/cpulevel.h"
 
 #include <libdeflate.h>
-#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -96,20 +95,17 @@ CRC_FOLD static inline __m512i crc_fold512(__m512i a, __m512i k, __m512i data)
 					 _mm512_clmulepi64_epi128(a, k, 0x11), data, 0x96);
 }
 
-/* OR the bits of x − x of the 16 floats of v into *acc: 0 for finite ones, a NaN's otherwise;
- * and the largest |x| into *mx (the bits of |x| order like the numbers: an unsigned max) */
-CRC_FOLD static inline void crc_finite(__m512i *acc, __m512i *mx, __m512i v)
+/* OR the bits of x − x of the 16 floats of v into *acc: 0 for finite ones, a NaN's otherwise */
+CRC_FOLD static inline void crc_finite(__m512i *acc, __m512i v)
 {
 	__m512 x = _mm512_castsi512_ps(v);
 	*acc = _mm512_or_si512(*acc, _mm512_castps_si512(_mm512_sub_ps(x, x)));
-	*mx = _mm512_max_epu32(*mx, _mm512_and_si512(v, _mm512_set1_epi32(0x7fffffff)));
 }
 
 /* The CRC register (not inverted) of p[0..n), n a multiple of CRC_STEP and at least 2 steps,
- * from register r; with finite, also whether p holds finite float32s only (*finite) and the
- * largest of their |x| (*max). */
+ * from register r; with finite, also whether p holds finite float32s only (*finite). */
 CRC_FOLD static inline __attribute__((always_inline)) uint32_t
-crc_fold_in(uint32_t r, const unsigned char *p, size_t n, int *finite, float *max)
+crc_fold_in(uint32_t r, const unsigned char *p, size_t n, int *finite)
 {
 	const __m512i k = _mm512_set_epi64((long long)crc_step.l, (long long)crc_step.h,
 					   (long long)crc_step.l, (long long)crc_step.h,
@@ -119,14 +115,14 @@ crc_fold_in(uint32_t r, const unsigned char *p, size_t n, int *finite, float *ma
 		a2 = _mm512_loadu_si512(p + 128), a3 = _mm512_loadu_si512(p + 192);
 	unsigned char lanes[16][16];
 	__m128i x;
-	__m512i bad = _mm512_setzero_si512(), mx = _mm512_setzero_si512();
+	__m512i bad = _mm512_setzero_si512();
 	uint32_t reg = 0;
 
 	if (finite) {
-		crc_finite(&bad, &mx, a0);
-		crc_finite(&bad, &mx, a1);
-		crc_finite(&bad, &mx, a2);
-		crc_finite(&bad, &mx, a3);
+		crc_finite(&bad, a0);
+		crc_finite(&bad, a1);
+		crc_finite(&bad, a2);
+		crc_finite(&bad, a3);
 	}
 	/* the register enters as the first 32 bits of the message, XORed in */
 	a0 = _mm512_xor_si512(a0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)r)));
@@ -134,21 +130,18 @@ crc_fold_in(uint32_t r, const unsigned char *p, size_t n, int *finite, float *ma
 		__m512i d0 = _mm512_loadu_si512(p + i), d1 = _mm512_loadu_si512(p + i + 64),
 			d2 = _mm512_loadu_si512(p + i + 128), d3 = _mm512_loadu_si512(p + i + 192);
 		if (finite) {
-			crc_finite(&bad, &mx, d0);
-			crc_finite(&bad, &mx, d1);
-			crc_finite(&bad, &mx, d2);
-			crc_finite(&bad, &mx, d3);
+			crc_finite(&bad, d0);
+			crc_finite(&bad, d1);
+			crc_finite(&bad, d2);
+			crc_finite(&bad, d3);
 		}
 		a0 = crc_fold512(a0, k, d0);
 		a1 = crc_fold512(a1, k, d1);
 		a2 = crc_fold512(a2, k, d2);
 		a3 = crc_fold512(a3, k, d3);
 	}
-	if (finite) {
-		uint32_t m = _mm512_reduce_max_epu32(mx);
+	if (finite)
 		*finite = _mm512_test_epi32_mask(bad, bad) == 0;
-		memcpy(max, &m, sizeof *max);
-	}
 	_mm512_storeu_si512(lanes[0], a0);
 	_mm512_storeu_si512(lanes[4], a1);
 	_mm512_storeu_si512(lanes[8], a2);
@@ -172,13 +165,12 @@ crc_fold_in(uint32_t r, const unsigned char *p, size_t n, int *finite, float *ma
 
 CRC_FOLD static uint32_t crc_fold_all(uint32_t r, const unsigned char *p, size_t n)
 {
-	return crc_fold_in(r, p, n, NULL, NULL);
+	return crc_fold_in(r, p, n, NULL);
 }
 
-CRC_FOLD static uint32_t crc_fold_all_f32(uint32_t r, const unsigned char *p, size_t n, int *finite,
-					  float *max)
+CRC_FOLD static uint32_t crc_fold_all_f32(uint32_t r, const unsigned char *p, size_t n, int *finite)
 {
-	return crc_fold_in(r, p, n, finite, max);
+	return crc_fold_in(r, p, n, finite);
 }
 #endif
 
@@ -207,22 +199,20 @@ uint32_t crc32_update(uint32_t crc, const void *p, size_t n)
 	return (uint32_t)libdeflate_crc32(crc, p, n);
 }
 
-uint32_t crc32_f32(const void *v, size_t count, int *finite, float *max)
+uint32_t crc32_f32(const void *v, size_t count, int *finite)
 {
 	const unsigned char *p = v;
 	size_t n = count * sizeof(float);
 	*finite = 0;
-	*max = 0;
 #ifdef CRC_X86
 	size_t bulk = crc_bulk(n);
 	if (bulk) {
 		float tail = 0;
-		uint32_t crc = ~crc_fold_all_f32(~0u, p, bulk, finite, max);
+		uint32_t crc = ~crc_fold_all_f32(~0u, p, bulk, finite);
 		for (size_t i = bulk; i < n; i += sizeof(float)) {
 			float x;
 			memcpy(&x, p + i, sizeof x);
 			tail += x - x;
-			*max = fabsf(x) > *max ? fabsf(x) : *max;
 		}
 		*finite = *finite && tail == 0;
 		return (uint32_t)libdeflate_crc32(crc, p + bulk, n - bulk);

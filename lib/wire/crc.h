@@ -12,8 +12,8 @@ uint32_t crc32_update(uint32_t crc, const void *p, size_t n);
 
 /* The CRC-32 of the count little-endian float32s at v (any alignment; from 0), and in the same
  * pass whether they are all finite: *finite 1 if they are, 0 if not or where the folding does
- * not run (not known); when 1, *max is the largest |v_i| (0 for none). */
-uint32_t crc32_f32(const void *v, size_t count, int *finite, float *max);
+ * not run (not known). */
+uint32_t crc32_f32(const void *v, size_t count, int *finite);
 
 /* The folding to use: 1 VPCLMULQDQ where the CPU has it, 0 libdeflate alone; a level the CPU
  * lacks becomes the highest it has (tests force each). level = -1 only asks. Returns the level
