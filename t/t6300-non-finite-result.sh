@@ -1,7 +1,7 @@
 #!/bin/bash
 # t6300: a finite commit that would make θ or the rule's state non-finite is refused (400
 # non_finite_result, logged as refused), leaves θ, its version and the checkpoint as they were,
-# and the run goes on (issue 13, 5: two commits of all FLT_MAX overflowed GEM's momentum).
+# and the run goes on (two commits of all FLT_MAX overflow GEM's momentum).
 . "$(dirname "$0")/test-lib.sh"
 FLT_MAX=3.4028234663852886e38
 msg() { python3 "$GEM_SRC/t/gem-msg.py" --count 1108 "$@"; }

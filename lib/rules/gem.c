@@ -298,10 +298,9 @@ static uint32_t rule_gem_sorted(uint32_t *tmp, size_t m, size_t k, uint32_t lo,
  * interleaved 16-bit histograms (runs of equal π, such as the clamps 0 and π_max, would
  * otherwise wait on each other's increments; 16 bits hold n/RULE_GEM_WAYS); then bits 18..8 and
  * 7..0 over the elements of the chosen bins only, compacted into tmp (or, when few are left,
- * sorted). A first digit of the exponent alone kept most of a for the next digits. Each pass
+ * sorted): counting, unlike a comparison quickselect, takes no branch on the data. Each pass
  * also keeps the largest value below the chosen bin, so that an even count's second middle
- * value needs no pass of its own. A comparison quickselect took several times longer, bound by
- * mispredicted branches. hist: RULE_GEM_BINS counters. */
+ * value needs no pass of its own. hist: RULE_GEM_BINS counters. */
 static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, uint32_t *hist,
 			     struct rule_gem_rank *rk)
 {
@@ -317,8 +316,8 @@ static float rule_gem_select(const float *a, size_t n, size_t k, uint32_t *tmp, 
 	for (; i < n; i++)
 		h1[rule_gem_bits(a[i]) >> 19]++;
 	/* the first bin whose count passes k, the ways summed as we go: first by chunks of
-	 * RULE_GEM_CHUNK bins (most bins are empty, and one compare per bin made a chain of
-	 * branches that took a third of the select), then bin by bin */
+	 * RULE_GEM_CHUNK bins (most bins are empty: a chunk's sum is one compare instead of a
+	 * chain of them), then bin by bin */
 	for (; b + RULE_GEM_CHUNK < RULE_GEM_BINS; b += RULE_GEM_CHUNK) {
 		uint32_t c = 0;
 		for (int j = 0; j < RULE_GEM_WAYS; j++)
@@ -385,9 +384,8 @@ static float rule_gem_median(const float *a, size_t n, uint32_t *tmp, uint32_t *
 }
 
 /* Median of π over a tensor: exact up to RULE_GEM_SAMPLE elements; above that, the exact median
- * of a fixed stride sample of them (every ⌈n/RULE_GEM_SAMPLE⌉-th element), which costs ~40 µs
- * per cnn commit for its 10 tensors and θ, and estimates the median within ~1% in rank
- * (doc/rules.md). */
+ * of a fixed stride sample of them (every ⌈n/RULE_GEM_SAMPLE⌉-th element), whose error in rank
+ * doc/rules.md gives. */
 static float rule_gem_tensor_median(const float *a, size_t n, uint32_t *tmp, uint32_t *hist)
 {
 	float sample[RULE_GEM_SAMPLE];

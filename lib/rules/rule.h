@@ -68,7 +68,7 @@ struct rule_config {
 
 /* Per-tensor GEM statistics of one commit. */
 struct rule_tensor_stats {
-	float pi_median; /* 0 unless tensor_stats; over a stride sample of 8192 in larger tensors */
+	float pi_median; /* 0 unless tensor_stats; over a stride sample of 2048 in larger tensors */
 	float pi_mean;
 	float clamped0;   /* fraction of π clamped to 0 */
 	float clampedmax; /* fraction of π clamped to π_max */
