@@ -54,24 +54,24 @@ static const struct rule_field {
 	int lo_open, hi_open;
 	const char *range; /* for messages; RULE_F_WORD: its words, space-separated */
 } rule_fields[] = {
-	{"lr", RULE_F_FLOAT, offsetof(struct rule_config, lr), 0, 1e6, 1, 0, "in (0, 1e6]"},
-	{"momentum", RULE_F_FLOAT, offsetof(struct rule_config, momentum), 0, 1, 0, 1,
-	 "in [0, 1)"},
-	{"nworkers", RULE_F_INT, offsetof(struct rule_config, nworkers), 0, 1 << 20, 0, 0,
-	 "an integer in [0, 1048576]"},
-	{"kappa", RULE_F_FLOAT, offsetof(struct rule_config, kappa), 0, 1e6, 0, 0, "in [0, 1e6]"},
-	{"pi_max", RULE_F_FLOAT, offsetof(struct rule_config, pi_max), 0, 1e6, 0, 0,
-	 "in [0, 1e6]"},
-	{"eps", RULE_F_FLOAT, offsetof(struct rule_config, eps), 0, 1, 0, 0, "in [0, 1]"},
-	{"tensor_stats", RULE_F_BOOL, offsetof(struct rule_config, tensor_stats), 0, 1, 0, 0,
-	 "true or false"},
-	{"gem_ref", RULE_F_WORD, offsetof(struct rule_config, gem_ref), 0, 1, 0, 0, RULE_GEM_REFS},
-	{"window", RULE_F_INT, offsetof(struct rule_config, window),
-	 1, 1 << 20, 0, 0, "an integer in [1, 1048576]"},
-	{"alpha", RULE_F_FLOAT, offsetof(struct rule_config, alpha), 0, 1, 0, 0,
-	 "in [0, 1] (0: 0.9/n)"},
-	{"lambda_dc", RULE_F_FLOAT, offsetof(struct rule_config, lambda_dc), 0, 1e6, 0, 0,
-	 "in [0, 1e6]"},
+#define RULE_FIELD(f) .name = #f, .off = offsetof(struct rule_config, f)
+	{RULE_FIELD(lr), .type = RULE_F_FLOAT, .lo = 0, .hi = 1e6, .lo_open = 1,
+	 .range = "in (0, 1e6]"},
+	{RULE_FIELD(momentum), .type = RULE_F_FLOAT, .lo = 0, .hi = 1, .hi_open = 1,
+	 .range = "in [0, 1)"},
+	{RULE_FIELD(nworkers), .type = RULE_F_INT, .lo = 0, .hi = 1 << 20,
+	 .range = "an integer in [0, 1048576]"},
+	{RULE_FIELD(kappa), .type = RULE_F_FLOAT, .lo = 0, .hi = 1e6, .range = "in [0, 1e6]"},
+	{RULE_FIELD(pi_max), .type = RULE_F_FLOAT, .lo = 0, .hi = 1e6, .range = "in [0, 1e6]"},
+	{RULE_FIELD(eps), .type = RULE_F_FLOAT, .lo = 0, .hi = 1, .range = "in [0, 1]"},
+	{RULE_FIELD(tensor_stats), .type = RULE_F_BOOL, .lo = 0, .hi = 1, .range = "true or false"},
+	{RULE_FIELD(gem_ref), .type = RULE_F_WORD, .lo = 0, .hi = 1, .range = RULE_GEM_REFS},
+	{RULE_FIELD(window), .type = RULE_F_INT, .lo = 1, .hi = 1 << 20,
+	 .range = "an integer in [1, 1048576]"},
+	{RULE_FIELD(alpha), .type = RULE_F_FLOAT, .lo = 0, .hi = 1,
+	 .range = "in [0, 1] (0: 0.9/n)"},
+	{RULE_FIELD(lambda_dc), .type = RULE_F_FLOAT, .lo = 0, .hi = 1e6, .range = "in [0, 1e6]"},
+#undef RULE_FIELD
 };
 #define RULE_NFIELDS ((int)(sizeof rule_fields / sizeof *rule_fields))
 
