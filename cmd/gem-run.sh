@@ -72,6 +72,14 @@ relay() {
 	[ "$2" != 2 ] || echo "$usage_line" >&2
 }
 
+# check_work ARG...: gem-work --check with ARG... and the --work-opt options; exits as gem-run
+# (2, the complaint as gem-run's) when a worker or node would refuse them.
+check_work() {
+	local rc=0 err
+	err=$(gem-work --check -q "$@" "${workopts[@]}" 2>&1 >/dev/null) || rc=$?
+	[ $rc = 0 ] || { relay gem-work $rc "gem-work: " <<<"$err"; exit $rc; }
+}
+
 # init_run: make RUNDIR with gem-init (exits as gem-init did when it fails).
 init_run() {
 	local rc=0 err
@@ -228,6 +236,21 @@ copy_to() {
 	shift
 	ssh "${ssh_opts[@]}" "$h" mkdir -p "$rrun" </dev/null && scp -q -r "${ssh_opts[@]}" "$@" "$h:$rrun/"
 }
+# init_option OPT: "value" if gem-init takes OPT (-m, --model) with a value, "flag" if without,
+# nothing if it has no such option. Its --help says so: a value's name follows the option after
+# one space, the description after two or more.
+init_option() {
+	[ -n "${init_help:-}" ] || init_help=$(gem-init --help)
+	printf '%s\n' "$init_help" | awk -v o="$1" '/^ +-/ {
+		line = $0
+		sub(/^ +/, "", line)
+		short = ""
+		if (line ~ /^-[^-], /) { short = substr(line, 1, 2); line = substr(line, 5) }
+		if (line !~ /^--/) { long = ""; rest = substr(line, 3) } else {
+			long = line; sub(/ .*/, "", long); rest = substr(line, length(long) + 1) }
+		if (o == short || o == long) { print (rest ~ /^ [^ ]/ ? "value" : "flag"); exit }
+	}'
+}
 bindir=$(cd "$(dirname "$0")" && pwd)
 PATH="$bindir:$PATH"
 # GEM_LOG is checked as every program checks it (gem-init says what is wrong with it)
@@ -268,10 +291,13 @@ while [ $# -gt 0 ]; do
 	--) shift; break ;;
 	-*)
 		# a gem-init option, with its value when it takes one
-		case "$1" in
-		--nesterov|--force|-f) initopts+=("$1") ;;
-		--*=*) initopts+=("$1") ;;
-		*) [ $# -ge 2 ] || die_usage "$1 needs a value"; initopts+=("$1" "$2"); shift ;;
+		case "$(init_option "${1%%=*}")" in
+		flag) initopts+=("$1") ;;
+		value) case "$1" in
+			--*=*) initopts+=("$1") ;;
+			*) [ $# -ge 2 ] || die_usage "$1 needs a value"; initopts+=("$1" "$2"); shift ;;
+			esac ;;
+		*) die_usage "unrecognized option '${1%%=*}'" ;;
 		esac ;;
 	*) [ -z "$rundir" ] || die_usage "more than one RUNDIR"; rundir=$1 ;;
 	esac
@@ -348,20 +374,21 @@ sgp_run() {
 	trap 'echo "gem-run: hung up; stopping" >&2; cleanup_sgp; exit 129' HUP
 	trap cleanup_sgp EXIT
 	case "$listen" in *:0) ;; *) die_usage "--listen: with --rule sgp the port must be 0 (each node picks a free one)" ;; esac
+	local public=() token=() rrun
+	case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
+	# reachable from the network: a token (a public listener needs one), made with the run
+	[ -z "$hosts" ] && [ ${#public[@]} -eq 0 ] || token=(--token-file "$rundir/token")
+	# before anything is made: what the nodes would refuse, and every host
+	check_work --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" "${token[@]}" --node 0 \
+		--peers-file "$rundir/peers"
+	[ -z "$hosts" ] || probe_hosts gem-work "" "${slots[@]}" || exit 1
 	init_run
 	rm -f "$rundir"/node-*.url "$rundir"/node-*.gem "$rundir"/node-*.jsonl "$rundir"/node-*.log "$rundir/peers"
 	# on other hosts the run is at the same absolute path (a relative one would resolve
 	# against the remote $HOME, possibly into another run)
-	local public=() token=() rrun
 	rrun=$(cd "$rundir" && pwd) || exit 1
-	case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
-	if [ -n "$hosts" ] || [ ${#public[@]} -gt 0 ]; then
-		# reachable from the network: a fresh token (a public listener needs one)
-		(umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
-		token=(--token-file "$rundir/token")
-	fi
+	[ ${#token[@]} -eq 0 ] || (umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
 	if [ -n "$hosts" ]; then
-		probe_hosts gem-work "" "${slots[@]}" || exit 1
 		# a host that shares the run directory needs no copy
 		copy_hosts=($(hosts_apart "${slots[@]}"))
 		for h in "${copy_hosts[@]}"; do
@@ -485,7 +512,7 @@ if [ $sgp = 1 ]; then
 	exit $?
 fi
 
-pids=() servers=() errs=()
+pids=() servers=() errs=() served=0
 # serve_failed [STATUS [ERR [PID]]]: a gem-serve has stopped on its own, with STATUS (none or
 # empty: waited for, PID, default the first server's): what it said (in ERR, default the first
 # server's), and gem-run's exit (2 when the usage was bad, as --serve-opt's).
@@ -508,27 +535,93 @@ cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
 	wait 2>/dev/null
 }
-trap 'echo "gem-run: interrupted; stopping" >&2; cleanup; exit 130' INT
-trap 'echo "gem-run: terminated; stopping" >&2; cleanup; exit 143' TERM
-trap 'echo "gem-run: hung up; stopping" >&2; cleanup; exit 129' HUP
+# stopped HOW STATUS: a signal stops the run: everything stopped, and once a server has
+# checkpointed, where it stands and how to go on.
+stopped() {
+	echo "gem-run: $1; stopping" >&2
+	cleanup
+	if [ $served = 1 ]; then
+		[ ${#copy_shard_hosts[@]} -eq 0 ] || copy_shards_back
+		checkpointed "$1"
+	fi
+	exit "$2"
+}
+trap 'stopped interrupted 130' INT
+trap 'stopped terminated 143' TERM
+trap 'stopped "hung up" 129' HUP
 trap cleanup EXIT
 
-if [ $resume = 0 ]; then
-	init_run
-elif [ ${#initopts[@]} -gt 0 ]; then
-	die_usage "--resume takes no gem-init options"
-elif [ ! -f "$rundir/run.json" ]; then
-	echo "gem-run: $rundir: not a run (nothing to resume)" >&2
-	exit 2
-fi
+# params_version FILE: the version of θ a params file holds.
+params_version() {
+	sed -n '1s/.*"version":\([0-9]*\).*/\1/p' "$1" 2>/dev/null
+}
 
-# on other hosts the run is at the same absolute path
-rrun=$(cd "$rundir" && pwd) || exit 1
+# checkpointed WHAT: say WHAT stopped the run, the version each server checkpointed, and the
+# command that continues the run.
+checkpointed() {
+	local v= k
+	if [ "$shards" = 1 ]; then
+		echo "gem-run: $1; the server checkpointed at version $(params_version "$rundir/params.gem")" >&2
+	else
+		for ((k = 0; k < shards; k++)); do
+			v="${v:+$v, }$(params_version "$rundir/shard-$k-of-$shards/params.gem")"
+		done
+		echo "gem-run: $1; the shards checkpointed at versions $v" >&2
+	fi
+	echo "gem-run: gem-run --resume -n $workers${hosts:+ --hosts $hosts}$([ "$shards" = 1 ] || echo " --shards $shards")${shard_hosts:+ --shard-hosts $shard_hosts} $rundir continues the run" >&2
+}
+
+# run_state: what gem-serve --check says of the run in RUNDIR: "complete VERSION" (printed), or
+# nothing (it can be resumed); 1 after its complaint, as gem-run's, when it cannot be (it
+# diverged).
+run_state() {
+	local rc=0 out errf
+	errf=$(mktemp "${TMPDIR:-/tmp}/gem-run.XXXXXX") || return 1
+	out=$(gem-serve --check "$rundir" 2>"$errf") || rc=$?
+	# not a matter of usage: no usage line
+	[ $rc = 0 ] || relay gem-serve 1 <"$errf"
+	rm -f "$errf"
+	[ $rc = 0 ] && printf '%s' "$out"
+}
+
 # the name workers on other hosts reach the server by
 server_host=${GEM_HOST:-$(hostname -f 2>/dev/null || hostname)}
-tlsopts=() cacert=()
 # over the network the token travels in HTTPS by default
 [ -n "$tls" ] || { [ -n "$hosts$shard_hosts" ] && tls=1 || tls=0; }
+public=()
+case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
+# workers come over the network (a public listener needs a token): a fresh token, made with the
+# run, which travels on ssh's standard input
+token=()
+[ -z "$hosts$shard_hosts" ] && [ ${#public[@]} -eq 0 ] || token=(--token-file "$rundir/token")
+tlsopts=() cacert=()
+[ $tls = 0 ] || tlsopts=(--tls-cert "$rundir/tls-cert.pem" --tls-key "$rundir/tls-key.pem")
+[ $tls = 0 ] || cacert=(--cacert "$rundir/tls-cert.pem")
+
+# Before anything is made: what a server or a worker would refuse, the run to resume, every host.
+rc=0
+err=$(gem-serve --check --listen "$listen" "${public[@]}" "${token[@]}" "${tlsopts[@]}" \
+	$([ "$shards" = 1 ] || echo "--shard 0/$shards") "${serveopts[@]}" 2>&1 >/dev/null) || rc=$?
+[ $rc = 0 ] || { relay gem-serve $rc "gem-serve: " <<<"$err"; exit $rc; }
+check_work --server "$rundir" "${token[@]}" "${cacert[@]}"
+if [ $resume = 1 ]; then
+	[ ${#initopts[@]} -eq 0 ] || die_usage "--resume takes no gem-init options"
+	if [ ! -f "$rundir/run.json" ]; then
+		echo "gem-run: $rundir: not a run (nothing to resume)" >&2
+		exit 2
+	fi
+	state=$(run_state) || exit 2
+	case "$state" in
+	complete\ *) echo "gem-run: $rundir is complete (version ${state#complete })" >&2; exit 0 ;;
+	esac
+fi
+# every host can be reached, runs gem-work and resolves this host's name, before anything starts
+[ -z "$hosts" ] || probe_hosts gem-work "$server_host" "${slots[@]}" || exit 1
+[ ${#shosts[@]} -eq 0 ] || probe_hosts gem-serve "" "${shosts[@]}" || exit 1
+
+[ $resume = 1 ] || init_run
+# on other hosts the run is at the same absolute path
+rrun=$(cd "$rundir" && pwd) || exit 1
 if [ $tls = 1 ]; then
 	# a certificate for this run, for this host's name, the shards' hosts and the loopback;
 	# workers trust it alone
@@ -540,23 +633,11 @@ if [ $tls = 1 ]; then
 		-addext "subjectAltName=$san,DNS:localhost,IP:127.0.0.1" \
 		-keyout "$rundir/tls-key.pem" -out "$rundir/tls-cert.pem" 2>"$rundir/openssl.err") ||
 		{ cat "$rundir/openssl.err" >&2; echo "gem-run: openssl could not make a certificate" >&2; exit 1; }
-	tlsopts=(--tls-cert "$rundir/tls-cert.pem" --tls-key "$rundir/tls-key.pem")
 	# at its absolute path: a worker on another host finds it where copy_cert put it
-	cacert=(--cacert "$(cd "$rundir" && pwd)/tls-cert.pem")
+	cacert=(--cacert "$rrun/tls-cert.pem")
 fi
-# every host can be reached, runs gem-work and resolves this host's name, before anything starts
-[ -z "$hosts" ] || probe_hosts gem-work "$server_host" "${slots[@]}" || exit 1
 [ "$tls" != 1 ] || [ -z "$hosts" ] || copy_cert || exit 1
-public=()
-case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
-token=()
-if [ -n "$hosts$shard_hosts" ] || [ ${#public[@]} -gt 0 ]; then
-	# workers come over the network (a public listener needs a token): a fresh token, which
-	# travels on ssh's standard input
-	(umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
-	token=(--token-file "$rundir/token")
-fi
-[ ${#shosts[@]} -eq 0 ] || probe_hosts gem-serve "" "${shosts[@]}" || exit 1
+[ ${#token[@]} -eq 0 ] || (umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
 [ ${#shosts[@]} -eq 0 ] || copy_shards_out || exit 1
 # one server, or K of them, shard I's files (its server.url too) in RUNDIR/shard-I-of-K/; with
 # --shard-hosts shard I runs on its host, and prints its URL into RUNDIR/serve-I.url
@@ -575,7 +656,7 @@ for ((k = 0; k < shards; k++)); do
 			gem-serve --listen "0.0.0.0:${listen##*:}" --public --token-file /dev/stdin \
 			${tlsopts[@]:+--tls-cert "$rrun/tls-cert.pem" --tls-key "$rrun/tls-key.pem"} \
 			"${shardopt[@]}" "${serveopts[@]}" "$rrun" </dev/null &
-		servers+=($!) errs+=("$err")
+		servers+=($!) errs+=("$err") served=1
 		for ((i = 0; i < 600; i++)); do
 			[ "$(wc -l <"$rundir/serve-$k.url")" -ge 1 ] && break
 			kill -0 "${servers[$k]}" 2>/dev/null || serve_failed "" "$err" "${servers[$k]}"
@@ -591,7 +672,7 @@ for ((k = 0; k < shards; k++)); do
 	rm -f "$sdir/server.url"
 	spawn gem-serve --listen "$listen" "${public[@]}" "${token[@]}" "${tlsopts[@]}" "${shardopt[@]}" \
 		"${serveopts[@]}" "$rundir" >/dev/null 2>"$err"
-	servers+=($!) errs+=("$err")
+	servers+=($!) errs+=("$err") served=1
 	for ((i = 0; i < 300; i++)); do
 		[ -s "$sdir/server.url" ] && break
 		kill -0 "${servers[$k]}" 2>/dev/null || serve_failed "" "$err" "${servers[$k]}"
@@ -667,18 +748,8 @@ fi
 # the server's summary of the run (shard 0's, for a sharded run)
 [ $quiet = 1 ] || sed -n 's/^gem-serve: \(done\|failed\|interrupted\): /gem-run: server: /p' "${errs[0]}" | tail -1 >&2
 if [ $failed != 0 ]; then
-	# no TSV: it would read as the run's result
-	if [ "$shards" = 1 ]; then
-		echo "gem-run: $failed of $(plural "$workers" worker) failed; the server checkpointed at version" \
-			"$(sed -n '1s/.*"version":\([0-9]*\).*/\1/p' "$rundir/params.gem")" >&2
-	else
-		v=
-		for ((k = 0; k < shards; k++)); do
-			v="${v:+$v, }$(sed -n '1s/.*"version":\([0-9]*\).*/\1/p' "$rundir/shard-$k-of-$shards/params.gem" 2>/dev/null)"
-		done
-		echo "gem-run: $failed of $(plural "$workers" worker) failed; the shards checkpointed at versions $v" >&2
-	fi
-	echo "gem-run: gem-run --resume -n $workers${hosts:+ --hosts $hosts}$([ "$shards" = 1 ] || echo " --shards $shards")${shard_hosts:+ --shard-hosts $shard_hosts} $rundir continues the run" >&2
+	# no TSV: it would read as the run's result; a run that diverged is said so, not resumed
+	run_state >/dev/null && checkpointed "$failed of $(plural "$workers" worker) failed"
 	exit 1
 fi
 # a server that stopped on its own with an error (idle timeout, a failed checkpoint): no TSV

@@ -1,5 +1,6 @@
 /* gem-serve: the parameter server of a gem run, over HTTP. */
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <malloc.h>
 #include <signal.h>
@@ -19,9 +20,12 @@
 #include "wire/blob.h"
 #include "role/ps.h"
 #include "role/serve.h"
+#include "run/run.h"
+#include "run/runlog.h"
 #include "run/shard.h"
 
-static const char usage_line[] = "usage: gem-serve [options] RUNDIR";
+static const char usage_line[] = "usage: gem-serve [options] RUNDIR\n"
+				 "   or: gem-serve --check [options] [RUNDIR]";
 
 static void usage(FILE *f)
 {
@@ -59,6 +63,10 @@ static void usage(FILE *f)
 	      "                              injection); default 0\n"
 	      "      --max-workers N         workers joined at once (each holds about 24 bytes\n"
 	      "                              per parameter); default 256, at most 4096\n"
+	      "      --check                 check the options (not the files they name) and\n"
+	      "                              that RUNDIR, if it holds a run, can be resumed;\n"
+	      "                              print \"complete VERSION\" when its workers have\n"
+	      "                              spent their budget; serve nothing\n"
 	      "  -q, --quiet                 no informational messages on stderr\n"
 	      "      --shard I/K             serve shard I of K of theta (0 <= I < K <= 64):\n"
 	      "                              its version, rule state, checkpoint and log, in\n"
@@ -69,7 +77,7 @@ static void usage(FILE *f)
 }
 
 enum { O_PUBLIC = 256, O_TOKEN, O_CKPT, O_MAXUPD, O_KEEP, O_CODEC, O_WTO, O_ITO, O_STALE, O_DROP,
-       O_NOTOKEN, O_MAXW, O_CERT, O_KEY, O_SHARD };
+       O_NOTOKEN, O_MAXW, O_CERT, O_KEY, O_SHARD, O_CHECK };
 
 static const struct option longopts[] = {
 	{"listen", required_argument, 0, 'l'},         {"public", no_argument, 0, O_PUBLIC},
@@ -81,7 +89,8 @@ static const struct option longopts[] = {
 	{"max-workers", required_argument, 0, O_MAXW}, {"tls-cert", required_argument, 0, O_CERT},
 	{"tls-key", required_argument, 0, O_KEY},      {"help", no_argument, 0, 'h'},
 	{"quiet", no_argument, 0, 'q'},               {"shard", required_argument, 0, O_SHARD},
-	{"version", no_argument, 0, 'V'},              {0, 0, 0, 0},
+	{"check", no_argument, 0, O_CHECK},            {"version", no_argument, 0, 'V'},
+	{0, 0, 0, 0},
 };
 
 static volatile sig_atomic_t got_signal;
@@ -146,6 +155,30 @@ static char *read_pem(const char *opt, const char *file)
 	return buf;
 }
 
+/* --check RUNDIR: a run there (else there is nothing to check: gem-init will make it) that can
+ * be served: its run.json sound, not ended by a divergence. A complete one is told on stdout
+ * ("complete VERSION"): serving it would end as soon as its workers came back. */
+static int check_run(const char *dir)
+{
+	char err[GEM_ERRMAX], path[PATH_MAX];
+	struct run r;
+	struct run_end e;
+	int rc;
+	if (run_dir_file(dir, RUN_JSON, path, sizeof path) < 0 || access(path, F_OK) < 0)
+		return 0;
+	if ((rc = run_open(dir, &r, err)) == 0) {
+		run_close(&r);
+		rc = run_end_read(dir, &e, err);
+	}
+	if (rc < 0) {
+		fprintf(stderr, "gem-serve: %s\n", err);
+		return prog_exit(rc);
+	}
+	if (e.how == RUN_COMPLETE)
+		printf("complete %llu\n", (unsigned long long)e.version);
+	return 0;
+}
+
 static void bad_usage(const char *msg, const char *arg)
 {
 	fprintf(stderr, "gem-serve: %s%s\n%s\n", msg, arg ? arg : "", usage_line);
@@ -162,7 +195,7 @@ int main(int argc, char **argv)
 	struct ps_now st;
 	struct progress_show show;
 	char *token = NULL, *cert = NULL, *key = NULL;
-	int c, rc, failed, no_token = 0;
+	int c, rc, failed, no_token = 0, check = 0;
 	long max_workers = SERVE_MAX_WORKERS;
 
 	if (log_init("gem-serve", err) < 0) {
@@ -221,12 +254,13 @@ int main(int argc, char **argv)
 			if (shard_parse(optarg, &o.shard_i, &o.shard_k))
 				bad_usage("--shard: want I/K with 0 <= I < K <= 64: ", optarg);
 			break;
+		case O_CHECK: check = 1; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': prog_print_version("gem-serve"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
-	if (optind != argc - 1)
+	if (optind != argc - 1 && !(check && optind == argc))
 		bad_usage(optind == argc ? "no RUNDIR given" : "too many arguments", NULL);
 	if (!o.allow_public && !httpd_is_loopback(o.host))
 		bad_usage("refusing to listen on a non-loopback address without --public: ", o.host);
@@ -235,10 +269,12 @@ int main(int argc, char **argv)
 	if (o.allow_public && !token_file && !no_token)
 		bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches the "
 			  "port change the run)", NULL);
-	if (no_token && !httpd_is_loopback(o.host))
-		log_warn("--public --no-token: anyone who reaches the port can change the run");
 	if (!cert_file != !key_file)
 		bad_usage("--tls-cert and --tls-key go together", NULL);
+	if (check)
+		return optind < argc ? check_run(argv[optind]) : 0;
+	if (no_token && !httpd_is_loopback(o.host))
+		log_warn("--public --no-token: anyone who reaches the port can change the run");
 	if (cert_file) {
 		if (!(cert = read_pem("--tls-cert", cert_file)) ||
 		    !(key = read_pem("--tls-key", key_file))) {

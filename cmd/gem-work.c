@@ -31,7 +31,8 @@
 
 static const char usage_line[] =
 	"usage: gem-work (--local RUNDIR | --server URL|RUNDIR) [-e E | -t S] [options]\n"
-	"   or: gem-work --rule sgp --run RUNDIR (--peers URL,... | --peers-file F) ...";
+	"   or: gem-work --rule sgp --run RUNDIR (--peers URL,... | --peers-file F) ...\n"
+	"   or: gem-work --check OPTIONS...";
 
 static void usage(FILE *f)
 {
@@ -92,6 +93,8 @@ static void usage(FILE *f)
 	      "      --tau T               with --overlap, wait after T iterations with no\n"
 	      "                            message; default twice the exponential graph's cycle\n"
 	      "\n"
+	      "      --check               check the options (not the files, runs or servers\n"
+	      "                            they name) and exit: 0 if they would be taken\n"
 	      "  -q, --quiet               no progress line, no summary\n"
 	      "  -h, --help                show this help\n"
 	      "  -V, --version             show the version\n",
@@ -106,7 +109,7 @@ static void bad_usage(const char *msg, const char *arg)
 
 enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN, O_LISTEN,
        O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU,
-       O_NOTOKEN, O_CACERT, O_CODEC };
+       O_NOTOKEN, O_CACERT, O_CODEC, O_CHECK };
 
 static const struct option longopts[] = {
 	{"local", required_argument, 0, 'L'},       {"server", required_argument, 0, 'S'},
@@ -122,7 +125,8 @@ static const struct option longopts[] = {
 	{"peers-per-iter", required_argument, 0, O_PPI}, {"overlap", no_argument, 0, O_OVERLAP},
 	{"tau", required_argument, 0, O_TAU},       {"no-token", no_argument, 0, O_NOTOKEN},
 	{"cacert", required_argument, 0, O_CACERT}, {"codec", required_argument, 0, O_CODEC},
-	{"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
+	{"check", no_argument, 0, O_CHECK},         {"quiet", no_argument, 0, 'q'},
+	{"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},
 };
 
@@ -447,7 +451,7 @@ int main(int argc, char **argv)
 	struct sgp_opts so = {.node = -1, .topology = SGP_EXP, .peers_per_iter = 1};
 	const char *local = NULL, *server = NULL, *rule = NULL;
 	char host[256] = "127.0.0.1", err[GEM_ERRMAX];
-	int c, listen_set = 0, sgp_only = 0, threads = 1, no_token = 0;
+	int c, listen_set = 0, sgp_only = 0, threads = 1, no_token = 0, check = 0;
 	long v;
 
 	if (log_init("gem-work", err) < 0) {
@@ -544,6 +548,7 @@ int main(int argc, char **argv)
 				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
 			threads = (int)v;
 			break;
+		case O_CHECK: check = 1; break;
 		case 'q': o.quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': prog_print_version("gem-work"); return 0;
@@ -581,6 +586,8 @@ int main(int argc, char **argv)
 		if (so.allow_public && !o.token_file && !no_token)
 			bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches "
 				  "the port push into the run)", NULL);
+		if (check)
+			return 0;
 		if (no_token && !httpd_is_loopback(host))
 			log_warn("--public --no-token: anyone who reaches the port can push into the run");
 		so.host = host;
@@ -603,6 +610,8 @@ int main(int argc, char **argv)
 			  NULL);
 	if (!local == !server)
 		bad_usage("give exactly one of --local RUNDIR and --server URL", NULL);
+	if (check)
+		return 0;
 	prog_blas_init();
 	layers_set_threads(threads);
 	if (local)

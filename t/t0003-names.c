@@ -38,9 +38,18 @@ int main(void)
 	ok(!strcmp(GEM_S(1), "") && !strcmp(GEM_S(0), "s") && !strcmp(GEM_S(2), "s"),
 	   "1 worker, 0 workers, 2 workers");
 	ok(!strcmp(num_format(buf, sizeof buf, "%.4f", 0.5), "0.5000"), "a finite number as asked");
-	ok(!strcmp(num_format(buf, sizeof buf, "%.4f", NAN), "n/a") &&
-		   !strcmp(num_format(buf, sizeof buf, "%.4f", -NAN), "n/a") &&
-		   !strcmp(num_format(buf, sizeof buf, "%.0f", INFINITY), "n/a"),
-	   "NaN, -NaN and infinity: n/a");
+	ok(!strcmp(num_format(buf, sizeof buf, "%.4f", NAN), "nan") &&
+		   !strcmp(num_format(buf, sizeof buf, "%.4f", -NAN), "nan") &&
+		   !strcmp(num_format(buf, sizeof buf, "%.0f", INFINITY), "inf") &&
+		   !strcmp(num_format(buf, sizeof buf, "%g", -INFINITY), "-inf"),
+	   "NaN, -NaN and the infinities: nan, nan, inf, -inf");
+	{
+		double v = 0;
+		ok(num_nonfinite("nan", &v) == 0 && isnan(v) && num_nonfinite("-inf", &v) == 0 &&
+			   v < 0 && isinf(v) && num_nonfinite("inf", &v) == 0 && v > 0 && isinf(v) &&
+			   num_nonfinite("-nan", &v) < 0 && num_nonfinite("NaN", &v) < 0 &&
+			   num_nonfinite("1", &v) < 0 && num_nonfinite(NULL, &v) < 0,
+		   "nan, inf and -inf read back; -nan, NaN and numbers are not that spelling");
+	}
 	return done_testing();
 }

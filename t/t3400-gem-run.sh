@@ -62,6 +62,20 @@ test_expect_code 2 'gem-run --hosts with no hosts in the file' '
 test_expect_code 2 'gem-run --resume with gem-init options' 'gem-run --resume --lr 0.1 run-ssh'
 test_expect_code 2 'gem-run with a bad gem-init option' 'gem-run -q -n 1 --rule nosuch $TINY run-x'
 
+test_expect_success 'a host ssh cannot reach: exit 1, the host named, nothing made, again the same' '
+	mkdir -p deadbin &&
+	printf "#!/bin/sh\ncase \" \$* \" in *\" deadhost \"*)\n\techo \"ssh: connect to host deadhost port 22: Connection refused\" >&2; exit 255 ;;\nesac\nexec \"%s/fakebin/ssh\" \"\$@\"\n" "$PWD" >deadbin/ssh &&
+	chmod +x deadbin/ssh &&
+	printf "nodeA\ndeadhost\n" >deadhosts &&
+	for i in 1 2; do
+		{ PATH="$PWD/deadbin:$PATH" gem-run -q --hosts deadhosts -n 2 $TINY run-dead 2>err; test $? = 1; } &&
+		cat err && grep -q "^gem-run: cannot run a command on deadhost over ssh" err &&
+		! grep -q "exists" err && test ! -e run-dead || return 1
+	done &&
+	{ PATH="$PWD/deadbin:$PATH" gem-run -q --rule sgp --hosts deadhosts -n 2 $TINY run-dead 2>err; test $? = 1; } &&
+	grep -q "^gem-run: cannot run a command on deadhost over ssh" err && test ! -e run-dead
+'
+
 test_expect_success 'bad usage starts no server and makes no run' '
 	test ! -e run-x && test ! -e run-y
 '
@@ -94,7 +108,7 @@ test_expect_success 'after SIGTERM: the server checkpointed, gem-eval reads the 
 	awk "NR == 2 && \$2 > 0 { ok = 1 } END { exit !ok }" eval.tsv
 '
 
-test_expect_success 'Ctrl-C (SIGINT to the process group): exit 130, nothing is left' '
+test_expect_success 'Ctrl-C (SIGINT to the process group): exit 130, nothing is left, how to go on' '
 	# setsid: a process group of its own, as a terminal job has; env: SIGINT back to its
 	# default, since a background job of a non-interactive shell starts with it ignored.
 	setsid env --default-signal=INT gem-run -q -n 2 $TINY $LONG run-int >int.out 2>int.err &
@@ -109,7 +123,11 @@ test_expect_success 'Ctrl-C (SIGINT to the process group): exit 130, nothing is 
 	none_left $kids &&
 	! pgrep -f "gem-serve .*run-int" &&
 	gem-eval run-int >int.tsv && cat int.tsv &&
-	tail -1 run-int/log.jsonl | grep -q "\"event\":\"stop\""
+	tail -1 run-int/log.jsonl | grep -q "\"event\":\"stop\"" &&
+	# where it was checkpointed, and the command that continues it
+	cat int.err && v=$(sed -n "1s/.*\"version\":\([0-9]*\).*/\1/p" run-int/params.gem) &&
+	grep -q "^gem-run: interrupted; the server checkpointed at version $v\$" int.err &&
+	grep -q "^gem-run: gem-run --resume -n 2 run-int continues the run\$" int.err
 '
 
 # One worker: gem-serve stops as soon as every worker that has joined is done, so a second

@@ -44,6 +44,29 @@ test_expect_success "gem-serve's complaint about a --serve-opt: exit 2, no TSV" 
 	test ! -s out
 '
 
+test_expect_success 'what a worker or a server would refuse is refused before anything is made' '
+	for opt in --codec=zlb --work-opt=--slowdown=0 --work-opt=--overlap --serve-opt=--max-staleness=-1 \
+		--serve-opt=--bogus --listen=nowhere "--rule sgp --work-opt=--topology=star"; do
+		{ gem-run -n 2 $opt --model tiny.json --data data r8 >out 2>err; rc=$?; } &&
+		echo "$opt: exit $rc" && cat err && test $rc = 2 &&
+		grep -q "^usage: gem-run " err && ! grep -q "^usage: gem-\(work\|serve\)" err &&
+		test ! -e r8 && test ! -s out || return 1
+	done &&
+	{ gem-run -n 1 --codec zlb --model tiny.json --data data r8 2>err; test $? = 2; } &&
+	grep -q "^gem-run: gem-work: --codec: unknown codec \"zlb\" (did you mean zlib?)" err
+'
+
+test_expect_success 'an option neither gem-run nor gem-init knows is named; RUNDIR is not taken' '
+	for opt in --verbose --verbose=2 -v; do
+		{ gem-run -n 2 --steps 10 $opt r9 >out 2>err; test $? = 2; } && cat err &&
+		grep -q "^gem-run: unrecognized option '"'"'${opt%%=*}'"'"'$" err &&
+		! grep -q "no RUNDIR" err && test ! -e r9 || return 1
+	done &&
+	# gem-init'"'"'s options still take their values, and its flags none
+	gem-run -q -n 1 --steps 2 --model tiny.json -d data --nesterov -b 16 --gem-ref=pull r9 >out &&
+	grep -q "test_acc" out && grep -q "\"nesterov\": true" r9/run.json && grep -q "\"batch\": 16" r9/run.json
+'
+
 test_expect_success '--resume of a run that does not exist: "not a run", exit 2, nothing made' '
 	{ gem-run -n 2 --resume nosuch/ >out 2>err; test $? = 2; } &&
 	cat err &&

@@ -82,7 +82,8 @@ test_expect_success 'diverging workers: the server ends the run, failed, when th
 '
 
 test_expect_success 'a leave that says both done and diverged is a 400' '
-	start_server div --keep-running &&
+	gem-init -q --model tiny.json --data data --rule downpour both &&
+	start_server both --keep-running &&
 	curl -sf -X POST -d "{}" $URL/v1/join >/dev/null &&
 	got=$(curl -s -o reply.json -w "%{http_code}" -X POST \
 		-d "{\"worker\":0,\"done\":true,\"diverged\":true}" $URL/v1/leave) &&

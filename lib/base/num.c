@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int num_double(const char *s, double min, double max, double *out)
 {
@@ -61,6 +62,14 @@ const char *num_format(char *buf, size_t cap, const char *fmt, double v)
 	if (isfinite(v))
 		snprintf(buf, cap, fmt, v);
 	else
-		snprintf(buf, cap, "n/a");
+		snprintf(buf, cap, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
 	return buf;
+}
+
+int num_nonfinite(const char *s, double *out)
+{
+	if (!s || (strcmp(s, "nan") && strcmp(s, "inf") && strcmp(s, "-inf")))
+		return -1;
+	*out = !strcmp(s, "nan") ? NAN : *s == '-' ? -INFINITY : INFINITY;
+	return 0;
 }

@@ -11,7 +11,10 @@ int num_float(const char *s, double min, double max, float *out);
 int num_long(const char *s, long min, long max, long *out);
 int num_u64(const char *s, uint64_t *out);
 
-/* v as fmt (one double conversion) writes it into buf, or "n/a" when v is not finite (a loss
- * before the first step): no "-nan" in a message. Returns buf. */
+/* v as fmt (one double conversion) writes it into buf; a v that is not finite is spelled nan,
+ * inf or -inf, the one spelling of every gem output (never the C library's "-nan"). Returns
+ * buf. */
 const char *num_format(char *buf, size_t cap, const char *fmt, double v);
+/* That spelling of a value that is not finite read back (nan, inf, -inf, and nothing else). */
+int num_nonfinite(const char *s, double *out);
 #endif

@@ -9,6 +9,7 @@
 #include "base/err.h"
 #include "base/jget.h"
 #include "base/log.h"
+#include "base/num.h"
 #include "nn/data.h"
 #include "nn/model.h"
 #include "role/progress.h"
@@ -47,6 +48,7 @@ struct ps {
 	const char *stop_why;
 	char stop_buf[128]; /* a stop reason made up here */
 	int failed;
+	struct run_end end;   /* how the run ended, once its stop says it is over */
 	uint64_t applied_since_start;
 	struct rule_stats st; /* of the last applied update */
 	struct progress meter; /* rates, ETA, smoothed loss of this session */
@@ -216,6 +218,7 @@ void ps_set_total(struct ps *s, uint64_t total)
 
 static int ps_load(struct ps *s, char *err)
 {
+	struct run_end ended;
 	struct model *m = NULL;
 	json_t *workers = NULL;
 	float *theta;
@@ -239,6 +242,9 @@ static int ps_load(struct ps *s, char *err)
 		s->n = s->run.shard.len;
 	}
 	if ((rc = run_lock(&s->run, err)) < 0)
+		return rc;
+	/* a run that diverged would diverge again: refused, with why */
+	if ((rc = run_end_read(s->run.fdir[0] ? s->run.fdir : s->run.dir, &ended, err)) < 0)
 		return rc;
 	if (!(theta = malloc(sizeof(float) * s->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -271,6 +277,7 @@ int ps_open(const char *rundir, const struct ps_opts *o, struct ps **out, char *
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	s->o = *o;
 	s->vtime = -1;
+	s->end = (struct run_end){.how = RUN_GOING, .worker = -1, .loss = NAN};
 	s->started = s->last_commit = clock_mono();
 	if ((rc = run_open(rundir, &s->run, err)) < 0) {
 		free(s);
@@ -354,6 +361,10 @@ void ps_log_stop(struct ps *s, const char *reason)
 {
 	json_t *j = json_pack("{s:s}", "reason", reason);
 	char *extra = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	if (s->end.how != RUN_GOING) {
+		s->end.version = s->prog.version;
+		run_log_end(s->log, s->vtime, &s->end);
+	}
 	/* {"reason":"…"} without its braces */
 	if (extra) {
 		extra[strlen(extra) - 1] = 0;
@@ -389,9 +400,10 @@ int ps_checkpoint(struct ps *s, char *err)
 /* Worker w leaves (event "leave") or is declared gone ("gone"). Its rule state is released, so
  * that rules that count workers go on with the others; once the run is stopping the state stays
  * for the checkpoint, and the worker may come back to it later. */
-static int worker_release(struct ps *s, struct ps_worker *w, const char *event, int how)
+static int worker_release(struct ps *s, struct ps_worker *w, const char *event, int how,
+			  float loss)
 {
-	char extra[48];
+	char extra[80], lbuf[16];
 	int closed = 0;
 	if (w->in_rule && !s->stop_why) {
 		if (rule_leave(s->rule, w->id, &s->prog.version, &s->st, NULL) == 1) {
@@ -414,9 +426,17 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 	if (how == PS_LEFT_DIVERGED && !w->diverged) {
 		w->diverged = 1;
 		s->ndiverged++;
+		if (s->end.worker < 0) {
+			s->end.worker = w->id;
+			s->end.loss = loss;
+		}
 	}
-	snprintf(extra, sizeof extra, "\"done\":%s%s", w->done ? "true" : "false",
-		 w->diverged ? ",\"diverged\":true" : "");
+	if (how == PS_LEFT_DIVERGED)
+		snprintf(extra, sizeof extra, "\"done\":false,\"diverged\":true,\"loss\":\"%s\"",
+			 num_format(lbuf, sizeof lbuf, "%g", loss));
+	else
+		snprintf(extra, sizeof extra, "\"done\":%s%s", w->done ? "true" : "false",
+			 w->diverged ? ",\"diverged\":true" : "");
 	log_event(s, event, w->id, extra);
 	/* the run is over once no worker is left, one at least finished or diverged, and as many
 	 * as the run expects (gem-init --workers) have come: a fast worker done before a slow one
@@ -429,8 +449,12 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 				 "every worker has left, %d diverged (a loss that was not finite), "
 				 "%d of %d finished", s->ndiverged, s->ndone, s->nknown);
 			s->failed = 1;
+			if (!s->stop_why)
+				s->end.how = RUN_DIVERGED;
 			ps_stop(s, s->stop_buf);
 		} else if (s->ndone == s->nknown) {
+			if (!s->stop_why)
+				s->end.how = RUN_COMPLETE;
 			ps_stop(s, "every worker has finished");
 		} else {
 			snprintf(s->stop_buf, sizeof s->stop_buf, "every worker has left, %d of %d finished",
@@ -648,14 +672,15 @@ void ps_reply_held(const struct ps *s, float *out, struct ps_reply *r)
 	r->elastic = 0;
 }
 
-int ps_leave(struct ps *s, int worker, int how, int gone, struct ps_reply *r, char *err)
+int ps_leave(struct ps *s, int worker, int how, float loss, int gone, struct ps_reply *r,
+	     char *err)
 {
 	struct ps_worker *w = worker_get(s, worker);
 	memset(r, 0, sizeof r[0]);
 	if (!w)
 		return r->status = gem_errf(err, PS_E_UNKNOWN, "no such worker");
 	if (w->active)
-		r->round_closed = worker_release(s, w, gone ? "gone" : "leave", how);
+		r->round_closed = worker_release(s, w, gone ? "gone" : "leave", how, loss);
 	r->st = &s->st;
 	r->version = s->prog.version;
 	return r->status = PS_APPLIED;
@@ -671,7 +696,7 @@ void ps_liveness(struct ps *s, void (*gone)(void *ctx, int worker, double silent
 				continue;
 			if (gone)
 				gone(ctx, w->id, now - w->last_contact);
-			worker_release(s, w, "gone", PS_LEFT_PAUSED);
+			worker_release(s, w, "gone", PS_LEFT_PAUSED, NAN);
 		}
 	}
 	if (s->o.idle_timeout > 0 && !s->stop_why && now - s->last_commit >= s->o.idle_timeout) {

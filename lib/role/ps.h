@@ -124,8 +124,10 @@ void ps_reply_held(const struct ps *s, float *out, struct ps_reply *r);
 /* How a worker left: to come back, having spent its budget, or having diverged (its loss was not
  * finite: it will not come back, and the run fails once every worker has left). */
 enum { PS_LEFT_PAUSED = 0, PS_LEFT_DONE = 1, PS_LEFT_DIVERGED = 2 };
-/* Worker `worker` leaves (how: PS_LEFT_*) or, with gone, was declared gone. */
-int ps_leave(struct ps *s, int worker, int how, int gone, struct ps_reply *r, char *err);
+/* Worker `worker` leaves (how: PS_LEFT_*; loss: the loss a diverged worker saw, NaN if it did
+ * not say) or, with gone, was declared gone. */
+int ps_leave(struct ps *s, int worker, int how, float loss, int gone, struct ps_reply *r,
+	     char *err);
 /* Log a refusal decided outside the core (a bad message): worker -1 if unknown. */
 void ps_refused(struct ps *s, int worker, const char *reason);
 

@@ -16,6 +16,7 @@
 #include "base/err.h"
 #include "base/jget.h"
 #include "base/log.h"
+#include "base/num.h"
 #include "base/rng.h"
 #include "role/ps.h"
 #include "wire/blob.h"
@@ -593,9 +594,10 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	struct server *s = ctx;
 	char err[GEM_ERRMAX];
 	json_error_t je;
-	json_t *body = json_loadb((const char *)req->body, req->body_len, 0, &je), *v, *dv;
+	json_t *body = json_loadb((const char *)req->body, req->body_len, 0, &je), *v, *dv, *lv;
 	struct ps_reply r;
 	long long id;
+	double loss = NAN;
 	int how, st;
 
 	if (!json_is_object(body)) {
@@ -604,19 +606,22 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	}
 	v = json_object_get(body, "done");
 	dv = json_object_get(body, "diverged");
+	lv = json_object_get(body, "loss");
 	how = json_is_true(dv) ? PS_LEFT_DIVERGED : json_is_true(v) ? PS_LEFT_DONE : PS_LEFT_PAUSED;
 	if (jget_int(body, "worker", 0, PS_MAX_WORKERS - 1, &id) != JGET_OK ||
 	    (v && !json_is_boolean(v)) || (dv && !json_is_boolean(dv)) ||
-	    (json_is_true(v) && json_is_true(dv))) {
+	    (json_is_true(v) && json_is_true(dv)) ||
+	    (lv && (!json_is_true(dv) || num_nonfinite(json_string_value(lv), &loss) < 0))) {
 		json_decref(body);
 		return httpd_reply_error(req, 400, "bad_field",
 					 "want {\"worker\": an integer in [0, %d), \"done\": a boolean, "
-					 "\"diverged\": a boolean, not both true}",
+					 "\"diverged\": a boolean, not both true, \"loss\" (diverged): "
+					 "\"nan\", \"inf\" or \"-inf\"}",
 					 PS_MAX_WORKERS);
 	}
 	json_decref(body);
 	fifo_enter(s);
-	st = ps_leave(s->ps, (int)id, how, 0, &r, err);
+	st = ps_leave(s->ps, (int)id, how, (float)loss, 0, &r, err);
 	if (st >= 0)
 		slot_drop(s, (int)id);
 	if (r.round_closed)

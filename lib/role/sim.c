@@ -506,7 +506,8 @@ static int cores_leave(struct sim *s, int id, int done, struct ps_reply *r, char
 {
 	for (int k = 0; k < s->ncores; k++) {
 		struct ps_reply rk;
-		int rc = ps_leave(s->core[k], id, done ? PS_LEFT_DONE : PS_LEFT_PAUSED, 0, k ? &rk : r, err);
+		int rc = ps_leave(s->core[k], id, done ? PS_LEFT_DONE : PS_LEFT_PAUSED, NAN, 0,
+				  k ? &rk : r, err);
 		if (rc < 0)
 			return rc;
 	}

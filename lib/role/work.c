@@ -12,6 +12,7 @@
 #include "base/fsutil.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/num.h"
 #include "nn/data.h"
 #include "nn/model.h"
 #include "role/trainer.h"
@@ -190,13 +191,16 @@ static int join(struct worker *w, char *err)
 	return 0;
 }
 
-/* Leave every shard: done (the budget spent), diverged (the loss was not finite: the run
- * fails once every worker has left), or neither (to come back). */
-static void leave(struct worker *w, int done, int diverged)
+/* Leave every shard: done (the budget spent), diverged (the loss was not finite, and which it
+ * was: the run fails once every worker has left), or neither (to come back). */
+static void leave(struct worker *w, int done, int diverged, float loss)
 {
-	char body[96], err[GEM_ERRMAX];
-	int n = snprintf(body, sizeof body, "{\"worker\":%d,\"done\":%s%s}", w->id,
-			 done ? "true" : "false", diverged ? ",\"diverged\":true" : "");
+	char body[128], err[GEM_ERRMAX], lbuf[16];
+	int n = diverged ? snprintf(body, sizeof body,
+				    "{\"worker\":%d,\"done\":false,\"diverged\":true,\"loss\":\"%s\"}",
+				    w->id, num_format(lbuf, sizeof lbuf, "%g", loss))
+			 : snprintf(body, sizeof body, "{\"worker\":%d,\"done\":%s}", w->id,
+				    done ? "true" : "false");
 	for (int k = 0; k < w->nsh; k++)
 		if (httpc_post_retry(w->sh[k].http[0], "/v1/leave", "application/json", body, (size_t)n, 5,
 				     &w->sh[k].resp[0], err) < 0)
@@ -620,7 +624,7 @@ static int finish(struct worker *w, volatile sig_atomic_t *stop, struct work_res
 		double before = w->idle;
 		int c;
 		if (failed || stopped) {
-			leave(w, 0, r->end == WORK_DIVERGED);
+			leave(w, 0, r->end == WORK_DIVERGED, r->loss);
 			left = 1;
 		}
 		c = bg_wait(w, !left, e);
@@ -632,7 +636,7 @@ static int finish(struct worker *w, volatile sig_atomic_t *stop, struct work_res
 		}
 	}
 	if (!left)
-		leave(w, !failed && !stopped, r->end == WORK_DIVERGED);
+		leave(w, !failed && !stopped, r->end == WORK_DIVERGED, r->loss);
 	return rc;
 }
 

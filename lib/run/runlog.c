@@ -12,6 +12,7 @@
 #include "base/err.h"
 #include "base/jget.h"
 #include "base/log.h"
+#include "base/num.h"
 
 /* ---- writing ---- */
 
@@ -401,4 +402,106 @@ void run_log_reader_close(struct run_log_reader *rd)
 		fclose(rd->f);
 	free(rd->buf);
 	memset(rd, 0, sizeof *rd);
+}
+
+/* ---- how the run ended ---- */
+
+void run_log_end(FILE *f, double vtime, const struct run_end *e)
+{
+	char extra[64], loss[16];
+	if (e->how == RUN_DIVERGED)
+		snprintf(extra, sizeof extra, "\"how\":\"diverged\",\"loss\":\"%s\"",
+			 num_format(loss, sizeof loss, "%g", e->loss));
+	else
+		snprintf(extra, sizeof extra, "\"how\":\"complete\"");
+	run_log_event(f, "end", vtime, e->how == RUN_DIVERGED ? e->worker : -1, e->version, extra);
+}
+
+/* The end a pair of lines says: an "end" (prev) and the "stop" after it (last). */
+static void end_of_lines(const char *prev, const char *last, struct run_end *e)
+{
+	struct run_log_line a = {0}, b = {0};
+	char why[64];
+	const char *how = NULL;
+	double loss;
+	if (run_log_parse(last, strlen(last), &b, why, sizeof why) == 0 && b.event &&
+	    !strcmp(b.event, "stop") && run_log_parse(prev, strlen(prev), &a, why, sizeof why) == 0 &&
+	    a.event && !strcmp(a.event, "end") && a.has_version &&
+	    jget_str(a.json, "how", 0, &how) == JGET_OK) {
+		e->version = a.u.version;
+		if (!strcmp(how, "complete")) {
+			e->how = RUN_COMPLETE;
+		} else if (!strcmp(how, "diverged")) {
+			e->how = RUN_DIVERGED;
+			e->worker = a.u.worker;
+			if (num_nonfinite(jget_str_or(a.json, "loss", NULL), &loss) == 0)
+				e->loss = (float)loss;
+		}
+	}
+	run_log_line_free(&a);
+	run_log_line_free(&b);
+}
+
+/* How the log in dir ended: its last line a "stop", the line before it an "end". Only the tail
+ * is read: both lines are short. */
+static int log_end(const char *dir, struct run_end *e, char *err)
+{
+	char path[PATH_MAX + 16], buf[4096], *last, *prev;
+	size_t n;
+	long size;
+	FILE *f;
+
+	*e = (struct run_end){.how = RUN_GOING, .worker = -1, .loss = NAN};
+	if (run_dir_file(dir, RUN_LOG, path, sizeof path) < 0)
+		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
+	if (!(f = fopen(path, "r")))
+		return errno == ENOENT ? 0 : gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+	if (fseek(f, 0, SEEK_END) < 0 || (size = ftell(f)) < 0 ||
+	    fseek(f, size > (long)sizeof buf - 1 ? size - ((long)sizeof buf - 1) : 0, SEEK_SET) < 0) {
+		fclose(f);
+		return gem_errf(err, GEM_EFAIL, "%s: cannot seek", path);
+	}
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	if (n < 2 || buf[n - 1] != '\n')
+		return 0; /* empty, or a torn last line: not an end */
+	buf[n - 1] = 0;
+	if (!(last = strrchr(buf, '\n')))
+		return 0;
+	*last++ = 0;
+	prev = strrchr(buf, '\n');
+	prev = prev ? prev + 1 : size < (long)sizeof buf ? buf : NULL;
+	if (prev)
+		end_of_lines(prev, last, e);
+	return 0;
+}
+
+int run_end_read(const char *dir, struct run_end *e, char *err)
+{
+	char name[64], sub[PATH_MAX + 16], loss[16];
+	struct run_end q;
+	int k = run_shards(dir, err), rc = 0;
+	if (k < 0)
+		return k;
+	if (k == 0)
+		rc = log_end(dir, e, err);
+	for (int i = 0; i < k && rc == 0; i++) {
+		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+		if (run_dir_file(dir, name, sub, sizeof sub) < 0)
+			return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
+		if ((rc = log_end(sub, &q, err)) < 0)
+			break;
+		/* diverged if one shard says so; complete if every shard does; at the least version */
+		if (i == 0 || (q.how == RUN_DIVERGED && e->how != RUN_DIVERGED))
+			*e = q;
+		else if (q.how == RUN_GOING && e->how == RUN_COMPLETE)
+			e->how = RUN_GOING;
+		else if (q.how == e->how && q.version < e->version)
+			e->version = q.version;
+	}
+	if (rc == 0 && e->how == RUN_DIVERGED)
+		rc = gem_errf(err, GEM_EUSAGE, "%s: diverged at version %llu (loss %s); resuming will not "
+				"help: make the run again with a lower --lr", dir,
+				(unsigned long long)e->version, num_format(loss, sizeof loss, "%g", e->loss));
+	return rc;
 }

@@ -96,4 +96,22 @@ void run_log_start(FILE *f, const struct run *r, const char *rule, const char *u
 /* The same with the members of more (may be NULL) added: a server's options. */
 void run_log_start_x(FILE *f, const struct run *r, const char *rule, const char *url,
 		     uint64_t version, const struct layout *l, json_t *more);
+
+/* How a run's last session ended: the log's "end" event, which its server writes before its
+ * "stop" once the run is over (gem-protocol(7)). A run without one was interrupted, stopped
+ * early or never served: it may be resumed. */
+enum { RUN_GOING = 0, RUN_COMPLETE = 1, RUN_DIVERGED = 2 };
+struct run_end {
+	int how;          /* RUN_GOING, RUN_COMPLETE (every worker spent its budget), RUN_DIVERGED */
+	uint64_t version; /* θ's when it ended */
+	int worker;       /* RUN_DIVERGED: the first worker whose loss was not finite */
+	float loss;       /* RUN_DIVERGED: that loss (NaN or ±inf) */
+};
+/* Write the "end" event (e->how not RUN_GOING); vtime < 0: none. */
+void run_log_end(FILE *f, double vtime, const struct run_end *e);
+/* How the run whose files are in dir ended (a sharded run's RUNDIR: every shard's log; complete
+ * when each is, diverged when one is): its log's last two lines, an "end" and the "stop" after
+ * it. A run that diverged is refused (GEM_EUSAGE, err says why: resuming it would diverge
+ * again); *e is filled either way. */
+int run_end_read(const char *dir, struct run_end *e, char *err);
 #endif

@@ -1,0 +1,69 @@
+#!/bin/bash
+# t3401: a run says how it ended (its log's "end" event), and gem-run --resume reads it before it
+# starts anything: a complete run is said to be so at once (exit 0, nothing started), a run that
+# diverged is refused with why (by gem-run and by gem-serve, exit 2), and gem-run whose run
+# diverges says so instead of advising a resume.
+. "$(dirname "$0")/test-lib.sh"
+
+TINY="--model tiny.json --data data --batch 32 --lr 0.1 --seed 3"
+# one worker: where it diverges does not depend on the order of two workers' commits
+DIVERGES="--model tiny.json --data data --batch 32 --lr 1000 --rule downpour --seed 3"
+
+test_expect_success 'setup' '
+	make_tiny_data data
+'
+
+test_expect_success 'a complete run: its log ends with "end" (complete), then "stop"' '
+	gem-run -q -n 2 $TINY done >done.tsv &&
+	tail -2 done/log.jsonl >tail && cat tail &&
+	head -1 tail | grep -q "^{\"event\":\"end\",.*\"version\":126,\"how\":\"complete\"}$" &&
+	tail -1 tail | grep -q "^{\"event\":\"stop\"" &&
+	test "$(gem-serve --check done)" = "complete 126"
+'
+
+test_expect_success 'gem-run --resume of a complete run: "complete (version V)", exit 0, nothing started' '
+	cp done/log.jsonl log.before &&
+	{ gem-run --resume -n 2 done >out 2>err; rc=$?; } ; cat err && test $rc = 0 &&
+	test "$(cat err)" = "gem-run: done is complete (version 126)" && test ! -s out &&
+	cmp log.before done/log.jsonl
+'
+
+test_expect_success 'a run stopped early (--max-updates) is not complete: --resume continues it' '
+	{ gem-run -q -n 1 $TINY --serve-opt=--max-updates=10 part 2>err; test $? = 1; } &&
+	! grep -q "\"event\":\"end\"" part/log.jsonl && test -z "$(gem-serve --check part)" &&
+	gem-run -q --resume -n 1 part >part.tsv && awk "NR == 2 && \$2 == 63 { ok = 1 } END { exit !ok }" part.tsv
+'
+
+test_expect_success 'a run that diverges: why, and no advice to resume it' '
+	{ gem-run -n 1 $DIVERGES div >out 2>err; test $? = 1; } && cat err &&
+	grep -q "^gem-run: div: diverged at version [0-9][0-9]* (loss nan); resuming will not help: make the run again with a lower --lr$" err &&
+	! grep -q -- "--resume" err && test ! -s out &&
+	tail -2 div/log.jsonl | head -1 | grep -q "\"event\":\"end\",.*\"worker\":0,.*\"how\":\"diverged\",\"loss\":\"nan\"" &&
+	grep -q "\"event\":\"leave\",.*\"diverged\":true,\"loss\":\"nan\"" div/log.jsonl
+'
+
+test_expect_success 'its resume is refused with that reason, by gem-run and by gem-serve (exit 2)' '
+	v=$(sed -n "1s/.*\"version\":\([0-9]*\).*/\1/p" div/params.gem) && cp div/log.jsonl log.before &&
+	{ gem-run --resume -n 1 div >out 2>err; test $? = 2; } && cat err &&
+	test "$(cat err)" = "gem-run: div: diverged at version $v (loss nan); resuming will not help: make the run again with a lower --lr" &&
+	{ gem-serve --listen 127.0.0.1:0 div >out 2>err; test $? = 2; } && cat err &&
+	grep -q "^gem-serve: div: diverged at version $v (loss nan)" err &&
+	{ gem-serve --check div 2>err; test $? = 2; } && grep -q "^gem-serve: div: diverged" err &&
+	test ! -e div/server.url && cmp log.before div/log.jsonl
+'
+
+test_expect_success 'a leave says which loss diverged: nan, inf or -inf, nothing else' '
+	gem-init -q $TINY --workers 2 lv &&
+	start_server lv && test_when_finished "stop_if_running $SERVER_PID" &&
+	for bad in "\"loss\":\"-nan\",\"diverged\":true" "\"loss\":1,\"diverged\":true" "\"loss\":\"inf\""; do
+		code=$(curl -s -o reply -w "%{http_code}" -X POST -H "Content-Type: application/json" \
+			--data "{\"worker\":0,$bad}" "$URL/v1/leave") && echo "$bad: $code" &&
+		test "$code" = 400 || return 1
+	done &&
+	curl -s -X POST -H "Content-Type: application/json" --data "{\"worker\":0}" "$URL/v1/join" >/dev/null &&
+	curl -s -X POST -H "Content-Type: application/json" \
+		--data "{\"worker\":0,\"done\":false,\"diverged\":true,\"loss\":\"-inf\"}" "$URL/v1/leave" &&
+	wait_until "grep -q \"\\\"event\\\":\\\"leave\\\".*\\\"loss\\\":\\\"-inf\\\"\" lv/log.jsonl"
+'
+
+test_done
