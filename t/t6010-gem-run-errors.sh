@@ -87,6 +87,12 @@ test_expect_success '--steps S: every worker trains S steps; "1 worker", one sla
 
 test_expect_code 2 '--steps takes a positive integer' 'gem-run -n 1 --steps 0 r5'
 
+test_expect_success '--steps S: the progress counts S steps of every worker, not their epochs' '
+	GEM_PROGRESS=lines:0.1 gem-run -n 2 --steps 30 --work-opt=--slowdown=1000 --model tiny.json \
+		--data data --batch 32 r10 >out 2>err &&
+	grep "samples (" err && grep "samples (" err | tail -1 | grep -q " [0-9]*/1920 samples "
+'
+
 test_expect_success 'workers killed by a signal: no TSV, and no message of bash' '
 	{ gem-run -n 2 --steps 50 --model tiny.json --data data --work-opt=--die-after=2 \
 		--serve-opt=--worker-timeout=1 r6 >out 2>err; test $? = 1; } &&

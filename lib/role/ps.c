@@ -26,6 +26,7 @@ struct ps_worker {
 	uint64_t commits, samples, refused, tau_sum, tau_min, tau_max, last_seq;
 	double joined_at, last_contact, loss_sum;
 	uint64_t joined_samples; /* samples at its last join: its rate is of this session */
+	uint64_t target; /* its samples when the session ends, as it said (ps_plan); 0: the budget */
 	double idle; /* seconds the worker says it waited for the server (dma) */
 	int shard_i, shard_n;
 };
@@ -192,13 +193,18 @@ static void budget_of(struct ps *s)
 }
 
 /* The run's total of samples: every worker expected (gem-init --workers, or those that came)
- * spends its budget; 0: unknown. */
+ * spends its budget, or trains what it said it would (ps_plan); 0: unknown. */
 static uint64_t ps_total(const struct ps *s)
 {
 	int n = s->run.rule.nworkers > s->nknown ? s->run.rule.nworkers : s->nknown;
+	uint64_t each = shards_data(s) ? s->budget / (uint64_t)n : s->budget;
+	uint64_t t = shards_data(s) ? s->budget : s->budget * (uint64_t)n;
 	if (s->total)
 		return s->total;
-	return shards_data(s) ? s->budget : s->budget * (uint64_t)n;
+	for (int i = 0; i < s->nslots && t; i++)
+		if (s->w[i] && s->w[i]->target)
+			t = t - each + s->w[i]->target;
+	return t;
 }
 
 /* θ moved: the meter learns where it stands, and the loss when the update had one. */
@@ -206,6 +212,19 @@ static void meter_update(struct ps *s, float loss)
 {
 	progress_loss(&s->meter, loss);
 	progress_at(&s->meter, s->prog.version, s->prog.samples, clock_mono());
+}
+
+void ps_plan(struct ps *s, int worker, uint64_t steps, uint64_t epochs)
+{
+	struct ps_worker *w = worker_get(s, worker);
+	int n = s->run.rule.nworkers > s->nknown ? s->run.rule.nworkers : s->nknown;
+	uint64_t epoch = s->budget / (uint64_t)s->run.train.epochs / (shards_data(s) ? (uint64_t)n : 1);
+	if (!w)
+		return;
+	w->target = steps    ? w->samples + steps * (uint64_t)s->run.train.batch
+		    : epochs ? w->samples + epochs * epoch
+			     : 0;
+	progress_set_total(&s->meter, ps_total(s));
 }
 
 void ps_set_total(struct ps *s, uint64_t total)

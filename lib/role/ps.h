@@ -112,6 +112,9 @@ int ps_checkpoint_write(const struct ps *s, const struct run_ckpt *ck, char *err
 /* Worker `worker` (-1: a new id) joins: θ into theta_out (n floats; NULL: not now). Returns PS_APPLIED or a
  * refusal (err says why). */
 int ps_join(struct ps *s, int worker, float *theta_out, struct ps_joined *j, char *err);
+/* What worker means to train in the session it has joined for (gem-work --steps or --epochs;
+ * both 0: the run's budget), for the progress's total. */
+void ps_plan(struct ps *s, int worker, uint64_t steps, uint64_t epochs);
 /* The check every update gets (all elements finite): PS_APPLIED or PS_E_NON_FINITE. */
 int ps_check_update(const struct ps *s, const float *u, char *err);
 /* Apply commit c. out (n floats) receives the reply's vector: θ, or easgd's d when r->elastic

@@ -327,14 +327,18 @@ static json_t *get_params(void *ctx, float *theta)
 			 (json_int_t)p.samples, "elapsed", p.elapsed, "model", ps_run(s->ps)->model_name);
 }
 
-/* POST /v1/join's body: {"worker": ID (optional), "codec": NAME (optional)}. */
-static int join_parse(struct httpd_req *req, int *id, const char **codec, json_t **body)
+/* POST /v1/join's body: {"worker": ID, "codec": NAME, "steps": S or "epochs": E}, each optional;
+ * plan[0], plan[1]: the steps and epochs (0: not said). */
+static int join_parse(struct httpd_req *req, int *id, const char **codec, uint64_t plan[2],
+		      json_t **body)
 {
 	json_error_t je;
 	json_t *v;
+	long long n[2] = {0, 0};
 	*id = -1;
 	*codec = BLOB_CODEC_DEFAULT;
 	*body = NULL;
+	plan[0] = plan[1] = 0;
 	if (!req->body_len)
 		return 0;
 	*body = json_loadb((const char *)req->body, req->body_len, 0, &je);
@@ -352,6 +356,12 @@ static int join_parse(struct httpd_req *req, int *id, const char **codec, json_t
 		return httpd_reply_error(req, 400, "bad_codec", "unknown codec"), -1;
 	if (v)
 		*codec = json_string_value(v);
+	if (jget_int(*body, "steps", 1, 1LL << 40, &n[0]) < 0 ||
+	    jget_int(*body, "epochs", 1, RUN_MAX_EPOCHS, &n[1]) < 0 || (n[0] && n[1]))
+		return httpd_reply_error(req, 400, "bad_field", "steps: an integer in [1, 2^40], or "
+					 "epochs: one in [1, %d], not both", RUN_MAX_EPOCHS), -1;
+	plan[0] = (uint64_t)n[0];
+	plan[1] = (uint64_t)n[1];
 	return 0;
 }
 
@@ -364,9 +374,10 @@ static int h_join(struct httpd_req *req, void *ctx)
 	json_t *body, *head;
 	struct slot *w = NULL;
 	struct reply_buf *b = NULL;
+	uint64_t plan[2];
 	int id, st, rc;
 
-	if (join_parse(req, &id, &codec, &body) < 0) {
+	if (join_parse(req, &id, &codec, plan, &body) < 0) {
 		json_decref(body);
 		return 0;
 	}
@@ -380,6 +391,8 @@ static int h_join(struct httpd_req *req, void *ctx)
 		 (!(w = slot_get(s, j.worker, err)) || !(b = reply_take(s, w))))
 		st = gem_errf(err, PS_E_NOMEM, "out of memory, or replies to worker %d still going out",
 			      j.worker);
+	if (st == PS_APPLIED)
+		ps_plan(s->ps, j.worker, plan[0], plan[1]);
 	if (b)
 		ps_copy_theta(s->ps, reply_vec(b));
 	else if (w)

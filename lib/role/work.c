@@ -140,6 +140,13 @@ static int join_shard(struct wshard *sh, int id, float *x, json_t **head, char *
 	int rc;
 	if (id >= 0)
 		json_object_set_new(body, "worker", json_integer(id));
+	/* what this session trains, for the server's progress (which takes up to 2^40 steps) */
+	if (w->o.steps)
+		json_object_set_new(body, "steps", json_integer(w->o.steps < (1ULL << 40)
+									? (json_int_t)w->o.steps
+									: (json_int_t)1 << 40));
+	if (w->o.epochs)
+		json_object_set_new(body, "epochs", json_integer(w->o.epochs));
 	text = json_dumps(body, JSON_COMPACT);
 	json_decref(body);
 	if (!text)
