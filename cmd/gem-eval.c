@@ -1,5 +1,6 @@
 /* gem-eval: evaluate a run's parameters (a run directory, a params file, a live server, or a live
  * server version after version) on its test set; TSV or JSON lines on stdout. */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -8,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/clock.h"
 #include "base/num.h"
 #include "base/prog.h"
 #include "nn/data.h"
@@ -41,15 +44,18 @@ static void usage(FILE *f)
 	      "                          by the run's seed\n"
 	      "  -c, --per-class         add acc_0 ... acc_<C-1>: the test accuracy per class\n"
 	      "      --json              print JSON lines (one object per evaluation)\n"
-	      "  -F, --follow URL|RUNDIR poll a live server (RUNDIR: the one in its server.url,\n"
-	      "                          every shard's of a sharded run, or the checkpoints of\n"
-	      "                          a local training; URL1,URL2,...: a sharded run's\n"
-	      "                          servers); print a line per new version until the\n"
-	      "                          run ends\n"
+	      "  -F, --follow            follow the one URL or RUNDIR as it trains: poll a live\n"
+	      "                          server (RUNDIR: the one in its server.url, every\n"
+	      "                          shard's of a sharded run, or the checkpoints of a\n"
+	      "                          local training; URL1,URL2,...: a sharded run's\n"
+	      "                          servers; a RUNDIR not made yet is waited for,\n"
+	      "                          --retry-for); print a line per new version until\n"
+	      "                          the run ends\n"
 	      "  -i, --interval SEC      seconds between polls with --follow; default 2\n"
 	      "      --cacert FILE       trust only the CA certificate(s) in this PEM file for\n"
 	      "                          an https:// server; default: the system's CAs\n"
-	      "      --retry-for SEC     wait this long for an unreachable server; default 10\n"
+	      "      --retry-for SEC     wait this long for an unreachable server, or with\n"
+	      "                          --follow for a RUNDIR to be made; default 10\n"
 	      "  -j, --threads T         compute on T threads (BLIS and the conv kernels);\n"
 	      "                          default 1\n"
 	      "  -N, --nodes LIST        an SGP run: evaluate each node's parameters (a node's\n"
@@ -68,7 +74,7 @@ enum { O_RETRY = 256, O_CACERT, O_RUN, O_TRAIN, O_JSON };
 static const struct option longopts[] = {
 	{"run", required_argument, 0, O_RUN},    {"data", required_argument, 0, 'd'},
 	{"train-subset", required_argument, 0, O_TRAIN}, {"per-class", no_argument, 0, 'c'},
-	{"json", no_argument, 0, O_JSON},        {"follow", required_argument, 0, 'F'},
+	{"json", no_argument, 0, O_JSON},        {"follow", no_argument, 0, 'F'},
 	{"interval", required_argument, 0, 'i'}, {"retry-for", required_argument, 0, O_RETRY},
 	{"nodes", required_argument, 0, 'N'},    {"threads", required_argument, 0, 'j'},
 	{"cacert", required_argument, 0, O_CACERT}, {"help", no_argument, 0, 'h'},
@@ -446,8 +452,14 @@ static int eval_target(struct evaluator *e, const char *arg, const char *run_opt
 	struct run_progress p;
 	struct target t;
 	struct run run;
+	struct stat st;
 	int c, rc = EXIT_JOB;
 
+	if (!is_url(arg) && stat(arg, &st) < 0) {
+		/* named as given: not as the directory a PARAMS_FILE would be in */
+		fprintf(stderr, "gem-eval: %s: %s\n", arg, strerror(errno));
+		return EXIT_USAGE;
+	}
 	target_of(arg, run_opt, &t);
 	if (t.rundir) {
 		if (run_open(t.rundir, &run, err) < 0) {
@@ -553,6 +565,26 @@ static int eval_nodes_main(struct evaluator *e, const char *nodes_opt, const cha
 	return rc;
 }
 
+/* --follow RUNDIR started before its run is made (RUNDIR is not there yet): wait --retry-for
+ * seconds for its run.json, as gem-work --server RUNDIR waits for its server. 0, or an exit
+ * status. */
+static int wait_for_run(const char *dir, double retry_for)
+{
+	char path[PATH_MAX];
+	double t0 = clock_mono();
+	if (access(dir, F_OK) == 0 || run_dir_file(dir, RUN_JSON, path, sizeof path) < 0)
+		return 0;
+	log_info("waiting for %s to be made (retrying for %g s)", dir, retry_for);
+	while (access(path, F_OK) < 0) {
+		if (clock_mono() - t0 >= retry_for) {
+			fprintf(stderr, "gem-eval: %s: not a run after %g s (no %s)\n", dir, retry_for, path);
+			return EXIT_JOB;
+		}
+		eval_sleep(0.1);
+	}
+	return 0;
+}
+
 /* --follow URL|RUNDIR: a line per new version until the run ends. */
 static int eval_follow_main(struct evaluator *e, const char *follow, const char *data,
 			    const char *cacert, double interval, double retry_for)
@@ -568,6 +600,8 @@ static int eval_follow_main(struct evaluator *e, const char *follow, const char 
 			rundir, rundir);
 		return EXIT_USAGE;
 	}
+	if (rundir && (c = wait_for_run(rundir, retry_for)))
+		return c;
 	if (rundir) {
 		if (run_open(rundir, &run, err) < 0) {
 			fprintf(stderr, "gem-eval: %s\n", err);
@@ -596,11 +630,11 @@ static int eval_follow_main(struct evaluator *e, const char *follow, const char 
 
 int main(int argc, char **argv)
 {
-	const char *run_opt = NULL, *data = NULL, *follow = NULL, *nodes_opt = NULL;
+	const char *run_opt = NULL, *data = NULL, *nodes_opt = NULL;
 	const char *cacert = NULL;
 	double interval = 2, retry_for = 10;
 	long n, threads = 1;
-	int c;
+	int c, follow = 0;
 	struct evaluator e;
 
 	memset(&e, 0, sizeof e);
@@ -611,7 +645,7 @@ int main(int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	}
-	while ((c = getopt_long(argc, argv, "d:cF:i:N:j:qhV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:cFi:N:j:qhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case O_RUN: run_opt = optarg; break;
 		case 'd': data = optarg; break;
@@ -622,7 +656,7 @@ int main(int argc, char **argv)
 			break;
 		case 'c': e.per_class = 1; break;
 		case O_JSON: e.json = 1; break;
-		case 'F': follow = optarg; break;
+		case 'F': follow = 1; break;
 		case 'N': nodes_opt = optarg; break;
 		case O_CACERT: cacert = optarg; break;
 		case 'i':
@@ -663,8 +697,9 @@ int main(int argc, char **argv)
 			bad_usage("--cacert: not with --nodes (SGP nodes speak plain HTTP)", "");
 		if (optind != argc)
 			bad_usage("--nodes: no other parameters to evaluate: ", argv[optind]);
-	} else if (follow && optind != argc) {
-		bad_usage("--follow: no other argument: ", argv[optind]);
+	} else if (follow && optind != argc - 1) {
+		bad_usage(optind == argc ? "--follow: which URL or RUNDIR?" : "--follow: one URL or RUNDIR, "
+			  "not also ", optind == argc ? "" : argv[optind + 1]);
 	} else if (!follow && optind == argc) {
 		bad_usage("nothing to evaluate", "");
 	}
@@ -686,7 +721,7 @@ int main(int argc, char **argv)
 	if (nodes_opt)
 		return eval_nodes_main(&e, nodes_opt, run_opt, data, retry_for);
 	if (follow)
-		return eval_follow_main(&e, follow, data, cacert, interval, retry_for);
+		return eval_follow_main(&e, argv[optind], data, cacert, interval, retry_for);
 	if (argc - optind == 1)
 		return eval_target(&e, argv[optind], run_opt, data, cacert, retry_for);
 	return eval_many(&e, argv + optind, argc - optind, run_opt, data, cacert, retry_for);

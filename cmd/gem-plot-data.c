@@ -1,15 +1,19 @@
 /* gem-plot-data: gnuplot-ready data (or a whole gnuplot script) from runs' log.jsonl. */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "base/clock.h"
 #include "base/num.h"
 #include "base/prog.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "report/eval.h"
 #include "report/plot.h"
+#include "run/run.h"
 
 static const char usage_line[] =
 	"usage: gem-plot-data [options] VIEW [LOG...]";
@@ -42,6 +46,8 @@ static void usage(FILE *f)
 	      "      --follow         with a script: print one again whenever the logs grow,\n"
 	      "                       until the runs end (pipe it into gnuplot)\n"
 	      "      --interval SEC   --follow: seconds between looks at the logs (default 2)\n"
+	      "      --retry-for SEC  --follow: wait this long for a LOG (a run) not made yet\n"
+	      "                       (default 10)\n"
 	      "  -q, --quiet          no informational messages on stderr\n"
 	      "  -h, --help           show this help\n"
 	      "  -V, --version        show the version\n",
@@ -49,7 +55,7 @@ static void usage(FILE *f)
 }
 
 enum { OPT_BINS = 256, OPT_STAT, OPT_SMOOTH, OPT_BY, OPT_OLD_WINDOW, OPT_X, OPT_CSV, OPT_JSON,
-       OPT_FOLLOW, OPT_INTERVAL };
+       OPT_FOLLOW, OPT_INTERVAL, OPT_RETRY };
 
 static const struct option longopts[] = {
 	{"smooth", required_argument, 0, OPT_SMOOTH}, {"by", required_argument, 0, OPT_BY},
@@ -63,6 +69,7 @@ static const struct option longopts[] = {
 	{"x", required_argument, 0, OPT_X},    {"csv", no_argument, 0, OPT_CSV},
 	{"json", no_argument, 0, OPT_JSON},    {"follow", no_argument, 0, OPT_FOLLOW},
 	{"interval", required_argument, 0, OPT_INTERVAL},
+	{"retry-for", required_argument, 0, OPT_RETRY},
 	{0, 0, 0, 0},
 };
 
@@ -131,6 +138,49 @@ static int logs_read(struct logs *L, const struct plot_opts *o, size_t *bad, cha
 	return 0;
 }
 
+/* The LOG arguments' files are there: each a log file, or a RUNDIR holding its log.jsonl (an
+ * SGP run's node logs and a sharded run's shard logs are files of their own). */
+static int logs_there(const struct logs *L)
+{
+	char log[PATH_MAX];
+	struct stat st;
+	for (size_t i = 0; i < L->n; i++) {
+		if (stat(L->path[i], &st) < 0)
+			return 0;
+		if (S_ISDIR(st.st_mode) &&
+		    (run_dir_file(L->path[i], RUN_LOG, log, sizeof log) < 0 || stat(log, &st) < 0))
+			return 0;
+	}
+	return 1;
+}
+
+/* --follow started before its runs are made: their logs, once they are there (waiting up to
+ * retry_for seconds, as gem-eval --follow waits for its RUNDIR). 0, or an exit status. */
+static int logs_wait(struct logs *L, const char *const *args, size_t nargs, double retry_for,
+		     double interval)
+{
+	char err[GEM_ERRMAX];
+	double t0 = clock_mono();
+	for (int said = 0;; said = 1) {
+		if (logs_expand(L, args, nargs, err) < 0) {
+			fprintf(stderr, "gem-plot-data: %s\n", err);
+			return EXIT_JOB;
+		}
+		if (logs_there(L))
+			return 0;
+		if (clock_mono() - t0 >= retry_for) {
+			for (size_t i = 0; i < nargs; i++)
+				fprintf(stderr, "gem-plot-data: %s: no log after %g s\n", args[i], retry_for);
+			return EXIT_JOB;
+		}
+		if (!said)
+			log_info("waiting for %s%s (retrying for %g s)", args[0], nargs > 1 ? " and the rest" : "",
+				 retry_for);
+		logs_free(L);
+		eval_sleep(interval < 0.1 ? interval : 0.1);
+	}
+}
+
 /* --follow: a script whenever the logs have new lines, until every run is over. A log not
  * there yet (or without an update) is waited for while its run is being trained. */
 static int follow(struct logs *L, const struct plot_opts *o, double interval)
@@ -166,6 +216,23 @@ static int follow(struct logs *L, const struct plot_opts *o, double interval)
 	}
 }
 
+/* The logs read once, and the view of them written. 0, or an exit status. */
+static int plot_once(struct logs *L, const struct plot_opts *o)
+{
+	char err[GEM_ERRMAX];
+	size_t bad;
+	int w;
+	if (logs_read(L, o, &bad, err) < 0) {
+		fprintf(stderr, "gem-plot-data: %s\n", err);
+		return EXIT_JOB;
+	}
+	if ((w = plot_write(stdout, o, L->lg, L->n, err)) < 0) {
+		fprintf(stderr, "gem-plot-data: %s\n", err);
+		return prog_exit(w);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct plot_opts o;
@@ -173,8 +240,8 @@ int main(int argc, char **argv)
 	char err[GEM_ERRMAX];
 	const char *stdin_only[] = {"-"};
 	const char *const *args;
-	double interval = 2;
-	size_t nargs, nbad;
+	double interval = 2, retry_for = 10;
+	size_t nargs;
 	int c, rc = 0;
 
 	if (log_init("gem-plot-data", err) < 0) {
@@ -219,6 +286,10 @@ int main(int argc, char **argv)
 			if (num_double(optarg, 0.01, 86400, &interval) < 0)
 				return bad_usage("--interval wants seconds in [0.01, 86400]", optarg);
 			break;
+		case OPT_RETRY:
+			if (num_double(optarg, 0, 1e6, &retry_for) < 0)
+				return bad_usage("--retry-for wants seconds", optarg);
+			break;
 		case 'g': o.gnuplot = 1; break;
 		case 'T':
 			if (plot_term_parse(optarg, &o.term) < 0)
@@ -253,23 +324,14 @@ int main(int argc, char **argv)
 	for (size_t i = 0; o.follow && i < nargs; i++)
 		if (!strcmp(args[i], "-"))
 			return bad_usage("--follow reads files", "not stdin");
-	if (logs_expand(&L, args, nargs, err) < 0) {
-		fprintf(stderr, "gem-plot-data: %s\n", err);
-		logs_free(&L);
-		return EXIT_JOB;
-	}
 	if (o.follow) {
-		rc = follow(&L, &o, interval);
-	} else if (logs_read(&L, &o, &nbad, err) < 0) {
+		rc = logs_wait(&L, args, nargs, retry_for, interval);
+	} else if (logs_expand(&L, args, nargs, err) < 0) {
 		fprintf(stderr, "gem-plot-data: %s\n", err);
 		rc = EXIT_JOB;
-	} else {
-		int w = plot_write(stdout, &o, L.lg, L.n, err);
-		if (w < 0) {
-			fprintf(stderr, "gem-plot-data: %s\n", err);
-			rc = prog_exit(w);
-		}
 	}
+	if (rc == 0)
+		rc = o.follow ? follow(&L, &o, interval) : plot_once(&L, &o);
 	logs_free(&L);
 	return rc;
 }

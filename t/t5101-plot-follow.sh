@@ -71,4 +71,14 @@ test_expect_success 'SGP node logs: followed until every node has done its itera
 
 test_expect_code 1 'a log that is not there and no run trained: exit 1' '
 	mkdir -p none && timeout 20 gem-plot-data --follow -T dumb loss none'
+test_expect_success 'a run not made yet: waited for (--retry-for), then followed to its end' '
+	{ timeout 60 gem-plot-data --follow --interval 0.05 -T dumb loss later >l.gp 2>l.err & } &&
+	lpid=$! && test_bg $lpid &&
+	wait_until "grep -q \"waiting for later (retrying for 10 s)\" l.err" &&
+	gem-run -q -n 1 --steps 20 --work-opt=--slowdown=50 --model tiny.json --data data later >/dev/null &&
+	wait $lpid && cat l.err && test "$(last_version l.gp)" = 20 &&
+	{ gem-plot-data --follow --retry-for 0.2 -T dumb loss never 2>err; test $? = 1; } &&
+	grep -q "^gem-plot-data: never: no log after 0.2 s" err
+'
+
 test_done

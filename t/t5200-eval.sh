@@ -279,6 +279,22 @@ test_expect_code 2 'a directory that is not a run' 'mkdir -p empty && gem-eval e
 test_expect_code 2 '--follow of a directory that is not a run' 'gem-eval --follow empty'
 test_expect_code 2 'an unknown --data' 'gem-eval --data no-such-dataset run'
 
+test_expect_success 'a path that is not there is named as given, not by its directory' '
+	for p in nosuch nosuch/params.gem; do
+		{ gem-eval $p 2>err; test $? = 2; } && cat err &&
+		test "$(cat err)" = "gem-eval: $p: No such file or directory" || return 1
+	done
+'
+
+test_expect_success '--follow (a flag, the run after it or before) of a RUNDIR not made yet: waited for' '
+	gem-eval later --follow --interval 0.1 >later.tsv 2>later.err &
+	pid=$! && test_bg $pid &&
+	wait_until "grep -q \"waiting for later to be made (retrying for 10 s)\" later.err" &&
+	gem-run -q -n 1 --steps 20 --work-opt=--slowdown=50 --model tiny.json --data data later >/dev/null &&
+	wait_exit $pid && cat later.err later.tsv &&
+	tail -1 later.tsv | awk "{ exit !(\$2 == 20) }"
+'
+
 test_expect_success '--help names every option, as the man page does' '
 	gem-eval --help >help &&
 	grep -q "^usage: gem-eval" help &&
