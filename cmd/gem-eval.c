@@ -217,14 +217,15 @@ static int evaluator_init(struct evaluator *e, const struct run *run, const char
 	}
 	e->mean = run->mean;
 	e->std = run->std;
+	/* data that does not fit the model is refused (GEM_EUSAGE) as gem-init refuses it */
 	if ((rc = model_from_json(run->model, &e->m, err)) < 0 ||
 	    (rc = eval_buf_init(&e->buf, e->m, err)) < 0 ||
 	    (rc = run_data_load(run, dir, "test", &e->test, err)) < 0)
-		return rc < 0 ? GEM_EFAIL : rc;
+		return rc;
 	e->res.classes = model_classes(e->m);
 	if (e->train_subset) {
 		if ((rc = run_data_load(run, dir, "train", &full, err)) < 0)
-			return GEM_EFAIL;
+			return rc;
 		rc = eval_subset(&full, e->train_subset, run->train.seed, &e->train, err);
 		dataset_free(&full);
 		if (rc < 0)

@@ -1,7 +1,8 @@
 #!/bin/bash
 # t6011: messages say what they mean: a server on every address prints and writes a URL others
 # can reach (not 0.0.0.0), --public --no-token is warned about, "1 worker" and "1 update"
-# (not "1 workers"), and a RUNDIR given with a trailing slash gives paths with one slash.
+# (not "1 workers"), a RUNDIR given with a trailing slash gives paths with one slash, and one
+# exit status per kind of refusal (a run in use, data that does not fit the model: 2).
 . "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' '
@@ -36,6 +37,37 @@ test_expect_success 'a log path made from RUNDIR/ has one slash' '
 	mkdir -p empty && echo "{\"event\":\"start\"}" >empty/log.jsonl &&
 	{ gem-plot-data loss empty/ 2>err; true; } && cat err &&
 	grep -q "empty/log.jsonl: no update lines (1 line read)" err && ! grep -q "empty//" err
+'
+
+# narrow_data DIR: an IDX dataset of 4x8 images (32 values), which tiny.json (64 inputs) does
+# not fit.
+narrow_data() {
+	python3 - "$1" <<-\PY
+	import gzip, struct, sys, os
+	d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+	for split, n in (("train", 40), ("t10k", 20)):
+	    with gzip.open(f"{d}/{split}-images-idx3-ubyte.gz", "wb") as f:
+	        f.write(struct.pack(">IIII", 0x803, n, 4, 8) + bytes(32 * n))
+	    with open(f"{d}/{split}-labels-idx1-ubyte", "wb") as f:
+	        f.write(struct.pack(">II", 0x801, n) + bytes(n))
+	PY
+}
+
+test_expect_success 'one exit status per kind: a run in use, data that does not fit: 2 from each' '
+	gem-init -q --model tiny.json --data data busy &&
+	start_server busy && test_when_finished "stop_if_running $SERVER_PID" &&
+	for cmd in "gem-serve --listen 127.0.0.1:0" "gem-init -q -f --model tiny.json --data data" \
+		"gem-work -q --local"; do
+		{ $cmd busy 2>err; rc=$?; } ; echo "$cmd: exit $rc" && cat err &&
+		test $rc = 2 && grep -q "in use" err || return 1
+	done &&
+	narrow_data narrow &&
+	{ gem-init -q --model tiny.json --data narrow nofit 2>err; test $? = 2; } &&
+	grep -q "does not fit the model" err &&
+	{ gem-eval --data narrow busy 2>err; test $? = 2; } && cat err && grep -q "does not fit the model" err &&
+	cp -r data moved && gem-init -q --model tiny.json --data "$PWD/moved" fits &&
+	rm -rf moved && cp -r narrow moved &&
+	{ gem-work -q --local fits 2>err; test $? = 2; } && cat err && grep -q "does not fit the model" err
 '
 
 test_done

@@ -48,7 +48,7 @@ test_expect_success 'setup: a run, and datasets that do not fit its model' '
 for d in big small classes; do
 	test_expect_success "gem-work --local refuses data that does not fit ($d)" "
 		rm -rf r-$d && cp -R run r-$d && set_field r-$d data dir '\"'\$PWD/$d'\"' &&
-		exits 1 gem-work -q --local r-$d --steps 2 &&
+		exits 2 gem-work -q --local r-$d --steps 2 &&
 		 grep -q 'does not fit the model' err
 	"
 	test_expect_success "gem-sim refuses data that does not fit ($d)" "
@@ -56,7 +56,7 @@ for d in big small classes; do
 		 grep -q 'does not fit the model' err
 	"
 	test_expect_success "gem-eval refuses data that does not fit ($d)" "
-		exits 1 gem-eval r-$d &&
+		exits 2 gem-eval r-$d &&
 		 grep -q 'does not fit the model' err
 	"
 	test_expect_success "a worker refuses the run its server gives for its data ($d)" "

@@ -84,8 +84,9 @@ int local_open(const char *rundir, const struct local_opts *o, struct local **ou
 		return GEM_EUSAGE;
 	}
 	if ((rc = open_training(l, rundir, err)) < 0) {
+		/* a run in use, data that does not fit the model: refused as gem-serve refuses them */
 		local_close(l);
-		return rc == GEM_ENOMEM ? rc : GEM_EFAIL;
+		return rc;
 	}
 	epoch = feed_epoch(&l->f);
 	l->target = o->steps ? UINT64_MAX
