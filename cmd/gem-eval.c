@@ -18,6 +18,7 @@
 #include "nn/layers.h"
 #include "base/err.h"
 #include "report/eval.h"
+#include "role/trainer.h"
 #include "base/log.h"
 #include "nn/model.h"
 #include "run/run.h"
@@ -92,6 +93,9 @@ struct evaluator {
 	struct eval_result res, tres;
 	const char *name;  /* several runs: this one's name, the first column; else NULL */
 	int header_classes; /* the classes of the header printed (--per-class) */
+	const char *what;  /* the run evaluated as named, for messages */
+	int diverged;      /* an evaluation's loss said its parameters diverged: exit 1 */
+	const char *warned; /* the run a divergence was last said of */
 };
 
 static int is_dir(const char *p)
@@ -145,6 +149,7 @@ static void print_header(const struct evaluator *e)
 
 static void print_row(const struct evaluator *e, const struct run_progress *p)
 {
+	char loss[48];
 	if (e->json) {
 		if (e->name) {
 			fputs("{\"run\":", stdout);
@@ -169,13 +174,27 @@ static void print_row(const struct evaluator *e, const struct run_progress *p)
 	}
 	if (e->name)
 		printf("%s\t", e->name);
-	printf("%.3f\t%llu\t%llu\t%.6f\t%.4f", p->elapsed, (unsigned long long)p->version,
-	       (unsigned long long)p->samples, e->res.loss, e->res.accuracy);
+	printf("%.3f\t%llu\t%llu\t%s\t%.4f", p->elapsed, (unsigned long long)p->version,
+	       (unsigned long long)p->samples, num_format(loss, sizeof loss, "%.6f", e->res.loss),
+	       e->res.accuracy);
 	if (e->train_subset)
-		printf("\t%.6f", e->tres.loss);
+		printf("\t%s", num_format(loss, sizeof loss, "%.6f", e->tres.loss));
 	for (int k = 0; e->per_class && k < e->res.classes; k++)
 		printf("\t%.4f", eval_class_accuracy(&e->res, k));
 	putchar('\n');
+}
+
+/* A loss that says the parameters diverged (trainer_diverged): said once per run, and the exit
+ * status will be 1. */
+static void diverged(struct evaluator *e, const char *what, uint64_t version, double loss)
+{
+	char l[16];
+	e->diverged = 1;
+	if (e->warned == what)
+		return;
+	e->warned = what;
+	fprintf(stderr, "gem-eval: warning: %s: the test loss is %s at version %llu: the parameters have "
+			"diverged\n", what, num_format(l, sizeof l, "%g", loss), (unsigned long long)version);
 }
 
 /* Evaluate the model's current θ and print its line (eval_follow_fn). */
@@ -188,6 +207,8 @@ static int evaluate(void *ctx, const struct run_progress *p, char *err)
 	if (e->train_subset &&
 	    (rc = eval_run(&e->buf, e->m, &e->train, e->mean, e->std, &e->tres, err)) < 0)
 		return rc;
+	if (trainer_diverged(e->res.loss, e->res.classes))
+		diverged(e, e->what, p->version, e->res.loss);
 	if (e->per_class && e->header_done && e->res.classes != e->header_classes)
 		return gem_errf(err, GEM_EUSAGE, "%s: %d classes, the runs before %d: not one table "
 				"with --per-class", e->name ? e->name : "run", e->res.classes,
@@ -321,7 +342,9 @@ static void print_node_row(const struct evaluator *e, const char *node, double v
 		fputs("}\n", stdout);
 		return;
 	}
-	printf("%s\t%.0f\t%.0f\t%.6f\t%.4f\t%.6g\n", node, version, samples, loss, acc, dist);
+	char l[48];
+	printf("%s\t%.0f\t%.0f\t%s\t%.4f\t%.6g\n", node, version, samples,
+	       num_format(l, sizeof l, "%.6f", loss), acc, dist);
 }
 
 /* Load every node's z (from run: its files; from a URL: the node's GET /v1/params), evaluate
@@ -394,6 +417,8 @@ static int evaluate_nodes(struct evaluator *e, const struct run *run, struct nod
 		print_node_row(e, "sd", vmin, samples, ls, as, ds);
 	}
 	print_node_row(e, "average", vmin, samples, e->res.loss, e->res.accuracy, 0);
+	if (trainer_diverged(e->res.loss, e->res.classes))
+		diverged(e, "the nodes' average", (uint64_t)vmin, e->res.loss);
 	free(v);
 	if (fflush(stdout) == EOF || ferror(stdout))
 		return gem_errf(err, GEM_EFAIL, "stdout: write error");
@@ -462,6 +487,7 @@ static int eval_target(struct evaluator *e, const char *arg, const char *run_opt
 		return EXIT_USAGE;
 	}
 	target_of(arg, run_opt, &t);
+	e->what = arg;
 	if (t.rundir) {
 		if (run_open(t.rundir, &run, err) < 0) {
 			fprintf(stderr, "gem-eval: %s\n", err);
@@ -557,7 +583,7 @@ static int eval_nodes_main(struct evaluator *e, const char *nodes_opt, const cha
 	else if ((c = evaluate_nodes(e, &run, &nd, retry_for, err)) < 0)
 		rc = EXIT_JOB;
 	else
-		rc = 0;
+		rc = e->diverged ? EXIT_JOB : 0;
 	if (rc)
 		fprintf(stderr, "gem-eval: %s\n", err);
 	nodes_free(&nd);
@@ -603,6 +629,7 @@ static int eval_follow_main(struct evaluator *e, const char *follow, const char 
 	}
 	if (rundir && (c = wait_for_run(rundir, retry_for)))
 		return c;
+	e->what = follow;
 	if (rundir) {
 		if (run_open(rundir, &run, err) < 0) {
 			fprintf(stderr, "gem-eval: %s\n", err);
@@ -620,7 +647,7 @@ static int eval_follow_main(struct evaluator *e, const char *follow, const char 
 					.theta = model_params(e->m), .n = model_nparams(e->m),
 					.fn = evaluate, .ctx = e};
 		c = eval_follow_run(&f, err);
-		rc = c == GEM_EUSAGE ? EXIT_USAGE : c < 0 ? EXIT_JOB : 0;
+		rc = c == GEM_EUSAGE ? EXIT_USAGE : c < 0 || e->diverged ? EXIT_JOB : 0;
 	}
 	if (rc)
 		fprintf(stderr, "gem-eval: %s\n", err);
@@ -723,7 +750,10 @@ int main(int argc, char **argv)
 		return eval_nodes_main(&e, nodes_opt, run_opt, data, retry_for);
 	if (follow)
 		return eval_follow_main(&e, argv[optind], data, cacert, interval, retry_for);
-	if (argc - optind == 1)
-		return eval_target(&e, argv[optind], run_opt, data, cacert, retry_for);
-	return eval_many(&e, argv + optind, argc - optind, run_opt, data, cacert, retry_for);
+	/* a run that diverged was said so, its line printed: the job did not succeed */
+	if ((c = argc - optind == 1 ? eval_target(&e, argv[optind], run_opt, data, cacert, retry_for)
+				    : eval_many(&e, argv + optind, argc - optind, run_opt, data, cacert,
+						retry_for)))
+		return c;
+	return e.diverged ? EXIT_JOB : 0;
 }

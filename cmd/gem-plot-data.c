@@ -1,6 +1,7 @@
 /* gem-plot-data: gnuplot-ready data (or a whole gnuplot script) from runs' log.jsonl. */
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,6 +245,9 @@ int main(int argc, char **argv)
 	size_t nargs;
 	int c, rc = 0;
 
+	/* a reader that has gone (gnuplot refusing a PNG for a terminal) ends this quietly, as a
+	 * Unix filter ends, even when the parent left SIGPIPE ignored */
+	signal(SIGPIPE, SIG_DFL);
 	if (log_init("gem-plot-data", err) < 0) {
 		fprintf(stderr, "gem-plot-data: %s\n", err);
 		return EXIT_USAGE;

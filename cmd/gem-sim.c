@@ -301,6 +301,38 @@ static int sim_opts_given(const struct sim_opts *o)
 	       o->latency > 0 || o->server_time > 0 || o->step.kind != SIM_CONST || o->step.a != 1;
 }
 
+/* A column of gem's π statistics: "-" for a rule that has none (NaN). */
+static const char *pi_col(char *buf, size_t cap, double v)
+{
+	if (isnan(v))
+		return "-";
+	snprintf(buf, cap, "%.6g", v);
+	return buf;
+}
+
+/* The run's line of TSV, and (but with -q) what its workers did; a divergence is said always. */
+static void report(const struct sim_summary *sum, int quiet)
+{
+	char loss[32], pi[3][32];
+	printf("# workers\tversion\tsamples\tvtime\tloss\ttau_mean\ttau_max\tpi_median\tscale\tfailed\tseconds\tzero\n");
+	printf("%d\t%llu\t%llu\t%.6f\t%s\t%.4f\t%llu\t%s\t%s\t%d\t%.3f\t%s\n", sum->workers,
+	       (unsigned long long)sum->version, (unsigned long long)sum->samples, sum->vtime,
+	       num_format(loss, sizeof loss, "%.6g", sum->loss_tail), sum->tau_mean,
+	       (unsigned long long)sum->tau_max, pi_col(pi[0], sizeof pi[0], sum->pi_median),
+	       pi_col(pi[1], sizeof pi[1], sum->scale_mean), sum->failed, sum->seconds,
+	       pi_col(pi[2], sizeof pi[2], sum->zero_mean));
+	if (!quiet)
+		fprintf(stderr,
+			"gem-sim: %d worker%s (%d finished, %d died, %d failed): %llu updates in %.6g virtual s, "
+			"%.1f s (%.0f updates/s)\n",
+			sum->workers, GEM_S(sum->workers), sum->finished, sum->died, sum->failed,
+			(unsigned long long)sum->updates, sum->vtime, sum->seconds,
+			(double)sum->updates / (sum->seconds > 0 ? sum->seconds : 1));
+	if (sum->diverged)
+		fprintf(stderr, "gem-sim: warning: the run diverged (%d worker%s' loss did); a lower --lr "
+				"may help\n", sum->diverged, GEM_S(sum->diverged));
+}
+
 /* The simulation of rundir, and its summary: the exit status. */
 static int simulate(const char *rundir, struct sim_opts *o, struct progress_show *show, int quiet)
 {
@@ -323,17 +355,7 @@ static int simulate(const char *rundir, struct sim_opts *o, struct progress_show
 		fprintf(stderr, "gem-sim: %s\n", err);
 		return prog_exit(rc);
 	}
-	printf("# workers\tversion\tsamples\tvtime\tloss\ttau_mean\ttau_max\tpi_median\tscale\tfailed\tseconds\tzero\n");
-	printf("%d\t%llu\t%llu\t%.6f\t%.6g\t%.4f\t%llu\t%.6g\t%.6g\t%d\t%.3f\t%.6g\n", sum.workers,
-	       (unsigned long long)sum.version, (unsigned long long)sum.samples, sum.vtime, sum.loss_tail,
-	       sum.tau_mean, (unsigned long long)sum.tau_max, sum.pi_median, sum.scale_mean, sum.failed,
-	       sum.seconds, sum.zero_mean);
-	if (!quiet)
-		fprintf(stderr,
-			"gem-sim: %d worker%s (%d finished, %d died, %d failed): %llu updates in %.6g virtual s, "
-			"%.1f s (%.0f updates/s)\n",
-			sum.workers, GEM_S(sum.workers), sum.finished, sum.died, sum.failed, (unsigned long long)sum.updates,
-			sum.vtime, sum.seconds, (double)sum.updates / (sum.seconds > 0 ? sum.seconds : 1));
+	report(&sum, quiet);
 	if (stop_signal) {
 		/* the virtual workers' state (their x, data positions, the event queue) is not
 		 * saved: say so rather than let a second run pass for a resumed one */

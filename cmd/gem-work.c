@@ -218,9 +218,10 @@ static int train_local(const char *dir, const struct work_opts *o)
 		return EXIT_JOB;
 	}
 	if (r.end == LOCAL_DIVERGED) {
-		fprintf(stderr, "gem-work: training diverged at update %llu (loss %g); the parameters stay "
+		char loss[16];
+		fprintf(stderr, "gem-work: training diverged at update %llu (loss %s); the parameters stay "
 				"at the last checkpoint\n",
-			(unsigned long long)r.version + 1, (double)r.loss);
+			(unsigned long long)r.version + 1, num_format(loss, sizeof loss, "%g", (double)r.loss));
 		return EXIT_JOB;
 	}
 	if (!o->quiet) {
@@ -261,8 +262,8 @@ static int server_report(const struct work_info *in, const struct work_opts *o,
 		return EXIT_JOB;
 	}
 	if (r->end == WORK_DIVERGED) {
-		fprintf(stderr, "gem-work: worker %d: the loss is %g at version %llu: diverged\n", in->worker,
-			(double)r->loss, (unsigned long long)r->version);
+		fprintf(stderr, "gem-work: worker %d: the loss is %s at version %llu: diverged\n", in->worker,
+			num_format(loss, sizeof loss, "%g", (double)r->loss), (unsigned long long)r->version);
 		return EXIT_JOB;
 	}
 	if (r->end == WORK_SERVER_ENDED && r->unfinished) {

@@ -279,7 +279,7 @@ assert [r[\"run\"] for r in rows] == [\"gem, 2 workers\"] * 2 + [\"downpour, 3 w
 assert len(rows) == len(tsv) == 5
 for r, t in zip(rows, tsv):
     for k, x in zip(list(r)[1:], t):
-        assert r[k] is None if x == \"NaN\" else float(x) == float(r[k]), (r, t)
+        assert r[k] is None if x == \"nan\" else float(x) == float(r[k]), (r, t)
 n = json.loads(open(\"nl.json\").read())
 assert n[\"mean_loss\"] is None and n[\"worker\"] == 7, n
 " &&
@@ -388,4 +388,29 @@ test_expect_success 'every option --help prints is in the man page, and the othe
 test_expect_success 'the man page renders without warnings' '
 	groff -man -ww -z "$GEM_SRC/man/man1/gem-plot-data.1" 2>warn && ! test -s warn
 '
+test_expect_success 'a value that is not finite reads nan in TSV and CSV, as in every gem output' '
+	printf "%s\n" "{\"time\":1,\"elapsed\":1,\"version\":1,\"worker\":7,\"tau\":0,\"loss\":null,\"samples\":8}" >nl.jsonl &&
+	gem-plot-data workers nl.jsonl >nl.tsv && gem-plot-data --csv workers nl.jsonl >nl.csv &&
+	cat nl.tsv nl.csv &&
+	grep -q "	nan	" nl.tsv && grep -q ",nan," nl.csv && ! grep -q "NaN" nl.tsv nl.csv
+'
+
+test_expect_success 'an SGP run'"'"'s loss is over iterations (it has no server), not central updates' '
+	gem-plot-data -T dumb loss sgp/ >sgp.gp && grep -q "^set xlabel '"'"'iterations'"'"'$" sgp.gp &&
+	gem-plot-data -T dumb loss runA >a.gp && grep -q "^set xlabel '"'"'central updates (version)'"'"'$" a.gp
+'
+
+test_expect_success 'a reader that has gone: gem-plot-data ends quietly, even with SIGPIPE ignored' '
+	python3 -c "
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)
+# restore_signals=False: the child inherits Python'"'"'s SIGPIPE ignored, as from some parents
+p = subprocess.run([\"gem-plot-data\", \"-T\", \"png\", \"loss\", \"runA\"], stdout=w,
+                   stderr=subprocess.PIPE, restore_signals=False)
+sys.stderr.write(p.stderr.decode())
+sys.exit(0 if b\"writing the output\" not in p.stderr and p.returncode == -13 else 1)
+"
+'
+
 test_done

@@ -22,6 +22,11 @@ test_expect_success 'a typo in a built-in model name: the guess reaches the user
 	grep -q "^gem-run: unknown model \"mlpp\" (did you mean mlp?)" err
 '
 
+test_expect_success 'a model named without .json, the spec file here: the file is advised' '
+	{ gem-run -n 1 --model tiny --data data r11 2>err; test $? = 2; } && cat err &&
+	grep -q "^gem-run: --model tiny: .*did you mean --model tiny.json" err && test ! -e r11
+'
+
 test_expect_success '--shard-hosts: an unreadable file, one shard, SGP: exit 2, nothing made' '
 	echo node9 >sh &&
 	{ gem-run -n 1 --shards 2 --shard-hosts no-such-file --model tiny.json --data data rs1 2>err; test $? = 2; } &&

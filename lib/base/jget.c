@@ -1,4 +1,5 @@
 #include "base/jget.h"
+#include "base/num.h"
 
 #include <math.h>
 #include <string.h>
@@ -30,6 +31,18 @@ int jget_integral(const json_t *o, const char *key, long long lo, long long hi, 
 		return JGET_RANGE;
 	*out = (long long)d;
 	return JGET_OK;
+}
+
+int jget_num_nonfinite(const json_t *o, const char *key, double *out)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v)
+		return JGET_MISSING;
+	if (json_is_number(v)) {
+		*out = json_number_value(v);
+		return JGET_OK;
+	}
+	return num_nonfinite(json_string_value(v), out) == 0 ? JGET_OK : JGET_TYPE;
 }
 
 int jget_num(const json_t *o, const char *key, double lo, double hi, double *out)

@@ -22,6 +22,9 @@ int jget_int(const json_t *o, const char *key, long long lo, long long hi, long 
 int jget_integral(const json_t *o, const char *key, long long lo, long long hi, long long *out);
 /* A JSON number (integer or real) in [lo, hi]. */
 int jget_num(const json_t *o, const char *key, double lo, double hi, double *out);
+/* A JSON number, or a value JSON has no number for, as num_format spells it, in a string:
+ * "nan", "inf" or "-inf" (a diverged loss); another string is JGET_TYPE. */
+int jget_num_nonfinite(const json_t *o, const char *key, double *out);
 /* A JSON string without an embedded NUL, shorter than cap bytes (cap 0: any length); *out
  * points into o. */
 int jget_str(const json_t *o, const char *key, size_t cap, const char **out);

@@ -66,6 +66,15 @@ const char *num_format(char *buf, size_t cap, const char *fmt, double v)
 	return buf;
 }
 
+const char *num_json(char *buf, size_t cap, double v)
+{
+	if (isfinite(v))
+		snprintf(buf, cap, "%.9g", v);
+	else
+		snprintf(buf, cap, "\"%s\"", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+	return buf;
+}
+
 int num_nonfinite(const char *s, double *out)
 {
 	if (!s || (strcmp(s, "nan") && strcmp(s, "inf") && strcmp(s, "-inf")))

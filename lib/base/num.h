@@ -17,4 +17,7 @@ int num_u64(const char *s, uint64_t *out);
 const char *num_format(char *buf, size_t cap, const char *fmt, double v);
 /* That spelling of a value that is not finite read back (nan, inf, -inf, and nothing else). */
 int num_nonfinite(const char *s, double *out);
+/* v as a JSON value into buf: the number (9 significant digits, a float's), or, not finite,
+ * its spelling as a JSON string ("nan"), as JSON has no such number. Returns buf. */
+const char *num_json(char *buf, size_t cap, double v);
 #endif

@@ -10,6 +10,7 @@
 #include "base/err.h"
 #include "base/jget.h"
 #include "base/log.h"
+#include "base/num.h"
 #include "report/eval.h"
 #include "run/run.h"
 #include "run/runlog.h"
@@ -655,16 +656,15 @@ static void cell_i(struct writer *w, int64_t v)
 	fprintf(w->f, "%lld", (long long)v);
 }
 
-/* A number in fmt; NaN reads "NaN" (JSON: null, as is ±∞). */
+/* A number in fmt; one that is not finite reads nan, inf or -inf (num_format; JSON: null). */
 static void cell_num(struct writer *w, const char *fmt, double v)
 {
+	char buf[64];
 	cell_start(w);
 	if (w->o->format == PLOT_JSON && !isfinite(v))
 		fputs("null", w->f);
-	else if (isnan(v))
-		fputs("NaN", w->f);
 	else
-		fprintf(w->f, fmt, v);
+		fputs(num_format(buf, sizeof buf, fmt, v), w->f);
 }
 
 static void cell_g(struct writer *w, double v)
@@ -694,10 +694,8 @@ static void row_end(struct writer *w)
 
 static void put_num(FILE *f, double v, const char *sep)
 {
-	if (isnan(v))
-		fprintf(f, "NaN%s", sep);
-	else
-		fprintf(f, "%.6g%s", v, sep);
+	char buf[64];
+	fprintf(f, "%s%s", num_format(buf, sizeof buf, "%.6g", v), sep);
 }
 
 /* Trailing moving average over the last `win` values, written beside each value. */
@@ -1134,14 +1132,21 @@ static void script_head(const struct writer *w, int nplots)
 	}
 }
 
-/* The x-axis label of the loss view. */
-static const char *loss_xlabel(const struct plot_opts *o)
+/* The x-axis label of the loss view. An SGP node's version counts its iterations: it has no
+ * server. */
+static const char *loss_xlabel(const struct writer *w)
 {
-	switch (loss_x(o)) {
+	size_t sgp = 0;
+	for (size_t r = 0; r < w->nlogs; r++)
+		sgp += w->logs[r].node >= 0;
+	switch (loss_x(w->o)) {
 	case PLOT_X_SAMPLES: return "training samples";
 	case PLOT_X_SECONDS: return "training seconds";
 	case PLOT_X_STEP: return "worker steps";
-	default: return "central updates (version)";
+	default:
+		if (sgp == w->nlogs)
+			return "iterations";
+		return sgp ? "central updates (version); SGP: iterations" : "central updates (version)";
 	}
 }
 
@@ -1211,7 +1216,7 @@ static int script_plot(struct writer *w, char *err)
 	switch (o->view) {
 	case PLOT_LOSS:
 		fprintf(f, "set title 'training loss (moving average over %ld)'\n", o->smooth);
-		fprintf(f, "set xlabel '%s'\nset ylabel 'training loss'\n", loss_xlabel(o));
+		fprintf(f, "set xlabel '%s'\nset ylabel 'training loss'\n", loss_xlabel(w));
 		fputs("plot ", f);
 		for (size_t i = 0; i < w->nb; i++) {
 			if (!series_next(f, &w->b[i], &first))

@@ -49,7 +49,7 @@ struct ps {
 	const char *stop_why;
 	char stop_buf[128]; /* a stop reason made up here */
 	int failed;
-	struct run_end end;   /* how the run ended, once its stop says it is over */
+	struct run_end end;   /* how the run ended (decided at its stop); who diverged first */
 	uint64_t applied_since_start;
 	struct rule_stats st; /* of the last applied update */
 	struct progress meter; /* rates, ETA, smoothed loss of this session */
@@ -376,10 +376,32 @@ void ps_log_start(struct ps *s, const char *url)
 	json_decref(o);
 }
 
+/* Every worker the run expects has come and spent the run's budget: it has the samples (when
+ * the server knows the budget and the data is not sharded), else it left done from a session
+ * that trained to the budget (not to a worker's --steps or --epochs, ps_plan). */
+static int budgets_spent(const struct ps *s)
+{
+	int exact = s->budget && !shards_data(s);
+	if (s->nknown == 0 || s->nknown < s->run.rule.nworkers)
+		return 0;
+	for (int i = 0; i < s->nslots; i++) {
+		const struct ps_worker *w = s->w[i];
+		if (w && !(exact ? w->samples >= s->budget : w->done && !w->target))
+			return 0;
+	}
+	return 1;
+}
+
 void ps_log_stop(struct ps *s, const char *reason)
 {
 	json_t *j = json_pack("{s:s}", "reason", reason);
 	char *extra = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	/* the run is over, whoever stops it, once no worker is left and one diverged, or every one
+	 * expected has spent its budget */
+	if (s->nactive == 0 && s->ndiverged > 0)
+		s->end.how = RUN_DIVERGED;
+	else if (s->nactive == 0 && budgets_spent(s))
+		s->end.how = RUN_COMPLETE;
 	if (s->end.how != RUN_GOING) {
 		s->end.version = s->prog.version;
 		run_log_end(s->log, s->vtime, &s->end);
@@ -422,7 +444,7 @@ int ps_checkpoint(struct ps *s, char *err)
 static int worker_release(struct ps *s, struct ps_worker *w, const char *event, int how,
 			  float loss)
 {
-	char extra[80], lbuf[16];
+	char extra[80], lbuf[24];
 	int closed = 0;
 	if (w->in_rule && !s->stop_why) {
 		if (rule_leave(s->rule, w->id, &s->prog.version, &s->st, NULL) == 1) {
@@ -451,8 +473,8 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 		}
 	}
 	if (how == PS_LEFT_DIVERGED)
-		snprintf(extra, sizeof extra, "\"done\":false,\"diverged\":true,\"loss\":\"%s\"",
-			 num_format(lbuf, sizeof lbuf, "%g", loss));
+		snprintf(extra, sizeof extra, "\"done\":false,\"diverged\":true,\"loss\":%s",
+			 num_json(lbuf, sizeof lbuf, loss));
 	else
 		snprintf(extra, sizeof extra, "\"done\":%s%s", w->done ? "true" : "false",
 			 w->diverged ? ",\"diverged\":true" : "");
@@ -468,12 +490,8 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 				 "every worker has left, %d diverged (a loss that was not finite), "
 				 "%d of %d finished", s->ndiverged, s->ndone, s->nknown);
 			s->failed = 1;
-			if (!s->stop_why)
-				s->end.how = RUN_DIVERGED;
 			ps_stop(s, s->stop_buf);
 		} else if (s->ndone == s->nknown) {
-			if (!s->stop_why)
-				s->end.how = RUN_COMPLETE;
 			ps_stop(s, "every worker has finished");
 		} else {
 			snprintf(s->stop_buf, sizeof s->stop_buf, "every worker has left, %d of %d finished",

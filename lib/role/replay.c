@@ -12,7 +12,6 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/jget.h"
-#include "base/num.h"
 #include "role/ps.h"
 #include "role/trainer.h"
 #include "role/vworker.h"
@@ -160,11 +159,12 @@ static int do_join(struct replay *p, int id, char *err)
 	return vworker_joined(p->w[id], p->run, &p->ds, &j, p->reply, err);
 }
 
-static int do_leave(struct replay *p, int id, int how, const char *loss, int gone, char *err)
+/* Worker id leaves as the log's line j says (a diverged worker: with the loss it saw). */
+static int do_leave(struct replay *p, int id, int how, const json_t *j, int gone, char *err)
 {
 	struct ps_reply r;
 	double l = NAN;
-	num_nonfinite(loss, &l); /* a diverged worker's, as the log spells it */
+	jget_num_nonfinite(j, "loss", &l);
 	if (ps_leave(p->ps, id, how, (float)l, gone, &r, err) < 0) {
 		gem_errprefix(err, "the leave of worker %d was refused: ", id);
 		return GEM_EFAIL;
@@ -247,7 +247,7 @@ static int do_event(struct replay *p, const struct run_log_line *l, char *err)
 				json_is_true(json_object_get(j, "diverged")) ? PS_LEFT_DIVERGED
 				: json_is_true(json_object_get(j, "done"))   ? PS_LEFT_DONE
 									     : PS_LEFT_PAUSED,
-				json_string_value(json_object_get(j, "loss")), !strcmp(ev, "gone"), err);
+				j, !strcmp(ev, "gone"), err);
 	if (!strcmp(ev, "stop")) {
 		ps_stop(p->ps, reason ? reason : "stopped");
 		p->stopped = 1;

@@ -16,7 +16,6 @@
 #include "base/err.h"
 #include "base/jget.h"
 #include "base/log.h"
-#include "base/num.h"
 #include "base/rng.h"
 #include "role/ps.h"
 #include "wire/blob.h"
@@ -624,12 +623,12 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	if (jget_int(body, "worker", 0, PS_MAX_WORKERS - 1, &id) != JGET_OK ||
 	    (v && !json_is_boolean(v)) || (dv && !json_is_boolean(dv)) ||
 	    (json_is_true(v) && json_is_true(dv)) ||
-	    (lv && (!json_is_true(dv) || num_nonfinite(json_string_value(lv), &loss) < 0))) {
+	    (lv && (!json_is_true(dv) || jget_num_nonfinite(body, "loss", &loss) != JGET_OK))) {
 		json_decref(body);
 		return httpd_reply_error(req, 400, "bad_field",
 					 "want {\"worker\": an integer in [0, %d), \"done\": a boolean, "
-					 "\"diverged\": a boolean, not both true, \"loss\" (diverged): "
-					 "\"nan\", \"inf\" or \"-inf\"}",
+					 "\"diverged\": a boolean, not both true, \"loss\" (diverged): a "
+					 "number, \"nan\", \"inf\" or \"-inf\"}",
 					 PS_MAX_WORKERS);
 	}
 	json_decref(body);

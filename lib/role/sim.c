@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/num.h"
 #include "base/rng.h"
 #include "nn/data.h"
 #include "role/ps.h"
@@ -502,12 +503,12 @@ static int cores_join(struct sim *s, int id, struct ps_joined *j, char *err)
 	return 0;
 }
 
-static int cores_leave(struct sim *s, int id, int done, struct ps_reply *r, char *err)
+/* Worker id leaves every core (how: PS_LEFT_*; loss: a diverged worker's). */
+static int cores_leave(struct sim *s, int id, int how, float loss, struct ps_reply *r, char *err)
 {
 	for (int k = 0; k < s->ncores; k++) {
 		struct ps_reply rk;
-		int rc = ps_leave(s->core[k], id, done ? PS_LEFT_DONE : PS_LEFT_PAUSED, NAN, 0,
-				  k ? &rk : r, err);
+		int rc = ps_leave(s->core[k], id, how, loss, 0, k ? &rk : r, err);
 		if (rc < 0)
 			return rc;
 	}
@@ -579,20 +580,20 @@ static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 	return worker_reply(s, w, t + s->o->latency) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory") : 0;
 }
 
-static int serve_leave(struct sim *s, struct simw *w, int done, double t, char *err)
+static int serve_leave(struct sim *s, struct simw *w, int how, double t, char *err)
 {
 	struct ps_reply r;
 	int rc;
 	if (!w->joined)
 		return 0;
 	cores_vtime(s, t);
-	if ((rc = cores_leave(s, w->v.id, done, &r, err)) < 0) {
+	if ((rc = cores_leave(s, w->v.id, how, w->v.loss, &r, err)) < 0) {
 		gem_errprefix(err, "worker %d: leave refused: ", w->v.id);
 		return GEM_EFAIL;
 	}
 	w->joined = 0;
 	w->pending = 0;
-	s->ndone += done;
+	s->ndone += how == PS_LEFT_DONE;
 	if (r.round_closed && (summary_add(s, NAN, r.st) < 0 || release_round(s, t + s->o->latency) < 0))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	return 0;
@@ -617,11 +618,15 @@ static int serve_commit(struct sim *s, struct simw *w, double t, char *err)
 	ensure_computed(s, w);
 	if (w->v.diverged) {
 		/* gem-work stops before it sends: its leave comes instead of the commit */
-		log_warn("worker %d: the loss is %g at version %llu: diverged", w->v.id,
-			 (double)w->v.loss, (unsigned long long)w->v.base);
+		char l[16];
+		/* the first one: the others' say the same (the summary counts them) */
+		if (!s->sum.diverged++)
+			log_warn("worker %d: the loss is %s at version %llu: diverged", w->v.id,
+				 num_format(l, sizeof l, "%g", (double)w->v.loss),
+				 (unsigned long long)w->v.base);
 		w->ended = 1;
 		s->sum.failed++;
-		return serve_leave(s, w, 0, t, err);
+		return serve_leave(s, w, PS_LEFT_DIVERGED, t, err);
 	}
 	if (!w->joined)
 		return 0;
@@ -673,7 +678,7 @@ static int step_event(struct sim *s, const struct event *e, char *err)
 		return serve_join(s, w, t, err);
 	case EV_LEAVE:
 		s->vnow = s->server_free = t;
-		return serve_leave(s, w, e->done, t, err);
+		return serve_leave(s, w, e->done ? PS_LEFT_DONE : PS_LEFT_PAUSED, t, err);
 	case EV_COMMIT:
 		s->vnow = s->server_free = t;
 		return serve_commit(s, w, t, err);

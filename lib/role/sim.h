@@ -65,7 +65,8 @@ struct sim_summary {
 	double seconds;            /* wall time of the simulation */
 	int workers;               /* workers started */
 	int finished, died, failed; /* workers that spent their budget, were killed (--die), stopped
-				     * on a non-finite loss or update (as gem-work does) */
+				     * on a diverged loss or a non-finite update (as gem-work does) */
+	int diverged;              /* of the failed, those whose loss diverged (trainer_diverged) */
 	double loss_tail;          /* mean minibatch loss of the last 100 updates (NaN: none) */
 	double tau_mean;           /* mean staleness */
 	uint64_t tau_max;

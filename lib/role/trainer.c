@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/num.h"
 #include "base/rng.h"
 #include "nn/layer_ops.h"
 
@@ -62,6 +63,11 @@ void trainer_close(struct trainer *t)
 	memset(t, 0, sizeof *t);
 }
 
+int trainer_diverged(double loss, int classes)
+{
+	return !isfinite(loss) || loss > TRAINER_DIVERGED * log(classes > 1 ? classes : 2);
+}
+
 int trainer_step(struct trainer *t, struct feed *f, float *loss, int *n, char *err)
 {
 	struct rng drop;
@@ -71,7 +77,10 @@ int trainer_step(struct trainer *t, struct feed *f, float *loss, int *n, char *e
 	*n = batcher_next(&f->b, t->x, t->y);
 	*loss = model_train_step(t->m, t->x, t->y, *n, &drop);
 	f->samples += (uint64_t)*n;
-	if (!isfinite(*loss))
-		return gem_errf(err, GEM_EFAIL, "the loss is %g: diverged", (double)*loss);
+	if (trainer_diverged(*loss, model_classes(t->m))) {
+		char l[16];
+		return gem_errf(err, GEM_EFAIL, "the loss is %s: diverged",
+				num_format(l, sizeof l, "%g", (double)*loss));
+	}
 	return 0;
 }

@@ -46,9 +46,17 @@ void feed_close(struct feed *f);
 int trainer_open(struct trainer *t, const struct run *run, char *err);
 void trainer_close(struct trainer *t);
 
+/* A mean loss of a model of `classes` classes that says its parameters have diverged: not finite,
+ * or over TRAINER_DIVERGED times a uniform guess's (ln classes), which no model being trained
+ * comes near and one whose parameters blew up passes at once. The one test of divergence of
+ * every training loop and of gem-eval. */
+#define TRAINER_DIVERGED 100
+int trainer_diverged(double loss, int classes);
+
 /* One step at the model's current θ: the next batch of f, dropout drawn from stream
  * RNG_DROPOUT + f's position of the run's seed mixed with f's trainer, forward, backward (the
  * gradient of the mean loss in model_grads(t->m)). *loss gets the mean loss, *n the batch's
- * samples (f advances by n). Returns 0, or GEM_EFAIL when the loss is not finite (err says so). */
+ * samples (f advances by n). Returns 0, or GEM_EFAIL when the loss says the parameters have
+ * diverged (trainer_diverged; err says so). */
 int trainer_step(struct trainer *t, struct feed *f, float *loss, int *n, char *err);
 #endif

@@ -202,10 +202,10 @@ static int join(struct worker *w, char *err)
  * was: the run fails once every worker has left), or neither (to come back). */
 static void leave(struct worker *w, int done, int diverged, float loss)
 {
-	char body[128], err[GEM_ERRMAX], lbuf[16];
+	char body[128], err[GEM_ERRMAX], lbuf[24];
 	int n = diverged ? snprintf(body, sizeof body,
-				    "{\"worker\":%d,\"done\":false,\"diverged\":true,\"loss\":\"%s\"}",
-				    w->id, num_format(lbuf, sizeof lbuf, "%g", loss))
+				    "{\"worker\":%d,\"done\":false,\"diverged\":true,\"loss\":%s}",
+				    w->id, num_json(lbuf, sizeof lbuf, loss))
 			 : snprintf(body, sizeof body, "{\"worker\":%d,\"done\":%s}", w->id,
 				    done ? "true" : "false");
 	for (int k = 0; k < w->nsh; k++)

@@ -408,10 +408,10 @@ void run_log_reader_close(struct run_log_reader *rd)
 
 void run_log_end(FILE *f, double vtime, const struct run_end *e)
 {
-	char extra[64], loss[16];
+	char extra[64], loss[24];
 	if (e->how == RUN_DIVERGED)
-		snprintf(extra, sizeof extra, "\"how\":\"diverged\",\"loss\":\"%s\"",
-			 num_format(loss, sizeof loss, "%g", e->loss));
+		snprintf(extra, sizeof extra, "\"how\":\"diverged\",\"loss\":%s",
+			 num_json(loss, sizeof loss, e->loss));
 	else
 		snprintf(extra, sizeof extra, "\"how\":\"complete\"");
 	run_log_event(f, "end", vtime, e->how == RUN_DIVERGED ? e->worker : -1, e->version, extra);
@@ -434,7 +434,7 @@ static void end_of_lines(const char *prev, const char *last, struct run_end *e)
 		} else if (!strcmp(how, "diverged")) {
 			e->how = RUN_DIVERGED;
 			e->worker = a.u.worker;
-			if (num_nonfinite(jget_str_or(a.json, "loss", NULL), &loss) == 0)
+			if (jget_num_nonfinite(a.json, "loss", &loss) == JGET_OK)
 				e->loss = (float)loss;
 		}
 	}

@@ -462,6 +462,10 @@ static int resolve_model(const char *arg, char *path, size_t cap, char *err)
 	}
 	if (strchr(arg, '/'))
 		return gem_errf(err, GEM_EUSAGE, "--model %s: no such file", arg);
+	snprintf(rel, sizeof rel, "%.200s.json", arg);
+	if (stat(rel, &st) == 0 && S_ISREG(st.st_mode))
+		return gem_errf(err, GEM_EUSAGE, "--model %s: no built-in model and no file of that name; "
+				"did you mean --model %s (a spec file here)?", arg, rel);
 	n = builtin_models(names, 64);
 	for (size_t i = 0; i < n; i++)
 		list[i] = names[i];
