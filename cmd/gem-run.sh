@@ -368,6 +368,8 @@ sgp_run() {
 		trap - INT TERM HUP EXIT
 		for p in "${nodes[@]}"; do kill "$p" 2>/dev/null; done
 		wait 2>/dev/null
+		# the handshake's files, as gem-serve removes its server.url
+		rm -f "$rundir"/node-*.url
 	}
 	trap 'echo "gem-run: interrupted; stopping" >&2; cleanup_sgp; exit 130' INT
 	trap 'echo "gem-run: terminated; stopping" >&2; cleanup_sgp; exit 143' TERM

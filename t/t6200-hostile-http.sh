@@ -71,10 +71,10 @@ test_expect_success 'a body on a GET: 413, not buffered' '
 	test "$(curl -s -o reply.json -w "%{http_code}" -X GET --data-binary "xyz" "$URL/v1/health")" = 413 &&
 	grep too_large reply.json && health
 '
-test_expect_success 'a body of 68 kB (over 64 KiB, under an update) on join, leave, stop, checkpoint: 413 before it is sent' '
+test_expect_success 'a body of 68 kB (over 64 KiB, under an update) on join, leave, stop, checkpoint: 413 before it is sent (Expect: 100-continue)' '
 	serve &&
 	for r in join leave stop checkpoint; do
-		raw $PORT "b\"POST /v1/$r HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 68000\\r\\n\\r\\n\"" >out &&
+		raw $PORT "b\"POST /v1/$r HTTP/1.1\\r\\nHost: x\\r\\nExpect: 100-continue\\r\\nContent-Length: 68000\\r\\n\\r\\n\"" >out &&
 		head -1 out | grep 413 || return 1
 	done &&
 	health

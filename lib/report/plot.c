@@ -432,7 +432,7 @@ int plot_log_over(const struct plot_log *lg)
 	const char *slash = strrchr(lg->path, '/');
 	if (lg->stopped)
 		return 1;
-	if (lg->node >= 0) /* an SGP node holds no lock: its log says when it is done */
+	if (lg->node >= 0) /* an SGP node's log says when it is done (its lock is its node's) */
 		return lg->iters && lg->n && lg->u[lg->n - 1].version >= lg->iters;
 	if (!strcmp(lg->path, "-"))
 		return 1;

@@ -111,6 +111,13 @@ static uint64_t count_iters(const struct sgp_node *s, int shard_n)
 	return per_epoch * (uint64_t)(s->o.epochs ? s->o.epochs : s->run.train.epochs);
 }
 
+/* httpc's abort hook: a node that is stopping gives up its requests at once, even to a peer
+ * that holds them (SIGSTOPped), rather than after the long timeout of a push. */
+static int stopping(void *s)
+{
+	return sgp_stopping(s);
+}
+
 /* A client for every other peer. */
 static int connect_peers(struct sgp_node *s, char *err)
 {
@@ -126,6 +133,7 @@ static int connect_peers(struct sgp_node *s, char *err)
 			gem_errprefix(err, "peer %d: ", p);
 			return GEM_EUSAGE;
 		}
+		httpc_set_abort(s->http[p], stopping, s);
 	}
 	return 0;
 }
@@ -136,7 +144,8 @@ static int prepare(struct sgp_node *s, struct loop *l, struct sgp_status *st, ch
 {
 	char **peers = NULL;
 	int nn = 0, id = -1, rc, exp_k;
-	if ((rc = get_peers(s, &peers, &nn, err)) < 0 || (rc = find_self(s, peers, nn, &id, err)) < 0) {
+	if ((rc = get_peers(s, &peers, &nn, err)) < 0 || (rc = find_self(s, peers, nn, &id, err)) < 0 ||
+	    (s->o.node < 0 && (rc = run_lock_node(&s->run, id, err)) < 0)) {
 		sgp_peers_free(peers, nn);
 		return rc;
 	}
@@ -392,6 +401,10 @@ static int load(struct sgp_node *s, char *err)
 		return GEM_EUSAGE;
 	if (run_open(s->o.rundir, &s->run, err) < 0)
 		return GEM_EUSAGE;
+	/* node I alone writes node-I's files: a second node I is refused (found in the peer list
+	 * when not given, and locked then) */
+	if (s->o.node >= 0 && (rc = run_lock_node(&s->run, s->o.node, err)) < 0)
+		return rc;
 	if ((rc = trainer_open(&s->tr, &s->run, err)) < 0)
 		return rc;
 	s->n = model_nparams(s->tr.m);

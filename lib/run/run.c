@@ -294,31 +294,58 @@ static void lock_holder(const char *dir, int fd, char *out, size_t cap)
 		snprintf(out, cap, "pid %ld", pid);
 }
 
-/* Take dir/.lock exclusively into *fd and write our pid in it; GEM_EUSAGE naming the holder. */
-static int lock_dir(const char *dir, int *fd, char *err)
+/* Take the lock file dir/name exclusively into *fd and write our pid in it: 0, 1 when another
+ * process holds it (*fd left open on it, to name the holder), < 0 on an error. */
+static int lock_take(const char *dir, const char *name, int *fd, char *err)
 {
-	char path[PATH_MAX + 16], who[400], pid[32];
+	char path[PATH_MAX + 16], pid[32];
 	int n;
 	*fd = -1;
-	if (dir_file(dir, RUN_LOCK, path, sizeof path) < 0)
+	if (dir_file(dir, name, path, sizeof path) < 0)
 		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
 	if ((*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666)) < 0)
 		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
-	if (flock(*fd, LOCK_EX | LOCK_NB) < 0) {
-		lock_holder(dir, *fd, who, sizeof who);
-		close(*fd);
-		*fd = -1;
-		return gem_errf(err, GEM_EUSAGE, "%s: the run is in use by %s", dir, who);
-	}
+	if (flock(*fd, LOCK_EX | LOCK_NB) < 0)
+		return 1;
 	n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
 	if (ftruncate(*fd, 0) < 0 || pwrite(*fd, pid, (size_t)n, 0) != n)
 		log_debug("%s: cannot write the pid: %s", path, strerror(errno));
 	return 0;
 }
 
+/* Take dir/.lock exclusively into *fd and write our pid in it; GEM_EUSAGE naming the holder. */
+static int lock_dir(const char *dir, int *fd, char *err)
+{
+	char who[400];
+	int rc = lock_take(dir, RUN_LOCK, fd, err);
+	if (rc != 1)
+		return rc;
+	lock_holder(dir, *fd, who, sizeof who);
+	close(*fd);
+	*fd = -1;
+	return gem_errf(err, GEM_EUSAGE, "%s: the run is in use by %s", dir, who);
+}
+
 int run_lock(struct run *r, char *err)
 {
 	return lock_dir(r->fdir[0] ? r->fdir : r->dir, &r->lock_fd, err);
+}
+
+int run_lock_node(struct run *r, int i, char *err)
+{
+	char name[64], buf[32] = "";
+	ssize_t n;
+	int rc;
+	snprintf(name, sizeof name, RUN_NODE_LOCK, i);
+	if ((rc = lock_take(r->dir, name, &r->lock_fd, err)) != 1)
+		return rc;
+	n = pread(r->lock_fd, buf, sizeof buf - 1, 0);
+	buf[n > 0 ? n : 0] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	close(r->lock_fd);
+	r->lock_fd = -1;
+	return gem_errf(err, GEM_EUSAGE, "%s: node %d runs already (pid %s)", r->dir, i,
+			buf[0] ? buf : "unknown");
 }
 
 /* The largest params file for n floats: the raw bytes, zlib's worst-case growth, a header. */

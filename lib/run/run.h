@@ -22,6 +22,7 @@
 #define RUN_LOG         "log.jsonl"       /* one JSON object per central update or event */
 #define RUN_SERVER_URL  "server.url"      /* the server's base URL, while gem-serve runs */
 #define RUN_LOCK        ".lock"           /* flock'd by the one trainer or server of the run */
+#define RUN_NODE_LOCK   ".node-%d.lock"   /* flock'd by SGP node I while it runs */
 #define RUN_LOCAL_STATE "local-state.gem" /* gem-work --local's optimiser state (momentum) */
 #define RUN_RULE_STATE  "rule-state.gem"  /* gem-serve's rule state and workers */
 /* A state's save before the last: a crash after a state's save and before θ's leaves θ of the
@@ -109,6 +110,9 @@ int run_dir_file(const char *dir, const char *name, char *out, size_t cap);
 /* Take RUNDIR/.lock exclusively (no other trainer or server on this run) and write our pid in
  * it; GEM_EUSAGE naming the holder (its pid, its server's URL) if held. */
 int run_lock(struct run *r, char *err);
+/* Take SGP node i's lock (RUN_NODE_LOCK) exclusively, as run_lock: GEM_EUSAGE naming the pid of
+ * the node i that runs already. */
+int run_lock_node(struct run *r, int i, char *err);
 
 /* The progress recorded in a params message's header (missing fields are 0). */
 void run_progress_of(const json_t *header, struct run_progress *p);

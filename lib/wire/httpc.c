@@ -30,6 +30,8 @@ struct httpc {
 	struct httpc_resp *cur;
 	int oom;
 	int tls; /* https:// */
+	int (*abort)(void *ctx); /* httpc_set_abort */
+	void *abort_ctx;
 	char curl_err[CURL_ERROR_SIZE];
 };
 
@@ -101,6 +103,24 @@ void httpc_set_timeout(struct httpc *c, long timeout_ms, long connect_timeout_ms
 	curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 0L);
 	curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS,
 			 connect_timeout_ms > 0 ? connect_timeout_ms : 0L);
+}
+
+/* libcurl's progress callback: non-zero ends the transfer (CURLE_ABORTED_BY_CALLBACK). */
+static int httpc_progress(void *cls, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+			  curl_off_t ulnow)
+{
+	struct httpc *c = cls;
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	return c->abort(c->abort_ctx) != 0;
+}
+
+void httpc_set_abort(struct httpc *c, int (*abort)(void *ctx), void *ctx)
+{
+	c->abort = abort;
+	c->abort_ctx = ctx;
+	curl_easy_setopt(c->curl, CURLOPT_XFERINFOFUNCTION, abort ? httpc_progress : NULL);
+	curl_easy_setopt(c->curl, CURLOPT_XFERINFODATA, c);
+	curl_easy_setopt(c->curl, CURLOPT_NOPROGRESS, abort ? 0L : 1L);
 }
 
 int httpc_new(const char *base_url, const char *token, long timeout_ms, struct httpc **out,
@@ -302,6 +322,8 @@ static int httpc_perform(struct httpc *c, struct httpc_resp *r, char *err)
 		if (httpc_tls_refused(cc))
 			return gem_errf(err, HTTPC_ETLS, "%s: TLS: the server is not trusted (%s)",
 					c->url, cause);
+		if (cc == CURLE_ABORTED_BY_CALLBACK)
+			return gem_errf(err, HTTPC_ETRANSPORT, "%s: aborted", c->url);
 		return gem_errf(err, HTTPC_ETRANSPORT, "%s: %s", c->url, cause);
 	}
 	curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &r->status);
@@ -354,7 +376,8 @@ static int httpc_retry(struct httpc *c, const char *path, const char *ctype, con
 	for (;;) {
 		rc = post ? httpc_post(c, path, ctype, body, len, r, last)
 			  : httpc_get(c, path, r, last);
-		if (rc == 0 || !(rc == HTTPC_ETRANSPORT || (rc == HTTPC_EHTTP && r->status == 503)))
+		if (rc == 0 || !(rc == HTTPC_ETRANSPORT || (rc == HTTPC_EHTTP && r->status == 503)) ||
+		    (c->abort && c->abort(c->abort_ctx)))
 			break;
 		double left = retry_for - (clock_mono() - t0);
 		if (left <= 0) {

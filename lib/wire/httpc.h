@@ -41,6 +41,11 @@ void httpc_free(struct httpc *c);
  * client's URL is not https:// or the file cannot be read. */
 int httpc_set_cacert(struct httpc *c, const char *cafile, char *err);
 void httpc_set_timeout(struct httpc *c, long timeout_ms, long connect_timeout_ms);
+/* Give up a request in progress (libcurl asks about once a second, more often while data
+ * flows) and any retry once abort(ctx) returns non-zero: HTTPC_ETRANSPORT, "aborted". A caller
+ * that is stopping is then not held for the whole timeout by a peer that took the connection
+ * and went silent (SIGSTOPped). abort NULL: never. */
+void httpc_set_abort(struct httpc *c, int (*abort)(void *ctx), void *ctx);
 const char *httpc_base_url(const struct httpc *c);
 
 /* GET/POST base_url + path ("/v1/params?x=1"). 0 on a status < 400; HTTPC_ETRANSPORT or

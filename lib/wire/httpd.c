@@ -41,6 +41,13 @@
 #define HTTPD_KEEP_BUF (16u << 20)
 /* How long httpd_stop lets in-flight requests finish before cutting their connections. */
 #define HTTPD_GRACE_S 10
+/* An authorized request whose Content-Length is over its route's cap is answered (413) once its
+ * body has been read and dropped, up to this many bytes: a client sends the whole body before
+ * it reads, and a socket closed on unread bytes is reset, so that it would see a reset instead
+ * of the answer. A longer body is answered at once, and its connection closed; so is a client
+ * that waits for "100 Continue" before it sends (it gets the answer instead), and one refused
+ * before (no route, no token), whose body is not worth reading. */
+#define HTTPD_DRAIN_MAX (64ull << 20)
 
 struct httpd {
 	struct MHD_Daemon *mhd;
@@ -78,6 +85,9 @@ struct httpd_conn {
 	size_t body_cap; /* this request's body cap (its route's) */
 	enum httpd_state state;
 	const struct httpd_route *route;
+	/* A 413 decided before the body, queued once the body has been dropped (HTTPD_DISCARD);
+	 * late_detail[0] 0: the body went over the cap as it came (chunked). */
+	char late_detail[1024];
 	size_t nhdr, hused;
 	const char *hname[HTTPD_NHDR], *hval[HTTPD_NHDR];
 	char hbuf[1024];
@@ -350,6 +360,13 @@ static void httpd_ascii(char *dst, size_t n, const char *src)
 /* The reply when even an error reply cannot be built (no memory): static, so it cannot fail. */
 static const char httpd_fallback[] = "{\"error\":\"internal\",\"detail\":\"no memory for the reply\"}\n";
 
+/* The client asked for "100 Continue" and waits for it before it sends its body. */
+static int httpd_continue_asked(struct httpd_conn *hc)
+{
+	const char *ex = MHD_lookup_connection_value(hc->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+	return ex && !strcasecmp(ex, "100-continue");
+}
+
 /* Queue an error reply; it is always queued unless libmicrohttpd itself refuses (the connection
  * is then closed). */
 static int httpd_verror(struct httpd_conn *hc, unsigned status, const char *error, const char *fmt,
@@ -472,6 +489,7 @@ static int httpd_check_length(struct httpd_conn *hc, const char *method, const c
 {
 	struct httpd_clen c = {0};
 	unsigned long long n;
+	char raw[1024];
 	MHD_get_connection_values(hc->mc, MHD_HEADER_KIND, httpd_clen_each, &c);
 	if (c.differ)
 		return httpd_error(hc, MHD_HTTP_BAD_REQUEST, "bad_request",
@@ -479,10 +497,16 @@ static int httpd_check_length(struct httpd_conn *hc, const char *method, const c
 	if (!c.n)
 		return 0;
 	n = strtoull(c.first, NULL, 10);
-	if (n > hc->body_cap)
-		return httpd_error(hc, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
-				   "%s %s: a body of %llu bytes exceeds its limit of %zu", method, url, n,
-				   hc->body_cap), -1;
+	if (n > hc->body_cap) {
+		snprintf(raw, sizeof raw, "%s %s: a body of %llu bytes exceeds its limit of %zu", method,
+			 url, n, hc->body_cap);
+		if (n > HTTPD_DRAIN_MAX || httpd_continue_asked(hc))
+			return httpd_error(hc, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", "%s", raw), -1;
+		/* answered once the body is dropped (HTTPD_DRAIN_MAX) */
+		httpd_ascii(hc->late_detail, sizeof hc->late_detail, raw);
+		hc->state = HTTPD_DISCARD;
+		return -1;
+	}
 	if (httpd_reserve(hc, (size_t)n))
 		return httpd_error(hc, MHD_HTTP_SERVICE_UNAVAILABLE, "no_memory",
 				   "cannot buffer a body of %llu bytes", n), -1;
@@ -497,6 +521,7 @@ static void httpd_begin(struct httpd_conn *hc, const char *method, const char *u
 	hc->nhdr = 0;
 	hc->hused = 0;
 	hc->body_cap = 0;
+	hc->late_detail[0] = 0;
 	if (!(hc->route = httpd_route_find(hc, method, url)))
 		return;
 	if (hc->route->mutating && !httpd_auth_ok(hc->d, hc->mc)) {
@@ -575,7 +600,9 @@ static enum MHD_Result httpd_access(void *cls, struct MHD_Connection *mc, const 
 		hc->len += n;
 		return MHD_YES;
 	}
-	if (hc->state == HTTPD_DISCARD)
+	if (hc->state == HTTPD_DISCARD && hc->late_detail[0])
+		httpd_error(hc, MHD_HTTP_CONTENT_TOO_LARGE, "too_large", "%s", hc->late_detail);
+	else if (hc->state == HTTPD_DISCARD)
 		httpd_error(hc, MHD_HTTP_CONTENT_TOO_LARGE, "too_large",
 			    "%s %s: the body exceeds its limit of %zu bytes (or memory ran out)", method,
 			    url, hc->body_cap);
