@@ -49,6 +49,9 @@ train on disjoint shards, wired to each other on free ports, and gem-eval
                       directory back at the end. Needs --shards 2 or more
       --codec C       every gem-work's --codec (raw, zlib, zlib+shuffle, fp16);
                       default raw
+      --ssh CMD       the ssh command for --hosts and --shard-hosts, its words
+                      split as a shell would (e.g. "ssh -J gateway -p 2222");
+                      default \$GEM_SSH, else ssh
   -r, --rule sgp      train with SGP nodes instead of a server (other rules go
                       to gem-init)
   -q, --quiet         no progress
@@ -88,22 +91,30 @@ init_run() {
 	[ $rc = 0 ] || exit $rc
 }
 
+# tick: a second's pause that starts no process (a read's timeout on a pipe nothing writes to),
+# for the loops that look after gem-run's children: a sleep a second in each would be a hundred
+# processes a second with a hundred workers. A trapped signal runs its trap at once.
+exec {tick_fd}<> <(:)
+tick() { read -r -t 1 -u "$tick_fd" _; }
+
 # spawn CMD...: start CMD in the background ($! is its job) inside a subshell of its own that
 # waits for it, so that a CMD killed by a signal is gem-run's to report (its status is
 # 128+N) and bash prints no "line N: PID Killed" of its own. TERM, INT and HUP sent to the
-# job go on to CMD.
+# job go on to CMD, and so does gem-run's death: killed outright (SIGKILL), it runs no trap,
+# so the subshell looks every second whether gem-run ($$) is still there.
 spawn() {
 	(
 		trap 'kill -TERM "$c" 2>/dev/null' TERM INT HUP
-		"$@" &
+		# bash's own notice of a CMD killed by a signal is not for the user: CMD alone keeps
+		# the standard error
+		exec 3>&2 2>/dev/null
+		"$@" 2>&3 3>&- &
 		c=$!
-		while :; do
-			wait "$c" 2>/dev/null
-			rc=$?
-			# over 128: CMD's signal, or a trap that cut the wait short while CMD runs on
-			[ $rc -gt 128 ] && kill -0 "$c" 2>/dev/null || break
+		while kill -0 "$c" 2>/dev/null; do
+			kill -0 $$ 2>/dev/null || kill -TERM "$c" 2>/dev/null
+			tick
 		done
-		exit $rc
+		wait "$c" 2>/dev/null
 	) &
 }
 
@@ -111,6 +122,15 @@ spawn() {
 # forever (GEM_SSH_TIMEOUT: seconds to connect; default 10)
 ssh_opts=(-o BatchMode=yes -o "ConnectTimeout=${GEM_SSH_TIMEOUT:-10}" -o ServerAliveInterval=15
 	  -o ServerAliveCountMax=4)
+
+# rsh HOST ARG...: ARG... run on HOST by the ssh command (--ssh, $GEM_SSH, or ssh: its words
+# split as a shell would, "ssh -J gw -p 2222"), with ssh_opts. Every connection gem-run makes,
+# and every copy, goes through it.
+rsh() {
+	local h=$1
+	shift
+	"${ssh_cmd[@]}" "${ssh_opts[@]}" "$h" "$@"
+}
 
 # On another host a worker or node runs under this watchdog, which stops it (SIGTERM) when its
 # standard input closes: when its ssh ends (gem-run stops it, or the connection is lost), the
@@ -147,18 +167,24 @@ ssh_slot() {
 	local h=$1 out=$2 log=$3 tok= try size rc sp w ms k
 	shift 3
 	[ "$1" != --token ] || { tok=$2; shift 2; }
-	trap 'exec {w}>&-; for ((k = 0; k < 100; k++)); do kill -0 $sp 2>/dev/null || break; sleep 0.1; done
+	trap '[ -z "$w" ] || exec {w}>&-; for ((k = 0; k < 100; k++)); do kill -0 $sp 2>/dev/null || break; sleep 0.1; done
 	      kill $sp 2>/dev/null; wait $sp; exit 143' TERM
 	trap '' HUP INT
 	for ((try = 0; ; try++)); do
 		size=$(stat -c %s "$log" 2>/dev/null || echo 0)
-		exec {w}> >(exec ssh "${ssh_opts[@]}" "$h" "$(remote_cmd ${tok:+--token} "$@")" \
+		exec {w}> >(exec "${ssh_cmd[@]}" "${ssh_opts[@]}" "$h" "$(remote_cmd ${tok:+--token} "$@")" \
 			>>"$out" 2>>"$log")
 		sp=$!
 		[ -z "$tok" ] || cat "$tok" >&$w
+		# gem-run killed outright (SIGKILL) runs no trap: closing the command's standard input
+		# stops it on its host (the watchdog) when gem-run ($$) is gone
+		while kill -0 $sp 2>/dev/null; do
+			if [ -n "$w" ] && ! kill -0 $$ 2>/dev/null; then exec {w}>&-; w=; fi
+			tick
+		done
 		wait $sp
 		rc=$?
-		exec {w}>&-
+		[ -z "$w" ] || exec {w}>&-
 		# ssh's own words for a connection closed before the protocol began
 		[ $rc = 255 ] && [ $try -lt 6 ] &&
 			! tail -c +$((size + 1)) "$log" | grep -q '^gem-run: remote start' &&
@@ -196,7 +222,7 @@ probe_hosts() {
 	dir=$(mktemp -d "${TMPDIR:-/tmp}/gem-run.XXXXXX") || return 1
 	hs=($(printf '%s\n' "$@" | sort -u))
 	for n in "${!hs[@]}"; do
-		ssh "${ssh_opts[@]}" "${hs[$n]}" "command -v $prog >/dev/null || exit 4
+		rsh "${hs[$n]}" "command -v $prog >/dev/null || exit 4
 			[ -z '$name' ] || ! command -v getent >/dev/null || getent hosts '$name' >/dev/null || exit 3" \
 			</dev/null >/dev/null 2>"$dir/$n.err" &
 		pids+=($!)
@@ -225,17 +251,29 @@ hosts_apart() {
 	local h marker=".gem-run-marker-$$"
 	: >"$rundir/$marker" || return 1
 	for h in $(printf '%s\n' "$@" | sort -u); do
-		ssh "${ssh_opts[@]}" "$h" test -e "$rrun/$marker" </dev/null || echo "$h"
+		rsh "$h" test -e "$(printf %q "$rrun/$marker")" </dev/null || echo "$h"
 	done
 	rm -f "$rundir/$marker"
 }
 
-# copy_to HOST FILE...: FILEs (directories too) into $rrun on HOST.
+# copy_to HOST FILE...: FILEs of RUNDIR (directories too) into $rrun on HOST, as a tar stream
+# over rsh (scp could not take the ssh command's words).
 copy_to() {
+	local h=$1 f names=()
+	shift
+	for f in "$@"; do names+=("${f#"$rundir"/}"); done
+	tar -C "$rundir" -cf - "${names[@]}" |
+		rsh "$h" "mkdir -p $(printf %q "$rrun") && tar -C $(printf %q "$rrun") -xf -"
+}
+
+# copy_from HOST NAME...: the files or directories NAME of $rrun on HOST into RUNDIR.
+copy_from() {
 	local h=$1
 	shift
-	ssh "${ssh_opts[@]}" "$h" mkdir -p "$rrun" </dev/null && scp -q -r "${ssh_opts[@]}" "$@" "$h:$rrun/"
+	rsh "$h" "tar -C $(printf %q "$rrun") -cf - $(printf '%q ' "$@")" </dev/null |
+		tar -C "$rundir" -xf -
 }
+
 # init_option OPT: "value" if gem-init takes OPT (-m, --model) with a value, "flag" if without,
 # nothing if it has no such option. Its --help says so: a value's name follows the option after
 # one space, the description after two or more.
@@ -258,7 +296,7 @@ if [ -n "${GEM_LOG:-}" ] && ! msg=$(gem-init --version 2>&1 >/dev/null); then
 	echo "gem-run: ${msg#gem-init: }" >&2
 	exit 2
 fi
-shards=1 shard_hosts= workers=4 workers_set=0 steps= steps_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0
+shards=1 shard_hosts= workers=4 workers_set=0 steps= steps_set=0 hosts= listen= resume=0 tls= quiet=0 initopts=() workopts=() serveopts=() rundir= sgp=0 ssh_str=${GEM_SSH:-ssh}
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n|--workers) [ $# -ge 2 ] || die_usage "$1 needs a value"; workers=$2; workers_set=1; shift ;;
@@ -280,6 +318,8 @@ while [ $# -gt 0 ]; do
 	--shards=*) shards=${1#*=} ;;
 	--shard-hosts) [ $# -ge 2 ] || die_usage "$1 needs a value"; shard_hosts=$2; shift ;;
 	--shard-hosts=*) shard_hosts=${1#*=} ;;
+	--ssh) [ $# -ge 2 ] || die_usage "$1 needs a value"; ssh_str=$2; shift ;;
+	--ssh=*) ssh_str=${1#*=} ;;
 	--codec) [ $# -ge 2 ] || die_usage "$1 needs a value"; workopts+=("--codec=$2"); shift ;;
 	--codec=*) workopts+=("$1") ;;
 	-r|--rule) [ $# -ge 2 ] || die_usage "$1 needs a value"
@@ -308,6 +348,8 @@ done
 # run/ and run are the same run: paths joined below get one slash
 while [ "$rundir" != / ] && [ "${rundir%/}" != "$rundir" ]; do rundir=${rundir%/}; done
 case "$workers" in ''|*[!0-9]*|0) die_usage "-n: not a positive integer: $workers" ;; esac
+read -ra ssh_cmd <<<"$ssh_str"
+[ ${#ssh_cmd[@]} -gt 0 ] || die_usage "--ssh (or GEM_SSH): no command given"
 if [ $steps_set = 1 ]; then
 	case "$steps" in ''|*[!0-9]*|0*) die_usage "--steps: not a positive integer: $steps" ;; esac
 	workopts+=(--steps "$steps")
@@ -442,8 +484,8 @@ sgp_run() {
 	mv "$rundir/peers.tmp" "$rundir/peers" || exit 1
 	if [ -n "$hosts" ]; then
 		for h in "${copy_hosts[@]}"; do
-			scp -q "${ssh_opts[@]}" "$rundir/peers" "$h:$rrun/peers.tmp" &&
-				ssh "${ssh_opts[@]}" "$h" mv "$rrun/peers.tmp" "$rrun/peers" ||
+			rsh "$h" "cat >$(printf %q "$rrun/peers.tmp") &&
+				mv $(printf %q "$rrun/peers.tmp") $(printf %q "$rrun/peers")" <"$rundir/peers" ||
 				{ echo "gem-run: cannot send the peer list to $h" >&2; exit 1; }
 		done
 	fi
@@ -455,7 +497,7 @@ sgp_run() {
 		for ((i = 0; i < workers; i++)); do
 			h=${slots[$((i % ${#slots[@]}))]}
 			case " ${copy_hosts[*]} " in *" $h "*) ;; *) continue ;; esac
-			scp -q "${ssh_opts[@]}" "$h:$rrun/node-$i.gem" "$h:$rrun/node-$i.jsonl" "$rundir/" 2>/dev/null
+			copy_from "$h" "node-$i.gem" "node-$i.jsonl" 2>/dev/null
 		done
 	fi
 	[ $failed = 0 ] || { echo "gem-run: $failed of $(plural "$workers" node) failed" >&2; exit 1; }
@@ -489,7 +531,7 @@ copy_shards_out() {
 			stale+=("$rrun/shard-$k-of-$shards")
 			[ ! -d "$rundir/shard-$k-of-$shards" ] || files+=("$rundir/shard-$k-of-$shards")
 		done
-		[ $resume = 1 ] || ssh "${ssh_opts[@]}" "$h" rm -rf "${stale[@]}" </dev/null ||
+		[ $resume = 1 ] || rsh "$h" rm -rf "$(printf '%q ' "${stale[@]}")" </dev/null ||
 			{ echo "gem-run: cannot clear $h:$rrun" >&2; return 1; }
 		copy_to "$h" "${files[@]}" || { echo "gem-run: cannot copy the run to $h" >&2; return 1; }
 	done
@@ -501,7 +543,7 @@ copy_shards_back() {
 	for ((k = 0; k < shards; k++)); do
 		h=${shosts[$((k % ${#shosts[@]}))]}
 		case " ${copy_shard_hosts[*]} " in *" $h "*) ;; *) continue ;; esac
-		scp -q -r "${ssh_opts[@]}" "$h:$rrun/shard-$k-of-$shards" "$rundir/" ||
+		copy_from "$h" "shard-$k-of-$shards" ||
 			echo "gem-run: cannot copy shard $k back from $h" >&2
 	done
 }

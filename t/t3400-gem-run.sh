@@ -190,4 +190,42 @@ test_expect_success 'gem-run --hosts --no-tls: plain HTTP' '
 	test $(grep -c "gem-remote .*gem-work .*--server http://localhost:[0-9]*" ssh.log.cmd) = 2 &&
 	! grep -q -- --cacert ssh.log.cmd && test ! -e run-plain/tls-cert.pem
 '
+test_expect_success 'gem-run killed outright (SIGKILL): its server and its workers over ssh stop' '
+	# a name no other test run on this machine has: its processes are found by it
+	rk=run-kill-$$ &&
+	{ PATH="$PWD/fakebin:$PATH" gem-run -q --hosts hosts -n 2 $TINY $LONG $rk >/dev/null 2>kill.err & } &&
+	pid=$! && test_bg $pid &&
+	wait_for_file $rk/server.url 20 && wait_for_joins $rk 2 &&
+	kids=$(started_by $pid) && echo "started: "$kids &&
+	# what is left of them at the end (and still theirs, not a pid used again) is killed
+	test_when_finished "for k in $(echo $kids); do ps -o args= -p \$k | grep -q $rk && kill -9 \$k; done; true" &&
+	# every process it started names the run (its cacert, its directory, gem-run'"'"'s forks)
+	test $(pgrep -f -- "gem-work -q --server https://localhost:[0-9]* .*$rk" | wc -l) -ge 2 &&
+	kill -KILL $pid &&
+	t0=$SECONDS && while pgrep -f $rk >/dev/null && [ $((SECONDS - t0)) -lt 60 ]; do sleep 0.5; done &&
+	! pgrep -af $rk &&
+	# the server stopped as a signal stops it: checkpointed
+	tail -1 $rk/log.jsonl | grep -q "\"event\":\"stop\""
+'
+
+# farssh: an ssh to a host that sees this directory at ./far (its first two words logged): the
+# paths of the command it runs are moved there, so the host does not see RUNDIR and gets copies.
+test_expect_success 'GEM_SSH and --ssh: every connection and every copy goes through that command' '
+	printf "#!/bin/sh\necho \"\$1 \$2\" >>\"%s/farssh.log\"\nwhile [ \$# -gt 0 ]; do case \$1 in -[BbcDEeFIiJLlmOoPpQRSWw]) shift 2 ;; -*) shift ;; *) break ;; esac; done\nshift\nexec sh -c \"\$(printf \"%%s\" \"\$*\" | sed \"s|%s/|%s/far/|g\")\"\n" \
+		"$PWD" "$PWD" "$PWD" >farssh && chmod +x farssh && mkdir -p far &&
+	printf "localhost\n127.0.0.1\n" >farhosts &&
+	GEM_SSH="$PWD/farssh -p 2222" gem-run -q --rule sgp --hosts farhosts -n 2 --epochs 1 $TINY \
+		--listen 0.0.0.0:0 run-far >far.tsv &&
+	cat far.tsv && grep -q "^average" far.tsv &&
+	# the run went out, the peer list too, and the node files came back
+	test -f far/run-far/run.json && test -f far/run-far/peers &&
+	test -f run-far/node-0.gem && test -f run-far/node-1.jsonl &&
+	test $(grep -c -- "-p 2222" farssh.log) = $(wc -l <farssh.log) &&
+	: >farssh.log &&
+	gem-run -q --ssh "$PWD/farssh -o Port=2222" --hosts farhosts -n 2 --epochs 1 $TINY \
+		--work-opt=--slowdown=20 run-far2 >far2.tsv &&
+	grep -q "test_acc" far2.tsv && test -f far/run-far2/tls-cert.pem &&
+	test $(grep -c -- "-o Port=2222" farssh.log) = $(wc -l <farssh.log)
+'
+
 test_done

@@ -1,7 +1,8 @@
 #!/bin/bash
 # t8001: gem-run --hosts and share/gem/examples/ssh.sh over real ssh, between three hosts made
 # of network namespaces (each with its own sshd, address and /etc/hosts): 2 and 3 hosts, the
-# token never on a command line; SGP over ssh; 32 slots on one host (sshd's MaxStartups).
+# token never on a command line; SGP over ssh (a RUNDIR not shared, through --ssh CMD too); 32
+# slots on one host (sshd's MaxStartups).
 . "$(dirname "$0")/lib-hosts.sh"
 hosts_need
 
@@ -64,7 +65,8 @@ test_expect_success 'gem-run --rule sgp --hosts: 3 nodes on 3 hosts, bit-identic
 
 test_expect_success 'gem-run --rule sgp --hosts, RUNDIR not shared: copied to the hosts and back' '
 	# RUNDIR on a tmpfs that only gem-run sees (ip netns exec gives it a mount namespace
-	# of its own): every host gets a copy of the run by scp, and gives back its node files
+	# of its own): every host gets a copy of the run (a tar stream over ssh), and gives back
+	# its node files
 	mkdir -p priv &&
 	on_host 1 sh -c "mount -t tmpfs gem-t8001 $PWD/priv &&
 		gem-run -q --rule sgp --hosts hosts-sgp --epochs 1 --model $PWD/tiny.json \
@@ -76,6 +78,21 @@ test_expect_success 'gem-run --rule sgp --hosts, RUNDIR not shared: copied to th
 	test -s priv/run/node-1.gem && test -s priv/run/run.json &&
 	awk -F"\t" "!/^#/ { print \$1, \$3, \$5, \$6 }" sgp-priv.tsv >c &&
 	diff b c &&
+	hosts_wait_clean
+'
+
+test_expect_success 'gem-run --ssh CMD, RUNDIR not shared: every connection and copy through CMD' '
+	printf "#!/bin/sh\necho call >>%s/myssh.log\nexec ssh \"\$@\"\n" "$PWD" >myssh &&
+	chmod +x myssh && : >myssh.log && mkdir -p priv2 &&
+	on_host 1 sh -c "mount -t tmpfs gem-t8001-ssh $PWD/priv2 &&
+		gem-run -q --ssh \"$PWD/myssh -o ConnectionAttempts=1\" --rule sgp --hosts hosts-sgp \
+			--epochs 1 --model $PWD/tiny.json --data $PWD/data --batch 32 --lr 0.1 --seed 3 \
+			$PWD/priv2/run >sgp-priv2.tsv" &&
+	cat sgp-priv2.tsv myssh.log &&
+	awk -F"\t" "!/^#/ { print \$1, \$3, \$5, \$6 }" sgp-priv2.tsv >d &&
+	diff b d &&
+	# the probe, the marker, the copies out, the nodes, the peer list and the copies back
+	test $(wc -l <myssh.log) -ge 12 &&
 	hosts_wait_clean
 '
 

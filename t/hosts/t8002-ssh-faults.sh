@@ -1,6 +1,7 @@
 #!/bin/bash
 # t8002: gem-run --hosts over real ssh when things go wrong: Ctrl-C and SIGHUP stop every
-# process it started on every host (also SGP nodes, which save their state); a hung host (its
+# process it started on every host (also SGP nodes, which save their state), and so does
+# gem-run killed outright (SIGKILL to it alone); a hung host (its
 # sshd stopped) fails the run in bounded time, naming the host; a host that cannot resolve the
 # server's name is caught before any worker starts, with the advice to set GEM_HOST; a worker
 # that fails is named with its host and exit status, without a 10 s wait or a TSV.
@@ -62,6 +63,20 @@ test_expect_success 'SIGHUP on gem-run --hosts (the terminal closed): exit 129, 
 test_expect_success 'Ctrl-C on gem-run --rule sgp --hosts: every remote node stops and saves' '
 	interrupted INT 130 run-sgp --rule sgp $LONG &&
 	test -s run-sgp/node-0.gem && test -s run-sgp/node-1.gem
+'
+
+test_expect_success 'gem-run alone killed outright (SIGKILL): nothing it started is left on any host' '
+	{ GEM_HOST=node1 ip netns exec "$HOSTS_NS-1" gem-run -q --hosts hosts $TINY $LONG run-kill \
+		>kill.out 2>kill.err & pid=$!; } &&
+	test_bg $pid &&
+	for i in $(seq 300); do
+		running_on 2 "^gem-work" && running_on 3 "^gem-work" && break
+		sleep 0.1
+	done &&
+	running_on 2 "^gem-work" && running_on 3 "^gem-work" &&
+	kill -KILL $pid &&
+	hosts_wait_clean &&
+	tail -1 run-kill/log.jsonl | grep -q "\"event\":\"stop\""
 '
 
 test_expect_success 'a hung host (sshd stopped): gem-run fails in bounded time, naming it' '
