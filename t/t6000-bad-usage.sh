@@ -61,6 +61,11 @@ test_expect_success 'a truncated dataset file is an error naming the file' '
 	head -c 1000 d/t10k-images-idx3-ubyte >d/t && mv d/t d/t10k-images-idx3-ubyte &&
 	! gem-eval run 2>err && grep -q t10k-images err
 '
+test_expect_code 2 'gem-init refuses data without a test split, and makes nothing' '
+	mkdir trainonly && cp d/train-* trainonly/ &&
+	gem-init -q --model tiny.json --data trainonly tonly 2>err; rc=$?; cat err;
+	grep -q "no test split" err && grep -q t10k-labels err && test ! -e tonly && exit $rc
+'
 test_expect_code 2 'gem-init --gem-ref with a bad value names the choices' '
 	gem-init -q --model tiny.json --data d --gem-ref push refrun 2>err; rc=$?; cat err;
 	grep -q "pull or commit" err && test ! -e refrun/run.json && exit $rc

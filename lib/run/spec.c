@@ -497,6 +497,7 @@ static int data_of_opts(struct run_opts *o, const struct model *m, const char *m
 {
 	char abs[PATH_MAX];
 	struct dataset ds;
+	uint64_t ntest;
 	if (strlen(o->data) >= sizeof s->data_name)
 		return gem_errf(err, GEM_EUSAGE, "--data: a name of at most %zu bytes", sizeof s->data_name - 1);
 	if (dataset_resolve(o->data, s->data_dir, sizeof s->data_dir, err) < 0)
@@ -514,6 +515,12 @@ static int data_of_opts(struct run_opts *o, const struct model *m, const char *m
 	}
 	dataset_stats(&ds, &s->mean, &s->std);
 	dataset_free(&ds);
+	/* gem-eval and the end of every gem-run evaluate on the test split: a run without one
+	 * would fail only then */
+	if (dataset_count(s->data_dir, "test", &ntest, err) < 0) {
+		gem_errprefix(err, "--data %s: no test split to evaluate on: ", o->data);
+		return GEM_EUSAGE;
+	}
 	return 0;
 }
 
