@@ -20,7 +20,7 @@ test_expect_success 'setup' '
 	make_tiny_data data &&
 	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 --rule dynsgd run &&
 	echo secret >token &&
-	start_server run --token-file token --max-staleness 1 &&
+	start_server run --token-file token --max-staleness 1 --worker-timeout 0 &&
 	join 0 && join 1
 '
 
