@@ -220,6 +220,45 @@ void optim_reset(struct optim *o)
 	adamw_reset(&o->adamw);
 }
 
+void optim_restart(struct optim *o, uint64_t step, uint64_t total)
+{
+	optim_reset(o);
+	o->step = step;
+	o->lr.total = total;
+}
+
+static const char *const kind_names[] = {[OPTIM_SGD] = "sgd", [OPTIM_ADAMW] = "adamw"};
+static const char *const shape_names[] = {[LR_CONSTANT] = "constant", [LR_COSINE] = "cosine"};
+
+/* The index of name in names (n of them), or -1. */
+static int name_index(const char *const *names, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(names[i], name))
+			return i;
+	return -1;
+}
+
+const char *optim_kind_name(enum optim_kind k)
+{
+	return kind_names[k];
+}
+
+int optim_kind_parse(const char *name)
+{
+	return name_index(kind_names, 2, name);
+}
+
+const char *lr_shape_name(enum lr_shape s)
+{
+	return shape_names[s];
+}
+
+int lr_shape_parse(const char *name)
+{
+	return name_index(shape_names, 2, name);
+}
+
 void optim_free(struct optim *o)
 {
 	sgd_free(&o->sgd);

@@ -114,5 +114,14 @@ void optim_state_get(const struct optim *o, float *vec, uint64_t *step);
 void optim_state_set(struct optim *o, const float *vec, uint64_t step);
 /* Back to step 0 with no momentum or moments. */
 void optim_reset(struct optim *o);
+/* No momentum or moments (as optim_reset), and the schedule at step of a cosine that ends at
+ * total: a worker that joins again mid-run, its steps so far counted but its moments gone. */
+void optim_restart(struct optim *o, uint64_t step, uint64_t total);
+/* The names of run.json and gem-init: "sgd", "adamw"; "constant", "cosine". A parse returns
+ * the value, or -1 for a name that is none. */
+const char *optim_kind_name(enum optim_kind k);
+int optim_kind_parse(const char *name);
+const char *lr_shape_name(enum lr_shape s);
+int lr_shape_parse(const char *name);
 void optim_free(struct optim *o);
 #endif

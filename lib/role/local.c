@@ -24,7 +24,8 @@ struct local {
 	struct dataset ds;
 	struct feed f;
 	int feed_open;
-	struct sgd opt;
+	struct optim opt;
+	float *state;          /* the optimiser's state as saved (optim_state_floats) */
 	struct run_progress p; /* θ's, as it would be saved now (but elapsed: at the session's start) */
 	FILE *log;
 	uint64_t target;       /* samples at which the budget is spent */
@@ -35,10 +36,43 @@ struct local {
  * which the next session sees by its version and does not use). */
 static int save_local(struct local *l, const struct run_progress *p, char *err)
 {
+	size_t ns = optim_state_floats(&l->opt);
+	uint64_t step;
 	fflush(l->log);
-	if (l->opt.v && run_local_state_save(&l->run, l->opt.v, l->opt.n, p->version, err) < 0)
-		return GEM_EFAIL;
+	if (ns) {
+		optim_state_get(&l->opt, l->state, &step);
+		if (run_local_state_save(&l->run, l->state, ns, p->version, err) < 0)
+			return GEM_EFAIL;
+	}
 	return run_params_save(&l->run, model_params(l->t.m), model_nparams(l->t.m), p, err);
+}
+
+/* The run's optimiser, its schedule over the run's budget of steps, at the step θ's samples put
+ * it, with the momentum or moments of the interrupted session, so that a resumed run is the
+ * same run. */
+static int open_optim(struct local *l, const char *rundir, char *err)
+{
+	struct optim_config c;
+	uint64_t step = feed_steps(&l->f, l->p.samples);
+	size_t ns;
+	int rc, got = 0;
+	run_optim_config(&l->run, feed_steps(&l->f, (uint64_t)l->run.train.epochs * feed_epoch(&l->f)), &c);
+	if ((rc = optim_init(&l->opt, &c, model_layout(l->t.m), err)) < 0)
+		return rc;
+	ns = optim_state_floats(&l->opt);
+	if (ns && !(l->state = malloc(sizeof *l->state * ns)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory for the optimiser's state");
+	if (ns && l->p.version > 0 && (got = run_local_state_load(&l->run, l->state, ns, l->p.version, err)) < 0)
+		return got;
+	if (got) {
+		optim_state_set(&l->opt, l->state, step);
+		return 0;
+	}
+	if (ns && l->p.version > 0)
+		log_warn("%s: no optimiser state of version %llu; the %s at 0", rundir,
+			 (unsigned long long)l->p.version, c.kind == OPTIM_SGD ? "momentum starts" : "moments start");
+	optim_restart(&l->opt, step, c.total_steps);
+	return 0;
 }
 
 /* θ, the data, the optimiser and the log of the run just opened. */
@@ -52,19 +86,8 @@ static int open_training(struct local *l, const char *rundir, char *err)
 	    (rc = feed_open(&l->f, run, &l->ds, TRAINER_LOCAL, l->o.shard_i, l->o.shard_n, err)) < 0)
 		return rc;
 	l->feed_open = 1;
-	if ((rc = sgd_init(&l->opt, model_nparams(l->t.m), run->train.lr, run->train.momentum,
-			   run->train.weight_decay, run->train.nesterov, err)) < 0 ||
-	    (rc = run_log_open(run, l->p.version, &l->log, err)) < 0)
+	if ((rc = open_optim(l, rundir, err)) < 0 || (rc = run_log_open(run, l->p.version, &l->log, err)) < 0)
 		return rc;
-	/* The momentum of the interrupted session, so that a resumed run is the same run. */
-	if (l->opt.v && l->p.version > 0) {
-		int got = run_local_state_load(run, l->opt.v, l->opt.n, l->p.version, err);
-		if (got < 0)
-			return got;
-		if (got == 0)
-			log_warn("%s: no optimiser state of version %llu; the momentum starts at 0", rundir,
-				 (unsigned long long)l->p.version);
-	}
 	/* Each epoch consumes exactly the shard once, so samples seen give the position. */
 	feed_seek(&l->f, l->p.samples);
 	return 0;
@@ -141,7 +164,7 @@ int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn pr
 			r->end = LOCAL_DIVERGED;
 			break;
 		}
-		sgd_step(&l->opt, theta, model_grads(l->t.m));
+		optim_step(&l->opt, theta, model_grads(l->t.m));
 		l->p.version++;
 		l->p.samples += (uint64_t)n;
 		now = clock_mono();
@@ -178,7 +201,8 @@ void local_close(struct local *l)
 {
 	if (!l)
 		return;
-	sgd_free(&l->opt);
+	optim_free(&l->opt);
+	free(l->state);
 	if (l->log)
 		fclose(l->log);
 	if (l->feed_open)

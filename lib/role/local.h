@@ -1,6 +1,7 @@
-/* local: local training as an object: sequential momentum SGD on a run directory, GEM's proxy
- * and gem-work --local. local_open locks the run and resumes θ from params.gem and the momentum
- * from the optimiser's state of the same version; local_run trains with trainer_step (the feed
+/* local: local training as an object: sequential steps of the run's optimiser (momentum SGD,
+ * or AdamW) on a run directory, GEM's proxy and gem-work --local. local_open locks the run and
+ * resumes θ from params.gem and the momentum or moments from the optimiser's state of the same
+ * version; local_run trains with trainer_step (the feed
  * of TRAINER_LOCAL, where θ's samples put it), logs every update to log.jsonl, checkpoints
  * every checkpoint_every seconds and at the end; local_close frees it. Nothing here prints (but
  * log warnings), installs a signal handler or exits: the caller sets *stop. */

@@ -143,7 +143,7 @@ static int do_join(struct replay *p, int id, char *err)
 	if (!p->w[id]) {
 		if (!(p->w[id] = calloc(1, sizeof *p->w[id])))
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
-		if ((rc = vworker_open(p->w[id], id, p->run, p->n, err)) < 0) {
+		if ((rc = vworker_open(p->w[id], id, p->run, model_layout(p->t.m), err)) < 0) {
 			free(p->w[id]);
 			p->w[id] = NULL;
 			return rc;

@@ -21,7 +21,7 @@
 /* One run of the node: the trainer's data and optimiser, (x, w), the log, the sender. */
 struct loop {
 	struct feed feed;
-	struct sgd opt;
+	struct optim opt;
 	FILE *log;
 	struct blob_codec codec;
 	struct msg_buf buf;
@@ -142,6 +142,7 @@ static int connect_peers(struct sgp_node *s, char *err)
  * then ready (the handlers take hellos and pushes). */
 static int prepare(struct sgp_node *s, struct loop *l, struct sgp_status *st, char *err)
 {
+	struct optim_config oc;
 	char **peers = NULL;
 	int nn = 0, id = -1, rc, exp_k;
 	if ((rc = get_peers(s, &peers, &nn, err)) < 0 || (rc = find_self(s, peers, nn, &id, err)) < 0 ||
@@ -161,10 +162,13 @@ static int prepare(struct sgp_node *s, struct loop *l, struct sgp_status *st, ch
 	st->shard_n = s->o.shard_set ? s->o.shard_n : nn;
 	st->iters = s->iters = count_iters(s, st->shard_n);
 	if ((rc = connect_peers(s, err)) < 0 ||
-	    (rc = feed_open(&l->feed, &s->run, &s->ds, id, st->shard_i, st->shard_n, err)) < 0 ||
-	    /* the local optimiser: the run's lr, momentum and weight decay, Nesterov (as SGP's paper) */
-	    (rc = sgd_init(&l->opt, s->n, s->run.train.lr, s->run.train.momentum,
-			   s->run.train.weight_decay, s->run.train.momentum > 0, err)) < 0)
+	    (rc = feed_open(&l->feed, &s->run, &s->ds, id, st->shard_i, st->shard_n, err)) < 0)
+		return rc;
+	/* the local optimiser: the run's (momentum SGD with Nesterov, as SGP's paper, or AdamW),
+	 * its cosine ending at the run's budget of the node's shard */
+	run_optim_config(&s->run, feed_steps(&l->feed, (uint64_t)s->run.train.epochs * feed_epoch(&l->feed)), &oc);
+	oc.nesterov = oc.momentum > 0;
+	if ((rc = optim_init(&l->opt, &oc, model_layout(s->tr.m), err)) < 0)
 		return rc;
 	st->shard_samples = (size_t)feed_epoch(&l->feed);
 	pthread_mutex_lock(&s->mu);
@@ -239,7 +243,7 @@ static int iterate(struct sgp_node *s, struct loop *l, char *err)
 	/* the local momentum step on z, then back to the numerator x = w·z (as the authors' code
 	 * does): a step on x itself would move z by lr/w, up to ten times the run's lr when
 	 * Overlap-SGP's weights drift (a straggler), and diverge. With w = 1 it is the same step. */
-	sgd_step(&l->opt, z, model_grads(s->tr.m));
+	optim_step(&l->opt, z, model_grads(s->tr.m));
 	for (size_t i = 0; i < s->n; i++)
 		l->x[i] = z[i] * (float)l->w;
 	if (s->o.slowdown > 1)
@@ -364,7 +368,7 @@ static void loop_free(struct sgp_node *s, struct loop *l)
 	if (l->log)
 		fclose(l->log);
 	feed_close(&l->feed);
-	sgd_free(&l->opt);
+	optim_free(&l->opt);
 	blob_codec_free(&l->codec);
 	msg_buf_free(&l->buf);
 	httpc_resp_free(&l->resp);

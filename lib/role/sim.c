@@ -777,7 +777,7 @@ static int workers_setup(struct sim *s, char *err)
 	qsort(joins, (size_t)o->njoins, sizeof *joins, cmp_double);
 	for (int i = 0; i < s->nw && rc == 0; i++) {
 		struct simw *w = &s->w[i];
-		if ((rc = vworker_open(&w->v, i, s->run, s->n, err)) < 0)
+		if ((rc = vworker_open(&w->v, i, s->run, model_layout(s->tr[0].m), err)) < 0)
 			break;
 		w->open = 1;
 		w->start_at = i < o->nworkers ? 0 : joins[i - o->nworkers];

@@ -30,6 +30,13 @@ uint64_t feed_epoch(const struct feed *f)
 	return f->b.count;
 }
 
+uint64_t feed_steps(const struct feed *f, uint64_t samples)
+{
+	uint64_t count = f->b.count, batch = (uint64_t)f->b.batch;
+	uint64_t per_epoch = (count + batch - 1) / batch, rest = samples % count;
+	return samples / count * per_epoch + (rest + batch - 1) / batch;
+}
+
 void feed_close(struct feed *f)
 {
 	batcher_free(&f->b);
@@ -47,7 +54,7 @@ int trainer_open(struct trainer *t, const struct run *run, char *err)
 	}
 	/* the batch is the first layer's gemm operand: padded (nn/layer_ops.h) */
 	t->x = layer_falloc((size_t)t->batch * model_input_size(t->m), sizeof *t->x);
-	t->y = malloc((size_t)t->batch);
+	t->y = malloc((size_t)t->batch * (size_t)model_labels(t->m)); /* a text's: one per position */
 	if (!t->x || !t->y) {
 		trainer_close(t);
 		return gem_errf(err, GEM_ENOMEM, "out of memory for a batch of %d", run->train.batch);

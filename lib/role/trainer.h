@@ -29,7 +29,7 @@ struct trainer {
 	struct model *m;
 	int batch;
 	float *x;
-	uint8_t *y;
+	uint8_t *y;      /* batch × model_labels */
 };
 
 /* The feed of `who` over shard shard_i of shard_n of ds (run's seed, batch and normalisation),
@@ -40,6 +40,9 @@ int feed_open(struct feed *f, const struct run *run, const struct dataset *ds, i
 void feed_seek(struct feed *f, uint64_t samples);
 /* Samples in one epoch of the feed (its shard). */
 uint64_t feed_epoch(const struct feed *f);
+/* The steps (batches, an epoch's last one short) that consume `samples` from position 0: a
+ * trainer's place in its optimiser's schedule, and with the run's epochs its budget. */
+uint64_t feed_steps(const struct feed *f, uint64_t samples);
 void feed_close(struct feed *f);
 
 /* The run's model, with buffers for its batch size (θ uninitialised: set model_params). */

@@ -5,16 +5,18 @@
 
 #include "base/err.h"
 
-int vworker_open(struct vworker *w, int id, const struct run *run, size_t n, char *err)
+int vworker_open(struct vworker *w, int id, const struct run *run, const struct layout *lo, char *err)
 {
+	struct optim_config oc;
 	int rc;
 	memset(w, 0, sizeof *w);
 	w->id = id;
-	w->n = n;
-	if (!(w->x = malloc(sizeof(float) * n)))
+	w->n = lo->total;
+	if (!(w->x = malloc(sizeof(float) * w->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory for worker %d", id);
-	if ((rc = rule_local_init(&w->l, &run->rule, n, run->train.lr, run->train.momentum,
-				  run->train.weight_decay, run->train.nesterov, err)) < 0) {
+	/* the cosine's end is the feed's budget, known at each join (vworker_joined) */
+	run_optim_config(run, UINT64_MAX, &oc);
+	if ((rc = rule_local_init(&w->l, &run->rule, lo, &oc, err)) < 0) {
 		free(w->x);
 		w->x = NULL;
 		return rc;
@@ -45,7 +47,8 @@ int vworker_joined(struct vworker *w, const struct run *run, const struct datase
 	w->has_feed = 1;
 	feed_seek(&w->f, j->samples);
 	memcpy(w->x, theta, sizeof(float) * w->n);
-	rule_local_start(&w->l, w->x);
+	rule_local_start(&w->l, w->x, feed_steps(&w->f, j->samples),
+			 feed_steps(&w->f, (uint64_t)run->train.epochs * feed_epoch(&w->f)));
 	w->base = j->version;
 	return 0;
 }

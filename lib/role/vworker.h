@@ -25,8 +25,9 @@ struct vworker {
 	int steps;             /* local steps of the commit */
 };
 
-/* Worker id of run (n parameters): x and the rule's half allocated; no data yet. */
-int vworker_open(struct vworker *w, int id, const struct run *run, size_t n, char *err);
+/* Worker id of run (its parameters laid out as lo): x and the rule's half allocated; no data
+ * yet. */
+int vworker_open(struct vworker *w, int id, const struct run *run, const struct layout *lo, char *err);
 void vworker_close(struct vworker *w);
 /* The server took it (j) and sent θ: its feed starts where the server saw it stop, x = θ. */
 int vworker_joined(struct vworker *w, const struct run *run, const struct dataset *ds,

@@ -194,8 +194,15 @@ static int join(struct worker *w, char *err)
 		json_decref(head);
 		head = NULL;
 	}
-	rule_local_start(&w->l, x);
 	return 0;
+}
+
+/* The worker's half of the rule from θ just received: its schedule where its feed stands, the
+ * cosine ending at the run's budget of its feed. */
+static void start_local(struct worker *w)
+{
+	rule_local_start(&w->l, model_params(w->t.m), feed_steps(&w->f, w->f.samples),
+			 feed_steps(&w->f, (uint64_t)w->run.train.epochs * feed_epoch(&w->f)));
 }
 
 /* Leave every shard: done (the budget spent), diverged (the loss was not finite, and which it
@@ -295,7 +302,7 @@ static int commit_status(struct wshard *sh, int c, int rejoin, char *err)
 		json_decref(head);
 		if (rc < 0)
 			return sh->resp[0].status == 410 ? 2 : rc;
-		rule_local_start(&w->l, model_params(w->t.m));
+		start_local(w);
 		return 1;
 	}
 	return rc < 0 ? rc : 0;
@@ -492,6 +499,7 @@ static int open_shards(struct worker *w, char *err)
 /* The run from GET /v1/run, its model, its training set and the rule's worker half. */
 static int open_run(struct worker *w, const char *url, char *err)
 {
+	struct optim_config oc;
 	json_t *runjson;
 	int rc;
 	/* the first contact: once at once, then, if the server is not there yet (or busy), the
@@ -516,10 +524,11 @@ static int open_run(struct worker *w, const char *url, char *err)
 	w->n = model_nparams(w->t.m);
 	if ((rc = open_shards(w, err)) < 0)
 		return rc;
-	/* dma's local steps are momentum SGD with the run's μ, Nesterov and weight decay: the
-	 * server averages models and keeps no momentum of its own */
-	if ((rc = rule_local_init(&w->l, &w->run.rule, w->n, w->run.train.lr, w->run.train.momentum,
-				  w->run.train.weight_decay, w->run.train.nesterov, err)) < 0)
+	/* dma's local steps are momentum SGD with the run's μ, Nesterov and weight decay (the
+	 * server averages models and keeps no momentum of its own); AdamW's every rule's. The
+	 * cosine's end is the feed's budget, known once joined (start_local). */
+	run_optim_config(&w->run, UINT64_MAX, &oc);
+	if ((rc = rule_local_init(&w->l, &w->run.rule, model_layout(w->t.m), &oc, err)) < 0)
 		return rc;
 	if ((w->l.d->reply_elastic || w->l.d->sends == RULE_SENDS_CYCLE) &&
 	    !(w->v = malloc(sizeof(float) * w->n)))
@@ -544,6 +553,7 @@ static int open_join(struct worker *w, char *err)
 		return rc;
 	w->feed_open = 1;
 	feed_seek(&w->f, w->done_samples);
+	start_local(w);
 	w->target = w->o.steps ? UINT64_MAX
 		    : w->o.epochs ? w->done_samples + (uint64_t)w->o.epochs * feed_epoch(&w->f)
 				  : (uint64_t)w->run.train.epochs * feed_epoch(&w->f);

@@ -5,15 +5,24 @@
 
 #include "base/err.h"
 
-int rule_local_init(struct rule_local *l, const struct rule_config *c, size_t n, float lr,
-		    float momentum, float wd, int nesterov, char *err)
+int rule_local_init(struct rule_local *l, const struct rule_config *c, const struct layout *lo,
+		    const struct optim_config *oc, char *err)
 {
+	struct optim_config mine = *oc;
+	size_t n = lo->total;
 	int rc;
 	memset(l, 0, sizeof *l);
 	if (!(l->d = rule_describe(c->name)))
 		return rule_err_unknown(err, c->name);
 	l->n = n;
-	l->lr = lr;
+	l->lr = oc->lr;
+	if (l->d->sends != RULE_SENDS_CYCLE && mine.kind == OPTIM_SGD) {
+		mine.momentum = 0;
+		mine.nesterov = 0;
+		mine.weight_decay = 0;
+	}
+	l->plain = mine.kind == OPTIM_SGD && mine.momentum == 0 && mine.weight_decay == 0 && !mine.warmup &&
+		   mine.schedule == LR_CONSTANT && mine.clip == 0 && l->d->sends != RULE_SENDS_CYCLE;
 	/* rules without a "window" field keep their descriptor's λ = 1 in c */
 	l->window = c->window > 1 ? c->window : 1;
 	l->x0 = malloc(sizeof(float) * n);
@@ -24,8 +33,7 @@ int rule_local_init(struct rule_local *l, const struct rule_config *c, size_t n,
 		rule_local_free(l);
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", n);
 	}
-	if (l->d->sends == RULE_SENDS_CYCLE &&
-	    (rc = sgd_init(&l->opt, n, lr, momentum, wd, nesterov, err)) < 0) {
+	if (!l->plain && (rc = optim_init(&l->opt, &mine, lo, err)) < 0) {
 		rule_local_free(l);
 		return rc;
 	}
@@ -37,18 +45,19 @@ void rule_local_free(struct rule_local *l)
 	free(l->x0);
 	free(l->delta);
 	free(l->xg);
-	sgd_free(&l->opt);
+	optim_free(&l->opt);
 	memset(l, 0, sizeof *l);
 }
 
-void rule_local_start(struct rule_local *l, const float *x)
+void rule_local_start(struct rule_local *l, const float *x, uint64_t step, uint64_t total)
 {
+	if (!l->plain)
+		optim_restart(&l->opt, step, total);
 	if (l->d->sends != RULE_SENDS_CYCLE)
 		return;
 	/* x_w = x_w^init = X_0, momentum from 0 */
 	memcpy(l->x0, x, sizeof(float) * l->n);
 	memcpy(l->xg, x, sizeof(float) * l->n);
-	sgd_reset(&l->opt);
 }
 
 void rule_local_begin(struct rule_local *l, const float *x)
@@ -57,12 +66,18 @@ void rule_local_begin(struct rule_local *l, const float *x)
 		memcpy(l->x0, x, sizeof(float) * l->n);
 }
 
-void rule_local_step(struct rule_local *l, float *x, const float *g)
+void rule_local_step(struct rule_local *l, float *x, float *g)
 {
 	const float lr = l->lr;
 	size_t n = l->n;
-	if (l->d->sends == RULE_SENDS_CYCLE) {
-		sgd_step(&l->opt, x, g);
+	if (!l->plain && l->d->sends == RULE_SENDS_STEP && l->window == 1) {
+		/* Δθ = the optimiser's step from the θ received; x stays where the server put it */
+		memcpy(l->x0, x, sizeof(float) * n);
+		optim_step(&l->opt, l->x0, g);
+		for (size_t i = 0; i < n; i++)
+			l->delta[i] = l->x0[i] - x[i];
+	} else if (!l->plain) {
+		optim_step(&l->opt, x, g);
 	} else if (l->d->sends == RULE_SENDS_STEP && l->window == 1) {
 		/* Δθ = −η∇L at the θ received; x stays where the server put it */
 		for (size_t i = 0; i < n; i++)

@@ -5,6 +5,7 @@
 #ifndef GEM_RULES_LOCAL_H
 #define GEM_RULES_LOCAL_H
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nn/optim.h"
 #include "rules/rule.h"
@@ -17,20 +18,25 @@ struct rule_local {
 	float *x0;    /* x where the window (dma: the cycle) started */
 	float *delta; /* the vector committed */
 	float *xg;    /* dma: X_j, the newest global model received */
-	struct sgd opt; /* dma: the run's momentum SGD for the local steps */
+	int plain;    /* the local step is x − lr·∇ (below); else it is opt's */
+	struct optim opt; /* the local optimiser when not plain */
 };
 
-/* The half of rule c for n parameters; lr, momentum, weight decay and Nesterov are the run's
- * (momentum SGD is the local optimiser of rules that send cycles). */
-int rule_local_init(struct rule_local *l, const struct rule_config *c, size_t n, float lr,
-		    float momentum, float wd, int nesterov, char *err);
+/* The half of rule c for the parameters laid out as lo, whose local optimiser is oc (the
+ * run's): momentum SGD for rules that send cycles; for the others SGD without momentum or
+ * weight decay (the server keeps the momentum), which with a constant rate and no clipping is
+ * the plain step; AdamW as oc says for every rule. The moments stay here, on the worker. */
+int rule_local_init(struct rule_local *l, const struct rule_config *c, const struct layout *lo,
+		    const struct optim_config *oc, char *err);
 void rule_local_free(struct rule_local *l);
-/* x is θ as the server just handed it over at a join: the worker starts (over) from it. */
-void rule_local_start(struct rule_local *l, const float *x);
+/* x is θ as the server just handed it over at a join: the worker starts (over) from it, its
+ * momentum or moments at 0, its schedule at `step` of a cosine that ends at `total` (the steps
+ * it has taken in the run, and its budget). */
+void rule_local_start(struct rule_local *l, const float *x, uint64_t step, uint64_t total);
 /* Before the first local step of a commit. */
 void rule_local_begin(struct rule_local *l, const float *x);
-/* One local step with gradient g taken at x (x may move). */
-void rule_local_step(struct rule_local *l, float *x, const float *g);
+/* One local step with gradient g taken at x (x may move; g may be clipped in place). */
+void rule_local_step(struct rule_local *l, float *x, float *g);
 /* The vector to commit after the window (n floats; dma also moves x: x = X_j + Δ). */
 const float *rule_local_commit(struct rule_local *l, float *x);
 /* The reply's vector v: θ (x ← θ), easgd's d when elastic (x ← x − d), or for dma X_{j+1}

@@ -188,7 +188,9 @@ static int parse_run(struct run *r, char *err)
 					      .momentum = (float)spec.train.momentum,
 					      .weight_decay = (float)spec.train.weight_decay,
 					      .nesterov = spec.train.nesterov, .batch = spec.train.batch,
-					      .epochs = spec.train.epochs, .seed = spec.train.seed};
+					      .epochs = spec.train.epochs, .seed = spec.train.seed,
+					      .optimizer = spec.train.optimizer, .warmup = spec.train.warmup,
+					      .schedule = spec.train.schedule, .clip = (float)spec.train.clip};
 		r->rule = spec.rule;
 	}
 	run_spec_free(&spec);
@@ -244,6 +246,24 @@ int run_from_json(json_t *json, struct run *r, char *err)
 	return 0;
 }
 
+void run_optim_config(const struct run *r, uint64_t total, struct optim_config *c)
+{
+	const struct run_train *t = &r->train;
+	*c = (struct optim_config){.kind = t->optimizer, .lr = t->lr, .weight_decay = t->weight_decay,
+				   .momentum = t->momentum, .nesterov = t->nesterov, .warmup = t->warmup,
+				   .schedule = t->schedule, .total_steps = total, .clip = t->clip};
+}
+
+int run_data_fit(const struct model *m, struct dataset *ds, char *err)
+{
+	int rc;
+	/* a sequence model's loss has a row per position: its T, the text's window */
+	if (ds->text && !ds->seq && model_labels(m) > 1 &&
+	    (rc = dataset_window(ds, model_labels(m), err)) < 0)
+		return rc;
+	return model_fits(m, ds, err);
+}
+
 int run_data_load(const struct run *r, const char *dir, const char *split, struct dataset *ds,
 		  char *err)
 {
@@ -253,7 +273,7 @@ int run_data_load(const struct run *r, const char *dir, const char *split, struc
 	if ((rc = model_from_json(r->model, &m, err)) < 0)
 		return rc;
 	if ((rc = dataset_load(dir ? dir : r->data_dir, split, ds, err)) == 0 &&
-	    (rc = model_fits(m, ds, err)) < 0)
+	    (rc = run_data_fit(m, ds, err)) < 0)
 		dataset_free(ds);
 	model_free(m);
 	return rc;

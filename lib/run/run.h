@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "nn/data.h"
+#include "nn/optim.h"
 #include "rules/rule.h"
 #include "run/shard.h"
 
@@ -45,6 +46,10 @@ struct run_train {
 	int batch;
 	int epochs; /* the run's budget: epochs per worker */
 	uint64_t seed;
+	enum optim_kind optimizer;
+	uint64_t warmup;
+	enum lr_shape schedule;
+	float clip;
 };
 
 struct run {
@@ -61,6 +66,10 @@ struct run {
 	char fdir[PATH_MAX];     /* where the server's files are: RUNDIR, or its shard's directory */
 	struct shard shard;      /* k = 0: not sharded */
 };
+
+/* The optimiser of r's local steps: its run.json "train" as given, the cosine ending at step
+ * total (a trainer's budget in steps). */
+void run_optim_config(const struct run *r, uint64_t total, struct optim_config *c);
 
 /* Where θ's state stands: what a params file records beside θ. */
 struct run_progress {
@@ -84,6 +93,9 @@ int run_open(const char *dir, struct run *r, char *err);
  * copy from the server's GET /v1/run. */
 int run_from_json(json_t *json, struct run *r, char *err);
 void run_close(struct run *r);
+struct model;
+/* Check ds against model m (model_fits), a text cut first into windows of m's positions. */
+int run_data_fit(const struct model *m, struct dataset *ds, char *err);
 /* Split "train" or "test" of the run's data (of dir instead when dir is non-NULL), checked
  * against the run's model with model_fits: every program where a run meets its data loads it
  * here, so a model spec that does not fit its data (from a lying server) is refused. */

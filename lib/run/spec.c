@@ -19,7 +19,11 @@
 
 enum {
 	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_WINDOW, O_ALPHA, O_LDC,
+	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP,
 };
+
+#define MAX_WARMUP (1ull << 40) /* warm-up steps: at most this */
+#define MAX_CLIP 1e6
 
 const struct option run_opts_long[RUN_OPTS_N + 1] = {
 	{.name = "model", .has_arg = required_argument, .val = 'm'},
@@ -29,6 +33,10 @@ const struct option run_opts_long[RUN_OPTS_N + 1] = {
 	{.name = "momentum", .has_arg = required_argument, .val = O_MOM},
 	{.name = "nesterov", .has_arg = no_argument, .val = O_NEST},
 	{.name = "weight-decay", .has_arg = required_argument, .val = O_WD},
+	{.name = "optimizer", .has_arg = required_argument, .val = O_OPTIM},
+	{.name = "warmup", .has_arg = required_argument, .val = O_WARMUP},
+	{.name = "schedule", .has_arg = required_argument, .val = O_SCHED},
+	{.name = "clip", .has_arg = required_argument, .val = O_CLIP},
 	{.name = "batch", .has_arg = required_argument, .val = 'b'},
 	{.name = "epochs", .has_arg = required_argument, .val = 'e'},
 	{.name = "seed", .has_arg = required_argument, .val = 's'},
@@ -68,6 +76,21 @@ static const struct train_num {
 
 /* ---- run.json ---- */
 
+/* The optimiser's members of run.json "train", each only when it is not the default. */
+static int optim_to_json(const struct run_train_spec *t, json_t *train)
+{
+	int rc = 0;
+	if (t->optimizer != OPTIM_SGD)
+		rc |= json_object_set_new(train, "optimizer", json_string(optim_kind_name(t->optimizer)));
+	if (t->warmup)
+		rc |= json_object_set_new(train, "warmup", json_integer((json_int_t)t->warmup));
+	if (t->schedule != LR_CONSTANT)
+		rc |= json_object_set_new(train, "schedule", json_string(lr_shape_name(t->schedule)));
+	if (t->clip > 0)
+		rc |= json_object_set_new(train, "clip", json_real(t->clip));
+	return rc;
+}
+
 json_t *run_spec_to_json(const struct run_spec *s)
 {
 	const struct run_train_spec *t = &s->train;
@@ -82,6 +105,10 @@ json_t *run_spec_to_json(const struct run_spec *s)
 		      "weight_decay", t->weight_decay, "batch", t->batch, "epochs", t->epochs, "seed",
 		      (json_int_t)t->seed, "rule", rule, "nparams", (json_int_t)s->nparams);
 	if (j && s->shard_data && json_object_set_new(j, "shard", json_true()) < 0) {
+		json_decref(j);
+		return NULL;
+	}
+	if (j && optim_to_json(t, json_object_get(j, "train")) < 0) {
 		json_decref(j);
 		return NULL;
 	}
@@ -103,6 +130,35 @@ static int get_str(const json_t *o, const char *sect, const char *key, char *out
 	if (jget_strcpy(o, key, out, cap) != JGET_OK)
 		return gem_errf(err, GEM_EUSAGE, "%s%s%s: missing, not a string or too long", sect,
 				*sect ? "." : "", key);
+	return 0;
+}
+
+/* run.json "train"'s optimiser: each member optional (missing: the default), checked as gem-init
+ * checks its option; AdamW with a momentum is refused (its betas are its momentum). */
+static int optim_from_json(const json_t *train, struct run_train_spec *t, char *err)
+{
+	const json_t *v;
+	long long warmup = 0;
+	double clip = 0;
+	int k;
+	if ((v = json_object_get(train, "optimizer"))) {
+		if (!json_is_string(v) || (k = optim_kind_parse(json_string_value(v))) < 0)
+			return gem_errf(err, GEM_EUSAGE, "train.optimizer: not \"sgd\" or \"adamw\"");
+		t->optimizer = (enum optim_kind)k;
+	}
+	if ((v = json_object_get(train, "schedule"))) {
+		if (!json_is_string(v) || (k = lr_shape_parse(json_string_value(v))) < 0)
+			return gem_errf(err, GEM_EUSAGE, "train.schedule: not \"constant\" or \"cosine\"");
+		t->schedule = (enum lr_shape)k;
+	}
+	if (jget_int(train, "warmup", 0, (long long)MAX_WARMUP, &warmup) < 0)
+		return gem_errf(err, GEM_EUSAGE, "train.warmup: not an integer in [0, 2^40]");
+	if (jget_num(train, "clip", 0, MAX_CLIP, &clip) < 0)
+		return gem_errf(err, GEM_EUSAGE, "train.clip: not a number in [0, %g]", MAX_CLIP);
+	t->warmup = (uint64_t)warmup;
+	t->clip = clip;
+	if (t->optimizer == OPTIM_ADAMW && (t->momentum != 0 || t->nesterov))
+		return gem_errf(err, GEM_EUSAGE, "train.momentum: AdamW takes none (its betas are its momentum)");
 	return 0;
 }
 
@@ -129,7 +185,7 @@ static int train_from_json(const json_t *train, struct run_train_spec *t, char *
 		return gem_errf(err, GEM_EUSAGE, "train.seed: missing or not an integer in [0, 2^63)");
 	t->seed = (uint64_t)seed;
 	jget_bool(train, "nesterov", &t->nesterov);
-	return 0;
+	return optim_from_json(train, t, err);
 }
 
 /* run.json "data": of pixels scaled to [0, 1] (dataset_stats), and a std that keeps x/std a
@@ -254,8 +310,37 @@ void run_opts_init(struct run_opts *o)
 					   .seed = 1};
 }
 
+/* An option of the optimiser into t. */
+static int optim_opt_take(struct run_train_spec *t, int c, const char *arg, char *err)
+{
+	int k;
+	uint64_t u;
+	switch (c) {
+	case O_OPTIM:
+		if ((k = optim_kind_parse(arg)) < 0)
+			return gem_errf(err, GEM_EUSAGE, "--optimizer: not sgd or adamw: %s", arg);
+		t->optimizer = (enum optim_kind)k;
+		return 0;
+	case O_SCHED:
+		if ((k = lr_shape_parse(arg)) < 0)
+			return gem_errf(err, GEM_EUSAGE, "--schedule: not constant or cosine: %s", arg);
+		t->schedule = (enum lr_shape)k;
+		return 0;
+	case O_WARMUP:
+		if (num_u64(arg, &u) || u > MAX_WARMUP)
+			return gem_errf(err, GEM_EUSAGE, "--warmup: not an integer in [0, 2^40]: %s", arg);
+		t->warmup = u;
+		return 0;
+	}
+	if (num_double(arg, 0, MAX_CLIP, &t->clip))
+		return gem_errf(err, GEM_EUSAGE, "--clip: not a number in [0, %g]: %s", MAX_CLIP, arg);
+	return 0;
+}
+
 int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
 {
+	if (c == O_MOM)
+		o->momentum_set = 1;
 	for (size_t i = 0; i < NTRAIN; i++) {
 		const struct train_num *f = &train_nums[i];
 		double v;
@@ -271,6 +356,8 @@ int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
 		return 0;
 	}
 	switch (c) {
+	case O_OPTIM: case O_SCHED: case O_WARMUP: case O_CLIP:
+		return optim_opt_take(&o->train, c, arg, err);
 	case 'm': o->model = arg; return 0;
 	case 'd': o->data = arg; return 0;
 	case 'r': o->rule = arg; return 0;
@@ -507,12 +594,12 @@ static int data_of_opts(struct run_opts *o, const struct model *m, const char *m
 	snprintf(s->data_name, sizeof s->data_name, "%s", o->data);
 	if (dataset_load(s->data_dir, "train", &ds, err) < 0)
 		return GEM_EFAIL;
-	o->nsamples = ds.n;
-	if (model_fits(m, &ds, err) < 0) {
+	if (run_data_fit(m, &ds, err) < 0) {
 		gem_errprefix(err, "%s: ", model_path);
 		dataset_free(&ds);
 		return GEM_EUSAGE;
 	}
+	o->nsamples = ds.n;
 	dataset_stats(&ds, &s->mean, &s->std);
 	dataset_free(&ds);
 	/* gem-eval and the end of every gem-run evaluate on the test split: a run without one
@@ -524,6 +611,29 @@ static int data_of_opts(struct run_opts *o, const struct model *m, const char *m
 	return 0;
 }
 
+/* The optimiser o asks for, checked: AdamW without a momentum (it sets the rule's to 0 too),
+ * a cosine longer than its warm-up over the run's budget of steps (a worker of the whole
+ * training set's: o->nsamples known). */
+static int optim_of_opts(struct run_opts *o, char *err)
+{
+	struct run_train_spec *t = &o->train;
+	uint64_t steps = (uint64_t)t->epochs * (((uint64_t)o->nsamples + (uint64_t)t->batch - 1) / (uint64_t)t->batch);
+	o->usage = 1;
+	if (t->optimizer == OPTIM_ADAMW) {
+		if ((o->momentum_set && t->momentum != 0) || t->nesterov)
+			return gem_errf(err, GEM_EUSAGE, "--%s: AdamW takes none (its betas are its momentum)",
+					t->nesterov ? "nesterov" : "momentum");
+		t->momentum = 0;
+	}
+	if (o->nsamples && t->schedule == LR_COSINE && steps <= t->warmup)
+		return gem_errf(err, GEM_EUSAGE, "--warmup %llu: the cosine needs a longer budget than "
+				"%llu steps (--epochs %d of %d samples in batches of %d)",
+				(unsigned long long)t->warmup, (unsigned long long)steps, t->epochs, o->nsamples,
+				t->batch);
+	o->usage = 0;
+	return 0;
+}
+
 int run_make_new(const char *dir, struct run_opts *o, struct run_spec *spec, char *err)
 {
 	char path[4096];
@@ -532,18 +642,22 @@ int run_make_new(const char *dir, struct run_opts *o, struct run_spec *spec, cha
 
 	memset(spec, 0, sizeof *spec);
 	o->usage = 0;
-	if ((rc = rule_of_opts(o, &spec->rule, err)) < 0)
+	o->nsamples = 0;
+	/* the optimiser is checked before the rule takes its momentum (AdamW's 0), and again once
+	 * the data gives the budget of its cosine */
+	if ((rc = optim_of_opts(o, err)) < 0 || (rc = rule_of_opts(o, &spec->rule, err)) < 0)
 		return rc;
 	if (resolve_model(o->model, path, sizeof path, err) < 0 ||
 	    model_from_file(path, &spec->model, &m, err) < 0)
 		return GEM_EUSAGE;
-	spec->train = o->train;
 	if ((rc = model_name_of(o->model, spec->model_name, sizeof spec->model_name, err)) < 0) {
 		model_free(m);
 		return rc;
 	}
-	if ((rc = data_of_opts(o, m, path, spec, err)) == 0)
+	if ((rc = data_of_opts(o, m, path, spec, err)) == 0 && (rc = optim_of_opts(o, err)) == 0) {
+		spec->train = o->train;
 		rc = make_with(dir, spec, m, o->force ? RUN_MAKE_FORCE : 0, err);
+	}
 	model_free(m);
 	return rc;
 }

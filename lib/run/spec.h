@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdint.h>
 
+#include "nn/optim.h"
 #include "rules/rule.h"
 
 /* run.json's "train": the hyper-parameters of local training, as given (narrowed to floats when
@@ -18,6 +19,12 @@ struct run_train_spec {
 	double lr, momentum, weight_decay;
 	int nesterov, batch, epochs;
 	uint64_t seed;
+	/* the optimiser of local steps; written only when not the default (momentum SGD at a
+	 * constant rate, unclipped), so that such a run's run.json is the one gem always wrote */
+	enum optim_kind optimizer;
+	uint64_t warmup;         /* steps */
+	enum lr_shape schedule;
+	double clip;             /* the gradient's global norm at most this; 0: none */
 };
 
 /* What run.json records. */
@@ -70,12 +77,13 @@ struct run_opts {
 	int force;
 	int usage;              /* after an error: it is about one option (its usage line applies) */
 	int nsamples;           /* run_make_new: the training set's samples */
+	int momentum_set;       /* --momentum was given (AdamW refuses one) */
 };
 
 /* The options' getopt_long table (the short letters: RUN_OPTS_SHORT), and how many. */
 extern const struct option run_opts_long[];
 #define RUN_OPTS_SHORT "m:d:r:b:e:s:n:f"
-#define RUN_OPTS_N 19
+#define RUN_OPTS_N 23
 
 void run_opts_init(struct run_opts *o);
 /* Option c (a val of run_opts_long) with its argument into o: 0, 1 when c is no option of a
