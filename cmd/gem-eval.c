@@ -34,6 +34,8 @@ static void usage(FILE *f)
 	fputs("Evaluate parameters on the run's test set; print TSV under a '#' header line:\n"
 	      "elapsed seconds, version (central updates), samples seen, test loss, test\n"
 	      "accuracy, then train_loss (--train-subset), acc_0 ... acc_<C-1> (--per-class).\n"
+	      "A text run's losses are in bits per byte (test_bpb, train_bpb) and its accuracy\n"
+	      "is of the next byte, over 20 fixed batches of 32 windows of each split.\n"
 	      "Several runs make one table, the run (as named) in a first column. An SGP\n"
 	      "RUNDIR has its nodes evaluated (--nodes). A sharded run's servers are one\n"
 	      "URL argument: URL1,URL2,... (gem-serve --shard I/K, shard 0's first).\n"
@@ -96,7 +98,26 @@ struct evaluator {
 	const char *what;  /* the run evaluated as named, for messages */
 	int diverged;      /* an evaluation's loss said its parameters diverged: exit 1 */
 	const char *warned; /* the run a divergence was last said of */
+	int header_text;    /* the header printed is a text's (bits per byte) */
 };
+
+/* A text's losses are shown in bits per byte ("test_bpb"), others' as they are. */
+static int is_text(const struct evaluator *e)
+{
+	return e->test.text != NULL;
+}
+
+static double shown_loss(const struct evaluator *e, double loss)
+{
+	return is_text(e) ? loss / M_LN2 : loss;
+}
+
+static const char *loss_key(const struct evaluator *e, int train)
+{
+	if (is_text(e))
+		return train ? "train_bpb" : "test_bpb";
+	return train ? "train_loss" : "test_loss";
+}
 
 static int is_dir(const char *p)
 {
@@ -136,11 +157,9 @@ static void json_str(const char *s)
 
 static void print_header(const struct evaluator *e)
 {
-	fputs(e->name ? "# run\telapsed\tversion\tsamples\ttest_loss\ttest_acc"
-		      : "# elapsed\tversion\tsamples\ttest_loss\ttest_acc",
-	      stdout);
+	printf("# %selapsed\tversion\tsamples\t%s\ttest_acc", e->name ? "run\t" : "", loss_key(e, 0));
 	if (e->train_subset)
-		fputs("\ttrain_loss", stdout);
+		printf("\t%s", loss_key(e, 1));
 	if (e->per_class)
 		for (int k = 0; k < e->res.classes; k++)
 			printf("\tacc_%d", k);
@@ -160,10 +179,10 @@ static void print_row(const struct evaluator *e, const struct run_progress *p)
 		}
 		printf("\"elapsed\":%.3f,\"version\":%llu,\"samples\":%llu", p->elapsed,
 		       (unsigned long long)p->version, (unsigned long long)p->samples);
-		json_num("test_loss", "%.6f", e->res.loss);
+		json_num(loss_key(e, 0), "%.6f", shown_loss(e, e->res.loss));
 		json_num("test_acc", "%.4f", e->res.accuracy);
 		if (e->train_subset)
-			json_num("train_loss", "%.6f", e->tres.loss);
+			json_num(loss_key(e, 1), "%.6f", shown_loss(e, e->tres.loss));
 		for (int k = 0; e->per_class && k < e->res.classes; k++) {
 			char key[16];
 			snprintf(key, sizeof key, "acc_%d", k);
@@ -175,10 +194,10 @@ static void print_row(const struct evaluator *e, const struct run_progress *p)
 	if (e->name)
 		printf("%s\t", e->name);
 	printf("%.3f\t%llu\t%llu\t%s\t%.4f", p->elapsed, (unsigned long long)p->version,
-	       (unsigned long long)p->samples, num_format(loss, sizeof loss, "%.6f", e->res.loss),
+	       (unsigned long long)p->samples, num_format(loss, sizeof loss, "%.6f", shown_loss(e, e->res.loss)),
 	       e->res.accuracy);
 	if (e->train_subset)
-		printf("\t%s", num_format(loss, sizeof loss, "%.6f", e->tres.loss));
+		printf("\t%s", num_format(loss, sizeof loss, "%.6f", shown_loss(e, e->tres.loss)));
 	for (int k = 0; e->per_class && k < e->res.classes; k++)
 		printf("\t%.4f", eval_class_accuracy(&e->res, k));
 	putchar('\n');
@@ -213,10 +232,15 @@ static int evaluate(void *ctx, const struct run_progress *p, char *err)
 		return gem_errf(err, GEM_EUSAGE, "%s: %d classes, the runs before %d: not one table "
 				"with --per-class", e->name ? e->name : "run", e->res.classes,
 				e->header_classes);
+	if (!e->json && e->header_done && is_text(e) != e->header_text)
+		return gem_errf(err, GEM_EUSAGE, "%s: a %s run after %s ones: not one table (use --json)",
+				e->name ? e->name : "run", is_text(e) ? "text" : "non-text",
+				e->header_text ? "text" : "non-text");
 	if (!e->json && !e->header_done)
 		print_header(e);
 	e->header_done = 1;
 	e->header_classes = e->res.classes;
+	e->header_text = is_text(e);
 	print_row(e, p);
 	if (fflush(stdout) == EOF || ferror(stdout))
 		return gem_errf(err, GEM_EFAIL, "stdout: write error");
@@ -336,7 +360,7 @@ static void print_node_row(const struct evaluator *e, const char *node, double v
 		else
 			printf("{\"node\":\"%s\"", node);
 		printf(",\"version\":%.0f,\"samples\":%.0f", version, samples);
-		json_num("test_loss", "%.6f", loss);
+		json_num(loss_key(e, 0), "%.6f", shown_loss(e, loss));
 		json_num("test_acc", "%.4f", acc);
 		json_num("consensus", "%.6g", dist);
 		fputs("}\n", stdout);
@@ -344,7 +368,7 @@ static void print_node_row(const struct evaluator *e, const char *node, double v
 	}
 	char l[48];
 	printf("%s\t%.0f\t%.0f\t%s\t%.4f\t%.6g\n", node, version, samples,
-	       num_format(l, sizeof l, "%.6f", loss), acc, dist);
+	       num_format(l, sizeof l, "%.6f", shown_loss(e, loss)), acc, dist);
 }
 
 /* Load every node's z (from run: its files; from a URL: the node's GET /v1/params), evaluate
@@ -395,7 +419,7 @@ static int evaluate_nodes(struct evaluator *e, const struct run *run, struct nod
 		return rc;
 	}
 	if (!e->json)
-		fputs("# node\tversion\tsamples\ttest_loss\ttest_acc\tconsensus\n", stdout);
+		printf("# node\tversion\tsamples\t%s\ttest_acc\tconsensus\n", loss_key(e, 0));
 	for (int i = 0; i < nd->k; i++) {
 		snprintf(name, sizeof name, "%d", i);
 		print_node_row(e, name, (double)nd->p[i].version, (double)nd->p[i].samples,

@@ -14,7 +14,8 @@ struct rng {
  * added to it is named. */
 #define RNG_MODEL_INIT  UINT64_C(0x6d6f64656c)   /* "model": θ₀ (model_init_params) */
 #define RNG_SHARD       UINT64_C(0x5348415244)   /* "SHARD": the split of the data into shards */
-#define RNG_EVAL_SUBSET UINT64_C(0x6576616c)     /* "eval": gem-eval's --samples subset */
+#define RNG_EVAL_SUBSET UINT64_C(0x6576616c)     /* "eval": gem-eval's --samples subset, and
+							 * with seed 1 a text's evaluation windows */
 #define RNG_DROPOUT     UINT64_C(0x6472706f7574) /* + data position: dropout of one step (trainer) */
 #define RNG_DROP_RATE   UINT64_C(0x64726f70)     /* "drop": gem-serve --drop-rate's draws */
 #define RNG_SIM_TIMING  UINT64_C(0x73696d74)     /* + worker id: gem-sim's step times */

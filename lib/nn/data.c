@@ -398,9 +398,7 @@ static void make_lut(float lut[256], float mean, float std)
 		lut[k] = (float)((k / 255.0 - mean) / std);
 }
 
-/* The window of d's text at offset off into x (seq byte values) and y (the seq bytes after
- * each; y may be NULL). */
-static void fill_window(const struct dataset *d, size_t off, float *restrict x, uint8_t *restrict y)
+void dataset_fill_window(const struct dataset *d, size_t off, float *restrict x, uint8_t *restrict y)
 {
 	const uint8_t *src = d->text + off;
 	for (int j = 0; j < d->seq; j++)
@@ -415,7 +413,7 @@ static void fill(const struct dataset *d, const float lut[256], const uint32_t *
 	size_t dim = (size_t)d->dim;
 	if (d->text) { /* sample s: the window at s·seq */
 		for (size_t k = 0; k < n; k++)
-			fill_window(d, (idx ? idx[start + k] : start + k) * dim, x + k * dim, y ? y + k * dim : NULL);
+			dataset_fill_window(d, (idx ? idx[start + k] : start + k) * dim, x + k * dim, y ? y + k * dim : NULL);
 		return;
 	}
 	for (size_t k = 0; k < n; k++) {
@@ -542,7 +540,7 @@ int batcher_next(struct batcher *b, float *x, uint8_t *y)
 	if (b->d->text) {
 		size_t seq = (size_t)b->d->seq;
 		for (size_t i = 0; i < k; i++)
-			fill_window(b->d, b->order[b->pos + i], x + i * seq, y + i * seq);
+			dataset_fill_window(b->d, b->order[b->pos + i], x + i * seq, y + i * seq);
 		b->pos += k;
 		return (int)k;
 	}

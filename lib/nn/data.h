@@ -79,6 +79,9 @@ void dataset_stats(const struct dataset *d, double *mean, double *std);
  * values, not normalised, and n × seq labels. */
 void dataset_fill(const struct dataset *d, const uint32_t *idx, size_t start, size_t n,
 		  float mean, float std, float *x, uint8_t *y);
+/* The window of a windowed text at byte offset off (off + seq < len) into x (seq byte values)
+ * and y (the seq bytes after each; y may be NULL). */
+void dataset_fill_window(const struct dataset *d, size_t off, float *x, uint8_t *y);
 
 /* Worker shard_i of shard_n gets a disjoint, near-equal part of a permutation fixed by seed
  * (the parts cover the dataset); inputs become (pixel/255 − mean)/std. Starts at epoch 0. Of a

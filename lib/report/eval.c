@@ -22,17 +22,19 @@
 
 int eval_buf_init(struct eval_buf *b, struct model *m, char *err)
 {
-	size_t dim = model_input_size(m);
+	size_t dim = model_input_size(m), labels = (size_t)model_labels(m);
 	memset(b, 0, sizeof *b);
+	/* a sequence model's activations are T rows per sample: a training batch's worth */
+	b->chunk = labels > 1 ? EVAL_TEXT_BATCH : EVAL_CHUNK;
 	/* the first layer's gemm operand: padded (nn/layer_ops.h) */
-	b->x = layer_falloc((size_t)EVAL_CHUNK * dim, sizeof *b->x);
-	b->y = malloc(EVAL_CHUNK);
-	b->pred = malloc(EVAL_CHUNK);
+	b->x = layer_falloc((size_t)b->chunk * dim, sizeof *b->x);
+	b->y = malloc((size_t)b->chunk * labels);
+	b->pred = malloc((size_t)b->chunk * labels);
 	if (!b->x || !b->y || !b->pred) {
 		eval_buf_free(b);
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	}
-	return model_reserve(m, EVAL_CHUNK, err);
+	return model_reserve(m, b->chunk, err);
 }
 
 void eval_buf_free(struct eval_buf *b)
@@ -41,6 +43,29 @@ void eval_buf_free(struct eval_buf *b)
 	free(b->y);
 	free(b->pred);
 	memset(b, 0, sizeof *b);
+}
+
+/* A text's fixed windows: EVAL_TEXT_BATCHES batches of b->chunk (byte values: not normalised). */
+static void eval_text(struct eval_buf *b, struct model *m, const struct dataset *d, struct eval_result *res)
+{
+	size_t labels = (size_t)model_labels(m);
+	double loss = 0;
+	long correct = 0;
+	struct rng r;
+	rng_seed(&r, EVAL_TEXT_SEED, RNG_EVAL_SUBSET);
+	for (int k = 0; k < EVAL_TEXT_BATCHES; k++) {
+		for (int i = 0; i < b->chunk; i++)
+			dataset_fill_window(d, rng_below(&r, (uint32_t)(d->len - labels)), b->x + (size_t)i * labels,
+					    b->y + (size_t)i * labels);
+		loss += model_evaluate(m, b->x, b->y, b->chunk, &correct, b->pred);
+		for (size_t i = 0; i < (size_t)b->chunk * labels; i++) {
+			res->class_n[b->y[i]]++;
+			res->class_correct[b->y[i]] += b->pred[i] == b->y[i];
+		}
+	}
+	res->n = (long)EVAL_TEXT_BATCHES * b->chunk;
+	res->loss = loss / ((double)res->n * (double)labels);
+	res->accuracy = (double)correct / ((double)res->n * (double)labels);
 }
 
 int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float mean, float std,
@@ -57,8 +82,14 @@ int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float
 				classes);
 	memset(res, 0, sizeof *res);
 	res->classes = classes;
-	for (int start = 0; start < d->n; start += EVAL_CHUNK) {
-		int n = d->n - start < EVAL_CHUNK ? d->n - start : EVAL_CHUNK;
+	if (d->text) {
+		if (d->n < 1 || b->chunk != EVAL_TEXT_BATCH)
+			return gem_errf(err, GEM_EUSAGE, "the text has no window to evaluate");
+		eval_text(b, m, d, res);
+		return 0;
+	}
+	for (int start = 0; start < d->n; start += b->chunk) {
+		int n = d->n - start < b->chunk ? d->n - start : b->chunk;
 		dataset_fill(d, NULL, (size_t)start, (size_t)n, mean, std, b->x, b->y);
 		loss += model_evaluate(m, b->x, b->y, n, &correct, b->pred);
 		for (int i = 0; i < n; i++) {
@@ -119,12 +150,26 @@ double eval_class_accuracy(const struct eval_result *res, int k)
 	return (double)res->class_correct[k] / (double)res->class_n[k];
 }
 
+/* out: a copy of the windowed text d. */
+static int text_copy(const struct dataset *d, struct dataset *out, char *err)
+{
+	*out = *d;
+	if (!(out->text = malloc(d->len ? d->len : 1))) {
+		memset(out, 0, sizeof *out);
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
+	memcpy(out->text, d->text, d->len);
+	return 0;
+}
+
 int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *out, char *err)
 {
 	uint32_t *idx;
 	struct rng r;
 
 	memset(out, 0, sizeof *out);
+	if (d->text)
+		return text_copy(d, out, err);
 	if (n > d->n)
 		n = d->n;
 	if (n < 1)

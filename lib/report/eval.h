@@ -1,5 +1,5 @@
 /* eval: a model's loss and accuracy (overall and per class) over a dataset, in chunks, no
- * dropout, with buffers allocated once and reused from evaluation to evaluation; a fixed subset
+ * dropout (a text: per byte, over fixed windows), with buffers allocated once and reused from evaluation to evaluation; a fixed subset
  * of a training set; and a live gem-serve watched from outside (GET /v1/run, /v1/health,
  * /v1/params), version after version, until it stops; the average and spread over the nodes of
  * a decentralised (SGP) run. gem-eval is built on it. */
@@ -15,30 +15,39 @@
 #include "run/run.h"
 
 #define EVAL_CHUNK 500
+/* A text is evaluated on EVAL_TEXT_BATCHES batches of EVAL_TEXT_BATCH windows of its bytes at
+ * offsets drawn from seed EVAL_TEXT_SEED's stream RNG_EVAL_SUBSET: the same for every run and
+ * every call, and those of doc/results.md's gpt-kjv (seed 1). */
+#define EVAL_TEXT_BATCHES 20
+#define EVAL_TEXT_BATCH 32
+#define EVAL_TEXT_SEED 1
 #define EVAL_MAX_CLASSES 256 /* labels are bytes */
 /* The rng stream of eval_subset's permutation (with the run's seed): no worker's shuffle. */
 
 struct eval_result {
-	double loss;     /* mean NLL over the dataset */
-	double accuracy; /* fraction of correct predictions */
-	long n;
+	double loss;     /* mean NLL over the dataset (a text: per byte predicted, in nats) */
+	double accuracy; /* fraction of correct predictions (a text: of next bytes) */
+	long n;          /* samples (a text: windows) */
 	int classes;                         /* the model's classes */
 	long class_n[EVAL_MAX_CLASSES];      /* samples of each class */
 	long class_correct[EVAL_MAX_CLASSES]; /* of which predicted right */
 };
 
-/* The input, label and prediction buffers of EVAL_CHUNK samples of one model. */
+/* The input, label and prediction buffers of a chunk of samples of one model. */
 struct eval_buf {
 	float *x;
 	uint8_t *y, *pred;
+	int chunk;       /* samples: EVAL_CHUNK, or a sequence model's EVAL_TEXT_BATCH windows */
 };
 
-/* Allocate b for m and reserve m for EVAL_CHUNK samples (a training model must model_reserve
+/* Allocate b for m and reserve m for b->chunk samples (a training model must model_reserve
  * its batch again afterwards). */
 int eval_buf_init(struct eval_buf *b, struct model *m, char *err);
 void eval_buf_free(struct eval_buf *b);
 /* Evaluate m's current parameters on d, normalised with mean/std; allocates nothing. A label
- * the model has no output for is refused. */
+ * the model has no output for is refused. A text (windowed) is evaluated on its fixed windows
+ * (EVAL_TEXT_BATCHES × EVAL_TEXT_BATCH windows at any offset, drawn with replacement), every
+ * byte after every position a prediction: its bits per byte are res->loss / ln 2. */
 int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float mean, float std,
 	     struct eval_result *res, char *err);
 /* eval_buf_init, eval_run, eval_buf_free: one evaluation. */
@@ -48,7 +57,8 @@ int eval_dataset(struct model *m, const struct dataset *d, float mean, float std
 double eval_class_accuracy(const struct eval_result *res, int k);
 
 /* out: a copy of the first n samples (all, if d has fewer) of a permutation of d fixed by seed
- * (stream RNG_EVAL_SUBSET): the same samples on every call and every machine. */
+ * (stream RNG_EVAL_SUBSET): the same samples on every call and every machine. A text is copied
+ * whole: eval_run takes its own fixed windows of it, whatever n. */
 int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *out, char *err);
 
 /* Decentralised runs (SGP): the nodes' parameters z_0..z_{k-1} (n floats each). avg gets their

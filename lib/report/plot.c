@@ -11,6 +11,7 @@
 #include "base/jget.h"
 #include "base/log.h"
 #include "base/num.h"
+#include "nn/model.h"
 #include "report/eval.h"
 #include "run/run.h"
 #include "run/runlog.h"
@@ -338,9 +339,22 @@ static int file_exists(const char *p)
 	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Whether model spec is a sequence model's (a loss at every position: a text's bytes). */
+static int spec_is_text(const json_t *spec)
+{
+	char err[GEM_ERRMAX];
+	struct model *m;
+	int text;
+	if (!spec || model_from_json(spec, &m, err) < 0)
+		return 0;
+	text = model_labels(m) > 1;
+	model_free(m);
+	return text;
+}
+
 /* The label of a run's log from its rule (the log's start event's, else run.json's in dir):
  * "gem, 4 workers", "local", "sgp, node 2"; -1 when dir has no run.json or no rule is known. */
-static int run_label(const char *dir, const struct plot_log *lg, char *out, size_t cap)
+static int run_label(const char *dir, struct plot_log *lg, char *out, size_t cap)
 {
 	char path[PATH_MAX + 16], shard[32] = "";
 	const char *base = strrchr(dir, '/');
@@ -362,6 +376,7 @@ static int run_label(const char *dir, const struct plot_log *lg, char *out, size
 	root = json_load_file(path, 0, &jerr);
 	if (!root)
 		return -1;
+	lg->text = spec_is_text(json_object_get(root, "model"));
 	rule = json_object_get(root, "rule");
 	if (json_is_object(rule))
 		rule = json_object_get(rule, "name");
@@ -1205,8 +1220,11 @@ static int script_plot(struct writer *w, char *err)
 {
 	FILE *f = w->f;
 	const struct plot_opts *o = w->o;
-	int first = 1, multi = w->nlogs > 1;
+	int first = 1, multi = w->nlogs > 1, bits = 1;
 	size_t nonempty = 0;
+	/* the log's loss is in nats; runs of texts only are drawn in bits per byte */
+	for (size_t i = 0; i < w->nlogs; i++)
+		bits &= w->logs[i].text;
 	for (size_t i = 0; i < w->nb; i++)
 		nonempty += w->b[i].rows > 0;
 	if (!nonempty)
@@ -1216,14 +1234,16 @@ static int script_plot(struct writer *w, char *err)
 	switch (o->view) {
 	case PLOT_LOSS:
 		fprintf(f, "set title 'training loss (moving average over %ld)'\n", o->smooth);
-		fprintf(f, "set xlabel '%s'\nset ylabel 'training loss'\n", loss_xlabel(w));
+		fprintf(f, "set xlabel '%s'\nset ylabel 'training loss%s'\n", loss_xlabel(w),
+			bits ? " (bits per byte)" : "");
 		fputs("plot ", f);
 		for (size_t i = 0; i < w->nb; i++) {
 			if (!series_next(f, &w->b[i], &first))
 				continue;
 			if (!multi && !o->by_worker)
-				fprintf(f, "$data index %zu using 1:3 with dots lc rgb '#a0a0a0' title 'loss', \\\n     ", i);
-			fprintf(f, "$data index %zu using 1:4 with lines lw 2 title ", i);
+				fprintf(f, "$data index %zu using 1:%s with dots lc rgb '#a0a0a0' title 'loss', \\\n     ",
+					i, bits ? "($3/log(2))" : "3");
+			fprintf(f, "$data index %zu using 1:%s with lines lw 2 title ", i, bits ? "($4/log(2))" : "4");
 			block_title(w, &w->b[i], multi || o->by_worker ? "" : "moving average", f);
 		}
 		fputc('\n', f);

@@ -51,6 +51,8 @@ struct plot_log {
 	int64_t node;           /* an SGP node's log: the node ("sgp" event), else -1 */
 	uint64_t iters;         /* an SGP node's log: its iterations to do ("sgp" event), or 0 */
 	char rule[64];          /* the last start event's rule, "" if none */
+	int text;               /* run.json beside the log has a sequence model: its loss is per
+				 * byte (the loss view draws it in bits) */
 	size_t ucap, wcap, picap;
 };
 
