@@ -1,0 +1,123 @@
+#include "report/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/rng.h"
+#include "nn/layer_ops.h"
+#include "nn/model.h"
+
+/* What generation needs of the model: a sequence model whose every output can be fed back
+ * (classes within its vocabulary), and a prompt within the vocabulary. */
+static int check_model(const struct model *m, const struct sample_opts *o, char *err)
+{
+	int t = model_labels(m), top = 0;
+	struct dataset d = {.n = 1, .rows = 1, .cols = t, .dim = t, .seq = t,
+			    .text = (uint8_t *)o->prompt, .len = o->prompt_len};
+	if (t < 2 || (size_t)t != model_input_size(m))
+		return gem_errf(err, GEM_EUSAGE, "the model is not a sequence model (an embedding first, a "
+				"loss at every position: gem-model(5)): nothing to sample");
+	for (size_t i = 0; i < o->prompt_len; i++)
+		if (o->prompt[i] + 1 > top)
+			top = o->prompt[i] + 1;
+	d.classes = model_classes(m);
+	if (model_fits(m, &d, err) < 0) {
+		gem_errprefix(err, "the model's outputs cannot be fed back: ");
+		return GEM_EUSAGE;
+	}
+	d.classes = top;
+	if (model_fits(m, &d, err) < 0) {
+		gem_errprefix(err, "the prompt: ");
+		return GEM_EUSAGE;
+	}
+	return 0;
+}
+
+/* One byte drawn from the row logp of k classes as o says; p is k doubles of scratch, idx k
+ * ints. */
+static int draw(const float *logp, int k, const struct sample_opts *o, struct rng *r, double *p, int *idx)
+{
+	int n = k, best = 0;
+	double sum = 0, u, acc = 0;
+	for (int c = 1; c < k; c++)
+		if (logp[c] > logp[best])
+			best = c;
+	if (o->temperature == 0)
+		return best;
+	for (int c = 0; c < k; c++)
+		idx[c] = c;
+	if (o->top_k > 0 && o->top_k < k) {
+		/* the k likeliest first (a partial selection sort: k is small), ties to the lower byte */
+		for (int i = 0; i < o->top_k; i++) {
+			int m = i;
+			for (int j = i + 1; j < k; j++)
+				if (logp[idx[j]] > logp[idx[m]])
+					m = j;
+			int t = idx[i];
+			idx[i] = idx[m];
+			idx[m] = t;
+		}
+		n = o->top_k;
+	}
+	for (int i = 0; i < n; i++)
+		sum += p[i] = exp(((double)logp[idx[i]] - logp[best]) / o->temperature);
+	u = rng_float(r) * sum;
+	for (int i = 0; i < n; i++)
+		if ((acc += p[i]) > u)
+			return idx[i];
+	return idx[n - 1];
+}
+
+/* Generate into out with m loaded (reserved for one sample): each byte from the model's row at
+ * the last position of the context, the last t bytes of prompt + out (positions after a
+ * shorter context hold 0: attention is causal, they change nothing before them). */
+static void generate(struct model *m, const struct sample_opts *o, float *x, double *p, int *idx,
+		     uint8_t *out)
+{
+	int t = model_labels(m), k = model_classes(m);
+	struct rng r;
+	rng_seed(&r, o->seed, RNG_SAMPLE);
+	for (long i = 0; i < o->bytes; i++) {
+		size_t have = o->prompt_len + (size_t)i, len = have < (size_t)t ? have : (size_t)t;
+		for (size_t j = 0; j < (size_t)t; j++) {
+			size_t at = have - len + j; /* in prompt + out */
+			x[j] = j >= len ? 0.0f : at < o->prompt_len ? o->prompt[at] : out[at - o->prompt_len];
+		}
+		out[i] = (uint8_t)draw(model_predict(m, x, 1) + (len - 1) * (size_t)k, k, o, &r, p, idx);
+	}
+}
+
+int sample_run(const struct run *r, const struct sample_opts *o, uint8_t *out, char *err)
+{
+	struct run_progress pr;
+	struct model *m = NULL;
+	float *x = NULL;
+	double *p = NULL;
+	int *idx = NULL, rc;
+
+	if (o->prompt_len < 1 || o->bytes < 1 || o->bytes > SAMPLE_MAX_BYTES || !(o->temperature >= 0) ||
+	    o->top_k < 0)
+		return gem_errf(err, GEM_EUSAGE, "sample: an empty prompt, or bytes, temperature or top-k "
+				"out of range");
+	if ((rc = model_from_json(r->model, &m, err)) < 0)
+		return rc;
+	if ((rc = check_model(m, o, err)) < 0 || (rc = model_reserve(m, 1, err)) < 0 ||
+	    (rc = run_params_load_merged(r, model_params(m), model_nparams(m), &pr, err)) < 0) {
+		model_free(m);
+		return rc;
+	}
+	x = layer_falloc(model_input_size(m), sizeof *x); /* the first layer's operand: padded */
+	p = malloc(sizeof *p * (size_t)model_classes(m));
+	idx = malloc(sizeof *idx * (size_t)model_classes(m));
+	if (!x || !p || !idx)
+		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
+	else
+		generate(m, o, x, p, idx, out);
+	free(x);
+	free(p);
+	free(idx);
+	model_free(m);
+	return rc;
+}
