@@ -1,11 +1,13 @@
 /* t2007: the lossy fp16 codec: every finite half survives decode and encode unchanged, rounding
- * is to nearest even within half an ulp, saturation at ±65504, a blob's CRC is that of what it
- * decodes to, hostile blobs (an infinite or NaN half, a wrong size or CRC) are refused without
- * touching v, and error feedback loses nothing: Σ sent + residual = Σ updates. */
+ * is to nearest even within half an ulp, saturation at ±65504, the portable and the F16C kernels
+ * give the same bytes, a blob's CRC is that of what it decodes to, hostile blobs (an infinite or
+ * NaN half, a wrong size or CRC) are refused without touching v, and error feedback loses
+ * nothing: Σ sent + residual = Σ updates. */
 #include "wire/blob.h"
 #include "base/err.h"
 #include "base/rng.h"
 #include "tap.h"
+#include "wire/quant.h"
 
 #include <math.h>
 #include <string.h>
@@ -76,6 +78,54 @@ static int rounds_to(struct blob_codec *c, float x, float want)
 	return got == want && back == want && signbit(got) == signbit(want);
 }
 
+/* The portable kernels and F16C's: the same halves and values for every half's neighbourhood
+ * (each finite half, and the floats a quarter of its step either side: ties, carries,
+ * subnormals), beyond ±65504, with and without a residual; and the same decoded floats. */
+static void levels_agree(struct blob_codec *c)
+{
+	static unsigned char h[2][NH * 2 * 3];
+	static float x3[NH * 3], rs[2][NH * 3], dec[2][NH * 3];
+	int simd = quant_simd(-1), same = 1;
+	size_t n = 0;
+	for (unsigned u = 0; u < NH; u++) {
+		unsigned e = u >> 10 & 0x1f;
+		double x, q;
+		if (e == 0x1f)
+			continue;
+		x = e ? ldexp(1 + (u & 0x3ff) / 1024.0, (int)e - 15) : ldexp(u & 0x3ff, -24);
+		q = ldexp(1, (e > 1 ? (int)e : 1) - 27); /* a quarter of the half's step */
+		x = u & 0x8000 ? -x : x;
+		x3[n] = (float)x;
+		x3[n + 1] = (float)(x + 2 * q); /* halfway to the next half: a tie */
+		x3[n + 2] = (float)(x - q);
+		n += 3;
+	}
+	x3[0] = 1e9f;
+	x3[1] = -65519.0f;
+	x3[2] = 65520.0f;
+	for (int level = 0; level <= simd; level++) {
+		struct blob_meta m;
+		const void *out;
+		char err[GEM_ERRMAX];
+		quant_simd(level);
+		for (size_t i = 0; i < n; i++)
+			rs[level][i] = x3[(i * 7) % n] * 0x1p-12f;
+		if (blob_encode(c, x3, n, BLOB_FP16, -1, &out, &m, err) < 0)
+			same = 0;
+		else
+			memcpy(h[level], out, 2 * n);
+		if (blob_decode(c, h[level], &m, dec[level], n, err) < 0)
+			same = 0;
+		if (blob_encode_feedback(c, x3, rs[level], n, BLOB_FP16, -1, &out, &m, err) < 0)
+			same = 0;
+	}
+	quant_simd(simd);
+	ok(same && (simd == 0 || (!memcmp(h[0], h[1], 2 * n) && !memcmp(dec[0], dec[1], n * 4) &&
+				  !memcmp(rs[0], rs[1], n * 4))),
+	   "portable and F16C kernels: the same halves, values and residuals for %zu floats at, "
+	   "between and beside every half (simd %d)", n, simd);
+}
+
 int main(void)
 {
 	struct blob_codec c;
@@ -88,11 +138,12 @@ int main(void)
 
 	blob_codec_init(&c);
 	ok(blob_codec_known(BLOB_FP16) && blob_codec_lossy(BLOB_FP16) && !blob_codec_lossy(BLOB_RAW) &&
-		   !blob_codec_lossy(BLOB_ZLIB_SHUFFLE),
-	   "fp16 is known, and the one lossy codec");
+		   !blob_codec_lossy(BLOB_ZLIB_SHUFFLE) && !blob_codec_lossy(BLOB_ZLIB),
+	   "fp16 is known and lossy, the zlib codecs and raw are not");
 	ok(blob_encode(&c, v, 1, "fp8", -1, &out, &m, err) == GEM_EUSAGE && strstr(err, "raw, zlib, zlib+shuffle, fp16"),
 	   "an unknown codec lists the known ones: %s", err);
 	all_halves(&c);
+	levels_agree(&c);
 
 	/* ties to even, carries, subnormals, saturation */
 	ok(rounds_to(&c, 1 + 0x1p-11f, 1) && rounds_to(&c, 1 + 3 * 0x1p-11f, 1 + 0x1p-9f),

@@ -243,9 +243,11 @@ static void reply_done(void *cls)
 	slot_release(b->slot->s, b->slot, b);
 }
 
+/* The codec of a reply vector: the server's --codec, or the worker's (θ in fp16 for int8, int4
+ * and topk, which are made for increments) */
 static const char *codec_of(const struct server *s, const char *worker_codec)
 {
-	return s->opts.codec ? s->opts.codec : worker_codec;
+	return s->opts.codec ? s->opts.codec : blob_codec_for_theta(worker_codec);
 }
 
 /* Send reply_vec(b) as the reply message (header fields + one blob named name), and b with it:

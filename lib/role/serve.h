@@ -18,7 +18,7 @@ struct serve_opts {
 	uint64_t max_updates;    /* stop after this many central updates in all; 0: no limit */
 	int keep_running;        /* don't stop when every worker has finished and left */
 	size_t max_body;         /* request body cap in bytes; 0: from the model size */
-	const char *codec;       /* codec of parameter replies; NULL: the one the worker used */
+	const char *codec;       /* codec of parameter replies; NULL: the worker's (blob_codec_for_theta) */
 	double worker_timeout;   /* a worker silent this long is gone; 0: never */
 	double idle_timeout;     /* no commit this long: checkpoint and stop, failed; 0: never */
 	long max_staleness;      /* refuse commits staler than this (SSP); < 0: no bound */

@@ -1,6 +1,8 @@
 #include "wire/blob.h"
 #include "base/err.h"
+#include "base/num.h"
 #include "wire/crc.h"
+#include "wire/quant.h"
 
 #include <libdeflate.h>
 #include <limits.h>
@@ -14,38 +16,72 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "gem blobs need a little-endian host");
 _Static_assert(sizeof(float) == 4, "gem blobs need 32-bit floats");
 
-enum { C_RAW, C_ZLIB, C_SHUF, C_FP16 };
+enum { C_RAW, C_ZLIB, C_SHUF, C_FP16, C_INT8, C_INT4, C_TOPK, C_N };
 
-static int codec_id(const char *name)
+static const struct codec_desc {
+	const char *name; /* on the wire */
+	int lossy;
+} codecs[C_N] = {
+	[C_RAW] = {.name = BLOB_RAW},	    [C_ZLIB] = {.name = BLOB_ZLIB},
+	[C_SHUF] = {.name = BLOB_ZLIB_SHUFFLE}, [C_FP16] = {.name = BLOB_FP16, .lossy = 1},
+	[C_INT8] = {.name = BLOB_INT8, .lossy = 1}, [C_INT4] = {.name = BLOB_INT4, .lossy = 1},
+	[C_TOPK] = {.name = BLOB_TOPK, .lossy = 1},
+};
+
+/* The codec of name (-1: none): a wire name, or "topk:F" with *frac = F in (0, 1] (0 for every
+ * other name, "topk" alone included). */
+static int codec_id(const char *name, double *frac)
 {
-	if (!strcmp(name, BLOB_RAW))
-		return C_RAW;
-	if (!strcmp(name, BLOB_ZLIB))
-		return C_ZLIB;
-	if (!strcmp(name, BLOB_ZLIB_SHUFFLE))
-		return C_SHUF;
-	if (!strcmp(name, BLOB_FP16))
-		return C_FP16;
+	size_t tl = strlen(BLOB_TOPK);
+	*frac = 0;
+	for (int id = 0; id < C_N; id++)
+		if (!strcmp(name, codecs[id].name))
+			return id;
+	if (!strncmp(name, BLOB_TOPK ":", tl + 1) && num_double(name + tl + 1, 0, 1, frac) == 0 &&
+	    *frac > 0)
+		return C_TOPK;
+	*frac = 0;
 	return -1;
 }
 
 int blob_codec_lossy(const char *name)
 {
-	return name && codec_id(name) == C_FP16;
+	double f;
+	int id = name ? codec_id(name, &f) : -1;
+	return id >= 0 && codecs[id].lossy;
 }
 
 int blob_codec_known(const char *name)
 {
-	return name && codec_id(name) >= 0;
+	double f;
+	return name && codec_id(name, &f) >= 0;
 }
 
 int blob_codec_check(const char *name, char *err)
 {
-	/* the names codec_id knows */
-	static const char *const names[] = {BLOB_RAW, BLOB_ZLIB, BLOB_ZLIB_SHUFFLE, BLOB_FP16};
-	if (blob_codec_known(name))
+	static const char *const names[] = {BLOB_RAW,  BLOB_ZLIB, BLOB_ZLIB_SHUFFLE, BLOB_FP16,
+					    BLOB_INT8, BLOB_INT4, BLOB_TOPK ":F"};
+	double f;
+	int id = name ? codec_id(name, &f) : -1;
+	if (id == C_TOPK && f == 0)
+		return gem_errf(err, GEM_EUSAGE,
+				"codec \"%.64s\": topk needs the fraction of the elements it sends, "
+				"topk:F with 0 < F <= 1 (topk:0.01 sends 1%%)", name);
+	if (id >= 0)
 		return 0;
-	return gem_err_unknown(err, GEM_EUSAGE, "codec", name, names, sizeof names / sizeof *names);
+	if (name && !strncmp(name, BLOB_TOPK ":", strlen(BLOB_TOPK) + 1))
+		return gem_errf(err, GEM_EUSAGE,
+				"codec \"%.64s\": the fraction of topk:F is a number with 0 < F <= 1",
+				name);
+	return gem_err_unknown(err, GEM_EUSAGE, "codec", name ? name : "", names,
+			       sizeof names / sizeof *names);
+}
+
+const char *blob_codec_for_theta(const char *name)
+{
+	double f;
+	int id = name ? codec_id(name, &f) : -1;
+	return id == C_INT8 || id == C_INT4 || id == C_TOPK ? BLOB_FP16 : name;
 }
 
 void blob_codec_init(struct blob_codec *c)
@@ -77,110 +113,6 @@ static int reserve(unsigned char **buf, size_t *cap, size_t n)
 	*buf = p;
 	*cap = n;
 	return 0;
-}
-
-/* ---- fp16: IEEE 754 binary16, 1 sign bit, 5 exponent bits (bias 15), 10 mantissa bits ---- */
-#define HALF_MAX_BITS 0x477fe000u /* 65504, the largest finite half, as float bits */
-#define HALF_MIN_NORMAL_BITS 0x38800000u /* 2^-14 */
-
-/* f (finite) to the nearest half, ties to even; beyond ±65504 saturated. Both roundings are
- * computed and one selected, without a branch, so that the loops over a vector vectorise. */
-static inline uint32_t half_of(float f)
-{
-	uint32_t x, a, sign, sub, nor, b, rb, m;
-	float r;
-	memcpy(&x, &f, sizeof x);
-	sign = (x >> 16) & 0x8000u;
-	a = x & 0x7fffffffu;
-	/* below 2^-14, a subnormal half m·2^-24: m = |f|·2^24 < 1024 rounded to an integer by
-	 * adding 2^23, which the FPU's default mode rounds to nearest even; the sum's mantissa
-	 * bits are m (m = 1024 is the bit pattern of 2^-14, the smallest normal) */
-	r = fabsf(f) * 16777216.0f + 8388608.0f;
-	memcpy(&rb, &r, sizeof rb);
-	sub = rb - 0x4b000000u;
-	/* normal: rebias the exponent (127 → 15), drop 13 mantissa bits rounding to nearest
-	 * even; a carry out of the mantissa steps the exponent up, as it should */
-	b = a - ((127u - 15u) << 23);
-	nor = (b + 0xfffu + ((b >> 13) & 1u)) >> 13;
-	/* selects as masks: gcc -O2 turns ?: here into branches */
-	m = 0u - (uint32_t)(a < HALF_MIN_NORMAL_BITS);
-	nor = (sub & m) | (nor & ~m);
-	m = 0u - (uint32_t)(a > HALF_MAX_BITS);
-	return sign | (0x7bffu & m) | (nor & ~m);
-}
-
-/* A half to float, exactly; *bad gets a non-zero bit if it is infinite or NaN. */
-static inline float float_of_half(uint32_t h, uint32_t *bad)
-{
-	uint32_t sign = (h & 0x8000u) << 16, e = h & 0x7c00u, x, s, m = 0u - (uint32_t)(e != 0);
-	float sub = (float)(h & 0x3ffu) * 5.9604644775390625e-8f; /* m·2^-24, exact */
-	float out;
-	memcpy(&s, &sub, sizeof s);
-	x = ((((h & 0x7fffu) << 13) + ((127u - 15u) << 23)) & m) | (s & ~m) | sign;
-	*bad |= e == 0x7c00u;
-	memcpy(&out, &x, sizeof out);
-	return out;
-}
-
-/* The fp16 loops run in blocks of FP16_BLOCK with a fixed-count inner loop (gcc -O2's
- * vectoriser takes only loops whose count it knows), then a scalar tail; out of line, where gcc
- * keeps the pointers restrict. */
-#define FP16_BLOCK 8
-
-/* One float into its half at out and the value that decodes to at back; *nonfinite gets a bit
- * if f is infinite or NaN. */
-static inline void fp16_put(unsigned char *restrict out, float *restrict back, float f,
-			    uint32_t *nonfinite)
-{
-	uint32_t h = half_of(f), x, unused = 0;
-	uint16_t h16 = (uint16_t)h;
-	memcpy(&x, &f, sizeof x);
-	*nonfinite |= (x & 0x7fffffffu) >= 0x7f800000u;
-	memcpy(out, &h16, 2);
-	*back = float_of_half(h, &unused);
-}
-
-/* v[0..n) into halves at out (little-endian) and the floats they decode to at back; -1 if a
- * v[i] is infinite or NaN (out and back written all the same). */
-__attribute__((noinline)) static int fp16_encode(unsigned char *restrict out,
-						 float *restrict back, const float *restrict v,
-						 size_t n)
-{
-	uint32_t nonfinite = 0;
-	size_t i = 0;
-	for (; i + FP16_BLOCK <= n; i += FP16_BLOCK)
-		for (int j = 0; j < FP16_BLOCK; j++)
-			fp16_put(out + 2 * (i + j), back + i + j, v[i + j], &nonfinite);
-	for (; i < n; i++)
-		fp16_put(out + 2 * i, back + i, v[i], &nonfinite);
-	return nonfinite ? -1 : 0;
-}
-
-static inline float fp16_get(const unsigned char *in, uint32_t *bad)
-{
-	uint16_t h;
-	memcpy(&h, in, 2);
-	return float_of_half(h, bad);
-}
-
-/* Halves at in to floats at v; -1 (v written) if one is infinite or NaN, the first one's index
- * in *bad. */
-__attribute__((noinline)) static int fp16_decode(float *restrict v,
-						 const unsigned char *restrict in, size_t n,
-						 size_t *bad)
-{
-	uint32_t any = 0;
-	size_t i = 0;
-	for (; i + FP16_BLOCK <= n; i += FP16_BLOCK)
-		for (int j = 0; j < FP16_BLOCK; j++)
-			v[i + j] = fp16_get(in + 2 * (i + j), &any);
-	for (; i < n; i++)
-		v[i] = fp16_get(in + 2 * i, &any);
-	if (!any)
-		return 0;
-	for (*bad = 0; *bad < n && ((in[2 * *bad + 1] & 0x7c) != 0x7c); ++*bad)
-		;
-	return -1;
 }
 
 /* out[k*n + i] = in[4*i + k]: bytes of equal significance side by side, so the exponent
@@ -228,18 +160,38 @@ static int deflate_into(struct blob_codec *c, const unsigned char *in, size_t le
 	return 0;
 }
 
-/* fp16's blob_encode: the halves into c->out, the floats they decode to into c->tmp2 (their
- * CRC is the blob's). */
-static int fp16_encode_blob(struct blob_codec *c, const float *v, size_t count, const void **out,
-			    struct blob_meta *meta, char *err)
+/* A lossy codec's blob_encode of v (+ resid, which keeps what was not sent): the bytes into
+ * c->out, the floats they decode to into c->tmp2 (their CRC is the blob's). */
+static int lossy_encode(struct blob_codec *c, int id, double frac, const float *v, float *resid,
+			size_t count, const void **out, struct blob_meta *meta, char *err)
 {
-	if (reserve(&c->out, &c->out_cap, count * 2) < 0 ||
-	    reserve(&c->tmp2, &c->tmp2_cap, count * 4) < 0)
-		return gem_errf(err, GEM_ENOMEM, "blob: out of memory (%zu bytes)", count * 6);
-	if (fp16_encode(c->out, (float *)(void *)c->tmp2, v, count) < 0)
-		return gem_errf(err, GEM_EUSAGE, "blob: fp16 of a vector that is not finite");
+	size_t k = quant_topk_k(count, frac), cap;
+	int rc;
+	cap = id == C_FP16 ? count * 2
+	      : id == C_TOPK ? quant_topk_bound(k)
+			     : quant_int_size(count, id == C_INT8 ? 8 : 4);
+	if (reserve(&c->out, &c->out_cap, cap) < 0 || reserve(&c->tmp2, &c->tmp2_cap, count * 4) < 0 ||
+	    (id == C_TOPK && reserve(&c->tmp, &c->tmp_cap, count * 4) < 0))
+		return gem_errf(err, GEM_ENOMEM, "blob: out of memory (%zu bytes)", cap + count * 8);
+	switch (id) {
+	case C_FP16:
+		if (quant_fp16_encode(c->out, (float *)(void *)c->tmp2, v, resid, count) < 0)
+			return gem_errf(err, GEM_EUSAGE, "blob: fp16 of a vector that is not finite");
+		break;
+	case C_TOPK:
+		rc = quant_topk_encode(c->out, &cap, (float *)(void *)c->tmp2, v, resid, count, k,
+				       (uint32_t *)(void *)c->tmp, err);
+		if (rc < 0)
+			return gem_errprefix(err, "blob: "), rc;
+		break;
+	default:
+		rc = quant_int_encode(c->out, (float *)(void *)c->tmp2, v, resid, count,
+				      id == C_INT8 ? 8 : 4, err);
+		if (rc < 0)
+			return gem_errprefix(err, "blob: "), rc;
+	}
 	meta->crc32 = crc32_update(0, c->tmp2, count * 4);
-	meta->nbytes = count * 2;
+	meta->nbytes = cap;
 	*out = c->out;
 	c->lossy_ready = 1;
 	return 0;
@@ -250,34 +202,19 @@ const float *blob_encoded_values(const struct blob_codec *c, const float *v)
 	return c->lossy_ready ? (const float *)(const void *)c->tmp2 : v;
 }
 
-int blob_encode_feedback(struct blob_codec *c, const float *v, float *resid, size_t count,
-			 const char *codec, int level, const void **out, struct blob_meta *meta,
-			 char *err)
-{
-	const float *sent;
-	int rc;
-	if (!resid || !blob_codec_lossy(codec))
-		return blob_encode(c, v, count, codec, level, out, meta, err);
-	for (size_t i = 0; i < count; i++)
-		resid[i] += v[i];
-	if ((rc = blob_encode(c, resid, count, codec, level, out, meta, err)) < 0)
-		return rc;
-	sent = blob_encoded_values(c, resid);
-	for (size_t i = 0; i < count; i++)
-		resid[i] -= sent[i];
-	return 0;
-}
-
-int blob_encode(struct blob_codec *c, const float *v, size_t count, const char *codec, int level,
-		const void **out, struct blob_meta *meta, char *err)
+/* blob_encode, and with a lossy codec and resid, blob_encode_feedback */
+static int encode_any(struct blob_codec *c, const float *v, float *resid, size_t count,
+		      const char *codec, int level, const void **out, struct blob_meta *meta,
+		      char *err)
 {
 	size_t len = count * 4, outlen = 0;
 	const unsigned char *raw = (const unsigned char *)v;
+	double frac;
 	int id, rc;
 	if (!codec)
 		codec = BLOB_CODEC_DEFAULT;
-	id = codec_id(codec);
-	if (id < 0) {
+	id = codec_id(codec, &frac);
+	if (id < 0 || (id == C_TOPK && frac == 0)) {
 		blob_codec_check(codec, err);
 		gem_errprefix(err, "blob: ");
 		return GEM_EUSAGE;
@@ -290,11 +227,11 @@ int blob_encode(struct blob_codec *c, const float *v, size_t count, const char *
 	if (level > 9)
 		return gem_errf(err, GEM_EUSAGE, "blob: zlib level %d is not in 0-9", level);
 	memset(meta, 0, sizeof *meta);
-	snprintf(meta->codec, sizeof meta->codec, "%s", codec);
+	snprintf(meta->codec, sizeof meta->codec, "%s", codecs[id].name);
 	meta->count = count;
 	c->lossy_ready = 0;
-	if (id == C_FP16)
-		return fp16_encode_blob(c, v, count, out, meta, err);
+	if (codecs[id].lossy)
+		return lossy_encode(c, id, frac, v, resid, count, out, meta, err);
 	meta->crc32 = crc32_update(0, raw, len);
 	switch (id) {
 	case C_RAW:
@@ -315,6 +252,20 @@ int blob_encode(struct blob_codec *c, const float *v, size_t count, const char *
 		meta->nbytes = outlen;
 		return 0;
 	}
+}
+
+int blob_encode(struct blob_codec *c, const float *v, size_t count, const char *codec, int level,
+		const void **out, struct blob_meta *meta, char *err)
+{
+	return encode_any(c, v, NULL, count, codec, level, out, meta, err);
+}
+
+int blob_encode_feedback(struct blob_codec *c, const float *v, float *resid, size_t count,
+			 const char *codec, int level, const void **out, struct blob_meta *meta,
+			 char *err)
+{
+	return encode_any(c, v, blob_codec_lossy(codec) ? resid : NULL, count, codec, level, out,
+			  meta, err);
 }
 
 /* Inflate exactly in[0..inlen) into exactly out[0..outlen): a stream that ends early, runs
@@ -351,10 +302,13 @@ static int decode_checked(struct blob_codec *c, const void *in, const struct blo
 	size_t len = count * 4;
 	const unsigned char *raw;
 	uint32_t crc;
+	double frac;
 	int id, rc;
 	c->lossy_ready = 0; /* tmp2 is about to be overwritten */
 	c->finite = 0;
-	if (!memchr(meta->codec, 0, sizeof meta->codec) || (id = codec_id(meta->codec)) < 0)
+	/* on the wire a codec is named alone: "topk", not the sender's "topk:F" */
+	if (!memchr(meta->codec, 0, sizeof meta->codec) || (id = codec_id(meta->codec, &frac)) < 0 ||
+	    frac != 0)
 		return gem_errf(err, GEM_EFAIL, "blob: unknown codec '%.*s'",
 				(int)sizeof meta->codec, meta->codec);
 	if (meta->count != count)
@@ -368,15 +322,24 @@ static int decode_checked(struct blob_codec *c, const void *in, const struct blo
 			return gem_errf(err, GEM_EFAIL, "blob: raw size %zu bytes, want %zu",
 					meta->nbytes, len);
 		raw = in;
-	} else if (id == C_FP16) {
-		size_t bad;
-		if (meta->nbytes != count * 2)
-			return gem_errf(err, GEM_EFAIL, "blob: fp16 size %zu bytes, want %zu",
-					meta->nbytes, count * 2);
+	} else if (codecs[id].lossy) {
+		float *v;
 		if (reserve(&c->tmp2, &c->tmp2_cap, len) < 0)
 			return gem_errf(err, GEM_ENOMEM, "blob: out of memory (%zu bytes)", len);
-		if (fp16_decode((float *)(void *)c->tmp2, in, count, &bad) < 0)
-			return gem_errf(err, GEM_EFAIL, "blob: fp16 element %zu is infinite or NaN", bad);
+		v = (float *)(void *)c->tmp2;
+		if (id == C_FP16 && meta->nbytes != count * 2)
+			rc = gem_errf(err, GEM_EFAIL, "fp16 size %zu bytes, want %zu", meta->nbytes,
+				      count * 2);
+		else if (id == C_FP16)
+			rc = quant_fp16_decode(v, in, count, err);
+		else if (id == C_TOPK)
+			rc = quant_topk_decode(v, in, meta->nbytes, count, err);
+		else
+			rc = quant_int_decode(v, in, meta->nbytes, count, id == C_INT8 ? 8 : 4, err);
+		if (rc < 0) {
+			gem_errprefix(err, "blob: ");
+			return rc;
+		}
 		raw = c->tmp2;
 	} else {
 		/* deflate expands nothing by more than a small fraction */

@@ -15,8 +15,9 @@
 
 int reply_check_codec(struct httpd_req *req, const char *codec)
 {
-	if (codec && !blob_codec_known(codec)) {
-		httpd_reply_error(req, 400, "bad_codec", "unknown codec \"%s\"", codec);
+	char err[GEM_ERRMAX];
+	if (codec && blob_codec_check(codec, err) < 0) {
+		httpd_reply_error(req, 400, "bad_codec", "%s", err);
 		return -1;
 	}
 	return 0;

@@ -8,7 +8,7 @@
 
 #include "wire/httpd.h"
 
-/* 400 unless codec (from ?codec=, may be NULL) is one blob knows; 0 if fine. */
+/* 400 unless codec (from ?codec=, may be NULL) is one a sender can encode with; 0 if fine. */
 int reply_check_codec(struct httpd_req *req, const char *codec);
 /* Encode θ (n floats, the caller's copy) with codec under header head and reply 200 with the
  * message, or 500 when encoding fails. */

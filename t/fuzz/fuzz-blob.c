@@ -1,10 +1,16 @@
-/* fuzz-blob: libFuzzer target for blob_decode, with a differential check against plain zlib.
- * The first 4 bytes choose the codec, the element count and where the CRC comes from; the rest
- * is the encoded blob. zlib's own inflate (and a reference unshuffle, or a reference fp16
- * widening) says what the bytes decode to: blob_decode must succeed exactly when they decode to
- * count floats with nothing after the stream (fp16: all finite) and the CRC matches, and then
- * give the same floats; otherwise leave v untouched. blob_decode_view must agree, from an
- * aligned or a misaligned copy of the blob. */
+/* fuzz-blob: libFuzzer target for blob_decode, with a differential check against plain zlib and
+ * plain readers of the lossy codecs. The first 4 bytes choose the codec, the element count and
+ * where the CRC comes from; the rest is the encoded blob. zlib's own inflate (and a reference
+ * unshuffle), or a reference fp16 widening, int8/int4 block reader or top-k reader written
+ * from gem-protocol(7), says what the bytes decode to: blob_decode must succeed exactly when
+ * they decode to count floats (zlib: with nothing after the stream; fp16: all finite; int8,
+ * int4: the size, every scale and value in range, the unused nibble 0; topk: k <= count, the
+ * values finite, every index below count, minimal gaps, the sizes adding up) and the CRC
+ * matches, and then give the same floats; otherwise leave v untouched. blob_decode_view must
+ * agree, from an aligned or a misaligned copy of the blob. Flag bits (byte 3): 1 the CRC of what
+ * the reference decodes, 2 the view from a misaligned copy, 4 the portable kernels of the lossy
+ * codecs (else AVX2 where the CPU has it). */
+#include <float.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,6 +19,7 @@
 
 #include "base/err.h"
 #include "wire/blob.h"
+#include "wire/quant.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -62,9 +69,67 @@ static int ref_half(uint16_t h, float *out)
 	return 0;
 }
 
+/* int8 (L 127) or int4 (L 7): blocks of 256, a float32 scale then a byte or a nibble each */
+static int ref_int(const uint8_t *in, size_t nbytes, size_t count, int L, float *out)
+{
+	size_t o = 0;
+	for (size_t b = 0; b < count; b += 256) {
+		size_t m = count - b < 256 ? count - b : 256, vb = L == 127 ? m : (m + 1) / 2;
+		uint32_t u;
+		float s;
+		if (nbytes - o < 4 + vb)
+			return -1;
+		memcpy(&u, in + o, 4);
+		memcpy(&s, &u, 4);
+		if (u >> 31 || (u >> 23 & 0xff) == 0xff || !((float)L * s <= FLT_MAX))
+			return -1;
+		for (size_t j = 0; j < m; j++) {
+			int q = L == 127 ? (int8_t)in[o + 4 + j]
+					 : ((in[o + 4 + j / 2] >> (j % 2 ? 4 : 0) & 15) ^ 8) - 8;
+			if (q < -L)
+				return -1;
+			out[b + j] = (float)q * s;
+		}
+		if (L == 7 && m % 2 && in[o + 4 + vb - 1] >> 4)
+			return -1;
+		o += 4 + vb;
+	}
+	return o == nbytes ? 0 : -1;
+}
+
+/* topk: k, k halves, k LEB128 gaps (minimal, at most 5 bytes) */
+static int ref_topk(const uint8_t *in, size_t nbytes, size_t count, float *out)
+{
+	size_t k, o, next = 0;
+	if (nbytes < 4)
+		return -1;
+	k = (size_t)in[0] | (size_t)in[1] << 8 | (size_t)in[2] << 16 | (size_t)in[3] << 24;
+	if (k > count || nbytes < 4 + 2 * k)
+		return -1;
+	memset(out, 0, count * 4);
+	o = 4 + 2 * k;
+	for (size_t j = 0; j < k; j++) {
+		uint64_t gap = 0;
+		int len = 0;
+		for (;;) {
+			if (o == nbytes || len == 5 || (len > 0 && in[o] == 0))
+				return -1;
+			gap |= (uint64_t)(in[o] & 0x7f) << 7 * len++;
+			if (!(in[o++] & 0x80))
+				break;
+		}
+		if (next + gap >= count || ref_half((uint16_t)(in[4 + 2 * j] | in[5 + 2 * j] << 8),
+						    out + next + gap) < 0)
+			return -1;
+		next += gap + 1;
+	}
+	return o == nbytes ? 0 : -1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const char *names[] = {BLOB_RAW, BLOB_ZLIB, BLOB_ZLIB_SHUFFLE, BLOB_FP16};
+	static const char *names[] = {BLOB_RAW,  BLOB_ZLIB, BLOB_ZLIB_SHUFFLE, BLOB_FP16,
+				      BLOB_INT8, BLOB_INT4, BLOB_TOPK};
 	const float *view = NULL;
 	uint8_t *odd;
 	char err[GEM_ERRMAX];
@@ -75,7 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 4)
 		return 0;
-	id = data[0] % 4;
+	id = data[0] % 7;
 	count = (size_t)data[1] | (size_t)(data[2] & 0x0f) << 8; /* up to 4095 floats */
 	memset(&meta, 0, sizeof meta);
 	strcpy(meta.codec, names[id]);
@@ -94,6 +159,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		want = meta.nbytes == count * 2 ? 0 : -1;
 		for (size_t i = 0; want == 0 && i < count; i++)
 			want = ref_half((uint16_t)(in[2 * i] | in[2 * i + 1] << 8), (float *)(void *)ref + i);
+	} else if (id == 4 || id == 5) {
+		want = ref_int(in, meta.nbytes, count, id == 4 ? 127 : 7, (float *)(void *)ref);
+	} else if (id == 6) {
+		want = ref_topk(in, meta.nbytes, count, (float *)(void *)ref);
 	} else {
 		want = ref_inflate(in, meta.nbytes, ref, len);
 	}
@@ -114,6 +183,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (want == 0 && meta.crc32 != (uint32_t)crc32(0, ref, (uInt)len))
 		want = -1;
 	memset(v, 0xa5, len + 1);
+	quant_simd(data[3] & 4 ? 0 : 1);
 	got = blob_decode(&codec, in, &meta, (float *)v, count, err);
 	if ((got == 0) != (want == 0))
 		abort(); /* blob and plain zlib disagree on these bytes */

@@ -1,9 +1,13 @@
 /* bench-blob: blob encode/decode speed and compression ratio per codec, on kaiming-initialised
- * parameter vectors the size of the cnn (163,790 floats) and the mlp (203,530 floats).
- * Output: TSV with a '#' header; MB/s count raw (float32) megabytes, 1 MB = 10^6 bytes. */
+ * parameter vectors the size of the cnn (163,790 floats) and the mlp (203,530 floats). The lossy
+ * codecs also encode with error feedback (blob_encode_feedback, as a worker sends), and run with
+ * their portable kernels too (simd 0; 1: AVX2 where the CPU has it).
+ * Output: TSV with a '#' header; GB/s count float32 gigabytes in (or out, decoding), 1 GB =
+ * 10^9 bytes; feedback_GBps is "-" for a lossless codec. */
 #include "wire/blob.h"
 #include "base/err.h"
 #include "base/rng.h"
+#include "wire/quant.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -33,62 +37,85 @@ static size_t kaiming(float *v, const int (*shape)[2], int nl, struct rng *r)
 	return n;
 }
 
+static char err[GEM_ERRMAX];
+
+/* Seconds per call of one side, repeated for at least 0.3 s; -1 on an error (in err). */
+static double per_call(struct blob_codec *c, int side, const float *v, float *resid, float *w,
+		       size_t n, const char *codec, const void *enc, const struct blob_meta *m)
+{
+	struct blob_meta mm;
+	const void *out;
+	double t0 = now(), t;
+	int reps = 0, rc;
+	do {
+		rc = side == 0   ? blob_encode(c, v, n, codec, BLOB_LEVEL_DEFAULT, &out, &mm, err)
+		     : side == 1 ? blob_encode_feedback(c, v, resid, n, codec, -1, &out, &mm, err)
+				 : blob_decode(c, enc, m, w, n, err);
+		if (rc < 0)
+			return -1;
+		reps++;
+	} while ((t = now() - t0) < 0.3);
+	return t / reps;
+}
+
 int main(void)
 {
 	static const int cnn[][2] = {{25, 10}, {250, 20}, {320, 300}, {300, 200}, {200, 10}};
 	static const int mlp[][2] = {{784, 256}, {256, 10}};
-	static const char *codecs[] = {BLOB_RAW, BLOB_ZLIB, BLOB_ZLIB_SHUFFLE, BLOB_FP16};
-	char err[GEM_ERRMAX] = "";
+	static const char *codecs[] = {BLOB_RAW, BLOB_ZLIB, BLOB_ZLIB_SHUFFLE, BLOB_FP16, BLOB_INT8,
+				       BLOB_INT4, "topk:0.01", "topk:0.1"};
+	const int ncodecs = (int)(sizeof codecs / sizeof *codecs), simd = quant_simd(-1);
 	struct blob_codec c;
 	struct rng r;
-	float *v = malloc(300000 * sizeof *v), *w = malloc(300000 * sizeof *w);
+	float *v = malloc(300000 * sizeof *v), *w = malloc(300000 * sizeof *w),
+	      *resid = calloc(300000, sizeof *resid);
 	unsigned char *enc = malloc(300000 * 4 + 4096);
 
 	blob_codec_init(&c);
 	rng_seed(&r, 1, 1);
-	printf("# vector\tcount\tcodec\tlevel\traw_bytes\tenc_bytes\tratio\tenc_MBps\tdec_MBps\n");
+	printf("# vector\tcount\tcodec\tsimd\traw_bytes\tenc_bytes\tratio\tenc_GBps\tfeedback_GBps"
+	       "\tdec_GBps\n");
 	for (int vi = 0; vi < 2; vi++) {
 		size_t n = vi == 0 ? kaiming(v, cnn, 5, &r) : kaiming(v, mlp, 2, &r);
-		for (int k = 0; k < 4; k++) {
-			struct blob_meta m;
-			const void *out;
-			double t0, te, td;
-			int reps = 0;
-			/* Repeat each side for at least 0.3 s. */
-			t0 = now();
-			do {
-				if (blob_encode(&c, v, n, codecs[k], BLOB_LEVEL_DEFAULT, &out, &m, err) < 0) {
-					fprintf(stderr, "bench-blob: %s\n", err);
+		for (int k = 0; k < ncodecs; k++) {
+			int lossy = blob_codec_lossy(codecs[k]);
+			for (int level = simd; level >= (lossy ? 0 : simd); level--) {
+				struct blob_meta m;
+				const void *out;
+				double te, tf = 0, td;
+				char fb[32] = "-";
+				quant_simd(level);
+				if ((te = per_call(&c, 0, v, resid, w, n, codecs[k], NULL, NULL)) < 0 ||
+				    blob_encode(&c, v, n, codecs[k], -1, &out, &m, err) < 0)
+					goto fail;
+				memcpy(enc, out, m.nbytes);
+				if ((td = per_call(&c, 2, v, resid, w, n, codecs[k], enc, &m)) < 0 ||
+				    (lossy && (tf = per_call(&c, 1, v, resid, w, n, codecs[k], NULL,
+							     NULL)) < 0))
+					goto fail;
+				/* the lossy round trips are checked by t2007, t2009 and t2010 */
+				if (!lossy && memcmp(v, w, n * 4)) {
+					fprintf(stderr, "bench-blob: %s round trip differs\n", codecs[k]);
 					return 1;
 				}
-				reps++;
-			} while ((te = now() - t0) < 0.3);
-			te /= reps;
-			memcpy(enc, out, m.nbytes);
-			reps = 0;
-			t0 = now();
-			do {
-				if (blob_decode(&c, enc, &m, w, n, err) < 0) {
-					fprintf(stderr, "bench-blob: %s\n", err);
-					return 1;
-				}
-				reps++;
-			} while ((td = now() - t0) < 0.3);
-			td /= reps;
-			/* fp16 is lossy: its round trip is checked by t2007 */
-			if (!blob_codec_lossy(codecs[k]) && memcmp(v, w, n * 4)) {
-				fprintf(stderr, "bench-blob: %s round trip differs\n", codecs[k]);
-				return 1;
+				if (lossy)
+					snprintf(fb, sizeof fb, "%.2f", (double)(n * 4) / tf / 1e9);
+				printf("%s\t%zu\t%s\t%d\t%zu\t%zu\t%.2f\t%.2f\t%s\t%.2f\n",
+				       vi ? "mlp" : "cnn", n, codecs[k], lossy ? level : simd, n * 4,
+				       m.nbytes, (double)(n * 4) / (double)m.nbytes,
+				       (double)(n * 4) / te / 1e9, fb, (double)(n * 4) / td / 1e9);
+				fflush(stdout);
 			}
-			printf("%s\t%zu\t%s\t%d\t%zu\t%zu\t%.4f\t%.1f\t%.1f\n", vi ? "mlp" : "cnn", n,
-			       codecs[k], k == 1 || k == 2 ? BLOB_LEVEL_DEFAULT : 0, n * 4, m.nbytes,
-			       (double)(n * 4) / (double)m.nbytes, (double)(n * 4) / te / 1e6,
-			       (double)(n * 4) / td / 1e6);
+			quant_simd(simd);
 		}
 	}
 	blob_codec_free(&c);
 	free(v);
 	free(w);
+	free(resid);
 	free(enc);
 	return 0;
+fail:
+	fprintf(stderr, "bench-blob: %s\n", err);
+	return 1;
 }
