@@ -47,8 +47,8 @@ train on disjoint shards, wired to each other on free ports, and gem-eval
                       behind the run's token; a host that does not share
                       RUNDIR gets a copy of the run and gives its shard
                       directory back at the end. Needs --shards 2 or more
-      --codec C       every gem-work's --codec (raw, zlib, zlib+shuffle, fp16);
-                      default raw
+      --codec C       every gem-work's --codec (raw, zlib, zlib+shuffle, fp16,
+                      int8, int4, topk:F); default raw
       --ssh CMD       the ssh command for --hosts and --shard-hosts, its words
                       split as a shell would (e.g. "ssh -J gateway -p 2222");
                       default \$GEM_SSH, else ssh

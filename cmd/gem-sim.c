@@ -23,6 +23,7 @@
 #include "role/ps.h"
 #include "role/replay.h"
 #include "role/sim.h"
+#include "wire/blob.h"
 
 #define MAX_EVENTS 4096
 
@@ -55,6 +56,9 @@ static void usage(FILE *f)
 	      "      --shards K          serve theta with K cores in this process, one shard\n"
 	      "                          each, as K gem-serve --shard I/K would (the same\n"
 	      "                          theta); default 1\n"
+	      "      --codec C           the workers commit in codec C, as gem-work --codec C\n"
+	      "                          does (the same encoder, error feedback and replies:\n"
+	      "                          the same theta); default raw\n"
 	      "      --replay LOG        re-run the joins, commits and leaves of a gem-serve\n"
 	      "                          run's LOG (RUN/log.jsonl) in their order into NEWRUN\n"
 	      "                          (made from RUN when it is not a run): the same\n"
@@ -75,7 +79,7 @@ static void bad_usage(const char *msg, const char *arg)
 }
 
 enum { O_STEPTIME = 256, O_JITTER, O_SPREAD, O_TIMING, O_STRAG, O_LAT, O_SRV, O_DIE, O_JOIN, O_REPLAY,
-       O_SHARDS };
+       O_SHARDS, O_CODEC };
 
 static const struct option longopts[] = {
 	{"workers", required_argument, 0, 'n'},      {"steps", required_argument, 0, 't'},
@@ -85,8 +89,9 @@ static const struct option longopts[] = {
 	{"server-time", required_argument, 0, O_SRV}, {"die", required_argument, 0, O_DIE},
 	{"join", required_argument, 0, O_JOIN},      {"threads", required_argument, 0, 'j'},
 	{"replay", required_argument, 0, O_REPLAY},  {"shards", required_argument, 0, O_SHARDS},
-	{"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
-	{"version", no_argument, 0, 'V'},            {0, 0, 0, 0},
+	{"codec", required_argument, 0, O_CODEC},   {"quiet", no_argument, 0, 'q'},
+	{"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
+	{0, 0, 0, 0},
 };
 static const char shortopts[] = "n:t:j:qhV";
 
@@ -290,6 +295,11 @@ static void sim_option(int c, struct sim_opts *o, struct sim_death *deaths, doub
 			bad_usage("--shards: not an integer in [1, 64]: ", optarg);
 		o->shards = (int)v;
 		break;
+	case O_CODEC:
+		if (blob_codec_check(optarg, err) < 0)
+			bad_usage("--codec: ", err);
+		o->codec = optarg;
+		break;
 	}
 }
 
@@ -298,7 +308,8 @@ static int sim_opts_given(const struct sim_opts *o)
 {
 	return o->nworkers != 1 || o->steps || o->ndeaths || o->njoins || o->threads != 1 ||
 	       o->shards > 1 || o->jitter > 0 || o->speed_spread > 0 || o->stragglers ||
-	       o->latency > 0 || o->server_time > 0 || o->step.kind != SIM_CONST || o->step.a != 1;
+	       o->latency > 0 || o->server_time > 0 || o->step.kind != SIM_CONST || o->step.a != 1 ||
+	       o->codec;
 }
 
 /* A column of gem's π statistics: "-" for a rule that has none (NaN). */

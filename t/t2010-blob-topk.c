@@ -223,8 +223,10 @@ int main(void)
 	ok(blob_codec_check("topk:0", err) == GEM_EUSAGE &&
 		   blob_codec_check("topk:1.5", err) == GEM_EUSAGE &&
 		   blob_codec_check("topk:x", err) == GEM_EUSAGE && !blob_codec_known("topk:nan") &&
-		   !blob_codec_known("topk:-0.1"),
-	   "0, 1.5, x, nan and -0.1 are no fractions: %s", err);
+		   !blob_codec_known("topk:-0.1") && !blob_codec_known("topk: 0.1") &&
+		   !blob_codec_known("topk:\n0.1") && !blob_codec_known("topk:0x1p-3") &&
+		   !blob_codec_known("topk:+0.1"),
+	   "0, 1.5, x, nan, -0.1, a blank, a newline, hex and a sign are no fractions: %s", err);
 	ok(!strcmp(blob_codec_for_theta("topk:0.1"), BLOB_FP16), "θ goes in fp16 to a topk peer");
 	ok(quant_topk_k(N, 0.01) == 1638 && quant_topk_k(N, 0.1) == 16379 && quant_topk_k(10, 1e-9) == 1 &&
 		   quant_topk_k(10, 1) == 10 && quant_topk_k(0, 0.5) == 0,

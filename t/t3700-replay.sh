@@ -1,7 +1,8 @@
 #!/bin/bash
 # t3700: gem-sim --replay re-runs a real asynchronous run from its log and ends with the same θ,
-# bit for bit: the simulator runs the server's core and the worker's step. The default cnn
-# (dropout on) on Fashion-MNIST, real gem-serve and gem-work processes.
+# bit for bit: the simulator runs the server's core and the worker's step, and the codec of its
+# messages (gem-work --codec, with its error feedback). The default cnn (dropout on) on
+# Fashion-MNIST, real gem-serve and gem-work processes.
 . "$(dirname "$0")/test-lib.sh"
 test_have_dataset
 
@@ -16,7 +17,8 @@ served() {
 	start_server "$_run" &&
 	_pids= &&
 	for _i in $(seq "$_n"); do
-		gem-work -q --server "$URL" --steps "$_steps" 2>>"$_run/work.err" &
+		gem-work -q --server "$URL" --steps "$_steps" ${CODEC:+--codec "$CODEC"} \
+			2>>"$_run/work.err" &
 		_pids="$_pids $!"
 	done &&
 	for _p in $_pids; do wait_exit $_p 120 || return 1; done &&
@@ -39,6 +41,20 @@ for spec in "gem 4 6" "downpour 3 6 --window 2" "dynsgd 3 6" "easgd 3 6 --window
 		awk 'NR==2 { exit !(\$4 == $2) }' replay.tsv
 	"
 done
+
+for codec in int8 topk:0.1; do
+	test_expect_success "replay of a served gem run whose workers commit in $codec: the same θ" "
+		CODEC=$codec served real-$codec gem 3 6 &&
+		test \$(grep -c '\"event\":\"join\".*\"codec\":\"$codec\"' real-$codec/log.jsonl) = 3 &&
+		gem-sim -q --replay real-$codec/log.jsonl new-$codec >/dev/null &&
+		same real-$codec new-$codec && ! cmp -s real-$codec.blob real-gem.blob
+	"
+done
+test_expect_success 'the log without the codecs: the replay goes another way' '
+	cp -r real-int8 nocodec && sed -i "s/,\"codec\":\"int8\"//" nocodec/log.jsonl &&
+	gem-sim -q --replay nocodec/log.jsonl new-nocodec >/dev/null &&
+	! same real-int8 new-nocodec
+'
 
 test_expect_success 'replay of a served gem --gem-ref pull run: the same θ (the rule code is shared)' '
 	served real-pull gem 4 6 --gem-ref pull &&

@@ -368,6 +368,8 @@ void ps_log_start(struct ps *s, const char *url)
 	json_t *o = json_pack("{s:I, s:I, s:b}", "max_updates", (json_int_t)s->o.max_updates,
 			      "max_staleness", (json_int_t)s->o.max_staleness, "keep_running",
 			      s->o.keep_running);
+	if (o && s->o.reply_codec)
+		json_object_set_new(o, "reply_codec", json_string(s->o.reply_codec));
 	if (o && s->run.shard.k > 0)
 		json_object_set_new(o, "shard", json_pack("{s:i, s:i, s:I, s:I}", "i", s->run.shard.i, "k",
 							  s->run.shard.k, "offset", (json_int_t)s->run.shard.off,
@@ -532,9 +534,11 @@ static int worker_enter_rule(struct ps *s, struct ps_worker *w, char *err)
 	return 0;
 }
 
-int ps_join(struct ps *s, int id, float *theta_out, struct ps_joined *j, char *err)
+int ps_join(struct ps *s, int id, const char *codec, float *theta_out, struct ps_joined *j,
+	    char *err)
 {
 	struct ps_worker *w;
+	char extra[64];
 	int rc;
 	if (s->stop_why)
 		return gem_errf(err, PS_E_STOPPING, "the server is stopping");
@@ -563,7 +567,10 @@ int ps_join(struct ps *s, int id, float *theta_out, struct ps_joined *j, char *e
 	w->joined_samples = w->samples;
 	worker_shard(s, w);
 	progress_set_total(&s->meter, ps_total(s));
-	log_event(s, "join", id, w->commits ? "\"rejoin\":true" : "\"rejoin\":false");
+	/* a codec name holds no character JSON escapes (blob_codec_known) */
+	snprintf(extra, sizeof extra, "\"rejoin\":%s%s%.*s%s", w->commits ? "true" : "false",
+		 codec ? ",\"codec\":\"" : "", BLOB_CODEC_MAX, codec ? codec : "", codec ? "\"" : "");
+	log_event(s, "join", id, extra);
 	*j = (struct ps_joined){.worker = id, .rejoin = w->commits > 0, .version = s->prog.version,
 				.seq = w->last_seq, .commits = w->commits, .samples = w->samples,
 				.shard_i = w->shard_i, .shard_n = w->shard_n};

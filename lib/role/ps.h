@@ -24,6 +24,7 @@ struct ps_opts {
 	double worker_timeout; /* a worker silent this long is gone; 0: never */
 	double idle_timeout;   /* no commit this long: stop, failed; 0: never */
 	int shard_i, shard_k;  /* serve shard i of k of θ (run/shard.h); k = 0: all of θ */
+	const char *reply_codec; /* gem-serve --codec (NULL: none): in the start event, for a replay */
 };
 
 /* What a request came to. The negative ones are refusals (gem-protocol(7) gives each its HTTP
@@ -109,9 +110,11 @@ int ps_checkpoint(struct ps *s, char *err);
 int ps_checkpoint_take(struct ps *s, struct run_ckpt *ck, char *err);
 int ps_checkpoint_write(const struct ps *s, const struct run_ckpt *ck, char *err);
 
-/* Worker `worker` (-1: a new id) joins: θ into theta_out (n floats; NULL: not now). Returns PS_APPLIED or a
- * refusal (err says why). */
-int ps_join(struct ps *s, int worker, float *theta_out, struct ps_joined *j, char *err);
+/* Worker `worker` (-1: a new id) joins, committing in codec (its name as the worker gave it, in
+ * the join event for a replay; NULL: not said): θ into theta_out (n floats; NULL: not now).
+ * Returns PS_APPLIED or a refusal (err says why). */
+int ps_join(struct ps *s, int worker, const char *codec, float *theta_out, struct ps_joined *j,
+	    char *err);
 /* What worker means to train in the session it has joined for (gem-work --steps or --epochs;
  * both 0: the run's budget), for the progress's total. */
 void ps_plan(struct ps *s, int worker, uint64_t steps, uint64_t epochs);

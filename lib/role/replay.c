@@ -29,11 +29,27 @@ struct replay {
 	struct trainer t;
 	int has_trainer;
 	struct vworker *w[PS_MAX_WORKERS];
+	struct vwire wire;     /* the messages' codec scratch */
+	int has_wire;
+	char reply_codec[BLOB_CODEC_MAX]; /* the server's --codec; "": none */
 	unsigned char joined[PS_MAX_WORKERS], pending[PS_MAX_WORKERS];
 	int stopped;   /* the log's server stopped cleanly: a "start" reopens the run */
 	double t0;     /* the log's first time: the replay's vtime is the log's time since then */
 	struct replay_summary sum;
 };
+
+/* The codec an event line names in member key into out ("" when absent); GEM_EUSAGE if it is
+ * not one a sender can name. */
+static int log_codec(const json_t *j, const char *key, char *out, char *err)
+{
+	int rc;
+	out[0] = 0;
+	if ((rc = jget_strcpy(j, key, out, BLOB_CODEC_MAX)) == JGET_MISSING)
+		return 0;
+	if (rc != JGET_OK || blob_codec_check(out, err) < 0)
+		return gem_errf(err, GEM_EUSAGE, "a bad \"%s\"", key);
+	return 0;
+}
 
 /* ---- the run and its first parameters ---- */
 
@@ -86,6 +102,9 @@ static int server_start(struct replay *p, const struct run_log_line *l, char *er
 	po.max_updates = (uint64_t)v;
 	po.max_staleness = (long)staleness;
 	po.keep_running = json_is_true(json_object_get(j, "keep_running"));
+	if ((rc = log_codec(j, "reply_codec", p->reply_codec, err)) < 0)
+		return rc;
+	po.reply_codec = p->reply_codec[0] ? p->reply_codec : NULL;
 	if (p->ps) {
 		ps_close(p->ps);
 		p->ps = NULL;
@@ -119,26 +138,34 @@ static int ensure_ready(struct replay *p, char *err)
 	if ((rc = trainer_open(&p->t, p->run, err)) < 0)
 		return rc;
 	p->has_trainer = 1;
+	if ((rc = vwire_open(&p->wire, p->n, err)) < 0)
+		return rc;
+	p->has_wire = 1;
 	return 0;
 }
 
 /* ---- the workers' side ---- */
 
 /* A round closed: the workers held in it get θ. */
-static void release_round(struct replay *p)
+static int release_round(struct replay *p, char *err)
 {
 	struct ps_reply r;
 	ps_reply_held(p->ps, p->reply, &r);
 	for (int i = 0; i < PS_MAX_WORKERS; i++)
 		if (p->pending[i]) {
 			p->pending[i] = 0;
-			vworker_reply(p->w[i], p->reply, r.elastic, r.version);
+			if (vworker_reply(p->w[i], &p->wire, p->reply, r.elastic, r.version, err) < 0)
+				return GEM_EFAIL;
 		}
+	return 0;
 }
 
-static int do_join(struct replay *p, int id, char *err)
+/* Worker id joins, committing in the codec its join event names (none: raw, as a log from
+ * before the codecs were logged has only lossless ones). */
+static int do_join(struct replay *p, int id, const json_t *line, char *err)
 {
 	struct ps_joined j;
+	char codec[BLOB_CODEC_MAX];
 	int rc;
 	if (!p->w[id]) {
 		if (!(p->w[id] = calloc(1, sizeof *p->w[id])))
@@ -150,13 +177,17 @@ static int do_join(struct replay *p, int id, char *err)
 		}
 		p->sum.workers++;
 	}
-	if ((rc = ps_join(p->ps, id, p->reply, &j, err)) < 0) {
+	if ((rc = log_codec(line, "codec", codec, err)) < 0 ||
+	    (rc = vworker_codec(p->w[id], p->run, codec[0] ? codec : NULL,
+				p->reply_codec[0] ? p->reply_codec : NULL, NULL, 0, err)) < 0)
+		return rc;
+	if ((rc = ps_join(p->ps, id, codec[0] ? codec : NULL, p->reply, &j, err)) < 0) {
 		gem_errprefix(err, "the join of worker %d was refused: ", id);
 		return GEM_EFAIL;
 	}
 	p->joined[id] = 1;
 	p->pending[id] = 0;
-	return vworker_joined(p->w[id], p->run, &p->ds, &j, p->reply, err);
+	return vworker_joined(p->w[id], p->run, &p->ds, &j, p->reply, &p->wire, err);
 }
 
 /* Worker id leaves as the log's line j says (a diverged worker: with the loss it saw). */
@@ -172,7 +203,7 @@ static int do_leave(struct replay *p, int id, int how, const json_t *j, int gone
 	p->joined[id] = 0;
 	p->pending[id] = 0;
 	if (r.round_closed)
-		release_round(p);
+		return release_round(p, err);
 	return 0;
 }
 
@@ -187,11 +218,14 @@ static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
 	if (!w || !p->joined[id] || n == 0)
 		return gem_errf(err, GEM_EFAIL, "worker %d commits %llu samples, not joined", id,
 				(unsigned long long)n);
-	vworker_compute(w, &p->t, 0, n);
+	vworker_compute(w, &p->t, &p->wire, 0, n);
 	if (w->diverged || w->got != n)
 		return gem_errf(err, GEM_EFAIL, "worker %d computed %llu samples%s, the log says %llu", id,
 				(unsigned long long)w->got, w->diverged ? " and diverged" : "",
 				(unsigned long long)n);
+	if (!w->update)
+		return gem_errf(err, GEM_EFAIL, "worker %d's update cannot be encoded in %s (not "
+				"finite), the log says it was sent", id, w->fb.codec);
 	c.base = w->base;
 	c.samples = w->got;
 	c.loss = w->loss;
@@ -210,9 +244,10 @@ static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
 		p->pending[id] = 1;
 		return 0;
 	}
-	vworker_reply(w, p->reply, r.elastic, r.version);
+	if (vworker_reply(w, &p->wire, p->reply, r.elastic, r.version, err) < 0)
+		return GEM_EFAIL;
 	if (r.round_closed)
-		release_round(p);
+		return release_round(p, err);
 	return 0;
 }
 
@@ -236,12 +271,12 @@ static int do_event(struct replay *p, const struct run_log_line *l, char *err)
 	if (!strcmp(ev, "duplicate")) {
 		/* a commit sent again: the worker takes θ as it is now */
 		ps_copy_theta(p->ps, p->reply);
-		if (p->w[id])
-			vworker_reply(p->w[id], p->reply, 0, ps_version(p->ps));
+		if (p->w[id] && vworker_reply(p->w[id], &p->wire, p->reply, 0, ps_version(p->ps), err) < 0)
+			return GEM_EFAIL;
 		return 0;
 	}
 	if (!strcmp(ev, "join"))
-		return do_join(p, id, err);
+		return do_join(p, id, j, err);
 	if (!strcmp(ev, "leave") || !strcmp(ev, "gone"))
 		return do_leave(p, id,
 				json_is_true(json_object_get(j, "diverged")) ? PS_LEFT_DIVERGED
@@ -317,6 +352,8 @@ static void replay_free(struct replay *p)
 		}
 	if (p->has_trainer)
 		trainer_close(&p->t);
+	if (p->has_wire)
+		vwire_close(&p->wire);
 	if (p->has_data)
 		dataset_free(&p->ds);
 	free(p->reply);

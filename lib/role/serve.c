@@ -388,7 +388,7 @@ static int h_join(struct httpd_req *req, void *ctx)
 	if ((id < 0 || !s->slot[id]) && s->nslots >= s->opts.max_workers)
 		st = gem_errf(err, PS_E_FULL, "%d worker%s joined, the limit (--max-workers)",
 			      s->nslots, s->nslots == 1 ? " is" : "s are");
-	else if ((st = ps_join(s->ps, id, NULL, &j, err)) == PS_APPLIED &&
+	else if ((st = ps_join(s->ps, id, codec, NULL, &j, err)) == PS_APPLIED &&
 		 (!(w = slot_get(s, j.worker, err)) || !(b = reply_take(s, w))))
 		st = gem_errf(err, PS_E_NOMEM, "out of memory, or replies to worker %d still going out",
 			      j.worker);
@@ -778,7 +778,8 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	struct server *s = calloc(1, sizeof *s);
 	struct ps_opts po = {.max_updates = o->max_updates, .max_staleness = o->max_staleness,
 			     .keep_running = o->keep_running, .worker_timeout = o->worker_timeout,
-			     .idle_timeout = o->idle_timeout, .shard_i = o->shard_i, .shard_k = o->shard_k};
+			     .idle_timeout = o->idle_timeout, .shard_i = o->shard_i, .shard_k = o->shard_k,
+			     .reply_codec = o->codec};
 	int rc;
 
 	if (!s)

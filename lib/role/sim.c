@@ -36,6 +36,8 @@ int sim_opts_check(const struct sim_opts *o, char *err)
 {
 	if (o->shards < 0 || o->shards > SHARD_MAX)
 		return gem_errf(err, GEM_EUSAGE, "shards: between 1 and %d", SHARD_MAX);
+	if (o->codec && blob_codec_check(o->codec, err) < 0)
+		return gem_errprefix(err, "codec: "), GEM_EUSAGE;
 	if (o->nworkers < 0 || o->nworkers + o->njoins < 1 ||
 	    o->nworkers + o->njoins > SIM_MAX_WORKERS)
 		return gem_errf(err, GEM_EUSAGE, "workers: between 1 and %d in all (with the joins)",
@@ -264,6 +266,7 @@ struct sim {
 	pthread_t *tid;
 	struct helper_arg *args;
 	struct trainer *tr; /* one model instance per gradient thread */
+	struct vwire *wire; /* and its messages' codec scratch (the main thread's: [0]) */
 
 	float loss_ring[LOSS_TAIL];
 	int ring_n, ring_i;
@@ -334,7 +337,7 @@ static void *helper_main(void *arg)
 		}
 		v->state = W_RUNNING;
 		pthread_mutex_unlock(&s->mu);
-		vworker_compute(&v->v, t, v->nsteps, 0);
+		vworker_compute(&v->v, t, &s->wire[((struct helper_arg *)arg)->i], v->nsteps, 0);
 		pthread_mutex_lock(&s->mu);
 		v->state = W_DONE;
 		pthread_cond_broadcast(&s->done_cv);
@@ -355,7 +358,7 @@ static void ensure_computed(struct sim *s, struct simw *w)
 		}
 		v->state = W_RUNNING;
 		pthread_mutex_unlock(&s->mu);
-		vworker_compute(&v->v, &s->tr[0], v->nsteps, 0);
+		vworker_compute(&v->v, &s->tr[0], &s->wire[0], v->nsteps, 0);
 		pthread_mutex_lock(&s->mu);
 		v->state = W_DONE;
 		pthread_cond_broadcast(&s->done_cv);
@@ -496,7 +499,8 @@ static int cores_join(struct sim *s, int id, struct ps_joined *j, char *err)
 {
 	for (int k = 0; k < s->ncores; k++) {
 		struct ps_joined jk;
-		int rc = ps_join(s->core[k], id, s->reply + s->cut[k].off, k ? &jk : j, err);
+		int rc = ps_join(s->core[k], id, s->o->codec, s->reply + s->cut[k].off, k ? &jk : j,
+				 err);
 		if (rc < 0)
 			return rc;
 	}
@@ -536,7 +540,7 @@ static int cores_commit(struct sim *s, const struct ps_commit *c, struct ps_repl
 }
 
 /* A round closed: every worker held in it gets its reply at tr. */
-static int release_round(struct sim *s, double tr)
+static int release_round(struct sim *s, double tr, char *err)
 {
 	struct ps_reply r;
 	cores_reply_held(s, &r);
@@ -547,9 +551,10 @@ static int release_round(struct sim *s, double tr)
 		w->pending = 0;
 		if (!w->joined)
 			continue;
-		vworker_reply(&w->v, s->reply, r.elastic, r.version);
+		if (vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, r.version, err) < 0)
+			return GEM_EFAIL;
 		if (worker_reply(s, w, tr) < 0)
-			return -1;
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
 	}
 	return 0;
 }
@@ -565,7 +570,7 @@ static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 		gem_errprefix(err, "worker %d: join refused: ", w->v.id);
 		return GEM_EFAIL;
 	}
-	if ((rc = vworker_joined(&w->v, s->run, &s->ds, &j, s->reply, err)) < 0)
+	if ((rc = vworker_joined(&w->v, s->run, &s->ds, &j, s->reply, &s->wire[0], err)) < 0)
 		return rc;
 	w->shadow_pos = j.samples % feed_epoch(&w->v.f);
 	w->planned = j.samples;
@@ -594,9 +599,9 @@ static int serve_leave(struct sim *s, struct simw *w, int how, double t, char *e
 	w->joined = 0;
 	w->pending = 0;
 	s->ndone += how == PS_LEFT_DONE;
-	if (r.round_closed && (summary_add(s, NAN, r.st) < 0 || release_round(s, t + s->o->latency) < 0))
+	if (r.round_closed && summary_add(s, NAN, r.st) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	return 0;
+	return r.round_closed ? release_round(s, t + s->o->latency, err) : 0;
 }
 
 /* Worker w stops on its own (as gem-work does) at t: it leaves after its message's way. */
@@ -630,6 +635,8 @@ static int serve_commit(struct sim *s, struct simw *w, double t, char *err)
 	}
 	if (!w->joined)
 		return 0;
+	if (!w->v.update) /* gem-work's encoder refused it: it fails without sending */
+		return worker_fails(s, w, t, "its update is not finite: cannot be encoded", err);
 	c.base = w->v.base;
 	c.samples = w->v.got;
 	c.loss = w->v.loss;
@@ -649,11 +656,11 @@ static int serve_commit(struct sim *s, struct simw *w, double t, char *err)
 	}
 	if (st == PS_APPLIED && summary_add(s, w->v.loss, r.st) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	vworker_reply(&w->v, s->reply, r.elastic, r.version);
-	if (worker_reply(s, w, tout + s->o->latency) < 0 ||
-	    (r.round_closed && release_round(s, tout + s->o->latency) < 0))
+	if (vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, r.version, err) < 0)
+		return GEM_EFAIL;
+	if (worker_reply(s, w, tout + s->o->latency) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	return 0;
+	return r.round_closed ? release_round(s, tout + s->o->latency, err) : 0;
 }
 
 /* One event. Requests to the server start when it is free (FIFO: they are popped in order of
@@ -692,11 +699,13 @@ static int threads_start(struct sim *s, char *err)
 {
 	int rc;
 	s->tr = calloc((size_t)s->nthreads, sizeof *s->tr);
+	s->wire = calloc((size_t)s->nthreads, sizeof *s->wire);
 	s->args = calloc((size_t)s->nthreads, sizeof *s->args);
-	if (!s->tr || !s->args)
+	if (!s->tr || !s->wire || !s->args)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	for (int i = 0; i < s->nthreads; i++)
-		if ((rc = trainer_open(&s->tr[i], s->run, err)) < 0)
+		if ((rc = trainer_open(&s->tr[i], s->run, err)) < 0 ||
+		    (rc = vwire_open(&s->wire[i], s->n, err)) < 0)
 			return rc;
 	if (s->nthreads > 1 && !(s->tid = calloc((size_t)s->nthreads, sizeof *s->tid)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -718,13 +727,16 @@ static void threads_stop(struct sim *s)
 	for (int i = 1; i <= s->nhelpers; i++)
 		pthread_join(s->tid[i], NULL);
 	s->nhelpers = 0;
-	if (s->tr)
-		for (int i = 0; i < s->nthreads; i++)
-			trainer_close(&s->tr[i]);
+	for (int i = 0; s->tr && i < s->nthreads; i++)
+		trainer_close(&s->tr[i]);
+	for (int i = 0; s->wire && i < s->nthreads; i++)
+		vwire_close(&s->wire[i]);
 	free(s->tr);
+	free(s->wire);
 	free(s->tid);
 	free(s->args);
 	s->tr = NULL;
+	s->wire = NULL;
 	s->tid = NULL;
 	s->args = NULL;
 }
@@ -780,6 +792,8 @@ static int workers_setup(struct sim *s, char *err)
 		if ((rc = vworker_open(&w->v, i, s->run, model_layout(s->tr[0].m), err)) < 0)
 			break;
 		w->open = 1;
+		if ((rc = vworker_codec(&w->v, s->run, o->codec, NULL, s->cut, s->ncores, err)) < 0)
+			break;
 		w->start_at = i < o->nworkers ? 0 : joins[i - o->nworkers];
 		w->die_at = INFINITY;
 		w->slow = i < o->stragglers ? o->straggler_factor : 1;

@@ -47,6 +47,8 @@ struct sim_opts {
 	int threads;              /* gradient threads (>= 1), each with its own model instance */
 	int shards;               /* K > 1: θ served by K cores in this process, one per shard (as
 				   * gem-serve --shard I/K), each with its own files; 0, 1: one */
+	const char *codec;        /* the workers' commits' codec (gem-work --codec; NULL: raw), with
+				   * gem-work's error feedback and replies in blob_codec_for_theta */
 	/* Called about 20 times a second of wall time and once at the end (may be NULL), with
 	 * where the run stands (out of the simulation's total of samples) and its virtual time;
 	 * for a progress line. */

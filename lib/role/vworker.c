@@ -5,6 +5,21 @@
 
 #include "base/err.h"
 
+int vwire_open(struct vwire *x, size_t n, char *err)
+{
+	blob_codec_init(&x->c);
+	if (!(x->v = malloc(sizeof(float) * (n ? n : 1))))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	return 0;
+}
+
+void vwire_close(struct vwire *x)
+{
+	blob_codec_free(&x->c);
+	free(x->v);
+	x->v = NULL;
+}
+
 int vworker_open(struct vworker *w, int id, const struct run *run, const struct layout *lo, char *err)
 {
 	struct optim_config oc;
@@ -16,9 +31,9 @@ int vworker_open(struct vworker *w, int id, const struct run *run, const struct 
 		return gem_errf(err, GEM_ENOMEM, "out of memory for worker %d", id);
 	/* the cosine's end is the feed's budget, known at each join (vworker_joined) */
 	run_optim_config(run, UINT64_MAX, &oc);
-	if ((rc = rule_local_init(&w->l, &run->rule, lo, &oc, err)) < 0) {
-		free(w->x);
-		w->x = NULL;
+	if ((rc = rule_local_init(&w->l, &run->rule, lo, &oc, err)) < 0 ||
+	    (rc = vworker_codec(w, run, NULL, NULL, NULL, 0, err)) < 0) {
+		vworker_close(w);
 		return rc;
 	}
 	return 0;
@@ -27,15 +42,56 @@ int vworker_open(struct vworker *w, int id, const struct run *run, const struct 
 void vworker_close(struct vworker *w)
 {
 	free(w->x);
+	free(w->sent);
+	free(w->reply_codec);
+	feedback_close(&w->fb);
 	rule_local_free(&w->l);
 	if (w->has_feed)
 		feed_close(&w->f);
 	memset(w, 0, sizeof *w);
 }
 
-int vworker_joined(struct vworker *w, const struct run *run, const struct dataset *ds,
-		   const struct ps_joined *j, const float *theta, char *err)
+int vworker_codec(struct vworker *w, const struct run *run, const char *codec,
+		  const char *reply_codec, const struct shard *cut, int ncut, char *err)
 {
+	int rc;
+	feedback_close(&w->fb);
+	if ((rc = feedback_open(&w->fb, codec, rule_describe(run->rule.name), w->n, err)) < 0)
+		return rc;
+	free(w->reply_codec);
+	w->reply_codec = strdup(reply_codec ? reply_codec : blob_codec_for_theta(w->fb.codec));
+	if (!w->reply_codec ||
+	    (blob_codec_lossy(w->fb.codec) && !w->sent && !(w->sent = malloc(sizeof(float) * w->n))))
+		return gem_errf(err, GEM_ENOMEM, "out of memory for worker %d", w->id);
+	w->ncut = ncut > 0 ? ncut : 1;
+	for (int k = 0; k < w->ncut; k++)
+		w->cut[k] = ncut > 0 ? cut[k] : shard_of(w->n, 0, 0);
+	return 0;
+}
+
+/* v as the receiver decodes it, each slice its own message in codec: v itself when the codec
+ * is lossless, else decoded into out; NULL if v cannot be encoded (err says why). */
+static const float *wire_pass(const struct vworker *w, struct vwire *x, const char *codec,
+			      struct feedback *fb, const float *v, float *out, char *err)
+{
+	if (!blob_codec_lossy(codec))
+		return v;
+	for (int k = 0; k < w->ncut; k++) {
+		size_t off = w->cut[k].off, len = w->cut[k].len;
+		struct blob_meta m;
+		const void *enc;
+		int rc = fb ? feedback_encode(fb, &x->c, v, off, len, &enc, &m, err)
+			    : blob_encode(&x->c, v + off, len, codec, -1, &enc, &m, err);
+		if (rc < 0 || blob_decode(&x->c, enc, &m, out + off, len, err) < 0)
+			return NULL;
+	}
+	return out;
+}
+
+int vworker_joined(struct vworker *w, const struct run *run, const struct dataset *ds,
+		   const struct ps_joined *j, const float *theta, struct vwire *wire, char *err)
+{
+	const float *got;
 	int rc;
 	if (w->has_feed)
 		feed_close(&w->f);
@@ -46,14 +102,18 @@ int vworker_joined(struct vworker *w, const struct run *run, const struct datase
 		return rc;
 	w->has_feed = 1;
 	feed_seek(&w->f, j->samples);
-	memcpy(w->x, theta, sizeof(float) * w->n);
+	if (!(got = wire_pass(w, wire, w->reply_codec, NULL, theta, wire->v, err)))
+		return GEM_EFAIL;
+	memcpy(w->x, got, sizeof(float) * w->n);
+	feedback_restart(&w->fb, 0, w->n);
 	rule_local_start(&w->l, w->x, feed_steps(&w->f, j->samples),
 			 feed_steps(&w->f, (uint64_t)run->train.epochs * feed_epoch(&w->f)));
 	w->base = j->version;
 	return 0;
 }
 
-void vworker_compute(struct vworker *w, struct trainer *t, int steps, uint64_t samples)
+void vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, int steps,
+		     uint64_t samples)
 {
 	char err[GEM_ERRMAX];
 	float *p = model_params(t->m), loss;
@@ -80,11 +140,18 @@ void vworker_compute(struct vworker *w, struct trainer *t, int steps, uint64_t s
 	w->loss = (float)(lsum / (k ? k : 1));
 	u = rule_local_commit(&w->l, p);
 	memcpy(w->x, p, sizeof(float) * w->n);
-	w->update = u == p ? w->x : u;
+	u = u == p ? w->x : u;
+	/* gem-work encodes only what it sends: not a diverged step's */
+	w->update = w->diverged ? u : wire_pass(w, wire, w->fb.codec, &w->fb, u, w->sent, err);
 }
 
-void vworker_reply(struct vworker *w, const float *v, int elastic, uint64_t version)
+int vworker_reply(struct vworker *w, struct vwire *wire, const float *v, int elastic,
+		  uint64_t version, char *err)
 {
-	rule_local_reply(&w->l, w->x, v, elastic);
+	const float *got = wire_pass(w, wire, w->reply_codec, NULL, v, wire->v, err);
+	if (!got)
+		return GEM_EFAIL;
+	rule_local_reply(&w->l, w->x, got, elastic);
 	w->base = version;
+	return 0;
 }

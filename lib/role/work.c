@@ -15,6 +15,7 @@
 #include "base/num.h"
 #include "nn/data.h"
 #include "nn/model.h"
+#include "role/feedback.h"
 #include "role/trainer.h"
 #include "rules/local.h"
 #include "rules/rule.h"
@@ -69,9 +70,7 @@ struct worker {
 	int nsh;
 	struct httpc *http;  /* shard 0's main client (GET /v1/run) */
 	struct httpc_resp resp;
-	const char *codec_name;
-	float *resid;        /* a lossy codec's error feedback (blob_encode_feedback): the rounding
-			      * the commits so far lost, added to the next; NULL when lossless */
+	struct feedback fb;  /* the commits' codec and its error feedback */
 	struct run run;
 	struct dataset ds;
 	struct trainer t;
@@ -135,7 +134,7 @@ static int take_reply(struct wshard *sh, const struct httpc_resp *resp, const ch
 static int join_shard(struct wshard *sh, int id, float *x, json_t **head, char *err)
 {
 	struct worker *w = sh->w;
-	json_t *body = json_pack("{s:s}", "codec", w->codec_name), *v;
+	json_t *body = json_pack("{s:s}", "codec", w->fb.codec), *v;
 	char *text;
 	int rc;
 	if (id >= 0)
@@ -158,6 +157,7 @@ static int join_shard(struct wshard *sh, int id, float *x, json_t **head, char *
 		return rc;
 	if ((rc = take_reply(sh, &sh->resp[0], MSG_PARAMS, x + sh->off, NULL, head, err)) < 0)
 		return rc;
+	feedback_restart(&w->fb, sh->off, sh->len);
 	if (json_is_integer(v = json_object_get(*head, "seq")))
 		sh->seq = (uint64_t)json_integer_value(v);
 	return 0;
@@ -236,8 +236,7 @@ static int commit_build(struct worker *w, const float *v, float loss, uint64_t s
 			json_object_set_new(head, "loss", json_real(loss));
 		if (w->l.d->background)
 			json_object_set_new(head, "idle", json_real(w->idle));
-		rc = blob_encode_feedback(&sh->codec, v + sh->off, w->resid ? w->resid + sh->off : NULL,
-					  sh->len, w->codec_name, -1, &enc, &blob.meta, err);
+		rc = feedback_encode(&w->fb, &sh->codec, v, sh->off, sh->len, &enc, &blob.meta, err);
 		blob.data = enc;
 		if (rc == 0)
 			rc = msg_build(&sh->buf, head, &blob, 1, err);
@@ -533,12 +532,7 @@ static int open_run(struct worker *w, const char *url, char *err)
 	if ((w->l.d->reply_elastic || w->l.d->sends == RULE_SENDS_CYCLE) &&
 	    !(w->v = malloc(sizeof(float) * w->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
-	/* error feedback for increments (a step, a cycle's delta); easgd's x is sent whole each
-	 * time, so its rounding does not add up */
-	if (blob_codec_lossy(w->codec_name) && w->l.d->sends != RULE_SENDS_X &&
-	    !(w->resid = calloc(w->n, sizeof(float))))
-		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
-	return 0;
+	return feedback_open(&w->fb, w->o.codec, w->l.d, w->n, err);
 }
 
 /* Join, and the worker's feed where the server saw it stop: a worker that comes back under its
@@ -565,6 +559,7 @@ static int open_join(struct worker *w, char *err)
 
 int work_open(const char *url, const struct work_opts *o, struct worker **out, char *err)
 {
+	const char *codec = o->codec ? o->codec : BLOB_RAW;
 	struct worker *w = calloc(1, sizeof *w);
 	int rc;
 	*out = NULL;
@@ -576,12 +571,11 @@ int work_open(const char *url, const struct work_opts *o, struct worker **out, c
 	w->shard_n = o->shard_n;
 	w->run.lock_fd = -1;
 	w->post.w = w;
-	w->codec_name = o->codec ? o->codec : BLOB_RAW;
-	if (blob_codec_check(w->codec_name, err) < 0) {
+	if (blob_codec_check(codec, err) < 0) {
 		free(w);
 		return GEM_EUSAGE;
 	}
-	log_debug("commits and replies in codec %s", w->codec_name);
+	log_debug("commits in codec %s", codec);
 	if ((rc = open_http(w, url, err)) < 0) {
 		work_close(w);
 		return rc;
@@ -718,7 +712,7 @@ void work_close(struct worker *w)
 		pthread_join(w->post.thread, NULL);
 	rule_local_free(&w->l);
 	free(w->v);
-	free(w->resid);
+	feedback_close(&w->fb);
 	if (w->feed_open)
 		feed_close(&w->f);
 	dataset_free(&w->ds);

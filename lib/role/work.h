@@ -18,7 +18,8 @@ struct work_opts {
 	const char *cacert; /* PEM file of the CA that signed an https:// server's certificate;
 			     * NULL: the system's CAs */
 	double retry_for;  /* seconds to keep retrying an unreachable server */
-	const char *codec; /* blob codec of commits and of the θ replies (a name of blob.h); NULL: raw */
+	const char *codec; /* blob codec of commits (a name of blob.h; θ replies: blob_codec_for_theta);
+			    * NULL: raw */
 	double checkpoint_every;
 	double slowdown;   /* >= 1: each step takes this many times as long */
 	uint64_t die_after; /* > 0: work_run returns after this many commits, without leaving */

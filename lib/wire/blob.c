@@ -37,8 +37,10 @@ static int codec_id(const char *name, double *frac)
 	for (int id = 0; id < C_N; id++)
 		if (!strcmp(name, codecs[id].name))
 			return id;
+	/* a plain decimal number: no blank, sign or letter but an exponent's (a name goes into
+	 * logs and messages as it is) */
 	if (!strncmp(name, BLOB_TOPK ":", tl + 1) && num_double(name + tl + 1, 0, 1, frac) == 0 &&
-	    *frac > 0)
+	    *frac > 0 && strspn(name + tl + 1, "0123456789.e-") == strlen(name + tl + 1))
 		return C_TOPK;
 	*frac = 0;
 	return -1;
@@ -75,6 +77,12 @@ int blob_codec_check(const char *name, char *err)
 				name);
 	return gem_err_unknown(err, GEM_EUSAGE, "codec", name ? name : "", names,
 			       sizeof names / sizeof *names);
+}
+
+int blob_codec_sparse(const char *name)
+{
+	double f;
+	return name && codec_id(name, &f) == C_TOPK;
 }
 
 const char *blob_codec_for_theta(const char *name)

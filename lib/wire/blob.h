@@ -76,6 +76,9 @@ int blob_codec_known(const char *name);
 int blob_codec_check(const char *name, char *err);
 /* 1 if the named codec loses precision: what the receiver decodes is not what was sent. */
 int blob_codec_lossy(const char *name);
+/* 1 if the named codec sends only some of the elements (topk): for increments with error
+ * feedback, never for a whole vector. */
+int blob_codec_sparse(const char *name);
 /* The codec for a whole θ sent to a peer whose messages go in codec name (a known one): name
  * itself, but fp16 for int8, int4 and topk, which are made for increments with error feedback: θ
  * rounded to its block's 15 or 255 levels, or cut to its largest elements, is not the θ to train
