@@ -1,7 +1,7 @@
 /* t2010: the topk codec. It sends exactly the k = ⌈F·n⌉ largest |x|, ties to the lower index,
  * as a reference that sorts says, with fp16 values and LEB128 gaps as gem-protocol(7) lays them
- * out; values that differ in their last bits only (the select's last level) and masses of
- * equal ones choose right; the blob decodes to those values and zeros, its CRC theirs; every
+ * out; values that differ in their last bits only (the select's last level), masses of equal
+ * ones and a vector whose sample misleads choose right; the blob decodes to those values and zeros, its CRC theirs; every
  * field of a hostile blob is checked and v left untouched; error feedback loses nothing and
  * sends every element in time; and "topk:F" is what a sender names, "topk" what a blob says. */
 #include "wire/blob.h"
@@ -252,6 +252,12 @@ int main(void)
 	}
 	ok(same_as_reference(&c, v, 5000, 0.013, "low bits"), "values 1 + j·ulp: the select's last level "
 	   "finds the k-th");
+	/* the sample (every 24th element from the 12th) holds only large ones: it promises more than
+	 * the k = 10,000 elements there are above the small ones, and the select takes all */
+	for (size_t i = 0; i < 100000; i++)
+		v[i] = i % 24 == 12 ? 1.0f : (float)((i * 7919) % 1000) * 1e-6f;
+	ok(same_as_reference(&c, v, 100000, 0.1, "sample fooled"), "a sample that misses the k-th: "
+	   "still the reference's elements");
 	for (size_t i = 0; i < 5000; i++)
 		v[i] = i % 3 ? (i % 2 ? 1.0f : -1.0f) : 0.5f;
 	ok(same_as_reference(&c, v, 5000, 0.3, "ties"), "a mass of equal |x|: the lower indices go");

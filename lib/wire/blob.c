@@ -179,8 +179,8 @@ static int lossy_encode(struct blob_codec *c, int id, double frac, const float *
 	      : id == C_TOPK ? quant_topk_bound(k)
 			     : quant_int_size(count, id == C_INT8 ? 8 : 4);
 	if (reserve(&c->out, &c->out_cap, cap) < 0 || reserve(&c->tmp2, &c->tmp2_cap, count * 4) < 0 ||
-	    (id == C_TOPK && reserve(&c->tmp, &c->tmp_cap, count * 4) < 0))
-		return gem_errf(err, GEM_ENOMEM, "blob: out of memory (%zu bytes)", cap + count * 8);
+	    (id == C_TOPK && reserve(&c->tmp, &c->tmp_cap, count * 8) < 0))
+		return gem_errf(err, GEM_ENOMEM, "blob: out of memory (%zu bytes)", cap + count * 12);
 	switch (id) {
 	case C_FP16:
 		if (quant_fp16_encode(c->out, (float *)(void *)c->tmp2, v, resid, count) < 0)

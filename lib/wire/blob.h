@@ -56,7 +56,7 @@ struct blob_codec {
 	int def_level;
 	unsigned char *out;  /* encoded output */
 	unsigned char *tmp;  /* shuffled bytes (encode), unshuffled bytes (decode); topk's
-			      * candidate indices (encode) */
+			      * candidates and their keys (encode) */
 	unsigned char *tmp2; /* inflated bytes, checked before they reach the caller's vector;
 			      * a lossy codec: the floats the encoded bytes decode to */
 	size_t out_cap, tmp_cap, tmp2_cap;

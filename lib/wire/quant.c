@@ -553,12 +553,13 @@ int quant_int_decode(float *v, const unsigned char *in, size_t nbytes, size_t n,
  * The layout: k (uint32), k halves (the values, in index order), then the k indices, each as
  * its gap from the one before (the first: the index itself; then index − previous − 1) in LEB128
  * (7 bits a byte, low first, the high bit set on every byte but the last). The k-th largest
- * |x| is found by a radix select on the bits of |x| (which order like the numbers): a histogram
- * of their top 11 bits over the vector, a pass that keeps the indices at or above the bucket
- * the k-th falls in, then the next 11 bits and the last 9 among those. No sort: two passes over
- * the vector and a few over the candidates. */
-#define TOPK_B1 20 /* the first pass's buckets: |x| bits 30..20 */
-#define TOPK_B2 9  /* then bits 19..9, then 8..0 */
+ * |x| is found by a radix select on the bits of |x| (which order like the numbers) among
+ * candidates: a strided sample of at most TOPK_SAMPLE elements says a key lo that a few more
+ * than k elements reach; one pass gathers the indices of those (all of them if fewer than k do),
+ * and histograms of their keys' top 11 bits, then the next 11 and the last 9, each among the
+ * keys left in the bucket the k-th falls in, find it. No sort, and one pass over the vector
+ * besides the sample's. */
+#define TOPK_SAMPLE 4096
 #define TOPK_VARINT_MAX 5
 
 size_t quant_topk_k(size_t n, double f)
@@ -571,10 +572,10 @@ size_t quant_topk_k(size_t n, double f)
 
 size_t quant_topk_bound(size_t k)
 {
-	return 4 + k * (2 + TOPK_VARINT_MAX) + 8; /* a gap is written 8 bytes at a time */
+	return 4 + k * (2 + TOPK_VARINT_MAX);
 }
 
-/* The bucket (of 2^width, from the top) in which the k-th largest of the keys falls, given their
+/* The bucket (of nb, from the top) in which the k-th largest of the keys falls, given their
  * histogram h; *above: how many keys lie in higher buckets. */
 static uint32_t topk_bucket(const uint32_t *h, uint32_t nb, size_t k, size_t *above)
 {
@@ -583,6 +584,32 @@ static uint32_t topk_bucket(const uint32_t *h, uint32_t nb, size_t k, size_t *ab
 	while (b-- > 1 && *above + h[b] < k)
 		*above += h[b];
 	return b;
+}
+
+/* The k-th largest (1 <= k <= m) of the m keys at a (reordered), and in *gt how many exceed it:
+ * a histogram of 11, 11, then 9 bits, each keeping only the keys of the k-th's bucket. */
+static uint32_t topk_kth(uint32_t *a, size_t m, size_t k, size_t *gt)
+{
+	static const int shift[3] = {20, 9, 0}, width[3] = {11, 11, 9};
+	uint32_t h[1u << 11], t = 0;
+	*gt = 0;
+	for (int l = 0; l < 3; l++) {
+		uint32_t nb = 1u << width[l], b;
+		size_t above, c = 0;
+		memset(h, 0, nb * sizeof *h);
+		for (size_t i = 0; i < m; i++)
+			h[a[i] >> shift[l] & (nb - 1)]++;
+		b = topk_bucket(h, nb, k, &above);
+		*gt += above;
+		k -= above;
+		t |= b << shift[l];
+		for (size_t i = 0; i < m; i++) {
+			a[c] = a[i];
+			c += (a[i] >> shift[l] & (nb - 1)) == b;
+		}
+		m = c;
+	}
+	return t;
 }
 
 /* r ← r + v; 1 if a sum is not finite */
@@ -602,13 +629,16 @@ QUANT_NOINLINE static int topk_add(float *restrict r, const float *restrict v, s
 	return bad != 0;
 }
 
-/* idx ← the indices i of x whose |x_i| bits are lo or more, in order; how many. */
+/* idx ← the indices i of x whose |x_i| bits are lo or more, in order; how many. *bad gets its
+ * top bit set if an x is infinite or NaN (its key plus 2^23 has it). */
 QUANT_INLINE size_t topk_gather_in(uint32_t *restrict idx, const float *restrict x, size_t i,
-				   size_t n, uint32_t lo, size_t c)
+				   size_t n, uint32_t lo, size_t c, uint32_t *bad)
 {
 	for (; i < n; i++) {
+		uint32_t a = abs_bits(x[i]);
+		*bad |= a + 0x800000u;
 		idx[c] = (uint32_t)i;
-		c += abs_bits(x[i]) >= lo;
+		c += a >= lo;
 	}
 	return c;
 }
@@ -629,10 +659,12 @@ static void topk_pick_init(void)
 /* 8 lanes at a time: the lanes that pass, moved to the front by a permute, stored whole (the
  * ones past them are overwritten later: c + 8 <= i + 8 <= n) */
 QUANT_NOINLINE __attribute__((target("avx2,popcnt"))) static size_t
-topk_gather_avx2(uint32_t *restrict idx, const float *restrict x, size_t n, uint32_t lo)
+topk_gather_avx2(uint32_t *restrict idx, const float *restrict x, size_t n, uint32_t lo,
+		 uint32_t *bad)
 {
-	const __m256i absmask = _mm256_set1_epi32(0x7fffffff), below = _mm256_set1_epi32((int)lo - 1);
-	__m256i at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	const __m256i absmask = _mm256_set1_epi32(0x7fffffff), below = _mm256_set1_epi32((int)lo - 1),
+		      finite = _mm256_set1_epi32(0x7f7fffff);
+	__m256i at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), nonfinite = _mm256_setzero_si256();
 	size_t c = 0, i = 0;
 	pthread_once(&topk_once, topk_pick_init);
 	for (; i + 8 <= n; i += 8) {
@@ -640,102 +672,84 @@ topk_gather_avx2(uint32_t *restrict idx, const float *restrict x, size_t n, uint
 					     absmask);
 		unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, below)));
 		__m256i pick = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)topk_pick[m]));
+		nonfinite = _mm256_or_si256(nonfinite, _mm256_cmpgt_epi32(a, finite));
 		_mm256_storeu_si256((__m256i *)(void *)(idx + c), _mm256_permutevar8x32_epi32(at, pick));
 		c += (size_t)__builtin_popcount(m);
 		at = _mm256_add_epi32(at, _mm256_set1_epi32(8));
 	}
-	return topk_gather_in(idx, x, i, n, lo, c);
+	*bad |= _mm256_testz_si256(nonfinite, nonfinite) ? 0 : 0x80000000u;
+	return topk_gather_in(idx, x, i, n, lo, c, bad);
 }
 #endif
 
-static size_t topk_gather(uint32_t *idx, const float *x, size_t n, uint32_t lo)
+static size_t topk_gather(uint32_t *idx, const float *x, size_t n, uint32_t lo, uint32_t *bad)
 {
 #ifdef QUANT_X86
 	if (quant_avx2())
-		return topk_gather_avx2(idx, x, n, lo);
+		return topk_gather_avx2(idx, x, n, lo, bad);
 #endif
-	return topk_gather_in(idx, x, 0, n, lo, 0);
+	return topk_gather_in(idx, x, 0, n, lo, 0, bad);
 }
 
-/* The threshold key T (the k-th largest |x| bits) and how many of the n keys exceed it; idx[0..*nc)
- * the indices of the candidates (keys at or above T's top bucket), in index order. -1: an x is not
- * finite. */
-static int topk_threshold(const float *x, size_t n, size_t k, uint32_t *idx, size_t *nc,
-			  uint32_t *t, size_t *gt)
+/* The threshold key T (the k-th largest |x| bits, 1 <= k <= n) and how many of the n keys
+ * exceed it; idx[0..*nc) the indices of the candidates (every key above T among them), in
+ * index order; keys: scratch of n. -1: an x is not finite. */
+static int topk_threshold(const float *x, size_t n, size_t k, uint32_t *idx, uint32_t *keys,
+			  size_t *nc, uint32_t *t, size_t *gt)
 {
-	uint32_t h[2][1u << 11], lo, b1, b2, b3;
-	size_t above, c = 0, i;
-	uint32_t bad = 0;
-	memset(h, 0, sizeof h);
-	/* two histograms in turn, so that equal neighbours do not wait on each other's count; a
-	 * key of an infinity or a NaN (0x7f800000 or more) plus 2^23 has its top bit set */
-	for (i = 0; i + 2 <= n; i += 2)
-		for (int j = 0; j < 2; j++) {
-			uint32_t a = abs_bits(x[i + j]);
-			bad |= a + 0x800000u;
-			h[j][a >> TOPK_B1]++;
-		}
-	for (; i < n; i++) {
-		bad |= abs_bits(x[i]) + 0x800000u;
-		h[0][abs_bits(x[i]) >> TOPK_B1]++;
-	}
+	size_t stride = n / TOPK_SAMPLE ? n / TOPK_SAMPLE : 1, s = 0, c, unused;
+	double want = (double)k / (double)stride;
+	uint32_t lo = 0, bad = 0;
+	/* the sample's kk-th largest key: about kk·stride elements reach it; the margin, 4 standard
+	 * deviations of the count and 16 more, makes it rare that fewer than k do */
+	size_t kk = (size_t)(want + 4 * sqrt(want)) + 16;
+	for (size_t i = stride / 2; i < n; i += stride)
+		keys[s++] = abs_bits(x[i]);
+	if (kk < s)
+		lo = topk_kth(keys, s, kk, &unused);
+	c = topk_gather(idx, x, n, lo, &bad);
 	if (bad >> 31)
 		return -1;
-	for (i = 0; i < (1u << 11); i++)
-		h[0][i] += h[1][i];
-	b1 = topk_bucket(h[0], 1u << 11, k, gt);
-	lo = b1 << TOPK_B1;
-	c = *nc = topk_gather(idx, x, n, lo);
-	/* the same within bucket b1: bits 19..9, then 8..0 */
-	memset(h[0], 0, sizeof h[0]);
-	for (i = 0; i < c; i++) {
-		uint32_t a = abs_bits(x[idx[i]]);
-		h[0][(a >> TOPK_B2) & 0x7ff] += a >> TOPK_B1 == b1;
-	}
-	b2 = topk_bucket(h[0], 1u << 11, k - *gt, &above);
-	*gt += above;
-	memset(h[0], 0, sizeof h[0]);
-	for (i = 0; i < c; i++) {
-		uint32_t a = abs_bits(x[idx[i]]);
-		h[0][a & 0x1ff] += a >> TOPK_B2 == (b1 << 11 | b2);
-	}
-	b3 = topk_bucket(h[0], 1u << 9, k - *gt, &above);
-	*gt += above;
-	*t = lo | b2 << TOPK_B2 | b3;
+	if (c < k)
+		c = topk_gather(idx, x, n, 0, &bad);
+	for (size_t j = 0; j < c; j++)
+		keys[j] = abs_bits(x[idx[j]]);
+	*t = topk_kth(keys, c, k, gt);
+	*nc = c;
 	return 0;
 }
 
-/* The k sent, from the candidates idx[0..nc): the keys above t and the first eq equal to it.
- * Without a branch on which ones go (they are unpredictable): each candidate's value and gap
- * are written, and the positions move on only for those that go. The halves into vals (k),
- * the gaps after them; returns the gaps' bytes. */
+/* The k sent, from the candidates idx[0..nc): the keys above t and the first eq equal to it,
+ * moved to the front of idx without a branch on which go (they are unpredictable); their halves
+ * into vals (k) by the fp16 kernel, through back (n floats, zeroed then given the values sent
+ * at their places) and dec (k floats of scratch); their gaps after the halves. Returns the gaps'
+ * bytes. */
 static size_t topk_emit(unsigned char *restrict vals, float *restrict back, const float *x,
-			float *resid, const uint32_t *restrict idx, size_t nc, size_t k, uint32_t t,
-			size_t eq)
+			float *resid, uint32_t *restrict idx, float *restrict dec, size_t nc,
+			size_t k, uint32_t t, size_t eq, size_t n)
 {
 	unsigned char *gaps = vals + 2 * k, *g = gaps;
 	size_t sent = 0, next = 0;
-	for (size_t c = 0; c < nc && sent < k; c++) {
-		uint32_t i = idx[c], a = abs_bits(x[i]), h = half_of(x[i]), unused = 0, bb;
-		uint32_t is_eq = a == t, take = (a > t) | (is_eq & (eq > 0)), m = 0u - take;
-		uint64_t code = 0, gap = i - next;
-		uint16_t h16 = (uint16_t)h;
-		float b = float_of_half(h, &unused);
-		unsigned len = 0;
-		memcpy(vals + 2 * sent, &h16, 2);
-		memcpy(&bb, &b, sizeof bb);
-		bb &= m;
-		memcpy(&back[i], &bb, sizeof bb);
-		if (resid)
-			resid[i] -= back[i];
-		do
-			code |= ((gap & 0x7f) | (gap > 0x7f ? 0x80 : 0)) << 8 * len++;
-		while (gap >>= 7);
-		memcpy(g, &code, sizeof code);
-		g += len & m;
-		next = (next & ~(size_t)m) | (((size_t)i + 1) & (size_t)m);
+	for (size_t c = 0; c < nc; c++) {
+		uint32_t i = idx[c], a = abs_bits(x[i]);
+		uint32_t is_eq = a == t, take = (a > t) | (is_eq & (eq > 0));
+		idx[sent] = i;
 		sent += take;
 		eq -= is_eq & take;
+	}
+	for (size_t j = 0; j < k; j++)
+		back[j] = x[idx[j]];
+	quant_fp16_encode(vals, dec, back, NULL, k); /* finite: the gather checked */
+	memset(back, 0, n * sizeof *back);
+	for (size_t j = 0; j < k; j++) {
+		size_t gap = idx[j] - next;
+		back[idx[j]] = dec[j];
+		if (resid)
+			resid[idx[j]] -= dec[j];
+		for (; gap > 0x7f; gap >>= 7)
+			*g++ = (unsigned char)(gap | 0x80);
+		*g++ = (unsigned char)gap;
+		next = (size_t)idx[j] + 1;
 	}
 	return (size_t)(g - gaps);
 }
@@ -754,10 +768,16 @@ int quant_topk_encode(unsigned char *out, size_t *nbytes, float *back, const flo
 		x = resid;
 	}
 	memcpy(out, &k32, sizeof k32);
-	memset(back, 0, n * sizeof *back);
-	if (k && topk_threshold(x, n, k, idx, &nc, &t, &gt) < 0)
+	*nbytes = 4;
+	if (!k) {
+		memset(back, 0, n * sizeof *back);
+		return 0;
+	}
+	if (topk_threshold(x, n, k, idx, idx + n, &nc, &t, &gt) < 0)
 		return gem_errf(err, GEM_EUSAGE, "topk of a vector that is not finite");
-	*nbytes = 4 + 2 * k + topk_emit(out + 4, back, x, resid, idx, nc, k, t, k - gt);
+	/* the keys' scratch is free again: dec */
+	*nbytes += 2 * k + topk_emit(out + 4, back, x, resid, idx, (float *)(void *)(idx + n), nc, k,
+				     t, k - gt, n);
 	return 0;
 }
 

@@ -38,10 +38,10 @@ int quant_int_decode(float *v, const unsigned char *in, size_t nbytes, size_t n,
 
 /* top-k: the k sent of n floats for the fraction f (0 < f <= 1): ⌈f·n⌉, at least 1 (0 for n 0). */
 size_t quant_topk_k(size_t n, double f);
-/* The bytes quant_topk_encode may write for k elements (its output is shorter). */
+/* The largest encoded size of k elements. */
 size_t quant_topk_bound(size_t k);
 /* The k largest |x| of x = v (+ resid) into out (*nbytes), ties to the lower index; back gets
- * the values sent at their places and 0 elsewhere. idx: scratch of n uint32s. GEM_EUSAGE if an
+ * the values sent at their places and 0 elsewhere. idx: scratch of 2n uint32s. GEM_EUSAGE if an
  * x is not finite. */
 int quant_topk_encode(unsigned char *out, size_t *nbytes, float *back, const float *v,
 		      float *resid, size_t n, size_t k, uint32_t *idx, char *err);
