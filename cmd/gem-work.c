@@ -259,7 +259,7 @@ static void server_progress(const struct work_result *r, void *ctx)
 static int server_report(const struct work_info *in, const struct work_opts *o,
 			 const struct work_result *r, int rc, const char *err)
 {
-	char idle[96] = "", loss[32], comm[128] = "";
+	char idle[96] = "", loss[32], comm[224] = "";
 	if (rc < 0) {
 		fprintf(stderr, "gem-work: worker %d: %s\n", in->worker, err);
 		return EXIT_JOB;
@@ -289,9 +289,13 @@ static int server_report(const struct work_info *in, const struct work_opts *o,
 		snprintf(idle, sizeof idle, ", idle %.2f s (%.1f%%), %.2f s of it in the last round", r->idle,
 			 r->seconds > 0 ? 100 * r->idle / r->seconds : 0.0, r->idle_last);
 	if (!in->background && r->commits)
-		snprintf(comm, sizeof comm, ", commits %.2f ms and %.0f bytes each (%s)",
+		snprintf(comm, sizeof comm, ", %llu commits, %.2f ms and %.0f bytes each (%s: %.0f "
+			 "sent, %.0f received, %.0f us of CPU to encode)", (unsigned long long)r->commits,
 			 1e3 * r->commit_seconds / (double)r->commits,
-			 (double)r->commit_bytes / (double)r->commits, o->codec ? o->codec : "raw");
+			 (double)(r->commit_sent + r->commit_received) / (double)r->commits,
+			 o->codec ? o->codec : "raw", (double)r->commit_sent / (double)r->commits,
+			 (double)r->commit_received / (double)r->commits,
+			 1e6 * r->encode_seconds / (double)r->commits);
 	log_info("worker %d: %llu step%s, %llu samples in %.1f s, last loss %s, version %llu%s%s",
 		 in->worker, (unsigned long long)r->steps, GEM_S(r->steps), (unsigned long long)r->samples,
 		 r->seconds, num_format(loss, sizeof loss, "%.4f", (double)r->loss),

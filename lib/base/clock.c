@@ -17,6 +17,11 @@ double clock_wall(void)
 	return seconds_of(CLOCK_REALTIME);
 }
 
+double clock_thread(void)
+{
+	return seconds_of(CLOCK_THREAD_CPUTIME_ID);
+}
+
 int clock_cond_init(pthread_cond_t *cv)
 {
 	pthread_condattr_t a;

@@ -10,6 +10,9 @@
 double clock_mono(void);
 /* Wall-clock seconds since the epoch. */
 double clock_wall(void);
+/* CPU seconds the calling thread has run (an arbitrary origin): what a piece of work costs,
+ * whatever else the machine runs meanwhile. */
+double clock_thread(void);
 
 /* Initialise a condition variable whose timed waits measure clock_mono's time, so that
  * clock_deadline's deadlines apply to it; 0 or an errno value, as pthread_cond_init. */

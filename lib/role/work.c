@@ -81,8 +81,9 @@ struct worker {
 	float *v;            /* a reply's vector when it is not θ for x (easgd's d, dma's X_{j+1}) */
 	struct bg_post post;
 	double idle;         /* background commits: seconds blocked waiting for a round's reply */
-	double commit_s;     /* foreground commits: seconds in commit(), and their bytes */
-	uint64_t commit_bytes;
+	double commit_s;     /* foreground commits: seconds in commit(), CPU seconds in */
+	double encode_s;     /* commit_build, and their bytes each way */
+	uint64_t commit_sent, commit_received;
 	int id;
 	uint64_t version;    /* shard 0's */
 	uint64_t done_samples, done_commits; /* the server's count of this worker's work at join */
@@ -362,15 +363,18 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
  * restart): rejoined, nothing applied there; 2: the run is over. */
 static int commit(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
-	double t = clock_mono();
+	double t = clock_mono(), cpu = clock_thread();
 	int rc;
 	if ((rc = commit_build(w, v, loss, samples, err)) < 0)
 		return rc;
+	w->encode_s += clock_thread() - cpu;
 	post_all(w, 0);
 	rc = fold_replies(w, 0, 1, err);
 	w->commit_s += clock_mono() - t;
-	for (int k = 0; k < w->nsh; k++)
-		w->commit_bytes += w->sh[k].buf.len + w->sh[k].resp[0].len;
+	for (int k = 0; k < w->nsh; k++) {
+		w->commit_sent += w->sh[k].buf.len;
+		w->commit_received += w->sh[k].resp[0].len;
+	}
 	return rc;
 }
 
@@ -685,7 +689,9 @@ int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn pro
 		r->version = w->version;
 		r->idle = w->idle;
 		r->commit_seconds = w->commit_s;
-		r->commit_bytes = w->commit_bytes;
+		r->encode_seconds = w->encode_s;
+		r->commit_sent = w->commit_sent;
+		r->commit_received = w->commit_received;
 		r->seconds = clock_mono() - t0;
 		if (w->o.die_after && r->commits >= w->o.die_after) {
 			/* fault injection: stop as a crash would, without a word to the server */

@@ -62,7 +62,8 @@ struct work_result {
 	double idle_last;  /* of which at the end, waiting for the last round */
 	double commit_seconds; /* spent in this session's commits (not background ones): encode,
 				* round trip, decode of the reply */
-	uint64_t commit_bytes; /* their messages' bytes, sent and received */
+	double encode_seconds; /* CPU seconds encoding the commits (the codec, error feedback, framing) */
+	uint64_t commit_sent, commit_received; /* their messages' bytes, each way */
 	int unfinished;    /* the budget (--epochs, --steps, the run's) was not spent: the worker
 			    * left as not done, and comes back to it under its id */
 	uint64_t target;   /* samples at which the budget is spent (UINT64_MAX with --steps) */

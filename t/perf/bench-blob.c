@@ -2,8 +2,8 @@
  * parameter vectors the size of the cnn (163,790 floats) and the mlp (203,530 floats). The lossy
  * codecs also encode with error feedback (blob_encode_feedback, as a worker sends), and run with
  * their portable kernels too (simd 0; 1: AVX2 where the CPU has it).
- * Output: TSV with a '#' header; GB/s count float32 gigabytes in (or out, decoding), 1 GB =
- * 10^9 bytes; feedback_GBps is "-" for a lossless codec. */
+ * Output: TSV with a '#' header; GB/s count float32 gigabytes in (or out, decoding) per second
+ * of the thread's CPU time, 1 GB = 10^9 bytes; feedback_GBps is "-" for a lossless codec. */
 #include "wire/blob.h"
 #include "base/err.h"
 #include "base/rng.h"
@@ -15,10 +15,12 @@
 #include <string.h>
 #include <time.h>
 
+/* The thread's CPU time: on a machine shared with other jobs, what a call costs, not how long
+ * it waited for a core. */
 static double now(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -39,7 +41,7 @@ static size_t kaiming(float *v, const int (*shape)[2], int nl, struct rng *r)
 
 static char err[GEM_ERRMAX];
 
-/* Seconds per call of one side, repeated for at least 0.3 s; -1 on an error (in err). */
+/* CPU seconds per call of one side, repeated for at least 0.3 s of it; -1 on an error (in err). */
 static double per_call(struct blob_codec *c, int side, const float *v, float *resid, float *w,
 		       size_t n, const char *codec, const void *enc, const struct blob_meta *m)
 {
