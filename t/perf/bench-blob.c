@@ -95,7 +95,7 @@ int main(void)
 				    (lossy && (tf = per_call(&c, 1, v, resid, w, n, codecs[k], NULL,
 							     NULL)) < 0))
 					goto fail;
-				/* the lossy round trips are checked by t2007, t2009 and t2010 */
+				/* the lossy round trips are checked by t2007, t2015 and t2016 */
 				if (!lossy && memcmp(v, w, n * 4)) {
 					fprintf(stderr, "bench-blob: %s round trip differs\n", codecs[k]);
 					return 1;

@@ -1,4 +1,4 @@
-/* t2010: the topk codec. It sends exactly the k = ⌈F·n⌉ largest |x|, ties to the lower index,
+/* t2016: the topk codec. It sends exactly the k = ⌈F·n⌉ largest |x|, ties to the lower index,
  * as a reference that sorts says, with fp16 values and LEB128 gaps as gem-protocol(7) lays them
  * out; values that differ in their last bits only (the select's last level), masses of equal
  * ones and a vector whose sample misleads choose right; the blob decodes to those values and zeros, its CRC theirs; every

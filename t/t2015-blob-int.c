@@ -1,4 +1,4 @@
-/* t2009: the int8 and int4 codecs. Their bytes are those of a plain reference written from
+/* t2015: the int8 and int4 codecs. Their bytes are those of a plain reference written from
  * gem-protocol(7)'s rule (float32 scale = max|x| / L, x·(L/max) rounded to nearest even, ±L),
  * with the portable and the AVX2 kernels alike, the short last block and the error feedback
  * included; a blob decodes to exactly the values the encoder kept, within half a step of x;
