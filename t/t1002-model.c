@@ -35,6 +35,8 @@ static void bad_spec(const char *layers, const char *want, const char *what)
 	json_decref(spec);
 }
 
+#define TAIL "{\"type\":\"flatten\"},{\"type\":\"dense\",\"out\":3},{\"type\":\"logsoftmax\"}"
+
 static void test_bad_specs(void)
 {
 	const char *tail = "{\"type\":\"flatten\"},{\"type\":\"dense\",\"out\":3},{\"type\":\"logsoftmax\"}";
@@ -87,6 +89,22 @@ static void test_bad_specs(void)
 	struct model *m = build("{\"input\":[3],\"classes\":3,\"layers\":[{\"type\":\"logsoftmax\"}]}", err);
 	ok(m && model_nparams(m) == 0, "a model without parameters is fine");
 	model_free(m);
+	bad_spec("{\"type\":\"residual\",\"layers\":[{\"type\":\"conv2d\",\"out\":4,\"kernel\":3,"
+		 "\"stride\":2,\"padding\":1}]}," TAIL,
+		 "layers[0]: the block's output (4,4,4) differs from its input (1,8,8)",
+		 "a residual block that changes an image's shape, both shapes named");
+	bad_spec("{\"type\":\"residual\",\"layers\":[{\"type\":\"conv2d\",\"out\":4,\"kernel\":3,"
+		 "\"stride\":2,\"padding\":1}],\"shortcut\":[{\"type\":\"conv2d\",\"out\":4,\"kernel\":1}]}," TAIL,
+		 "layers[0]: the block's output (4,4,4) differs from its shortcut's (4,8,8)",
+		 "a shortcut of another shape than the block's output");
+	bad_spec("{\"type\":\"residual\",\"layers\":[{\"type\":\"relu\"}],\"shortcut\":[]}," TAIL,
+		 "layers[0].shortcut: must be an array of 1 to 1000 layers", "an empty shortcut");
+	bad_spec("{\"type\":\"residual\",\"layers\":[{\"type\":\"relu\"}],\"shortcut\":[{\"type\":\"conv2d\","
+		 "\"out\":1}]}," TAIL,
+		 "layers[0].shortcut[0].kernel: missing", "a shortcut's layer named by its path");
+	bad_spec("{\"type\":\"residual\",\"layers\":[{\"type\":\"relu\"}],\"shortcuts\":[]}," TAIL,
+		 "layers[0].shortcuts: unknown field of residual \"shortcuts\" (did you mean shortcut?)",
+		 "a misspelt shortcut");
 	struct model *f = (struct model *)1;
 	ok(model_from_file("/nonexistent/x.json", NULL, &f, err) == GEM_EFAIL && !f &&
 		   strstr(err, "/nonexistent/x.json"),
@@ -130,6 +148,36 @@ static void test_shipped(void)
 		ok(sum == lo->total && lo->total == model_nparams(m), "cnn tensors tile θ in order");
 		model_free(m);
 	}
+}
+
+/* A residual block over images whose shortcut, a strided 1×1 conv2d, takes the input to the
+ * block's new shape; its tensors are named after the block and "shortcut". */
+#define TINY_RESNET                                                                                             \
+	"{\"input\":[2,6,6],\"classes\":3,\"layers\":[{\"type\":\"conv2d\",\"out\":3,\"kernel\":3,\"padding\":1}," \
+	"{\"type\":\"residual\",\"layers\":[{\"type\":\"relu\"},{\"type\":\"conv2d\",\"out\":3,\"kernel\":3,"      \
+	"\"padding\":1}]},"                                                                                        \
+	"{\"type\":\"residual\",\"layers\":[{\"type\":\"conv2d\",\"out\":4,\"kernel\":3,\"stride\":2,\"padding\":1}," \
+	"{\"type\":\"relu\"},{\"type\":\"conv2d\",\"out\":4,\"kernel\":3,\"padding\":1}],"                            \
+	"\"shortcut\":[{\"type\":\"conv2d\",\"out\":4,\"kernel\":1,\"stride\":2}]},"                                 \
+	"{\"type\":\"relu\"},{\"type\":\"flatten\"},{\"type\":\"dense\",\"out\":3},{\"type\":\"logsoftmax\"}]}"
+
+static void test_residual_layout(void)
+{
+	char err[GEM_ERRMAX];
+	json_t *spec = json_loads(TINY_RESNET, 0, NULL);
+	struct model *m = NULL;
+	if (!ok(spec && model_from_json(spec, &m, err) == 0, "a residual net over images builds (%s)", m ? "" : err)) {
+		json_decref(spec);
+		return;
+	}
+	const struct layout *lo = model_layout(m);
+	const struct layout_tensor *t = &lo->t[8];
+	ok(lo->ntensors == 12 && !strcmp(lo->t[2].name, "1.1.weight") && !strcmp(lo->t[4].name, "2.0.weight") &&
+		   !strcmp(t->name, "2.shortcut.0.weight") && t->shape[0] == 4 && t->shape[1] == 3 && t->shape[2] == 1 &&
+		   !strcmp(lo->t[10].name, "5.weight") && lo->t[10].shape[1] == 4 * 3 * 3,
+	   "layout: the block's layers, then its shortcut's (2.shortcut.0.weight (4,3,1,1)); 4x3x3 into the dense");
+	json_decref(spec);
+	model_free(m);
 }
 
 static void test_init(void)
@@ -261,6 +309,15 @@ int main(void)
 	test_bad_specs();
 	test_shipped();
 	test_init();
+	test_residual_layout();
+	test_gradients("tiny resnet", TINY_RESNET, 4);
+	test_gradients("a block with a shortcut first (no input gradient)",
+		       "{\"input\":[2,5,5],\"classes\":3,\"layers\":[{\"type\":\"residual\",\"layers\":[{\"type\":"
+		       "\"conv2d\",\"out\":3,\"kernel\":3,\"stride\":2,\"padding\":1}],\"shortcut\":[{\"type\":\"relu\"},"
+		       "{\"type\":\"conv2d\",\"out\":3,\"kernel\":1,\"stride\":2},{\"type\":\"relu\"},{\"type\":\"residual\","
+		       "\"layers\":[{\"type\":\"conv2d\",\"out\":3,\"kernel\":1}]}]},"
+		       "{\"type\":\"flatten\"},{\"type\":\"dense\",\"out\":3},{\"type\":\"logsoftmax\"}]}",
+		       4);
 	test_gradients("tiny mlp",
 		       "{\"input\":[1,3,4],\"classes\":4,\"layers\":[{\"type\":\"flatten\"},"
 		       "{\"type\":\"dense\",\"out\":6},{\"type\":\"relu\"},{\"type\":\"dropout\",\"p\":0.3},"

@@ -582,18 +582,27 @@ static const struct layer_ops attention_ops = {
 };
 
 /* residual: a block of layers (kids, model.c builds them from its "layers") whose output is
- * added to its input: y = x + f(x), any shape, f's output of x's shape; dy → the block's
- * gradient from a copy of dy (in the buffers of the next depth), and dx = dy + that, in place. */
+ * added to its input, y = x + f(x), f's output of x's shape; or, with a "shortcut" list s (the
+ * last nshort kids), to s(x): y = s(x) + f(x), any shapes f and s agree on (a strided 1×1
+ * conv2d takes x to the next stage of a ResNet). dy → f's gradient from a copy of dy, in the
+ * buffers of the next depth; without a shortcut dx = dy + that, in place; with one, s's
+ * gradient from dy itself (dx the other buffer), plus f's. */
 static int residual_parse(struct layer *l, struct layout *lo, int classes, char *err)
 {
-	struct shape o = l->kids[l->nkids - 1].out, in = l->in;
+	struct shape o = l->kids[l->nkids - l->nshort - 1].out, in = l->nshort ? l->kids[l->nkids - 1].out : l->in;
 	(void)lo, (void)classes;
 	if (o.c != in.c || o.h != in.h || o.w != in.w || o.image != in.image || o.seq != in.seq) {
 		char a[64], b[64];
 		shape_name(a, sizeof a, o);
 		shape_name(b, sizeof b, in);
-		return gem_errf(err, GEM_EUSAGE, "%s: the block's output %s differs from its input %s", l->path, a, b);
+		if (l->nshort)
+			return gem_errf(err, GEM_EUSAGE, "%s: the block's output %s differs from its shortcut's %s",
+					l->path, a, b);
+		return gem_errf(err, GEM_EUSAGE,
+				"%s: the block's output %s differs from its input %s (a shortcut can change the input's shape)",
+				l->path, a, b);
 	}
+	l->out = o;
 	return 0;
 }
 
@@ -606,22 +615,31 @@ static void add_into(float *y, const float *x, const float *h, size_t n)
 
 static const float *residual_fwd(struct layer *l, const float *x, struct layer_pass *p)
 {
-	const float *h = layer_chain_forward(l->kids, l->nkids, x, p);
-	add_into(l->y, x, h, out_size(l, p));
+	int nf = l->nkids - l->nshort;
+	const float *h = layer_chain_forward(l->kids, nf, x, p);
+	const float *s = l->nshort ? layer_chain_forward(l->kids + nf, l->nshort, x, p) : x;
+	add_into(l->y, s, h, out_size(l, p));
 	return l->y;
 }
 
 static float *residual_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
 {
 	float *g = p->gbuf[2 * l->depth + 2], *other = p->gbuf[2 * l->depth + 3];
-	size_t n = out_size(l, p);
-	(void)dx;
-	memcpy(g, dy, sizeof *g * n);
-	float *gi = layer_chain_backward(l->kids, l->nkids, g, other, p);
+	int nf = l->nkids - l->nshort;
+	memcpy(g, dy, sizeof *g * out_size(l, p));
+	float *gi = layer_chain_backward(l->kids, nf, g, other, p);
+	if (!l->nshort) {
+		if (!l->need_dx)
+			return NULL;
+		add_into(dy, dy, gi, out_size(l, p));
+		return dy;
+	}
+	/* without an input gradient, f's buffers are free for s's passes */
+	float *gs = layer_chain_backward(l->kids + nf, l->nshort, dy, l->need_dx ? dx : other, p);
 	if (!l->need_dx)
 		return NULL;
-	add_into(dy, dy, gi, n);
-	return dy;
+	add_into(gs, gs, gi, (size_t)p->B * shape_size(l->in));
+	return gs;
 }
 
 static const struct layer_ops residual_ops = {

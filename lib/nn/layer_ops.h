@@ -54,8 +54,9 @@ struct layer {
 	float *y;     /* output buffer, B·out floats (NULL if view) */
 	void *aux;    /* the layer's own batch buffer: im2col, argmax, dropout mask, dense scratch */
 	const float *x; /* input of the last forward */
-	struct layer *kids; /* residual: the layers of its block */
+	struct layer *kids; /* residual: the layers of its block, then those of its shortcut */
 	int nkids;
+	int nshort;   /* residual: the last nshort kids are its shortcut (0: the identity) */
 };
 
 /* What one forward or backward pass hands each layer; layer_chain_* set W..db2 per layer. */
@@ -88,7 +89,8 @@ struct layer_ops {
 	enum { LAYER_ANY, LAYER_IMAGE, LAYER_FLAT, LAYER_SEQ, LAYER_ROWS } input;
 	int loss;                /* the loss: the last layer, and only there */
 	int first;               /* reads the model's input as token ids: the first layer only */
-	int block;               /* holds a "layers" list of its own (struct layer kids) */
+	int block;               /* holds a "layers" list of its own and an optional "shortcut"
+				    list (struct layer kids) */
 	struct layer_field fields[LAYER_MAX_FIELDS]; /* the first with a NULL name ends them */
 	/* Check l->v against l->in, add parameter tensors to lo, set l->out (preset to l->in)
 	 * and l->view; 0 or GEM_EUSAGE naming the field (`layers[3].kernel: ...`). */

@@ -98,8 +98,10 @@ static int layer_type(const json_t *o, const char *path, const struct layer_ops 
 		return GEM_EUSAGE;
 	}
 	names[n++] = "type";
-	if ((*ops)->block)
+	if ((*ops)->block) {
 		names[n++] = "layers";
+		names[n++] = "shortcut";
+	}
 	for (int f = 0; f < LAYER_MAX_FIELDS && (*ops)->fields[f].name; f++)
 		names[n++] = (*ops)->fields[f].name;
 	json_object_foreach((json_t *)o, key, v) {
@@ -142,23 +144,42 @@ static int check_input(const struct layer *l, char *err)
 			s.image ? "an image" : "a sequence", have);
 }
 
-static int parse_chain(struct model *m, struct layer *l, const json_t *layers, struct layer *parent, char *err);
+static int parse_chain(struct model *m, struct layer *l, const json_t *layers, struct layer *parent,
+		       const char *key, char *err);
 
-/* The block of l (a residual): its "layers", each parsed from l's input. */
+/* The array key of o (a block's) in *a: 1 to 1000 layers; 0 when it is missing and optional. */
+static int block_list(const json_t *o, const char *path, const char *key, int required, json_t **a, char *err)
+{
+	*a = json_object_get(o, key);
+	size_t n = json_is_array(*a) ? json_array_size(*a) : 0;
+	if (!*a && !required)
+		return 0;
+	if (!*a)
+		return gem_errf(err, GEM_EUSAGE, "%s.%s: missing", path, key);
+	if (n == 0 || n > 1000)
+		return gem_errf(err, GEM_EUSAGE, "%s.%s: must be an array of 1 to 1000 layers", path, key);
+	return 0;
+}
+
+/* The block of l (a residual): its "layers", then its "shortcut" if it has one, each parsed
+ * from l's input into l->kids. */
 static int parse_block(struct model *m, struct layer *l, const json_t *o, char *err)
 {
-	json_t *layers = json_object_get(o, "layers");
-	size_t n = json_is_array(layers) ? json_array_size(layers) : 0;
+	json_t *layers, *shortcut;
+	int rc;
 	if (l->depth == LAYER_MAX_DEPTH)
 		return gem_errf(err, GEM_EUSAGE, "%s: blocks nested more than %d deep", l->path, LAYER_MAX_DEPTH);
-	if (!layers)
-		return gem_errf(err, GEM_EUSAGE, "%s.layers: missing", l->path);
-	if (n == 0 || n > 1000)
-		return gem_errf(err, GEM_EUSAGE, "%s.layers: must be an array of 1 to 1000 layers", l->path);
-	if (!(l->kids = calloc(n, sizeof *l->kids)))
+	if ((rc = block_list(o, l->path, "layers", 1, &layers, err)) ||
+	    (rc = block_list(o, l->path, "shortcut", 0, &shortcut, err)))
+		return rc;
+	size_t n = json_array_size(layers), ns = shortcut ? json_array_size(shortcut) : 0;
+	if (!(l->kids = calloc(n + ns, sizeof *l->kids)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	l->nkids = (int)n;
-	return parse_chain(m, l->kids, layers, l, err);
+	l->nkids = (int)(n + ns);
+	l->nshort = (int)ns;
+	if ((rc = parse_chain(m, l->kids, layers, l, "layers", err)))
+		return rc;
+	return ns ? parse_chain(m, l->kids + n, shortcut, l, "shortcut", err) : 0;
 }
 
 /* Check the layer at l->path (o) and compute its output shape from l->in; last: the model's
@@ -197,18 +218,21 @@ static int layer_parse(struct model *m, struct layer *l, const json_t *o, int fi
 }
 
 /* The layers of a "layers" array into l[], from the model's input (parent NULL) or from a
- * block's. A layer needs an input gradient when one before it has parameters, or, in a block,
- * when the block does. */
-static int parse_chain(struct model *m, struct layer *l, const json_t *layers, struct layer *parent, char *err)
+ * block's (its list key: "layers" or "shortcut"). A layer needs an input gradient when one
+ * before it has parameters, or, in a block, when the block does. */
+static int parse_chain(struct model *m, struct layer *l, const json_t *layers, struct layer *parent,
+		       const char *key, char *err)
 {
+	int main_list = !parent || !strcmp(key, "layers");
 	struct shape s = parent ? parent->in : m->input;
 	int n = (int)json_array_size(layers), params_before = parent ? parent->need_dx : 0, rc;
 	for (int i = 0; i < n; i++) {
 		struct layer *li = &l[i];
-		int np = parent ? snprintf(li->path, sizeof li->path, "%s.layers[%d]", parent->path, i)
+		int np = parent ? snprintf(li->path, sizeof li->path, "%s.%s[%d]", parent->path, key, i)
 				: snprintf(li->path, sizeof li->path, "layers[%d]", i);
-		int nn = parent ? snprintf(li->name, sizeof li->name, "%s.%d", parent->name, i)
-				: snprintf(li->name, sizeof li->name, "%d", i);
+		int nn = !parent    ? snprintf(li->name, sizeof li->name, "%d", i)
+			 : main_list ? snprintf(li->name, sizeof li->name, "%s.%d", parent->name, i)
+				     : snprintf(li->name, sizeof li->name, "%s.%s.%d", parent->name, key, i);
 		if (np >= (int)sizeof li->path || nn >= (int)sizeof li->name)
 			return gem_errf(err, GEM_EUSAGE, "%s: nested too deep to be named", parent->path);
 		li->depth = parent ? parent->depth + 1 : 0;
@@ -297,7 +321,7 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
 		goto fail;
 	}
-	if ((rc = parse_chain(m, m->l, layers, NULL, err)))
+	if ((rc = parse_chain(m, m->l, layers, NULL, "layers", err)))
 		goto fail;
 	m->labels = shape_rows(m->l[m->nlayers - 1].in);
 	m->vocab = m->l[0].ops->first ? m->l[0].v[0].i : 0;

@@ -23,12 +23,14 @@
  *   {"type": "attention", "heads": H, "init_std": 0.02}
  *                                                   (T,C) → (T,C), causal self-attention
  *   {"type": "residual", "layers": [LAYER, ...]}   x + layers(x), same shape out as in
+ *   {"type": "residual", "layers": [...], "shortcut": [LAYER, ...]}
+ *                                                   shortcut(x) + layers(x), of one shape
  *   {"type": "logsoftmax"}                         must be the last layer, with `classes`
  *                                                   inputs (per position: a loss at each)
  * Optional fields take the defaults shown. The loss is the NLL of the log-softmax, averaged over
  * the batch (and the positions). Parameters are named "<layer index>.weight", ".bias" (and
- * attention's ".out_weight", ".out_bias"), a layer in a block "<block>.<index>.weight", in layer
- * order; dense and conv2d are initialised as PyTorch does by default, the sequence layers (and
+ * attention's ".out_weight", ".out_bias"), a layer in a block "<block>.<index>.weight", in its
+ * shortcut "<block>.shortcut.<index>.weight", in layer order; dense and conv2d are initialised as PyTorch does by default, the sequence layers (and
  * dense with init_std > 0) N(0, init_std²) for weights, biases 0, LayerNorm gains 1. Inputs are
  * batches of samples in NCHW order (B × input floats); labels are integers below `classes`, one
  * per sample (B), or one per position (B × T) for a sequence model. */
