@@ -5,7 +5,9 @@
  * piecewise linear or smooth, so what differs is float32 rounding of the forward (~1e-6 in L,
  * ~5e-5 after dividing by 2ε; we see up to 2e-3 against the 1e-2 floor); a wrong index or a
  * missing term gives errors of order 1.
- * Inputs of relu and maxpool stay at least 0.05 away from their kinks, so ±ε never crosses one. */
+ * Inputs of relu and maxpool stay at least 0.05 away from their kinks, so ±ε never crosses one.
+ * Forwards are checked against plain formulas in double: a pool's mean, GroupNorm's
+ * normalisation (whose backward is held against differences of that double forward). */
 #include <blis.h>
 #include <float.h>
 #include <string.h>
@@ -331,6 +333,149 @@ static void test_pool(size_t planes, int h, int w, int k)
 	free(x), free(y), free(R), free(dx), free(d.arg);
 }
 
+/* ---- avgpool2d, globalavgpool ---- */
+struct avg_ctx {
+	size_t planes;
+	int B, c, h, w, k; /* k = 0: the global pool over (C,B,H,W) */
+	float *x, *y;
+};
+
+static void avg_run(void *c)
+{
+	struct avg_ctx *d = c;
+	if (d->k)
+		avgpool2d_forward(d->y, d->x, d->planes, d->h, d->w, d->k);
+	else
+		globalavgpool_forward(d->y, d->x, d->B, d->c, d->h * d->w);
+}
+
+/* k > 0: avgpool2d over B·c planes; k = 0: globalavgpool */
+static void test_avgpool(int B, int c, int h, int w, int k)
+{
+	size_t planes = (size_t)B * c, nx = planes * h * w, ny = k ? planes * (h / k) * (w / k) : planes;
+	struct avg_ctx d = {planes, B, c, h, w, k, malloc(nx * 4), malloc(ny * 4)};
+	float *R = malloc(ny * 4), *dx = malloc(nx * 4), *dx2 = malloc(nx * 4);
+	char what[64];
+	int kk = k ? k : 1, good = 1;
+	if (k)
+		snprintf(what, sizeof what, "avgpool2d %dx%d k%d", h, w, k);
+	else
+		snprintf(what, sizeof what, "globalavgpool (%d,%d,%d,%d)", c, B, h, w);
+	fill(d.x, nx, -1, 1);
+	fill(R, ny, -1, 1);
+	avg_run(&d);
+	for (size_t pl = 0; pl < planes; pl++) {
+		int oh = k ? h / k : 1, ow = k ? w / k : 1, wh = k ? k : h, ww = k ? k : w;
+		for (int i = 0; i < oh; i++)
+			for (int j = 0; j < ow; j++) {
+				double m = 0;
+				for (int di = 0; di < wh; di++)
+					for (int dj = 0; dj < ww; dj++)
+						m += d.x[(pl * h + i * kk + di) * w + j * kk + dj];
+				m /= wh * ww;
+				/* the global pool's output is (B,C): plane (ch, b) → b·C + ch */
+				size_t at = k ? (pl * oh + i) * ow + j : (pl % B) * c + pl / B;
+				good &= fabs(d.y[at] - m) < 1e-6;
+			}
+	}
+	ok(good, "%s: y is the window's mean", what);
+	for (size_t i = 0; i < nx; i++)
+		dx[i] = NAN; /* backward must write every element */
+	if (k)
+		avgpool2d_backward(dx, R, planes, h, w, k);
+	else
+		globalavgpool_backward(dx, R, B, c, h * w);
+	struct probe p = {avg_run, &d, d.y, R, ny};
+	memcpy(dx2, dx, nx * 4);
+	double ex = check(&p, d.x, dx, nx);
+	ok(ex < BOUND && !memcmp(dx, dx2, nx * 4), "%s: dx matches finite differences (max rel err %.2g)", what, ex);
+	free(d.x), free(d.y), free(R), free(dx), free(dx2);
+}
+
+/* ---- groupnorm ---- */
+/* GroupNorm in double: y (C,B,HW) from x, g, b (double copies of the float inputs); returns
+ * Σ y ⊙ R. Its normalisation sums a whole group, whose float rounding, divided by 2ε, would
+ * swamp a finite difference of the float forward: the backward is held against this one. */
+static double gn_ref(double *y, const double *x, const double *g, const double *b, const float *R, int B, int c,
+		     int hw, int G)
+{
+	int cg = c / G, n = cg * hw;
+	double L = 0;
+	for (int s = 0; s < B; s++)
+		for (int q = 0; q < G; q++) {
+			double mu = 0, var = 0;
+			for (int k = 0; k < cg; k++)
+				for (int i = 0; i < hw; i++)
+					mu += x[((size_t)(q * cg + k) * B + s) * hw + i];
+			mu /= n;
+			for (int k = 0; k < cg; k++)
+				for (int i = 0; i < hw; i++) {
+					double v = x[((size_t)(q * cg + k) * B + s) * hw + i] - mu;
+					var += v * v;
+				}
+			var /= n;
+			for (int k = 0; k < cg; k++)
+				for (int i = 0; i < hw; i++) {
+					size_t at = ((size_t)(q * cg + k) * B + s) * hw + i;
+					y[at] = (x[at] - mu) / sqrt(var + 1e-5) * g[q * cg + k] + b[q * cg + k];
+					L += y[at] * R[at];
+				}
+		}
+	return L;
+}
+
+/* the worst relative error of grad against central differences (ε = 1e-4) of gn_ref over v */
+static double gn_check(double *yd, double *v, size_t nv, const float *grad, double *xd, double *gd, double *bd,
+		       const float *R, int B, int c, int hw, int G)
+{
+	double worst = 0;
+	for (size_t i = 0; i < nv; i++) {
+		double keep = v[i];
+		v[i] = keep + 1e-4;
+		double lp = gn_ref(yd, xd, gd, bd, R, B, c, hw, G);
+		v[i] = keep - 1e-4;
+		double lm = gn_ref(yd, xd, gd, bd, R, B, c, hw, G);
+		v[i] = keep;
+		worst = fmax(worst, relerr((lp - lm) / 2e-4, grad[i]));
+	}
+	return worst;
+}
+
+static void test_groupnorm(int B, int c, int hw, int G)
+{
+	size_t n = (size_t)B * c * hw;
+	float *x = malloc(n * 4), *g = malloc(c * 4), *b = malloc(c * 4), *y = malloc(n * 4), *st = malloc(8 * B * G);
+	float *R = malloc(n * 4), *dx = malloc(n * 4), *dg = malloc(c * 4), *db = malloc(c * 4);
+	float *g2 = malloc(n * 4), *dg2 = malloc(c * 4), *db2 = malloc(c * 4);
+	double *xd = malloc(n * 8), *yd = malloc(n * 8), *gd = malloc(c * 8), *bd = malloc(c * 8), worst = 0;
+	fill(x, n, -2, 2), fill(g, c, 0.5f, 1.5f), fill(b, c, -1, 1), fill(R, n, -1, 1);
+	for (size_t i = 0; i < n; i++)
+		xd[i] = x[i];
+	for (int i = 0; i < c; i++)
+		gd[i] = g[i], bd[i] = b[i];
+	groupnorm_forward(y, st, x, g, b, B, c, hw, G);
+	gn_ref(yd, xd, gd, bd, R, B, c, hw, G);
+	for (size_t i = 0; i < n; i++)
+		worst = fmax(worst, fabs(y[i] - yd[i]));
+	ok(worst < 1e-5, "groupnorm (%d,%d,%d) G %d: each group is (x − μ)/√(σ² + ε)·g + b over its channels (max diff %.2g)",
+	   c, B, hw, G, worst);
+	groupnorm_backward(dx, dg, db, R, x, st, g, B, c, hw, G);
+	double ex = gn_check(yd, xd, n, dx, xd, gd, bd, R, B, c, hw, G);
+	double eg = gn_check(yd, gd, c, dg, xd, gd, bd, R, B, c, hw, G);
+	double eb = gn_check(yd, bd, c, db, xd, gd, bd, R, B, c, hw, G);
+	ok(ex < 1e-4 && eg < 1e-4 && eb < 1e-4,
+	   "groupnorm (%d,%d,%d) G %d: dx, dg, db match finite differences (max rel err %.2g, %.2g, %.2g)", c, B, hw, G,
+	   ex, eg, eb);
+	memcpy(g2, R, n * 4);
+	groupnorm_backward(g2, dg2, db2, g2, x, st, g, B, c, hw, G);
+	int same = !memcmp(g2, dx, n * 4) && !memcmp(dg2, dg, c * 4) && !memcmp(db2, db, c * 4);
+	groupnorm_backward(NULL, dg2, db2, R, x, st, g, B, c, hw, G);
+	ok(same && !memcmp(dg2, dg, c * 4) && !memcmp(db2, db, c * 4),
+	   "groupnorm: in place (dx = dy), and without dx, the same floats");
+	free(x), free(g), free(b), free(y), free(st), free(R), free(dx), free(dg), free(db);
+	free(g2), free(dg2), free(db2), free(xd), free(yd), free(gd), free(bd);
+}
+
 /* ---- relu, dropout, dropout2d ---- */
 struct ew_ctx {
 	int kind; /* 0 relu, 1 dropout, 2 dropout2d */
@@ -493,6 +638,12 @@ int main(void)
 	test_pool(3, 6, 18, 2); /* four-at-a-time path and a tail */
 	test_pool(2, 5, 11, 2); /* odd height and width */
 	test_pool(2, 7, 9, 3);
+	test_avgpool(2, 3, 6, 18, 2);
+	test_avgpool(1, 2, 7, 9, 3); /* rows and columns past the last whole window */
+	test_avgpool(3, 4, 5, 7, 0);
+	test_groupnorm(3, 8, 10, 4);
+	test_groupnorm(2, 6, 49, 1); /* one group: LayerNorm over (C,H,W) */
+	test_groupnorm(2, 5, 9, 5);  /* a group per channel: InstanceNorm */
 	test_elementwise(0, "relu");
 	test_elementwise(1, "dropout");
 	test_elementwise(2, "dropout2d");

@@ -105,6 +105,13 @@ static void test_bad_specs(void)
 	bad_spec("{\"type\":\"residual\",\"layers\":[{\"type\":\"relu\"}],\"shortcuts\":[]}," TAIL,
 		 "layers[0].shortcuts: unknown field of residual \"shortcuts\" (did you mean shortcut?)",
 		 "a misspelt shortcut");
+	bad_spec("{\"type\":\"conv2d\",\"out\":6,\"kernel\":3},{\"type\":\"groupnorm\",\"groups\":4}," TAIL,
+		 "layers[1].groups: 4 does not divide the 6 channels", "groupnorm's groups must divide the channels");
+	bad_spec("{\"type\":\"groupnorm\"}," TAIL, "layers[0].groups: missing", "groupnorm without groups");
+	bad_spec("{\"type\":\"globalavgpool\"},{\"type\":\"globalavgpool\"},{\"type\":\"logsoftmax\"}",
+		 "layers[1]: globalavgpool needs an image input (C,H,W), got 1 features", "globalavgpool makes flat features");
+	bad_spec("{\"type\":\"avgpool2d\",\"size\":9}," TAIL, "layers[0].size: 9 is larger than the input 8x8",
+		 "avgpool2d larger than its input");
 	struct model *f = (struct model *)1;
 	ok(model_from_file("/nonexistent/x.json", NULL, &f, err) == GEM_EFAIL && !f &&
 		   strstr(err, "/nonexistent/x.json"),
@@ -221,11 +228,11 @@ static void test_init(void)
  * the mean loss it returns, the dropout masks fixed by reseeding the rng for every evaluation.
  * ε = 3e-3. A ReLU or a max-pool switch inside ±ε bends the loss: with a kink at distance d,
  * (L₊ − L₋)/2ε misses the slope by exactly |L₊ − 2L₀ + L₋|/2ε. Parameters where that exceeds
- * 1e-4 (five times the float32 rounding of the loss over 2ε) are counted as kinked and skipped;
+ * bend (1e-4: five times the float32 rounding of the loss over 2ε) are counted as kinked and skipped;
  * at most a quarter may be. Every other parameter must satisfy
  * |num − ana| / max(1e-2, |num| + |ana|) < 2e-2 (1e-2 for a kink just under the threshold,
  * 1e-2 for rounding). A wrong gradient shows as errors of order 1 in smooth parameters. */
-static double model_gradcheck(struct model *m, const float *x, const uint8_t *y, int n, int *same,
+static double model_gradcheck(struct model *m, const float *x, const uint8_t *y, int n, double bend, int *same,
 			      double *kinked)
 {
 	const float eps = 3e-3f;
@@ -249,7 +256,7 @@ static double model_gradcheck(struct model *m, const float *x, const uint8_t *y,
 		rng_seed(&r, 5, 5);
 		double lm = model_train_step(m, x, y, n, &r);
 		theta[i] = keep;
-		if (fabs(lp - 2 * l0 + lm) / (2.0 * eps) > 1e-4) {
+		if (fabs(lp - 2 * l0 + lm) / (2.0 * eps) > bend) {
 			nk++;
 			continue;
 		}
@@ -263,7 +270,10 @@ static double model_gradcheck(struct model *m, const float *x, const uint8_t *y,
 	return worst;
 }
 
-static void test_gradients(const char *name, const char *text, int n)
+/* bend: the kink threshold of model_gradcheck, 1e-4; INFINITY for a net without kinks (no
+ * ReLU, no max-pool), whose curvature (a normalisation's) is no kink and whose every
+ * parameter is checked */
+static void test_gradients(const char *name, const char *text, int n, double bend)
 {
 	char err[GEM_ERRMAX];
 	struct model *m = build(text, err);
@@ -284,7 +294,7 @@ static void test_gradients(const char *name, const char *text, int n)
 		x[i] = 2 * rng_float(&r) - 1;
 	for (int i = 0; i < n; i++)
 		y[i] = (uint8_t)rng_below(&r, (uint32_t)model_classes(m));
-	double e = model_gradcheck(m, x, y, n, &same, &kinked);
+	double e = model_gradcheck(m, x, y, n, bend, &same, &kinked);
 	ok(same, "%s: the same batch and rng give bit-identical gradients", name);
 	ok(e < 2e-2, "%s: gradient matches finite differences of the loss (max rel err %.2g)", name, e);
 	ok(kinked <= 0.25, "%s: few parameters sit near a kink (%.0f%% skipped)", name, 100 * kinked);
@@ -310,25 +320,33 @@ int main(void)
 	test_shipped();
 	test_init();
 	test_residual_layout();
-	test_gradients("tiny resnet", TINY_RESNET, 4);
+	test_gradients("tiny resnet", TINY_RESNET, 4, 1e-4);
+	test_gradients("tiny resnet with groupnorm, pools, tanh and sigmoid",
+		       "{\"input\":[2,6,6],\"classes\":3,\"layers\":[{\"type\":\"conv2d\",\"out\":4,\"kernel\":3,"
+		       "\"padding\":1},{\"type\":\"groupnorm\",\"groups\":2},{\"type\":\"tanh\"},"
+		       "{\"type\":\"residual\",\"layers\":[{\"type\":\"conv2d\",\"out\":4,\"kernel\":3,\"padding\":1},"
+		       "{\"type\":\"groupnorm\",\"groups\":4},{\"type\":\"sigmoid\"}]},{\"type\":\"avgpool2d\"},"
+		       "{\"type\":\"groupnorm\",\"groups\":1},{\"type\":\"globalavgpool\"},{\"type\":\"dense\",\"out\":3},"
+		       "{\"type\":\"logsoftmax\"}]}",
+		       4, INFINITY);
 	test_gradients("a block with a shortcut first (no input gradient)",
 		       "{\"input\":[2,5,5],\"classes\":3,\"layers\":[{\"type\":\"residual\",\"layers\":[{\"type\":"
 		       "\"conv2d\",\"out\":3,\"kernel\":3,\"stride\":2,\"padding\":1}],\"shortcut\":[{\"type\":\"relu\"},"
 		       "{\"type\":\"conv2d\",\"out\":3,\"kernel\":1,\"stride\":2},{\"type\":\"relu\"},{\"type\":\"residual\","
 		       "\"layers\":[{\"type\":\"conv2d\",\"out\":3,\"kernel\":1}]}]},"
 		       "{\"type\":\"flatten\"},{\"type\":\"dense\",\"out\":3},{\"type\":\"logsoftmax\"}]}",
-		       4);
+		       4, 1e-4);
 	test_gradients("tiny mlp",
 		       "{\"input\":[1,3,4],\"classes\":4,\"layers\":[{\"type\":\"flatten\"},"
 		       "{\"type\":\"dense\",\"out\":6},{\"type\":\"relu\"},{\"type\":\"dropout\",\"p\":0.3},"
 		       "{\"type\":\"dense\",\"out\":4},{\"type\":\"logsoftmax\"}]}",
-		       5);
+		       5, 1e-4);
 	test_gradients("tiny cnn",
 		       "{\"input\":[2,10,10],\"classes\":3,\"layers\":[{\"type\":\"conv2d\",\"out\":3,\"kernel\":3},"
 		       "{\"type\":\"maxpool2d\",\"size\":2},{\"type\":\"relu\"},"
 		       "{\"type\":\"conv2d\",\"out\":4,\"kernel\":2,\"padding\":1},{\"type\":\"dropout2d\",\"p\":0.3},"
 		       "{\"type\":\"relu\"},{\"type\":\"flatten\"},{\"type\":\"dense\",\"out\":5},{\"type\":\"relu\"},"
 		       "{\"type\":\"dense\",\"out\":3},{\"type\":\"logsoftmax\"}]}",
-		       5);
+		       5, 1e-4);
 	return done_testing();
 }

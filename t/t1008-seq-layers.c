@@ -1,4 +1,4 @@
-/* t1008: the sequence layers (nn/seq.h). Each backward against central finite differences of
+/* t1008: the sequence layers and the element-wise activations (nn/seq.h). Each backward against central finite differences of
  * its forward, as t1001 does (L = Σ y ⊙ R in double, ε = 1e-2, max relative error < 5e-3 with
  * a floor of 1e-2); forwards against plain double-precision formulas; attention against a
  * T = 3 example worked by hand and a causality check (changing position t+1 changes nothing at
@@ -191,6 +191,52 @@ static void test_gelu(void)
 	free(g.x), free(g.y), free(R), free(dx);
 }
 
+/* ---- tanh, sigmoid ---- */
+struct act_ctx {
+	int tanh;
+	size_t n;
+	float *x, *y;
+};
+
+static void act_run(void *c)
+{
+	struct act_ctx *a = c;
+	(a->tanh ? tanh_forward : sigmoid_forward)(a->y, a->x, a->n);
+}
+
+static void test_activation(int is_tanh)
+{
+	enum { N = 203 };
+	const char *name = is_tanh ? "tanh" : "sigmoid";
+	struct act_ctx a = {is_tanh, N, falloc(N), falloc(N)};
+	float *R = falloc(N), *dx = falloc(N), *g = falloc(N), *y0 = falloc(N);
+	double worst = 0;
+	int have = matmul_simd(-1), same = 1;
+	fill(a.x, N, -6, 6), fill(R, N, -1, 1);
+	a.x[0] = -100, a.x[1] = 100, a.x[2] = 0, a.x[3] = 1e-4f;
+	act_run(&a);
+	for (int i = 0; i < N; i++) {
+		double x = a.x[i], want = is_tanh ? tanh(x) : 1 / (1 + exp(-x));
+		worst = fmax(worst, fabs(a.y[i] - want));
+	}
+	ok(worst < 2e-7, "%s: within %.2g of libm's in double (-100..100)", name, worst);
+	(is_tanh ? tanh_backward : sigmoid_backward)(dx, R, a.y, N);
+	struct probe p = {act_run, &a, a.y, R, N};
+	double e = check(&p, a.x, dx, N, 1);
+	ok(e < BOUND, "%s: dx matches finite differences (max rel err %.2g)", name, e);
+	memcpy(g, R, sizeof(float) * N);
+	(is_tanh ? tanh_backward : sigmoid_backward)(g, g, a.y, N);
+	memcpy(y0, a.y, sizeof(float) * N);
+	for (int l = 0; l < 3; l++) {
+		matmul_simd(l);
+		act_run(&a);
+		same &= !memcmp(y0, a.y, sizeof(float) * N);
+	}
+	matmul_simd(have);
+	ok(!memcmp(g, dx, sizeof(float) * N) && same, "%s: in place the same dx; every kernel level the same y", name);
+	free(a.x), free(a.y), free(R), free(dx), free(g), free(y0);
+}
+
 /* ---- dense over rows ---- */
 struct dr_ctx {
 	int N, in, out;
@@ -362,6 +408,8 @@ int main(void)
 	test_layernorm(3, 16);
 	test_layernorm(5, 37);
 	test_gelu();
+	test_activation(1);
+	test_activation(0);
 	test_dense_rows(7, 5, 9);
 	test_dense_rows(40, 33, 17);
 	test_attention_by_hand();

@@ -99,6 +99,14 @@ static void init_const(const struct layer *l, int k, const struct layout *lo, fl
 		theta[t->offset + i] = v;
 }
 
+/* A normalisation's gain 1 and bias 0 (tensors 0 and 1). */
+static void norm_init(const struct layer *l, const struct layout *lo, float *theta, struct rng *r)
+{
+	(void)r;
+	init_const(l, 0, lo, theta, 1.0f);
+	init_const(l, 1, lo, theta, 0.0f);
+}
+
 /* dense: rows x (N,IN) → y (N,OUT) = x·Wᵀ + b, W (OUT,IN), b (OUT), N = B (flat) or B·T (a
  * sequence); dy (N,OUT) → dW = dyᵀ·x, db = Σ_N dy, dx (N,IN) = dy·W. A flat input runs on
  * BLIS (layers.c, aux the products' scratch), a sequence on nn/matmul.h (seq.c). Field init:
@@ -202,8 +210,9 @@ static const struct layer_ops conv2d_ops = {
 };
 
 /* maxpool2d (size k): x (C,B,H,W) → y (C,B,H/k,W/k), aux (C,B,H/k,W/k) the argmax of each
- * window; dy (C,B,H/k,W/k) → dx (C,B,H,W), dy at each argmax, 0 elsewhere. */
-static int maxpool2d_parse(struct layer *l, struct layout *lo, int classes, char *err)
+ * window; dy (C,B,H/k,W/k) → dx (C,B,H,W), dy at each argmax, 0 elsewhere. Its parse is
+ * avgpool2d's too: size k fits the input, out (C,H/k,W/k). */
+static int pool2d_parse(struct layer *l, struct layout *lo, int classes, char *err)
 {
 	int k = l->v[0].i;
 	(void)lo, (void)classes;
@@ -236,7 +245,7 @@ static float *maxpool2d_bwd(struct layer *l, float *dy, float *dx, struct layer_
 static const struct layer_ops maxpool2d_ops = {
 	.name = "maxpool2d", .input = LAYER_IMAGE,
 	.fields = {{"size", LAYER_INT, 0, 2, 1, 16}},
-	.parse = maxpool2d_parse, .reserve = maxpool2d_reserve, .forward = maxpool2d_fwd,
+	.parse = pool2d_parse, .reserve = maxpool2d_reserve, .forward = maxpool2d_fwd,
 	.backward = maxpool2d_bwd,
 };
 
@@ -246,6 +255,95 @@ static int same_shape_parse(struct layer *l, struct layout *lo, int classes, cha
 	(void)l, (void)lo, (void)classes, (void)err;
 	return 0;
 }
+
+/* avgpool2d (size k): x (C,B,H,W) → y (C,B,H/k,W/k), the mean of each window; dy → dx (C,B,H,W),
+ * dy/k² over each window, 0 past the last whole one. */
+static const float *avgpool2d_fwd(struct layer *l, const float *x, struct layer_pass *p)
+{
+	avgpool2d_forward(l->y, x, (size_t)l->in.c * p->B, l->in.h, l->in.w, l->v[0].i);
+	return l->y;
+}
+
+static float *avgpool2d_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
+{
+	avgpool2d_backward(dx, dy, (size_t)l->in.c * p->B, l->in.h, l->in.w, l->v[0].i);
+	return dx;
+}
+
+static const struct layer_ops avgpool2d_ops = {
+	.name = "avgpool2d", .input = LAYER_IMAGE,
+	.fields = {{"size", LAYER_INT, 0, 2, 1, 1 << 12}},
+	.parse = pool2d_parse, .forward = avgpool2d_fwd, .backward = avgpool2d_bwd,
+};
+
+/* globalavgpool: x (C,B,H,W) → flat y (B,C), the mean of each plane; dy (B,C) → dx (C,B,H,W),
+ * dy/(H·W) over its plane. */
+static int globalavgpool_parse(struct layer *l, struct layout *lo, int classes, char *err)
+{
+	(void)lo, (void)classes, (void)err;
+	l->out = (struct shape){l->in.c, 1, 1, 0, 0};
+	return 0;
+}
+
+static const float *globalavgpool_fwd(struct layer *l, const float *x, struct layer_pass *p)
+{
+	globalavgpool_forward(l->y, x, p->B, l->in.c, l->in.h * l->in.w);
+	return l->y;
+}
+
+static float *globalavgpool_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
+{
+	globalavgpool_backward(dx, dy, p->B, l->in.c, l->in.h * l->in.w);
+	return dx;
+}
+
+static const struct layer_ops globalavgpool_ops = {
+	.name = "globalavgpool", .input = LAYER_IMAGE,
+	.parse = globalavgpool_parse, .forward = globalavgpool_fwd, .backward = globalavgpool_bwd,
+};
+
+/* groupnorm (groups G): x (C,B,H,W) → y, each sample's G groups of C/G channels normalised
+ * over their values, then a gain and a bias per channel, g (C) = 1 and b (C) = 0 at first; aux
+ * (B,G,2) each (sample, group)'s μ and 1/√(σ² + ε); dy → dg, db, and dx in place. Nothing is
+ * kept from batch to batch. */
+static int groupnorm_parse(struct layer *l, struct layout *lo, int classes, char *err)
+{
+	int ws[1] = {l->in.c};
+	(void)classes;
+	if (l->in.c % l->v[0].i)
+		return gem_errf(err, GEM_EUSAGE, "%s.groups: %d does not divide the %d channels", l->path, l->v[0].i,
+				l->in.c);
+	if (add_tensor(l, lo, "weight", 1, ws, err) < 0 || add_tensor(l, lo, "bias", 1, ws, err) < 0)
+		return GEM_EUSAGE;
+	return 0;
+}
+
+static int groupnorm_reserve(struct layer *l, int B, struct layer_need *need)
+{
+	(void)need;
+	return (l->aux = malloc(sizeof(float) * 2 * (size_t)B * l->v[0].i)) ? 0 : -1;
+}
+
+static const float *groupnorm_fwd(struct layer *l, const float *x, struct layer_pass *p)
+{
+	groupnorm_forward(l->y, l->aux, x, p->W, p->b, p->B, l->in.c, l->in.h * l->in.w, l->v[0].i);
+	return l->y;
+}
+
+static float *groupnorm_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
+{
+	(void)dx;
+	groupnorm_backward(l->need_dx ? dy : NULL, p->dW, p->db, dy, l->x, l->aux, p->W, p->B, l->in.c,
+			   l->in.h * l->in.w, l->v[0].i);
+	return dy;
+}
+
+static const struct layer_ops groupnorm_ops = {
+	.name = "groupnorm", .input = LAYER_IMAGE,
+	.fields = {{"groups", LAYER_INT, 1, 0, 1, 1 << 16}},
+	.parse = groupnorm_parse, .init = norm_init, .reserve = groupnorm_reserve, .forward = groupnorm_fwd,
+	.backward = groupnorm_bwd,
+};
 
 /* relu: any shape, y = max(x, 0); dy → dx = dy where y > 0, in place. */
 static const float *relu_fwd(struct layer *l, const float *x, struct layer_pass *p)
@@ -263,6 +361,41 @@ static float *relu_bwd(struct layer *l, float *dy, float *dx, struct layer_pass 
 
 static const struct layer_ops relu_ops = {
 	.name = "relu", .parse = same_shape_parse, .forward = relu_fwd, .backward = relu_bwd,
+};
+
+/* tanh, sigmoid: any shape, element-wise (nn/seq.h); dy → dx from the output y, in place. */
+static const float *tanh_fwd(struct layer *l, const float *x, struct layer_pass *p)
+{
+	tanh_forward(l->y, x, out_size(l, p));
+	return l->y;
+}
+
+static float *tanh_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
+{
+	(void)dx;
+	tanh_backward(dy, dy, l->y, out_size(l, p));
+	return dy;
+}
+
+static const struct layer_ops tanh_ops = {
+	.name = "tanh", .parse = same_shape_parse, .forward = tanh_fwd, .backward = tanh_bwd,
+};
+
+static const float *sigmoid_fwd(struct layer *l, const float *x, struct layer_pass *p)
+{
+	sigmoid_forward(l->y, x, out_size(l, p));
+	return l->y;
+}
+
+static float *sigmoid_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
+{
+	(void)dx;
+	sigmoid_backward(dy, dy, l->y, out_size(l, p));
+	return dy;
+}
+
+static const struct layer_ops sigmoid_ops = {
+	.name = "sigmoid", .parse = same_shape_parse, .forward = sigmoid_fwd, .backward = sigmoid_bwd,
 };
 
 /* dropout (p): any shape, y = x ⊙ mask, aux the mask (same shape as x), 0 with probability p,
@@ -474,13 +607,6 @@ static int layernorm_parse(struct layer *l, struct layout *lo, int classes, char
 	return 0;
 }
 
-static void layernorm_init(const struct layer *l, const struct layout *lo, float *theta, struct rng *r)
-{
-	(void)r;
-	init_const(l, 0, lo, theta, 1.0f);
-	init_const(l, 1, lo, theta, 0.0f);
-}
-
 static int layernorm_reserve(struct layer *l, int B, struct layer_need *need)
 {
 	(void)need;
@@ -503,7 +629,7 @@ static float *layernorm_bwd(struct layer *l, float *dy, float *dx, struct layer_
 
 static const struct layer_ops layernorm_ops = {
 	.name = "layernorm", .input = LAYER_ROWS,
-	.parse = layernorm_parse, .init = layernorm_init, .reserve = layernorm_reserve,
+	.parse = layernorm_parse, .init = norm_init, .reserve = layernorm_reserve,
 	.forward = layernorm_fwd, .backward = layernorm_bwd,
 };
 
@@ -650,7 +776,7 @@ static const struct layer_ops residual_ops = {
 const struct layer_ops *const layer_all[] = {
 	&dense_ops, &conv2d_ops, &maxpool2d_ops, &relu_ops, &dropout_ops, &dropout2d_ops, &flatten_ops,
 	&logsoftmax_ops, &embedding_ops, &position_ops, &layernorm_ops, &gelu_ops, &attention_ops,
-	&residual_ops, NULL,
+	&residual_ops, &groupnorm_ops, &avgpool2d_ops, &globalavgpool_ops, &tanh_ops, &sigmoid_ops, NULL,
 };
 
 /* Point p at layer l's parameters and their gradient (NULL where it has none). */

@@ -468,6 +468,165 @@ void maxpool2d_backward(float *dx, const float *dy, const uint8_t *arg, size_t p
 				dx[p * plane + (size_t)(i * k + *arg / k) * w + j * k + *arg % k] = *dy;
 }
 
+void avgpool2d_forward(float *y, const float *x, size_t planes, int h, int w, int k)
+{
+	int oh = h / k, ow = w / k;
+	float inv = 1.0f / (float)(k * k);
+	for (size_t p = 0; p < planes; p++)
+		for (int i = 0; i < oh; i++) {
+			const float *r0 = x + (p * h + (size_t)i * k) * w;
+			for (int j = 0; j < ow; j++, y++) {
+				const float *win = r0 + (size_t)j * k;
+				float acc = 0;
+				for (int di = 0; di < k; di++)
+					for (int dj = 0; dj < k; dj++)
+						acc += win[(size_t)di * w + dj];
+				*y = acc * inv;
+			}
+		}
+}
+
+void avgpool2d_backward(float *dx, const float *dy, size_t planes, int h, int w, int k)
+{
+	int oh = h / k, ow = w / k;
+	float inv = 1.0f / (float)(k * k);
+	for (size_t p = 0; p < planes; p++) {
+		float *xp = dx + p * h * w;
+		for (int i = 0; i < oh; i++, dy += ow) {
+			float *row = xp + (size_t)i * k * w;
+			for (int j = 0; j < ow; j++)
+				fill_floats(row + (size_t)j * k, dy[j] * inv, (size_t)k);
+			fill_floats(row + (size_t)ow * k, 0.0f, (size_t)(w - ow * k));
+			for (int di = 1; di < k; di++)
+				memcpy(row + (size_t)di * w, row, sizeof *row * w);
+		}
+		fill_floats(xp + (size_t)oh * k * w, 0.0f, (size_t)(h - oh * k) * w);
+	}
+}
+
+void globalavgpool_forward(float *y, const float *x, int B, int c, int hw)
+{
+	for (int ch = 0; ch < c; ch++)
+		for (int b = 0; b < B; b++)
+			y[(size_t)b * c + ch] = sum_floats(x + ((size_t)ch * B + b) * hw, (size_t)hw) / (float)hw;
+}
+
+void globalavgpool_backward(float *dx, const float *dy, int B, int c, int hw)
+{
+	for (int ch = 0; ch < c; ch++)
+		for (int b = 0; b < B; b++)
+			fill_floats(dx + ((size_t)ch * B + b) * hw, dy[(size_t)b * c + ch] / (float)hw, (size_t)hw);
+}
+
+/* Σ (x − μ)² over n values, with 8 partial sums as sum_floats */
+static float sum_sq_dev(const float *restrict x, float mu, size_t n)
+{
+	float acc[8] = {0}, s = 0;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			acc[j] += (x[i + j] - mu) * (x[i + j] - mu);
+	for (; i < n; i++)
+		s += (x[i] - mu) * (x[i] - mu);
+	for (int j = 0; j < 8; j++)
+		s += acc[j];
+	return s;
+}
+
+/* y = (x − μ)·r·g + b over n values */
+static void norm_affine(float *restrict y, const float *restrict x, float mu, float r, float g, float b, size_t n)
+{
+	float a = r * g;
+	for (size_t i = 0; i < n; i++)
+		y[i] = (x[i] - mu) * a + b;
+}
+
+void groupnorm_forward(float *y, float *stats, const float *x, const float *g, const float *b, int B, int c,
+		       int hw, int G)
+{
+	int cg = c / G;
+	size_t plane = (size_t)hw, n = (size_t)cg * plane;
+	for (int s = 0; s < B; s++)
+		for (int q = 0; q < G; q++) {
+			size_t off = ((size_t)q * cg * B + s) * plane, step = (size_t)B * plane;
+			const float *xc = x + off; /* channel q·cg of sample s; the next, step further */
+			float sum = 0, dev = 0;
+			for (int k = 0; k < cg; k++)
+				sum += sum_floats(xc + k * step, plane);
+			float mu = sum / (float)n;
+			for (int k = 0; k < cg; k++)
+				dev += sum_sq_dev(xc + k * step, mu, plane);
+			float r = 1.0f / sqrtf(dev / (float)n + GROUPNORM_EPS);
+			stats[2 * ((size_t)s * G + q)] = mu;
+			stats[2 * ((size_t)s * G + q) + 1] = r;
+			for (int k = 0; k < cg; k++) {
+				int ch = q * cg + k;
+				norm_affine(y + off + k * step, xc + k * step, mu, r, g[ch], b[ch], plane);
+			}
+		}
+}
+
+/* Σ dy and Σ dy·x̂, x̂ = (x − μ)·r, over n values, with 8 partial sums each */
+static void gn_sums(const float *restrict dy, const float *restrict x, float mu, float r, size_t n, float *sdy,
+		    float *sdyx)
+{
+	float a[8] = {0}, c[8] = {0}, s = 0, t = 0;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++) {
+			a[j] += dy[i + j];
+			c[j] += dy[i + j] * ((x[i + j] - mu) * r);
+		}
+	for (; i < n; i++) {
+		s += dy[i];
+		t += dy[i] * ((x[i] - mu) * r);
+	}
+	for (int j = 0; j < 8; j++)
+		s += a[j], t += c[j];
+	*sdy = s, *sdyx = t;
+}
+
+/* dx = r·(dy·g − m1 − x̂·m2), x̂ = (x − μ)·r, over n values (dx may be dy) */
+static void gn_dx(float *dx, const float *dy, const float *restrict x, float mu, float r, float g, float m1,
+		  float m2, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dx[i] = r * ((dy[i] * g - m1) - (x[i] - mu) * r * m2);
+}
+
+/* With x̂ = (x − μ)·r and dx̂ = dy·g[c], over the n values of a group: dx = r·(dx̂ − mean(dx̂) −
+ * x̂·mean(dx̂·x̂)); Σ dx̂ = Σ_c g[c]·Σ dy and Σ dx̂·x̂ = Σ_c g[c]·Σ dy·x̂, the plane sums that
+ * dg and db take too. */
+void groupnorm_backward(float *dx, float *dg, float *db, const float *dy, const float *x, const float *stats,
+			const float *g, int B, int c, int hw, int G)
+{
+	int cg = c / G;
+	size_t plane = (size_t)hw, n = (size_t)cg * plane, step = (size_t)B * plane;
+	memset(dg, 0, sizeof *dg * c);
+	memset(db, 0, sizeof *db * c);
+	for (int s = 0; s < B; s++)
+		for (int q = 0; q < G; q++) {
+			size_t off = ((size_t)q * cg * B + s) * plane;
+			float mu = stats[2 * ((size_t)s * G + q)], r = stats[2 * ((size_t)s * G + q) + 1];
+			float s1 = 0, s2 = 0;
+			for (int k = 0; k < cg; k++) {
+				int ch = q * cg + k;
+				float sdy, sdyx;
+				gn_sums(dy + off + k * step, x + off + k * step, mu, r, plane, &sdy, &sdyx);
+				db[ch] += sdy;
+				dg[ch] += sdyx;
+				s1 += g[ch] * sdy;
+				s2 += g[ch] * sdyx;
+			}
+			if (!dx)
+				continue;
+			float m1 = s1 / (float)n, m2 = s2 / (float)n;
+			for (int k = 0; k < cg; k++)
+				gn_dx(dx + off + k * step, dy + off + k * step, x + off + k * step, mu, r, g[q * cg + k], m1,
+				      m2, plane);
+		}
+}
+
 static void relu_floats(float *restrict y, const float *restrict x, size_t n)
 {
 	size_t i = 0;

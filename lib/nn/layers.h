@@ -52,6 +52,27 @@ void maxpool2d_forward(float *y, uint8_t *arg, const float *x, size_t planes, in
 // dy (P,H/k,W/k) → dx (P,H,W): dy goes to each window's argmax, 0 elsewhere
 void maxpool2d_backward(float *dx, const float *dy, const uint8_t *arg, size_t planes, int h, int w, int k);
 
+// x (P,H,W) planes → y (P,H/k,W/k), the mean of each k×k window with stride k (floor)
+void avgpool2d_forward(float *y, const float *x, size_t planes, int h, int w, int k);
+// dy (P,H/k,W/k) → dx (P,H,W): dy/k² at each element of its window, 0 past the last whole one
+void avgpool2d_backward(float *dx, const float *dy, size_t planes, int h, int w, int k);
+
+// x (C,B,HW) → y (B,C), the mean of each plane
+void globalavgpool_forward(float *y, const float *x, int B, int c, int hw);
+// dy (B,C) → dx (C,B,HW) = dy/HW at every element of its plane
+void globalavgpool_backward(float *dx, const float *dy, int B, int c, int hw);
+
+#define GROUPNORM_EPS 1e-5f
+// x (C,B,HW) → y = (x − μ)/√(σ² + ε)·g[c] + b[c], where μ and σ² (biased) are taken over
+// the HW values of the C/G channels of one group of one sample (ε GROUPNORM_EPS); stats
+// (B,G,2) keeps each (sample, group)'s μ and 1/√(σ² + ε)
+void groupnorm_forward(float *y, float *stats, const float *x, const float *g, const float *b, int B, int c,
+		       int hw, int G);
+// dy (C,B,HW) → dg, db (C) summed over the samples in order, dx (C,B,HW) (skipped if NULL; may
+// be dy)
+void groupnorm_backward(float *dx, float *dg, float *db, const float *dy, const float *x, const float *stats,
+			const float *g, int B, int c, int hw, int G);
+
 // y = max(x, 0), n elements
 void relu_forward(float *y, const float *x, size_t n);
 // dx = dy where y > 0, else 0 (dx may be dy)

@@ -12,7 +12,12 @@
  *   {"type": "conv2d", "out": C', "kernel": K, "stride": 1, "padding": 0}
  *                                                   image input; W (C',C,K,K), b (C')
  *   {"type": "maxpool2d", "size": 2}               k×k windows (k <= 16), stride k, floor
+ *   {"type": "avgpool2d", "size": 2}               the mean of k×k windows, stride k, floor
+ *   {"type": "globalavgpool"}                      image (C,H,W) → flat C, each plane's mean
+ *   {"type": "groupnorm", "groups": G}             image; G groups of channels normalised per
+ *                                                   sample; gain and bias per channel
  *   {"type": "relu"}   {"type": "gelu"}            element-wise
+ *   {"type": "tanh"}   {"type": "sigmoid"}         element-wise
  *   {"type": "dropout", "p": 0.5}                  p in [0, 1); identity in eval
  *   {"type": "dropout2d", "p": 0.5}                zeroes whole channels; image input
  *   {"type": "flatten"}                            image (C,H,W) → flat C·H·W (PyTorch order)
@@ -31,7 +36,8 @@
  * the batch (and the positions). Parameters are named "<layer index>.weight", ".bias" (and
  * attention's ".out_weight", ".out_bias"), a layer in a block "<block>.<index>.weight", in its
  * shortcut "<block>.shortcut.<index>.weight", in layer order; dense and conv2d are initialised as PyTorch does by default, the sequence layers (and
- * dense with init_std > 0) N(0, init_std²) for weights, biases 0, LayerNorm gains 1. Inputs are
+ * dense with init_std > 0) N(0, init_std²) for weights, biases 0, LayerNorm and GroupNorm gains 1
+ * (their biases 0). Inputs are
  * batches of samples in NCHW order (B × input floats); labels are integers below `classes`, one
  * per sample (B), or one per position (B × T) for a sequence model. */
 #ifndef GEM_MODEL_H

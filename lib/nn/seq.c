@@ -248,24 +248,40 @@ SEQ_INLINE vf gelu_sigma(const vf *px)
 	return vsplat(1.0f) / (vsplat(1.0f) + vexp(&z2));
 }
 
-SEQ_INLINE void gelu_forward_body(float *y, const float *x, size_t n)
+/* σ(x) = 1 / (1 + e^(−x)) */
+SEQ_INLINE vf vsigmoid(const vf *px)
 {
-	size_t i = 0;
-	for (; i + VW <= n; i += VW) {
-		vf v = vload(x + i);
-		vstore(y + i, v * gelu_sigma(&v));
-	}
-	for (; i < n; i++) {
-		vf v = vsplat(x[i]);
-		y[i] = (v * gelu_sigma(&v))[0];
-	}
+	vf z = -*px;
+	return vsplat(1.0f) / (vsplat(1.0f) + vexp(&z));
 }
-SEQ_LEVELS(gelu_forward, (float *y, const float *x, size_t n), (y, x, n));
 
-void gelu_forward(float *y, const float *x, size_t n)
+/* y = f(x) over n values, sixteen at a time, the tail through lane 0 */
+#define SEQ_MAP(name, f)                                                                                \
+	SEQ_INLINE void name##_body(float *y, const float *x, size_t n)                                    \
+	{                                                                                               \
+		size_t i = 0;                                                                           \
+		for (; i + VW <= n; i += VW) {                                                          \
+			vf v = vload(x + i);                                                            \
+			vstore(y + i, f(&v));                                                           \
+		}                                                                                       \
+		for (; i < n; i++) {                                                                    \
+			vf v = vsplat(x[i]);                                                            \
+			y[i] = f(&v)[0];                                                                \
+		}                                                                                       \
+	}                                                                                               \
+	SEQ_LEVELS(name, (float *y, const float *x, size_t n), (y, x, n));                               \
+	void name(float *y, const float *x, size_t n)                                                   \
+	{                                                                                               \
+		name##_at[matmul_simd(-1)](y, x, n);                                                    \
+	}
+
+/* gelu(x) = x·σ(2z) */
+SEQ_INLINE vf vgelu(const vf *px)
 {
-	gelu_forward_at[matmul_simd(-1)](y, x, n);
+	return *px * gelu_sigma(px);
 }
+
+SEQ_MAP(gelu_forward, vgelu)
 
 /* gelu' = s + x·s(1 − s)·2·√(2/π)(1 + 3·0.044715x²) */
 SEQ_INLINE vf gelu_grad(const vf *px)
@@ -292,6 +308,28 @@ SEQ_LEVELS(gelu_backward, (float *dx, const float *dy, const float *x, size_t n)
 void gelu_backward(float *dx, const float *dy, const float *x, size_t n)
 {
 	gelu_backward_at[matmul_simd(-1)](dx, dy, x, n);
+}
+
+/* tanh x = 2σ(2x) − 1 */
+SEQ_INLINE vf vtanh(const vf *px)
+{
+	vf x2 = *px + *px;
+	return vsplat(2.0f) * vsigmoid(&x2) - vsplat(1.0f);
+}
+
+SEQ_MAP(sigmoid_forward, vsigmoid)
+SEQ_MAP(tanh_forward, vtanh)
+
+void sigmoid_backward(float *dx, const float *dy, const float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dx[i] = dy[i] * (y[i] * (1.0f - y[i]));
+}
+
+void tanh_backward(float *dx, const float *dy, const float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dx[i] = dy[i] * (1.0f - y[i] * y[i]);
 }
 
 void dense_rows_forward(float *y, const float *x, const float *W, const float *b, int N, int in, int out,

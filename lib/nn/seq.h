@@ -1,4 +1,5 @@
-/* seq: the forward/backward pairs of the sequence layers (a GPT's), on float32. A sequence is
+/* seq: the forward/backward pairs of the sequence layers (a GPT's), on float32, and the
+ * element-wise activations built on the same vector e^x (gelu, sigmoid, tanh). A sequence is
  * (T, C) per sample and a batch of B of them is stored (B, T, C): N = B·T rows of C. The
  * products run on nn/matmul.h's kernels; the other passes are plain C in one order of
  * operations (no fused multiply-add), so every machine computes the same floats. No function
@@ -31,6 +32,15 @@ void layernorm_backward(float *dx, float *dg, float *db, float *dy, const float 
 void gelu_forward(float *y, const float *x, size_t n);
 // dx = dy·gelu'(x) (dx may be dy)
 void gelu_backward(float *dx, const float *dy, const float *x, size_t n);
+
+// y = 1/(1 + e^(−x)), element-wise
+void sigmoid_forward(float *y, const float *x, size_t n);
+// dx = dy·y(1 − y) from the forward's output y (dx may be dy)
+void sigmoid_backward(float *dx, const float *dy, const float *y, size_t n);
+// y = tanh x = 2σ(2x) − 1 (within 2e-7 of it: an absolute error, as 1 − 2σ rounds near 0)
+void tanh_forward(float *y, const float *x, size_t n);
+// dx = dy·(1 − y²) from the forward's output y (dx may be dy)
+void tanh_backward(float *dx, const float *dy, const float *y, size_t n);
 
 // x (N,IN) · W (OUT,IN)ᵀ + b → y (N,OUT)
 void dense_rows_forward(float *y, const float *x, const float *W, const float *b, int N, int in, int out,
