@@ -187,6 +187,38 @@ static void test_residual_layout(void)
 	model_free(m);
 }
 
+/* share/gem/models/resnet.json: its parameters, its stage shortcuts, one training step. */
+static void test_shipped_resnet(void)
+{
+	const char *src = getenv("GEM_SRC");
+	char path[4096], err[GEM_ERRMAX];
+	struct model *m;
+	struct rng r;
+	snprintf(path, sizeof path, "%s/share/gem/models/resnet.json", src ? src : ".");
+	if (!ok(model_from_file(path, NULL, &m, err) == 0, "resnet.json loads (%s)", m ? "" : err))
+		return;
+	const struct layout *lo = model_layout(m);
+	int sc = -1;
+	for (int i = 0; i < lo->ntensors; i++)
+		if (!strcmp(lo->t[i].name, "5.shortcut.0.weight"))
+			sc = i;
+	/* stem 160 + 32; blocks 4,704, 14,624 and 57,920; dense 650 */
+	ok(model_nparams(m) == 78090 && lo->ntensors == 38, "resnet has 78090 parameters in 38 tensors (%zu, %d)",
+	   model_nparams(m), lo->ntensors);
+	ok(sc > 0 && lo->t[sc].shape[0] == 32 && lo->t[sc].shape[1] == 16 && lo->t[sc].shape[2] == 1 &&
+		   !strcmp(lo->t[lo->ntensors - 2].name, "10.weight") && lo->t[lo->ntensors - 2].shape[1] == 64,
+	   "resnet layout: 5.shortcut.0.weight (32,16,1,1), 10.weight (10,64) after the global pool");
+	float x[2 * 784];
+	uint8_t y[2] = {3, 7};
+	rng_seed(&r, 2, 2);
+	for (int i = 0; i < 2 * 784; i++)
+		x[i] = rng_float(&r);
+	model_init_params(m, 1);
+	float loss = model_reserve(m, 2, err) == 0 ? model_train_step(m, x, y, 2, &r) : NAN;
+	ok(fabsf(loss - logf(10)) < 0.5f, "resnet: one step from θ₀ gives a loss near ln 10 (%.3f)", loss);
+	model_free(m);
+}
+
 static void test_init(void)
 {
 	char err[GEM_ERRMAX];
@@ -318,6 +350,7 @@ int main(void)
 	bli_thread_set_num_threads(1);
 	test_bad_specs();
 	test_shipped();
+	test_shipped_resnet();
 	test_init();
 	test_residual_layout();
 	test_gradients("tiny resnet", TINY_RESNET, 4, 1e-4);

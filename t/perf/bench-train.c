@@ -2,7 +2,7 @@
  * sgemm GFLOP/s for the shapes the mlp layers use and the cnn's would under im2col, the
  * direct conv kernels' GFLOP/s on the cnn's two conv layers, nn/matmul's on the gpt's
  * products, then training samples/s at batch 64 and evaluation samples/s at batch 1000 for
- * share/gem/models/{mlp,cnn}.json, and training and evaluation tokens/s at batch 32 (windows
+ * share/gem/models/{mlp,cnn,resnet}.json, and training and evaluation tokens/s at batch 32 (windows
  * of 128 bytes) for gpt.json (found via $GEM_SRC, else the current directory). Rates are per
  * second of the thread's CPU time (one BLIS thread), after a first step (its page faults) that
  * is not counted. Beside each model figure: the fraction of this core's FMA peak it reaches
@@ -13,7 +13,7 @@
  * with AVX-512) and the ratio to the same figure in $GEM_BENCH_LAST (a TSV this program
  * rewrites; make bench keeps it in build/rel/bench-last.tsv).
  * Usage: bench-train [CPU seconds per model figure, default 2 [model [threads]]]: with a model
- * name (mlp, cnn, gpt), only that model's figures, for a profiler (the last-run file is then
+ * name (mlp, cnn, resnet, gpt), only that model's figures, for a profiler (the last-run file is then
  * left alone); with threads T given, the kernels run on T threads (nn/layers.h) and the rates
  * are per second of wall-clock time, which other jobs on a shared machine slow down. */
 #include <blis.h>
@@ -147,18 +147,26 @@ static void layers_flops(const json_t *layers, struct flops *f)
 			long oh = (f->h + 2 * pad - k) / st + 1, ow = (f->w + 2 * pad - k) / st + 1;
 			macs = (double)out * f->c * k * k * oh * ow;
 			f->c = out, f->h = oh, f->w = ow;
-		} else if (!strcmp(type, "maxpool2d")) {
+		} else if (!strcmp(type, "maxpool2d") || !strcmp(type, "avgpool2d")) {
 			long k = (v = json_object_get(l, "size")) ? json_integer_value(v) : 2;
 			f->h /= k, f->w /= k;
+		} else if (!strcmp(type, "globalavgpool")) {
+			f->h = f->w = 1;
 		} else if (!strcmp(type, "embedding")) { /* T token ids → (T, dim) */
 			f->T = f->c, f->c = json_integer_value(json_object_get(l, "dim"));
 			params = 1;
-		} else if (!strcmp(type, "position") || !strcmp(type, "layernorm")) {
+		} else if (!strcmp(type, "position") || !strcmp(type, "layernorm") || !strcmp(type, "groupnorm")) {
 			params = 1;
 		} else if (!strcmp(type, "attention")) { /* q, k, v and out projections; q·kᵀ, p·v */
 			macs = (double)f->T * 4 * f->c * f->c + 2.0 * f->T * f->T * f->c;
-		} else if (!strcmp(type, "residual")) {
+		} else if (!strcmp(type, "residual")) { /* the shortcut's from the block's input */
+			struct flops s = *f;
+			s.fwd = s.bwd = 0;
+			if ((v = json_object_get(l, "shortcut")))
+				layers_flops(v, &s);
 			layers_flops(json_object_get(l, "layers"), f);
+			f->fwd += s.fwd, f->bwd += s.bwd;
+			f->params_below |= s.params_below;
 		} else if (!strcmp(type, "flatten")) {
 			f->c *= f->h * f->w * f->T, f->h = f->w = f->T = 1;
 		}
@@ -425,6 +433,7 @@ int main(int argc, char **argv)
 	bench_matmul("square", 512, 512, 512, 0, 0, MATMUL_FULL, gs, &r);
 	rc |= bench_model("mlp", secs, peak, &r);
 	rc |= bench_model("cnn", secs, peak, &r);
+	rc |= bench_model("resnet", secs, peak, &r);
 	rc |= bench_model("gpt", secs, peak, &r);
 	if (!rc)
 		save_cur();
