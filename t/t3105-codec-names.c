@@ -2,6 +2,7 @@
  * each from a join line into a buffer that is gone once the line is replayed, and its virtual
  * worker must go on committing in that codec, and receiving θ in its reply codec, after that. */
 #include "base/err.h"
+#include "layout-test.h"
 #include "role/feedback.h"
 #include "role/vworker.h"
 #include "tap.h"
@@ -17,6 +18,7 @@ int main(void)
 	struct vworker w;
 	struct blob_codec c;
 	struct blob_meta m;
+	struct layout lo = layout_n(300);
 	const void *enc;
 
 	for (int i = 0; i < 300; i++)
@@ -35,7 +37,7 @@ int main(void)
 	blob_codec_free(&c);
 	feedback_close(&f);
 
-	ok(vworker_open(&w, 0, &run, 300, err) == 0, "a virtual worker");
+	ok(vworker_open(&w, 0, &run, &lo, err) == 0, "a virtual worker");
 	snprintf(name, sizeof name, "topk:0.1");
 	snprintf(reply, sizeof reply, "fp16");
 	ok(vworker_codec(&w, &run, name, reply, NULL, 0, err) == 0, "its codecs: topk:0.1, θ in fp16");
