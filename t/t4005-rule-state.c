@@ -37,7 +37,7 @@ static int step(struct rule *r, int w, uint64_t seed, uint64_t *ver, uint64_t ba
 
 int main(void)
 {
-	const char *names[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync", "dma"};
+	const char *names[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync", "dma", "diloco"};
 	size_t sizes[3] = {10, 7, 20};
 	struct layout l;
 	char err[GEM_ERRMAX];
@@ -49,7 +49,7 @@ int main(void)
 		l.t[i].size = sizes[i];
 		l.total += sizes[i];
 	}
-	for (int k = 0; k < 7; k++) {
+	for (int k = 0; k < (int)(sizeof names / sizeof *names); k++) {
 		struct rule_config c;
 		struct rule *a, *b;
 		struct rule_vec *vecs, copies[16];

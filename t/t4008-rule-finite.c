@@ -140,7 +140,7 @@ static void overflow(const char *name)
 	rule_destroy(r);
 }
 
-/* A round of 3 (sync, dma) with θ near FLT_MAX: worker 0's commit leaves the round open but
+/* A round of 3 (sync, dma, diloco) with θ near FLT_MAX: worker 0's commit leaves the round open but
  * would overflow θ were it closed now: refused, nothing changed. Then a finite one is held, and
  * the leaves of the others close the round with it: θ finite. */
 static void round_left_open(const char *name)
@@ -181,7 +181,8 @@ static void round_left_open(const char *name)
 
 int main(void)
 {
-	static const char *rules[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync", "dma"};
+	static const char *rules[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync", "dma",
+				      "diloco"};
 	char err[GEM_ERRMAX];
 
 	/* one GEM worker commits all FLT_MAX twice: the second overflows m_w */
@@ -219,5 +220,6 @@ int main(void)
 		overflow(rules[i]);
 	round_left_open("sync");
 	round_left_open("dma");
+	round_left_open("diloco");
 	return done_testing();
 }

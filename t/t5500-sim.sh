@@ -73,6 +73,19 @@ test_expect_success 'sync with 2 simulated workers equals gem-serve with 2 worke
 	blob sreal/params.gem >sreal.blob && blob ssim/params.gem >ssim.blob && cmp sreal.blob ssim.blob
 '
 
+test_expect_success 'diloco with 2 simulated workers equals gem-serve with 2 workers' '
+	init --workers 2 --rule diloco --window 3 dreal && cp -r dreal dsim &&
+	start_server dreal &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
+	{ gem-work -q --server "$URL" --steps 15 & }
+	w1=$! &&
+	gem-work -q --server "$URL" --steps 15 &&
+	wait $w1 && wait $SERVER_PID &&
+	gem-sim -q -n 2 --steps 15 dsim >/dev/null &&
+	grep -q "\"version\":5" dsim/params.gem &&
+	blob dreal/params.gem >dreal.blob && blob dsim/params.gem >dsim.blob && cmp dreal.blob dsim.blob
+'
+
 test_expect_success 'const step times: round-robin, every commit of staleness N-1' '
 	cp -r base rr && gem-sim -q -n 5 --steps 30 rr >rr.tsv &&
 	python3 -c "

@@ -80,7 +80,7 @@ struct rule {
 	 * one: swapped with the vector they replace when the commit is taken */
 	float *spare[2], *gspare[2];
 	float *scratch;            /* gem: π of the last commit, then 32-bit room for the medians */
-	int target, ncommitted, ncontrib; /* sync and dma round: see round.c */
+	int target, ncommitted, ncontrib; /* the rules with rounds: see round.c */
 };
 
 /* The passes run on vectors of GCC's vector extension, their lanes in registers: vectors of 4
@@ -163,5 +163,5 @@ int rule_round_join(struct rule *r, char *err);
 int rule_round_leave(struct rule *r, struct rule_worker *w);
 
 extern const struct rule_ops rule_gem_ops, rule_downpour_ops, rule_dynsgd_ops, rule_easgd_ops,
-	rule_dcasgd_ops, rule_sync_ops, rule_dma_ops;
+	rule_dcasgd_ops, rule_sync_ops, rule_dma_ops, rule_diloco_ops;
 #endif

@@ -5,6 +5,13 @@
 
 #include "base/err.h"
 
+/* 1 if the rule's local steps are the run's optimiser's, momentum and weight decay included
+ * (dma's cycles, diloco's inner steps), 0 if the server keeps the momentum */
+static int rule_local_optimises(const struct rule_desc *d)
+{
+	return d->sends == RULE_SENDS_CYCLE || d->sends == RULE_SENDS_OUTER;
+}
+
 int rule_local_init(struct rule_local *l, const struct rule_config *c, const struct layout *lo,
 		    const struct optim_config *oc, char *err)
 {
@@ -16,13 +23,13 @@ int rule_local_init(struct rule_local *l, const struct rule_config *c, const str
 		return rule_err_unknown(err, c->name);
 	l->n = n;
 	l->lr = oc->lr;
-	if (l->d->sends != RULE_SENDS_CYCLE && mine.kind == OPTIM_SGD) {
+	if (!rule_local_optimises(l->d) && mine.kind == OPTIM_SGD) {
 		mine.momentum = 0;
 		mine.nesterov = 0;
 		mine.weight_decay = 0;
 	}
 	l->plain = mine.kind == OPTIM_SGD && mine.momentum == 0 && mine.weight_decay == 0 && !mine.warmup &&
-		   mine.schedule == LR_CONSTANT && mine.clip == 0 && l->d->sends != RULE_SENDS_CYCLE;
+		   mine.schedule == LR_CONSTANT && mine.clip == 0 && !rule_local_optimises(l->d);
 	/* rules without a "window" field keep their descriptor's λ = 1 in c */
 	l->window = c->window > 1 ? c->window : 1;
 	l->x0 = malloc(sizeof(float) * n);
@@ -62,7 +69,7 @@ void rule_local_start(struct rule_local *l, const float *x, uint64_t step, uint6
 
 void rule_local_begin(struct rule_local *l, const float *x)
 {
-	if (l->d->sends == RULE_SENDS_STEP && l->window > 1)
+	if ((l->d->sends == RULE_SENDS_STEP && l->window > 1) || l->d->sends == RULE_SENDS_OUTER)
 		memcpy(l->x0, x, sizeof(float) * l->n);
 }
 
@@ -103,7 +110,8 @@ const float *rule_local_commit(struct rule_local *l, float *x)
 		}
 		return l->delta;
 	case RULE_SENDS_STEP:
-		if (l->window > 1)
+	case RULE_SENDS_OUTER:
+		if (l->window > 1 || l->d->sends == RULE_SENDS_OUTER)
 			for (size_t i = 0; i < n; i++)
 				l->delta[i] = x[i] - l->x0[i];
 		return l->delta;

@@ -23,9 +23,10 @@ struct rule_local {
 };
 
 /* The half of rule c for the parameters laid out as lo, whose local optimiser is oc (the
- * run's): momentum SGD for rules that send cycles; for the others SGD without momentum or
- * weight decay (the server keeps the momentum), which with a constant rate and no clipping is
- * the plain step; AdamW as oc says for every rule. The moments stay here, on the worker. */
+ * run's): momentum SGD for the rules whose workers take its steps (dma's cycles, diloco's and
+ * async-diloco's inner steps); for the others SGD without momentum or weight decay (the server
+ * keeps the momentum), which with a constant rate and no clipping is the plain step; AdamW as
+ * oc says for every rule. The moments stay here, on the worker. */
 int rule_local_init(struct rule_local *l, const struct rule_config *c, const struct layout *lo,
 		    const struct optim_config *oc, char *err);
 void rule_local_free(struct rule_local *l);

@@ -1,5 +1,5 @@
 /* rule_round: the round bookkeeping of the rules whose commits wait for every worker (sync,
- * dma). A round collects one update per worker, all computed at the same version, summed into
+ * dma, diloco). A round collects one update per worker, all computed at the same version, summed into
  * the rule's global vector ops->round_sum; the last one's ops->round_pass applies the round to θ
  * (with r->ncontrib updates in the sum).
  *

@@ -16,7 +16,7 @@
 
 static const struct rule_ops *const rule_all[] = {
 	&rule_gem_ops, &rule_downpour_ops, &rule_dynsgd_ops, &rule_easgd_ops, &rule_dcasgd_ops,
-	&rule_sync_ops, &rule_dma_ops,
+	&rule_sync_ops, &rule_dma_ops, &rule_diloco_ops,
 };
 #define RULE_NRULES ((int)(sizeof rule_all / sizeof *rule_all))
 
@@ -71,6 +71,10 @@ static const struct rule_field {
 	{RULE_FIELD(alpha), .type = RULE_F_FLOAT, .lo = 0, .hi = 1,
 	 .range = "in [0, 1] (0: 0.9/n)"},
 	{RULE_FIELD(lambda_dc), .type = RULE_F_FLOAT, .lo = 0, .hi = 1e6, .range = "in [0, 1e6]"},
+	{RULE_FIELD(outer_lr), .type = RULE_F_FLOAT, .lo = 0, .hi = 1e6, .lo_open = 1,
+	 .range = "in (0, 1e6]"},
+	{RULE_FIELD(outer_momentum), .type = RULE_F_FLOAT, .lo = 0, .hi = 1, .hi_open = 1,
+	 .range = "in [0, 1)"},
 #undef RULE_FIELD
 };
 #define RULE_NFIELDS ((int)(sizeof rule_fields / sizeof *rule_fields))
@@ -185,6 +189,8 @@ int rule_config_default(const char *name, struct rule_config *c, char *err)
 	c->window = rule_describe(name)->window;
 	c->alpha = 0;
 	c->lambda_dc = 0.04f; /* Zheng et al. 2017, DC-ASGD-c */
+	c->outer_lr = 0.7f;   /* Douillard et al. 2023 */
+	c->outer_momentum = 0.9f;
 	c->nworkers = 0;
 	return 0;
 }
@@ -238,7 +244,8 @@ int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err)
 		if (!f)
 			return gem_errf(err, GEM_EUSAGE,
 					"unknown field '%s' (fields: name lr momentum nworkers kappa "
-					"pi_max eps tensor_stats gem_ref window alpha lambda_dc)", key);
+					"pi_max eps tensor_stats gem_ref window alpha lambda_dc "
+					"outer_lr outer_momentum)", key);
 		if (!rule_field_of(&rule_all[ri]->desc, f))
 			return gem_errf(err, GEM_EUSAGE, "%s: not a field of rule %s", key, name);
 		if (f->type == RULE_F_BOOL) {

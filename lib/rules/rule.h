@@ -1,5 +1,5 @@
 /* rule: the server side of every update rule (GEM, DOWNPOUR, DynSGD, EASGD, DC-ASGD, synchronous
- * momentum SGD, delayed model averaging) behind one interface, exactly as doc/rules.md. A rule
+ * momentum SGD, delayed model averaging, DiLoCo) behind one interface, exactly as doc/rules.md. A rule
  * holds θ; the caller (gem-serve) owns its version counter and serialises calls. A rule keeps
  * per-worker state allocated once at join, and one spare of each of its vector kinds, so a
  * commit allocates nothing: it is computed into the spares and taken only if all of it is
@@ -17,7 +17,7 @@
 #define RULE_VEC_NAME_MAX 32
 
 /* Every known rule, space-separated, for usage lines. */
-#define RULE_NAMES "gem downpour dynsgd easgd dcasgd sync dma"
+#define RULE_NAMES "gem downpour dynsgd easgd dcasgd sync dma diloco"
 
 /* gem's s_w (run.json's rule.gem_ref, doc/rules.md "GEM"): θ after the worker's last commit
  * (the default), or θ just before it was applied, as the authors' code, which also adds ε to
@@ -28,7 +28,7 @@ enum { RULE_GEM_REF_COMMIT = 0, RULE_GEM_REF_PULL = 1 };
 /* What rule_commit did. */
 enum {
 	RULE_APPLIED = 0, /* θ was updated and *version incremented: reply now */
-	RULE_PENDING = 1, /* sync, dma: held for the round; reply when a later call is RULE_APPLIED */
+	RULE_PENDING = 1, /* rounds: held for the round; reply when a later call is RULE_APPLIED */
 	RULE_E_NON_FINITE = -10, /* refused: θ or the rule's state would not be finite */
 };
 
@@ -37,6 +37,8 @@ enum rule_sends {
 	RULE_SENDS_STEP,  /* Δθ: −η∇L of one step, or x_λ − x_0 after λ plain SGD steps (window λ) */
 	RULE_SENDS_X,     /* its own x after λ plain SGD steps; the reply d pulls it: x ← x − d */
 	RULE_SENDS_CYCLE, /* Δ_w = x_w − x_w^init of λ momentum-SGD steps, sent in the background */
+	RULE_SENDS_OUTER, /* x_λ − x_0 after λ steps of the run's optimiser, its state kept from one
+			   * commit to the next; the reply θ replaces x (diloco's inner steps) */
 };
 
 /* What a rule is, for the code around it (server core, worker, simulator, gem-init): each
@@ -62,6 +64,8 @@ struct rule_config {
 	int window;               /* λ, used by the worker: downpour 1, easgd 10; dma's β 4 */
 	float alpha;              /* easgd: 0 → 0.9/n */
 	float lambda_dc;          /* dcasgd: λ_dc = 0.04 (the paper's DC-ASGD-c) */
+	float outer_lr;           /* diloco: η_o = 0.7, the outer Nesterov step's rate */
+	float outer_momentum;     /* diloco: μ_o = 0.9 */
 	int nworkers;             /* n, the workers the run is planned for (0: unset); rules with rounds
 				   * wait for n commits, easgd's default α is 0.9/n */
 };
@@ -86,7 +90,7 @@ struct rule_stats {
 
 /* One float vector of a rule's state (layout->total floats) for a checkpoint blob. */
 struct rule_vec {
-	char name[RULE_VEC_NAME_MAX]; /* "m.3", "s.3" (gem, worker 3), "bak.3" (dcasgd), "v", "sum" (sync) */
+	char name[RULE_VEC_NAME_MAX]; /* "m.3", "s.3" (gem, worker 3), "bak.3" (dcasgd), "v", "sum" (sync, diloco) */
 	float *data;
 	size_t n;
 };
@@ -133,14 +137,14 @@ const struct rule_desc *rule_desc_of(const struct rule *r);
 const float *rule_theta(const struct rule *r);
 
 /* Worker w (an id >= 0) joins and receives θ: allocate its state (gem: m_w = 0, s_w = θ;
- * dcasgd: w_bak = θ). sync and dma refuse a worker beyond nworkers; a joined id is refused. */
+ * dcasgd: w_bak = θ). The rules with rounds refuse a worker beyond nworkers; a joined id is refused. */
 int rule_join(struct rule *r, int worker, char *err);
 /* θ was just sent to worker w (a pull): gem's s_w, dcasgd's w_bak. rule_commit already records
  * the θ it leaves behind as sent to the committing worker. Unknown workers are ignored. */
 void rule_sent(struct rule *r, int worker);
 /* Apply worker w's commit `in` (layout->total floats): Δθ = −η∇L computed at base_version
  * (downpour: the sum of λ local updates; easgd: the worker's x; dma: the worker's delta of one
- * cycle, Δ_w = x_w − x_w^init) to θ, of which *version is the version. Returns RULE_APPLIED (θ updated, ++*version), RULE_PENDING (sync, dma: held until the
+ * cycle, Δ_w = x_w − x_w^init) to θ, of which *version is the version. Returns RULE_APPLIED (θ updated, ++*version), RULE_PENDING (rounds: held until the
  * round's last commit, which returns RULE_APPLIED), RULE_E_NON_FINITE when the result (θ, the
  * reply or the rule's state) would not be finite, an overflow of finite inputs: nothing changed;
  * or GEM_EUSAGE: unknown worker, base_version ahead of *version, easgd without a reply, sync and
@@ -150,8 +154,8 @@ void rule_sent(struct rule *r, int worker);
  * (may be NULL) receives the commit's statistics. */
 int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_version,
 		uint64_t *version, float *reply, struct rule_stats *st, char *err);
-/* Worker w leaves: its state is freed; sync, dma and easgd continue with those remaining. Returns 1
- * if the leave completed a pending round (sync, dma) (θ, *version and st updated: reply to the waiting
+/* Worker w leaves: its state is freed; the rules with rounds and easgd continue with those remaining.
+ * Returns 1 if the leave completed a pending round (θ, *version and st updated: reply to the waiting
  * workers), 0 if not, GEM_EUSAGE for an unknown worker. */
 int rule_leave(struct rule *r, int worker, uint64_t *version, struct rule_stats *st, char *err);
 

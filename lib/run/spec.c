@@ -19,7 +19,7 @@
 
 enum {
 	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_WINDOW, O_ALPHA, O_LDC,
-	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP,
+	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM,
 };
 
 #define MAX_WARMUP (1ull << 40) /* warm-up steps: at most this */
@@ -47,6 +47,8 @@ const struct option run_opts_long[RUN_OPTS_N + 1] = {
 	{.name = "window", .has_arg = required_argument, .val = O_WINDOW},
 	{.name = "alpha", .has_arg = required_argument, .val = O_ALPHA},
 	{.name = "lambda-dc", .has_arg = required_argument, .val = O_LDC},
+	{.name = "outer-lr", .has_arg = required_argument, .val = O_OUTER_LR},
+	{.name = "outer-momentum", .has_arg = required_argument, .val = O_OUTER_MOM},
 	{.name = "workers", .has_arg = required_argument, .val = 'n'},
 	{.name = "force", .has_arg = no_argument, .val = 'f'},
 	{0},
@@ -368,7 +370,7 @@ int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
 			return gem_errf(err, GEM_EUSAGE, "--seed: not an integer in [0, 2^63): %s", arg);
 		return 0;
 	case O_KAPPA: case O_PIMAX: case O_EPS: case O_GEMREF: case O_WINDOW: case O_ALPHA: case O_LDC:
-	case 'n':
+	case O_OUTER_LR: case O_OUTER_MOM: case 'n':
 		if (o->nruleopts == (int)(sizeof o->ruleopts / sizeof *o->ruleopts))
 			return gem_errf(err, GEM_EUSAGE, "too many rule options");
 		o->ruleopts[o->nruleopts].opt = c;
@@ -450,6 +452,14 @@ static int rule_opt_apply(struct rule_config *c, int opt, const char *a, char *e
 	case O_LDC:
 		if (num_float(a, 0, 1e6, &c->lambda_dc))
 			return gem_errf(err, GEM_EUSAGE, "--lambda-dc: not a number >= 0: %s", a);
+		break;
+	case O_OUTER_LR:
+		if (num_float(a, 1e-12, 1e6, &c->outer_lr))
+			return gem_errf(err, GEM_EUSAGE, "--outer-lr: not a positive number: %s", a);
+		break;
+	case O_OUTER_MOM:
+		if (num_float(a, 0, 0.999999, &c->outer_momentum))
+			return gem_errf(err, GEM_EUSAGE, "--outer-momentum: not in [0, 1): %s", a);
 		break;
 	case 'n':
 		if (num_long(a, 1, 4096, &v))
