@@ -4,9 +4,9 @@
 
 test_expect_success 'setup' 'make_tiny_data data'
 
-for rule in gem downpour dynsgd easgd dcasgd sync dma diloco; do
+for rule in gem downpour dynsgd easgd dcasgd sync dma diloco async-diloco; do
 	extra=
-	case $rule in downpour|easgd) extra="--window 2" ;; dma|diloco) extra="--window 4" ;; esac
+	case $rule in downpour|easgd) extra="--window 2" ;; dma|diloco|async-diloco) extra="--window 4" ;; esac
 	test_expect_success "rule $rule: 2 workers learn the tiny task" "
 		gem-run -q -n 2 --rule $rule $extra --model tiny.json --data data --lr 0.1 \
 			--batch 32 --epochs 2 --seed 5 run-$rule >eval.tsv &&

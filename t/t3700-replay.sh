@@ -31,7 +31,8 @@ same() {
 }
 
 for spec in "gem 4 6" "downpour 3 6 --window 2" "dynsgd 3 6" "easgd 3 6 --window 2" \
-	    "dcasgd 3 6" "sync 3 5" "diloco 3 6 --window 3 --outer-lr 0.5"; do
+	    "dcasgd 3 6" "sync 3 5" "diloco 3 6 --window 3 --outer-lr 0.5" \
+	    "async-diloco 3 6 --window 2 --delayed-nesterov 3"; do
 	set -- $spec
 	rule=$1
 	test_expect_success "replay of a served $rule run with cnn and $2 workers: the same θ" "

@@ -37,7 +37,8 @@ static int step(struct rule *r, int w, uint64_t seed, uint64_t *ver, uint64_t ba
 
 int main(void)
 {
-	const char *names[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync", "dma", "diloco"};
+	const char *names[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync", "dma", "diloco",
+			       "async-diloco"};
 	size_t sizes[3] = {10, 7, 20};
 	struct layout l;
 	char err[GEM_ERRMAX];

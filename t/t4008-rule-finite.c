@@ -182,7 +182,7 @@ static void round_left_open(const char *name)
 int main(void)
 {
 	static const char *rules[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync", "dma",
-				      "diloco"};
+				      "diloco", "async-diloco"};
 	char err[GEM_ERRMAX];
 
 	/* one GEM worker commits all FLT_MAX twice: the second overflows m_w */

@@ -1,6 +1,8 @@
 /* t4010: DiLoCo's outer step, worked by hand; with η_o = 1 and μ_o = 0 the same θ as sync with
  * μ = 0 and as dma, bit for bit, for the same commits; the worker's inner steps (their momentum
- * kept from one window to the next); leaves, config and a checkpoint mid-round. */
+ * kept from one window to the next); leaves, config and a checkpoint mid-round. async-diloco:
+ * the outer step on each arrival and delayed Nesterov, worked by hand, and a checkpoint
+ * mid-group. */
 #include "base/err.h"
 #include "base/rng.h"
 #include "nn/optim.h"
@@ -17,6 +19,8 @@
 #define N 37 /* blocks of 4 and a tail */
 #define W 3
 
+static int delayed; /* async-diloco's N for the next make */
+
 static struct rule *make(const char *name, const float *theta, size_t n, int nworkers,
 			 float outer_lr, float outer_momentum, float momentum)
 {
@@ -29,6 +33,7 @@ static struct rule *make(const char *name, const float *theta, size_t n, int nwo
 	c.momentum = momentum;
 	c.outer_lr = outer_lr;
 	c.outer_momentum = outer_momentum;
+	c.delayed_nesterov = delayed;
 	if (rule_create(&c, &l, theta, &r, err) < 0)
 		diag("rule_create: %s", err);
 	return r;
@@ -276,6 +281,83 @@ static void checkpoint(void)
 	rule_destroy(r2);
 }
 
+/* async-diloco, η_o = 0.5, μ_o = 0.5, θ = (0, 0), numbers exact in binary.
+ * Nesterov on each arrival: u = (2, 0): v = (2, 0), θ = 0.5·((2, 0) + (1, 0)) = (1.5, 0);
+ * u = (0, 2) from a worker one version behind: v = (1, 2), θ = (1.5, 0) + 0.5·((0, 2) +
+ * (0.5, 1)) = (1.75, 1.5). */
+static void async_by_hand(void)
+{
+	char err[GEM_ERRMAX];
+	struct rule_stats st;
+	struct rule *r;
+	uint64_t ver = 0;
+	float t[2] = {0, 0};
+	int rc;
+	ok(!rule_describe("async-diloco")->rounds &&
+		   rule_describe("async-diloco")->sends == RULE_SENDS_OUTER,
+	   "async-diloco: no rounds, the inner steps of diloco");
+	delayed = 0;
+	r = make("async-diloco", t, 2, 0, 0.5f, 0.5f, 0.9f);
+	ok(r != NULL, "async-diloco needs no nworkers");
+	rule_join(r, 0, err);
+	rule_join(r, 1, err);
+	rc = commit1(r, 0, (float[]){2, 0}, 0, t, &ver, NULL, &st, err);
+	ok(rc == RULE_APPLIED && ver == 1 && t[0] == 1.5f && t[1] == 0,
+	   "u = (2, 0) applied on arrival: θ = (1.5, 0) (%g, %g)", t[0], t[1]);
+	rc = commit1(r, 1, (float[]){0, 2}, 0, t, &ver, NULL, &st, err);
+	ok(rc == RULE_APPLIED && st.staleness == 1 && t[0] == 1.75f && t[1] == 1.5f,
+	   "a stale u = (0, 2) too (τ = 1): θ = (1.75, 1.5) (%g, %g)", t[0], t[1]);
+	rule_destroy(r);
+}
+
+/* Delayed Nesterov, N = 2, η_o = 0.5, μ_o = 0.5, θ = (0, 0):
+ * 1: u = (2, 0): a = (2, 0), plain: θ = (1, 0)
+ * 2: u = (0, 2): a = (2, 2), v = a/2 = (1, 1), θ = (1, 0) + 0.5·((0, 2) + 0.5·(1, 1)) = (1.25, 1.25)
+ * 3: u = (2, 2): a = (2, 2), plain: θ = (2.25, 2.25)
+ * 4: u = (4, 0): a = (6, 2), v = 0.5·(1, 1) + (3, 1) = (3.5, 1.5),
+ *    θ = (2.25, 2.25) + 0.5·((4, 0) + 0.5·(3.5, 1.5)) = (5.125, 2.625)
+ * and the same with a checkpoint after arrival 3, in the middle of a group. */
+static void delayed_nesterov(void)
+{
+	static const float u[4][2] = {{2, 0}, {0, 2}, {2, 2}, {4, 0}};
+	static const float want[4][2] = {{1, 0}, {1.25f, 1.25f}, {2.25f, 2.25f}, {5.125f, 2.625f}};
+	char err[GEM_ERRMAX];
+	struct rule *r, *r2;
+	struct rule_vec *vecs;
+	json_t *meta;
+	uint64_t ver = 0, ver2;
+	float t[2] = {0, 0}, t2[2];
+	int good = 1, nvec;
+	delayed = 2;
+	r = make("async-diloco", t, 2, 0, 0.5f, 0.5f, 0);
+	rule_join(r, 0, err);
+	for (int k = 0; k < 3; k++) {
+		good &= commit1(r, 0, u[k], ver, t, &ver, NULL, NULL, err) == RULE_APPLIED &&
+			t[0] == want[k][0] && t[1] == want[k][1];
+		if (!good)
+			diag("arrival %d: θ = (%g, %g)", k + 1, t[0], t[1]);
+	}
+	ok(good, "arrivals 1-3: plain, momentum with the mean of two, plain");
+	ok(rule_state_save(r, &meta, &vecs, &nvec, err) == 0 && nvec == 2 &&
+		   !strcmp(vecs[0].name, "v") && !strcmp(vecs[1].name, "a") && vecs[1].data[0] == 2,
+	   "state mid-group: v and a = (2, 2)");
+	r2 = make("async-diloco", t, 2, 0, 0.5f, 0.5f, 0);
+	ok(rule_state_load(r2, meta, vecs, nvec, err) == 0, "state loads into a new rule");
+	free(vecs);
+	json_decref(meta);
+	memcpy(t2, t, sizeof t);
+	ver2 = ver;
+	ok(commit1(r, 0, u[3], ver, t, &ver, NULL, NULL, err) == RULE_APPLIED &&
+		   commit1(r2, 0, u[3], ver2, t2, &ver2, NULL, NULL, err) == RULE_APPLIED,
+	   "arrival 4 in both");
+	ok(t[0] == 5.125f && t[1] == 2.625f && t2[0] == t[0] && t2[1] == t[1],
+	   "the 4th takes v = (3.5, 1.5): θ = (5.125, 2.625) (%g, %g), the loaded rule too", t[0],
+	   t[1]);
+	rule_destroy(r);
+	rule_destroy(r2);
+	delayed = 0;
+}
+
 int main(void)
 {
 	config();
@@ -284,5 +366,7 @@ int main(void)
 	same_as("dma");
 	inner_steps();
 	checkpoint();
+	async_by_hand();
+	delayed_nesterov();
 	return done_testing();
 }

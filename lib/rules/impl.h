@@ -45,7 +45,8 @@ struct rule_ops {
 	/* 1 if a commit leaves θ before it in its worker's sent vector (gem_ref pull), not θ′;
 	 * NULL: θ′ */
 	int (*sent_before)(const struct rule *r);
-	int nglobal;        /* rule-wide vectors (sync: "v", "sum"; dma: "sum") */
+	int nglobal;        /* rule-wide vectors (sync, diloco: "v", "sum"; dma: "sum";
+			     * async-diloco: "v", "a") */
 	const char *global[2];
 	/* Rules without rounds: one commit (τ computed, the worker checked) in one pass: θ′ into
 	 * rule_theta_next, the new value of each of w's vectors but the sent one into r->spare,
@@ -54,6 +55,9 @@ struct rule_ops {
 	 * of it). */
 	int (*pass)(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
 		    float *reply, struct rule_stats *st);
+	/* Rules without rounds that keep global vectors: take what the pass wrote into r->gspare
+	 * once rule_commit takes the commit (NULL: none) */
+	void (*take)(struct rule *r);
 	/* Rounds (round.c): the global vector that sums the round's updates, and the round's pass
 	 * over k contributions with in (NULL: the sum alone, when a leave closes the round). Its
 	 * sum s = sum + in goes to the sum's spare; with close, the round is applied instead: θ′
@@ -80,7 +84,8 @@ struct rule {
 	 * one: swapped with the vector they replace when the commit is taken */
 	float *spare[2], *gspare[2];
 	float *scratch;            /* gem: π of the last commit, then 32-bit room for the medians */
-	int target, ncommitted, ncontrib; /* the rules with rounds: see round.c */
+	int target, ncommitted, ncontrib; /* the rules with rounds: see round.c; async-diloco:
+					   * ncontrib counts its open group */
 };
 
 /* The passes run on vectors of GCC's vector extension, their lanes in registers: vectors of 4
@@ -163,5 +168,5 @@ int rule_round_join(struct rule *r, char *err);
 int rule_round_leave(struct rule *r, struct rule_worker *w);
 
 extern const struct rule_ops rule_gem_ops, rule_downpour_ops, rule_dynsgd_ops, rule_easgd_ops,
-	rule_dcasgd_ops, rule_sync_ops, rule_dma_ops, rule_diloco_ops;
+	rule_dcasgd_ops, rule_sync_ops, rule_dma_ops, rule_diloco_ops, rule_async_diloco_ops;
 #endif

@@ -16,7 +16,7 @@
 
 static const struct rule_ops *const rule_all[] = {
 	&rule_gem_ops, &rule_downpour_ops, &rule_dynsgd_ops, &rule_easgd_ops, &rule_dcasgd_ops,
-	&rule_sync_ops, &rule_dma_ops, &rule_diloco_ops,
+	&rule_sync_ops, &rule_dma_ops, &rule_diloco_ops, &rule_async_diloco_ops,
 };
 #define RULE_NRULES ((int)(sizeof rule_all / sizeof *rule_all))
 
@@ -75,6 +75,8 @@ static const struct rule_field {
 	 .range = "in (0, 1e6]"},
 	{RULE_FIELD(outer_momentum), .type = RULE_F_FLOAT, .lo = 0, .hi = 1, .hi_open = 1,
 	 .range = "in [0, 1)"},
+	{RULE_FIELD(delayed_nesterov), .type = RULE_F_INT, .lo = 0, .hi = 1 << 20,
+	 .range = "an integer in [0, 1048576] (0: off)"},
 #undef RULE_FIELD
 };
 #define RULE_NFIELDS ((int)(sizeof rule_fields / sizeof *rule_fields))
@@ -245,7 +247,7 @@ int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err)
 			return gem_errf(err, GEM_EUSAGE,
 					"unknown field '%s' (fields: name lr momentum nworkers kappa "
 					"pi_max eps tensor_stats gem_ref window alpha lambda_dc "
-					"outer_lr outer_momentum)", key);
+					"outer_lr outer_momentum delayed_nesterov)", key);
 		if (!rule_field_of(&rule_all[ri]->desc, f))
 			return gem_errf(err, GEM_EUSAGE, "%s: not a field of rule %s", key, name);
 		if (f->type == RULE_F_BOOL) {
@@ -628,6 +630,8 @@ static int rule_apply(struct rule *r, struct rule_worker *w, const float *in, ui
 	for (int i = 0; i < r->ops->nvec; i++)
 		if (i != r->ops->sent_vec)
 			rule_swap(&w->vec[i], &r->spare[i]);
+	if (r->ops->take)
+		r->ops->take(r);
 	rule_take_theta(r, w);
 	return RULE_APPLIED;
 }

@@ -1,5 +1,5 @@
 /* rule: the server side of every update rule (GEM, DOWNPOUR, DynSGD, EASGD, DC-ASGD, synchronous
- * momentum SGD, delayed model averaging, DiLoCo) behind one interface, exactly as doc/rules.md. A rule
+ * momentum SGD, delayed model averaging, DiLoCo in rounds and asynchronous) behind one interface, exactly as doc/rules.md. A rule
  * holds θ; the caller (gem-serve) owns its version counter and serialises calls. A rule keeps
  * per-worker state allocated once at join, and one spare of each of its vector kinds, so a
  * commit allocates nothing: it is computed into the spares and taken only if all of it is
@@ -17,7 +17,7 @@
 #define RULE_VEC_NAME_MAX 32
 
 /* Every known rule, space-separated, for usage lines. */
-#define RULE_NAMES "gem downpour dynsgd easgd dcasgd sync dma diloco"
+#define RULE_NAMES "gem downpour dynsgd easgd dcasgd sync dma diloco async-diloco"
 
 /* gem's s_w (run.json's rule.gem_ref, doc/rules.md "GEM"): θ after the worker's last commit
  * (the default), or θ just before it was applied, as the authors' code, which also adds ε to
@@ -38,7 +38,7 @@ enum rule_sends {
 	RULE_SENDS_X,     /* its own x after λ plain SGD steps; the reply d pulls it: x ← x − d */
 	RULE_SENDS_CYCLE, /* Δ_w = x_w − x_w^init of λ momentum-SGD steps, sent in the background */
 	RULE_SENDS_OUTER, /* x_λ − x_0 after λ steps of the run's optimiser, its state kept from one
-			   * commit to the next; the reply θ replaces x (diloco's inner steps) */
+			   * commit to the next; the reply θ replaces x (diloco's, async-diloco's) */
 };
 
 /* What a rule is, for the code around it (server core, worker, simulator, gem-init): each
@@ -64,8 +64,9 @@ struct rule_config {
 	int window;               /* λ, used by the worker: downpour 1, easgd 10; dma's β 4 */
 	float alpha;              /* easgd: 0 → 0.9/n */
 	float lambda_dc;          /* dcasgd: λ_dc = 0.04 (the paper's DC-ASGD-c) */
-	float outer_lr;           /* diloco: η_o = 0.7, the outer Nesterov step's rate */
-	float outer_momentum;     /* diloco: μ_o = 0.9 */
+	float outer_lr;           /* diloco, async-diloco: η_o = 0.7, the outer Nesterov step's rate */
+	float outer_momentum;     /* diloco, async-diloco: μ_o = 0.9 */
+	int delayed_nesterov;     /* async-diloco: N, the arrivals per momentum step (0: off) */
 	int nworkers;             /* n, the workers the run is planned for (0: unset); rules with rounds
 				   * wait for n commits, easgd's default α is 0.9/n */
 };

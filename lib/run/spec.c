@@ -19,7 +19,7 @@
 
 enum {
 	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_WINDOW, O_ALPHA, O_LDC,
-	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM,
+	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM, O_DELAYED,
 };
 
 #define MAX_WARMUP (1ull << 40) /* warm-up steps: at most this */
@@ -49,6 +49,7 @@ const struct option run_opts_long[RUN_OPTS_N + 1] = {
 	{.name = "lambda-dc", .has_arg = required_argument, .val = O_LDC},
 	{.name = "outer-lr", .has_arg = required_argument, .val = O_OUTER_LR},
 	{.name = "outer-momentum", .has_arg = required_argument, .val = O_OUTER_MOM},
+	{.name = "delayed-nesterov", .has_arg = required_argument, .val = O_DELAYED},
 	{.name = "workers", .has_arg = required_argument, .val = 'n'},
 	{.name = "force", .has_arg = no_argument, .val = 'f'},
 	{0},
@@ -370,7 +371,7 @@ int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
 			return gem_errf(err, GEM_EUSAGE, "--seed: not an integer in [0, 2^63): %s", arg);
 		return 0;
 	case O_KAPPA: case O_PIMAX: case O_EPS: case O_GEMREF: case O_WINDOW: case O_ALPHA: case O_LDC:
-	case O_OUTER_LR: case O_OUTER_MOM: case 'n':
+	case O_OUTER_LR: case O_OUTER_MOM: case O_DELAYED: case 'n':
 		if (o->nruleopts == (int)(sizeof o->ruleopts / sizeof *o->ruleopts))
 			return gem_errf(err, GEM_EUSAGE, "too many rule options");
 		o->ruleopts[o->nruleopts].opt = c;
@@ -460,6 +461,12 @@ static int rule_opt_apply(struct rule_config *c, int opt, const char *a, char *e
 	case O_OUTER_MOM:
 		if (num_float(a, 0, 0.999999, &c->outer_momentum))
 			return gem_errf(err, GEM_EUSAGE, "--outer-momentum: not in [0, 1): %s", a);
+		break;
+	case O_DELAYED:
+		if (num_long(a, 0, 1 << 20, &v))
+			return gem_errf(err, GEM_EUSAGE,
+					"--delayed-nesterov: not an integer in [0, 1048576]: %s", a);
+		c->delayed_nesterov = (int)v;
 		break;
 	case 'n':
 		if (num_long(a, 1, 4096, &v))
