@@ -126,10 +126,11 @@ static void summary(const struct ps_now *st, const char *why)
 	if (isfinite(st->p.loss))
 		snprintf(loss, sizeof loss, ", loss %.4f", st->p.loss);
 	fprintf(stderr, "gem-serve: %s: version %llu (%llu update%s in this session), %llu samples, "
-			"%d worker%s (%d finished), %.1f s of training%s\n",
+			"%d worker%s (%d finished), %.1f s of training%s, %llu bytes in, %llu out\n",
 		why, (unsigned long long)st->p.version, (unsigned long long)st->updates,
 		st->updates == 1 ? "" : "s", (unsigned long long)st->p.samples, st->known,
-		st->known == 1 ? "" : "s", st->done, st->elapsed, loss);
+		st->known == 1 ? "" : "s", st->done, st->elapsed, loss,
+		(unsigned long long)st->bytes_in, (unsigned long long)st->bytes_out);
 }
 
 static void on_signal(int sig)

@@ -55,6 +55,9 @@ struct ps {
 	struct progress meter; /* rates, ETA, smoothed loss of this session */
 	uint64_t budget;       /* samples of one worker's budget (0: unknown); total: ps_total */
 	uint64_t total;        /* the total the caller knows (ps_set_total); 0: the run's */
+	/* bytes on the wire of the commits and their replies: in this session, and since the
+	 * last update line (which logs them) */
+	uint64_t bytes_in, bytes_out, line_in, line_out;
 	struct run_ckpt ck;   /* ps_checkpoint's snapshot buffers */
 };
 
@@ -96,13 +99,16 @@ static void log_event(struct ps *s, const char *event, int worker, const char *e
 	run_log_event(s->log, event, s->vtime, worker, s->prog.version, extra);
 }
 
-/* An update line: of a commit c, or (c NULL) of a round a leave closed. */
+/* An update line: of a commit c, or (c NULL) of a round a leave closed; with the bytes that
+ * went over the wire since the line before. */
 static void log_update(struct ps *s, int worker, const struct ps_commit *c)
 {
 	run_log_update(s->log, &(struct run_log_update){.time = clock_wall(), .elapsed = elapsed_of(s),
 			.vtime = s->vtime, .version = s->prog.version, .worker = worker,
 			.tau = s->st.staleness, .loss = c ? c->loss : NAN, .samples = s->prog.samples,
-			.has_n = c != NULL, .n = c ? c->samples : 0, .by_leave = !c, .st = &s->st});
+			.has_n = c != NULL, .n = c ? c->samples : 0, .by_leave = !c, .st = &s->st,
+			.bytes_in = s->line_in, .bytes_out = s->line_out});
+	s->line_in = s->line_out = 0;
 }
 
 /* ---- workers ---- */
@@ -396,7 +402,11 @@ static int budgets_spent(const struct ps *s)
 
 void ps_log_stop(struct ps *s, const char *reason)
 {
-	json_t *j = json_pack("{s:s}", "reason", reason);
+	/* the replies to the last update went out after its line */
+	json_t *j = s->line_in || s->line_out
+		? json_pack("{s:s, s:I, s:I}", "reason", reason, "bytes_in", (json_int_t)s->line_in,
+			    "bytes_out", (json_int_t)s->line_out)
+		: json_pack("{s:s}", "reason", reason);
 	char *extra = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	/* the run is over, whoever stops it, once no worker is left and one diverged, or every one
 	 * expected has spent its budget */
@@ -672,6 +682,8 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 		return r->status = gem_errf(err, PS_E_UNKNOWN, "join first (POST /v1/join)");
 	}
 	w->last_contact = s->last_commit = clock_mono();
+	s->bytes_in += c->bytes;
+	s->line_in += c->bytes;
 	if (c->idle >= 0)
 		w->idle = c->idle;
 	if (s->stop_why)
@@ -714,6 +726,12 @@ void ps_reply_held(const struct ps *s, float *out, struct ps_reply *r)
 	ps_copy_theta(s, out);
 	r->version = s->prog.version;
 	r->elastic = 0;
+}
+
+void ps_sent(struct ps *s, uint64_t bytes)
+{
+	s->bytes_out += bytes;
+	s->line_out += bytes;
 }
 
 int ps_leave(struct ps *s, int worker, int how, float loss, int gone, struct ps_reply *r,
@@ -788,6 +806,8 @@ void ps_now(const struct ps *s, struct ps_now *st)
 	st->active = s->nactive;
 	st->known = s->nknown;
 	st->done = s->ndone;
+	st->bytes_in = s->bytes_in;
+	st->bytes_out = s->bytes_out;
 	st->slowest = -1;
 	for (int i = 0; i < s->nslots; i++) {
 		const struct ps_worker *w = s->w[i];

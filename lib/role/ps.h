@@ -66,6 +66,7 @@ struct ps_commit {
 	double idle;      /* dma: seconds the worker waited; < 0: not said */
 	const float *update;
 	int checked;      /* the caller has already run ps_check_update on it */
+	uint64_t bytes;   /* its message's bytes on the wire, header included (0: none sent) */
 };
 
 /* The answer to a commit or a leave. */
@@ -127,6 +128,9 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 /* The reply of a commit held for its round (PS_PENDING) once the round has closed: its vector
  * (θ) into out, r->version the round's. */
 void ps_reply_held(const struct ps *s, float *out, struct ps_reply *r);
+/* A reply of bytes (its message, header included) to a commit or a join went out: counted in
+ * the next update line of the log and in ps_now. */
+void ps_sent(struct ps *s, uint64_t bytes);
 /* How a worker left: to come back, having spent its budget, or having diverged (its loss was not
  * finite: it will not come back, and the run fails once every worker has left). */
 enum { PS_LEFT_PAUSED = 0, PS_LEFT_DONE = 1, PS_LEFT_DIVERGED = 2 };
@@ -159,6 +163,8 @@ struct ps_now {
 	int active, known, done; /* workers joined now, ever seen, that spent their budget */
 	int slowest;            /* the joined worker with the fewest samples/s (-1: none yet) */
 	double slowest_rate;    /* its samples/s in this session */
+	uint64_t bytes_in, bytes_out; /* bytes of the commits, and of the replies to them and to the
+				       * joins, in this session */
 };
 void ps_now(const struct ps *s, struct ps_now *st);
 /* The run's total of samples, for the progress, when the caller knows it better than the run's

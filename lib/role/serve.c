@@ -252,15 +252,17 @@ static const char *codec_of(const struct server *s, const char *worker_codec)
 
 /* Send reply_vec(b) as the reply message (header fields + one blob named name), and b with it:
  * libmicrohttpd gives b back. A raw vector goes out from where it is, its first line written
- * just before it; w->lock held. */
+ * just before it; w->lock held. *len: the message's bytes (0 when none went out). */
 static int reply_vector(struct server *s, struct httpd_req *req, struct slot *w,
-			struct reply_buf *b, json_t *head, const char *name, const char *codec)
+			struct reply_buf *b, json_t *head, const char *name, const char *codec,
+			size_t *len)
 {
 	char err[GEM_ERRMAX];
 	struct msg_blob blob;
 	const void *enc;
 	memset(&blob, 0, sizeof blob);
 	snprintf(blob.name, sizeof blob.name, "%s", name);
+	*len = 0;
 	if (!head) {
 		reply_done(b);
 		return httpd_reply_error(req, 503, "busy", "out of memory");
@@ -273,13 +275,14 @@ static int reply_vector(struct server *s, struct httpd_req *req, struct slot *w,
 	if (enc == reply_vec(b) && w->head.len <= REPLY_HEAD_ROOM) {
 		unsigned char *start = b->mem + REPLY_HEAD_ROOM - w->head.len;
 		memcpy(start, w->head.data, w->head.len);
-		return httpd_reply_owned(req, 200, MSG_CONTENT_TYPE, start, w->head.len + blob.meta.nbytes,
-					 reply_done, b);
+		*len = w->head.len + blob.meta.nbytes;
+		return httpd_reply_owned(req, 200, MSG_CONTENT_TYPE, start, *len, reply_done, b);
 	}
 	if (msg_build(&b->msg, head, &blob, 1, err) < 0) {
 		reply_done(b);
 		return httpd_reply_error(req, 500, "encode", "%s", err);
 	}
+	*len = b->msg.len;
 	return httpd_reply_owned(req, 200, MSG_CONTENT_TYPE, b->msg.data, b->msg.len, reply_done, b);
 }
 
@@ -376,6 +379,7 @@ static int h_join(struct httpd_req *req, void *ctx)
 	struct slot *w = NULL;
 	struct reply_buf *b = NULL;
 	uint64_t plan[2];
+	size_t len;
 	int id, st, rc;
 
 	if (join_parse(req, &id, &codec, plan, &body) < 0) {
@@ -411,8 +415,11 @@ static int h_join(struct httpd_req *req, void *ctx)
 	if (head && j.shard_n > 0)
 		json_object_set_new(head, "shard", json_pack("[i,i]", j.shard_i, j.shard_n));
 	pthread_mutex_lock(&w->lock);
-	rc = reply_vector(s, req, w, b, head, MSG_PARAMS, codec_of(s, codec));
+	rc = reply_vector(s, req, w, b, head, MSG_PARAMS, codec_of(s, codec), &len);
 	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_lock(&s->mu);
+	ps_sent(s->ps, len);
+	pthread_mutex_unlock(&s->mu);
 	slot_put(s, w);
 	json_decref(head);
 	json_decref(body);
@@ -546,6 +553,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	struct reply_buf *b = NULL;
 	json_t *head;
 	double t0, t1, t_rule = 0;
+	size_t len;
 	int st, rc;
 
 	if (msg_parse(req->body, req->body_len, &m, err) < 0)
@@ -577,6 +585,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		return 0;
 	}
 	c.checked = 1;
+	c.bytes = req->body_len;
 	t1 = clock_mono();
 	st = commit_apply(s, &c, w, &r, &b, &t_rule, err);
 	if (st < 0) {
@@ -594,8 +603,11 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	t0 = t1 - t0;
 	t1 = clock_mono();
 	rc = reply_vector(s, req, w, b, head, r.elastic ? "elastic" : MSG_PARAMS,
-			  codec_of(s, msg_find(&m, "update")->meta.codec));
+			  codec_of(s, msg_find(&m, "update")->meta.codec), &len);
 	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_lock(&s->mu);
+	ps_sent(s->ps, len);
+	pthread_mutex_unlock(&s->mu);
 	slot_put(s, w);
 	time_commit(s, t0, t_rule, clock_mono() - t1);
 	json_decref(head);

@@ -53,6 +53,9 @@ void run_log_update(FILE *f, const struct run_log_update *u)
 		fprintf(f, ",\"n\":%llu", (unsigned long long)u->n);
 	if (u->by_leave)
 		fputs(",\"by\":\"leave\"", f);
+	if (u->bytes_in || u->bytes_out)
+		fprintf(f, ",\"bytes_in\":%llu,\"bytes_out\":%llu", (unsigned long long)u->bytes_in,
+			(unsigned long long)u->bytes_out);
 	if (u->gossip)
 		log_gossip(f, u->gossip);
 	if (st && st->ntensors > 0) {
@@ -245,16 +248,24 @@ static int update_times(const json_t *o, struct run_log_update *u, char *why, si
 	return -1;
 }
 
-/* What only a server's update line has: the commit's samples, or the leave that closed it. */
+/* What only a server's update line has: the commit's samples, or the leave that closed it, and
+ * the bytes on the wire since the line before. */
 static int update_server(const json_t *o, struct run_log_update *u, char *why, size_t cap)
 {
-	long long n;
+	long long n, in = 0, out = 0;
 	const char *by;
 	int rc = jget_int(o, "n", 0, (long long)1 << 40, &n);
 	if (rc < 0) {
 		snprintf(why, cap, "\"n\" is not a count of samples");
 		return -1;
 	}
+	if (jget_int(o, "bytes_in", 0, LLONG_MAX, &in) < 0 ||
+	    jget_int(o, "bytes_out", 0, LLONG_MAX, &out) < 0) {
+		snprintf(why, cap, "\"bytes_in\" or \"bytes_out\" is not a count of bytes");
+		return -1;
+	}
+	u->bytes_in = (uint64_t)in;
+	u->bytes_out = (uint64_t)out;
 	u->has_n = rc == JGET_OK;
 	u->n = u->has_n ? (uint64_t)n : 0;
 	if ((rc = jget_str(o, "by", 0, &by)) < 0 || (rc == JGET_OK && strcmp(by, "leave"))) {

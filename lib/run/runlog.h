@@ -35,6 +35,9 @@ struct run_log_update {
 	int by_leave;     /* a round closed by a worker's leave, not by a commit of its own */
 	const struct run_log_gossip *gossip; /* an SGP node's iteration; NULL: none (writer only) */
 	const struct rule_stats *st;         /* GEM's π statistics when st->ntensors (writer only) */
+	/* a server's: the bytes on the wire (messages, headers included) of the commits received
+	 * and the replies sent since the line before; both 0: none counted (gem-sim), no field */
+	uint64_t bytes_in, bytes_out;
 };
 
 /* One line of the log, read. */
