@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "nn/model.h"
 #include "run/run.h"
+#include "run/runlog.h"
 
 static const char usage_line[] =
 	"usage: gem-eval [options] (RUNDIR | PARAMS_FILE | URL)...\n"
@@ -33,9 +34,11 @@ static void usage(FILE *f)
 	fprintf(f, "%s\n", usage_line);
 	fputs("Evaluate parameters on the run's test set; print TSV under a '#' header line:\n"
 	      "elapsed seconds, version (central updates), samples seen, test loss, test\n"
-	      "accuracy, then train_loss (--train-subset), acc_0 ... acc_<C-1> (--per-class).\n"
-	      "A text run's losses are in bits per byte (test_bpb, train_bpb) and its accuracy\n"
-	      "is of the next byte, over 20 fixed batches of 32 windows of each split.\n"
+	      "accuracy, then train_loss (--train-subset), acc_0 ... acc_<C-1> (--per-class),\n"
+	      "and bytes: the bytes on the wire up to that version (from the run's log; nan\n"
+	      "for a URL). A text run's losses are in bits per byte (test_bpb, train_bpb) and\n"
+	      "its accuracy is of the next byte, over 20 fixed batches of 32 windows of each\n"
+	      "split.\n"
 	      "Several runs make one table, the run (as named) in a first column. An SGP\n"
 	      "RUNDIR has its nodes evaluated (--nodes). A sharded run's servers are one\n"
 	      "URL argument: URL1,URL2,... (gem-serve --shard I/K, shard 0's first).\n"
@@ -99,6 +102,10 @@ struct evaluator {
 	int diverged;      /* an evaluation's loss said its parameters diverged: exit 1 */
 	const char *warned; /* the run a divergence was last said of */
 	int header_text;    /* the header printed is a text's (bits per byte) */
+	struct run_log_bytes *logs; /* the logs of the run's servers (one per shard); NULL: no
+				     * log (a URL): bytes NaN */
+	int nlogs;
+	double bytes;      /* of the row: the logs' bytes up to its version, or NaN */
 };
 
 /* A text's losses are shown in bits per byte ("test_bpb"), others' as they are. */
@@ -163,7 +170,7 @@ static void print_header(const struct evaluator *e)
 	if (e->per_class)
 		for (int k = 0; k < e->res.classes; k++)
 			printf("\tacc_%d", k);
-	putchar('\n');
+	fputs("\tbytes\n", stdout);
 }
 
 static void print_row(const struct evaluator *e, const struct run_progress *p)
@@ -188,6 +195,7 @@ static void print_row(const struct evaluator *e, const struct run_progress *p)
 			snprintf(key, sizeof key, "acc_%d", k);
 			json_num(key, "%.4f", eval_class_accuracy(&e->res, k));
 		}
+		json_num("bytes", "%.0f", e->bytes);
 		fputs("}\n", stdout);
 		return;
 	}
@@ -200,7 +208,7 @@ static void print_row(const struct evaluator *e, const struct run_progress *p)
 		printf("\t%s", num_format(loss, sizeof loss, "%.6f", shown_loss(e, e->tres.loss)));
 	for (int k = 0; e->per_class && k < e->res.classes; k++)
 		printf("\t%.4f", eval_class_accuracy(&e->res, k));
-	putchar('\n');
+	printf("\t%s\n", num_format(loss, sizeof loss, "%.0f", e->bytes));
 }
 
 /* A loss that says the parameters diverged (trainer_diverged): said once per run, and the exit
@@ -216,11 +224,56 @@ static void diverged(struct evaluator *e, const char *what, uint64_t version, do
 			"diverged\n", what, num_format(l, sizeof l, "%g", loss), (unsigned long long)version);
 }
 
+static void logs_close(struct evaluator *e)
+{
+	for (int i = 0; e->logs && i < e->nlogs; i++)
+		run_log_bytes_close(&e->logs[i]);
+	free(e->logs);
+	e->logs = NULL;
+	e->nlogs = 0;
+}
+
+/* The run's logs (RUNDIR's, or each shard's of a sharded run) for the bytes column; none for
+ * a run whose logs cannot be read (its bytes are then NaN). */
+static void logs_open(struct evaluator *e, const char *rundir)
+{
+	char err[GEM_ERRMAX], path[PATH_MAX + 64];
+	int k = run_shards(rundir, err);
+	if (k < 0 || !(e->logs = calloc(k ? (size_t)k : 1, sizeof *e->logs)))
+		return;
+	for (e->nlogs = 0; e->nlogs < (k ? k : 1); e->nlogs++) {
+		if (k)
+			snprintf(path, sizeof path, "%s/" RUN_SHARD_DIR "/" RUN_LOG, rundir, e->nlogs, k);
+		else
+			snprintf(path, sizeof path, "%s/" RUN_LOG, rundir);
+		if (run_log_bytes_open(&e->logs[e->nlogs], path, err) < 0)
+			break;
+	}
+	if (e->nlogs < (k ? k : 1)) {
+		log_info("no bytes on the wire: %s", err);
+		logs_close(e);
+	}
+}
+
+/* The bytes on the wire up to version (NaN: not known). */
+static double logs_bytes(struct evaluator *e, uint64_t version, char *err)
+{
+	double sum = 0;
+	for (int i = 0; e->logs && i < e->nlogs; i++) {
+		uint64_t b;
+		if (run_log_bytes_at(&e->logs[i], version, &b, err) < 0)
+			return NAN;
+		sum += (double)b;
+	}
+	return e->logs ? sum : NAN;
+}
+
 /* Evaluate the model's current θ and print its line (eval_follow_fn). */
 static int evaluate(void *ctx, const struct run_progress *p, char *err)
 {
 	struct evaluator *e = ctx;
 	int rc;
+	e->bytes = logs_bytes(e, p->version, err);
 	if ((rc = eval_run(&e->buf, e->m, &e->test, e->mean, e->std, &e->res, err)) < 0)
 		return rc;
 	if (e->train_subset &&
@@ -533,8 +586,11 @@ static int eval_target(struct evaluator *e, const char *arg, const char *run_opt
 						       model_nparams(e->m), &p, err)
 				     : run_params_load_merged(&run, model_params(e->m), model_nparams(e->m),
 							      &p, err);
+		if (t.rundir)
+			logs_open(e, t.rundir);
 		if (c == 0)
 			c = evaluate(e, &p, err);
+		logs_close(e);
 		rc = prog_exit(c);
 	}
 	if (rc)
@@ -670,7 +726,10 @@ static int eval_follow_main(struct evaluator *e, const char *follow, const char 
 					.retry_for = retry_for, .cacert = cacert,
 					.theta = model_params(e->m), .n = model_nparams(e->m),
 					.fn = evaluate, .ctx = e};
+		if (rundir)
+			logs_open(e, rundir);
 		c = eval_follow_run(&f, err);
+		logs_close(e);
 		rc = c == GEM_EUSAGE ? EXIT_USAGE : c < 0 || e->diverged ? EXIT_JOB : 0;
 	}
 	if (rc)

@@ -71,7 +71,7 @@ test_expect_success 'each shard has its own version, log and checkpoint; gem-eva
 		head -1 gem-2/shard-$i-of-2/rule-state.gem | grep -q "\"version\":12" &&
 		grep -q "\"shard\":{\"i\":$i,\"k\":2" gem-2/shard-$i-of-2/log.jsonl || return 1
 	done &&
-	gem-eval gem-1 | tail -1 | cut -f2- >e1 && gem-eval gem-2 | tail -1 | cut -f2- >e2 && cmp e1 e2 &&
+	gem-eval gem-1 | tail -1 | cut -f2-5 >e1 && gem-eval gem-2 | tail -1 | cut -f2-5 >e2 && cmp e1 e2 &&
 	{ gem-serve --listen 127.0.0.1:0 gem-2 2>err; test $? = 2; } && grep -q "served by 2 shards" err &&
 	{ gem-serve --listen 127.0.0.1:0 --shard 0/3 gem-2 2>err; test $? = 2; } &&
 	grep -q "served by 2 shards" err
@@ -98,10 +98,10 @@ test_expect_success 'gem-eval URL0,URL1: the whole θ of the shards in order; on
 	wait_for_file urls/shard-0-of-2/server.url 20 && wait_for_file urls/shard-1-of-2/server.url 20 &&
 	u0=$(cat urls/shard-0-of-2/server.url) && u1=$(cat urls/shard-1-of-2/server.url) &&
 	gem-work -q --server urls --steps 7 &&
-	gem-eval "$u0,$u1" | tail -1 | cut -f2- >eu && cat eu &&
+	gem-eval "$u0,$u1" | tail -1 | cut -f2-5 >eu && cat eu &&
 	grep -q "^7	" eu &&
 	curl -sf -X POST "$u0/v1/checkpoint" >/dev/null && curl -sf -X POST "$u1/v1/checkpoint" >/dev/null &&
-	gem-eval urls | tail -1 | cut -f2- >ed && cmp eu ed &&
+	gem-eval urls | tail -1 | cut -f2-5 >ed && cmp eu ed &&
 	{ gem-eval "$u1,$u0" 2>err; test $? = 2; } && grep -q "serves shard 1/2, not 0/2" err &&
 	{ gem-eval "$u0" 2>err; test $? = 2; } && grep -q "serves shard 0/2 of a sharded run" err &&
 	{ gem-eval --follow "$u1" 2>err; test $? = 2; } && grep -q "serves shard 1/2 of a sharded run" err &&
@@ -171,7 +171,7 @@ test_expect_success 'gem-eval --follow RUNDIR of a sharded run: whole θs while 
 	cat fol.tsv fol.eval.err &&
 	test $(grep -vc "^#" fol.tsv) -ge 3 &&
 	awk "!/^#/ { if (\$2 < last) exit 1; last = \$2 }" fol.tsv &&
-	tail -1 fol.tsv | cut -f2- >fol.last && gem-eval fol | tail -1 | cut -f2- >fol.final &&
+	tail -1 fol.tsv | cut -f2-5 >fol.last && gem-eval fol | tail -1 | cut -f2-5 >fol.final &&
 	cmp fol.last fol.final && grep -q "^400	" fol.final &&
 	# the shards'"'"' URLs: the stop seen (status 0; the run is over in a fraction of a
 	# second, and a URL follow has no final checkpoint to read, so one line may be all)

@@ -61,7 +61,7 @@ test_expect_success 'the params file starts with a JSON line' '
 
 test_expect_success 'an untrained model is near chance (loss near ln 4)' '
 	gem-eval run >eval0.tsv &&
-	head -1 eval0.tsv | grep -q "^# elapsed	version	samples	test_loss	test_acc$" &&
+	head -1 eval0.tsv | grep -q "^# elapsed	version	samples	test_loss	test_acc	bytes$" &&
 	awk "NR==2 { exit !(\$2 == 0 && \$4 > 1.1 && \$4 < 1.7) }" eval0.tsv
 '
 

@@ -24,21 +24,29 @@ test_expect_success 'a URL evaluates like the run directory once the server has 
 	gem-eval "$URL" >url.tsv &&
 	stop_server &&
 	gem-eval run >dir.tsv &&
-	head -1 url.tsv | grep -q "^# elapsed	version	samples	test_loss	test_acc$" &&
+	head -1 url.tsv | grep -q "^# elapsed	version	samples	test_loss	test_acc	bytes$" &&
 	test "$(wc -l <url.tsv)" = 2 &&
 	awk "NR==2 { exit !(\$2 == 30 && \$3 == 960) }" url.tsv &&
-	cut -f2- url.tsv >url.cols && cut -f2- dir.tsv >dir.cols && cmp url.cols dir.cols
+	cut -f2-5 url.tsv >url.cols && cut -f2-5 dir.tsv >dir.cols && cmp url.cols dir.cols
+'
+
+test_expect_success 'bytes: every commit and reply of the log up to the version; nan by URL' '
+	awk -F"\t" "NR==2 { exit !(\$6 == \"nan\") }" url.tsv &&
+	sed -n "s/.*\"bytes_in\":\([0-9]*\),\"bytes_out\":\([0-9]*\).*/\1 \2/p" run/log.jsonl |
+		awk "{ s += \$1 + \$2 } END { print s }" >want.bytes &&
+	test "$(cat want.bytes)" -gt 0 &&
+	awk -F"\t" "NR==2 { print \$6 }" dir.tsv >got.bytes && cmp want.bytes got.bytes
 '
 
 test_expect_success '--per-class adds acc_0..acc_3, whose mean weighted by class counts is test_acc' '
 	gem-eval --per-class run >pc.tsv &&
-	head -1 pc.tsv | grep -q "^# elapsed	version	samples	test_loss	test_acc	acc_0	acc_1	acc_2	acc_3$" &&
+	head -1 pc.tsv | grep -q "^# elapsed	version	samples	test_loss	test_acc	acc_0	acc_1	acc_2	acc_3	bytes$" &&
 	python3 -c "
 import collections
 labels = open(\"data/t10k-labels-idx1-ubyte\", \"rb\").read()[8:]
 n = collections.Counter(labels)
 row = open(\"pc.tsv\").read().splitlines()[1].split(\"\t\")
-acc, per = float(row[4]), [float(x) for x in row[5:]]
+acc, per = float(row[4]), [float(x) for x in row[5:9]]
 assert len(per) == 4, row
 mean = sum(per[k] * n[k] for k in range(4)) / len(labels)
 assert abs(mean - acc) < 3e-4, (mean, acc)
@@ -49,14 +57,14 @@ test_expect_success '--train-subset adds a finite train_loss, the same on every 
 	gem-eval --train-subset 300 run >ts1.tsv &&
 	gem-eval --train-subset 300 run >ts2.tsv &&
 	cmp ts1.tsv ts2.tsv &&
-	head -1 ts1.tsv | grep -q "	test_acc	train_loss$" &&
-	awk -F"\t" "NR==2 { exit !(NF == 6 && \$6 + 0 == \$6 && \$6 > 0 && \$6 < 10) }" ts1.tsv &&
-	gem-eval --train-subset 100000 run | awk -F"\t" "NR==2 { exit !(NF == 6 && \$6 > 0) }"
+	head -1 ts1.tsv | grep -q "	test_acc	train_loss	bytes$" &&
+	awk -F"\t" "NR==2 { exit !(NF == 7 && \$6 + 0 == \$6 && \$6 > 0 && \$6 < 10) }" ts1.tsv &&
+	gem-eval --train-subset 100000 run | awk -F"\t" "NR==2 { exit !(NF == 7 && \$6 > 0) }"
 '
 
 test_expect_success 'the columns come in order: train_loss, then acc_k' '
 	gem-eval --per-class --train-subset 50 run | head -1 |
-		grep -q "^# elapsed	version	samples	test_loss	test_acc	train_loss	acc_0	acc_1	acc_2	acc_3$"
+		grep -q "^# elapsed	version	samples	test_loss	test_acc	train_loss	acc_0	acc_1	acc_2	acc_3	bytes$"
 '
 
 test_expect_success '--json prints one object per evaluation with the same fields' '
@@ -67,7 +75,7 @@ lines = open(\"e.json\").read().splitlines()
 assert len(lines) == 1, lines
 r = json.loads(lines[0])
 want = [\"elapsed\", \"version\", \"samples\", \"test_loss\", \"test_acc\", \"train_loss\",
-        \"acc_0\", \"acc_1\", \"acc_2\", \"acc_3\"]
+        \"acc_0\", \"acc_1\", \"acc_2\", \"acc_3\", \"bytes\"]
 assert list(r) == want and r[\"version\"] == 30, r
 "
 '

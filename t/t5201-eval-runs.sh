@@ -15,13 +15,13 @@ test_expect_success 'setup: two local runs, different lengths' '
 
 test_expect_success 'one run: the table is as it was (no run column)' '
 	gem-eval a >one.tsv &&
-	head -1 one.tsv | grep -q "^# elapsed	version	samples	test_loss	test_acc$" &&
+	head -1 one.tsv | grep -q "^# elapsed	version	samples	test_loss	test_acc	bytes$" &&
 	test "$(wc -l <one.tsv)" = 2
 '
 
 test_expect_success 'several runs: one table, the run (as named) first, each line as alone' '
 	gem-eval a b/ b/params.gem >many.tsv &&
-	head -1 many.tsv | grep -q "^# run	elapsed	version	samples	test_loss	test_acc$" &&
+	head -1 many.tsv | grep -q "^# run	elapsed	version	samples	test_loss	test_acc	bytes$" &&
 	cut -f1 many.tsv | tail -3 | tr "\n" " " >got && printf "a b/ b/params.gem " >want &&
 	diff want got &&
 	sed -n 2p many.tsv | cut -f2- >got && tail -1 one.tsv >want && diff want got &&

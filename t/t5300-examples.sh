@@ -10,7 +10,7 @@ TINY="--model tiny.json --data data --epochs 1 --batch 32 --lr 0.1 --seed 3"
 # eval_ok FILE: gem-eval's TSV of a run that learnt the tiny task (one epoch of 2000
 # samples per worker, 63 updates each).
 eval_ok() {
-	head -1 "$1" | grep -q '^# elapsed	version	samples	test_loss	test_acc$' &&
+	head -1 "$1" | grep -q '^# elapsed	version	samples	test_loss	test_acc	bytes$' &&
 	awk -v v="$2" 'NR == 2 && $2 == v && $5 > 0.8 { ok = 1 } END { exit !(ok && NR == 2) }' "$1"
 }
 

@@ -406,6 +406,57 @@ int run_log_next(struct run_log_reader *rd, const struct run_log_line **l, const
 	return 0;
 }
 
+int run_log_bytes_open(struct run_log_bytes *b, const char *path, char *err)
+{
+	memset(b, 0, sizeof *b);
+	return run_log_reader_open(&b->rd, path, 1, err);
+}
+
+/* The bytes a line counts: an update line's, a stop event's (0 for the others). */
+static uint64_t line_bytes(const struct run_log_line *l)
+{
+	long long in = 0, out = 0;
+	if (!l->event)
+		return l->u.bytes_in + l->u.bytes_out;
+	if (strcmp(l->event, "stop"))
+		return 0;
+	jget_int(l->json, "bytes_in", 0, LLONG_MAX, &in);
+	jget_int(l->json, "bytes_out", 0, LLONG_MAX, &out);
+	return (uint64_t)in + (uint64_t)out;
+}
+
+int run_log_bytes_at(struct run_log_bytes *b, uint64_t version, uint64_t *bytes, char *err)
+{
+	const struct run_log_line *l;
+	const char *why;
+	int rc;
+	if (b->ahead && b->ahead_version <= version) {
+		b->total += b->ahead_bytes;
+		b->ahead = 0;
+	}
+	/* a log still written: what was at its end last time may have grown */
+	clearerr(b->rd.f);
+	while (!b->ahead && (rc = run_log_next(&b->rd, &l, &why, err)) != 0) {
+		if (rc < 0)
+			return rc;
+		if (!l || !(l->event ? l->has_version : 1))
+			continue;
+		if (l->u.version <= version)
+			b->total += line_bytes(l);
+		else
+			b->ahead = 1, b->ahead_version = l->u.version, b->ahead_bytes = line_bytes(l);
+	}
+	*bytes = b->total;
+	return 0;
+}
+
+void run_log_bytes_close(struct run_log_bytes *b)
+{
+	if (b->rd.f)
+		run_log_reader_close(&b->rd);
+	memset(b, 0, sizeof *b);
+}
+
 void run_log_reader_close(struct run_log_reader *rd)
 {
 	run_log_line_free(&rd->cur);

@@ -76,6 +76,20 @@ int run_log_next(struct run_log_reader *rd, const struct run_log_line **l, const
 		 char *err);
 void run_log_reader_close(struct run_log_reader *rd);
 
+/* The bytes a served run had on the wire up to a version: the sum of bytes_in and bytes_out
+ * over its log's update lines and stop events of that version or before, read on line by line
+ * as the versions asked grow (the log may still be written). */
+struct run_log_bytes {
+	struct run_log_reader rd;
+	uint64_t total;   /* of the lines counted */
+	int ahead;        /* a line of a later version was read: its version and bytes */
+	uint64_t ahead_version, ahead_bytes;
+};
+int run_log_bytes_open(struct run_log_bytes *b, const char *path, char *err);
+/* *bytes: the sum up to version; versions asked must not decrease. */
+int run_log_bytes_at(struct run_log_bytes *b, uint64_t version, uint64_t *bytes, char *err);
+void run_log_bytes_close(struct run_log_bytes *b);
+
 /* Append-only log.jsonl, cut back first to θ's checkpoint of version: a session that restarts
  * from it drops what the log says of later versions (a crash's lost updates, which would be
  * logged twice) and a torn last line. Lines are written whole, flushed at checkpoints and at
