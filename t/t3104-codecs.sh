@@ -58,7 +58,8 @@ for c in int8 int4 topk:0.1; do
 done
 
 # --worker-timeout 0: the commits of the tests after this one come from worker 0, which on a
-# loaded machine may be silent for longer than the default minute
+# loaded machine may be silent for longer than the default minute; the server writes its log
+# out every 0.2 s, so the join event is waited for
 test_expect_success 'a worker of int8, int4 or topk gets θ in fp16; raw and fp16 their own' '
 	init srv && start_server srv --keep-running --worker-timeout 0 &&
 	for c in int8 int4 topk:0.01 fp16 raw; do
@@ -66,7 +67,7 @@ test_expect_success 'a worker of int8, int4 or topk gets θ in fp16; raw and fp1
 		curl -sf -X POST -d "{\"codec\":\"$c\"}" "$URL/v1/join" | head -1 >head.json &&
 		grep -q "\"codec\":\"$want\"" head.json || { cat head.json; return 1; }
 	done &&
-	grep -q "\"codec\":\"topk:0.01\"" srv/log.jsonl
+	wait_until "grep -q codec.:.topk:0.01 srv/log.jsonl" 5
 '
 
 test_expect_success 'commits written from gem-protocol(7) alone, in int8, int4 and topk, are taken' '
