@@ -34,7 +34,8 @@ static void usage(FILE *f)
 	      "\n"
 	      "      --smooth N       loss: moving-average window in updates (default 50)\n"
 	      "      --by update|worker  loss: per central update (default) or per worker-step\n"
-	      "      --x version|samples|seconds  loss: the first column, the plot's x-axis\n"
+	      "      --x version|samples|seconds|bytes\n"
+	      "                       loss: the first column, the plot's x-axis\n"
 	      "      --bins N         pi: at most N columns of updates (default 200)\n"
 	      "      --stat median|mean|zero|scale  pi: which statistic (default median)\n"
 	      "  -w, --time-window SEC  throughput: window in seconds (default 1); --window is\n"
@@ -234,6 +235,71 @@ static int plot_once(struct logs *L, const struct plot_opts *o)
 	return 0;
 }
 
+/* The options into *o, *interval and *retry_for: -1 to go on, else the exit status. */
+static int parse_options(int argc, char **argv, struct plot_opts *o, double *interval,
+			 double *retry_for)
+{
+	int c;
+	while ((c = getopt_long(argc, argv, "w:gT:o:qhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case OPT_SMOOTH:
+			if (num_long(optarg, 1, 1000000, &o->smooth) < 0)
+				return bad_usage("--smooth wants a whole number from 1", optarg);
+			break;
+		case OPT_BY:
+			if (strcmp(optarg, "worker") && strcmp(optarg, "update"))
+				return bad_usage("--by wants update or worker", optarg);
+			o->by_worker = !strcmp(optarg, "worker");
+			break;
+		case OPT_X:
+			if (plot_x_parse(optarg, &o->x) < 0)
+				return bad_usage("--x wants version, samples, seconds or bytes", optarg);
+			break;
+		case OPT_BINS:
+			if (num_long(optarg, 1, 1000000, &o->bins) < 0)
+				return bad_usage("--bins wants a whole number from 1", optarg);
+			break;
+		case OPT_STAT:
+			if (plot_stat_parse(optarg, &o->stat) < 0)
+				return bad_usage("--stat wants median, mean, zero or scale", optarg);
+			break;
+		case OPT_OLD_WINDOW:
+			log_warn("--window is deprecated here: say --time-window");
+			/* fall through */
+		case 'w':
+			if (num_double(optarg, 1e-3, 1e9, &o->window) < 0)
+				return bad_usage("--time-window wants seconds from 0.001", optarg);
+			break;
+		case OPT_CSV: o->format = PLOT_CSV; break;
+		case OPT_JSON: o->format = PLOT_JSON; break;
+		case OPT_FOLLOW: o->follow = 1; break;
+		case OPT_INTERVAL:
+			if (num_double(optarg, 0.01, 86400, interval) < 0)
+				return bad_usage("--interval wants seconds in [0.01, 86400]", optarg);
+			break;
+		case OPT_RETRY:
+			if (num_double(optarg, 0, 1e6, retry_for) < 0)
+				return bad_usage("--retry-for wants seconds", optarg);
+			break;
+		case 'g': o->gnuplot = 1; break;
+		case 'T':
+			if (plot_term_parse(optarg, &o->term) < 0)
+				return bad_usage("--term wants png, svg or dumb", optarg);
+			o->gnuplot = 1;
+			break;
+		case 'o':
+			o->output = optarg;
+			o->gnuplot = 1;
+			break;
+		case 'q': log_quiet(); break;
+		case 'h': usage(stdout); return 0;
+		case 'V': prog_print_version("gem-plot-data"); return 0;
+		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
+		}
+	}
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
 	struct plot_opts o;
@@ -243,7 +309,7 @@ int main(int argc, char **argv)
 	const char *const *args;
 	double interval = 2, retry_for = 10;
 	size_t nargs;
-	int c, rc = 0;
+	int rc;
 
 	/* a reader that has gone (gnuplot refusing a PNG for a terminal) ends this quietly, as a
 	 * Unix filter ends, even when the parent left SIGPIPE ignored */
@@ -253,63 +319,9 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	plot_opts_init(&o);
-	while ((c = getopt_long(argc, argv, "w:gT:o:qhV", longopts, NULL)) != -1) {
-		switch (c) {
-		case OPT_SMOOTH:
-			if (num_long(optarg, 1, 1000000, &o.smooth) < 0)
-				return bad_usage("--smooth wants a whole number from 1", optarg);
-			break;
-		case OPT_BY:
-			if (strcmp(optarg, "worker") && strcmp(optarg, "update"))
-				return bad_usage("--by wants update or worker", optarg);
-			o.by_worker = !strcmp(optarg, "worker");
-			break;
-		case OPT_X:
-			if (plot_x_parse(optarg, &o.x) < 0)
-				return bad_usage("--x wants version, samples or seconds", optarg);
-			break;
-		case OPT_BINS:
-			if (num_long(optarg, 1, 1000000, &o.bins) < 0)
-				return bad_usage("--bins wants a whole number from 1", optarg);
-			break;
-		case OPT_STAT:
-			if (plot_stat_parse(optarg, &o.stat) < 0)
-				return bad_usage("--stat wants median, mean, zero or scale", optarg);
-			break;
-		case OPT_OLD_WINDOW:
-			log_warn("--window is deprecated here: say --time-window");
-			/* fall through */
-		case 'w':
-			if (num_double(optarg, 1e-3, 1e9, &o.window) < 0)
-				return bad_usage("--time-window wants seconds from 0.001", optarg);
-			break;
-		case OPT_CSV: o.format = PLOT_CSV; break;
-		case OPT_JSON: o.format = PLOT_JSON; break;
-		case OPT_FOLLOW: o.follow = 1; break;
-		case OPT_INTERVAL:
-			if (num_double(optarg, 0.01, 86400, &interval) < 0)
-				return bad_usage("--interval wants seconds in [0.01, 86400]", optarg);
-			break;
-		case OPT_RETRY:
-			if (num_double(optarg, 0, 1e6, &retry_for) < 0)
-				return bad_usage("--retry-for wants seconds", optarg);
-			break;
-		case 'g': o.gnuplot = 1; break;
-		case 'T':
-			if (plot_term_parse(optarg, &o.term) < 0)
-				return bad_usage("--term wants png, svg or dumb", optarg);
-			o.gnuplot = 1;
-			break;
-		case 'o':
-			o.output = optarg;
-			o.gnuplot = 1;
-			break;
-		case 'q': log_quiet(); break;
-		case 'h': usage(stdout); return 0;
-		case 'V': prog_print_version("gem-plot-data"); return 0;
-		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
-		}
-	}
+	if ((rc = parse_options(argc, argv, &o, &interval, &retry_for)) >= 0)
+		return rc;
+	rc = 0;
 	if (optind == argc) {
 		fprintf(stderr, "gem-plot-data: which view?\n%s\n", usage_line);
 		return EXIT_USAGE;

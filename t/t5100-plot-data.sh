@@ -300,6 +300,23 @@ test_expect_success '--x samples and --x seconds: the loss view'"'"'s first colu
 	gem-plot-data --x samples -T dumb loss runA 2>/dev/null | grep -q "xlabel .training samples"
 '
 
+# Run C: a server's log with its bytes on the wire (those since the line before), a run resumed
+test_expect_success '--x bytes: the loss against the bytes on the wire so far, across restarts' '
+	mkdir -p runC && cp runA/run.json runC/ &&
+	cat >runC/log.jsonl <<-\LOG &&
+	{"event":"start","time":100,"rule":"gem","model":"tiny","tensors":["w"],"version":0}
+	{"time":101,"elapsed":1.0,"version":1,"worker":0,"tau":0,"loss":3,"samples":8,"bytes_in":100,"bytes_out":1100}
+	{"time":101,"elapsed":1.5,"version":2,"worker":0,"tau":0,"loss":2,"samples":16,"bytes_in":100,"bytes_out":100}
+	{"event":"stop","time":102,"version":2,"reason":"stopped by a signal","bytes_in":0,"bytes_out":50}
+	{"event":"start","time":103,"rule":"gem","model":"tiny","tensors":["w"],"version":2}
+	{"time":104,"elapsed":2.0,"version":3,"worker":0,"tau":0,"loss":1,"samples":24,"bytes_in":100,"bytes_out":1100}
+	LOG
+	gem-plot-data --smooth 1 --x bytes loss runC >out 2>/dev/null &&
+	head -1 out | grep -q "^bytes	version	loss	loss_avg1$" &&
+	data out >got && printf "1200\t1\t3\t3\n1400\t2\t2\t2\n2650\t3\t1\t1\n" >want && diff want got &&
+	gem-plot-data --x bytes -T dumb loss runC 2>/dev/null | grep -q "xlabel .bytes on the wire"
+'
+
 test_expect_success 'local runs are labelled "local", SGP node logs are read from the RUNDIR' '
 	mkdir -p loc sgp &&
 	cp runA/run.json loc/ && cp runA/run.json sgp/ &&

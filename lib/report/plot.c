@@ -71,8 +71,8 @@ int plot_term_parse(const char *s, enum plot_term *out)
 
 int plot_x_parse(const char *s, enum plot_x *out)
 {
-	static const char *names[] = {"version", "samples", "seconds"};
-	int i = name_index(s, names, 3);
+	static const char *names[] = {"version", "samples", "seconds", "bytes"};
+	int i = name_index(s, names, 4);
 	if (i >= 0)
 		*out = (enum plot_x)(i + PLOT_X_VERSION);
 	return i < 0 ? -1 : 0;
@@ -110,6 +110,7 @@ struct reader {
 	int want_pi;
 	enum plot_stat stat;
 	long quiet_upto; /* lines up to this one were reported before: counted, not reported */
+	uint64_t bytes;  /* on the wire, over the lines read so far */
 };
 
 static void bad_line(struct reader *r, const char *fmt, const char *a, const char *b)
@@ -315,6 +316,8 @@ static int take_line(struct reader *r, const struct run_log_line *l)
 	json_t *pi;
 	int rc, with_pi;
 
+	r->bytes += run_log_line_bytes(l);
+	u.bytes = r->bytes;
 	if (l->event) {
 		other_event(r, l->event, l->json);
 		return 0;
@@ -458,7 +461,7 @@ int plot_log_over(const struct plot_log *lg)
 int plot_log_read(const char *arg, const struct plot_opts *o, long quiet_upto,
 		  struct plot_log *lg, char *err)
 {
-	struct reader r = {lg, NULL, 0, o->view == PLOT_PI, o->stat, quiet_upto};
+	struct reader r = {.lg = lg, .want_pi = o->view == PLOT_PI, .stat = o->stat, .quiet_upto = quiet_upto};
 	struct run_log_reader rd;
 	const struct run_log_line *l;
 	const char *why;
@@ -766,7 +769,7 @@ static enum plot_x loss_x2(const struct plot_opts *o)
 	return x == PLOT_X_VERSION ? PLOT_X_SAMPLES : PLOT_X_VERSION;
 }
 
-static const char *x_names[] = {"", "version", "samples", "seconds", "step"};
+static const char *x_names[] = {"", "version", "samples", "seconds", "bytes", "step"};
 
 static void cell_x(struct writer *w, enum plot_x x, const struct plot_update *u, long step)
 {
@@ -775,6 +778,7 @@ static void cell_x(struct writer *w, enum plot_x x, const struct plot_update *u,
 	case PLOT_X_VERSION: cell_u(w, u->version); break;
 	case PLOT_X_SAMPLES: cell_u(w, u->samples); break;
 	case PLOT_X_SECONDS: cell_num(w, "%.3f", u->t); break;
+	case PLOT_X_BYTES: cell_u(w, u->bytes); break;
 	case PLOT_X_STEP: cell_i(w, step); break;
 	}
 }
@@ -1157,6 +1161,7 @@ static const char *loss_xlabel(const struct writer *w)
 	switch (loss_x(w->o)) {
 	case PLOT_X_SAMPLES: return "training samples";
 	case PLOT_X_SECONDS: return "training seconds";
+	case PLOT_X_BYTES: return "bytes on the wire";
 	case PLOT_X_STEP: return "worker steps";
 	default:
 		if (sgp == w->nlogs)

@@ -19,7 +19,7 @@ enum plot_term { PLOT_PNG, PLOT_SVG, PLOT_DUMB };
 enum plot_format { PLOT_TSV, PLOT_CSV, PLOT_JSON };
 /* The loss view's first column (its x-axis): the view's default (version per update, the
  * worker's step per worker), or the one named. */
-enum plot_x { PLOT_X_AUTO, PLOT_X_VERSION, PLOT_X_SAMPLES, PLOT_X_SECONDS, PLOT_X_STEP };
+enum plot_x { PLOT_X_AUTO, PLOT_X_VERSION, PLOT_X_SAMPLES, PLOT_X_SECONDS, PLOT_X_BYTES, PLOT_X_STEP };
 
 /* One update line: what the views need of it. */
 struct plot_update {
@@ -27,6 +27,7 @@ struct plot_update {
 	double loss;       /* NAN when the line's loss is null */
 	uint64_t version;  /* central version after this update */
 	uint64_t samples;  /* samples consumed by all central updates so far */
+	uint64_t bytes;    /* a server's bytes on the wire so far (0 in logs that count none) */
 	int64_t worker;
 	int64_t tau;
 };
@@ -80,7 +81,7 @@ void plot_opts_init(struct plot_opts *o);
 int plot_view_parse(const char *s, enum plot_view *out, char *err);
 int plot_stat_parse(const char *s, enum plot_stat *out);
 int plot_term_parse(const char *s, enum plot_term *out);
-int plot_x_parse(const char *s, enum plot_x *out); /* version, samples, seconds */
+int plot_x_parse(const char *s, enum plot_x *out); /* version, samples, seconds, bytes */
 const char *plot_view_name(enum plot_view v);
 
 /* The logs an argument stands for, into paths[0..*n) (each to free, the array too): a RUNDIR

@@ -412,8 +412,7 @@ int run_log_bytes_open(struct run_log_bytes *b, const char *path, char *err)
 	return run_log_reader_open(&b->rd, path, 1, err);
 }
 
-/* The bytes a line counts: an update line's, a stop event's (0 for the others). */
-static uint64_t line_bytes(const struct run_log_line *l)
+uint64_t run_log_line_bytes(const struct run_log_line *l)
 {
 	long long in = 0, out = 0;
 	if (!l->event)
@@ -442,9 +441,9 @@ int run_log_bytes_at(struct run_log_bytes *b, uint64_t version, uint64_t *bytes,
 		if (!l || !(l->event ? l->has_version : 1))
 			continue;
 		if (l->u.version <= version)
-			b->total += line_bytes(l);
+			b->total += run_log_line_bytes(l);
 		else
-			b->ahead = 1, b->ahead_version = l->u.version, b->ahead_bytes = line_bytes(l);
+			b->ahead = 1, b->ahead_version = l->u.version, b->ahead_bytes = run_log_line_bytes(l);
 	}
 	*bytes = b->total;
 	return 0;

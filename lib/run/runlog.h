@@ -76,6 +76,10 @@ int run_log_next(struct run_log_reader *rd, const struct run_log_line **l, const
 		 char *err);
 void run_log_reader_close(struct run_log_reader *rd);
 
+/* The bytes on the wire a line counts: an update line's and a stop event's bytes_in plus
+ * bytes_out (those since the line before); 0 for the other events. */
+uint64_t run_log_line_bytes(const struct run_log_line *l);
+
 /* The bytes a served run had on the wire up to a version: the sum of bytes_in and bytes_out
  * over its log's update lines and stop events of that version or before, read on line by line
  * as the versions asked grow (the log may still be written). */
