@@ -107,9 +107,10 @@ check-layers:
 	sh t/check-layers
 
 # test: the suite alone, for machines whose packages are in place
-# (the benchmarks are built too, so that a change cannot leave them behind)
+# (the benchmarks are built too, so that a change cannot leave them behind); --comments shows
+# a failing test's output (its # lines), so that a failure says why in CI's log too
 test: $(PROGS) $(T_PROGS) $(PERF)
-	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) $(TEST_ENV) prove -j2 --timer --exec $(CURDIR)/t/run-test $(T_RUN)
+	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) $(TEST_ENV) prove -j2 --timer --comments --exec $(CURDIR)/t/run-test $(T_RUN)
 
 bench: $(PROGS) $(PERF)
 	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) GEM_BENCH_LAST=$(abspath $(O))/bench-last.tsv sh t/perf/run $(O)/perf
