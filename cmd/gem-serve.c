@@ -186,112 +186,141 @@ static void bad_usage(const char *msg, const char *arg)
 	exit(EXIT_USAGE);
 }
 
-int main(int argc, char **argv)
-{
-	struct serve_opts o = {.host = "127.0.0.1", .port = 7470, .checkpoint_every = 60,
-			       .worker_timeout = 60, .idle_timeout = 600, .max_staleness = -1};
-	char host[256], err[GEM_ERRMAX];
-	const char *token_file = NULL, *cert_file = NULL, *key_file = NULL, *why;
-	struct server *s;
-	struct ps_now st;
-	struct progress_show show;
-	char *token = NULL, *cert = NULL, *key = NULL;
-	int c, rc, failed, no_token = 0, check = 0;
-	long max_workers = SERVE_MAX_WORKERS;
+/* What the command line says beyond the server's options: where its secrets are, and
+ * whether it only checks a run. */
+struct cli {
+	char host[256]; /* --listen's */
+	const char *token_file, *cert_file, *key_file;
+	int no_token, check;
+};
 
-	if (log_init("gem-serve", err) < 0) {
-		fprintf(stderr, "gem-serve: %s\n", err);
-		return EXIT_USAGE;
-	}
-	while ((c = getopt_long(argc, argv, "l:qhV", longopts, NULL)) != -1) {
-		switch (c) {
+/* The options into *o and *c: -1 to go on, else the exit status. */
+static int parse_options(int argc, char **argv, struct serve_opts *o, struct cli *c)
+{
+	char err[GEM_ERRMAX];
+	long max_workers = SERVE_MAX_WORKERS;
+	int opt;
+	while ((opt = getopt_long(argc, argv, "l:qhV", longopts, NULL)) != -1) {
+		switch (opt) {
 		case 'l':
-			if (httpd_listen_parse(optarg, host, sizeof host, &o.port))
+			if (httpd_listen_parse(optarg, c->host, sizeof c->host, &o->port))
 				bad_usage("--listen: want HOST:PORT: ", optarg);
-			o.host = host;
+			o->host = c->host;
 			break;
-		case O_PUBLIC: o.allow_public = 1; break;
-		case O_TOKEN: token_file = optarg; break;
+		case O_PUBLIC: o->allow_public = 1; break;
+		case O_TOKEN: c->token_file = optarg; break;
 		case O_CKPT:
-			if (num_double(optarg, 0, 1e9, &o.checkpoint_every))
+			if (num_double(optarg, 0, 1e9, &o->checkpoint_every))
 				bad_usage("--checkpoint-every: not a number of seconds: ", optarg);
 			break;
 		case O_MAXUPD:
-			if (num_u64(optarg, &o.max_updates))
+			if (num_u64(optarg, &o->max_updates))
 				bad_usage("--max-updates: not an unsigned integer: ", optarg);
 			break;
-		case O_KEEP: o.keep_running = 1; break;
+		case O_KEEP: o->keep_running = 1; break;
 		case O_CODEC:
 			if (blob_codec_check(optarg, err) < 0)
 				bad_usage("--codec: ", err);
-			o.codec = optarg;
+			o->codec = optarg;
 			break;
 		case O_WTO:
-			if (num_double(optarg, 0, 1e9, &o.worker_timeout))
+			if (num_double(optarg, 0, 1e9, &o->worker_timeout))
 				bad_usage("--worker-timeout: not a number of seconds: ", optarg);
 			break;
 		case O_ITO:
-			if (num_double(optarg, 0, 1e9, &o.idle_timeout))
+			if (num_double(optarg, 0, 1e9, &o->idle_timeout))
 				bad_usage("--idle-timeout: not a number of seconds: ", optarg);
 			break;
 		case O_STALE:
-			if (num_long(optarg, 0, 1L << 40, &o.max_staleness))
+			if (num_long(optarg, 0, 1L << 40, &o->max_staleness))
 				bad_usage("--max-staleness: not an integer >= 0: ", optarg);
 			break;
 		case O_DROP:
-			if (num_double(optarg, 0, 1, &o.drop_rate))
+			if (num_double(optarg, 0, 1, &o->drop_rate))
 				bad_usage("--drop-rate: not a fraction in [0, 1]: ", optarg);
 			break;
-		case O_NOTOKEN: no_token = 1; break;
-		case O_CERT: cert_file = optarg; break;
-		case O_KEY: key_file = optarg; break;
+		case O_NOTOKEN: c->no_token = 1; break;
+		case O_CERT: c->cert_file = optarg; break;
+		case O_KEY: c->key_file = optarg; break;
 		case O_MAXW:
 			if (num_long(optarg, 1, PS_MAX_WORKERS, &max_workers))
 				bad_usage("--max-workers: not an integer in [1, 4096]: ", optarg);
-			o.max_workers = (int)max_workers;
+			o->max_workers = (int)max_workers;
 			break;
 		case 'q': log_quiet(); quiet = 1; break;
 		case O_SHARD:
-			if (shard_parse(optarg, &o.shard_i, &o.shard_k))
+			if (shard_parse(optarg, &o->shard_i, &o->shard_k))
 				bad_usage("--shard: want I/K with 0 <= I < K <= 64: ", optarg);
 			break;
-		case O_CHECK: check = 1; break;
+		case O_CHECK: c->check = 1; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': prog_print_version("gem-serve"); return 0;
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
-	if (optind != argc - 1 && !(check && optind == argc))
+	if (optind != argc - 1 && !(c->check && optind == argc))
 		bad_usage(optind == argc ? "no RUNDIR given" : "too many arguments", NULL);
-	if (!o.allow_public && !httpd_is_loopback(o.host))
-		bad_usage("refusing to listen on a non-loopback address without --public: ", o.host);
-	if (token_file && no_token)
+	if (!o->allow_public && !httpd_is_loopback(o->host))
+		bad_usage("refusing to listen on a non-loopback address without --public: ", o->host);
+	if (c->token_file && c->no_token)
 		bad_usage("--token-file and --no-token contradict each other", NULL);
-	if (o.allow_public && !token_file && !no_token)
+	if (o->allow_public && !c->token_file && !c->no_token)
 		bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches the "
 			  "port change the run)", NULL);
-	if (!cert_file != !key_file)
+	if (!c->cert_file != !c->key_file)
 		bad_usage("--tls-cert and --tls-key go together", NULL);
-	if (check)
-		return optind < argc ? check_run(argv[optind]) : 0;
-	if (no_token && !httpd_is_loopback(o.host))
-		log_warn("--public --no-token: anyone who reaches the port can change the run");
-	if (cert_file) {
-		if (!(cert = read_pem("--tls-cert", cert_file)) ||
-		    !(key = read_pem("--tls-key", key_file))) {
-			free(cert);
+	return -1;
+}
+
+/* Read the token, the certificate and its key the options name into o: 0, or the exit status
+ * after saying why. */
+static int read_secrets(const struct cli *c, struct serve_opts *o, char **token, char **cert,
+			char **key)
+{
+	char err[GEM_ERRMAX];
+	if (c->cert_file) {
+		if (!(*cert = read_pem("--tls-cert", c->cert_file)) ||
+		    !(*key = read_pem("--tls-key", c->key_file)))
 			return EXIT_USAGE;
-		}
-		o.tls_cert = cert;
-		o.tls_key = key;
+		o->tls_cert = *cert;
+		o->tls_key = *key;
 	}
-	if (token_file) {
-		if (fs_read_token(token_file, &token, err) < 0) {
+	if (c->token_file) {
+		if (fs_read_token(c->token_file, token, err) < 0) {
 			fprintf(stderr, "gem-serve: %s\n", err);
-			free(cert), free(key);
 			return EXIT_USAGE;
 		}
-		o.token = token;
+		o->token = *token;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct serve_opts o = {.host = "127.0.0.1", .port = 7470, .checkpoint_every = 60,
+			       .worker_timeout = 60, .idle_timeout = 600, .max_staleness = -1};
+	char err[GEM_ERRMAX];
+	struct cli c = {.host = ""};
+	const char *why;
+	struct server *s;
+	struct ps_now st;
+	struct progress_show show;
+	char *token = NULL, *cert = NULL, *key = NULL;
+	int rc, failed;
+
+	if (log_init("gem-serve", err) < 0) {
+		fprintf(stderr, "gem-serve: %s\n", err);
+		return EXIT_USAGE;
+	}
+	if ((rc = parse_options(argc, argv, &o, &c)) >= 0)
+		return rc;
+	if (c.check)
+		return optind < argc ? check_run(argv[optind]) : 0;
+	if (c.no_token && !httpd_is_loopback(o.host))
+		log_warn("--public --no-token: anyone who reaches the port can change the run");
+	if ((rc = read_secrets(&c, &o, &token, &cert, &key)) != 0) {
+		free(token), free(cert), free(key);
+		return rc;
 	}
 	if (progress_show_init(&show, getenv("GEM_PROGRESS"), isatty(2), quiet, err) < 0) {
 		fprintf(stderr, "gem-serve: %s\n", err);
