@@ -103,17 +103,6 @@ int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float
 	return 0;
 }
 
-int eval_dataset(struct model *m, const struct dataset *d, float mean, float std,
-		 struct eval_result *res, char *err)
-{
-	struct eval_buf b;
-	int rc = eval_buf_init(&b, m, err);
-	if (rc == 0)
-		rc = eval_run(&b, m, d, mean, std, res, err);
-	eval_buf_free(&b);
-	return rc;
-}
-
 void eval_nodes_average(const float *const *z, int k, size_t n, float *avg, double *dist)
 {
 	for (size_t j = 0; j < n; j++) {

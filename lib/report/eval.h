@@ -50,9 +50,6 @@ void eval_buf_free(struct eval_buf *b);
  * byte after every position a prediction: its bits per byte are res->loss / ln 2. */
 int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float mean, float std,
 	     struct eval_result *res, char *err);
-/* eval_buf_init, eval_run, eval_buf_free: one evaluation. */
-int eval_dataset(struct model *m, const struct dataset *d, float mean, float std,
-		 struct eval_result *res, char *err);
 /* Accuracy on class k (NaN when d has no sample of it). */
 double eval_class_accuracy(const struct eval_result *res, int k);
 

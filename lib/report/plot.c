@@ -78,11 +78,6 @@ int plot_x_parse(const char *s, enum plot_x *out)
 	return i < 0 ? -1 : 0;
 }
 
-const char *plot_view_name(enum plot_view v)
-{
-	return view_names[v];
-}
-
 /* ---- reading ---- */
 
 /* Grow *p (of *cap elements of size sz) to hold at least need elements. */

@@ -82,7 +82,6 @@ int plot_view_parse(const char *s, enum plot_view *out, char *err);
 int plot_stat_parse(const char *s, enum plot_stat *out);
 int plot_term_parse(const char *s, enum plot_term *out);
 int plot_x_parse(const char *s, enum plot_x *out); /* version, samples, seconds, bytes */
-const char *plot_view_name(enum plot_view v);
 
 /* The logs an argument stands for, into paths[0..*n) (each to free, the array too): a RUNDIR
  * holding log.jsonl stands for it; one holding SGP node logs (node-0.jsonl, ...) for those;

@@ -332,7 +332,6 @@ void ps_close(struct ps *s)
 }
 
 const struct run *ps_run(const struct ps *s) { return &s->run; }
-const struct layout *ps_layout(const struct ps *s) { return &s->layout; }
 size_t ps_nparams(const struct ps *s) { return s->n; }
 uint64_t ps_version(const struct ps *s) { return s->prog.version; }
 void ps_set_vtime(struct ps *s, double vtime) { s->vtime = vtime; }

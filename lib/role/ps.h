@@ -87,7 +87,6 @@ int ps_open(const char *rundir, const struct ps_opts *o, struct ps **out, char *
 /* Free everything (no checkpoint: call ps_checkpoint first). */
 void ps_close(struct ps *s);
 const struct run *ps_run(const struct ps *s);
-const struct layout *ps_layout(const struct ps *s);
 size_t ps_nparams(const struct ps *s);
 uint64_t ps_version(const struct ps *s);
 /* θ's progress now (elapsed includes this session). */

@@ -97,16 +97,6 @@ void sgp_debias(const float *x, double w, float *z, size_t len)
 		z[i] = x[i] * inv;
 }
 
-double sgp_distance(const float *a, const float *b, size_t len)
-{
-	double s = 0;
-	for (size_t i = 0; i < len; i++) {
-		double d = (double)a[i] - (double)b[i];
-		s += d * d;
-	}
-	return sqrt(s);
-}
-
 double sgp_share_distance(const float *z, const float *xj, double wj, size_t len)
 {
 	double d2 = 0, inv = 1.0 / wj;

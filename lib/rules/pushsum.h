@@ -38,8 +38,6 @@ void sgp_split(float *x, size_t len, double *w, int m);
 void sgp_receive(float *x, size_t len, double *w, const float *xj, double wj);
 /* The de-biased parameters z = x/w, where gradients are taken. */
 void sgp_debias(const float *x, double w, float *z, size_t len);
-/* ‖a − b‖₂ */
-double sgp_distance(const float *a, const float *b, size_t len);
 /* ‖z − xj/wj‖₂: how far a peer's de-biased parameters (its share has the same ratio) are. */
 double sgp_share_distance(const float *z, const float *xj, double wj, size_t len);
 /* What every node must agree on before it runs: n, the topology, m and the peer list in order
