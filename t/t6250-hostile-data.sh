@@ -1,7 +1,7 @@
 #!/bin/bash
 # t6250: a run that does not fit its data, or whose run.json numbers are out of range, is
 # refused wherever it meets its data (a worker given the run by a server, local training,
-# gem-sim, gem-eval), before a sample is read: nothing overflows a buffer (issue 13, 8 and 9).
+# gem-sim, gem-eval), before a sample is read: nothing overflows a buffer.
 . "$(dirname "$0")/test-lib.sh"
 
 # bad_data DIR SIDE CLASSES: a dataset of SIDE×SIDE images with labels 0..CLASSES-1.

@@ -124,8 +124,8 @@ const float *layer_chain_forward(struct layer *l, int n, const float *x, struct 
  * the input is (when l[0] needs one). */
 float *layer_chain_backward(struct layer *l, int n, float *g, float *other, struct layer_pass *p);
 
-/* libblis 0.9.0's sgemm reads past the end of its operands (an upstream defect, flame/blis
- * issue 635): its small-matrix path reads up to one row of an operand beyond its last row (the
+/* libblis 0.9.0's sgemm reads past the end of its operands (a defect upstream knows of):
+ * its small-matrix path reads up to one row of an operand beyond its last row (the
  * cnn's 300→200 dense layer at batch 64 read 1200 bytes past its input); with larger rows it
  * packs, and reads nothing beyond. So every buffer that can be a gemm operand (θ, the gradient,
  * activations, the batch input) is allocated with layer_falloc, which adds LAYER_GEMM_PAD bytes

@@ -119,8 +119,8 @@ size_t conv2d_col_size(const struct conv2d_shape *s, int B)
 /* Batches of up to DENSE_SMALL_BATCH samples take a row-stored path: libblis 0.9.0's
  * small-matrix kernels run the mlp's 784→256 products at batch 64 some 10–20% faster when A, B
  * and C are all row-stored than with x·Wᵀ (W read by columns: dot-product kernels) or dyᵀ·x
- * (dyᵀ read by columns) — measured in bench-train's sgemm rows and the issue-15 notes in
- * doc/design.md. Forward then computes yᵀ = W·xᵀ from a transposed copy of x, backward
+ * (dyᵀ read by columns) — measured in bench-train's sgemm rows and doc/design.md's "The
+ * training step's speed". Forward then computes yᵀ = W·xᵀ from a transposed copy of x, backward
  * dW = dyᵀ·x from a transposed copy of dy; the scratch holds both copies. */
 #define DENSE_SMALL_BATCH 128
 

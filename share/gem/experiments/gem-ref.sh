@@ -1,5 +1,5 @@
 #!/bin/sh
-# gem-ref.sh: gem's two references for |θ − s_w| compared with gem-sim (issue 16, part 2):
+# gem-ref.sh: gem's two references for |θ − s_w| compared with gem-sim:
 # gem_ref commit (gem's default: s_w is θ after the worker's last commit) against gem_ref pull
 # (the authors' code: θ before it was applied, ε inside |Δθ + ε|; doc/rules.md "GEM"). cnn on
 # Fashion-MNIST, momentum 0.9, batch 64, one epoch per worker, constant step times

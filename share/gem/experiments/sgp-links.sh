@@ -1,5 +1,5 @@
 #!/bin/bash
-# sgp-links.sh: SGP's communication-bound claim (issue 14), measured on hosts made of network
+# sgp-links.sh: SGP's communication-bound claim, measured on hosts made of network
 # namespaces whose links are limited with tc's tbf: time to a test accuracy, and the final
 # accuracy, of sync, dma, gem (a parameter server and 4 workers), SGP and Overlap-SGP (4 nodes),
 # at each link rate, with every link at the rate and with one node's link at a tenth of it.
