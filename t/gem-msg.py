@@ -3,12 +3,13 @@
 
 gem-msg.py [--worker W] [--base V] [--count N] [--value X]
            [--codec raw|zlib|fp16|int8|int4|topk:F] [--nan] [--inf-half] [--bad-crc]
-           [--bad-zlib] [--short] [--blob-name NAME] [--bad-scale] [--bad-index]
+           [--bad-zlib] [--short] [--blob-name NAME] [--bad-scale] [--bad-index] [--seal]
 
 fp16: the values as IEEE half floats, the CRC over the floats they decode to; --inf-half puts
 an infinite half in the middle (its CRC computed as if it decoded to +inf). int8, int4, topk:F
 are written from gem-protocol(7) alone (the values vary around --value); --bad-scale makes the
 last int8/int4 block's scale negative, --bad-index puts topk's last index at count.
+--seal: the header ends with head_crc32, as in a file gem writes (gem-protocol(7)).
 """
 import argparse, json, struct, sys, zlib
 
@@ -27,6 +28,7 @@ p.add_argument("--short", action="store_true", help="blob shorter than its size 
 p.add_argument("--blob-name", default="update")
 p.add_argument("--bad-scale", action="store_true")
 p.add_argument("--bad-index", action="store_true")
+p.add_argument("--seal", action="store_true", help="end the header with head_crc32")
 a = p.parse_args()
 
 
@@ -108,4 +110,8 @@ if a.seq:
     head["seq"] = a.seq
 if a.short:
     data = data[:-4]
-sys.stdout.buffer.write(json.dumps(head, separators=(",", ":")).encode() + b"\n" + data)
+line = json.dumps(head, separators=(",", ":")).encode()
+if a.seal:
+    line = line[:-1] + b","
+    line += b'"head_crc32":%d}' % zlib.crc32(line)
+sys.stdout.buffer.write(line + b"\n" + data)

@@ -296,6 +296,73 @@ int main(void)
 		ok(1, "600 mutations survived: %d parsed, %d decoded", accepted, decoded);
 	}
 
+	/* A file's header is sealed: every flip of one bit of its first line (padding and newline
+	 * too) is refused, and so is the damage of one byte; an older gem's unsealed header is
+	 * read unchecked and said to be. */
+	snprintf(path, sizeof path, "%s/gem-t2006s.%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+		 (int)getpid());
+	h = json_pack("{s:i, s:I, s:f}", "version", 30, "samples", (json_int_t)4800, "elapsed", 1.5);
+	err[0] = 0;
+	ok(msg_write_params_file(path, &b, &c, h, theta, N, NULL, -1, err) == 0 &&
+		   msg_read_file(path, 1 << 24, &fb, &m, err) == 0,
+	   "write a sealed file and read it: %s", err);
+	ok(json_integer_value(json_object_get(m.header, "version")) == 30 &&
+		   !json_object_get(m.header, MSG_HEAD_CRC),
+	   "the header read has its fields, not the checksum");
+	msg_free(&m);
+	{
+		size_t hl = (size_t)((char *)memchr(fb.data, '\n', fb.len) - fb.data) + 1;
+		size_t pad = hl - 1;
+		int caught = 0, bytes = 0, unsealed, tried = 0;
+		while (fb.data[pad - 1] == ' ')
+			pad--;
+		ok(strstr(fb.data, "\"" MSG_HEAD_CRC "\":") != NULL && fb.data[pad - 1] == '}',
+		   "the first line ends with %s", MSG_HEAD_CRC);
+		for (size_t i = 0; i < hl; i++)
+			for (int bit = 0; bit < 8; bit++) {
+				fb.data[i] ^= (char)(1 << bit);
+				rc = msg_parse_file(fb.data, fb.len, &m, &unsealed, err);
+				if (rc == 0)
+					msg_free(&m);
+				caught += rc < 0;
+				tried++;
+				fb.data[i] ^= (char)(1 << bit);
+			}
+		ok(caught == tried, "%d of %d one-bit flips of the header line refused", caught, tried);
+		for (size_t i = 0; i < hl; i++) {
+			char was = fb.data[i];
+			fb.data[i] = (char)rng_below(&r, 256);
+			rc = msg_parse_file(fb.data, fb.len, &m, &unsealed, err);
+			if (rc == 0)
+				msg_free(&m);
+			/* padding may be any JSON whitespace */
+			bytes += rc < 0 || fb.data[i] == was ||
+				 (i >= pad && strchr(" \t\r", fb.data[i]) && fb.data[i]);
+			if (rc == 0 && fb.data[i] != was && !(i >= pad && strchr(" \t\r", fb.data[i])))
+				diag("byte %zu: %02x for %02x accepted", i, (unsigned char)fb.data[i],
+				     (unsigned char)was);
+			fb.data[i] = was;
+		}
+		ok(bytes == (int)hl, "%d of %zu random bytes in the header line refused", bytes, hl);
+		fb.data[strstr(fb.data, "\"version\":30") - fb.data + 11] ^= 1;
+		ok(msg_parse_file(fb.data, fb.len, &m, &unsealed, err) < 0 && strstr(err, "damaged"),
+		   "version 30 made 31: %s", err);
+	}
+	{
+		/* what gems before the checksum wrote: the same message, built unsealed */
+		int unsealed = 0;
+		err[0] = 0;
+		ok(msg_encode_params(&b, &c, h, theta, N, NULL, -1, err) == 0, "an unsealed message");
+		rc = msg_parse_file(b.data, b.len, &m, &unsealed, err);
+		ok(rc == 0 && unsealed == 1 &&
+			   json_integer_value(json_object_get(m.header, "version")) == 30,
+		   "an unsealed file is read, and said to be: %s", err);
+		if (rc == 0)
+			msg_free(&m);
+	}
+	json_decref(h);
+	unlink(path);
+
 	msg_buf_free(&b);
 	msg_buf_free(&fb);
 	blob_codec_free(&c);

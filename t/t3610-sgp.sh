@@ -19,7 +19,8 @@ test_expect_success 'gem-run -n 3 --rule sgp: three nodes learn, on disjoint sha
 	grep -q "^average" out &&
 	awk "BEGIN { exit !($(mean_acc out) > 0.85) }" &&
 	test -f sgp/node-0.gem && test -f sgp/node-2.jsonl && test -f sgp/peers &&
-	test "$(wc -l <sgp/peers)" = 3
+	test "$(wc -l <sgp/peers)" = 3 &&
+	head -1 sgp/node-0.gem | grep -q "\"head_crc32\":[0-9]*} *$"
 '
 
 test_expect_success 'each node logs its iterations with w, and saves z with w' '

@@ -33,7 +33,7 @@ test_expect_success 'gem-sim: a rule without pi statistics has "-" in their colu
 test_expect_success 'gem-eval of parameters that blew up: nan (not -nan), a warning, exit 1' '
 	# every parameter 1e30: the logits overflow, the loss is not a number
 	gem-init -q --model tiny.json --data data blown &&
-	python3 "$GEM_SRC/t/gem-msg.py" --count 1108 --value 1e30 --blob-name params >blown/params.gem &&
+	python3 "$GEM_SRC/t/gem-msg.py" --count 1108 --value 1e30 --blob-name params --seal >blown/params.gem &&
 	{ gem-eval blown >out 2>err; test $? = 1; } && cat out err &&
 	awk -F "\t" "NR == 2 { exit !(\$4 == \"nan\") }" out && ! grep -q -- "-nan" out &&
 	grep -q "^gem-eval: warning: blown: the test loss is nan at version 0: the parameters have diverged$" err &&

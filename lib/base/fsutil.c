@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,33 @@ int fs_write_atomic(const char *path, const void *buf, size_t len, char *err)
 {
 	struct iovec iov = {(void *)buf, len};
 	return fs_write_atomicv(path, &iov, 1, err);
+}
+
+int fs_keep_copy(const char *path, const char *copy, char *err)
+{
+	size_t clen = strlen(copy);
+	char *tmp = malloc(clen + 16);
+	void *data;
+	size_t len;
+	int rc = 0;
+	if (!tmp)
+		return gem_errf(err, GEM_ENOMEM, "%s: out of memory", copy);
+	snprintf(tmp, clen + 16, "%s.tmp.link", copy);
+	unlink(tmp);
+	if (link(path, tmp) == 0) {
+		if (rename(tmp, copy) < 0) {
+			rc = gem_errf(err, GEM_EFAIL, "%s: rename: %s", copy, strerror(errno));
+			unlink(tmp);
+		}
+	} else if (errno == ENOENT) {
+		rc = 0;
+	} else if ((rc = fs_read_all(path, &data, &len, SIZE_MAX - 2, err)) == 0) {
+		/* a file system without hard links: a copy */
+		rc = fs_write_atomic(copy, data, len, err);
+		free(data);
+	}
+	free(tmp);
+	return rc;
 }
 
 int fs_read_all(const char *path, void **buf, size_t *len, size_t max, char *err)

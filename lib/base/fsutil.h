@@ -10,6 +10,10 @@
 int fs_write_atomic(const char *path, const void *buf, size_t len, char *err);
 /* Same with the concatenation of n buffers (a message header and its blobs, unconcatenated). */
 int fs_write_atomicv(const char *path, const struct iovec *iov, int n, char *err);
+/* Make copy hold what path holds now, atomically (copy is the old one or the new one, path is
+ * untouched): a hard link where the file system has them, else a copy. Nothing when path does
+ * not exist. */
+int fs_keep_copy(const char *path, const char *copy, char *err);
 /* Read a whole file into *buf (malloc'ed, one extra NUL byte after the data, so text is a C
  * string); files longer than max bytes are an error. The caller frees *buf. */
 int fs_read_all(const char *path, void **buf, size_t *len, size_t max, char *err);

@@ -32,8 +32,8 @@ struct local {
 	struct progress meter; /* rates, ETA and smoothed loss of the session */
 };
 
-/* Save the optimiser's state, then θ (a crash between the two leaves a state newer than θ,
- * which the next session sees by its version and does not use). */
+/* Save θ with the optimiser's state, then θ alone (run/run.h: a crash between the two leaves
+ * the state file newer, and the next session resumes from it). */
 static int save_local(struct local *l, const struct run_progress *p, char *err)
 {
 	size_t ns = optim_state_floats(&l->opt);
@@ -41,19 +41,20 @@ static int save_local(struct local *l, const struct run_progress *p, char *err)
 	fflush(l->log);
 	if (ns) {
 		optim_state_get(&l->opt, l->state, &step);
-		if (run_local_state_save(&l->run, l->state, ns, p->version, err) < 0)
+		if (run_local_state_save(&l->run, model_params(l->t.m), model_nparams(l->t.m), l->state,
+					 ns, p, err) < 0)
 			return GEM_EFAIL;
 	}
 	return run_params_save(&l->run, model_params(l->t.m), model_nparams(l->t.m), p, err);
 }
 
-/* The run's optimiser, its schedule over the run's budget of steps, at the step θ's samples put
- * it, with the momentum or moments of the interrupted session, so that a resumed run is the
+/* The run's optimiser, its schedule over the run's budget of steps, with the momentum or
+ * moments of the interrupted session (θ and its progress too, when its state file is newer
+ * than params.gem), at the step the progress so loaded puts it, so that a resumed run is the
  * same run. */
 static int open_optim(struct local *l, const char *rundir, char *err)
 {
 	struct optim_config c;
-	uint64_t step = feed_steps(&l->f, l->p.samples);
 	size_t ns;
 	int rc, got = 0;
 	run_optim_config(&l->run, feed_steps(&l->f, (uint64_t)l->run.train.epochs * feed_epoch(&l->f)), &c);
@@ -62,16 +63,17 @@ static int open_optim(struct local *l, const char *rundir, char *err)
 	ns = optim_state_floats(&l->opt);
 	if (ns && !(l->state = malloc(sizeof *l->state * ns)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the optimiser's state");
-	if (ns && l->p.version > 0 && (got = run_local_state_load(&l->run, l->state, ns, l->p.version, err)) < 0)
+	if (ns && (got = run_local_state_load(&l->run, model_params(l->t.m), model_nparams(l->t.m),
+					      l->state, ns, &l->p, err)) < 0)
 		return got;
 	if (got) {
-		optim_state_set(&l->opt, l->state, step);
+		optim_state_set(&l->opt, l->state, feed_steps(&l->f, l->p.samples));
 		return 0;
 	}
 	if (ns && l->p.version > 0)
 		log_warn("%s: no optimiser state of version %llu; the %s at 0", rundir,
 			 (unsigned long long)l->p.version, c.kind == OPTIM_SGD ? "momentum starts" : "moments start");
-	optim_restart(&l->opt, step, c.total_steps);
+	optim_restart(&l->opt, feed_steps(&l->f, l->p.samples), c.total_steps);
 	return 0;
 }
 

@@ -246,7 +246,6 @@ static int ps_load(struct ps *s, char *err)
 	struct run_end ended;
 	struct model *m = NULL;
 	json_t *workers = NULL;
-	float *theta;
 	int rc;
 	if ((rc = model_from_json(s->run.model, &m, err)) < 0)
 		return rc;
@@ -271,16 +270,9 @@ static int ps_load(struct ps *s, char *err)
 	/* a run that diverged would diverge again: refused, with why */
 	if ((rc = run_end_read(s->run.fdir[0] ? s->run.fdir : s->run.dir, &ended, err)) < 0)
 		return rc;
-	if (!(theta = malloc(sizeof(float) * s->n)))
-		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	if ((rc = run_params_load(&s->run, NULL, theta, s->n, &s->prog, err)) == 0)
-		rc = rule_create(&s->run.rule, &s->layout, theta, &s->rule, err);
-	free(theta);
-	if (rc < 0)
+	if ((rc = run_ckpt_load(&s->run, &s->layout, &s->rule, &s->prog, &workers, err)) < 0)
 		return rc;
 	s->desc = rule_desc_of(s->rule);
-	if ((rc = run_rule_state_load(&s->run, s->rule, s->prog.version, &workers, err)) < 0)
-		return rc;
 	if (rc == 0 && err[0])
 		log_warn("%s: the rule's state starts afresh", err);
 	if (rc == 1) {

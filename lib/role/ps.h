@@ -81,8 +81,8 @@ struct ps_reply {
 
 struct ps;
 
-/* Open RUNDIR (locked): θ from params.gem, the rule and the workers from rule-state.gem when
- * it is of θ's version, the log for appending. */
+/* Open RUNDIR (locked): θ from params.gem (or a newer rule-state.gem), the rule and the
+ * workers from rule-state.gem when it is of θ's version, the log for appending. */
 int ps_open(const char *rundir, const struct ps_opts *o, struct ps **out, char *err);
 /* Free everything (no checkpoint: call ps_checkpoint first). */
 void ps_close(struct ps *s);

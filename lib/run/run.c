@@ -59,7 +59,7 @@ static int make_dirs(const char *dir, char *err)
  * SGP's node files and peer list, gem-run's worker logs, token and TLS certificate, and the
  * server's messages. */
 static const char *const run_leaves[] = {
-	RUN_LOG, RUN_PARAMS, RUN_LOCAL_STATE, RUN_RULE_STATE, RUN_LOCAL_STATE_PREV,
+	RUN_LOG, RUN_PARAMS, RUN_PARAMS_PREV, RUN_LOCAL_STATE, RUN_RULE_STATE, RUN_LOCAL_STATE_PREV,
 	RUN_RULE_STATE_PREV, RUN_SERVER_URL, RUN_PEERS,
 	RUN_PEERS ".tmp", RUN_SERVE_ERR, "serve-*.err", "serve.out", "node-*.gem", "node-*.jsonl", "node-*.url",
 	"node-*.log", "worker-*.log", "token", "tls-cert.pem", "tls-key.pem", "openssl.err",
@@ -395,12 +395,41 @@ static int params_write(const char *path, const float *theta, size_t n, const st
 	return rc;
 }
 
+/* After a checkpoint file could not be read: name the save before it, when there is one, as
+ * the operator's way on (X.gem's save before is X.prev.gem). */
+static void hint_prev(const char *path, char *err)
+{
+	char prev[PATH_MAX + 32];
+	size_t len = strlen(path), used;
+	if (!err || len < 4 || strcmp(path + len - 4, ".gem") ||
+	    (len >= 9 && !strcmp(path + len - 9, ".prev.gem")))
+		return;
+	snprintf(prev, sizeof prev, "%.*s.prev.gem", (int)(len - 4), path);
+	if (access(path, F_OK) < 0 || access(prev, F_OK) < 0)
+		return;
+	used = strlen(err);
+	snprintf(err + used, GEM_ERRMAX - used,
+		 "; the checkpoint before it is %s (to continue from there: cp %s %s)", prev, prev,
+		 path);
+}
+
+/* Before a checkpoint file is replaced: what it holds becomes the save before (kept until the
+ * next save; the file itself stays in place throughout). */
+static int keep_previous(const struct run *r, const char *name, const char *prev, char *err)
+{
+	char path[PATH_MAX + 16], ppath[PATH_MAX + 16];
+	run_file(r, name, path, sizeof path);
+	run_file(r, prev, ppath, sizeof ppath);
+	return fs_keep_copy(path, ppath, err);
+}
+
 int run_params_save(const struct run *r, const float *theta, size_t n, const struct run_progress *p,
 		    char *err)
 {
 	char path[PATH_MAX + 16];
+	int rc = keep_previous(r, RUN_PARAMS, RUN_PARAMS_PREV, err);
 	run_file(r, RUN_PARAMS, path, sizeof path);
-	return params_write(path, theta, n, p, err);
+	return rc < 0 ? rc : params_write(path, theta, n, p, err);
 }
 
 void run_progress_of(const json_t *h, struct run_progress *p)
@@ -429,90 +458,154 @@ int run_params_load(const struct run *r, const char *path, float *theta, size_t 
 	blob_codec_init(&c);
 	rc = msg_read_params_file(path, params_max_bytes(n), &c, &h, theta, n, err);
 	blob_codec_free(&c);
-	if (rc < 0)
+	if (rc < 0) {
+		hint_prev(path, err);
 		return rc;
+	}
 	run_progress_of(h, p);
 	json_decref(h);
 	return 0;
 }
 
-/* Before a state file is replaced: the one there becomes the save before (kept until the next
- * save), for θ may still be of its version when the new state is written. */
-static int state_keep_previous(const struct run *r, const char *name, const char *prev, char *err)
+/* ---- state files: a checkpoint's θ with the state that goes with it ---- */
+
+#define STATE_RULE_BLOB "rule"         /* rule-state.gem: the rule's vectors end to end */
+#define STATE_OPTIM_BLOB "optim"       /* local-state.gem: the optimiser's state */
+
+/* A state file: its header (progress and kind) and blobs, θ ("params", raw) first, written
+ * after the one it replaces is kept as the save before. One file holds θ and its state, so
+ * that no crash can part them. */
+static int state_write(const struct run *r, const char *name, const char *prev, json_t *head,
+		       const float *theta, size_t n, const char *blob, const float *v, size_t nv,
+		       char *err)
 {
-	char path[PATH_MAX + 16], ppath[PATH_MAX + 16];
+	char path[PATH_MAX + 16];
+	struct msg_blob bl[2] = {{.name = MSG_PARAMS}};
+	struct blob_codec c[2];
+	float dummy = 0;
+	int rc = keep_previous(r, name, prev, err);
+	if (rc < 0)
+		return rc;
+	snprintf(bl[1].name, sizeof bl[1].name, "%s", blob);
+	blob_codec_init(&c[0]);
+	blob_codec_init(&c[1]);
 	run_file(r, name, path, sizeof path);
-	run_file(r, prev, ppath, sizeof ppath);
-	if (rename(path, ppath) < 0 && errno != ENOENT)
-		return gem_errf(err, GEM_EFAIL, "%s: cannot rename to %s: %s", path, ppath,
-				strerror(errno));
+	/* a vector of no element is written as one 0 (a blob has at least one) */
+	if ((rc = blob_encode(&c[0], theta, n, BLOB_RAW, 0, &bl[0].data, &bl[0].meta, err)) == 0 &&
+	    (rc = blob_encode(&c[1], nv ? v : &dummy, nv ? nv : 1, BLOB_RAW, 0, &bl[1].data,
+			      &bl[1].meta, err)) == 0)
+		rc = msg_write_file(path, head, bl, 2, err);
+	blob_codec_free(&c[0]);
+	blob_codec_free(&c[1]);
+	return rc;
+}
+
+/* The state file name of a run to be resumed with θ of progress *p, read into b and m: 1 when
+ * it is of θ's version, or newer and holding θ (a crash fell between its save and θ's: θ and
+ * *p are then taken from it); 0 when there is none or it is of another version (said in why);
+ * < 0 when it cannot be read (damaged: the save before it named). A file holds θ when it has
+ * both "params" and the state's blob: an older gem's local-state.gem has its state alone, as
+ * "params". */
+static int state_open(const struct run *r, const char *name, const char *blob, float *theta,
+		      size_t n, struct run_progress *p, struct msg_buf *b, struct msg *m, char *why,
+		      char *err)
+{
+	char path[PATH_MAX + 16];
+	const struct msg_blob *own;
+	struct run_progress q;
+	struct blob_codec c;
+	int rc;
+
+	run_file(r, name, path, sizeof path);
+	if (access(path, F_OK) < 0)
+		return 0;
+	if ((rc = msg_read_file(path, (size_t)1 << 40, b, m, err)) < 0) {
+		hint_prev(path, err);
+		return rc;
+	}
+	run_progress_of(m->header, &q);
+	own = msg_find(m, blob) ? msg_find(m, MSG_PARAMS) : NULL;
+	if (!json_is_integer(json_object_get(m->header, "version")) ||
+	    (q.version != p->version && (q.version < p->version || !own))) {
+		gem_errf(why, 0, "%s is of version %llu, the parameters of %llu", path,
+			 (unsigned long long)q.version, (unsigned long long)p->version);
+		msg_free(m);
+		return 0;
+	}
+	if (q.version == p->version)
+		return 1;
+	blob_codec_init(&c);
+	rc = blob_decode(&c, own->data, &own->meta, theta, n, err);
+	blob_codec_free(&c);
+	if (rc < 0) {
+		gem_errprefix(err, "%s: %s: ", path, MSG_PARAMS);
+		msg_free(m);
+		return rc;
+	}
+	log_info("%s is newer than %s: resuming from it (version %llu)", path, RUN_PARAMS,
+		 (unsigned long long)q.version);
+	*p = q;
+	return 1;
+}
+
+/* The state of the run to be resumed with θ of progress *p: the first of the state file and its
+ * save before that state_open takes, or none (0, the reason in err). */
+static int state_find(const struct run *r, const char *name, const char *prev, const char *blob,
+		      float *theta, size_t n, struct run_progress *p, struct msg_buf *b, struct msg *m,
+		      char *err)
+{
+	char why[GEM_ERRMAX] = "";
+	const char *names[2] = {name, prev};
+	for (int i = 0; i < 2; i++) {
+		int rc = state_open(r, names[i], blob, theta, n, p, b, m, why, err);
+		if (rc != 0)
+			return rc;
+	}
+	if (err)
+		memcpy(err, why, GEM_ERRMAX);
 	return 0;
 }
 
-int run_local_state_save(const struct run *r, const float *v, size_t n, uint64_t version, char *err)
+int run_local_state_save(const struct run *r, const float *theta, size_t n, const float *state,
+			 size_t ns, const struct run_progress *p, char *err)
 {
-	char path[PATH_MAX + 16];
-	struct msg_buf b = {0};
-	struct blob_codec c;
-	json_t *h = json_pack("{s:I, s:s}", "version", (json_int_t)version, "state", "local");
+	json_t *h = json_pack("{s:I, s:I, s:f, s:s}", "version", (json_int_t)p->version, "samples",
+			      (json_int_t)p->samples, "elapsed", p->elapsed, "state", "local");
 	int rc;
 	if (!h)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	if ((rc = state_keep_previous(r, RUN_LOCAL_STATE, RUN_LOCAL_STATE_PREV, err)) < 0) {
-		json_decref(h);
-		return rc;
-	}
-	run_file(r, RUN_LOCAL_STATE, path, sizeof path);
-	blob_codec_init(&c);
-	rc = msg_write_params_file(path, &b, &c, h, v, n, BLOB_RAW, 0, err);
-	blob_codec_free(&c);
-	msg_buf_free(&b);
+	rc = state_write(r, RUN_LOCAL_STATE, RUN_LOCAL_STATE_PREV, h, theta, n, STATE_OPTIM_BLOB,
+			 state, ns, err);
 	json_decref(h);
 	return rc;
 }
 
-/* 1 if the state file at path is one of version (peeks at its header line only), 0 if not or
- * there is none, < 0 if it cannot be read. */
-static int local_state_is(const char *path, uint64_t version, char *err)
+int run_local_state_load(const struct run *r, float *theta, size_t n, float *state, size_t ns,
+			 struct run_progress *p, char *err)
 {
-	FILE *f = fopen(path, "r");
-	char line[256];
-	json_t *peek;
-	const char *kind;
-	long long v;
-	int same;
-	if (!f)
-		return errno == ENOENT ? 0 : gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
-	peek = fgets(line, sizeof line, f) ? json_loads(line, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
-	fclose(f);
-	same = jget_str(peek, "state", 0, &kind) == JGET_OK &&
-	       jget_int(peek, "version", 0, LLONG_MAX, &v) == JGET_OK && (uint64_t)v == version;
-	json_decref(peek);
-	return same;
-}
-
-int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t version, char *err)
-{
-	char path[PATH_MAX + 16];
+	struct msg_buf b = {0};
+	struct msg m;
+	const struct msg_blob *st;
 	struct blob_codec c;
-	json_t *h = NULL;
-	int rc;
-	/* decode into v only when the versions agree: the last save's state, or the one before */
-	run_file(r, RUN_LOCAL_STATE, path, sizeof path);
-	if ((rc = local_state_is(path, version, err)) == 0) {
-		run_file(r, RUN_LOCAL_STATE_PREV, path, sizeof path);
-		rc = local_state_is(path, version, err);
-	}
-	if (rc <= 0)
+	int rc = state_find(r, RUN_LOCAL_STATE, RUN_LOCAL_STATE_PREV, STATE_OPTIM_BLOB, theta, n, p,
+			    &b, &m, err);
+	if (rc <= 0) {
+		msg_buf_free(&b);
 		return rc;
+	}
+	/* an older gem's file holds the optimiser's state alone, as its "params" */
+	if (!(st = msg_find(&m, STATE_OPTIM_BLOB)))
+		st = msg_find(&m, MSG_PARAMS);
 	blob_codec_init(&c);
-	rc = msg_read_params_file(path, params_max_bytes(n), &c, &h, v, n, err);
+	rc = st ? blob_decode(&c, st->data, &st->meta, state, ns, err)
+		: gem_errf(err, GEM_EFAIL, "no optimiser state");
 	blob_codec_free(&c);
-	json_decref(h);
+	if (rc < 0)
+		gem_errprefix(err, "%s: ", RUN_LOCAL_STATE);
+	msg_free(&m);
+	msg_buf_free(&b);
 	return rc < 0 ? rc : 1;
 }
-
-#define RULE_STATE_BLOB "rule"
 
 /* Grow *buf to hold n floats (buffers only grow: a warm snapshot allocates nothing). */
 static int ckpt_reserve(float **buf, size_t *cap, size_t n)
@@ -542,7 +635,8 @@ int run_ckpt_take(const struct rule *rule, json_t *workers, const float *theta, 
 		return rc;
 	}
 	vn = nvec ? vecs[0].n : 0;
-	ck->head = json_pack("{s:I, s:o, s:o, s:[]}", "version", (json_int_t)p->version, "rule", meta,
+	ck->head = json_pack("{s:I, s:I, s:f, s:o, s:o, s:[]}", "version", (json_int_t)p->version,
+			     "samples", (json_int_t)p->samples, "elapsed", p->elapsed, "rule", meta,
 			     "workers", workers, "vecs");
 	if (!ck->head || ckpt_reserve(&ck->vecs, &ck->vecs_cap, vn * (size_t)nvec) < 0 ||
 	    ckpt_reserve(&ck->theta, &ck->theta_cap, n) < 0) {
@@ -561,31 +655,16 @@ int run_ckpt_take(const struct rule *rule, json_t *workers, const float *theta, 
 	return 0;
 }
 
-/* The state goes first at a checkpoint: a crash between it and params.gem leaves a state newer
- * than θ, which resume detects by the version, and the state of θ's version in the file of the
- * save before. */
+/* rule-state.gem, holding θ and its state, is the checkpoint; params.gem, written after it, is
+ * θ for every other reader. A crash between the two leaves rule-state.gem newer than
+ * params.gem, and a resume takes θ from it. */
 int run_ckpt_write(const struct run *r, const struct run_ckpt *ck, char *err)
 {
-	char path[PATH_MAX + 16];
-	struct msg_blob blob = {.name = RULE_STATE_BLOB};
-	struct blob_codec c;
-	const void *enc;
-	float dummy = 0;
 	int rc;
-
 	if (!ck->head)
 		return gem_errf(err, GEM_EUSAGE, "checkpoint: no snapshot taken");
-	if ((rc = state_keep_previous(r, RUN_RULE_STATE, RUN_RULE_STATE_PREV, err)) < 0)
-		return rc;
-	run_file(r, RUN_RULE_STATE, path, sizeof path);
-	blob_codec_init(&c);
-	rc = blob_encode(&c, ck->nvecs ? ck->vecs : &dummy, ck->nvecs ? ck->nvecs : 1, BLOB_RAW, 0,
-			 &enc, &blob.meta, err);
-	blob.data = enc;
-	if (rc == 0)
-		rc = msg_write_file(path, ck->head, &blob, 1, err);
-	blob_codec_free(&c);
-	if (rc < 0)
+	if ((rc = state_write(r, RUN_RULE_STATE, RUN_RULE_STATE_PREV, ck->head, ck->theta, ck->n,
+			      STATE_RULE_BLOB, ck->vecs, ck->nvecs, err)) < 0)
 		return rc;
 	return run_params_save(r, ck->theta, ck->n, &ck->p, err);
 }
@@ -604,7 +683,7 @@ static int rule_state_restore(const struct msg *m, struct rule *rule, size_t n, 
 {
 	json_t *vecs = json_object_get(m->header, "vecs");
 	size_t nvec = json_array_size(vecs);
-	const struct msg_blob *blob = msg_find(m, RULE_STATE_BLOB);
+	const struct msg_blob *blob = msg_find(m, STATE_RULE_BLOB);
 	struct rule_vec *rv = NULL;
 	struct blob_codec c;
 	float *all = NULL;
@@ -636,57 +715,40 @@ out:
 	return rc;
 }
 
-/* The rule state in path if it is of version: 1 restored, 0 not of that version or unreadable
- * (told in err), < 0 a state that does not fit. */
-static int rule_state_try(const char *path, struct rule *rule, uint64_t version, json_t **workers,
-			  char *err)
+int run_ckpt_load(const struct run *r, const struct layout *l, struct rule **rule,
+		  struct run_progress *p, json_t **workers, char *err)
 {
 	struct msg_buf b = {0};
 	struct msg m;
-	long long v = -1;
-	int rc = 0;
+	size_t n = l->total;
+	float *theta = malloc(sizeof(float) * n);
+	int rc, got = 0;
 
-	if (msg_read_file(path, (size_t)1 << 40, &b, &m, err) < 0) {
-		msg_buf_free(&b);
-		return 0;
+	*rule = NULL;
+	*workers = NULL;
+	if (!theta)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	/* θ is settled (a newer state file's, when a crash fell between the two) before the rule
+	 * is created holding it */
+	if ((rc = run_params_load(r, NULL, theta, n, p, err)) == 0)
+		rc = got = state_find(r, RUN_RULE_STATE, RUN_RULE_STATE_PREV, STATE_RULE_BLOB, theta, n,
+				      p, &b, &m, err);
+	if (rc >= 0)
+		rc = rule_create(&r->rule, l, theta, rule, err);
+	free(theta);
+	if (rc == 0 && got > 0) {
+		if ((rc = rule_state_restore(&m, *rule, n, RUN_RULE_STATE, err)) == 0) {
+			*workers = json_incref(json_object_get(m.header, "workers"));
+			rc = 1;
+		} else {
+			rule_destroy(*rule);
+			*rule = NULL;
+		}
 	}
-	if (jget_int(m.header, "version", 0, LLONG_MAX, &v) != JGET_OK || (uint64_t)v != version) {
-		gem_errf(err, 0, "%s is of version %lld, the parameters of %llu", path, v,
-			 (unsigned long long)version);
-		goto out;
-	}
-	if ((rc = rule_state_restore(&m, rule, rule_nparams(rule), path, err)) == 0) {
-		*workers = json_incref(json_object_get(m.header, "workers"));
-		rc = 1;
-	}
-out:
-	msg_free(&m);
+	if (got > 0)
+		msg_free(&m);
 	msg_buf_free(&b);
 	return rc;
-}
-
-int run_rule_state_load(const struct run *r, struct rule *rule, uint64_t version, json_t **workers,
-			char *err)
-{
-	char path[PATH_MAX + 16], why[GEM_ERRMAX];
-	int rc;
-
-	*workers = NULL;
-	run_file(r, RUN_RULE_STATE, path, sizeof path);
-	if (access(path, F_OK) < 0)
-		why[0] = 0;
-	else if ((rc = rule_state_try(path, rule, version, workers, why)) != 0) {
-		if (rc < 0 && err)
-			memcpy(err, why, GEM_ERRMAX);
-		return rc;
-	}
-	/* a crash after the last save's state and before its θ: the save before has θ's state */
-	run_file(r, RUN_RULE_STATE_PREV, path, sizeof path);
-	if (access(path, F_OK) == 0 && (rc = rule_state_try(path, rule, version, workers, err)) != 0)
-		return rc;
-	if (why[0] && err)
-		memcpy(err, why, GEM_ERRMAX);
-	return 0;
 }
 
 int run_server_url_write(const struct run *r, const char *url, char *err)

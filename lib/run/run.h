@@ -26,8 +26,8 @@
 #define RUN_NODE_LOCK   ".node-%d.lock"   /* flock'd by SGP node I while it runs */
 #define RUN_LOCAL_STATE "local-state.gem" /* gem-work --local's optimiser state (momentum) */
 #define RUN_RULE_STATE  "rule-state.gem"  /* gem-serve's rule state and workers */
-/* A state's save before the last: a crash after a state's save and before θ's leaves θ of the
- * save before, and the state that goes with it here. */
+/* Each checkpoint file's save before the last: the operator's way back when one is damaged. */
+#define RUN_PARAMS_PREV      "params.prev.gem"
 #define RUN_LOCAL_STATE_PREV "local-state.prev.gem"
 #define RUN_RULE_STATE_PREV  "rule-state.prev.gem"
 #define RUN_NODE_PARAMS "node-%d.gem"     /* SGP node I's de-biased parameters */
@@ -129,19 +129,32 @@ int run_lock_node(struct run *r, int i, char *err);
 /* The progress recorded in a params message's header (missing fields are 0). */
 void run_progress_of(const json_t *header, struct run_progress *p);
 
-/* θ to RUNDIR/params.gem atomically, with its progress. */
+/* θ to RUNDIR/params.gem atomically, with its progress (the one it replaces becomes
+ * RUN_PARAMS_PREV). */
 int run_params_save(const struct run *r, const float *theta, size_t n, const struct run_progress *p,
 		    char *err);
-/* θ from a params file (RUNDIR/params.gem when path is NULL); n must match. */
+/* θ from a params file (RUNDIR/params.gem when path is NULL); n must match. A file that cannot
+ * be read (damaged: a header or blob whose checksum does not match) is refused naming it, and
+ * its save before (X.prev.gem) when there is one. */
 int run_params_load(const struct run *r, const char *path, float *theta, size_t n,
 		    struct run_progress *p, char *err);
 
-/* Local training's optimiser state (the momentum buffer v, n floats) at version, in
- * RUNDIR/local-state.gem, written before params.gem at each save (the one it replaces becomes
- * RUN_LOCAL_STATE_PREV). Load returns 1 when a state of that version was there (in either
- * file) and is now in v, 0 when there was none of that version (v untouched). */
-int run_local_state_save(const struct run *r, const float *v, size_t n, uint64_t version, char *err);
-int run_local_state_load(const struct run *r, float *v, size_t n, uint64_t version, char *err);
+/* A checkpoint with a state (local training's momentum, gem-serve's rule state) is one file
+ * that holds θ, its progress and the state, so that no crash parts them: the state file, then
+ * params.gem (θ alone, for every other reader), each written atomically, the one each replaces
+ * kept as its save before (*.prev.gem). A crash between the two leaves the state file newer
+ * than params.gem, and the resume takes θ from it. */
+
+/* Local training's checkpoint: θ (n floats), the optimiser's state (ns floats, nn/optim.h's
+ * optim_state_get) and progress p to RUNDIR/local-state.gem (before params.gem at each save). */
+int run_local_state_save(const struct run *r, const float *theta, size_t n, const float *state,
+			 size_t ns, const struct run_progress *p, char *err);
+/* The optimiser's state that goes with θ (just loaded, of progress *p) into state: from
+ * local-state.gem or its save before when of θ's version, or from one newer that holds θ (θ and
+ * *p are then taken from it too). 1 loaded, 0 none (the reason, if any, in err; state
+ * untouched), < 0 a state file that cannot be read. */
+int run_local_state_load(const struct run *r, float *theta, size_t n, float *state, size_t ns,
+			 struct run_progress *p, char *err);
 
 /* A checkpoint in two halves, so that a server takes it under its lock and writes it (fsync
  * and all) outside: a snapshot of θ, its progress, the rule's state and the server's record of
@@ -156,16 +169,16 @@ struct run_ckpt {
 /* Snapshot the state into ck (workers is stolen). Copies only memory: no I/O. */
 int run_ckpt_take(const struct rule *rule, json_t *workers, const float *theta, size_t n,
 		  const struct run_progress *p, struct run_ckpt *ck, char *err);
-/* Write a snapshot: RUNDIR/rule-state.gem (the one it replaces becomes RUN_RULE_STATE_PREV),
- * then RUNDIR/params.gem, each atomically: a crash at any point leaves θ and a state of its
- * version. */
+/* Write a snapshot: RUNDIR/rule-state.gem (θ and the state), then RUNDIR/params.gem. */
 int run_ckpt_write(const struct run *r, const struct run_ckpt *ck, char *err);
 void run_ckpt_free(struct run_ckpt *ck);
-/* Restore a state saved at version (from rule-state.gem, or the save before it) into rule (just
- * created, no worker); *workers gets the saved workers (new reference). Returns 1 restored, 0
- * none saved of that version (told in err, rule untouched), < 0 a state that does not fit. */
-int run_rule_state_load(const struct run *r, struct rule *rule, uint64_t version, json_t **workers,
-			char *err);
+/* Resume a server's checkpoint: the run's rule, laid out as l, created into *rule holding θ of
+ * params.gem (or of a newer rule-state.gem), *p its progress, with the rule's state of θ's
+ * version restored; *workers gets the saved workers (new reference). Returns 1 restored, 0 no
+ * state of θ's version (why in err, empty when there was none; the rule as created), < 0 θ or
+ * a state file that cannot be read or a state that does not fit (*rule NULL). */
+int run_ckpt_load(const struct run *r, const struct layout *l, struct rule **rule,
+		  struct run_progress *p, json_t **workers, char *err);
 
 /* Write RUNDIR/server.url (url and a newline) atomically; remove it. */
 int run_server_url_write(const struct run *r, const char *url, char *err);

@@ -2,6 +2,8 @@
 #include "base/err.h"
 #include "base/fsutil.h"
 #include "base/jget.h"
+#include "base/log.h"
+#include "wire/crc.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -48,8 +50,28 @@ static int check_blob(const struct msg_blob *bl, int i, char *err)
 	return 0;
 }
 
-int msg_build_head(struct msg_buf *b, json_t *header, const struct msg_blob *blobs, int n,
-		   char *err)
+/* The header line's key of a file's header checksum, and its room: ',', the key, ':' and a
+ * 32-bit decimal. */
+#define HEAD_CRC_KEY "\"" MSG_HEAD_CRC "\":"
+#define HEAD_CRC_ROOM (sizeof HEAD_CRC_KEY + 11)
+
+/* Close the compact JSON object in b->data[0..*need) with the header checksum member: its
+ * last '}' becomes ',"head_crc32":C}', C the CRC-32 of the bytes before the key (the comma
+ * included). */
+static void head_seal(struct msg_buf *b, size_t *need)
+{
+	size_t at = *need - 1; /* the closing brace; the object has "blobs" before it */
+	int w;
+	b->data[at++] = ',';
+	memcpy(b->data + at, HEAD_CRC_KEY, sizeof HEAD_CRC_KEY - 1);
+	w = snprintf(b->data + at + sizeof HEAD_CRC_KEY - 1, 12, "%lu}",
+		     (unsigned long)crc32_update(0, b->data, at));
+	*need = at + sizeof HEAD_CRC_KEY - 1 + (size_t)w;
+}
+
+/* msg_build_head, with the header checksum of a file when seal. */
+static int head_build(struct msg_buf *b, json_t *header, const struct msg_blob *blobs, int n,
+		      int seal, char *err)
 {
 	json_t *h, *arr;
 	size_t need, pad;
@@ -88,10 +110,11 @@ int msg_build_head(struct msg_buf *b, json_t *header, const struct msg_blob *blo
 	}
 	/* Dump straight into the reusable buffer; a second pass only when it has to grow. */
 	need = json_dumpb(h, b->data, b->data ? b->cap : 0, JSON_COMPACT);
-	if (need && need + 1 > b->cap) {
-		if (need + 1 > MSG_HEAD_MAX || buf_reserve(b, need + 1) < 0) {
+	if (need && need + HEAD_CRC_ROOM > b->cap) {
+		int big = need + HEAD_CRC_ROOM > MSG_HEAD_MAX;
+		if (big || buf_reserve(b, need + HEAD_CRC_ROOM) < 0) {
 			json_decref(h);
-			return gem_errf(err, need + 1 > MSG_HEAD_MAX ? GEM_EUSAGE : GEM_ENOMEM,
+			return gem_errf(err, big ? GEM_EUSAGE : GEM_ENOMEM,
 					"message: header of %zu bytes is too large", need);
 		}
 		need = json_dumpb(h, b->data, b->cap, JSON_COMPACT);
@@ -99,6 +122,8 @@ int msg_build_head(struct msg_buf *b, json_t *header, const struct msg_blob *blo
 	json_decref(h);
 	if (!need)
 		return gem_errf(err, GEM_EUSAGE, "message: header cannot be written as JSON");
+	if (seal)
+		head_seal(b, &need);
 	if (need + 1 > MSG_HEAD_MAX)
 		return gem_errf(err, GEM_EUSAGE, "message: header of %zu bytes is too large",
 				need);
@@ -109,6 +134,12 @@ int msg_build_head(struct msg_buf *b, json_t *header, const struct msg_blob *blo
 	b->data[need + pad] = '\n';
 	b->len = need + pad + 1;
 	return 0;
+}
+
+int msg_build_head(struct msg_buf *b, json_t *header, const struct msg_blob *blobs, int n,
+		   char *err)
+{
+	return head_build(b, header, blobs, n, 0, err);
 }
 
 int msg_build(struct msg_buf *b, json_t *header, const struct msg_blob *blobs, int n,
@@ -260,6 +291,53 @@ int msg_parse(const void *buf, size_t len, struct msg *m, char *err)
 	return 0;
 }
 
+/* Check the header checksum of the file image p[0..len): 1 it matches, 0 the header has none
+ * (a file of a gem from before it: its first line ends with the "blobs" array), else
+ * GEM_EFAIL. Only the first line is looked at; msg_parse judges the rest. */
+static int head_check(const char *p, size_t len, char *err)
+{
+	const char *nl = memchr(p, '\n', len < MSG_HEAD_MAX ? len : MSG_HEAD_MAX);
+	size_t e, d, klen = sizeof HEAD_CRC_KEY - 1;
+	unsigned long long want = 0;
+	if (!nl)
+		return 0;
+	/* the line without its padding, then "...,\"head_crc32\":DIGITS}" */
+	for (e = (size_t)(nl - p); e && strchr(" \t\r", p[e - 1]); e--)
+		;
+	if (e < 2 || p[e - 1] != '}')
+		return gem_errf(err, GEM_EFAIL, "the header is damaged (no closing brace)");
+	for (d = e - 1; d > 0 && e - 1 - d <= 10 && p[d - 1] >= '0' && p[d - 1] <= '9'; d--)
+		;
+	if (d == e - 1 || e - 1 - d > 10 || d < klen + 1 || memcmp(p + d - klen, HEAD_CRC_KEY, klen) ||
+	    p[d - klen - 1] != ',') {
+		if (p[e - 2] == ']')
+			return 0;
+		return gem_errf(err, GEM_EFAIL, "the header is damaged (no checksum where it ends)");
+	}
+	for (size_t i = d; i < e - 1; i++)
+		want = want * 10 + (unsigned)(p[i] - '0');
+	if (want > 0xffffffffULL || want != crc32_update(0, p, d - klen))
+		return gem_errf(err, GEM_EFAIL, "the header is damaged (its checksum does not match)");
+	return 1;
+}
+
+int msg_parse_file(const void *buf, size_t len, struct msg *m, int *unsealed, char *err)
+{
+	int sealed = head_check(buf, len, err), rc;
+	memset(m, 0, sizeof *m);
+	if (unsealed)
+		*unsealed = 0;
+	if (sealed < 0)
+		return sealed;
+	if ((rc = msg_parse(buf, len, m, err)) < 0)
+		return rc;
+	if (sealed)
+		json_object_del(m->header, MSG_HEAD_CRC);
+	else if (unsealed)
+		*unsealed = 1;
+	return 0;
+}
+
 void msg_free(struct msg *m)
 {
 	json_decref(m->header);
@@ -274,25 +352,43 @@ const struct msg_blob *msg_find(const struct msg *m, const char *name)
 	return NULL;
 }
 
-int msg_write_file(const char *path, json_t *header, const struct msg_blob *blobs, int n,
-		   char *err)
+/* The sealed header line into b, then it and the blobs (from where they are) to path. */
+static int write_file(const char *path, struct msg_buf *b, json_t *header,
+		      const struct msg_blob *blobs, int n, char *err)
 {
-	struct msg_buf head = {0};
 	struct iovec iov[1 + MSG_MAX_BLOBS];
-	int rc = msg_build_head(&head, header, blobs, n, err);
+	int rc = head_build(b, header, blobs, n, 1, err);
 	if (rc < 0) {
 		gem_errprefix(err, "%s: ", path);
-		msg_buf_free(&head);
 		return rc;
 	}
-	iov[0].iov_base = head.data;
-	iov[0].iov_len = head.len;
+	iov[0].iov_base = b->data;
+	iov[0].iov_len = b->len;
 	for (int i = 0; i < n; i++) {
 		iov[1 + i].iov_base = (void *)blobs[i].data;
 		iov[1 + i].iov_len = blobs[i].meta.nbytes;
 	}
-	rc = fs_write_atomicv(path, iov, 1 + n, err);
+	return fs_write_atomicv(path, iov, 1 + n, err);
+}
+
+int msg_write_file(const char *path, json_t *header, const struct msg_blob *blobs, int n,
+		   char *err)
+{
+	struct msg_buf head = {0};
+	int rc = write_file(path, &head, header, blobs, n, err);
 	msg_buf_free(&head);
+	return rc;
+}
+
+/* The message of a file read whole: parsed with its header checksum checked (a file without
+ * one is read with a warning), errors naming path. */
+static int parse_read(const char *path, const void *buf, size_t len, struct msg *m, char *err)
+{
+	int unsealed, rc = msg_parse_file(buf, len, m, &unsealed, err);
+	if (rc < 0)
+		gem_errprefix(err, "%s: ", path);
+	else if (unsealed)
+		log_warn("%s: its header has no checksum (an older gem wrote it): read unchecked", path);
 	return rc;
 }
 
@@ -308,9 +404,7 @@ int msg_read_file(const char *path, size_t max, struct msg_buf *b, struct msg *m
 	b->data = data;
 	b->len = len;
 	b->cap = len + 1;
-	if ((rc = msg_parse(b->data, b->len, m, err)) < 0)
-		gem_errprefix(err, "%s: ", path);
-	return rc;
+	return parse_read(path, b->data, b->len, m, err);
 }
 
 int msg_encode_params(struct msg_buf *b, struct blob_codec *c, json_t *header,
@@ -323,56 +417,63 @@ int msg_encode_params(struct msg_buf *b, struct blob_codec *c, json_t *header,
 	return msg_build(b, header, &bl, 1, err);
 }
 
+/* Decode m's "params" blob into θ[0..count); *header gets m's header. */
+static int decode_params(struct msg *m, struct blob_codec *c, json_t **header, float *theta,
+			 size_t count, char *err)
+{
+	const struct msg_blob *bl = msg_find(m, MSG_PARAMS);
+	int rc;
+	if (!bl)
+		return gem_errf(err, GEM_EFAIL, "message: no \"%s\" blob", MSG_PARAMS);
+	if ((rc = blob_decode(c, bl->data, &bl->meta, theta, count, err)) < 0) {
+		gem_errprefix(err, "message: %s ", MSG_PARAMS);
+		return rc;
+	}
+	if (header)
+		*header = json_incref(m->header);
+	return 0;
+}
+
 int msg_decode_params(const void *buf, size_t len, struct blob_codec *c, json_t **header,
 		      float *theta, size_t count, char *err)
 {
 	struct msg m;
-	const struct msg_blob *bl;
 	int rc;
 	if (header)
 		*header = NULL;
 	if ((rc = msg_parse(buf, len, &m, err)) < 0)
 		return rc;
-	if (!(bl = msg_find(&m, MSG_PARAMS))) {
-		msg_free(&m);
-		return gem_errf(err, GEM_EFAIL, "message: no \"%s\" blob", MSG_PARAMS);
-	}
-	if ((rc = blob_decode(c, bl->data, &bl->meta, theta, count, err)) < 0) {
-		gem_errprefix(err, "message: %s ", MSG_PARAMS);
-		msg_free(&m);
-		return rc;
-	}
-	if (header)
-		*header = json_incref(m.header);
+	rc = decode_params(&m, c, header, theta, count, err);
 	msg_free(&m);
-	return 0;
+	return rc;
 }
 
 int msg_write_params_file(const char *path, struct msg_buf *b, struct blob_codec *c,
 			  json_t *header, const float *theta, size_t count, const char *codec,
 			  int level, char *err)
 {
-	int rc = msg_encode_params(b, c, header, theta, count, codec, level, err);
+	struct msg_blob bl = {.name = MSG_PARAMS};
+	int rc = blob_encode(c, theta, count, codec, level, &bl.data, &bl.meta, err);
 	if (rc < 0) {
 		gem_errprefix(err, "%s: ", path);
 		return rc;
 	}
-	return fs_write_atomic(path, b->data, b->len, err);
+	return write_file(path, b, header, &bl, 1, err);
 }
 
 int msg_read_params_file(const char *path, size_t max, struct blob_codec *c, json_t **header,
 			 float *theta, size_t count, char *err)
 {
-	void *data;
-	size_t len;
+	struct msg_buf b = {0};
+	struct msg m;
 	int rc;
 	if (header)
 		*header = NULL;
-	if ((rc = fs_read_all(path, &data, &len, max, err)) < 0)
-		return rc;
-	if ((rc = msg_decode_params(data, len, c, header, theta, count, err)) < 0)
-		gem_errprefix(err, "%s: ", path);
-	free(data);
+	if ((rc = msg_read_file(path, max, &b, &m, err)) == 0) {
+		if ((rc = decode_params(&m, c, header, theta, count, err)) < 0)
+			gem_errprefix(err, "%s: ", path);
+		msg_free(&m);
+	}
+	msg_buf_free(&b);
 	return rc;
 }
-

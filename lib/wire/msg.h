@@ -14,6 +14,8 @@
 #define MSG_MAX_BLOBS 16
 #define MSG_HEAD_MAX (1 << 20) /* a first line longer than this is refused */
 #define MSG_PARAMS "params"    /* the name of the parameter blob */
+/* A file's header ends with this member: the CRC-32 of the header line before its key */
+#define MSG_HEAD_CRC "head_crc32"
 #define MSG_CONTENT_TYPE "application/x-gem-message" /* a message's HTTP media type */
 /* The first line is padded with spaces to a multiple of this many bytes, so that the first
  * blob starts aligned wherever the message starts aligned: a reader can use a raw blob where
@@ -60,11 +62,20 @@ void msg_free(struct msg *m);
 /* The blob called name, or NULL. */
 const struct msg_blob *msg_find(const struct msg *m, const char *name);
 
-/* Write a message to path atomically (fsutil), without copying the blobs. */
+/* A message in a file (every .gem file) is sealed: its header line ends with the member
+ * MSG_HEAD_CRC, whose value is the CRC-32 of the line's bytes before that key (from the '{' to
+ * the comma), so that a damaged header is refused as a damaged blob is. */
+/* msg_parse of a file's bytes, its header checksum checked first (and removed from the header
+ * m gets). A header without one (an older gem's file: its line ends with the "blobs" array) is
+ * parsed unchecked and *unsealed set (unsealed may be NULL); a checksum that does not match is
+ * GEM_EFAIL, "the header is damaged". */
+int msg_parse_file(const void *buf, size_t len, struct msg *m, int *unsealed, char *err);
+/* Write a sealed message to path atomically (fsutil), without copying the blobs. */
 int msg_write_file(const char *path, json_t *header, const struct msg_blob *blobs, int n,
 		   char *err);
-/* Read and parse the message in path (at most max bytes) into b (its old content is
- * replaced) and m; m's blob data points into b, so keep b until done with m. */
+/* Read and msg_parse_file the message in path (at most max bytes) into b (its old content is
+ * replaced) and m; m's blob data points into b, so keep b until done with m. An unsealed file
+ * is read with a warning (log); errors name the file. */
 int msg_read_file(const char *path, size_t max, struct msg_buf *b, struct msg *m, char *err);
 
 /* The common case, one "params" blob: encode θ[0..count) with codec/level (NULL, -1: the
@@ -75,11 +86,13 @@ int msg_encode_params(struct msg_buf *b, struct blob_codec *c, json_t *header,
  * failure). *header (if header is not NULL) gets a new reference to the header object. */
 int msg_decode_params(const void *buf, size_t len, struct blob_codec *c, json_t **header,
 		      float *theta, size_t count, char *err);
-/* msg_encode_params then an atomic write to path; b is the caller's reusable buffer. */
+/* θ encoded as by msg_encode_params, written to path as msg_write_file does; b is the
+ * caller's reusable buffer (for the header line). */
 int msg_write_params_file(const char *path, struct msg_buf *b, struct blob_codec *c,
 			  json_t *header, const float *theta, size_t count, const char *codec,
 			  int level, char *err);
-/* Read path (at most max bytes) and msg_decode_params it; errors name the file. */
+/* Read path (at most max bytes) as msg_read_file does and decode its "params" blob as
+ * msg_decode_params does; errors name the file. */
 int msg_read_params_file(const char *path, size_t max, struct blob_codec *c, json_t **header,
 			 float *theta, size_t count, char *err);
 #endif
