@@ -124,7 +124,8 @@ static int connect_peers(struct sgp_node *s, char *err)
 	if (!(s->http = calloc((size_t)s->nn, sizeof *s->http)) ||
 	    !(s->gone = calloc((size_t)s->nn, sizeof(int))) ||
 	    !(s->bye = calloc((size_t)s->nn, sizeof(int))) ||
-	    !(s->hello = calloc((size_t)s->nn, sizeof(int))))
+	    !(s->hello = calloc((size_t)s->nn, sizeof(int))) ||
+	    !(s->pushed = calloc((size_t)s->nn, sizeof *s->pushed)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	for (int p = 0; p < s->nn; p++) {
 		if (p == s->id)
@@ -216,6 +217,25 @@ static void log_iter(FILE *f, const struct sgp_node *s, const struct loop *l,
 			.loss = l->loss, .samples = l->feed.samples, .gossip = &g});
 }
 
+/* node-I.jsonl: the requests refused since the last call, one "refused" event per reason with
+ * their count (a flood of refusals writes a line per reason and iteration, not per request). */
+static void log_refusals(struct sgp_node *s, FILE *f, uint64_t version)
+{
+	unsigned n[SGP_REFUSE_N];
+	char extra[96];
+	pthread_mutex_lock(&s->mu);
+	memcpy(n, s->refused, sizeof n);
+	memset(s->refused, 0, sizeof s->refused);
+	pthread_mutex_unlock(&s->mu);
+	for (int r = 0; r < SGP_REFUSE_N; r++) {
+		if (!n[r])
+			continue;
+		snprintf(extra, sizeof extra, "\"reason\":\"%s\",\"count\":%u",
+			 sgp_refusal_name((enum sgp_refusal)r), n[r]);
+		run_log_event(f, "refused", -1, -1, version, extra);
+	}
+}
+
 /* z and the node's progress for GET /v1/params and /v1/health. */
 static void publish(struct sgp_node *s, const float *z, uint64_t iter, uint64_t samples, double w)
 {
@@ -255,6 +275,7 @@ static int iterate(struct sgp_node *s, struct loop *l, char *err)
 	    (rc = sgp_mix_in(s, l->x, &l->w, l->iter, &l->quiet, l->scratch, &mx, err)) < 0)
 		return rc;
 	log_iter(l->log, s, l, &mx);
+	log_refusals(s, l->log, l->iter + 1);
 	sgp_debias(l->x, l->w, z, s->n);
 	publish(s, z, l->iter + 1, l->feed.samples, l->w);
 	return 0;
@@ -308,6 +329,7 @@ static int finish(struct sgp_node *s, struct loop *l, struct sgp_status *st, int
 			log_warn("node %d: at the end: %s", s->id, e2);
 	}
 	sgp_debias(l->x, l->w, z, s->n);
+	log_refusals(s, l->log, l->iter);
 	if (fflush(l->log) == EOF && rc == 0)
 		rc = gem_errf(err, GEM_EFAIL, "log: %s", strerror(errno));
 	if (save_node(s, z, l, rc == 0 ? err : e2) == 0)
@@ -487,6 +509,7 @@ void sgp_node_close(struct sgp_node *s)
 	free(s->gone);
 	free(s->bye);
 	free(s->hello);
+	free(s->pushed);
 	msgs_free(s->inbox);
 	msgs_free(s->free_msgs);
 	while (s->jobs) {

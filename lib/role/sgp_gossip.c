@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "base/jget.h"
 #include "base/log.h"
 
 int sgp_stopping(const struct sgp_node *s)
@@ -43,8 +44,19 @@ void sgp_msg_recycle(struct sgp_node *s, struct inmsg *m)
 void sgp_inbox_add(struct sgp_node *s, struct inmsg *m)
 {
 	struct inmsg **p = &s->inbox;
-	while (*p)
+	while (*p) {
+		/* Overlap-SGP adds whatever has come, so a second message from a sender is added into
+		 * its first here: the inbox holds at most one per peer however fast pushes come. */
+		if (s->o.overlap && (*p)->from == m->from) {
+			sgp_receive((*p)->x, s->n, &(*p)->w, m->x, m->w);
+			if (m->iter > (*p)->iter)
+				(*p)->iter = m->iter;
+			sgp_msg_recycle(s, m);
+			pthread_cond_broadcast(&s->cv);
+			return;
+		}
 		p = &(*p)->next;
+	}
 	m->next = NULL;
 	*p = m;
 	pthread_cond_broadcast(&s->cv);
@@ -89,15 +101,28 @@ static int post_sliced(struct sgp_node *s, int p, const char *path, const char *
 	}
 }
 
+/* 1 if the error reply resp is a refusal of reason r. */
+static int refused_as(const struct httpc_resp *resp, enum sgp_refusal r)
+{
+	json_t *j = json_loadb(resp->body, resp->len, 0, NULL);
+	int is = !strcmp(jget_str_or(j, "error", ""), sgp_refusal_name(r));
+	json_decref(j);
+	return is;
+}
+
 /* POST a share (already encoded in buf) to peer p; with retry, as post_sliced does (a node told
  * to stop while a peer is gone stops at once). */
 static int post_share(struct sgp_node *s, int p, const struct msg_buf *buf,
 		      struct httpc_resp *resp, int retry, char *err)
 {
-	if (retry)
-		return post_sliced(s, p, "/v1/push", MSG_CONTENT_TYPE, buf->data, buf->len, resp, 0,
-				   err);
-	return httpc_post(s->http[p], "/v1/push", MSG_CONTENT_TYPE, buf->data, buf->len, resp, err);
+	int rc = retry ? post_sliced(s, p, "/v1/push", MSG_CONTENT_TYPE, buf->data, buf->len, resp,
+				     0, err)
+		       : httpc_post(s->http[p], "/v1/push", MSG_CONTENT_TYPE, buf->data, buf->len,
+				    resp, err);
+	/* a push sent again after its reply was lost: the peer has it already */
+	if (rc == HTTPC_EHTTP && resp->status == 409 && refused_as(resp, SGP_REFUSE_DUPLICATE))
+		return 0;
+	return rc;
 }
 
 /* The push message of (x, w) at iteration iter into buf. */

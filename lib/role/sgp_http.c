@@ -50,8 +50,52 @@ json_t *sgp_hello_body(const struct sgp_node *s)
 			 "iters", (json_int_t)s->iters, "overlap", s->o.overlap, "hash", hash);
 }
 
-/* Under ready (the fields are fixed): why a peer's hello j does not agree with this node's, in
- * why; empty if it agrees. */
+static const char *const refusal_names[SGP_REFUSE_N] = {
+	[SGP_REFUSE_BAD] = "bad_request",
+	[SGP_REFUSE_NOT_PEER] = "not_in_peer",
+	[SGP_REFUSE_DUPLICATE] = "duplicate_push",
+	[SGP_REFUSE_WINDOW] = "outside_window",
+};
+
+const char *sgp_refusal_name(enum sgp_refusal r)
+{
+	return refusal_names[r];
+}
+
+/* Count a refusal of reason r, then answer it: status, error (NULL: r's name) and detail. */
+static int refuse(struct sgp_node *s, struct httpd_req *req, enum sgp_refusal r, unsigned status,
+		  const char *error, const char *detail)
+{
+	pthread_mutex_lock(&s->mu);
+	s->refused[r]++;
+	pthread_mutex_unlock(&s->mu);
+	return httpd_reply_error(req, status, error ? error : refusal_names[r], "%s", detail);
+}
+
+/* Why hello j is not one a node sends (sgp_hello_body's members, of their types, from another
+ * node), in why; empty if it is. Such a hello is a bad request, not a peer that disagrees. */
+static void hello_malformed(const struct sgp_node *s, const json_t *j, char *why, size_t len)
+{
+	json_t *v = json_object_get(j, "node");
+	const char *hash = jget_str_or(j, "hash", "");
+	*why = 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->nn ||
+	    json_integer_value(v) == s->id)
+		snprintf(why, len, "hello: want \"node\", another node's index (of %d; this is %d)",
+			 s->nn, s->id);
+	else if (strlen(hash) != 16 || strspn(hash, "0123456789abcdef") != 16)
+		snprintf(why, len, "hello: want \"hash\", 16 hexadecimal digits");
+	else if (!json_is_integer(json_object_get(j, "nodes")) ||
+		 !json_is_string(json_object_get(j, "topology")) ||
+		 !json_is_integer(json_object_get(j, "peers_per_iter")) ||
+		 !json_is_integer(json_object_get(j, "iters")) ||
+		 !json_is_boolean(json_object_get(j, "overlap")))
+		snprintf(why, len, "hello: want \"nodes\", \"topology\", \"peers_per_iter\", "
+			 "\"iters\" and \"overlap\" as a node sends them");
+}
+
+/* Under ready (the fields are fixed): why a peer's well-formed hello j does not agree with this
+ * node's, in why; empty if it agrees. */
 static void hello_check(const struct sgp_node *s, const json_t *j, const char *client, char *why,
 			size_t len)
 {
@@ -70,9 +114,6 @@ static void hello_check(const struct sgp_node *s, const json_t *j, const char *c
 			 json_integer_value(json_object_get(j, "peers_per_iter")),
 			 jget_str_or(j, "hash", "?"), s->id, s->nn,
 			 sgp_topology_name(s->o.topology), s->mper, jget_str_or(mine, "hash", "?"));
-	else if (!json_is_integer(json_object_get(j, "node")) || from < 0 || from >= s->nn ||
-		 from == s->id)
-		snprintf(why, len, "a hello from %s names node %d", client, from);
 	else if (!json_equal(json_object_get(j, "iters"), json_object_get(mine, "iters")))
 		snprintf(why, len,
 			 "node %d runs %lld iterations, this node %d runs %llu (give every node the "
@@ -93,7 +134,8 @@ static int not_ready(struct httpd_req *req)
 	return httpd_reply_error(req, 503, "not_ready", "this node has no peer list yet");
 }
 
-/* POST /v1/hello: a peer says which topology it runs; the same as ours, or both refuse to run. */
+/* POST /v1/hello: a peer says which topology it runs; the same as ours, or both refuse to run.
+ * A hello no node would send is a bad request (400), which stops nothing. */
 static int h_hello(struct httpd_req *req, void *ctx)
 {
 	struct sgp_node *s = ctx;
@@ -103,8 +145,9 @@ static int h_hello(struct httpd_req *req, void *ctx)
 	int rc, from, ready;
 
 	if (!json_is_object(j)) {
+		snprintf(why, sizeof why, "hello: %s", j ? "not an object" : je.text);
 		json_decref(j);
-		return httpd_reply_error(req, 400, "bad_json", "hello: %s", j ? "not an object" : je.text);
+		return refuse(s, req, SGP_REFUSE_BAD, 400, "bad_json", why);
 	}
 	pthread_mutex_lock(&s->mu);
 	ready = s->ready;
@@ -112,6 +155,11 @@ static int h_hello(struct httpd_req *req, void *ctx)
 	if (!ready) {
 		json_decref(j);
 		return not_ready(req);
+	}
+	hello_malformed(s, j, why, sizeof why);
+	if (*why) {
+		json_decref(j);
+		return refuse(s, req, SGP_REFUSE_BAD, 400, "bad_field", why);
 	}
 	hello_check(s, j, req->client, why, sizeof why);
 	from = (int)json_integer_value(json_object_get(j, "node"));
@@ -152,8 +200,45 @@ static int decode_share(const struct msg *m, struct inmsg *in, size_t n, char *e
 	return rc;
 }
 
+/* Under mu, with ready: whether node from's push of iteration iter is one to take
+ * (SGP_REFUSE_N; with take, the iteration is then marked pushed) or why not (in why).
+ * Synchronous SGP takes the pushes of its own iteration and of the next nn + 1: no node gets
+ * further ahead of another, since each iteration waits for its in-peers' pushes and within nn
+ * iterations every node is an in-peer of an in-peer (doc/rules.md). Overlap-SGP adds whatever
+ * has come, so a node may be far behind its peers; there only the run's iterations bound it. */
+static enum sgp_refusal push_admit(struct sgp_node *s, int from, uint64_t iter, int take,
+				   char *why, size_t len)
+{
+	int in[SGP_MAX_PEERS], np = sgp_in_peers(s->o.topology, s->nn, s->mper, s->id, iter, in), k = 0;
+	uint64_t lo = s->o.overlap ? 0 : s->pub_iter;
+	uint64_t hi = s->o.overlap ? s->iters - 1 : s->pub_iter + (uint64_t)s->nn + 1;
+	while (k < np && in[k] != from)
+		k++;
+	if (iter < lo || iter > hi || iter >= s->iters) {
+		snprintf(why, len, "push: iteration %llu is outside the iterations %llu to %llu node %d "
+			 "takes now", (unsigned long long)iter, (unsigned long long)lo,
+			 (unsigned long long)(hi < s->iters ? hi : s->iters - 1), s->id);
+		return SGP_REFUSE_WINDOW;
+	}
+	if (k == np) {
+		snprintf(why, len, "push: node %d does not push to node %d at iteration %llu", from,
+			 s->id, (unsigned long long)iter);
+		return SGP_REFUSE_NOT_PEER;
+	}
+	if (iter < s->pushed[from]) {
+		snprintf(why, len, "push: node %d's push of iteration %llu is taken already", from,
+			 (unsigned long long)iter);
+		return SGP_REFUSE_DUPLICATE;
+	}
+	if (take)
+		s->pushed[from] = iter + 1;
+	return SGP_REFUSE_N;
+}
+
 /* POST /v1/push: a share of a peer's (x, w), checked whole, then queued for the trainer to add.
- * The node's id and size are read under mu, with ready (before it they are being set). */
+ * The node's id and size are read under mu, with ready (before it they are being set). A share
+ * weighs at most the run's whole mass, nn (every node starts with w = 1; push-sum keeps the
+ * sum). */
 static int h_push(struct httpd_req *req, void *ctx)
 {
 	struct sgp_node *s = ctx;
@@ -162,9 +247,10 @@ static int h_push(struct httpd_req *req, void *ctx)
 	struct inmsg *in;
 	json_t *jn, *ji, *jw;
 	int rc, ready, closed, id, nn;
+	enum sgp_refusal why;
 
 	if (msg_parse(req->body, req->body_len, &m, err) < 0)
-		return httpd_reply_error(req, 400, "bad_message", "%s", err);
+		return refuse(s, req, SGP_REFUSE_BAD, 400, "bad_message", err);
 	pthread_mutex_lock(&s->mu);
 	ready = s->ready, closed = s->closed, id = s->id, nn = s->nn;
 	pthread_mutex_unlock(&s->mu);
@@ -178,10 +264,21 @@ static int h_push(struct httpd_req *req, void *ctx)
 	jw = json_object_get(m.header, "w");
 	if (!json_is_integer(jn) || json_integer_value(jn) < 0 || json_integer_value(jn) >= nn ||
 	    json_integer_value(jn) == id || !json_is_integer(ji) || json_integer_value(ji) < 0 ||
-	    !json_is_number(jw) || !(json_number_value(jw) > 0) || !isfinite(json_number_value(jw))) {
+	    !json_is_number(jw) || !(json_number_value(jw) > 0) ||
+	    !(json_number_value(jw) <= nn)) {
 		msg_free(&m);
-		return httpd_reply_error(req, 400, "bad_field",
-					 "push: want node (another node's index), iter >= 0 and w > 0");
+		snprintf(err, sizeof err, "push: want node (another node's index), iter >= 0 and "
+			 "0 < w <= %d (the run's whole mass)", nn);
+		return refuse(s, req, SGP_REFUSE_BAD, 400, "bad_field", err);
+	}
+	/* checked before the blob is decoded, and taken after (a push sent twice at once) */
+	pthread_mutex_lock(&s->mu);
+	why = push_admit(s, (int)json_integer_value(jn), (uint64_t)json_integer_value(ji), 0, err,
+			 sizeof err);
+	pthread_mutex_unlock(&s->mu);
+	if (why != SGP_REFUSE_N) {
+		msg_free(&m);
+		return refuse(s, req, why, 409, NULL, err);
 	}
 	if (!(in = sgp_msg_new(s))) {
 		msg_free(&m);
@@ -193,15 +290,19 @@ static int h_push(struct httpd_req *req, void *ctx)
 	in->w = json_number_value(jw);
 	msg_free(&m);
 	pthread_mutex_lock(&s->mu);
-	if (rc < 0 || s->closed) {
-		sgp_msg_recycle(s, in);
+	if (rc == 0 && !s->closed &&
+	    (why = push_admit(s, in->from, in->iter, 1, err, sizeof err)) == SGP_REFUSE_N) {
+		sgp_inbox_add(s, in);
 		pthread_mutex_unlock(&s->mu);
-		return rc < 0 ? httpd_reply_error(req, 400, "bad_blob", "push: %s", err)
-			      : httpd_reply_error(req, 410, "finished", "node %d has finished", id);
+		return httpd_reply_bytes(req, 200, "application/json", "{\"ok\":true}\n", 12, 0);
 	}
-	sgp_inbox_add(s, in);
+	sgp_msg_recycle(s, in);
+	closed = s->closed;
 	pthread_mutex_unlock(&s->mu);
-	return httpd_reply_bytes(req, 200, "application/json", "{\"ok\":true}\n", 12, 0);
+	if (rc < 0)
+		return refuse(s, req, SGP_REFUSE_BAD, 400, "bad_blob", err);
+	return closed ? httpd_reply_error(req, 410, "finished", "node %d has finished", id)
+		      : refuse(s, req, why, 409, NULL, err);
 }
 
 /* POST /v1/bye {"node": J}: Overlap-SGP's peer J has finished; nobody waits for its messages

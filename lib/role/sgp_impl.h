@@ -22,6 +22,15 @@
 #define SGP_POLL_MS 50
 #define SGP_MAX_JOBS 4 /* overlap: messages queued for sending before the trainer waits */
 
+/* Why a node refused a peer's request (counted, and logged as "refused" events). */
+enum sgp_refusal {
+	SGP_REFUSE_BAD,       /* a malformed push or hello: bad JSON, fields, blob or weight */
+	SGP_REFUSE_NOT_PEER,  /* the sender is not an in-peer of this node at that iteration */
+	SGP_REFUSE_DUPLICATE, /* a second push from the sender for an iteration it has pushed */
+	SGP_REFUSE_WINDOW,    /* an iteration outside the window this node takes */
+	SGP_REFUSE_N,
+};
+
 /* A message received: 1/(m+1) of the sender's (x, w) at its iteration iter. from = self for a
  * share that could not be delivered and comes back. */
 struct inmsg {
@@ -75,6 +84,8 @@ struct sgp_node {
 	struct inmsg *inbox, *free_msgs;
 	int *bye, nbye;
 	int *hello, nhello; /* the peers that have said hello (and agree) */
+	uint64_t *pushed;   /* per peer: 1 + the last iteration of its pushes taken, 0: none */
+	unsigned refused[SGP_REFUSE_N]; /* refusals not yet logged, by reason */
 	float *zpub;
 	uint64_t pub_iter, pub_samples;
 	double pub_w, pub_elapsed;
@@ -97,6 +108,8 @@ struct mixed {
 };
 
 /* sgp_http.c */
+/* The name of a refusal in the log and in a reply's "error". */
+const char *sgp_refusal_name(enum sgp_refusal r);
 /* Listen on o->host:o->port with every route of the node; sets s->url. */
 int sgp_http_start(struct sgp_node *s, char *err);
 /* The hello this node sends and checks peers' against (a new reference). */
