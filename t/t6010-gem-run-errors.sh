@@ -41,6 +41,15 @@ test_expect_success '--shard-hosts: an unreadable file, one shard, SGP: exit 2, 
 	test ! -e rs1 && test ! -e rs2 && test ! -e rs3 && test ! -e rs4
 '
 
+test_expect_success '--shards out of range, however long: gem-run'"'"'s error alone' '
+	for k in 99999999999999999999999 0 65 064 2x ""; do
+		{ gem-run -n 1 --shards "$k" --model tiny.json --data data rk 2>err; test $? = 2; } &&
+		cat err && grep -q "^gem-run: --shards: not an integer in \[1, 64\]: $k\$" err &&
+		test "$(grep -vc "^usage:\|^   or:" err)" = 1 || return 1
+	done &&
+	test ! -e rk
+'
+
 test_expect_success "gem-serve's complaint about a --serve-opt: exit 2, no TSV" '
 	{ gem-run -n 1 --model tiny.json --data data --serve-opt=--bogus r2 >out 2>err; test $? = 2; } &&
 	cat err &&
