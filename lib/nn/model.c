@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "base/jget.h"
@@ -273,6 +274,23 @@ static int parse_input(struct model *m, const json_t *in, char *err)
 	return 0;
 }
 
+/* Whether θ and its gradient, n floats each, may be allocated: within MODEL_MAX_PARAMS and the
+ * machine's memory (memory that is only promised would be touched at once by the zeroing, and
+ * the kernel would kill a process, maybe another one, rather than refuse). */
+static int params_fit(size_t n, char *err)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	double gb = (double)n * 2 * sizeof(float) / 1e9;
+	double mem = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+	if (n > MODEL_MAX_PARAMS)
+		return gem_errf(err, GEM_EUSAGE, "%zu parameters (%.1f GB with their gradient): more "
+				"than gem's limit of %zu", n, gb, MODEL_MAX_PARAMS);
+	if (mem > 0 && gb * 1e9 > mem)
+		return gem_errf(err, GEM_EUSAGE, "%zu parameters (%.1f GB with their gradient): more "
+				"than this machine's memory (%.1f GB)", n, gb, mem / 1e9);
+	return 0;
+}
+
 int model_from_json(const json_t *spec, struct model **out, char *err)
 {
 	static const char *const keys[] = {"name", "description", "input", "classes", "layers"};
@@ -325,6 +343,8 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 		goto fail;
 	m->labels = shape_rows(m->l[m->nlayers - 1].in);
 	m->vocab = m->l[0].ops->first ? m->l[0].v[0].i : 0;
+	if ((rc = params_fit(m->layout.total, err)))
+		goto fail;
 	m->theta = layer_falloc(m->layout.total, sizeof *m->theta);
 	m->grad = layer_falloc(m->layout.total, sizeof *m->grad);
 	if (!m->theta || !m->grad) {

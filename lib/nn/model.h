@@ -52,8 +52,12 @@
 
 struct model;
 
+/* The most parameters a model may have (θ and its gradient: 8 bytes each). */
+#define MODEL_MAX_PARAMS ((size_t)1 << 31)
 /* Build a model from a spec; GEM_EUSAGE with the offending field named (e.g.
- * `layers[3]: unknown type "conv3d"`, `layers[0].kernel: missing`) on a bad spec. */
+ * `layers[3]: unknown type "conv3d"`, `layers[0].kernel: missing`) on a bad spec, and with its
+ * size named when θ and its gradient exceed MODEL_MAX_PARAMS or the machine's memory: checked
+ * before anything of that size is allocated, since a spec may come from a hostile server. */
 int model_from_json(const json_t *spec, struct model **out, char *err);
 /* Read a spec file and build it; *spec_out (if non-NULL) gets the parsed spec (caller decrefs). */
 int model_from_file(const char *path, json_t **spec_out, struct model **out, char *err);
