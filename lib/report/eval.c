@@ -339,7 +339,7 @@ static int health_parse(struct eval_remote *r, struct health *h, char *err)
 	h->version = (uint64_t)json_integer_value(v);
 	h->stopping = json_is_true(json_object_get(j, "stopping"));
 	h->shard_i = h->shard_k = 0;
-	if (json_array_size(t) == 2 && json_integer_value(json_array_get(t, 1)) > 0 &&
+	if (json_array_size(t) >= 2 && json_integer_value(json_array_get(t, 1)) > 0 &&
 	    json_integer_value(json_array_get(t, 1)) <= SHARD_MAX) {
 		h->shard_k = (int)json_integer_value(json_array_get(t, 1));
 		h->shard_i = (int)json_integer_value(json_array_get(t, 0));

@@ -766,8 +766,15 @@ json_t *ps_health_json(const struct ps *s)
 			      s->nactive, "stopping", s->stop_why != NULL);
 	/* a shard says which: a worker checks it got the servers in order */
 	if (j && s->run.shard.k > 0)
-		json_object_set_new(j, "theta_shard", json_pack("[i,i]", s->run.shard.i, s->run.shard.k));
+		json_object_set_new(j, "theta_shard", ps_theta_shard(s));
 	return j;
+}
+
+json_t *ps_theta_shard(const struct ps *s)
+{
+	const struct shard *sh = &s->run.shard;
+	return sh->k > 0 ? json_pack("[i,i,I,I]", sh->i, sh->k, (json_int_t)sh->off, (json_int_t)sh->len)
+			 : NULL;
 }
 
 static json_t *worker_stats(const struct ps_worker *w, double now)

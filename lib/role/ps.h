@@ -174,4 +174,7 @@ void ps_set_total(struct ps *s, uint64_t total);
  * "progress" is ps_now's. */
 json_t *ps_health_json(const struct ps *s);
 json_t *ps_stats_json(const struct ps *s);
+/* The slice of θ a shard serves, as every reply of a sharded server names it: [I, K, offset,
+ * length] (a new reference); NULL when the server holds the whole of θ. */
+json_t *ps_theta_shard(const struct ps *s);
 #endif

@@ -260,13 +260,19 @@ static int reply_vector(struct server *s, struct httpd_req *req, struct slot *w,
 	char err[GEM_ERRMAX];
 	struct msg_blob blob;
 	const void *enc;
+	json_t *slice = ps_theta_shard(s->ps);
 	memset(&blob, 0, sizeof blob);
 	snprintf(blob.name, sizeof blob.name, "%s", name);
 	*len = 0;
 	if (!head) {
+		json_decref(slice);
 		reply_done(b);
 		return httpd_reply_error(req, 503, "busy", "out of memory");
 	}
+	/* a shard's vector says which slice of θ it is, so that a worker given the servers in
+	 * another order (or through proxies that swap them) cannot take it for another one */
+	if (slice)
+		json_object_set_new(head, "theta_shard", slice);
 	if (blob_encode(&w->codec, reply_vec(b), s->n, codec, -1, &enc, &blob.meta, err) < 0 ||
 	    (blob.data = enc, msg_build_head(&w->head, head, &blob, 1, err)) < 0) {
 		reply_done(b);
@@ -327,8 +333,9 @@ static json_t *get_params(void *ctx, float *theta)
 	ps_copy_theta(s->ps, theta);
 	p = ps_progress(s->ps);
 	pthread_mutex_unlock(&s->mu);
-	return json_pack("{s:I, s:I, s:f, s:s}", "version", (json_int_t)p.version, "samples",
-			 (json_int_t)p.samples, "elapsed", p.elapsed, "model", ps_run(s->ps)->model_name);
+	return json_pack("{s:I, s:I, s:f, s:s, s:o*}", "version", (json_int_t)p.version, "samples",
+			 (json_int_t)p.samples, "elapsed", p.elapsed, "model", ps_run(s->ps)->model_name,
+			 "theta_shard", ps_theta_shard(s->ps));
 }
 
 /* POST /v1/join's body: {"worker": ID, "codec": NAME, "steps": S or "epochs": E}, each optional;

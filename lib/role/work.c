@@ -97,8 +97,35 @@ static int job_failure(int rc)
 	return rc == GEM_ENOMEM ? rc : GEM_EFAIL;
 }
 
-/* Decode the vector named name of shard sh's reply resp into v (its slice); header fields into
- * its version. */
+/* Whether header head of shard sh's reply names the slice of θ sh is (gem-protocol(7): every
+ * reply of a sharded server does), or, for a worker given one server, no slice: GEM_EUSAGE for
+ * one URL of a sharded run, GEM_EFAIL for a server that is another slice (servers given in
+ * another order, or swapped by proxies on the way). */
+static int check_slice(const struct wshard *sh, const json_t *head, char *err)
+{
+	json_t *t = json_object_get(head, "theta_shard");
+	const char *url = httpc_base_url(sh->http[0]);
+	long long v[4];
+	for (int i = 0; i < 4; i++)
+		v[i] = json_integer_value(json_array_get(t, (size_t)i));
+	if (sh->w->nsh == 1 && !t)
+		return 0;
+	if (sh->w->nsh == 1)
+		return gem_errf(err, GEM_EUSAGE, "%s serves slice %lld of %lld of θ: give all %lld URLs, "
+				"comma-separated, shard 0's first", url, v[0], v[1], v[1]);
+	if (json_array_size(t) != 4)
+		return gem_errf(err, GEM_EFAIL, "%s answered without naming its slice of θ, not as "
+				"shard %d/%d (gem-serve --shard %d/%d)", url, sh->k, sh->w->nsh, sh->k,
+				sh->w->nsh);
+	if (v[0] != sh->k || v[1] != sh->w->nsh || (size_t)v[2] != sh->off || (size_t)v[3] != sh->len)
+		return gem_errf(err, GEM_EFAIL, "%s answered with slice %lld/%lld of θ (offset %lld, "
+				"length %lld), not %d/%d (offset %zu, length %zu)", url, v[0], v[1],
+				v[2], v[3], sh->k, sh->w->nsh, sh->off, sh->len);
+	return 0;
+}
+
+/* Decode the vector named name of shard sh's reply resp into v (its slice), once its header
+ * names sh's slice (check_slice); header fields into its version. */
 static int take_reply(struct wshard *sh, const struct httpc_resp *resp, const char *name, float *v,
 		      int *found, json_t **head, char *err)
 {
@@ -108,6 +135,10 @@ static int take_reply(struct wshard *sh, const struct httpc_resp *resp, const ch
 	int rc;
 	if ((rc = msg_parse(resp->body, resp->len, &m, err)) < 0)
 		return rc;
+	if ((rc = check_slice(sh, m.header, err)) < 0) {
+		msg_free(&m);
+		return rc;
+	}
 	b = msg_find(&m, name);
 	/* found (may be NULL): 1 if the blob named name came, 0 if θ came instead */
 	if (found && !(*found = b != NULL))
