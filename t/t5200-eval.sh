@@ -225,6 +225,29 @@ test_expect_success '--follow of a server without long polls pauses by itself' '
 	test "$(data_lines ff.tsv)" = 1
 '
 
+# A server that accepts the connection and never answers is away after --retry-for (and the
+# long poll's wait), not after the minute a fetch of θ may take.
+test_expect_success '--follow of a server that never answers gives up after --retry-for' '
+	cat >mute.py <<-\PY &&
+	import socket, time
+	s = socket.socket()
+	s.bind(("127.0.0.1", 0))
+	s.listen(16)
+	print(s.getsockname()[1], flush=True)
+	held = []
+	while True:
+	    held.append(s.accept()[0])
+	PY
+	{ python3 -u mute.py >mute.out 2>mute.err & } &&
+	mpid=$! && test_bg $mpid &&
+	test_when_finished "kill $mpid 2>/dev/null; true" &&
+	wait_until "test -s mute.out" &&
+	{ timeout 40 gem-eval --follow "http://127.0.0.1:$(cat mute.out)" --retry-for 2 \
+		>fm.tsv 2>fm.err; test $? = 1; } &&
+	cat fm.err &&
+	grep -q "unreachable for 2 s" fm.err && test ! -s fm.tsv
+'
+
 test_expect_success '--follow of a server killed with kill -9 exits 1 with a message' '
 	start_server run --keep-running &&
 	test_when_finished "stop_if_running $SERVER_PID" &&

@@ -237,10 +237,17 @@ int eval_run_active(const char *dir)
 #define HEALTH_MAX_WAIT 0.5      /* poll at least this often while a server is away */
 #define HEALTH_LONG_POLL 20.0    /* a long poll's wait at most (the server's cap is 30 s) */
 
+/* The connect timeout of a server given retry_for seconds: a server that does not even accept
+ * connections is an unreachable one, not a slow one. */
+static long connect_ms_of(double retry_for)
+{
+	long ms = (long)(retry_for * 1000);
+	return ms < 500 ? 500 : ms > 5000 ? 5000 : ms;
+}
+
 int eval_remote_open(struct eval_remote *r, const char *url, double retry_for, const char *cacert,
 		     char *err)
 {
-	long connect_ms = (long)(retry_for * 1000);
 	int rc;
 
 	memset(r, 0, sizeof *r);
@@ -251,10 +258,21 @@ int eval_remote_open(struct eval_remote *r, const char *url, double retry_for, c
 	if ((rc = httpc_new(url, NULL, REMOTE_TIMEOUT_MS, &r->http, err)) < 0 ||
 	    (rc = httpc_set_cacert(r->http, cacert, err)) < 0)
 		return rc;
-	/* a server that does not even accept connections is an unreachable one, not a slow one */
-	connect_ms = connect_ms < 500 ? 500 : connect_ms > 5000 ? 5000 : connect_ms;
-	httpc_set_timeout(r->http, REMOTE_TIMEOUT_MS, connect_ms);
+	httpc_set_timeout(r->http, REMOTE_TIMEOUT_MS, connect_ms_of(retry_for));
 	return 0;
+}
+
+/* GET path from r, a small answer due after wait seconds (retried for retry_for in all when
+ * retry): a server that accepted the connection and has not answered r->retry_for seconds after
+ * that is away, not slow (θ's fetch keeps REMOTE_TIMEOUT_MS). */
+static int get_small(struct eval_remote *r, const char *path, double wait, int retry, char *err)
+{
+	int rc;
+	httpc_set_timeout(r->http, (long)((wait + r->retry_for) * 1000), connect_ms_of(r->retry_for));
+	rc = retry ? httpc_get_retry(r->http, path, r->retry_for, &r->resp, err)
+		   : httpc_get(r->http, path, &r->resp, err);
+	httpc_set_timeout(r->http, REMOTE_TIMEOUT_MS, connect_ms_of(r->retry_for));
+	return rc;
 }
 
 void eval_remote_close(struct eval_remote *r)
@@ -273,7 +291,7 @@ int eval_remote_run(struct eval_remote *r, struct run *run, char *err)
 
 	memset(run, 0, sizeof *run);
 	run->lock_fd = -1;
-	if ((rc = httpc_get_retry(r->http, "/v1/run", r->retry_for, &r->resp, err)) < 0)
+	if ((rc = get_small(r, "/v1/run", 0, 1, err)) < 0)
 		return rc;
 	if (!(j = json_loadb(r->resp.body, r->resp.len, 0, &je)))
 		return gem_errf(err, GEM_EFAIL, "%s/v1/run: not JSON: %s", httpc_base_url(r->http), je.text);
@@ -357,7 +375,7 @@ static int health(struct eval_remote *r, double wait, struct health *h, char *er
 	/* ?wait even when 0: the server knows a follower polls it, and waits for its next poll
 	 * when it stops (gem-protocol(7)) */
 	snprintf(path, sizeof path, "/v1/health?wait=%.3f", wait > 0 ? wait : 0);
-	rc = httpc_get(r->http, path, &r->resp, err);
+	rc = get_small(r, path, wait > 0 ? wait : 0, 0, err);
 	return rc < 0 ? rc : health_parse(r, h, err);
 }
 
@@ -429,7 +447,7 @@ int eval_remote_theta(const char *urls, double retry_for, const char *cacert, fl
 		struct run_progress q;
 		struct health h;
 		if ((rc = eval_remote_open(&r, u[i], retry_for, cacert, err)) == 0 &&
-		    (rc = httpc_get_retry(r.http, "/v1/health", retry_for, &r.resp, err)) == 0 &&
+		    (rc = get_small(&r, "/v1/health", 0, 1, err)) == 0 &&
 		    (rc = health_parse(&r, &h, err)) == 0 &&
 		    (rc = health_is_shard(&r, &h, i, k > 1 ? k : 0, err)) == 0 &&
 		    (rc = eval_remote_params(&r, theta + s.off, s.len, &q, err)) == 0)
