@@ -62,13 +62,21 @@ test_expect_success 'the save before, put back as the operator is told, resumes 
 	cp -p params.gem rule-state.gem run/
 '
 
-test_expect_success 'a damaged rule-state.gem is refused, naming its save before' '
+test_expect_success 'a damaged rule-state.gem is refused, naming its save before with θ'"'"'s' '
 	flip run/rule-state.gem "\"version\":30," "\"version\":31," &&
 	{ gem-serve --listen 127.0.0.1:0 run 2>err; test $? = 1; } &&
 	cat err &&
 	grep -q "run/rule-state.gem: the header is damaged" err &&
-	grep -q "run/rule-state.prev.gem" err &&
-	cp -p rule-state.gem run/
+	grep -q "cp run/rule-state.prev.gem run/rule-state.gem && cp run/params.prev.gem run/params.gem)" err
+'
+
+test_expect_success 'done as told, the run resumes with the rule'"'"'s state' '
+	cp run/rule-state.prev.gem run/rule-state.gem && cp run/params.prev.gem run/params.gem &&
+	start_server run --keep-running &&
+	test_when_finished "stop_if_running $SERVER_PID" &&
+	grep -q "resumed the rule" run/serve.err && ! grep -q "afresh" run/serve.err &&
+	stop_server &&
+	cp -p params.gem rule-state.gem run/
 '
 
 test_expect_success 'a damaged local-state.gem is refused by gem-work --local' '

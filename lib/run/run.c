@@ -396,10 +396,12 @@ static int params_write(const char *path, const float *theta, size_t n, const st
 }
 
 /* After a checkpoint file could not be read: name the save before it, when there is one, as
- * the operator's way on (X.gem's save before is X.prev.gem). */
-static void hint_prev(const char *path, char *err)
+ * the operator's way on (X.gem's save before is X.prev.gem). A state file's save before is of the
+ * checkpoint before params.gem's, so going back takes params.prev.gem too (also is r's
+ * params.gem pair then; NULL for params.gem or another file). */
+static void hint_prev(const char *path, const struct run *also, char *err)
 {
-	char prev[PATH_MAX + 32];
+	char prev[PATH_MAX + 32], pp[PATH_MAX + 16], p[PATH_MAX + 16];
 	size_t len = strlen(path), used;
 	if (!err || len < 4 || strcmp(path + len - 4, ".gem") ||
 	    (len >= 9 && !strcmp(path + len - 9, ".prev.gem")))
@@ -408,9 +410,17 @@ static void hint_prev(const char *path, char *err)
 	if (access(path, F_OK) < 0 || access(prev, F_OK) < 0)
 		return;
 	used = strlen(err);
+	if (!also) {
+		snprintf(err + used, GEM_ERRMAX - used,
+			 "; the checkpoint before it is %s (to continue from there: cp %s %s)", prev,
+			 prev, path);
+		return;
+	}
+	run_file(also, RUN_PARAMS_PREV, pp, sizeof pp);
+	run_file(also, RUN_PARAMS, p, sizeof p);
 	snprintf(err + used, GEM_ERRMAX - used,
-		 "; the checkpoint before it is %s (to continue from there: cp %s %s)", prev, prev,
-		 path);
+		 "; the checkpoint before it is %s with %s (to continue from there: cp %s %s && "
+		 "cp %s %s)", prev, pp, prev, path, pp, p);
 }
 
 /* Before a checkpoint file is replaced: what it holds becomes the save before (kept until the
@@ -459,7 +469,7 @@ int run_params_load(const struct run *r, const char *path, float *theta, size_t 
 	rc = msg_read_params_file(path, params_max_bytes(n), &c, &h, theta, n, err);
 	blob_codec_free(&c);
 	if (rc < 0) {
-		hint_prev(path, err);
+		hint_prev(path, NULL, err);
 		return rc;
 	}
 	run_progress_of(h, p);
@@ -520,7 +530,7 @@ static int state_open(const struct run *r, const char *name, const char *blob, f
 	if (access(path, F_OK) < 0)
 		return 0;
 	if ((rc = msg_read_file(path, (size_t)1 << 40, b, m, err)) < 0) {
-		hint_prev(path, err);
+		hint_prev(path, r, err);
 		return rc;
 	}
 	run_progress_of(m->header, &q);
