@@ -4,6 +4,7 @@
 #include "role/sgp_impl.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -62,14 +63,30 @@ const char *sgp_refusal_name(enum sgp_refusal r)
 	return refusal_names[r];
 }
 
-/* Count a refusal of reason r, then answer it: status, error (NULL: r's name) and detail. */
-static int refuse(struct sgp_node *s, struct httpd_req *req, enum sgp_refusal r, unsigned status,
-		  const char *error, const char *detail)
+/* Set answer a (status, and for an error its name and detail); returns the status. */
+static unsigned answer(struct sgp_answer *a, unsigned status, const char *error, const char *fmt,
+		       ...) __attribute__((format(printf, 4, 5)));
+static unsigned answer(struct sgp_answer *a, unsigned status, const char *error, const char *fmt,
+		       ...)
+{
+	va_list ap;
+	a->status = status;
+	a->error = error;
+	va_start(ap, fmt);
+	vsnprintf(a->detail, sizeof a->detail, fmt, ap);
+	va_end(ap);
+	return status;
+}
+
+/* Count a refusal of reason r and make it the answer: status, error (NULL: r's name) and
+ * detail. */
+static unsigned refuse(struct sgp_node *s, struct sgp_answer *a, enum sgp_refusal r,
+		       unsigned status, const char *error, const char *detail)
 {
 	pthread_mutex_lock(&s->mu);
 	s->refused[r]++;
 	pthread_mutex_unlock(&s->mu);
-	return httpd_reply_error(req, status, error ? error : refusal_names[r], "%s", detail);
+	return answer(a, status, error ? error : refusal_names[r], "%s", detail);
 }
 
 /* Why hello j is not one a node sends (sgp_hello_body's members, of their types, from another
@@ -127,41 +144,38 @@ static void hello_check(const struct sgp_node *s, const json_t *j, const char *c
 	json_decref(mine);
 }
 
-/* 503 with Retry-After: the node has no peer list yet. */
-static int not_ready(struct httpd_req *req)
+/* 503 (with Retry-After): the node has no peer list yet. */
+static unsigned not_ready(struct sgp_answer *a)
 {
-	httpd_add_header(req, "Retry-After", "0");
-	return httpd_reply_error(req, 503, "not_ready", "this node has no peer list yet");
+	return answer(a, 503, "not_ready", "this node has no peer list yet");
 }
 
-/* POST /v1/hello: a peer says which topology it runs; the same as ours, or both refuse to run.
- * A hello no node would send is a bad request (400), which stops nothing. */
-static int h_hello(struct httpd_req *req, void *ctx)
+unsigned sgp_hello_take(struct sgp_node *s, const void *body, size_t len, const char *client,
+			struct sgp_answer *a)
 {
-	struct sgp_node *s = ctx;
 	json_error_t je;
-	json_t *j = json_loadb((const char *)req->body, req->body_len, 0, &je);
+	json_t *j = json_loadb(body, len, 0, &je);
 	char why[GEM_ERRMAX];
-	int rc, from, ready;
+	int from, ready;
 
 	if (!json_is_object(j)) {
 		snprintf(why, sizeof why, "hello: %s", j ? "not an object" : je.text);
 		json_decref(j);
-		return refuse(s, req, SGP_REFUSE_BAD, 400, "bad_json", why);
+		return refuse(s, a, SGP_REFUSE_BAD, 400, "bad_json", why);
 	}
 	pthread_mutex_lock(&s->mu);
 	ready = s->ready;
 	pthread_mutex_unlock(&s->mu);
 	if (!ready) {
 		json_decref(j);
-		return not_ready(req);
+		return not_ready(a);
 	}
 	hello_malformed(s, j, why, sizeof why);
 	if (*why) {
 		json_decref(j);
-		return refuse(s, req, SGP_REFUSE_BAD, 400, "bad_field", why);
+		return refuse(s, a, SGP_REFUSE_BAD, 400, "bad_field", why);
 	}
-	hello_check(s, j, req->client, why, sizeof why);
+	hello_check(s, j, client, why, sizeof why);
 	from = (int)json_integer_value(json_object_get(j, "node"));
 	json_decref(j);
 	pthread_mutex_lock(&s->mu);
@@ -176,11 +190,8 @@ static int h_hello(struct httpd_req *req, void *ctx)
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	if (*why)
-		return httpd_reply_error(req, 409, "topology_mismatch", "%s", why);
-	j = json_pack("{s:b, s:i}", "ok", 1, "node", s->id);
-	rc = httpd_reply_json(req, 200, j);
-	json_decref(j);
-	return rc;
+		return answer(a, 409, "topology_mismatch", "%s", why);
+	return answer(a, 200, NULL, "%s", "");
 }
 
 /* Decode push message m's "x" blob into in (n floats, all finite). */
@@ -235,13 +246,11 @@ static enum sgp_refusal push_admit(struct sgp_node *s, int from, uint64_t iter, 
 	return SGP_REFUSE_N;
 }
 
-/* POST /v1/push: a share of a peer's (x, w), checked whole, then queued for the trainer to add.
- * The node's id and size are read under mu, with ready (before it they are being set). A share
- * weighs at most the run's whole mass, nn (every node starts with w = 1; push-sum keeps the
- * sum). */
-static int h_push(struct httpd_req *req, void *ctx)
+/* A share weighs at most the run's whole mass, nn (every node starts with w = 1; push-sum
+ * keeps the sum). The node's id and size are read under mu, with ready (before it they are
+ * being set). */
+unsigned sgp_push_take(struct sgp_node *s, const void *body, size_t len, struct sgp_answer *a)
 {
-	struct sgp_node *s = ctx;
 	char err[GEM_ERRMAX];
 	struct msg m;
 	struct inmsg *in;
@@ -249,15 +258,14 @@ static int h_push(struct httpd_req *req, void *ctx)
 	int rc, ready, closed, id, nn;
 	enum sgp_refusal why;
 
-	if (msg_parse(req->body, req->body_len, &m, err) < 0)
-		return refuse(s, req, SGP_REFUSE_BAD, 400, "bad_message", err);
+	if (msg_parse(body, len, &m, err) < 0)
+		return refuse(s, a, SGP_REFUSE_BAD, 400, "bad_message", err);
 	pthread_mutex_lock(&s->mu);
 	ready = s->ready, closed = s->closed, id = s->id, nn = s->nn;
 	pthread_mutex_unlock(&s->mu);
 	if (!ready || closed) {
 		msg_free(&m);
-		return closed ? httpd_reply_error(req, 410, "finished", "node %d has finished", id)
-			      : not_ready(req);
+		return closed ? answer(a, 410, "finished", "node %d has finished", id) : not_ready(a);
 	}
 	jn = json_object_get(m.header, "node");
 	ji = json_object_get(m.header, "iter");
@@ -269,7 +277,7 @@ static int h_push(struct httpd_req *req, void *ctx)
 		msg_free(&m);
 		snprintf(err, sizeof err, "push: want node (another node's index), iter >= 0 and "
 			 "0 < w <= %d (the run's whole mass)", nn);
-		return refuse(s, req, SGP_REFUSE_BAD, 400, "bad_field", err);
+		return refuse(s, a, SGP_REFUSE_BAD, 400, "bad_field", err);
 	}
 	/* checked before the blob is decoded, and taken after (a push sent twice at once) */
 	pthread_mutex_lock(&s->mu);
@@ -278,11 +286,11 @@ static int h_push(struct httpd_req *req, void *ctx)
 	pthread_mutex_unlock(&s->mu);
 	if (why != SGP_REFUSE_N) {
 		msg_free(&m);
-		return refuse(s, req, why, 409, NULL, err);
+		return refuse(s, a, why, 409, NULL, err);
 	}
 	if (!(in = sgp_msg_new(s))) {
 		msg_free(&m);
-		return httpd_reply_error(req, 503, "busy", "out of memory");
+		return answer(a, 503, "busy", "out of memory");
 	}
 	rc = decode_share(&m, in, s->n, err);
 	in->from = (int)json_integer_value(jn);
@@ -294,15 +302,50 @@ static int h_push(struct httpd_req *req, void *ctx)
 	    (why = push_admit(s, in->from, in->iter, 1, err, sizeof err)) == SGP_REFUSE_N) {
 		sgp_inbox_add(s, in);
 		pthread_mutex_unlock(&s->mu);
-		return httpd_reply_bytes(req, 200, "application/json", "{\"ok\":true}\n", 12, 0);
+		return answer(a, 200, NULL, "%s", "");
 	}
 	sgp_msg_recycle(s, in);
 	closed = s->closed;
 	pthread_mutex_unlock(&s->mu);
 	if (rc < 0)
-		return refuse(s, req, SGP_REFUSE_BAD, 400, "bad_blob", err);
-	return closed ? httpd_reply_error(req, 410, "finished", "node %d has finished", id)
-		      : refuse(s, req, why, 409, NULL, err);
+		return refuse(s, a, SGP_REFUSE_BAD, 400, "bad_blob", err);
+	if (closed)
+		return answer(a, 410, "finished", "node %d has finished", id);
+	return refuse(s, a, why, 409, NULL, err);
+}
+
+/* Reply with answer a: {"ok": true} (and, to a hello, the node) or the error. */
+static int reply_answer(struct sgp_node *s, struct httpd_req *req, const struct sgp_answer *a,
+			int hello)
+{
+	json_t *j;
+	int rc;
+	if (a->status != 200) {
+		if (a->status == 503 && !strcmp(a->error, "not_ready"))
+			httpd_add_header(req, "Retry-After", "0");
+		return httpd_reply_error(req, a->status, a->error, "%s", a->detail);
+	}
+	j = hello ? json_pack("{s:b, s:i}", "ok", 1, "node", s->id) : json_pack("{s:b}", "ok", 1);
+	rc = httpd_reply_json(req, 200, j);
+	json_decref(j);
+	return rc;
+}
+
+/* POST /v1/hello: a peer says which topology it runs; the same as ours, or both refuse to run.
+ * A hello no node would send is a bad request (400), which stops nothing. */
+static int h_hello(struct httpd_req *req, void *ctx)
+{
+	struct sgp_answer a;
+	sgp_hello_take(ctx, req->body, req->body_len, req->client, &a);
+	return reply_answer(ctx, req, &a, 1);
+}
+
+/* POST /v1/push: a share of a peer's (x, w), checked whole, then queued for the trainer to add. */
+static int h_push(struct httpd_req *req, void *ctx)
+{
+	struct sgp_answer a;
+	sgp_push_take(ctx, req->body, req->body_len, &a);
+	return reply_answer(ctx, req, &a, 0);
 }
 
 /* POST /v1/bye {"node": J}: Overlap-SGP's peer J has finished; nobody waits for its messages
@@ -310,6 +353,7 @@ static int h_push(struct httpd_req *req, void *ctx)
 static int h_bye(struct httpd_req *req, void *ctx)
 {
 	struct sgp_node *s = ctx;
+	struct sgp_answer a;
 	json_t *j = json_loadb((const char *)req->body, req->body_len, 0, NULL);
 	json_t *v = json_object_get(j, "node");
 	json_int_t from = json_is_integer(v) ? json_integer_value(v) : -1;
@@ -318,7 +362,8 @@ static int h_bye(struct httpd_req *req, void *ctx)
 	pthread_mutex_lock(&s->mu);
 	if (!s->ready) {
 		pthread_mutex_unlock(&s->mu);
-		return not_ready(req);
+		not_ready(&a);
+		return reply_answer(s, req, &a, 0);
 	}
 	if (!ok || from < 0 || from >= s->nn || from == s->id) {
 		pthread_mutex_unlock(&s->mu);

@@ -107,11 +107,27 @@ struct mixed {
 	double waited;    /* seconds spent waiting */
 };
 
+/* A node's answer to a peer's request: a status, and for an error its name and detail. */
+struct sgp_answer {
+	unsigned status;
+	const char *error;
+	char detail[GEM_ERRMAX];
+};
+
 /* sgp_http.c */
 /* The name of a refusal in the log and in a reply's "error". */
 const char *sgp_refusal_name(enum sgp_refusal r);
 /* Listen on o->host:o->port with every route of the node; sets s->url. */
 int sgp_http_start(struct sgp_node *s, char *err);
+/* POST /v1/hello's body, from client, answered in *a (its status returned): 200 a hello that agrees (the peer counted), 400 a
+ * malformed one (counted), 409 one that disagrees (the node then stops: a topology mismatch),
+ * 503 not ready yet. */
+unsigned sgp_hello_take(struct sgp_node *s, const void *body, size_t len, const char *client,
+			struct sgp_answer *a);
+/* POST /v1/push's body, answered in *a (its status returned): a share of a peer's (x, w), checked whole and queued for the trainer
+ * (200), or refused: 400 malformed, 409 not a push push-sum sends now (both counted by
+ * reason), 410 the node has finished, 503 not ready yet or out of memory. */
+unsigned sgp_push_take(struct sgp_node *s, const void *body, size_t len, struct sgp_answer *a);
 /* The hello this node sends and checks peers' against (a new reference). */
 json_t *sgp_hello_body(const struct sgp_node *s);
 /* "sgp" or "overlap-sgp". */
