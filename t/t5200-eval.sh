@@ -128,7 +128,7 @@ test_expect_success '--follow URL exits 0 when the server said it was stopping' 
 	{ gem-work -q --server "$URL" --steps 1000 --slowdown 8000 & } &&
 	wpid=$! && test_bg $wpid &&
 	test_when_finished "kill -9 $wpid 2>/dev/null; true" &&
-	wait_until "test \"\$(health_version)\" -gt 50" &&
+	wait_until "test \"\$(health_version)\" -gt 50" 120 &&
 	kill -STOP $wpid &&
 	stop_server &&
 	wait $fpid &&
