@@ -19,7 +19,9 @@ train on disjoint shards, wired to each other on free ports, and gem-eval
   -n, --workers N     number of workers; default 4, or with --hosts the slots
                       listed
   -t, --steps S       every worker trains S steps (minibatches), not the run's
-                      epochs
+                      epochs: the run's budget, stored in it (gem-serve
+                      --steps), which --resume finishes; given with --resume,
+                      it replaces the stored one
       --hosts FILE    start the workers over ssh: one "host [slots]" per line;
                       the server listens on every address (--public) behind a
                       fresh token, and the workers reach it by this host's name
@@ -352,7 +354,8 @@ read -ra ssh_cmd <<<"$ssh_str"
 [ ${#ssh_cmd[@]} -gt 0 ] || die_usage "--ssh (or GEM_SSH): no command given"
 if [ $steps_set = 1 ]; then
 	case "$steps" in ''|*[!0-9]*|0*) die_usage "--steps: not a positive integer: $steps" ;; esac
-	workopts+=(--steps "$steps")
+	# a served run's budget is the run's (its server stores it); an SGP node's is its own
+	if [ $sgp = 1 ]; then workopts+=(--steps "$steps"); else serveopts+=(--steps "$steps"); fi
 fi
 
 # The progress display, as every gem program chooses it (GEM_PROGRESS, gem(7)): a line refreshed
@@ -612,7 +615,7 @@ checkpointed() {
 		done
 		echo "gem-run: $1; the shards checkpointed at versions $v" >&2
 	fi
-	echo "gem-run: gem-run --resume -n $workers${hosts:+ --hosts $hosts}$([ "$shards" = 1 ] || echo " --shards $shards")${shard_hosts:+ --shard-hosts $shard_hosts} $rundir continues the run" >&2
+	echo "gem-run: gem-run --resume -n $workers${steps:+ --steps $steps}${hosts:+ --hosts $hosts}$([ "$shards" = 1 ] || echo " --shards $shards")${shard_hosts:+ --shard-hosts $shard_hosts} $rundir continues the run" >&2
 }
 
 # run_state: what gem-serve --check says of the run in RUNDIR: "complete VERSION" (printed), or
@@ -621,7 +624,7 @@ checkpointed() {
 run_state() {
 	local rc=0 out errf
 	errf=$(mktemp "${TMPDIR:-/tmp}/gem-run.XXXXXX") || return 1
-	out=$(gem-serve --check "$rundir" 2>"$errf") || rc=$?
+	out=$(gem-serve --check ${steps:+--steps "$steps"} "$rundir" 2>"$errf") || rc=$?
 	# not a matter of usage: no usage line
 	[ $rc = 0 ] || relay gem-serve 1 <"$errf"
 	rm -f "$errf"

@@ -49,6 +49,9 @@ static void usage(FILE *f)
 	      "                              the end; default 60\n"
 	      "      --max-updates N         stop after N central updates in all; default: no\n"
 	      "                              limit\n"
+	      "  -t, --steps S               the run's budget becomes S steps (minibatches)\n"
+	      "                              per worker, in place of its epochs; stored in\n"
+	      "                              run.json, where a resume finds it\n"
 	      "      --keep-running          don't stop when every worker has finished\n"
 	      "      --codec NAME            codec of parameter replies: raw, zlib,\n"
 	      "                              zlib+shuffle, fp16 (lossy); default: the codec\n"
@@ -66,7 +69,8 @@ static void usage(FILE *f)
 	      "      --check                 check the options (not the files they name) and\n"
 	      "                              that RUNDIR, if it holds a run, can be resumed;\n"
 	      "                              print \"complete VERSION\" when its workers have\n"
-	      "                              spent their budget; serve nothing\n"
+	      "                              spent their budget (and --steps does not change\n"
+	      "                              it); serve nothing\n"
 	      "  -q, --quiet                 no informational messages on stderr\n"
 	      "      --shard I/K             serve shard I of K of theta (0 <= I < K <= 64):\n"
 	      "                              its version, rule state, checkpoint and log, in\n"
@@ -90,6 +94,7 @@ static const struct option longopts[] = {
 	{"tls-key", required_argument, 0, O_KEY},      {"help", no_argument, 0, 'h'},
 	{"quiet", no_argument, 0, 'q'},               {"shard", required_argument, 0, O_SHARD},
 	{"check", no_argument, 0, O_CHECK},            {"version", no_argument, 0, 'V'},
+	{"steps", required_argument, 0, 't'},
 	{0, 0, 0, 0},
 };
 
@@ -158,16 +163,18 @@ static char *read_pem(const char *opt, const char *file)
 
 /* --check RUNDIR: a run there (else there is nothing to check: gem-init will make it) that can
  * be served: its run.json sound, not ended by a divergence. A complete one is told on stdout
- * ("complete VERSION"): serving it would end as soon as its workers came back. */
-static int check_run(const char *dir)
+ * ("complete VERSION"): serving it would end as soon as its workers came back. Not so when steps
+ * (--steps) is a budget other than the run's: served with it, the run goes on to it. */
+static int check_run(const char *dir, uint64_t steps)
 {
 	char err[GEM_ERRMAX], path[PATH_MAX];
 	struct run r;
 	struct run_end e;
-	int rc;
+	int rc, rebudget = 0;
 	if (run_dir_file(dir, RUN_JSON, path, sizeof path) < 0 || access(path, F_OK) < 0)
 		return 0;
 	if ((rc = run_open(dir, &r, err)) == 0) {
+		rebudget = steps && steps != r.train.steps;
 		run_close(&r);
 		rc = run_end_read(dir, &e, err);
 	}
@@ -175,7 +182,7 @@ static int check_run(const char *dir)
 		fprintf(stderr, "gem-serve: %s\n", err);
 		return prog_exit(rc);
 	}
-	if (e.how == RUN_COMPLETE)
+	if (e.how == RUN_COMPLETE && !rebudget)
 		printf("complete %llu\n", (unsigned long long)e.version);
 	return 0;
 }
@@ -200,7 +207,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o, struct cli
 	char err[GEM_ERRMAX];
 	long max_workers = SERVE_MAX_WORKERS;
 	int opt;
-	while ((opt = getopt_long(argc, argv, "l:qhV", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "l:t:qhV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'l':
 			if (httpd_listen_parse(optarg, c->host, sizeof c->host, &o->port))
@@ -216,6 +223,10 @@ static int parse_options(int argc, char **argv, struct serve_opts *o, struct cli
 		case O_MAXUPD:
 			if (num_u64(optarg, &o->max_updates))
 				bad_usage("--max-updates: not an unsigned integer: ", optarg);
+			break;
+		case 't':
+			if (num_u64(optarg, &o->steps) || o->steps == 0 || o->steps > RUN_MAX_STEPS)
+				bad_usage("--steps: not an integer in [1, 2^40]: ", optarg);
 			break;
 		case O_KEEP: o->keep_running = 1; break;
 		case O_CODEC:
@@ -315,7 +326,7 @@ int main(int argc, char **argv)
 	if ((rc = parse_options(argc, argv, &o, &c)) >= 0)
 		return rc;
 	if (c.check)
-		return optind < argc ? check_run(argv[optind]) : 0;
+		return optind < argc ? check_run(argv[optind], o.steps) : 0;
 	if (c.no_token && !httpd_is_loopback(o.host))
 		log_warn("--public --no-token: anyone who reaches the port can change the run");
 	if ((rc = read_secrets(&c, &o, &token, &cert, &key)) != 0) {

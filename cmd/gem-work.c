@@ -203,10 +203,12 @@ static int train_local(const char *dir, const struct work_opts *o)
 		return prog_exit(rc);
 	}
 	if (local_info(l)->spent) {
+		const struct local_info *in = local_info(l);
+		unsigned long long n = in->steps ? in->steps : (unsigned long long)in->epochs;
 		if (!o->quiet)
-			fprintf(stderr, "gem-work: %s: the run's budget of %d epoch%s is spent already "
+			fprintf(stderr, "gem-work: %s: the run's budget of %llu %s%s is spent already "
 					"(use --epochs to train more)\n",
-				dir, local_info(l)->epochs, GEM_S(local_info(l)->epochs));
+				dir, n, in->steps ? "step" : "epoch", GEM_S(n));
 		local_close(l);
 		return 0;
 	}

@@ -2,7 +2,10 @@
 # t3401: a run says how it ended (its log's "end" event), and gem-run --resume reads it before it
 # starts anything: a complete run is said to be so at once (exit 0, nothing started), a run that
 # diverged is refused with why (by gem-run and by gem-serve, exit 2), and gem-run whose run
-# diverges says so instead of advising a resume.
+# diverges says so instead of advising a resume. A budget in steps (gem-run --steps) is the run's,
+# in run.json: a run interrupted (Ctrl-C) or whose workers died, then resumed as gem-run advises,
+# or with no --steps, ends at the version of the run left alone; a --steps given with --resume
+# replaces the stored one.
 . "$(dirname "$0")/test-lib.sh"
 
 TINY="--model tiny.json --data data --batch 32 --lr 0.1 --seed 3"
@@ -66,6 +69,63 @@ test_expect_success 'a diverged leave says its loss: a number, or "nan", "inf", 
 	curl -s -X POST -H "Content-Type: application/json" \
 		--data "{\"worker\":0,\"done\":false,\"diverged\":true,\"loss\":\"-inf\"}" "$URL/v1/leave" &&
 	wait_until "grep -q \"\\\"event\\\":\\\"leave\\\".*\\\"loss\\\":\\\"-inf\\\"\" lv/log.jsonl"
+'
+
+# the version in the "end" event of run R's log, once it is complete
+end_version() { sed -n "s/^{\"event\":\"end\",.*\"version\":\([0-9]*\),\"how\":\"complete\"}$/\1/p" "$1/log.jsonl"; }
+# the command gem-run advised on its standard error E
+advised() { sed -n "s/^gem-run: \(gem-run --resume .*\) continues the run$/\1/p" "$1"; }
+
+test_expect_success '--steps: the budget is stored in run.json; the run left alone ends at 2 x 40' '
+	gem-run -q -n 2 $TINY --steps 40 whole >whole.tsv && cat whole.tsv &&
+	grep -q "^    \"steps\": 40,\?$" whole/run.json &&
+	test "$(end_version whole)" = 80 && test "$(gem-serve --check whole)" = "complete 80" &&
+	awk "NR == 2 && \$2 == 80 { ok = 1 } END { exit !ok }" whole.tsv
+'
+
+test_expect_success 'Ctrl-C at a version seen in the log: exit 130, the checkpoint and the command' '
+	setsid env --default-signal=INT gem-run -n 2 $TINY --steps 40 --work-opt=--slowdown=50 int \
+		>int.out 2>int.err &
+	pid=$! && test_bg $pid && test_when_finished "stop_if_running $pid" &&
+	wait_until "grep -q \"^{\\\"time\\\".*\\\"version\\\":[1-9][0-9],\" int/log.jsonl" 60 &&
+	kill -INT -- -$pid &&
+	{ wait $pid; rc=$?; } ; cat int.err && test $rc = 130 &&
+	v=$(sed -n "1s/.*\"version\":\([0-9]*\).*/\1/p" int/params.gem) && test "$v" -ge 10 &&
+	test "$v" -lt 80 &&
+	grep -q "^gem-run: interrupted; the server checkpointed at version $v$" int.err &&
+	test "$(advised int.err)" = "gem-run --resume -n 2 --steps 40 int"
+'
+
+test_expect_success 'the advised command finishes the budget: the version of the run left alone' '
+	$(advised int.err) -q >int.tsv && cat int.tsv &&
+	test "$(end_version int)" = 80 && awk "NR == 2 && \$2 == 80 { ok = 1 } END { exit !ok }" int.tsv
+'
+
+test_expect_success 'workers that die (--die-after): the advice, and a resume with no --steps' '
+	{ gem-run -n 2 $TINY --steps 40 --work-opt=--die-after=10 died >out 2>died.err; test $? = 1; } &&
+	cat died.err && test "$(advised died.err)" = "gem-run --resume -n 2 --steps 40 died" &&
+	grep -q "^gem-run: 2 of 2 workers failed; the server checkpointed at version 20$" died.err &&
+	gem-run -q --resume -n 2 died >died.tsv && cat died.tsv && test "$(end_version died)" = 80
+'
+
+test_expect_success 'the advised command after workers died (--die-after)' '
+	{ gem-run -n 2 $TINY --steps 40 --work-opt=--die-after=10 died2 >out 2>died2.err; test $? = 1; } &&
+	$(advised died2.err) -q >died2.tsv && test "$(end_version died2)" = 80
+'
+
+test_expect_success '--resume --steps S: an explicit budget wins, is stored, and the run goes on to it' '
+	test -z "$(gem-serve --check --steps 50 whole)" &&
+	gem-run -q --resume -n 2 --steps 50 whole >more.tsv && cat more.tsv &&
+	grep -q "^    \"steps\": 50,\?$" whole/run.json &&
+	awk "NR == 2 && \$2 == 100 { ok = 1 } END { exit !ok }" more.tsv &&
+	test "$(gem-serve --check whole)" = "complete 100" &&
+	{ gem-run --resume -n 2 whole >out 2>err; test $? = 0; } &&
+	test "$(cat err)" = "gem-run: whole is complete (version 100)"
+'
+
+test_expect_success 'gem-serve --steps: a bad budget is refused (exit 2)' '
+	{ gem-serve --check --steps 0 whole 2>err; test $? = 2; } && grep -q -- "--steps: not an integer" err &&
+	{ gem-run -n 2 --steps 2x $TINY bad 2>err; test $? = 2; } && test ! -e bad
 '
 
 test_done

@@ -124,7 +124,7 @@ test_expect_success 'sharded, workers failed: each shard'"'"'s version, and a re
 	v1=$(sed -n "1s/.*\"version\":\([0-9]*\).*/\1/p" r7/shard-1-of-2/params.gem) &&
 	test "$v0" -gt 0 &&
 	grep -q "^gem-run: 2 of 2 workers failed; the shards checkpointed at versions $v0, $v1\$" err &&
-	grep -q "^gem-run: gem-run --resume -n 2 --shards 2 r7 continues the run" err &&
+	grep -q "^gem-run: gem-run --resume -n 2 --steps 50 --shards 2 r7 continues the run" err &&
 	test ! -s out
 '
 

@@ -57,7 +57,7 @@ static int open_optim(struct local *l, const char *rundir, char *err)
 	struct optim_config c;
 	size_t ns;
 	int rc, got = 0;
-	run_optim_config(&l->run, feed_steps(&l->f, (uint64_t)l->run.train.epochs * feed_epoch(&l->f)), &c);
+	run_optim_config(&l->run, feed_steps(&l->f, run_budget(&l->run, feed_epoch(&l->f))), &c);
 	if ((rc = optim_init(&l->opt, &c, model_layout(l->t.m), err)) < 0)
 		return rc;
 	ns = optim_state_floats(&l->opt);
@@ -116,8 +116,9 @@ int local_open(const char *rundir, const struct local_opts *o, struct local **ou
 	epoch = feed_epoch(&l->f);
 	l->target = o->steps ? UINT64_MAX
 		    : o->epochs ? l->p.samples + (uint64_t)o->epochs * epoch
-				: (uint64_t)l->run.train.epochs * epoch;
-	l->info = (struct local_info){.epochs = l->run.train.epochs, .epoch = epoch,
+				: run_budget(&l->run, epoch);
+	l->info = (struct local_info){.epochs = l->run.train.epochs, .steps = l->run.train.steps,
+				      .epoch = epoch,
 				      .version = l->p.version, .samples = l->p.samples,
 				      .spent = l->p.samples >= l->target};
 	*out = l;

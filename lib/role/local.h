@@ -23,6 +23,7 @@ struct local_opts {
 /* Where the run stands at local_open. */
 struct local_info {
 	int epochs;       /* the run's budget, in epochs */
+	uint64_t steps;   /* or, when not 0, in steps */
 	uint64_t epoch;   /* samples in one epoch (of the shard) */
 	uint64_t version; /* θ's, from params.gem */
 	uint64_t samples; /* consumed by θ's updates */

@@ -21,6 +21,8 @@ struct ps_worker {
 	int id;
 	int active;  /* connected: joined, and not left or gone */
 	int in_rule; /* the rule holds its state (kept while it is away after a stop) */
+	int away;    /* of an earlier session, its budget not spent: the run waits for it to come
+		      * back (or to be declared gone, ps_liveness) before it ends */
 	int done, waiting;
 	int diverged; /* left saying its loss was not finite (this session only) */
 	uint64_t commits, samples, refused, tau_sum, tau_min, tau_max, last_seq;
@@ -54,6 +56,7 @@ struct ps {
 	struct rule_stats st; /* of the last applied update */
 	struct progress meter; /* rates, ETA, smoothed loss of this session */
 	uint64_t budget;       /* samples of one worker's budget (0: unknown); total: ps_total */
+	uint64_t nsamples;     /* of the training set (0: unknown) */
 	uint64_t total;        /* the total the caller knows (ps_set_total); 0: the run's */
 	/* bytes on the wire of the commits and their replies: in this session, and since the
 	 * last update line (which logs them) */
@@ -186,16 +189,28 @@ static int shards_data(const struct ps *s)
 	       json_is_true(json_object_get(json_object_get(s->run.json, "train"), "shard"));
 }
 
-/* One worker's budget of samples: the run's epochs of the training set (of its shard when the
- * run shards data, when all the shards make one pass), if the data is here to count. */
+/* One worker's budget of samples: the run's epochs or steps of the training set (when the run
+ * shards data, of every worker's shard together: its epochs make one pass of them all), if the
+ * data is here to count. */
 static void budget_of(struct ps *s)
 {
 	char err[GEM_ERRMAX];
-	uint64_t n;
-	if (dataset_count(s->run.data_dir, "train", &n, err) == 0)
-		s->budget = n * (uint64_t)s->run.train.epochs;
-	else
+	uint64_t n, nw = s->run.rule.nworkers > 0 ? (uint64_t)s->run.rule.nworkers : 1;
+	if (dataset_count(s->run.data_dir, "train", &n, err) < 0) {
 		log_debug("no total for the progress: %s", err);
+		return;
+	}
+	s->nsamples = n;
+	s->budget = shards_data(s) && s->run.train.steps ? run_budget(&s->run, n / nw) * nw
+							   : run_budget(&s->run, n);
+}
+
+/* Worker w has spent the run's budget: it has the samples (when the server knows the budget and
+ * the data is not sharded), else it left done from a session that trained to the budget (not to
+ * a worker's --steps or --epochs, ps_plan). */
+static int spent(const struct ps *s, const struct ps_worker *w)
+{
+	return s->budget && !shards_data(s) ? w->samples >= s->budget : w->done && !w->target;
 }
 
 /* The run's total of samples: every worker expected (gem-init --workers, or those that came)
@@ -224,7 +239,7 @@ void ps_plan(struct ps *s, int worker, uint64_t steps, uint64_t epochs)
 {
 	struct ps_worker *w = worker_get(s, worker);
 	int n = s->run.rule.nworkers > s->nknown ? s->run.rule.nworkers : s->nknown;
-	uint64_t epoch = s->budget / (uint64_t)s->run.train.epochs / (shards_data(s) ? (uint64_t)n : 1);
+	uint64_t epoch = s->nsamples / (shards_data(s) ? (uint64_t)n : 1);
 	if (!w)
 		return;
 	w->target = steps    ? w->samples + steps * (uint64_t)s->run.train.batch
@@ -280,7 +295,13 @@ static int ps_load(struct ps *s, char *err)
 		log_info("resumed the rule's state and %d worker%s", s->nknown, GEM_S(s->nknown));
 	}
 	json_decref(workers);
+	/* a budget given is the run's from now on, and a resume keeps it */
+	if (s->o.steps && (rc = run_set_steps(&s->run, s->o.steps, err)) < 0)
+		return rc;
 	budget_of(s);
+	for (int i = 0; i < s->nslots; i++)
+		if (s->w[i])
+			s->w[i]->away = !spent(s, s->w[i]);
 	progress_start(&s->meter, s->prog.version, s->prog.samples, ps_total(s), clock_mono());
 	return run_log_open(&s->run, s->prog.version, &s->log, err);
 }
@@ -375,19 +396,14 @@ void ps_log_start(struct ps *s, const char *url)
 	json_decref(o);
 }
 
-/* Every worker the run expects has come and spent the run's budget: it has the samples (when
- * the server knows the budget and the data is not sharded), else it left done from a session
- * that trained to the budget (not to a worker's --steps or --epochs, ps_plan). */
+/* Every worker the run expects has come and spent the run's budget. */
 static int budgets_spent(const struct ps *s)
 {
-	int exact = s->budget && !shards_data(s);
 	if (s->nknown == 0 || s->nknown < s->run.rule.nworkers)
 		return 0;
-	for (int i = 0; i < s->nslots; i++) {
-		const struct ps_worker *w = s->w[i];
-		if (w && !(exact ? w->samples >= s->budget : w->done && !w->target))
+	for (int i = 0; i < s->nslots; i++)
+		if (s->w[i] && !spent(s, s->w[i]))
 			return 0;
-	}
 	return 1;
 }
 
@@ -441,6 +457,15 @@ int ps_checkpoint(struct ps *s, char *err)
 
 /* ---- requests ---- */
 
+/* A worker of an earlier session, its budget not spent, has not come back in this one. */
+static int awaited(const struct ps *s)
+{
+	for (int i = 0; i < s->nslots; i++)
+		if (s->w[i] && s->w[i]->away)
+			return 1;
+	return 0;
+}
+
 /* Worker w leaves (event "leave") or is declared gone ("gone"). Its rule state is released, so
  * that rules that count workers go on with the others; once the run is stopping the state stays
  * for the checkpoint, and the worker may come back to it later. */
@@ -463,6 +488,7 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 		w->active = 0;
 		active_add(s, -1);
 	}
+	w->away = 0;
 	if (how == PS_LEFT_DONE && !w->done) {
 		w->done = 1;
 		s->ndone++;
@@ -484,10 +510,11 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 	log_event(s, event, w->id, extra);
 	/* the run is over once no worker is left, one at least finished or diverged, and as many
 	 * as the run expects (gem-init --workers) have come: a fast worker done before a slow one
-	 * joined does not end it, a dead one does not hold it up; one that diverged will not
-	 * come back to a better θ, so it fails the run */
+	 * joined does not end it, nor does one done before a resumed run's unfinished one came
+	 * back; a dead one does not hold it up (past --worker-timeout); one that diverged will
+	 * not come back to a better θ, so it fails the run */
 	if (s->nactive == 0 && s->ndone + s->ndiverged > 0 && s->nknown >= s->run.rule.nworkers &&
-	    !s->o.keep_running) {
+	    !s->o.keep_running && (s->ndiverged > 0 || !awaited(s))) {
 		if (s->ndiverged > 0) {
 			snprintf(s->stop_buf, sizeof s->stop_buf,
 				 "every worker has left, %d diverged (a loss that was not finite), "
@@ -562,6 +589,7 @@ int ps_join(struct ps *s, int id, const char *codec, float *theta_out, struct ps
 	if (w->diverged)
 		s->ndiverged--;
 	w->active = 1;
+	w->away = 0;
 	w->done = 0;
 	w->diverged = 0;
 	w->joined_at = w->last_contact = clock_mono();
@@ -745,7 +773,8 @@ void ps_liveness(struct ps *s, void (*gone)(void *ctx, int worker, double silent
 	if (s->o.worker_timeout > 0 && !s->stop_why) {
 		for (int i = 0; i < s->nslots; i++) {
 			struct ps_worker *w = s->w[i];
-			if (!w || w->waiting || !w->in_rule || now - w->last_contact < s->o.worker_timeout)
+			if (!w || w->waiting || !(w->in_rule || w->away) ||
+			    now - w->last_contact < s->o.worker_timeout)
 				continue;
 			if (gone)
 				gone(ctx, w->id, now - w->last_contact);

@@ -19,6 +19,7 @@
 
 struct ps_opts {
 	uint64_t max_updates;  /* stop after this many central updates in all; 0: no limit */
+	uint64_t steps;        /* > 0: the run's budget becomes this many steps per worker, stored */
 	long max_staleness;    /* refuse commits staler than this (SSP); < 0: no bound */
 	int keep_running;      /* don't stop when every worker has finished and left */
 	double worker_timeout; /* a worker silent this long is gone; 0: never */

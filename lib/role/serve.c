@@ -795,10 +795,10 @@ static int start_http(struct server *s, const struct serve_opts *o, char *err)
 int serve_open(const char *rundir, const struct serve_opts *o, struct server **out, char *err)
 {
 	struct server *s = calloc(1, sizeof *s);
-	struct ps_opts po = {.max_updates = o->max_updates, .max_staleness = o->max_staleness,
-			     .keep_running = o->keep_running, .worker_timeout = o->worker_timeout,
-			     .idle_timeout = o->idle_timeout, .shard_i = o->shard_i, .shard_k = o->shard_k,
-			     .reply_codec = o->codec};
+	struct ps_opts po = {.max_updates = o->max_updates, .steps = o->steps,
+			     .max_staleness = o->max_staleness, .keep_running = o->keep_running,
+			     .worker_timeout = o->worker_timeout, .idle_timeout = o->idle_timeout,
+			     .shard_i = o->shard_i, .shard_k = o->shard_k, .reply_codec = o->codec};
 	int rc;
 
 	if (!s)

@@ -16,6 +16,7 @@ struct serve_opts {
 	const char *token;       /* bearer token for mutating requests, NULL for none */
 	double checkpoint_every; /* seconds between checkpoints; 0: only on stop */
 	uint64_t max_updates;    /* stop after this many central updates in all; 0: no limit */
+	uint64_t steps;          /* > 0: the run's budget becomes this many steps per worker */
 	int keep_running;        /* don't stop when every worker has finished and left */
 	size_t max_body;         /* request body cap in bytes; 0: from the model size */
 	const char *codec;       /* codec of parameter replies; NULL: the worker's (blob_codec_for_theta) */

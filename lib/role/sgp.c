@@ -100,14 +100,17 @@ static int find_self(const struct sgp_node *s, char **peers, int nn, int *id, ch
 	return 0;
 }
 
-/* Exactly the iterations every node runs: the epochs of the largest shard, so that nodes whose
- * shard is one sample smaller run as many (their last batch starts their next epoch). */
+/* Exactly the iterations every node runs: its --steps, the run's budget of steps, or the epochs
+ * of the largest shard, so that nodes whose shard is one sample smaller run as many (their last
+ * batch starts their next epoch). */
 static uint64_t count_iters(const struct sgp_node *s, int shard_n)
 {
 	uint64_t shard = ((uint64_t)s->ds.n + (uint64_t)shard_n - 1) / (uint64_t)shard_n;
 	uint64_t batch = (uint64_t)s->run.train.batch, per_epoch = (shard + batch - 1) / batch;
 	if (s->o.steps)
 		return s->o.steps;
+	if (s->run.train.steps && !s->o.epochs)
+		return s->run.train.steps;
 	return per_epoch * (uint64_t)(s->o.epochs ? s->o.epochs : s->run.train.epochs);
 }
 
@@ -167,7 +170,7 @@ static int prepare(struct sgp_node *s, struct loop *l, struct sgp_status *st, ch
 		return rc;
 	/* the local optimiser: the run's (momentum SGD with Nesterov, as SGP's paper, or AdamW),
 	 * its cosine ending at the run's budget of the node's shard */
-	run_optim_config(&s->run, feed_steps(&l->feed, (uint64_t)s->run.train.epochs * feed_epoch(&l->feed)), &oc);
+	run_optim_config(&s->run, feed_steps(&l->feed, run_budget(&s->run, feed_epoch(&l->feed))), &oc);
 	oc.nesterov = oc.momentum > 0;
 	if ((rc = optim_init(&l->opt, &oc, model_layout(s->tr.m), err)) < 0)
 		return rc;

@@ -574,7 +574,7 @@ static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 		return rc;
 	w->shadow_pos = j.samples % feed_epoch(&w->v.f);
 	w->planned = j.samples;
-	w->target = s->o->steps ? UINT64_MAX : (uint64_t)s->run->train.epochs * feed_epoch(&w->v.f);
+	w->target = s->o->steps ? UINT64_MAX : run_budget(s->run, feed_epoch(&w->v.f));
 	w->joined = 1;
 	if (!s->total_set++) {
 		/* every worker spends what is left of a budget like this one's, from where θ stands */

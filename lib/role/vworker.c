@@ -107,7 +107,7 @@ int vworker_joined(struct vworker *w, const struct run *run, const struct datase
 	memcpy(w->x, got, sizeof(float) * w->n);
 	feedback_restart(&w->fb, 0, w->n);
 	rule_local_start(&w->l, w->x, feed_steps(&w->f, j->samples),
-			 feed_steps(&w->f, (uint64_t)run->train.epochs * feed_epoch(&w->f)));
+			 feed_steps(&w->f, run_budget(run, feed_epoch(&w->f))));
 	w->base = j->version;
 	return 0;
 }

@@ -234,7 +234,7 @@ static int join(struct worker *w, char *err)
 static void start_local(struct worker *w)
 {
 	rule_local_start(&w->l, model_params(w->t.m), feed_steps(&w->f, w->f.samples),
-			 feed_steps(&w->f, (uint64_t)w->run.train.epochs * feed_epoch(&w->f)));
+			 feed_steps(&w->f, run_budget(&w->run, feed_epoch(&w->f))));
 }
 
 /* Leave every shard: done (the budget spent), diverged (the loss was not finite, and which it
@@ -585,7 +585,7 @@ static int open_join(struct worker *w, char *err)
 	start_local(w);
 	w->target = w->o.steps ? UINT64_MAX
 		    : w->o.epochs ? w->done_samples + (uint64_t)w->o.epochs * feed_epoch(&w->f)
-				  : (uint64_t)w->run.train.epochs * feed_epoch(&w->f);
+				  : run_budget(&w->run, feed_epoch(&w->f));
 	w->info = (struct work_info){.worker = w->id, .rule = w->run.rule.name,
 				     .epoch = feed_epoch(&w->f), .shard_n = w->shard_n,
 				     .background = w->l.d->background};

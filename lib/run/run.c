@@ -190,7 +190,8 @@ static int parse_run(struct run *r, char *err)
 					      .nesterov = spec.train.nesterov, .batch = spec.train.batch,
 					      .epochs = spec.train.epochs, .seed = spec.train.seed,
 					      .optimizer = spec.train.optimizer, .warmup = spec.train.warmup,
-					      .schedule = spec.train.schedule, .clip = (float)spec.train.clip};
+					      .schedule = spec.train.schedule, .clip = (float)spec.train.clip,
+					      .steps = spec.train.steps};
 		r->rule = spec.rule;
 	}
 	run_spec_free(&spec);
@@ -244,6 +245,37 @@ int run_from_json(json_t *json, struct run *r, char *err)
 	}
 	find_data(r);
 	return 0;
+}
+
+uint64_t run_budget(const struct run *r, uint64_t epoch)
+{
+	uint64_t batch = (uint64_t)r->train.batch, per_epoch;
+	if (!r->train.steps)
+		return (uint64_t)r->train.epochs * epoch;
+	if (!epoch)
+		return 0;
+	per_epoch = (epoch + batch - 1) / batch;
+	return r->train.steps / per_epoch * epoch + r->train.steps % per_epoch * batch;
+}
+
+int run_set_steps(struct run *r, uint64_t steps, char *err)
+{
+	char path[PATH_MAX + 16];
+	json_t *train = json_object_get(r->json, "train");
+	if (steps < 1 || steps > RUN_MAX_STEPS)
+		return gem_errf(err, GEM_EUSAGE, "--steps: not an integer in [1, 2^40]: %llu",
+				(unsigned long long)steps);
+	if (r->train.schedule == LR_COSINE && steps <= r->train.warmup)
+		return gem_errf(err, GEM_EUSAGE, "--steps %llu: the cosine needs a longer budget than its "
+				"warm-up of %llu steps", (unsigned long long)steps,
+				(unsigned long long)r->train.warmup);
+	if (r->train.steps == steps)
+		return 0;
+	if (!json_is_object(train) || json_object_set_new(train, "steps", json_integer((json_int_t)steps)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	r->train.steps = steps;
+	dir_file(r->dir, RUN_JSON, path, sizeof path);
+	return write_run_json(path, r->json, err);
 }
 
 void run_optim_config(const struct run *r, uint64_t total, struct optim_config *c)

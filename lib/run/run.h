@@ -16,6 +16,7 @@
 #define RUN_FORMAT 1
 #define RUN_MAX_BATCH 65536       /* run.json "train": batch in [1, RUN_MAX_BATCH] */
 #define RUN_MAX_EPOCHS (1 << 20)  /* epochs in [1, RUN_MAX_EPOCHS] */
+#define RUN_MAX_STEPS (1ull << 40) /* a budget in steps: in [1, RUN_MAX_STEPS] */
 
 /* Every file in RUNDIR. */
 #define RUN_JSON        "run.json"        /* model spec, data, rule, hyper-parameters, seed */
@@ -44,7 +45,8 @@ struct run_train {
 	float lr, momentum, weight_decay;
 	int nesterov;
 	int batch;
-	int epochs; /* the run's budget: epochs per worker */
+	int epochs; /* the run's budget: epochs per worker (unless steps) */
+	uint64_t steps; /* the run's budget in local steps per worker instead; 0: epochs */
 	uint64_t seed;
 	enum optim_kind optimizer;
 	uint64_t warmup;
@@ -70,6 +72,14 @@ struct run {
 /* The optimiser of r's local steps: its run.json "train" as given, the cosine ending at step
  * total (a trainer's budget in steps). */
 void run_optim_config(const struct run *r, uint64_t total, struct optim_config *c);
+
+/* One worker's budget in samples, of data whose epoch is epoch samples: those of the run's
+ * steps (each a batch, but the short one that ends each epoch), else of its epochs. */
+uint64_t run_budget(const struct run *r, uint64_t epoch);
+/* Make steps the run's budget (run.json "train" "steps"): in r and in RUNDIR/run.json, rewritten
+ * atomically; its caller holds the run (run_lock). GEM_EUSAGE: steps not in [1, RUN_MAX_STEPS],
+ * or a cosine schedule's warm-up as long. */
+int run_set_steps(struct run *r, uint64_t steps, char *err);
 
 /* Where θ's state stands: what a params file records beside θ. */
 struct run_progress {

@@ -79,7 +79,8 @@ static const struct train_num {
 
 /* ---- run.json ---- */
 
-/* The optimiser's members of run.json "train", each only when it is not the default. */
+/* The optimiser's members of run.json "train", and a budget in steps, each only when it is not
+ * the default. */
 static int optim_to_json(const struct run_train_spec *t, json_t *train)
 {
 	int rc = 0;
@@ -91,6 +92,8 @@ static int optim_to_json(const struct run_train_spec *t, json_t *train)
 		rc |= json_object_set_new(train, "schedule", json_string(lr_shape_name(t->schedule)));
 	if (t->clip > 0)
 		rc |= json_object_set_new(train, "clip", json_real(t->clip));
+	if (t->steps)
+		rc |= json_object_set_new(train, "steps", json_integer((json_int_t)t->steps));
 	return rc;
 }
 
@@ -136,12 +139,13 @@ static int get_str(const json_t *o, const char *sect, const char *key, char *out
 	return 0;
 }
 
-/* run.json "train"'s optimiser: each member optional (missing: the default), checked as gem-init
- * checks its option; AdamW with a momentum is refused (its betas are its momentum). */
+/* run.json "train"'s optimiser and budget in steps: each member optional (missing: the
+ * default), checked as gem-init (gem-serve for the steps) checks its option; AdamW with a
+ * momentum is refused (its betas are its momentum). */
 static int optim_from_json(const json_t *train, struct run_train_spec *t, char *err)
 {
 	const json_t *v;
-	long long warmup = 0;
+	long long warmup = 0, steps = 0;
 	double clip = 0;
 	int k;
 	if ((v = json_object_get(train, "optimizer"))) {
@@ -158,8 +162,11 @@ static int optim_from_json(const json_t *train, struct run_train_spec *t, char *
 		return gem_errf(err, GEM_EUSAGE, "train.warmup: not an integer in [0, 2^40]");
 	if (jget_num(train, "clip", 0, MAX_CLIP, &clip) < 0)
 		return gem_errf(err, GEM_EUSAGE, "train.clip: not a number in [0, %g]", MAX_CLIP);
+	if (jget_int(train, "steps", 1, (long long)RUN_MAX_STEPS, &steps) < 0)
+		return gem_errf(err, GEM_EUSAGE, "train.steps: not an integer in [1, 2^40]");
 	t->warmup = (uint64_t)warmup;
 	t->clip = clip;
+	t->steps = (uint64_t)steps;
 	if (t->optimizer == OPTIM_ADAMW && (t->momentum != 0 || t->nesterov))
 		return gem_errf(err, GEM_EUSAGE, "train.momentum: AdamW takes none (its betas are its momentum)");
 	return 0;
