@@ -25,6 +25,7 @@ struct ps_worker {
 		      * back (or to be declared gone, ps_liveness) before it ends */
 	int done, waiting;
 	int diverged; /* left saying its loss was not finite (this session only) */
+	int anew;     /* its record started over for a new worker, not joined since (ps_forget) */
 	uint64_t commits, samples, refused, tau_sum, tau_min, tau_max, last_seq;
 	double joined_at, last_contact, loss_sum;
 	uint64_t joined_samples; /* samples at its last join: its rate is of this session */
@@ -562,22 +563,58 @@ static int worker_enter_rule(struct ps *s, struct ps_worker *w, char *err)
 	return 0;
 }
 
+/* The id of a new worker: the first no worker has had; once every one has been had, the id of
+ * the worker, gone or left with the rule's state of it released, that was heard from longest
+ * ago (*reused set: its record is to start over), so that an open server does not run out of
+ * ids however many workers come and go. -1 when every id is held. */
+static int new_worker_id(const struct ps *s, int *reused)
+{
+	int id = -1;
+	for (int i = 0; i < PS_MAX_WORKERS; i++) {
+		const struct ps_worker *w = s->w[i];
+		if (!w)
+			return i;
+		if (!w->active && !w->in_rule && (id < 0 || w->last_contact < s->w[id]->last_contact))
+			id = i;
+	}
+	*reused = id >= 0;
+	return id;
+}
+
+/* Worker w's record starts over, as a new worker's (counters, sequence numbers, how it left). */
+static void worker_forget(struct ps *s, struct ps_worker *w)
+{
+	int id = w->id;
+	s->ndone -= w->done;
+	s->ndiverged -= w->diverged;
+	*w = (struct ps_worker){.id = id, .tau_min = UINT64_MAX, .anew = 1};
+}
+
+int ps_forget(struct ps *s, int worker, char *err)
+{
+	struct ps_worker *w = worker_get(s, worker);
+	if (w && (w->active || w->in_rule))
+		return gem_errf(err, PS_E_REFUSED, "worker %d is still in the run", worker);
+	if (w)
+		worker_forget(s, w);
+	return 0;
+}
+
 int ps_join(struct ps *s, int id, const char *codec, float *theta_out, struct ps_joined *j,
 	    char *err)
 {
 	struct ps_worker *w;
-	char extra[64];
-	int rc;
+	char extra[80];
+	int rc, reused = 0;
 	if (s->stop_why)
 		return gem_errf(err, PS_E_STOPPING, "the server is stopping");
 	if (id >= PS_MAX_WORKERS)
 		return gem_errf(err, PS_E_UNKNOWN, "worker: an integer in [0, %d)", PS_MAX_WORKERS);
-	if (id < 0) {
-		for (id = 0; id < PS_MAX_WORKERS && s->w[id]; id++)
-			;
-		if (id == PS_MAX_WORKERS)
-			return gem_errf(err, PS_E_FULL, "%d workers is the limit", PS_MAX_WORKERS);
-	}
+	if (id < 0 && (id = new_worker_id(s, &reused)) < 0)
+		return gem_errf(err, PS_E_FULL, "%d workers is the limit, and none has left",
+				PS_MAX_WORKERS);
+	if (reused)
+		worker_forget(s, s->w[id]);
 	if (!(w = worker_add(s, id)))
 		return gem_errf(err, PS_E_NOMEM, "out of memory for worker %d", id);
 	if ((rc = worker_enter_rule(s, w, err)) < 0)
@@ -597,9 +634,11 @@ int ps_join(struct ps *s, int id, const char *codec, float *theta_out, struct ps
 	worker_shard(s, w);
 	progress_set_total(&s->meter, ps_total(s));
 	/* a codec name holds no character JSON escapes (blob_codec_known) */
-	snprintf(extra, sizeof extra, "\"rejoin\":%s%s%.*s%s", w->commits ? "true" : "false",
-		 codec ? ",\"codec\":\"" : "", BLOB_CODEC_MAX, codec ? codec : "", codec ? "\"" : "");
+	snprintf(extra, sizeof extra, "\"rejoin\":%s%s%s%.*s%s", w->commits ? "true" : "false",
+		 w->anew ? ",\"new\":true" : "", codec ? ",\"codec\":\"" : "", BLOB_CODEC_MAX,
+		 codec ? codec : "", codec ? "\"" : "");
 	log_event(s, "join", id, extra);
+	w->anew = 0;
 	*j = (struct ps_joined){.worker = id, .rejoin = w->commits > 0, .version = s->prog.version,
 				.seq = w->last_seq, .commits = w->commits, .samples = w->samples,
 				.shard_i = w->shard_i, .shard_n = w->shard_n};

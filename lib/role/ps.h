@@ -111,11 +111,16 @@ int ps_checkpoint(struct ps *s, char *err);
 int ps_checkpoint_take(struct ps *s, struct run_ckpt *ck, char *err);
 int ps_checkpoint_write(const struct ps *s, const struct run_ckpt *ck, char *err);
 
-/* Worker `worker` (-1: a new id) joins, committing in codec (its name as the worker gave it, in
- * the join event for a replay; NULL: not said): θ into theta_out (n floats; NULL: not now).
- * Returns PS_APPLIED or a refusal (err says why). */
+/* Worker `worker` (-1: a new id; once every id has been had, that of a worker long gone)
+ * joins, committing in codec (its name as the worker gave it, in the join event for a replay;
+ * NULL: not said): θ into theta_out (n floats; NULL: not now). Returns PS_APPLIED or a refusal
+ * (err says why). */
 int ps_join(struct ps *s, int worker, const char *codec, float *theta_out, struct ps_joined *j,
 	    char *err);
+/* Worker `worker`'s record starts over, as the record of a new worker that ps_join gave its id
+ * once every id had been had (its join event says "new"; a replay calls this before that join).
+ * PS_E_REFUSED if the worker is joined or the rule holds its state. */
+int ps_forget(struct ps *s, int worker, char *err);
 /* What worker means to train in the session it has joined for (gem-work --steps or --epochs;
  * both 0: the run's budget), for the progress's total. */
 void ps_plan(struct ps *s, int worker, uint64_t steps, uint64_t epochs);

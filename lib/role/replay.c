@@ -167,6 +167,16 @@ static int do_join(struct replay *p, int id, const json_t *line, char *err)
 	struct ps_joined j;
 	char codec[BLOB_CODEC_MAX];
 	int rc;
+	/* a new worker given the id of one long gone: nothing of the old one is carried over */
+	if (json_is_true(json_object_get(line, "new"))) {
+		if ((rc = ps_forget(p->ps, id, err)) < 0)
+			return GEM_EFAIL;
+		if (p->w[id]) {
+			vworker_close(p->w[id]);
+			free(p->w[id]);
+			p->w[id] = NULL;
+		}
+	}
 	if (!p->w[id]) {
 		if (!(p->w[id] = calloc(1, sizeof *p->w[id])))
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
