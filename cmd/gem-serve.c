@@ -330,12 +330,12 @@ int main(int argc, char **argv)
 	if (c.no_token && !httpd_is_loopback(o.host))
 		log_warn("--public --no-token: anyone who reaches the port can change the run");
 	if ((rc = read_secrets(&c, &o, &token, &cert, &key)) != 0) {
-		free(token), free(cert), free(key);
+		fs_free_secret(token), free(cert), fs_free_secret(key);
 		return rc;
 	}
 	if (progress_show_init(&show, getenv("GEM_PROGRESS"), isatty(2), quiet, err) < 0) {
 		fprintf(stderr, "gem-serve: %s\n", err);
-		free(token), free(cert), free(key);
+		fs_free_secret(token), free(cert), fs_free_secret(key);
 		return EXIT_USAGE;
 	}
 	if (show.mode != PROGRESS_OFF) {
@@ -354,7 +354,7 @@ int main(int argc, char **argv)
 	signal(SIGHUP, on_signal);
 	if ((rc = serve_open(argv[optind], &o, &s, err)) < 0) {
 		fprintf(stderr, "gem-serve: %s\n", err);
-		free(token), free(cert), free(key);
+		fs_free_secret(token), free(cert), fs_free_secret(key);
 		return prog_exit(rc);
 	}
 	printf("%s\n", serve_url(s));
@@ -369,7 +369,7 @@ int main(int argc, char **argv)
 	else
 		log_info("stopping: %s", why);
 	rc = serve_close(s, why, err);
-	free(token), free(cert), free(key);
+	fs_free_secret(token), free(cert), fs_free_secret(key);
 	summary(&st, failed ? "failed" : got_signal ? "interrupted" : "done");
 	if (rc < 0) {
 		fprintf(stderr, "gem-serve: final checkpoint failed: %s\n", err);

@@ -197,17 +197,26 @@ fail_errno:
 
 int fs_read_token(const char *file, char **token, char *err)
 {
-	char buf[4096];
-	FILE *f = fopen(file, "r");
-	size_t n;
-	if (!f)
-		return gem_errf(err, GEM_EUSAGE, "%s: %s", file, strerror(errno));
-	n = fgets(buf, sizeof buf, f) ? strcspn(buf, "\r\n") : 0;
-	fclose(f);
+	void *buf;
+	size_t len, n;
+	int rc;
+	/* read(2) into a buffer of ours, wiped after: stdio's would be freed with the token in it */
+	if ((rc = fs_read_all(file, &buf, &len, 1 << 16, err)) < 0)
+		return rc == GEM_ENOMEM ? rc : GEM_EUSAGE;
+	n = strcspn(buf, "\r\n");
+	*token = n ? strndup(buf, n) : NULL;
+	explicit_bzero(buf, len);
+	free(buf);
 	if (n == 0)
 		return gem_errf(err, GEM_EUSAGE, "%s: no token on the first line", file);
-	buf[n] = 0;
-	if (!(*token = strdup(buf)))
+	if (!*token)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	return 0;
+}
+
+void fs_free_secret(char *secret)
+{
+	if (secret)
+		explicit_bzero(secret, strlen(secret));
+	free(secret);
 }

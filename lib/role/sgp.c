@@ -533,7 +533,7 @@ void sgp_node_close(struct sgp_node *s)
 	free(s->scratch);
 	free(s->zpub);
 	free(s->resid);
-	free(s->token);
+	fs_free_secret(s->token);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
 	free(s);

@@ -499,7 +499,7 @@ static int open_http(struct worker *w, const char *urls, char *err)
 		rc = gem_errf(err, GEM_EUSAGE, "no server URL");
 	w->http = w->sh[0].http[0];
 	free(list);
-	free(token);
+	fs_free_secret(token);
 	return rc;
 }
 

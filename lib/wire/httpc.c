@@ -2,6 +2,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/fsutil.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -200,7 +201,7 @@ void httpc_free(struct httpc *c)
 	curl_slist_free_all(c->hdr_get);
 	curl_slist_free_all(c->hdr_post);
 	free(c->post_ctype);
-	free(c->auth);
+	fs_free_secret(c->auth);
 	free(c->url);
 	free(c->base);
 	free(c);

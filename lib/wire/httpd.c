@@ -2,6 +2,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/fsutil.h"
 #include "base/log.h"
 #include "base/num.h"
 
@@ -684,9 +685,9 @@ static void httpd_free(struct httpd *d)
 		free((char *)d->routes[i].path);
 	}
 	free(d->routes);
-	free(d->token);
+	fs_free_secret(d->token);
 	free(d->tls_cert);
-	free(d->tls_key);
+	fs_free_secret(d->tls_key);
 	pthread_cond_destroy(&d->idle);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
