@@ -1,7 +1,8 @@
 #!/bin/bash
 # t6200: requests no honest client sends do not bring gem-serve down: bytes that are not UTF-8
 # in a path or a method, bodies on GET and past a route's small cap, conflicting
-# Content-Length, a flood of idle connections; ?codec= with + and %ff; worker buffers freed on
+# Content-Length, transfer codings but chunked, headers past 16 KiB, a garbage request line, a
+# flood of idle connections; ?codec= with + and %ff; worker buffers freed on
 # leave and --max-workers; --public without a token.
 . "$(dirname "$0")/test-lib.sh"
 
@@ -83,6 +84,24 @@ test_expect_success 'two Content-Length headers that disagree: 400' '
 	serve &&
 	raw $PORT "b\"POST /v1/leave HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 2\\r\\nContent-Length: 40\\r\\nConnection: close\\r\\n\\r\\n{}\"" >out &&
 	head -1 out | grep 400 && grep bad_request out && health
+'
+test_expect_success 'a transfer coding other than chunked alone: 501 at once' '
+	serve &&
+	for te in "chunked, identity" gzip; do
+		raw $PORT "b\"POST /v1/join HTTP/1.1\\r\\nHost: x\\r\\nTransfer-Encoding: $te\\r\\n\\r\\n2\\r\\n{}\\r\\n0\\r\\n\\r\\n\"" >out &&
+		head -1 out | grep 501 && grep not_implemented out || return 1
+	done &&
+	health
+'
+test_expect_success 'headers over 16 KiB: 431; a garbage request line: closed, no answer' '
+	serve &&
+	big=$(python3 -c "print(\"a\" * 65536)") && fit=${big:0:8192} &&
+	raw $PORT "b\"GET /v1/health HTTP/1.1\\r\\nHost: x\\r\\nX-Big: $big\\r\\nConnection: close\\r\\n\\r\\n\"" >out &&
+	head -1 out | grep 431 && grep headers_too_large out &&
+	raw $PORT "b\"GET /v1/health HTTP/1.1\\r\\nHost: x\\r\\nX-Fit: $fit\\r\\nConnection: close\\r\\n\\r\\n\"" >out &&
+	head -1 out | grep 200 &&
+	raw $PORT "b\"HELLO\\r\\n\\r\\n\"" >out && test "$(cat out)" = "" &&
+	health
 '
 test_expect_success '?codec=zlib+shuffle means zlib+shuffle, as %2B does' '
 	serve &&

@@ -36,6 +36,8 @@
 /* Connections past max_conns that libmicrohttpd still admits: an evicted connection holds its
  * place until its thread has seen the shutdown. */
 #define HTTPD_EVICT_SLACK 64
+/* Request headers in all (names, values, separators): gem's clients send a few short ones */
+#define HTTPD_HEADERS_MAX (16u << 10)
 #define HTTPD_NHDR 8
 /* A connection keeps its body buffer between requests (the next update has the same size);
  * beyond this it is given back after each request. */
@@ -477,6 +479,46 @@ static enum MHD_Result httpd_clen_each(void *cls, enum MHD_ValueKind kind, const
 	return MHD_YES;
 }
 
+/* The request's headers as libmicrohttpd parsed them: their bytes in all, and its
+ * Transfer-Encoding headers (the first one's value). */
+struct httpd_heads {
+	size_t bytes;
+	int nte;
+	const char *te;
+};
+
+static enum MHD_Result httpd_heads_each(void *cls, enum MHD_ValueKind kind, const char *key,
+					const char *value)
+{
+	struct httpd_heads *h = cls;
+	(void)kind;
+	h->bytes += (key ? strlen(key) : 0) + (value ? strlen(value) : 0) + 4; /* ": ", CRLF */
+	if (key && !strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) && !h->nte++)
+		h->te = value ? value : "";
+	return MHD_YES;
+}
+
+/* Headers past HTTPD_HEADERS_MAX, or a body in a transfer coding other than chunked alone,
+ * refused at once (431, 501; gem-protocol(7)): libmicrohttpd would take headers up to its
+ * buffer's size, and would wait for the end of a body it cannot frame until the idle timeout. */
+static int httpd_check_heads(struct httpd_conn *hc)
+{
+	struct httpd_heads h = {0};
+	char te[64];
+	MHD_get_connection_values(hc->mc, MHD_HEADER_KIND, httpd_heads_each, &h);
+	if (h.bytes > HTTPD_HEADERS_MAX)
+		return httpd_error(hc, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large",
+				   "%zu bytes of headers: more than the limit of %u", h.bytes,
+				   HTTPD_HEADERS_MAX), -1;
+	if (h.nte > 1 || (h.nte && strcasecmp(h.te, "chunked"))) {
+		httpd_ascii(te, sizeof te, h.te);
+		return httpd_error(hc, MHD_HTTP_NOT_IMPLEMENTED, "not_implemented",
+				   "Transfer-Encoding: %s%s: a body comes with Content-Length or "
+				   "chunked alone", te, h.nte > 1 ? " (and more)" : ""), -1;
+	}
+	return 0;
+}
+
 /* A request's body cap: none for GET and HEAD, else its route's or the server's. */
 static size_t httpd_body_cap(const struct httpd *d, const struct httpd_route *r)
 {
@@ -523,7 +565,8 @@ static void httpd_begin(struct httpd_conn *hc, const char *method, const char *u
 	hc->hused = 0;
 	hc->body_cap = 0;
 	hc->late_detail[0] = 0;
-	if (!(hc->route = httpd_route_find(hc, method, url)))
+	hc->route = NULL;
+	if (httpd_check_heads(hc) < 0 || !(hc->route = httpd_route_find(hc, method, url)))
 		return;
 	if (hc->route->mutating && !httpd_auth_ok(hc->d, hc->mc)) {
 		httpd_push_header(hc, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
