@@ -227,6 +227,11 @@ int main(void)
 		   !blob_codec_known("topk:\n0.1") && !blob_codec_known("topk:0x1p-3") &&
 		   !blob_codec_known("topk:+0.1"),
 	   "0, 1.5, x, nan, -0.1, a blank, a newline, hex and a sign are no fractions: %s", err);
+	/* a join event logs the name; a name as long as its buffer would be cut there */
+	ok(blob_codec_check("topk:0.00000001", err) == 0 &&
+		   blob_codec_check("topk:0.000000001", err) == GEM_EUSAGE && strstr(err, "15 characters") &&
+		   !blob_codec_known("topk:0.000000001") && !blob_codec_known("topk:0.1000000000000000"),
+	   "a name of 15 characters is a codec, one of 16 or more none: %s", err);
 	ok(!strcmp(blob_codec_for_theta("topk:0.1"), BLOB_FP16), "θ goes in fp16 to a topk peer");
 	ok(quant_topk_k(N, 0.01) == 1638 && quant_topk_k(N, 0.1) == 16379 && quant_topk_k(10, 1e-9) == 1 &&
 		   quant_topk_k(10, 1) == 10 && quant_topk_k(0, 0.5) == 0,

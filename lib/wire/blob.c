@@ -29,11 +29,14 @@ static const struct codec_desc {
 };
 
 /* The codec of name (-1: none): a wire name, or "topk:F" with *frac = F in (0, 1] (0 for every
- * other name, "topk" alone included). */
+ * other name, "topk" alone included). A name is shorter than BLOB_CODEC_MAX, so that every
+ * buffer and log line that holds one holds it whole. */
 static int codec_id(const char *name, double *frac)
 {
 	size_t tl = strlen(BLOB_TOPK);
 	*frac = 0;
+	if (strnlen(name, BLOB_CODEC_MAX) == BLOB_CODEC_MAX)
+		return -1;
 	for (int id = 0; id < C_N; id++)
 		if (!strcmp(name, codecs[id].name))
 			return id;
@@ -65,6 +68,12 @@ int blob_codec_check(const char *name, char *err)
 					    BLOB_INT8, BLOB_INT4, BLOB_TOPK ":F"};
 	double f;
 	int id = name ? codec_id(name, &f) : -1;
+	if (name && strnlen(name, BLOB_CODEC_MAX) == BLOB_CODEC_MAX)
+		return gem_errf(err, GEM_EUSAGE, "codec \"%.64s%s\": a name is at most %d characters%s",
+				name, strlen(name) > 64 ? "..." : "", BLOB_CODEC_MAX - 1,
+				strncmp(name, BLOB_TOPK ":", strlen(BLOB_TOPK) + 1)
+					? ""
+					: " (topk:1e-9 is a shorter topk:0.000000001)");
 	if (id == C_TOPK && f == 0)
 		return gem_errf(err, GEM_EUSAGE,
 				"codec \"%.64s\": topk needs the fraction of the elements it sends, "

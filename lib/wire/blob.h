@@ -69,10 +69,12 @@ struct blob_codec {
 void blob_codec_init(struct blob_codec *c);
 /* Release everything c holds; c can be initialised again. */
 void blob_codec_free(struct blob_codec *c);
-/* 1 if name is a codec this build knows: a blob's ("topk") or a sender's ("topk:0.01"). */
+/* 1 if name is a codec this build knows: a blob's ("topk") or a sender's ("topk:0.01"). No
+ * name is known of BLOB_CODEC_MAX characters or more. */
 int blob_codec_known(const char *name);
-/* 0 if a sender can encode with name (a name of the list above; topk with its fraction); else
- * GEM_EUSAGE, err naming the valid ones and guessing a typo ("did you mean"). */
+/* 0 if a sender can encode with name (a name of the list above; topk with its fraction, the
+ * whole under BLOB_CODEC_MAX characters); else GEM_EUSAGE, err naming the valid ones and
+ * guessing a typo ("did you mean"). */
 int blob_codec_check(const char *name, char *err);
 /* 1 if the named codec loses precision: what the receiver decodes is not what was sent. */
 int blob_codec_lossy(const char *name);
