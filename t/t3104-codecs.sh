@@ -1,7 +1,7 @@
 #!/bin/bash
 # t3104: the int8, int4 and topk codecs everywhere a message goes. gem-work and gem-run take
 # them (and refuse bad names before anything starts), commits in each train a served run and
-# SGP nodes to a sane loss, their θ replies come back in fp16; a commit written by another
+# SGP nodes to a sane loss, θ comes back whole in fp16 at a join; a commit written by another
 # program from gem-protocol(7) alone is taken, hostile or unknown ones get a 4xx JSON error;
 # easgd refuses topk; gem-sim models each codec bit for bit: one simulated worker, on one
 # server or two shards, ends with the θ of gem-serve and gem-work --codec.

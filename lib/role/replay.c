@@ -154,7 +154,7 @@ static int release_round(struct replay *p, char *err)
 	for (int i = 0; i < PS_MAX_WORKERS; i++)
 		if (p->pending[i]) {
 			p->pending[i] = 0;
-			if (vworker_reply(p->w[i], &p->wire, p->reply, r.elastic, r.version, err) < 0)
+			if (vworker_reply(p->w[i], &p->wire, p->reply, r.elastic, 0, r.version, err) < 0)
 				return GEM_EFAIL;
 		}
 	return 0;
@@ -254,7 +254,7 @@ static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
 		p->pending[id] = 1;
 		return 0;
 	}
-	if (vworker_reply(w, &p->wire, p->reply, r.elastic, r.version, err) < 0)
+	if (vworker_reply(w, &p->wire, p->reply, r.elastic, 0, r.version, err) < 0)
 		return GEM_EFAIL;
 	if (r.round_closed)
 		return release_round(p, err);
@@ -279,9 +279,10 @@ static int do_event(struct replay *p, const struct run_log_line *l, char *err)
 		return 0;
 	}
 	if (!strcmp(ev, "duplicate")) {
-		/* a commit sent again: the worker takes θ as it is now */
+		/* a commit sent again: the worker takes θ as it is now, whole */
 		ps_copy_theta(p->ps, p->reply);
-		if (p->w[id] && vworker_reply(p->w[id], &p->wire, p->reply, 0, ps_version(p->ps), err) < 0)
+		if (p->w[id] &&
+		    vworker_reply(p->w[id], &p->wire, p->reply, 0, 1, ps_version(p->ps), err) < 0)
 			return GEM_EFAIL;
 		return 0;
 	}

@@ -19,6 +19,7 @@
 #include "base/rng.h"
 #include "role/ps.h"
 #include "wire/blob.h"
+#include "wire/delta.h"
 #include "wire/httpd.h"
 #include "wire/msg.h"
 #include "wire/reply.h"
@@ -52,6 +53,7 @@ struct slot {
 	struct reply_buf *rb[SLOT_REPLIES]; /* made when first needed (the first at the join) */
 	struct blob_codec codec;
 	struct msg_buf head; /* a raw reply's first line */
+	struct delta dl;     /* a worker of int8, int4 or topk: the copy of θ it holds */
 };
 
 struct server {
@@ -153,6 +155,7 @@ static void slot_free(struct slot *w)
 	}
 	blob_codec_free(&w->codec);
 	msg_buf_free(&w->head);
+	delta_close(&w->dl);
 	pthread_mutex_destroy(&w->lock);
 	free(w);
 }
@@ -250,19 +253,38 @@ static const char *codec_of(const struct server *s, const char *worker_codec)
 	return s->opts.codec ? s->opts.codec : blob_codec_for_theta(worker_codec);
 }
 
-/* Send reply_vec(b) as the reply message (header fields + one blob named name), and b with it:
- * libmicrohttpd gives b back. A raw vector goes out from where it is, its first line written
- * just before it; w->lock held. *len: the message's bytes (0 when none went out). */
+/* The reply vector reply_vec(b), θ or easgd's d (elastic), into w's codec: θ to a worker that
+ * holds a copy (a worker of int8, int4 or topk, and no --codec) as wire/delta says, a delta or
+ * θ whole, with the copy's CRC-32 in head; else the vector in codec. */
+static int reply_encode(struct server *s, struct slot *w, struct reply_buf *b, json_t *head,
+			int elastic, const char *codec, struct msg_blob *blob, char *err)
+{
+	const char *name = elastic ? "elastic" : MSG_PARAMS;
+	const void *enc = NULL;
+	int rc;
+	if (elastic || !w->dl.copy || s->opts.codec)
+		rc = blob_encode(&w->codec, reply_vec(b), s->n, codec, -1, &enc, &blob->meta, err);
+	else if ((rc = delta_encode(&w->dl, &w->codec, reply_vec(b), &enc, &blob->meta, &name,
+				    err)) == 0 &&
+		 json_object_set_new(head, DELTA_CRC, json_integer(delta_crc(&w->dl))) < 0)
+		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
+	snprintf(blob->name, sizeof blob->name, "%s", name);
+	blob->data = enc;
+	return rc;
+}
+
+/* Send reply_vec(b) as the reply message (header fields + one blob: θ, or easgd's d when
+ * elastic), and b with it: libmicrohttpd gives b back. A raw vector goes out from where it is,
+ * its first line written just before it; w->lock held. *len: the message's bytes (0 when none
+ * went out). */
 static int reply_vector(struct server *s, struct httpd_req *req, struct slot *w,
-			struct reply_buf *b, json_t *head, const char *name, const char *codec,
-			size_t *len)
+			struct reply_buf *b, json_t *head, int elastic, const char *codec, size_t *len)
 {
 	char err[GEM_ERRMAX];
 	struct msg_blob blob;
 	const void *enc;
 	json_t *slice = ps_theta_shard(s->ps);
 	memset(&blob, 0, sizeof blob);
-	snprintf(blob.name, sizeof blob.name, "%s", name);
 	*len = 0;
 	if (!head) {
 		json_decref(slice);
@@ -273,8 +295,8 @@ static int reply_vector(struct server *s, struct httpd_req *req, struct slot *w,
 	 * another order (or through proxies that swap them) cannot take it for another one */
 	if (slice)
 		json_object_set_new(head, "theta_shard", slice);
-	if (blob_encode(&w->codec, reply_vec(b), s->n, codec, -1, &enc, &blob.meta, err) < 0 ||
-	    (blob.data = enc, msg_build_head(&w->head, head, &blob, 1, err)) < 0) {
+	if (reply_encode(s, w, b, head, elastic, codec, &blob, err) < 0 ||
+	    (enc = blob.data, msg_build_head(&w->head, head, &blob, 1, err)) < 0) {
 		reply_done(b);
 		return httpd_reply_error(req, 500, "encode", "%s", err);
 	}
@@ -422,7 +444,13 @@ static int h_join(struct httpd_req *req, void *ctx)
 	if (head && j.shard_n > 0)
 		json_object_set_new(head, "shard", json_pack("[i,i]", j.shard_i, j.shard_n));
 	pthread_mutex_lock(&w->lock);
-	rc = reply_vector(s, req, w, b, head, MSG_PARAMS, codec_of(s, codec), &len);
+	/* its copy of θ starts over from this reply, in the codec it names now */
+	delta_close(&w->dl);
+	if (delta_open(&w->dl, s->opts.codec ? NULL : codec, s->n, err) < 0) {
+		json_decref(head);
+		head = NULL; /* 503 */
+	}
+	rc = reply_vector(s, req, w, b, head, 0, codec_of(s, codec), &len);
 	pthread_mutex_unlock(&w->lock);
 	pthread_mutex_lock(&s->mu);
 	ps_sent(s->ps, len);
@@ -609,7 +637,10 @@ static int h_commit(struct httpd_req *req, void *ctx)
 			 "applied", st == PS_APPLIED || st == PS_PENDING);
 	t0 = t1 - t0;
 	t1 = clock_mono();
-	rc = reply_vector(s, req, w, b, head, r.elastic ? "elastic" : MSG_PARAMS,
+	/* a resend: the reply to the first one may never have reached the worker's copy */
+	if (st == PS_DUPLICATE)
+		delta_restart(&w->dl);
+	rc = reply_vector(s, req, w, b, head, r.elastic,
 			  codec_of(s, msg_find(&m, "update")->meta.codec), &len);
 	pthread_mutex_unlock(&w->lock);
 	pthread_mutex_lock(&s->mu);

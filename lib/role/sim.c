@@ -551,7 +551,7 @@ static int release_round(struct sim *s, double tr, char *err)
 		w->pending = 0;
 		if (!w->joined)
 			continue;
-		if (vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, r.version, err) < 0)
+		if (vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, 0, r.version, err) < 0)
 			return GEM_EFAIL;
 		if (worker_reply(s, w, tr) < 0)
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -656,7 +656,7 @@ static int serve_commit(struct sim *s, struct simw *w, double t, char *err)
 	}
 	if (st == PS_APPLIED && summary_add(s, w->v.loss, r.st) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	if (vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, r.version, err) < 0)
+	if (vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, 0, r.version, err) < 0)
 		return GEM_EFAIL;
 	if (worker_reply(s, w, tout + s->o->latency) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");

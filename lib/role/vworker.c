@@ -44,6 +44,8 @@ void vworker_close(struct vworker *w)
 	free(w->x);
 	free(w->sent);
 	free(w->reply_codec);
+	for (int k = 0; k < SHARD_MAX; k++)
+		delta_close(&w->dl[k]);
 	feedback_close(&w->fb);
 	rule_local_free(&w->l);
 	if (w->has_feed)
@@ -64,8 +66,15 @@ int vworker_codec(struct vworker *w, const struct run *run, const char *codec,
 	    (blob_codec_lossy(w->fb.codec) && !w->sent && !(w->sent = malloc(sizeof(float) * w->n))))
 		return gem_errf(err, GEM_ENOMEM, "out of memory for worker %d", w->id);
 	w->ncut = ncut > 0 ? ncut : 1;
-	for (int k = 0; k < w->ncut; k++)
+	for (int k = 0; k < SHARD_MAX; k++)
+		delta_close(&w->dl[k]);
+	for (int k = 0; k < w->ncut; k++) {
 		w->cut[k] = ncut > 0 ? cut[k] : shard_of(w->n, 0, 0);
+		/* gem-serve --codec sends θ whole in its codec */
+		if ((rc = delta_open(&w->dl[k], reply_codec ? NULL : w->fb.codec, w->cut[k].len,
+				     err)) < 0)
+			return rc;
+	}
 	return 0;
 }
 
@@ -88,6 +97,29 @@ static const float *wire_pass(const struct vworker *w, struct vwire *x, const ch
 	return out;
 }
 
+/* θ v as the worker receives it: through the copies of its slices when it keeps them, as
+ * gem-serve sends it and gem-work takes it (restarted first when whole), else as wire_pass in
+ * its reply codec. NULL if v cannot be encoded (err says why). */
+static const float *theta_pass(struct vworker *w, struct vwire *x, const float *v, int whole,
+			       char *err)
+{
+	if (!w->dl[0].copy)
+		return wire_pass(w, x, w->reply_codec, NULL, v, x->v, err);
+	memcpy(x->v, v, sizeof(float) * w->n);
+	for (int k = 0; k < w->ncut; k++) {
+		struct delta *d = &w->dl[k];
+		struct blob_meta m;
+		const void *enc;
+		const char *name;
+		if (whole)
+			delta_restart(d);
+		if (delta_encode(d, &x->c, x->v + w->cut[k].off, &enc, &m, &name, err) < 0)
+			return NULL;
+		memcpy(x->v + w->cut[k].off, d->copy, sizeof(float) * d->n);
+	}
+	return x->v;
+}
+
 int vworker_joined(struct vworker *w, const struct run *run, const struct dataset *ds,
 		   const struct ps_joined *j, const float *theta, struct vwire *wire, char *err)
 {
@@ -102,7 +134,7 @@ int vworker_joined(struct vworker *w, const struct run *run, const struct datase
 		return rc;
 	w->has_feed = 1;
 	feed_seek(&w->f, j->samples);
-	if (!(got = wire_pass(w, wire, w->reply_codec, NULL, theta, wire->v, err)))
+	if (!(got = theta_pass(w, wire, theta, 1, err)))
 		return GEM_EFAIL;
 	memcpy(w->x, got, sizeof(float) * w->n);
 	feedback_restart(&w->fb, 0, w->n);
@@ -145,10 +177,11 @@ void vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, i
 	w->update = w->diverged ? u : wire_pass(w, wire, w->fb.codec, &w->fb, u, w->sent, err);
 }
 
-int vworker_reply(struct vworker *w, struct vwire *wire, const float *v, int elastic,
+int vworker_reply(struct vworker *w, struct vwire *wire, const float *v, int elastic, int whole,
 		  uint64_t version, char *err)
 {
-	const float *got = wire_pass(w, wire, w->reply_codec, NULL, v, wire->v, err);
+	const float *got = elastic ? wire_pass(w, wire, w->reply_codec, NULL, v, wire->v, err)
+				   : theta_pass(w, wire, v, whole, err);
 	if (!got)
 		return GEM_EFAIL;
 	rule_local_reply(&w->l, w->x, got, elastic);

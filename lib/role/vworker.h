@@ -3,7 +3,8 @@
  * gem-work computes, with the same training step (role/trainer) and rule half (rules/local), on
  * a model instance lent by the caller, so that many workers share a few models; and what crosses
  * the wire goes through the same encoder and decoder as in gem-work and gem-serve (role/feedback,
- * wire/blob), so that a lossy codec is modelled bit for bit. */
+ * wire/blob, and for θ the copies of wire/delta), so that a lossy codec is modelled bit for
+ * bit. */
 #ifndef GEM_VWORKER_H
 #define GEM_VWORKER_H
 #include <stdint.h>
@@ -14,6 +15,7 @@
 #include "rules/local.h"
 #include "run/shard.h"
 #include "wire/blob.h"
+#include "wire/delta.h"
 
 /* A thread's scratch for the messages it models: a codec's buffers and n floats. */
 struct vwire {
@@ -39,6 +41,8 @@ struct vworker {
 	char *reply_codec;     /* the codec of what the server sends it (its own copy) */
 	float *sent;           /* a lossy codec: its commit decoded */
 	struct shard cut[SHARD_MAX]; /* the slices of θ its servers hold: a message per slice */
+	struct delta dl[SHARD_MAX];  /* the copy of each slice it and its server hold (int8, int4,
+				      * topk, and no reply codec of the server's) */
 	int ncut;
 };
 
@@ -51,21 +55,22 @@ void vwire_close(struct vwire *x);
 int vworker_open(struct vworker *w, int id, const struct run *run, const struct layout *lo, char *err);
 void vworker_close(struct vworker *w);
 /* Its messages from now on: commits in codec (with error feedback; NULL: raw), replies in
- * reply_codec (NULL: blob_codec_for_theta(codec)), one message per slice of cut[0..ncut)
- * (ncut 0: θ whole); w keeps copies of the names. GEM_EUSAGE: a codec the rule cannot take
- * (role/feedback). */
+ * reply_codec (NULL: blob_codec_for_theta(codec), θ as deltas from its copies when
+ * delta_wanted(codec)), one message per slice of cut[0..ncut) (ncut 0: θ whole); w keeps copies
+ * of the names. GEM_EUSAGE: a codec the rule cannot take (role/feedback). */
 int vworker_codec(struct vworker *w, const struct run *run, const char *codec,
 		  const char *reply_codec, const struct shard *cut, int ncut, char *err);
-/* The server took it (j) and sent θ: its feed starts where the server saw it stop, x = θ as
- * received. */
+/* The server took it (j) and sent θ whole: its feed starts where the server saw it stop, x = θ
+ * as received. */
 int vworker_joined(struct vworker *w, const struct run *run, const struct dataset *ds,
 		   const struct ps_joined *j, const float *theta, struct vwire *wire, char *err);
 /* Compute the next commit on t's model: `steps` local steps, or (steps 0) steps until `samples`
  * samples are behind it (a replay's log says how many); encode and decode it with wire. */
 void vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, int steps,
 		     uint64_t samples);
-/* The reply v: θ, or easgd's d when elastic, of the given version, as received. GEM_EFAIL (err
- * says why): v cannot be encoded. */
-int vworker_reply(struct vworker *w, struct vwire *wire, const float *v, int elastic,
+/* The reply v: θ, or easgd's d when elastic, of the given version, as received; θ whole (its
+ * copies start over) when whole (the reply to a resent commit). GEM_EFAIL (err says why): v
+ * cannot be encoded. */
+int vworker_reply(struct vworker *w, struct vwire *wire, const float *v, int elastic, int whole,
 		  uint64_t version, char *err);
 #endif

@@ -22,6 +22,7 @@
 #include "run/run.h"
 #include "run/shard.h"
 #include "wire/blob.h"
+#include "wire/delta.h"
 #include "wire/httpc.h"
 #include "wire/msg.h"
 
@@ -49,6 +50,9 @@ struct wshard {
 	struct httpc_resp resp[2];
 	struct msg_buf buf;      /* the commit message of this shard's slice */
 	struct blob_codec codec; /* this shard's encoding and decoding */
+	struct delta dl;         /* int8, int4, topk: the copy of the slice the server keeps too */
+	uint64_t deltas;         /* replies that came as deltas */
+	uint32_t crc;            /* the last DELTA_CRC the server sent */
 	uint64_t version, seq;
 	int rc[2];               /* the last post's result, per client */
 	char err[2][GEM_ERRMAX];
@@ -124,8 +128,31 @@ static int check_slice(const struct wshard *sh, const json_t *head, char *err)
 	return 0;
 }
 
+/* θ of shard sh's reply m, blob b (θ whole, or a delta from the copy), into the copy and v; 1
+ * if the copy is no longer the server's (its DELTA_CRC differs). */
+static int take_theta(struct wshard *sh, const struct msg *m, const struct msg_blob *b, float *v,
+		      char *err)
+{
+	int is_delta = !strcmp(b->name, DELTA_BLOB), rc;
+	const float *got;
+	json_t *jv = json_object_get(m->header, DELTA_CRC);
+	if ((rc = blob_decode_view(&sh->codec, b->data, &b->meta, sh->len, &got, err)) < 0 ||
+	    (rc = delta_take(&sh->dl, is_delta, got, v, err)) < 0)
+		return rc;
+	sh->deltas += (uint64_t)is_delta;
+	if (!sh->dl.copy || !json_is_integer(jv))
+		return 0;
+	sh->crc = (uint32_t)json_integer_value(jv);
+	if (sh->crc == delta_crc(&sh->dl))
+		return 0;
+	gem_errf(err, GEM_EFAIL, "the copy of θ is not the server's (CRC-32 %08x, the server's %08x)",
+		 delta_crc(&sh->dl), sh->crc);
+	return 1;
+}
+
 /* Decode the vector named name of shard sh's reply resp into v (its slice), once its header
- * names sh's slice (check_slice); header fields into its version. */
+ * names sh's slice (check_slice); header fields into its version. θ comes whole or as a delta
+ * (take_theta). 1: the copy of θ is not the server's (err says so), v is undefined. */
 static int take_reply(struct wshard *sh, const struct httpc_resp *resp, const char *name, float *v,
 		      int *found, json_t **head, char *err)
 {
@@ -143,11 +170,16 @@ static int take_reply(struct wshard *sh, const struct httpc_resp *resp, const ch
 	/* found (may be NULL): 1 if the blob named name came, 0 if θ came instead */
 	if (found && !(*found = b != NULL))
 		b = msg_find(&m, MSG_PARAMS);
+	if (!b && (found || !strcmp(name, MSG_PARAMS)))
+		b = msg_find(&m, DELTA_BLOB);
 	if (!b) {
 		msg_free(&m);
 		return gem_errf(err, GEM_EFAIL, "the server's reply has no \"%s\" blob", name);
 	}
-	if ((rc = blob_decode(&sh->codec, b->data, &b->meta, v, sh->len, err)) < 0) {
+	rc = strcmp(b->name, MSG_PARAMS) && strcmp(b->name, DELTA_BLOB)
+		     ? blob_decode(&sh->codec, b->data, &b->meta, v, sh->len, err)
+		     : take_theta(sh, &m, b, v, err);
+	if (rc != 0) {
 		msg_free(&m);
 		return rc;
 	}
@@ -187,8 +219,9 @@ static int join_shard(struct wshard *sh, int id, float *x, json_t **head, char *
 	free(text);
 	if (rc < 0)
 		return rc;
-	if ((rc = take_reply(sh, &sh->resp[0], MSG_PARAMS, x + sh->off, NULL, head, err)) < 0)
-		return rc;
+	/* θ whole: the copy is what came, so a CRC that differs is the server's fault */
+	if ((rc = take_reply(sh, &sh->resp[0], MSG_PARAMS, x + sh->off, NULL, head, err)) != 0)
+		return rc < 0 ? rc : GEM_EFAIL;
 	feedback_restart(&w->fb, sh->off, sh->len);
 	if (json_is_integer(v = json_object_get(*head, "seq")))
 		sh->seq = (uint64_t)json_integer_value(v);
@@ -247,10 +280,16 @@ static void leave(struct worker *w, int done, int diverged, float loss)
 				    w->id, num_json(lbuf, sizeof lbuf, loss))
 			 : snprintf(body, sizeof body, "{\"worker\":%d,\"done\":%s}", w->id,
 				    done ? "true" : "false");
-	for (int k = 0; k < w->nsh; k++)
-		if (httpc_post_retry(w->sh[k].http[0], "/v1/leave", "application/json", body, (size_t)n, 5,
-				     &w->sh[k].resp[0], err) < 0)
+	for (int k = 0; k < w->nsh; k++) {
+		struct wshard *sh = &w->sh[k];
+		if (sh->dl.copy)
+			log_debug("shard %d: %llu replies as deltas; the copy's CRC-32 %08x, the "
+				  "server's last %08x", k, (unsigned long long)sh->deltas,
+				  delta_crc(&sh->dl), sh->crc);
+		if (httpc_post_retry(sh->http[0], "/v1/leave", "application/json", body, (size_t)n, 5,
+				     &sh->resp[0], err) < 0)
 			log_debug("leave: %s", err);
+	}
 }
 
 /* The commit messages of the vector v: each shard's slice into its buf. */
@@ -314,6 +353,22 @@ static void post_all(struct worker *w, int c)
 			pthread_join(w->sh[k].thread, NULL);
 }
 
+/* Join shard sh again, for the reason in err: 1 joined (its slice of x is θ, the rule's worker
+ * half starts over), 2 the run is over, < 0 an error. */
+static int rejoin_shard(struct wshard *sh, char *err)
+{
+	struct worker *w = sh->w;
+	json_t *head = NULL;
+	int rc;
+	log_warn("worker %d: %s; joining again", w->id, err);
+	rc = join_shard(sh, w->id, model_params(w->t.m), &head, err);
+	json_decref(head);
+	if (rc < 0)
+		return sh->resp[0].status == 410 ? 2 : rc;
+	start_local(w);
+	return 1;
+}
+
 /* What a commit's answer means: 0 a reply to take, 1 the server forgot us or our base (a
  * restart): rejoined if rejoin (that shard only), nothing applied there; 2 the run is over;
  * < 0 an error (in err). */
@@ -321,21 +376,13 @@ static int commit_status(struct wshard *sh, int c, int rejoin, char *err)
 {
 	struct worker *w = sh->w;
 	const struct httpc_resp *resp = &sh->resp[c];
-	json_t *head = NULL;
 	int rc = sh->rc[c];
 	if (rc < 0)
 		snprintf(err, GEM_ERRMAX, "%s%s", w->nsh > 1 ? "shard: " : "", sh->err[c]);
 	if (rc == HTTPC_EHTTP && resp->status == 410)
 		return 2;
-	if (rc == HTTPC_EHTTP && resp->status == 409 && rejoin) {
-		log_warn("worker %d: %s; joining again", w->id, err);
-		rc = join_shard(sh, w->id, model_params(w->t.m), &head, err);
-		json_decref(head);
-		if (rc < 0)
-			return sh->resp[0].status == 410 ? 2 : rc;
-		start_local(w);
-		return 1;
-	}
+	if (rc == HTTPC_EHTTP && resp->status == 409 && rejoin)
+		return rejoin_shard(sh, err);
 	return rc < 0 ? rc : 0;
 }
 
@@ -361,7 +408,20 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 	for (int k = 0; k < w->nsh; k++) {
 		struct wshard *sh = &w->sh[k];
 		int e = 0;
-		if ((rc = commit_status(sh, c, rejoin, err)) < 0)
+		/* an applied commit of easgd is answered with d; a refused stale one or a resend
+		 * with θ; a copy of θ that is not the server's any more starts over from θ */
+		if ((rc = commit_status(sh, c, rejoin, err)) == 0) {
+			rc = take_reply(sh, &sh->resp[c], w->l.d->reply_elastic ? "elastic" : MSG_PARAMS,
+					v + sh->off, &e, NULL, err);
+			if (rc == 0) {
+				kind[k] = (char)e;
+				elastic |= e;
+				continue;
+			}
+			if (rc == 1)
+				rc = rejoin ? rejoin_shard(sh, err) : GEM_EFAIL;
+		}
+		if (rc < 0)
 			return rc;
 		over |= rc == 2;
 		kind[k] = 2;
@@ -369,15 +429,6 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 			/* a rejoined shard's slice is θ: nothing to fold there */
 			memcpy(v + sh->off, x + sh->off, sizeof(float) * sh->len);
 		any |= rc == 1;
-		if (rc != 0)
-			continue;
-		/* an applied commit of easgd is answered with d; a refused stale one or a resend
-		 * with θ */
-		if ((rc = take_reply(sh, &sh->resp[c], w->l.d->reply_elastic ? "elastic" : MSG_PARAMS,
-				     v + sh->off, &e, NULL, err)) < 0)
-			return rc;
-		kind[k] = (char)e;
-		elastic |= e;
 	}
 	elastic &= w->l.d->reply_elastic;
 	if (over)
@@ -567,7 +618,12 @@ static int open_run(struct worker *w, const char *url, char *err)
 	if ((w->l.d->reply_elastic || w->l.d->sends == RULE_SENDS_CYCLE) &&
 	    !(w->v = malloc(sizeof(float) * w->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
-	return feedback_open(&w->fb, w->o.codec, w->l.d, w->n, err);
+	if ((rc = feedback_open(&w->fb, w->o.codec, w->l.d, w->n, err)) < 0)
+		return rc;
+	for (int k = 0; k < w->nsh; k++)
+		if ((rc = delta_open(&w->sh[k].dl, w->fb.codec, w->sh[k].len, err)) < 0)
+			return rc;
+	return 0;
 }
 
 /* Join, and the worker's feed where the server saw it stop: a worker that comes back under its
@@ -762,6 +818,7 @@ void work_close(struct worker *w)
 			httpc_free(w->sh[k].http[c]);
 		}
 		blob_codec_free(&w->sh[k].codec);
+		delta_close(&w->sh[k].dl);
 		msg_buf_free(&w->sh[k].buf);
 	}
 	free(w->sh);
