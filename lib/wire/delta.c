@@ -48,7 +48,7 @@ static uint32_t delta_big(const float *x)
 {
 	uint32_t u;
 	memcpy(&u, x, sizeof u);
-	return (u & 0x7fffffffu) >= 0x7e000000u; /* the bits of 2^125 */
+	return (u & 0x7fffffffu) >= 0x7e000000u; /* the bits of DELTA_BOUND, 2^125 */
 }
 
 /* 1 if every |θ| and |x̂| is below DELTA_BOUND (a NaN is not) */
