@@ -17,9 +17,10 @@
 # result exists in OUTDIR/rows/ is skipped. Environment: MODEL (default cnn), STEPS (table 1,
 # default 300), REPS (default 3), CODECS (table 1, default "raw fp16 int8 int4 topk:0.01
 # topk:0.1"), ACC_CODECS (table 2, default "raw int8 int4 topk:0.1"), SEEDS (table 2, default
-# "1 2 3"), RULES (default gem), PARTS (default "speed accuracy"), GEM_BIN where the gem
-# programs are (default: PATH, then the source tree's bin/). Wall times are the machine's at
-# the time: on a shared machine they are noisy.
+# "1 2 3"), RULES (default gem), PARTS (default "speed accuracy"), DATA (default fashion-mnist;
+# kjv for MODEL=gpt), INIT_OPTS (more gem-init options, e.g. "--optimizer adamw --lr 1e-3" for
+# gpt), GEM_BIN where the gem programs are (default: PATH, then the source tree's bin/). Wall
+# times are the machine's at the time: on a shared machine they are noisy.
 set -u
 
 out=${1:-build/experiment-codec}
@@ -32,7 +33,7 @@ fi
 for p in gem-init gem-serve gem-work gem-run gem-eval curl; do
 	command -v $p >/dev/null 2>&1 || { echo "codec: $p not found (set GEM_BIN)" >&2; exit 1; }
 done
-MODEL=${MODEL:-cnn} STEPS=${STEPS:-300} REPS=${REPS:-3} SEEDS=${SEEDS:-1 2 3} RULES=${RULES:-gem}
+MODEL=${MODEL:-cnn} DATA=${DATA:-fashion-mnist} INIT_OPTS=${INIT_OPTS:-} STEPS=${STEPS:-300} REPS=${REPS:-3} SEEDS=${SEEDS:-1 2 3} RULES=${RULES:-gem}
 CODECS=${CODECS:-raw fp16 int8 int4 topk:0.01 topk:0.1} ACC_CODECS=${ACC_CODECS:-raw int8 int4 topk:0.1}
 PARTS=${PARTS:-speed accuracy}
 mkdir -p "$out/runs" "$out/rows" || exit 1
@@ -62,7 +63,7 @@ speed() {
 	name=speed-$MODEL-$codec-r$rep res=$out/rows/$name.tsv run=$out/runs/$name
 	[ -s "$res" ] && return 0
 	rm -rf "$run"
-	gem-init -q --model "$MODEL" --data fashion-mnist --lr 0.05 --seed "$rep" "$run" || return 1
+	gem-init -q --model "$MODEL" --data "$DATA" --lr 0.05 --seed "$rep" $INIT_OPTS "$run" || return 1
 	serve --keep-running "$run"
 	gem-work --server "$url" --codec "$codec" --steps "$STEPS" 2>"$run.work.err"
 	us=$(curl -sf "$url/v1/stats" | python3 -c '
@@ -71,8 +72,9 @@ import json, sys; t = json.load(sys.stdin)["commit_us"]; print("%.1f %.1f" % (t[
 	sum=$(summary "$run.work.err")
 	[ -n "$sum" ] && [ -n "$us" ] || { echo "codec: $name: no summary" >&2; cat "$run.work.err" >&2; return 1; }
 	# model codec rep steps ms sent received worker_encode_us server_decode_us server_encode_us
+	# (summary's 7 fields, then the server's 2)
 	echo "$sum $us" | awk -v m="$MODEL" -v c="$codec" -v r="$rep" -v s="$STEPS" \
-		'{ printf "%s\t%s\t%d\t%d\t%.2f\t%d\t%d\t%.1f\t%.1f\t%.1f\n", m, c, r, s, $2, $3, $4, $5, $7, $8 }' >"$res"
+		'{ printf "%s\t%s\t%d\t%d\t%.2f\t%d\t%d\t%.1f\t%.1f\t%.1f\n", m, c, r, s, $2, $3, $4, $5, $8, $9 }' >"$res"
 	echo "codec: $name: $(cut -f5-10 "$res" | tr '\t' ' ')" >&2
 }
 
@@ -85,11 +87,11 @@ accuracy() {
 	echo "codec: $name: start $(date +%T)" >&2
 	t0=$(date +%s.%N)
 	if [ "$rule" = sgp ]; then
-		gem-run -q -n 4 --rule sgp --codec "$codec" --model "$MODEL" --data fashion-mnist \
+		gem-run -q -n 4 --rule sgp --codec "$codec" --model "$MODEL" --data "$DATA" \
 			--lr 0.05 --momentum 0.9 --batch 64 --seed "$seed" "$run" >"$run.tsv" 2>"$run.err" ||
 			{ echo "codec: $name: gem-run failed" >&2; tail -5 "$run.err" >&2; return 1; }
 	else
-		gem-init -q --model "$MODEL" --data fashion-mnist --rule "$rule" --workers 4 --lr 0.05 \
+		gem-init -q --model "$MODEL" --data "$DATA" --rule "$rule" --workers 4 --lr 0.05 \
 			--momentum 0.9 --batch 64 --seed "$seed" "$run" || return 1
 		serve "$run"
 		for i in 0 1 2 3; do
@@ -165,8 +167,8 @@ msd='function ms(s, q, n, f,   m, v) { m = s / n; if (n < 2) return sprintf(f, m
 	echo "Table 1: a gem-serve and one gem-work --codec C of $STEPS steps. Bytes per commit and"
 	echo "per reply: the messages' (header line included); worker encode: the CPU time of the"
 	echo "commit's codec, error feedback and framing; server decode (the commit's decoding and"
-	echo "checks) and reply encode (θ in the reply codec: fp16 for int8, int4 and topk; raw needs"
-	echo "none): wall time (GET /v1/stats); ms per commit: the worker's encode, round trip and"
+	echo "checks) and reply encode (θ in the reply codec: for int8, int4 and topk a delta from the"
+	echo "worker's copy of θ in its codec, θ whole in fp16 after a join; raw needs none): wall time (GET /v1/stats); ms per commit: the worker's encode, round trip and"
 	echo "decode of the reply, wall time. Table 2: 4"
 	echo "workers of one epoch each, gem, lr 0.05, momentum 0.9, batch 64; MB on the wire: every"
 	echo "commit and reply of the run (10^6 bytes, the mean over the seeds), and of them the commits."
