@@ -281,6 +281,9 @@ static int evaluate(void *ctx, const struct run_progress *p, char *err)
 		return rc;
 	if (trainer_diverged(e->res.loss, e->res.classes))
 		diverged(e, e->what, p->version, e->res.loss);
+	if (e->per_class && e->res.classes > EVAL_MAX_CLASSES)
+		return gem_errf(err, GEM_EUSAGE, "%s: %d classes: --per-class shows at most %d",
+				e->name ? e->name : "run", e->res.classes, EVAL_MAX_CLASSES);
 	if (e->per_class && e->header_done && e->res.classes != e->header_classes)
 		return gem_errf(err, GEM_EUSAGE, "%s: %d classes, the runs before %d: not one table "
 				"with --per-class", e->name ? e->name : "run", e->res.classes,

@@ -247,6 +247,27 @@ probe_hosts() {
 	rm -rf "$dir"
 	return $bad
 }
+# check_data_hosts HOST...: a dataset given by the paths of its files (csv:, npy:, npz:,
+# cifar: in run.json's data.dir) must be readable at those paths on every HOST, where the
+# workers read it: gem-run copies no data (a run is small, a dataset need not be). Names each
+# host and path that lacks it, says how to put it there, and fails.
+check_data_hosts() {
+	local loc h p bad=0 paths=()
+	loc=$(sed -n 's/^ *"dir": *"\(\(csv\|npy\|npz\|cifar\):[^"]*\)",*$/\1/p' "$rundir/run.json")
+	[ -n "$loc" ] || return 0
+	IFS=, read -r -a paths <<<"${loc#*:}"
+	for h in $(printf '%s\n' "$@" | sort -u); do
+		for p in "${paths[@]}"; do
+			rsh "$h" test -r "$(printf %q "$p")" </dev/null && continue
+			echo "gem-run: $h cannot read $p (the run's --data ${loc%%:*}:); gem-run copies no" \
+				"data: put it at the same path on $h (scp -r $p $h:$p) or on a file system" \
+				"$h shares, then gem-run --resume" >&2
+			bad=1
+		done
+	done
+	return $bad
+}
+
 # hosts_apart HOST...: the distinct HOSTs that do not see RUNDIR at its absolute path $rrun (a
 # marker file made there is not found), one per line: they get copies of the run's files.
 hosts_apart() {
@@ -430,6 +451,7 @@ sgp_run() {
 		--peers-file "$rundir/peers"
 	[ -z "$hosts" ] || probe_hosts gem-work "" "${slots[@]}" || exit 1
 	init_run
+	check_data_hosts "${slots[@]}" || exit 1
 	rm -f "$rundir"/node-*.url "$rundir"/node-*.gem "$rundir"/node-*.jsonl "$rundir"/node-*.log "$rundir/peers"
 	# on other hosts the run is at the same absolute path (a relative one would resolve
 	# against the remote $HOME, possibly into another run)
@@ -667,6 +689,7 @@ fi
 [ ${#shosts[@]} -eq 0 ] || probe_hosts gem-serve "" "${shosts[@]}" || exit 1
 
 [ $resume = 1 ] || init_run
+[ -z "$hosts" ] || check_data_hosts "${slots[@]}" || exit 1
 # on other hosts the run is at the same absolute path
 rrun=$(cd "$rundir" && pwd) || exit 1
 if [ $tls = 1 ]; then

@@ -230,4 +230,5 @@ def main():
     {"csv": write_csv, "npy": write_npy, "npz": write_npz, "idx": write_idx, "cifar": write_cifar}[what](d)
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -570,7 +570,7 @@ static void test_flatten(void)
 struct lsm_ctx {
 	int B, K;
 	float *x, *logp;
-	const uint8_t *label;
+	const uint16_t *label;
 	double loss;
 };
 
@@ -583,7 +583,7 @@ static void lsm_run(void *c)
 static void test_logsoftmax(void)
 {
 	float x[4 * 6], logp[24], dx[24];
-	uint8_t label[4] = {0, 5, 2, 2};
+	uint16_t label[4] = {0, 5, 2, 2};
 	struct lsm_ctx d = {4, 6, x, logp, label, 0};
 	fill(x, 24, -3, 3);
 	x[0] = 80; /* large logits must not overflow */

@@ -209,7 +209,7 @@ static void test_shipped_resnet(void)
 		   !strcmp(lo->t[lo->ntensors - 2].name, "10.weight") && lo->t[lo->ntensors - 2].shape[1] == 64,
 	   "resnet layout: 5.shortcut.0.weight (32,16,1,1), 10.weight (10,64) after the global pool");
 	float x[2 * 784];
-	uint8_t y[2] = {3, 7};
+	uint16_t y[2] = {3, 7};
 	rng_seed(&r, 2, 2);
 	for (int i = 0; i < 2 * 784; i++)
 		x[i] = rng_float(&r);
@@ -264,7 +264,7 @@ static void test_init(void)
  * at most a quarter may be. Every other parameter must satisfy
  * |num − ana| / max(1e-2, |num| + |ana|) < 2e-2 (1e-2 for a kink just under the threshold,
  * 1e-2 for rounding). A wrong gradient shows as errors of order 1 in smooth parameters. */
-static double model_gradcheck(struct model *m, const float *x, const uint8_t *y, int n, double bend, int *same,
+static double model_gradcheck(struct model *m, const float *x, const uint16_t *y, int n, double bend, int *same,
 			      double *kinked)
 {
 	const float eps = 3e-3f;
@@ -320,18 +320,18 @@ static void test_gradients(const char *name, const char *text, int n, double ben
 	model_init_params(m, 3);
 	size_t in = model_input_size(m);
 	float *x = malloc(in * n * sizeof *x);
-	uint8_t *y = malloc(n);
+	uint16_t *y = malloc(n * sizeof *y);
 	rng_seed(&r, 11, 0);
 	for (size_t i = 0; i < in * n; i++)
 		x[i] = 2 * rng_float(&r) - 1;
 	for (int i = 0; i < n; i++)
-		y[i] = (uint8_t)rng_below(&r, (uint32_t)model_classes(m));
+		y[i] = (uint16_t)rng_below(&r, (uint32_t)model_classes(m));
 	double e = model_gradcheck(m, x, y, n, bend, &same, &kinked);
 	ok(same, "%s: the same batch and rng give bit-identical gradients", name);
 	ok(e < 2e-2, "%s: gradient matches finite differences of the loss (max rel err %.2g)", name, e);
 	ok(kinked <= 0.25, "%s: few parameters sit near a kink (%.0f%% skipped)", name, 100 * kinked);
 	long correct = 0;
-	uint8_t pred[64];
+	uint16_t pred[64];
 	double sum = model_evaluate(m, x, y, n, &correct, pred);
 	int agree = 1;
 	for (int i = 0; i < n; i++)

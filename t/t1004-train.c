@@ -11,7 +11,7 @@
 #define N 256
 #define SIDE 8
 
-static void make_data(float *x, uint8_t *y, struct rng *r)
+static void make_data(float *x, uint16_t *y, struct rng *r)
 {
 	for (int i = 0; i < N; i++) {
 		int c = (int)rng_below(r, 4), oi = (c / 2) * 4, oj = (c % 2) * 4;
@@ -32,7 +32,7 @@ static void learn(const char *name, const char *text)
 	struct sgd opt;
 	struct rng r;
 	float x[N * SIDE * SIDE];
-	uint8_t y[N];
+	uint16_t y[N];
 	long correct = 0;
 	int rc = model_from_json(spec, &m, err);
 	json_decref(spec);

@@ -140,7 +140,7 @@ static void test_shipped(void)
 	   sqrt(s2 / (double)nw));
 	/* two threads split the products' rows: the same gradient, bit for bit */
 	float *x = malloc(sizeof(float) * 2 * 128), *g1 = malloc(sizeof(float) * model_nparams(m));
-	uint8_t *y = malloc(2 * 128);
+	uint16_t *y = malloc(2 * 128 * sizeof *y);
 	struct rng r;
 	rng_seed(&r, 3, 3);
 	for (int i = 0; i < 2 * 128; i++)
@@ -178,7 +178,7 @@ static void test_gradients(void)
 	struct model *m = build(TINY, err);
 	struct rng r;
 	float x[N * T], eps = 3e-3f;
-	uint8_t y[N * T], pred[N * T];
+	uint16_t y[N * T], pred[N * T];
 	if (!ok(m && model_reserve(m, N, err) == 0, "a tiny GPT builds (%s)", m ? "" : err))
 		return;
 	model_init_params(m, 5);

@@ -18,7 +18,7 @@ static int sample_of(const float *x)
 static int epoch_order(struct batcher *b, int *out, int *sizes_ok)
 {
 	float x[B * DIM];
-	uint8_t y[B];
+	uint16_t y[B];
 	int n = 0, k;
 	long e = -1;
 	*sizes_ok = 1;
@@ -40,21 +40,22 @@ static int epoch_order(struct batcher *b, int *out, int *sizes_ok)
 
 int main(void)
 {
-	static uint8_t images[N * DIM], labels[N];
+	static uint8_t images[N * DIM];
+	static uint16_t labels[N];
 	static int seen[N], o1[N], o2[N], o3[N];
 	struct dataset d = {.n = N, .rows = 2, .cols = 3, .dim = DIM, .classes = 10, .images = images, .labels = labels};
 	char err[GEM_ERRMAX] = "";
 	struct batcher b, c;
 	int total = 0, disjoint = 1, sizes_ok, n1, n2, same, ok_sizes = 1;
 	float x[B * DIM];
-	uint8_t y[B];
+	uint16_t y[B];
 
 	for (int i = 0; i < N; i++) {
 		images[i * DIM] = (uint8_t)(i / 256);
 		images[i * DIM + 1] = (uint8_t)(i % 256);
 		for (int j = 2; j < DIM; j++)
 			images[i * DIM + j] = (uint8_t)(i * j);
-		labels[i] = (uint8_t)(i % 10);
+		labels[i] = (uint16_t)(i % 10);
 	}
 
 	/* 4 shards, from 4 batchers with different streams: disjoint, covering, near-equal. */

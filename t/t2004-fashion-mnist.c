@@ -14,7 +14,7 @@ int main(void)
 	double mean, std;
 	int labels_ok = 1, counts[10] = {0}, balanced = 1;
 	static float x[64 * 784];
-	uint8_t y[64];
+	uint16_t y[64];
 
 	if (dataset_resolve("fashion-mnist", dir, sizeof dir, err) < 0)
 		skip_all("Fashion-MNIST not installed");

@@ -33,12 +33,12 @@ static void test_load(const char *file, const uint8_t *text, size_t len)
 		   !memcmp(te.text, text + tr.len, te.len),
 	   "the first 90%% is train (%zu bytes), the rest test (%zu)", tr.len, te.len);
 	ok(tr.classes == 251 && te.classes == 251, "classes: the largest byte of the whole file + 1");
-	ok(dataset_count(found, "train", &count, err) == 0 && count == tr.len, "dataset_count: the split's bytes");
+	ok(dataset_count(&(struct data_source){.loc = found}, "train", &count, err) == 0 && count == tr.len, "dataset_count: the split's bytes");
 	int wrc = dataset_window(&tr, 16, err);
 	ok(wrc == 0 && tr.n == (int)((tr.len - 1) / 16) && tr.dim == 16 && tr.seq == 16,
 	   "windows of 16: n = (len − 1)/16 = %d", tr.n);
 	float x[3 * 16];
-	uint8_t y[3 * 16];
+	uint16_t y[3 * 16];
 	uint32_t idx[3] = {5, 0, (uint32_t)tr.n - 1};
 	dataset_fill(&tr, idx, 0, 3, 0.5f, 0.25f, x, y);
 	int right = 1;
@@ -55,7 +55,7 @@ static void test_load(const char *file, const uint8_t *text, size_t len)
 	struct batcher b[3], c;
 	enum { BATCH = 7 };
 	float bx[BATCH * 16];
-	uint8_t by[BATCH * 16];
+	uint16_t by[BATCH * 16];
 	int inside = 1, consistent = 1, all = 1;
 	for (int w = 0; w < 3; w++) {
 		all &= batcher_init(&b[w], &tr, BATCH, 42, 1 + w, w, 3, 0, 1, err) == 0;
@@ -80,7 +80,7 @@ static void test_load(const char *file, const uint8_t *text, size_t len)
 	/* run into epoch 2, then seek back there from a new batcher */
 	size_t total = 2 * b[1].count + 3;
 	float cx[BATCH * 16];
-	uint8_t cy[BATCH * 16];
+	uint16_t cy[BATCH * 16];
 	for (size_t done = BATCH; done < total; done += (size_t)batcher_next(&b[1], bx, by))
 		;
 	long epoch = b[1].epoch;

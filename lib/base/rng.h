@@ -19,6 +19,7 @@ struct rng {
 #define RNG_DROPOUT     UINT64_C(0x6472706f7574) /* + data position: dropout of one step (trainer) */
 #define RNG_DROP_RATE   UINT64_C(0x64726f70)     /* "drop": gem-serve --drop-rate's draws */
 #define RNG_SIM_TIMING  UINT64_C(0x73696d74)     /* + worker id: gem-sim's step times */
+#define RNG_HOLDOUT     UINT64_C(0x686f6c64)     /* "hold": the samples --holdout takes as test */
 #define RNG_SAMPLE      UINT64_C(0x73616d70)     /* "samp", gem-sample's seed: its draws */
 /* The batch order of trainer `who` (-1: local training) is stream 1 + who of the data's
  * per-epoch shuffle (batcher_init): local training 0, worker or SGP node i, 1 + i. */

@@ -1,4 +1,9 @@
 #include "nn/data.h"
+#include "nn/cifar.h"
+#include "nn/csv.h"
+#include "nn/idx.h"
+#include "nn/npy.h"
+#include "nn/npz.h"
 #include "nn/samples.h"
 #include "base/err.h"
 #include "base/rng.h"
@@ -28,6 +33,80 @@ static int is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+static const char *const spec_prefixes[] = {DATA_CSV_PREFIX, DATA_NPY_PREFIX, DATA_NPZ_PREFIX,
+					     DATA_CIFAR_PREFIX, NULL};
+
+/* The format prefix loc starts with, or NULL. */
+static const char *spec_prefix(const char *loc)
+{
+	for (const char *const *p = spec_prefixes; *p; p++)
+		if (!strncmp(loc, *p, strlen(*p)))
+			return *p;
+	return NULL;
+}
+
+int dataset_is_spec(const char *loc)
+{
+	return spec_prefix(loc) != NULL;
+}
+
+/* Path i (0 or 1) of the spec after its prefix, rest, into path (cap bytes): 0, or -1 when
+ * there is no such path or it is too long. */
+static int spec_path(const char *rest, int i, char *path, size_t cap)
+{
+	const char *comma = strchr(rest, ','), *p = !i ? rest : i == 1 && comma ? comma + 1 : NULL;
+	size_t len;
+	if (!p)
+		return -1;
+	len = !i && comma ? (size_t)(comma - p) : strlen(p);
+	if (!len || len >= cap)
+		return -1;
+	memcpy(path, p, len);
+	path[len] = 0;
+	return 0;
+}
+
+/* FORMAT:PATH[,PATH] with each path checked and made absolute into out (cap bytes). */
+static int resolve_spec(const char *name, const char *pre, char *out, size_t cap, char *err)
+{
+	const char *rest = name + strlen(pre), *comma = strchr(rest, ',');
+	int want = !strcmp(pre, DATA_NPY_PREFIX) ? 2 : 1, dir = !strcmp(pre, DATA_CIFAR_PREFIX);
+	char path[PATH_MAX], abs[PATH_MAX];
+	size_t len = (size_t)snprintf(out, cap, "%s", pre);
+	if ((comma != NULL) + 1 != want || (comma && strchr(comma + 1, ',')))
+		return gem_errf(err, GEM_EUSAGE, "--data %s: %s", name,
+				want == 2 ? "npy: takes FEATURES,LABELS, two .npy files"
+					  : "one path after the format (no comma)");
+	for (int i = 0; i < want; i++) {
+		if (spec_path(rest, i, path, sizeof path) < 0)
+			return gem_errf(err, GEM_EUSAGE, "--data %s: an empty or too long path", name);
+		if (dir ? !is_dir(path) : !is_file(path))
+			return gem_errf(err, GEM_EUSAGE, "--data %s: %s: %s", name, path,
+					access(path, F_OK) ? "no such file or directory"
+					: dir		   ? "not a directory"
+							   : "not a regular file");
+		if (!realpath(path, abs))
+			return gem_errf(err, GEM_EUSAGE, "%s: %s", path, strerror(errno));
+		len += (size_t)snprintf(out + (len < cap ? len : cap), len < cap ? cap - len : 0, "%s%s",
+					i ? "," : "", abs);
+	}
+	if (len >= cap)
+		return gem_errf(err, GEM_EUSAGE, "--data %s: path too long", name);
+	return 0;
+}
+
+int dataset_present(const char *loc)
+{
+	const char *pre = spec_prefix(loc);
+	char path[PATH_MAX];
+	if (!pre)
+		return access(loc, R_OK) == 0;
+	for (int i = 0; spec_path(loc + strlen(pre), i, path, sizeof path) == 0; i++)
+		if (access(path, R_OK) < 0)
+			return 0;
+	return 1;
+}
+
 int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
 {
 	char looked[GEM_ERRMAX] = "", cand[4096];
@@ -35,6 +114,8 @@ int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
 	size_t lk = 0;
 	if (!name_or_dir || !*name_or_dir)
 		return gem_errf(err, GEM_EUSAGE, "dataset: empty name");
+	if (spec_prefix(name_or_dir))
+		return resolve_spec(name_or_dir, spec_prefix(name_or_dir), dir, cap, err);
 	if (!strncmp(name_or_dir, DATA_TEXT_PREFIX, strlen(DATA_TEXT_PREFIX))) {
 		const char *file = name_or_dir + strlen(DATA_TEXT_PREFIX);
 		if (!is_file(file))
@@ -219,19 +300,6 @@ out:
 	return rc;
 }
 
-/* dir/name.gz if it exists, else dir/name; an error names both when neither does. */
-static int find_file(const char *dir, const char *name, char *path, size_t cap, char *err)
-{
-	if ((size_t)snprintf(path, cap, "%s/%s.gz", dir, name) >= cap)
-		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
-	if (access(path, F_OK) == 0)
-		return 0;
-	snprintf(path, cap, "%s/%s", dir, name);
-	if (access(path, F_OK) == 0)
-		return 0;
-	return gem_errf(err, GEM_EFAIL, "%s: no %s or %s.gz", dir, name, name);
-}
-
 /* The text file of dataset dir: dir itself when it is a file, else dir/NAME.txt for a
  * directory named NAME, if it is there. 1 found (path written), 0 not a text. */
 static int text_path(const char *dir, char *path, size_t cap)
@@ -293,80 +361,184 @@ int dataset_window(struct dataset *d, int seq, char *err)
 	return 0;
 }
 
-int dataset_load(const char *dir, const char *split, struct dataset *out, char *err)
+/* Split "train" or "test" of the dataset at loc (an IDX directory or a spec) into s: 0, or 1
+ * (s empty) when the dataset has no test split. */
+static int load_samples(const char *loc, const char *label, int test, struct samples *s, char *err)
 {
-	char ipath[4096], lpath[4096], name[64];
-	uint32_t idims[3], ldims[3];
-	const char *prefix;
-	int rc, maxl = -1;
-	memset(out, 0, sizeof *out);
-	if (text_path(dir, ipath, sizeof ipath))
-		return text_load(ipath, split, out, err);
-	if (!strcmp(split, "train"))
-		prefix = "train";
-	else if (!strcmp(split, "test") || !strcmp(split, "t10k"))
-		prefix = "t10k";
-	else
-		return gem_errf(err, GEM_EUSAGE, "dataset: unknown split '%s' (train or test)",
-				split);
-	snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
-	if ((rc = find_file(dir, name, ipath, sizeof ipath, err)) < 0)
-		return rc;
-	snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix);
-	if ((rc = find_file(dir, name, lpath, sizeof lpath, err)) < 0)
-		return rc;
-	if ((rc = idx_load(ipath, IDX_IMAGES, idims, &out->images, err)) < 0)
-		return rc;
-	if ((rc = idx_load(lpath, IDX_LABELS, ldims, &out->labels, err)) < 0) {
-		dataset_free(out);
-		return rc;
+	const char *pre = spec_prefix(loc), *split = test ? "test" : "train", *rest;
+	char x[PATH_MAX], y[PATH_MAX];
+	memset(s, 0, sizeof *s);
+	if (!pre)
+		return idx_dir_load(loc, split, s, err);
+	rest = loc + strlen(pre);
+	if (!strcmp(pre, DATA_NPZ_PREFIX))
+		return npz_load(rest, split, NULL, NULL, s, err);
+	if (!strcmp(pre, DATA_CIFAR_PREFIX))
+		return cifar_load(rest, split, s, err);
+	if (test) /* a table or a pair of arrays is one split */
+		return 1;
+	if (!strcmp(pre, DATA_CSV_PREFIX)) {
+		if (!label || !*label)
+			return gem_errf(err, GEM_EUSAGE, "%s: a CSV table needs its label column named "
+					"(--label COLUMN)", loc);
+		return csv_load(rest, label, s, err);
 	}
-	if (idims[0] != ldims[0]) {
-		dataset_free(out);
-		return gem_errf(err, GEM_EFAIL, "%s: %u images but %s: %u labels", ipath, idims[0],
-				lpath, ldims[0]);
+	if (spec_path(rest, 0, x, sizeof x) < 0 || spec_path(rest, 1, y, sizeof y) < 0)
+		return gem_errf(err, GEM_EUSAGE, "%s: not npy:FEATURES,LABELS", loc);
+	return npy_load(x, y, s, err);
+}
+
+/* Keep of s the samples of split test (1) or train (0) of a holdout of fraction f drawn from
+ * seed: the test split is the first ⌈n·f⌉ of a permutation, train the others, each in the
+ * file's order. */
+static int holdout_split(struct samples *s, int test, double f, uint64_t seed, const char *loc,
+			 char *err)
+{
+	size_t n = s->n, k = (size_t)ceil((double)n * f), m = 0;
+	size_t row = s->dim * (s->type == SAMPLES_U8 ? 1 : sizeof(float));
+	uint32_t *perm;
+	uint8_t *take;
+	struct rng r;
+	if (k >= n)
+		return gem_errf(err, GEM_EUSAGE, "%s: %zu samples: too few to hold out %g of them and "
+				"train on the rest", loc, n, f);
+	perm = malloc(n * sizeof *perm);
+	take = calloc(n, 1);
+	if (!perm || !take) {
+		free(perm);
+		free(take);
+		return gem_errf(err, GEM_ENOMEM, "%s: out of memory", loc);
 	}
-	out->n = (int)idims[0];
-	out->rows = (int)idims[1];
-	out->cols = (int)idims[2];
-	out->dim = out->rows * out->cols;
-	for (int i = 0; i < out->n; i++)
-		if (out->labels[i] > maxl)
-			maxl = out->labels[i];
-	out->classes = maxl + 1;
+	for (size_t i = 0; i < n; i++)
+		perm[i] = (uint32_t)i;
+	rng_seed(&r, seed, RNG_HOLDOUT);
+	rng_shuffle(&r, perm, n);
+	for (size_t i = 0; i < k; i++)
+		take[perm[i]] = 1;
+	for (size_t i = 0; i < n; i++)
+		if (take[i] == test) {
+			memmove((uint8_t *)s->x + m * row, (uint8_t *)s->x + i * row, row);
+			s->y[m++] = s->y[i];
+		}
+	free(perm);
+	free(take);
+	s->n = m;
+	samples_count_classes(s);
 	return 0;
 }
 
-int dataset_count(const char *dir, const char *split, uint64_t *n, char *err)
+/* out takes over s's arrays: an image (C, H, W) has C groups, a table (D) D. */
+static void from_samples(struct samples *s, struct dataset *out)
+{
+	out->n = (int)s->n;
+	out->dim = (int)s->dim;
+	if (s->ndim == 3) {
+		out->groups = s->shape[0];
+		out->rows = s->shape[1];
+		out->cols = s->shape[2];
+	} else {
+		out->rows = 1;
+		out->groups = out->cols = (int)s->dim;
+	}
+	if (s->type == SAMPLES_U8)
+		out->images = s->x;
+	else
+		out->xf = s->x;
+	out->labels = s->y;
+	out->classes = s->classes;
+	memset(s, 0, sizeof *s);
+}
+
+/* The error of a dataset without the test split asked for. */
+static int no_test_split(const char *loc, char *err)
+{
+	return gem_errf(err, GEM_EUSAGE, "%s: no test split to evaluate on%s (give --holdout FRACTION "
+			"to hold out that fraction of the training samples)", loc,
+			spec_prefix(loc) ? "" : ": no t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, "
+			"nor their other names (gem-data(5))");
+}
+
+/* 1 for split "test" (or "t10k"), 0 for "train", else GEM_EUSAGE. */
+static int split_is_test(const char *split, char *err)
+{
+	if (!strcmp(split, "test") || !strcmp(split, "t10k"))
+		return 1;
+	if (!strcmp(split, "train"))
+		return 0;
+	return gem_errf(err, GEM_EUSAGE, "dataset: unknown split '%s' (train or test)", split);
+}
+
+int dataset_open(const struct data_source *src, const char *split, struct dataset *out, char *err)
 {
 	char path[4096];
-	uint32_t dims[3];
-	uint8_t *labels;
-	int rc;
-	if (strcmp(split, "train") && strcmp(split, "test"))
-		return gem_errf(err, GEM_EUSAGE, "dataset: unknown split '%s' (train or test)", split);
-	if (text_path(dir, path, sizeof path)) {
-		struct dataset text = {0};
-		if ((rc = text_load(path, split, &text, err)) == 0)
-			*n = text.len;
-		dataset_free(&text);
+	struct samples s;
+	int test, rc;
+	memset(out, 0, sizeof *out);
+	if (!spec_prefix(src->loc) && text_path(src->loc, path, sizeof path))
+		return text_load(path, split, out, err);
+	if ((test = split_is_test(split, err)) < 0)
+		return test;
+	rc = load_samples(src->loc, src->label, test && !(src->holdout > 0), &s, err);
+	if (rc == 1)
+		return no_test_split(src->loc, err);
+	if (rc < 0)
+		return rc;
+	if (src->holdout > 0 && (rc = holdout_split(&s, test, src->holdout, src->seed, src->loc, err)) < 0) {
+		samples_free(&s);
 		return rc;
 	}
-	if ((rc = find_file(dir, strcmp(split, "train") ? "t10k-labels-idx1-ubyte" : "train-labels-idx1-ubyte",
-			    path, sizeof path, err)) < 0 ||
-	    (rc = idx_load(path, IDX_LABELS, dims, &labels, err)) < 0)
-		return rc;
-	free(labels);
-	*n = dims[0];
+	from_samples(&s, out);
 	return 0;
+}
+
+int dataset_load(const char *dir, const char *split, struct dataset *out, char *err)
+{
+	return dataset_open(&(struct data_source){.loc = dir}, split, out, err);
+}
+
+int dataset_count(const struct data_source *src, const char *split, uint64_t *n, char *err)
+{
+	char images[4096], labels[4096];
+	struct dataset d;
+	struct idx_array a;
+	uint8_t *buf;
+	size_t len;
+	int rc, test;
+	if ((test = split_is_test(split, err)) < 0)
+		return test;
+	if (spec_prefix(src->loc) || src->holdout > 0 || text_path(src->loc, images, sizeof images)) {
+		if ((rc = dataset_open(src, split, &d, err)) == 0)
+			*n = d.text ? d.len : (uint64_t)d.n;
+		dataset_free(&d);
+		return rc;
+	}
+	/* an IDX directory: its labels file's first dimension */
+	if ((rc = idx_find(src->loc, test ? "test" : "train", images, labels, sizeof images, err)) == 1)
+		return no_test_split(src->loc, err);
+	if (rc < 0 || (rc = samples_read_file(labels, SAMPLES_MAX_BYTES, &buf, &len, err)) < 0)
+		return rc;
+	if ((rc = idx_parse(buf, len, labels, &a, err)) == 0)
+		*n = a.dims[0];
+	free(buf);
+	return rc;
 }
 
 void dataset_free(struct dataset *d)
 {
 	free(d->images);
+	free(d->xf);
 	free(d->labels);
 	free(d->text);
+	free(d->gscale);
+	free(d->gshift);
 	memset(d, 0, sizeof *d);
+}
+
+/* Value j of sample s of d, a byte scaled to [0, 1]. */
+static double value(const struct dataset *d, size_t s, size_t j)
+{
+	size_t at = s * (size_t)d->dim + j;
+	return d->images ? d->images[at] / 255.0 : (double)d->xf[at];
 }
 
 void dataset_stats(const struct dataset *d, double *mean, double *std)
@@ -376,13 +548,23 @@ void dataset_stats(const struct dataset *d, double *mean, double *std)
 	const uint8_t *x = d->text ? d->text : d->images;
 	size_t total = d->text ? d->len : (size_t)d->n * (size_t)d->dim;
 	double m = 0, v = 0;
-	for (size_t i = 0; i < total; i++)
-		hist[x[i]]++;
 	if (!total) {
 		*mean = 0;
 		*std = 0;
 		return;
 	}
+	if (!x) { /* float features: two passes */
+		for (size_t i = 0; i < total; i++)
+			m += d->xf[i];
+		m /= (double)total;
+		for (size_t i = 0; i < total; i++)
+			v += (d->xf[i] - m) * (d->xf[i] - m);
+		*mean = m;
+		*std = sqrt(v / (double)total);
+		return;
+	}
+	for (size_t i = 0; i < total; i++)
+		hist[x[i]]++;
 	for (int k = 0; k < 256; k++)
 		m += (double)hist[k] * (k / 255.0);
 	m /= (double)total;
@@ -392,23 +574,116 @@ void dataset_stats(const struct dataset *d, double *mean, double *std)
 	*std = sqrt(v / (double)total);
 }
 
+void dataset_group_stats(const struct dataset *d, double *mean, double *std)
+{
+	size_t groups = (size_t)d->groups, gs = (size_t)d->dim / groups, n = (size_t)d->n;
+	for (size_t g = 0; g < groups; g++) {
+		double m = 0, v = 0, first = value(d, 0, g * gs);
+		int equal = 1;
+		for (size_t s = 0; s < n; s++)
+			for (size_t i = g * gs; i < (g + 1) * gs; i++)
+				m += value(d, s, i);
+		m /= (double)(n * gs);
+		for (size_t s = 0; s < n; s++)
+			for (size_t i = g * gs; i < (g + 1) * gs; i++) {
+				double x = value(d, s, i);
+				v += (x - m) * (x - m);
+				equal &= x == first;
+			}
+		mean[g] = m;
+		std[g] = equal ? 1 : sqrt(v / (double)(n * gs));
+	}
+}
+
+int dataset_set_norm(struct dataset *d, int groups, const double *mean, const double *std,
+		     char *err)
+{
+	double in = d->images ? 255.0 : 1.0; /* a byte is scaled to [0, 1] first */
+	if (groups != d->groups)
+		return gem_errf(err, GEM_EUSAGE, "the normalisation has %d groups, the data %d (%s)",
+				groups, d->groups, d->groups == d->dim ? "features" : "channels");
+	for (int g = 0; g < groups; g++)
+		if (!isfinite(mean[g]) || !(std[g] > 0) || !isfinite(std[g]) || !isfinite(1 / std[g]))
+			return gem_errf(err, GEM_EUSAGE, "the normalisation of group %d: mean %g, std %g", g,
+					mean[g], std[g]);
+	free(d->gscale);
+	free(d->gshift);
+	d->gscale = malloc((size_t)groups * sizeof *d->gscale);
+	d->gshift = malloc((size_t)groups * sizeof *d->gshift);
+	if (!d->gscale || !d->gshift) {
+		free(d->gscale);
+		free(d->gshift);
+		d->gscale = d->gshift = NULL;
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
+	for (int g = 0; g < groups; g++) {
+		d->gscale[g] = (float)(1 / (in * std[g]));
+		d->gshift[g] = (float)(-mean[g] / std[g]);
+	}
+	return 0;
+}
+
 static void make_lut(float lut[256], float mean, float std)
 {
 	for (int k = 0; k < 256; k++)
 		lut[k] = (float)((k / 255.0 - mean) / std);
 }
 
-void dataset_fill_window(const struct dataset *d, size_t off, float *restrict x, uint8_t *restrict y)
+/* How inputs are normalised: a byte's table (the mean and std of all values, of bytes), or
+ * x·scale[g] + shift[g] over groups of gsize values. */
+struct norm {
+	const float *lut;
+	const float *scale, *shift;
+	size_t gsize;
+};
+
+/* d's norm: its groups', else lut (bytes) or scale and shift of all values. */
+static struct norm norm_of(const struct dataset *d, const float *lut, const float *scale,
+			   const float *shift)
+{
+	if (d->gscale)
+		return (struct norm){.scale = d->gscale, .shift = d->gshift,
+				     .gsize = (size_t)(d->dim / d->groups)};
+	if (d->images)
+		return (struct norm){.lut = lut};
+	return (struct norm){.scale = scale, .shift = shift, .gsize = (size_t)d->dim};
+}
+
+void dataset_fill_window(const struct dataset *d, size_t off, float *restrict x, uint16_t *restrict y)
 {
 	const uint8_t *src = d->text + off;
 	for (int j = 0; j < d->seq; j++)
 		x[j] = (float)src[j];
 	if (y)
-		memcpy(y, src + 1, (size_t)d->seq);
+		for (int j = 0; j < d->seq; j++)
+			y[j] = src[j + 1];
 }
 
-static void fill(const struct dataset *d, const float lut[256], const uint32_t *idx,
-		 size_t start, size_t n, float *restrict x, uint8_t *restrict y)
+/* Sample s of d's features, normalised by nm, into dst. */
+static void fill_one(const struct dataset *d, const struct norm *nm, size_t s, float *restrict dst)
+{
+	size_t dim = (size_t)d->dim, gs = nm->gsize;
+	const uint8_t *restrict b = d->images ? d->images + s * dim : NULL;
+	const float *restrict f = d->xf ? d->xf + s * dim : NULL;
+	if (nm->lut) {
+		for (size_t j = 0; j < dim; j++)
+			dst[j] = nm->lut[b[j]];
+		return;
+	}
+	for (size_t g = 0; g * gs < dim; g++) {
+		const float a = nm->scale[g], c = nm->shift[g];
+		float *restrict o = dst + g * gs;
+		if (b)
+			for (size_t i = 0; i < gs; i++)
+				o[i] = (float)b[g * gs + i] * a + c;
+		else
+			for (size_t i = 0; i < gs; i++)
+				o[i] = f[g * gs + i] * a + c;
+	}
+}
+
+static void fill(const struct dataset *d, const struct norm *nm, const uint32_t *idx,
+		 size_t start, size_t n, float *restrict x, uint16_t *restrict y)
 {
 	size_t dim = (size_t)d->dim;
 	if (d->text) { /* sample s: the window at s·seq */
@@ -418,21 +693,21 @@ static void fill(const struct dataset *d, const float lut[256], const uint32_t *
 	}
 	for (size_t k = 0; k < n; k++) {
 		size_t s = idx ? idx[start + k] : start + k;
-		const uint8_t *restrict src = d->images + s * dim;
-		float *restrict dst = x + k * dim;
-		for (size_t j = 0; j < dim; j++)
-			dst[j] = lut[src[j]];
+		fill_one(d, nm, s, x + k * dim);
 		if (y)
 			y[k] = d->labels[s];
 	}
 }
 
 void dataset_fill(const struct dataset *d, const uint32_t *idx, size_t start, size_t n,
-		  float mean, float std, float *x, uint8_t *y)
+		  float mean, float std, float *x, uint16_t *y)
 {
-	float lut[256];
-	make_lut(lut, mean, std);
-	fill(d, lut, idx, start, n, x, y);
+	float lut[256], scale = 1 / std, shift = -mean / std;
+	struct norm nm;
+	if (d->images && !d->gscale)
+		make_lut(lut, mean, std);
+	nm = norm_of(d, lut, &scale, &shift);
+	fill(d, &nm, idx, start, n, x, y);
 }
 
 static uint64_t splitmix64(uint64_t z)
@@ -524,12 +799,15 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
 	memcpy(b->shard, perm + lo, b->count * sizeof *perm);
 	free(perm);
 	make_lut(b->lut, mean, std);
+	b->scale = 1 / std;
+	b->shift = -mean / std;
 	shuffle_epoch(b);
 	return 0;
 }
 
-int batcher_next(struct batcher *b, float *x, uint8_t *y)
+int batcher_next(struct batcher *b, float *x, uint16_t *y)
 {
+	struct norm nm;
 	size_t k;
 	if (b->pos >= b->count) {
 		b->epoch++;
@@ -544,7 +822,8 @@ int batcher_next(struct batcher *b, float *x, uint8_t *y)
 		b->pos += k;
 		return (int)k;
 	}
-	fill(b->d, b->lut, b->order, b->pos, k, x, y);
+	nm = norm_of(b->d, b->lut, &b->scale, &b->shift);
+	fill(b->d, &nm, b->order, b->pos, k, x, y);
 	b->pos += k;
 	return (int)k;
 }

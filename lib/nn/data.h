@@ -1,8 +1,10 @@
-/* data: image classification datasets in IDX format (the MNIST family, gzip'd or plain) and
+/* data: classification datasets (a directory of IDX files, the MNIST family's; or, by a format
+ * prefix, a CSV table, NumPy arrays, an .npz archive, CIFAR's binary batches: gem-data(5)) and
  * texts (any file of bytes, for a language model), and the batches training and evaluation
  * read from them: normalised float inputs, sharded across workers, in an order per epoch that
- * a resumed run can recompute from (epoch, pos): a shuffle of the images, or windows of a text
- * at offsets drawn at random. */
+ * a resumed run can recompute from (epoch, pos): a shuffle of the samples, or windows of a
+ * text at offsets drawn at random. A dataset without a test split can hold out a fraction of
+ * its training samples as one, drawn from the run's seed. */
 #ifndef GEM_DATA_H
 #define GEM_DATA_H
 #include <stddef.h>
@@ -17,6 +19,12 @@
 #define DATA_KJV "kjv"
 /* A text's last 1/DATA_TEXT_HOLD_OUT (its bytes from ⌊len·9/10⌋ on) is split "test". */
 #define DATA_TEXT_HOLD_OUT 10
+/* The formats of files given by their paths (gem-data(5)): "csv:FILE", "npy:FEATURES,LABELS",
+ * "npz:FILE", "cifar:DIR". */
+#define DATA_CSV_PREFIX   "csv:"
+#define DATA_NPY_PREFIX   "npy:"
+#define DATA_NPZ_PREFIX   "npz:"
+#define DATA_CIFAR_PREFIX "cifar:"
 
 /* A dataset: images and their labels, or a text's bytes (a file read as it is, or inflated
  * when gzip'd). A text's sample is a window of seq
@@ -24,11 +32,17 @@
  * for evaluation are the windows one after another from its first byte. */
 struct dataset {
 	int n;          /* samples */
-	int rows, cols; /* image shape (a text: 1, seq) */
-	int dim;        /* values per sample: rows * cols */
+	int rows, cols; /* an image's height and width (a table: 1, D; a text: 1, seq) */
+	int dim;        /* values per sample: channels × rows × cols */
+	int groups;     /* normalisation groups: an image's channels, a table's features */
 	int classes;    /* largest label + 1 (a text: largest byte of the whole file + 1) */
-	uint8_t *images; /* n × dim pixels, row-major (a text: NULL) */
-	uint8_t *labels; /* n (a text: NULL) */
+	uint8_t *images; /* n × dim uint8 features, C order (NULL: float ones, or a text) */
+	float *xf;       /* n × dim float32 features (NULL: uint8 ones, or a text) */
+	uint16_t *labels; /* n (a text: NULL) */
+	/* per group, once dataset_set_norm gave its mean and std (NULL: the mean and std of all
+	 * values, given to batcher_init and dataset_fill): an input is x·scale + shift, x the
+	 * stored byte or float */
+	float *gscale, *gshift;
 	int seq;         /* a text: bytes per window (0 until dataset_window) */
 	uint8_t *text;   /* a text: the split's bytes (NULL: images) */
 	size_t len;      /* ... how many */
@@ -47,44 +61,74 @@ struct batcher {
 	size_t lo, hi;   /* a text: the worker's slice of its bytes */
 	long epoch;      /* current epoch, from 0 */
 	size_t pos;      /* next sample of the epoch's order */
-	float lut[256];  /* pixel byte → (byte/255 − mean)/std */
+	float lut[256];  /* pixel byte → (byte/255 − mean)/std, of the mean and std of all values */
+	float scale, shift; /* float features: x·scale + shift, of the same */
 };
 
-/* Find a dataset: a directory path is used as is, "text:FILE" is FILE; a name is looked up as
- * <dir>/<name>/ in each directory of $GEM_DATA_PATH (colon-separated), then
- * DATA_DIR_DEFAULT/<name>/. Writes the directory (or file) to dir (cap bytes); the error lists
- * every place looked in. */
+/* Where a dataset is and how it is split, as run.json records it. */
+struct data_source {
+	const char *loc;   /* a directory, a text file, or FORMAT:PATH[,PATH] (dataset_resolve) */
+	const char *label; /* csv: the label column's name */
+	double holdout;    /* in (0, 1): that fraction of the training samples is split "test"; 0 none */
+	uint64_t seed;     /* of the holdout's draw (stream RNG_HOLDOUT) */
+};
+#define DATA_HOLDOUT_MIN 1e-6
+#define DATA_HOLDOUT_MAX 0.9
+
+/* Find a dataset: a directory path is used as is, "text:FILE" is FILE; FORMAT:PATH[,PATH] (the
+ * prefixes above) is itself with every path made absolute, each checked to be there; a name is
+ * looked up as <dir>/<name>/ in each directory of $GEM_DATA_PATH (colon-separated), then
+ * DATA_DIR_DEFAULT/<name>/. Writes the directory (or file, or spec) to dir (cap bytes); the
+ * error lists every place looked in. */
 int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err);
+/* Whether the dataset dataset_resolve wrote as loc is there to read (every path of a spec). */
+int dataset_present(const char *loc);
+/* Whether loc (or a dataset's name) is in a format given by a prefix (csv:, npy:, ...). */
+int dataset_is_spec(const char *loc);
 /* Read one IDX file (gzip'd or plain) of unsigned bytes: magic must be want_magic (0x803
  * images, 0x801 labels); dims[0..ndims) gets the sizes, *data (malloc'ed) the payload. */
 int idx_load(const char *path, uint32_t want_magic, uint32_t dims[3], uint8_t **data,
 	     char *err);
-/* Load split "train" or "test" ("t10k") of the dataset in dir: <prefix>-images-idx3-ubyte
- * and <prefix>-labels-idx1-ubyte, each with or without .gz; or, when dir is a file or a
- * directory NAME holding NAME.txt, that text's part (DATA_TEXT_HOLD_OUT), to be windowed by
- * dataset_window before use. */
+/* Load split "train" or "test" ("t10k") of the dataset src->loc: a directory's IDX files
+ * (idx_find's names), a spec's files through their reader (nn/csv.h, npy.h, npz.h, cifar.h);
+ * or, when loc is a file or a directory NAME holding NAME.txt, that text's part
+ * (DATA_TEXT_HOLD_OUT), to be windowed by dataset_window before use. With src->holdout, split
+ * "train" is the training samples not held out, "test" those held out; without, a dataset with
+ * no test split is an error (GEM_EUSAGE) that says to give --holdout. */
+int dataset_open(const struct data_source *src, const char *split, struct dataset *out, char *err);
+/* dataset_open of the dataset dir as it is (no holdout). */
 int dataset_load(const char *dir, const char *split, struct dataset *out, char *err);
 /* Cut a loaded text into windows of seq bytes (the model's positions): sets seq, rows, cols,
  * dim and n; GEM_EUSAGE when the split is shorter than seq + 1 bytes. */
 int dataset_window(struct dataset *d, int seq, char *err);
-/* The number of samples of split "train" or "test" of the dataset in dir (its labels only are
- * read); of a text, the split's bytes (a window of T bytes is one sample). */
-int dataset_count(const char *dir, const char *split, uint64_t *n, char *err);
+/* The number of samples of split "train" or "test" of src (of an IDX directory without a
+ * holdout, its labels only are read); of a text, the split's bytes (a window of T bytes is
+ * one sample). */
+int dataset_count(const struct data_source *src, const char *split, uint64_t *n, char *err);
 /* Release the arrays; d can be loaded again. */
 void dataset_free(struct dataset *d);
-/* Mean and standard deviation of all pixels (a text's bytes) scaled to [0, 1]. */
+/* Mean and standard deviation of all values (a text's bytes), bytes scaled to [0, 1]. */
 void dataset_stats(const struct dataset *d, double *mean, double *std);
+/* Mean and standard deviation of each of d's groups (d->groups of each), bytes scaled to
+ * [0, 1]; a group whose values are all equal gets std 1 (its inputs become 0). */
+void dataset_group_stats(const struct dataset *d, double *mean, double *std);
+/* Normalise d's inputs by group from now on: groups must be d->groups, each std > 0 and finite,
+ * each mean finite (GEM_EUSAGE naming the first that is not). */
+int dataset_set_norm(struct dataset *d, int groups, const double *mean, const double *std,
+		     char *err);
 /* Normalised samples for evaluation: sample idx[start+k] (or start+k when idx is NULL) for k
- * in [0, n) into x (n × dim) and y (n labels; y may be NULL). A text's windows are its byte
- * values, not normalised, and n × seq labels. */
+ * in [0, n) into x (n × dim) and y (n labels; y may be NULL); mean and std are of all values,
+ * used when d has no normalisation by group. A text's windows are its byte values, not
+ * normalised, and n × seq labels. */
 void dataset_fill(const struct dataset *d, const uint32_t *idx, size_t start, size_t n,
-		  float mean, float std, float *x, uint8_t *y);
+		  float mean, float std, float *x, uint16_t *y);
 /* The window of a windowed text at byte offset off (off + seq < len) into x (seq byte values)
  * and y (the seq bytes after each; y may be NULL). */
-void dataset_fill_window(const struct dataset *d, size_t off, float *x, uint8_t *y);
+void dataset_fill_window(const struct dataset *d, size_t off, float *x, uint16_t *y);
 
 /* Worker shard_i of shard_n gets a disjoint, near-equal part of a permutation fixed by seed
- * (the parts cover the dataset); inputs become (pixel/255 − mean)/std. Starts at epoch 0. Of a
+ * (the parts cover the dataset); inputs become (pixel/255 − mean)/std, or those of d's groups
+ * when it has them (dataset_set_norm). Starts at epoch 0. Of a
  * windowed text, the worker's part is the shard_i-th of shard_n slices of its bytes; an epoch
  * is count = (slice − 1)/seq windows at offsets drawn uniformly, with replacement, from every
  * offset whose window and next byte lie in the slice (a stream fixed by seed, stream, epoch). */
@@ -93,7 +137,7 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
 /* Fill up to batch samples into x (batch × dim) and y (batch × seq labels for a text); return
  * how many. The last batch of an epoch may be partial; the call after it starts the next
  * epoch. */
-int batcher_next(struct batcher *b, float *x, uint8_t *y);
+int batcher_next(struct batcher *b, float *x, uint16_t *y);
 /* Continue at sample pos of epoch's order, as a run checkpointed there would. */
 void batcher_seek(struct batcher *b, long epoch, size_t pos);
 /* Release the index arrays. */

@@ -63,7 +63,7 @@ struct layer {
 struct layer_pass {
 	int B;                   /* samples in the batch */
 	struct rng *r;           /* forward: dropout's masks; NULL in eval mode */
-	const uint8_t *label;    /* the batch's labels, B per position of the loss layer (NULL in
+	const uint16_t *label;   /* the batch's labels, B per position of the loss layer (NULL in
 				    forward: no loss) */
 	double loss;             /* forward: the loss layer's summed loss */
 	float scale;             /* backward: d(mean loss)/d(summed loss) */

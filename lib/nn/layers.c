@@ -713,7 +713,7 @@ void flatten_backward(float *dx, const float *dy, int B, int c, int hw)
 			memcpy(dx + ((size_t)ch * B + b) * hw, dy + ((size_t)b * c + ch) * hw, sizeof *dx * hw);
 }
 
-double logsoftmax_nll_forward(float *logp, const float *x, const uint8_t *label, int B, int K)
+double logsoftmax_nll_forward(float *logp, const float *x, const uint16_t *label, int B, int K)
 {
 	double loss = 0;
 	for (int b = 0; b < B; b++) {
@@ -735,7 +735,7 @@ double logsoftmax_nll_forward(float *logp, const float *x, const uint8_t *label,
 	return loss;
 }
 
-void logsoftmax_nll_backward(float *dx, const float *logp, const uint8_t *label, int B, int K, float scale)
+void logsoftmax_nll_backward(float *dx, const float *logp, const uint16_t *label, int B, int K, float scale)
 {
 	for (int b = 0; b < B; b++) {
 		for (int k = 0; k < K; k++)

@@ -93,8 +93,8 @@ void flatten_forward(float *y, const float *x, int B, int c, int hw);
 void flatten_backward(float *dx, const float *dy, int B, int c, int hw);
 
 // x (B,K) → logp (B,K) = x − log Σ exp x; returns Σ_b −logp[b, label_b] (labels < K; NULL: 0)
-double logsoftmax_nll_forward(float *logp, const float *x, const uint8_t *label, int B, int K);
+double logsoftmax_nll_forward(float *logp, const float *x, const uint16_t *label, int B, int K);
 // fused log-softmax + NLL backward: dx (B,K) = (exp(logp) − onehot(label)) · scale (scale 1/B
 // for a mean loss)
-void logsoftmax_nll_backward(float *dx, const float *logp, const uint8_t *label, int B, int K, float scale);
+void logsoftmax_nll_backward(float *dx, const float *logp, const uint16_t *label, int B, int K, float scale);
 #endif

@@ -324,8 +324,8 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 	if ((rc = parse_input(m, json_object_get(spec, "input"), err)))
 		goto fail;
 	cl = json_object_get(spec, "classes");
-	if (!cl || !json_is_integer(cl) || json_integer_value(cl) < 2 || json_integer_value(cl) > 256) {
-		rc = gem_errf(err, GEM_EUSAGE, "classes: %s", cl ? "must be an integer in [2, 256]" : "missing");
+	if (!cl || !json_is_integer(cl) || json_integer_value(cl) < 2 || json_integer_value(cl) > MODEL_MAX_CLASSES) {
+		rc = gem_errf(err, GEM_EUSAGE, "classes: %s", cl ? "must be an integer in [2, 65536]" : "missing");
 		goto fail;
 	}
 	m->classes = (int)json_integer_value(cl);
@@ -592,7 +592,7 @@ static struct layer_pass pass_of(struct model *m, int n)
 /* Run the layers on n samples; returns the log-probabilities (n·labels, classes) and puts the
  * summed loss in *loss (0 if y is NULL). Train mode draws dropout masks from r; eval mode skips
  * them. */
-static const float *forward(struct model *m, const float *x, const uint8_t *y, int n, struct rng *r,
+static const float *forward(struct model *m, const float *x, const uint16_t *y, int n, struct rng *r,
 			    double *loss)
 {
 	struct layer_pass p = pass_of(m, n);
@@ -613,7 +613,7 @@ static const float *forward(struct model *m, const float *x, const uint8_t *y, i
 	return h;
 }
 
-float model_train_step(struct model *m, const float *x, const uint8_t *y, int n, struct rng *r)
+float model_train_step(struct model *m, const float *x, const uint16_t *y, int n, struct rng *r)
 {
 	double loss = 0;
 	if (n < 1 || n > m->cap || !r)
@@ -627,8 +627,8 @@ float model_train_step(struct model *m, const float *x, const uint8_t *y, int n,
 	return (float)(loss / ((double)n * m->labels));
 }
 
-double model_evaluate(struct model *m, const float *x, const uint8_t *y, int n, long *correct,
-		      uint8_t *pred)
+double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n, long *correct,
+		      uint16_t *pred)
 {
 	double loss = 0;
 	long right = 0;
@@ -642,7 +642,7 @@ double model_evaluate(struct model *m, const float *x, const uint8_t *y, int n, 
 			if (p[k] > p[best])
 				best = k;
 		if (pred)
-			pred[b] = (uint8_t)best;
+			pred[b] = (uint16_t)best;
 		if (y && best == y[b])
 			right++;
 	}

@@ -54,6 +54,8 @@ struct model;
 
 /* The most parameters a model may have (θ and its gradient: 8 bytes each). */
 #define MODEL_MAX_PARAMS ((size_t)1 << 31)
+#define MODEL_MAX_CLASSES 65536 /* a spec's "classes": labels are uint16 */
+
 /* Build a model from a spec; GEM_EUSAGE with the offending field named (e.g.
  * `layers[3]: unknown type "conv3d"`, `layers[0].kernel: missing`) on a bad spec, and with its
  * size named when θ and its gradient exceed MODEL_MAX_PARAMS or the machine's memory: checked
@@ -98,13 +100,13 @@ int model_reserved(const struct model *m);
 /* Forward and backward on 0 < n <= reserved samples (x: n × input floats, y: n × model_labels
  * labels); writes the gradient of the mean loss (over the n·labels of them) into model_grads
  * and returns the mean loss (NaN if n is out of range or r is NULL); r drives dropout. */
-float model_train_step(struct model *m, const float *x, const uint8_t *y, int n, struct rng *r);
+float model_train_step(struct model *m, const float *x, const uint16_t *y, int n, struct rng *r);
 /* Forward in eval mode on 0 < n <= reserved samples; returns the sum of the losses over the
  * n × model_labels labels (0 if y is NULL; nats: a text's bits per byte are its mean / ln 2),
  * adds the number of correct predictions to *correct (if both are non-NULL), and writes the
  * n × model_labels predicted classes to pred (if non-NULL). */
-double model_evaluate(struct model *m, const float *x, const uint8_t *y, int n, long *correct,
-		      uint8_t *pred);
+double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n, long *correct,
+		      uint16_t *pred);
 /* Forward in eval mode on 0 < n <= reserved samples; returns the log-probabilities, n ×
  * model_labels rows of model_classes (a sequence model's row t: the next token's after
  * positions 0..t of its window, whatever follows t), valid until the next pass; NULL if n is

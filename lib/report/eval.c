@@ -28,8 +28,8 @@ int eval_buf_init(struct eval_buf *b, struct model *m, char *err)
 	b->chunk = labels > 1 ? EVAL_TEXT_BATCH : EVAL_CHUNK;
 	/* the first layer's gemm operand: padded (nn/layer_ops.h) */
 	b->x = layer_falloc((size_t)b->chunk * dim, sizeof *b->x);
-	b->y = malloc((size_t)b->chunk * labels);
-	b->pred = malloc((size_t)b->chunk * labels);
+	b->y = malloc((size_t)b->chunk * labels * sizeof *b->y);
+	b->pred = malloc((size_t)b->chunk * labels * sizeof *b->pred);
 	if (!b->x || !b->y || !b->pred) {
 		eval_buf_free(b);
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -46,6 +46,16 @@ void eval_buf_free(struct eval_buf *b)
 }
 
 /* A text's fixed windows: EVAL_TEXT_BATCHES batches of b->chunk (byte values: not normalised). */
+/* The first n predictions of b counted by class (the first EVAL_MAX_CLASSES classes). */
+static void tally(struct eval_result *res, const struct eval_buf *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (b->y[i] < EVAL_MAX_CLASSES) {
+			res->class_n[b->y[i]]++;
+			res->class_correct[b->y[i]] += b->pred[i] == b->y[i];
+		}
+}
+
 static void eval_text(struct eval_buf *b, struct model *m, const struct dataset *d, struct eval_result *res)
 {
 	size_t labels = (size_t)model_labels(m);
@@ -58,10 +68,7 @@ static void eval_text(struct eval_buf *b, struct model *m, const struct dataset 
 			dataset_fill_window(d, rng_below(&r, (uint32_t)(d->len - labels)), b->x + (size_t)i * labels,
 					    b->y + (size_t)i * labels);
 		loss += model_evaluate(m, b->x, b->y, b->chunk, &correct, b->pred);
-		for (size_t i = 0; i < (size_t)b->chunk * labels; i++) {
-			res->class_n[b->y[i]]++;
-			res->class_correct[b->y[i]] += b->pred[i] == b->y[i];
-		}
+		tally(res, b, (size_t)b->chunk * labels);
 	}
 	res->n = (long)EVAL_TEXT_BATCHES * b->chunk;
 	res->loss = loss / ((double)res->n * (double)labels);
@@ -77,9 +84,6 @@ int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float
 
 	if (model_fits(m, d, err) < 0)
 		return GEM_EUSAGE;
-	if (classes > EVAL_MAX_CLASSES)
-		return gem_errf(err, GEM_EUSAGE, "the data has %d classes, the model %d", d->classes,
-				classes);
 	memset(res, 0, sizeof *res);
 	res->classes = classes;
 	if (d->text) {
@@ -92,10 +96,7 @@ int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float
 		int n = d->n - start < b->chunk ? d->n - start : b->chunk;
 		dataset_fill(d, NULL, (size_t)start, (size_t)n, mean, std, b->x, b->y);
 		loss += model_evaluate(m, b->x, b->y, n, &correct, b->pred);
-		for (int i = 0; i < n; i++) {
-			res->class_n[b->y[i]]++;
-			res->class_correct[b->y[i]] += b->pred[i] == b->y[i];
-		}
+		tally(res, b, (size_t)n);
 	}
 	res->n = d->n;
 	res->loss = d->n ? loss / d->n : 0;
@@ -134,7 +135,7 @@ void eval_spread(const double *v, int k, double *mean, double *sd)
 
 double eval_class_accuracy(const struct eval_result *res, int k)
 {
-	if (k < 0 || k >= res->classes || res->class_n[k] == 0)
+	if (k < 0 || k >= res->classes || k >= EVAL_MAX_CLASSES || res->class_n[k] == 0)
 		return NAN;
 	return (double)res->class_correct[k] / (double)res->class_n[k];
 }
@@ -163,10 +164,16 @@ int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *
 		n = d->n;
 	if (n < 1)
 		return gem_errf(err, GEM_EUSAGE, "an empty subset");
+	size_t row = (size_t)d->dim * (d->images ? 1 : sizeof *d->xf);
+	uint8_t *x = malloc((size_t)n * row);
+	const uint8_t *from = d->images ? d->images : (const uint8_t *)d->xf;
 	idx = malloc(sizeof *idx * (size_t)d->n);
-	out->images = malloc((size_t)n * (size_t)d->dim);
-	out->labels = malloc((size_t)n);
-	if (!idx || !out->images || !out->labels) {
+	if (d->images)
+		out->images = x;
+	else
+		out->xf = (float *)(void *)x;
+	out->labels = malloc((size_t)n * sizeof *out->labels);
+	if (!idx || !x || !out->labels) {
 		free(idx);
 		dataset_free(out);
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -176,8 +183,7 @@ int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *
 	rng_seed(&r, seed, RNG_EVAL_SUBSET);
 	rng_shuffle(&r, idx, (size_t)d->n);
 	for (long i = 0; i < n; i++) {
-		memcpy(out->images + (size_t)i * (size_t)d->dim, d->images + (size_t)idx[i] * (size_t)d->dim,
-		       (size_t)d->dim);
+		memcpy(x + (size_t)i * row, from + (size_t)idx[i] * row, row);
 		out->labels[i] = d->labels[idx[i]];
 		if (out->labels[i] + 1 > out->classes)
 			out->classes = out->labels[i] + 1;
@@ -187,6 +193,18 @@ int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *
 	out->rows = d->rows;
 	out->cols = d->cols;
 	out->dim = d->dim;
+	out->groups = d->groups;
+	if (d->gscale) {
+		size_t bytes = (size_t)d->groups * sizeof *d->gscale;
+		out->gscale = malloc(bytes);
+		out->gshift = malloc(bytes);
+		if (!out->gscale || !out->gshift) {
+			dataset_free(out);
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		}
+		memcpy(out->gscale, d->gscale, bytes);
+		memcpy(out->gshift, d->gshift, bytes);
+	}
 	return 0;
 }
 

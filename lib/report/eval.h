@@ -21,7 +21,7 @@
 #define EVAL_TEXT_BATCHES 20
 #define EVAL_TEXT_BATCH 32
 #define EVAL_TEXT_SEED 1
-#define EVAL_MAX_CLASSES 256 /* labels are bytes */
+#define EVAL_MAX_CLASSES 256 /* classes counted one by one (--per-class): the first 256 */
 /* The rng stream of eval_subset's permutation (with the run's seed): no worker's shuffle. */
 
 struct eval_result {
@@ -36,7 +36,7 @@ struct eval_result {
 /* The input, label and prediction buffers of a chunk of samples of one model. */
 struct eval_buf {
 	float *x;
-	uint8_t *y, *pred;
+	uint16_t *y, *pred;
 	int chunk;       /* samples: EVAL_CHUNK, or a sequence model's EVAL_TEXT_BATCH windows */
 };
 

@@ -10,13 +10,31 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The metadata of a safetensors export: what a user needs to run the model elsewhere. Inputs
- * are bytes scaled to [0, 1], then normalised with run.json's data.mean and data.std. */
+/* The normalisation of r's inputs as JSON (malloc'ed; NULL: out of memory): a stored value
+ * times "scale", less "mean", over "std", one of each per group (an image's channels, a
+ * table's features; one for all values in a run made before). */
+static char *norm_json(const struct run *r)
+{
+	json_t *mean = json_array(), *std = json_array();
+	json_t *o = json_pack("{s:f, s:o, s:o}", "scale", r->norm_groups ? r->norm_scale : 1.0 / 255,
+			      "mean", mean, "std", std);
+	char *s = NULL;
+	int ok = o != NULL;
+	for (int g = 0; ok && g < (r->norm_groups ? r->norm_groups : 1); g++)
+		ok = !json_array_append_new(mean, json_real(r->norm_groups ? r->norm_mean[g] : r->mean)) &&
+		     !json_array_append_new(std, json_real(r->norm_groups ? r->norm_std[g] : r->std));
+	if (ok)
+		s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	return s;
+}
+
+/* The metadata of a safetensors export: what a user needs to run the model elsewhere. */
 static int build_safetensors(const struct run *r, const struct run_progress *p, const struct layout *l,
 		      struct export_file *x, char *err)
 {
-	char norm[160], version[32], samples[32];
-	char *spec = json_dumps(r->model, JSON_COMPACT);
+	char version[32], samples[32];
+	char *spec = json_dumps(r->model, JSON_COMPACT), *norm = norm_json(r);
 	struct safetensors_meta meta[] = {
 		{.key = "format", .value = "pt"}, /* what loaders of PyTorch weights look for */
 		{.key = "gem.model", .value = spec},
@@ -28,15 +46,17 @@ static int build_safetensors(const struct run *r, const struct run_progress *p, 
 	};
 	size_t len;
 	int rc;
-	if (!spec)
+	if (!spec || !norm) {
+		free(spec);
+		free(norm);
 		return gem_errf(err, GEM_ENOMEM, "export: out of memory");
-	snprintf(norm, sizeof norm, "{\"scale\":%.17g,\"mean\":[%.9g],\"std\":[%.9g]}", 1.0 / 255,
-		 (double)r->mean, (double)r->std);
+	}
 	snprintf(version, sizeof version, "%llu", (unsigned long long)p->version);
 	snprintf(samples, sizeof samples, "%llu", (unsigned long long)p->samples);
 	rc = safetensors_header(l, meta, (int)(sizeof meta / sizeof *meta), (uint8_t **)&x->mem, &len,
 				err);
 	free(spec);
+	free(norm);
 	if (rc < 0)
 		return rc;
 	x->one[0] = (struct iovec){x->mem, len};

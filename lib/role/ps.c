@@ -196,8 +196,10 @@ static int shards_data(const struct ps *s)
 static void budget_of(struct ps *s)
 {
 	char err[GEM_ERRMAX];
+	struct data_source src;
 	uint64_t n, nw = s->run.rule.nworkers > 0 ? (uint64_t)s->run.rule.nworkers : 1;
-	if (dataset_count(s->run.data_dir, "train", &n, err) < 0) {
+	run_data_source(&s->run, NULL, &src);
+	if (dataset_count(&src, "train", &n, err) < 0) {
 		log_debug("no total for the progress: %s", err);
 		return;
 	}

@@ -54,7 +54,7 @@ int trainer_open(struct trainer *t, const struct run *run, char *err)
 	}
 	/* the batch is the first layer's gemm operand: padded (nn/layer_ops.h) */
 	t->x = layer_falloc((size_t)t->batch * model_input_size(t->m), sizeof *t->x);
-	t->y = malloc((size_t)t->batch * (size_t)model_labels(t->m)); /* a text's: one per position */
+	t->y = malloc((size_t)t->batch * (size_t)model_labels(t->m) * sizeof *t->y); /* a text's: one per position */
 	if (!t->x || !t->y) {
 		trainer_close(t);
 		return gem_errf(err, GEM_ENOMEM, "out of memory for a batch of %d", run->train.batch);

@@ -29,7 +29,7 @@ struct trainer {
 	struct model *m;
 	int batch;
 	float *x;
-	uint8_t *y;      /* batch × model_labels */
+	uint16_t *y;     /* batch × model_labels */
 };
 
 /* The feed of `who` over shard shard_i of shard_n of ds (run's seed, batch and normalisation),

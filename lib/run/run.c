@@ -182,8 +182,15 @@ static int parse_run(struct run *r, char *err)
 		snprintf(r->model_name, sizeof r->model_name, "%s", spec.model_name);
 		snprintf(r->data_name, sizeof r->data_name, "%s", spec.data_name);
 		snprintf(r->data_dir, sizeof r->data_dir, "%s", spec.data_dir);
+		snprintf(r->data_label, sizeof r->data_label, "%s", spec.data_label);
+		r->holdout = spec.holdout;
 		r->mean = (float)spec.mean;
 		r->std = (float)spec.std;
+		r->norm_groups = spec.norm_groups;
+		r->norm_mean = spec.norm_mean;
+		r->norm_std = spec.norm_std;
+		r->norm_scale = spec.norm_scale;
+		spec.norm_mean = spec.norm_std = NULL;
 		r->train = (struct run_train){.lr = (float)spec.train.lr,
 					      .momentum = (float)spec.train.momentum,
 					      .weight_decay = (float)spec.train.weight_decay,
@@ -198,11 +205,13 @@ static int parse_run(struct run *r, char *err)
 	return rc;
 }
 
-/* The recorded data directory, or the dataset found again by name (another host, another path). */
+/* The recorded data directory, or the dataset found again by name (another host, another path;
+ * not a spec's files, given by their paths). */
 static void find_data(struct run *r)
 {
 	char other[PATH_MAX];
-	if (access(r->data_dir, R_OK) < 0 && dataset_resolve(r->data_name, other, sizeof other, NULL) == 0)
+	if (!dataset_present(r->data_dir) && !dataset_is_spec(r->data_name) &&
+	    dataset_resolve(r->data_name, other, sizeof other, NULL) == 0)
 		snprintf(r->data_dir, sizeof r->data_dir, "%s", other);
 }
 
@@ -304,11 +313,21 @@ int run_data_load(const struct run *r, const char *dir, const char *split, struc
 	memset(ds, 0, sizeof *ds);
 	if ((rc = model_from_json(r->model, &m, err)) < 0)
 		return rc;
-	if ((rc = dataset_load(dir ? dir : r->data_dir, split, ds, err)) == 0 &&
-	    (rc = run_data_fit(m, ds, err)) < 0)
+	struct data_source src;
+	run_data_source(r, dir, &src);
+	if ((rc = dataset_open(&src, split, ds, err)) == 0 &&
+	    ((rc = run_data_fit(m, ds, err)) < 0 ||
+	     (r->norm_groups && !ds->text &&
+	      (rc = dataset_set_norm(ds, r->norm_groups, r->norm_mean, r->norm_std, err)) < 0)))
 		dataset_free(ds);
 	model_free(m);
 	return rc;
+}
+
+void run_data_source(const struct run *r, const char *dir, struct data_source *src)
+{
+	*src = (struct data_source){.loc = dir ? dir : r->data_dir, .label = r->data_label,
+				    .holdout = r->holdout, .seed = r->train.seed};
 }
 
 void run_close(struct run *r)
@@ -319,6 +338,9 @@ void run_close(struct run *r)
 	json_decref(r->json);
 	r->json = NULL;
 	r->model = NULL;
+	free(r->norm_mean);
+	free(r->norm_std);
+	r->norm_mean = r->norm_std = NULL;
 }
 
 int run_file(const struct run *r, const char *name, char *out, size_t cap)

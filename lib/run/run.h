@@ -61,7 +61,12 @@ struct run {
 	char model_name[64];
 	char data_name[256];
 	char data_dir[PATH_MAX]; /* resolved on open: the recorded dir, else the name again */
-	float mean, std;         /* normalisation, from the training set at init */
+	char data_label[256];    /* run.json data.label, data.holdout */
+	double holdout;
+	float mean, std;         /* normalisation, from the training set at init: of all values, */
+	int norm_groups;         /* ... or by group (0: none, a run made before) */
+	double *norm_mean, *norm_std;
+	double norm_scale;
 	struct run_train train;
 	struct rule_config rule;
 	int lock_fd;
@@ -107,10 +112,14 @@ struct model;
 /* Check ds against model m (model_fits), a text cut first into windows of m's positions. */
 int run_data_fit(const struct model *m, struct dataset *ds, char *err);
 /* Split "train" or "test" of the run's data (of dir instead when dir is non-NULL), checked
- * against the run's model with model_fits: every program where a run meets its data loads it
- * here, so a model spec that does not fit its data (from a lying server) is refused. */
+ * against the run's model with model_fits and normalised as run.json says: every program
+ * where a run meets its data loads it here, so a model spec that does not fit its data (from a
+ * lying server) is refused. */
 int run_data_load(const struct run *r, const char *dir, const char *split, struct dataset *ds,
 		  char *err);
+struct data_source;
+/* The run's data as dataset_open reads it (of dir instead when dir is non-NULL); borrows r. */
+void run_data_source(const struct run *r, const char *dir, struct data_source *src);
 /* Make r the run of shard i of k of θ's n elements: its files are in RUNDIR/shard-I-of-K/
  * (made if missing), and a shard that has no params.gem yet starts from its slice of
  * RUNDIR/params.gem. */

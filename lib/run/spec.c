@@ -15,11 +15,14 @@
 #include "base/prog.h"
 #include "nn/data.h"
 #include "nn/model.h"
+#include "nn/safetensors.h"
+#include "nn/samples.h"
 #include "run/run.h"
 
 enum {
 	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_WINDOW, O_ALPHA, O_LDC,
-	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM, O_DELAYED,
+	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM, O_DELAYED, O_LABEL, O_HOLDOUT,
+	O_INIT_FROM,
 };
 
 #define MAX_WARMUP (1ull << 40) /* warm-up steps: at most this */
@@ -28,6 +31,9 @@ enum {
 const struct option run_opts_long[RUN_OPTS_N + 1] = {
 	{.name = "model", .has_arg = required_argument, .val = 'm'},
 	{.name = "data", .has_arg = required_argument, .val = 'd'},
+	{.name = "label", .has_arg = required_argument, .val = O_LABEL},
+	{.name = "holdout", .has_arg = required_argument, .val = O_HOLDOUT},
+	{.name = "init-from", .has_arg = required_argument, .val = O_INIT_FROM},
 	{.name = "rule", .has_arg = required_argument, .val = 'r'},
 	{.name = "lr", .has_arg = required_argument, .val = O_LR},
 	{.name = "momentum", .has_arg = required_argument, .val = O_MOM},
@@ -97,6 +103,29 @@ static int optim_to_json(const struct run_train_spec *t, json_t *train)
 	return rc;
 }
 
+/* run.json "data"'s optional members: the label column, the holdout, the normalisation by
+ * group. */
+static int data_to_json(const struct run_spec *s, json_t *data)
+{
+	json_t *mean, *std;
+	int rc = 0;
+	if (s->data_label[0])
+		rc |= json_object_set_new(data, "label", json_string(s->data_label));
+	if (s->holdout > 0)
+		rc |= json_object_set_new(data, "holdout", json_real(s->holdout));
+	if (!s->norm_groups)
+		return rc;
+	mean = json_array();
+	std = json_array();
+	rc |= json_object_set_new(data, "norm", json_pack("{s:f, s:o, s:o}", "scale", s->norm_scale,
+							  "mean", mean, "std", std));
+	for (int g = 0; g < s->norm_groups; g++) {
+		rc |= json_array_append_new(mean, json_real(s->norm_mean[g]));
+		rc |= json_array_append_new(std, json_real(s->norm_std[g]));
+	}
+	return rc;
+}
+
 json_t *run_spec_to_json(const struct run_spec *s)
 {
 	const struct run_train_spec *t = &s->train;
@@ -114,7 +143,8 @@ json_t *run_spec_to_json(const struct run_spec *s)
 		json_decref(j);
 		return NULL;
 	}
-	if (j && optim_to_json(t, json_object_get(j, "train")) < 0) {
+	if (j && (optim_to_json(t, json_object_get(j, "train")) < 0 ||
+		  data_to_json(s, json_object_get(j, "data")) < 0)) {
 		json_decref(j);
 		return NULL;
 	}
@@ -198,22 +228,63 @@ static int train_from_json(const json_t *train, struct run_train_spec *t, char *
 	return optim_from_json(train, t, err);
 }
 
-/* run.json "data": of pixels scaled to [0, 1] (dataset_stats), and a std that keeps x/std a
- * float. */
+/* run.json "data.norm": {"mean": [...], "std": [...]}, one of each per group, each std > 0. */
+static int norm_from_json(const json_t *norm, struct run_spec *s, char *err)
+{
+	const json_t *mean = json_object_get(norm, "mean"), *std = json_object_get(norm, "std");
+	size_t n = json_array_size(mean);
+	if (!json_is_object(norm) || !json_is_array(mean) || !json_is_array(std) || !n ||
+	    n != json_array_size(std) || n > SAMPLES_MAX_DIM)
+		return gem_errf(err, GEM_EUSAGE, "data.norm: not {\"mean\": [...], \"std\": [...]} of one "
+				"length");
+	s->norm_mean = malloc(n * sizeof *s->norm_mean);
+	s->norm_std = malloc(n * sizeof *s->norm_std);
+	if (!s->norm_mean || !s->norm_std)
+		return gem_errf(err, GEM_ENOMEM, "data.norm: out of memory");
+	s->norm_groups = (int)n;
+	s->norm_scale = 1.0 / 255;
+	if (jget_num(norm, "scale", 1e-30, 1, &s->norm_scale) < 0)
+		return gem_errf(err, GEM_EUSAGE, "data.norm.scale: not a number in (0, 1]");
+	for (size_t g = 0; g < n; g++) {
+		const json_t *m = json_array_get(mean, g), *d = json_array_get(std, g);
+		s->norm_mean[g] = json_number_value(m);
+		s->norm_std[g] = json_number_value(d);
+		if (!json_is_number(m) || !json_is_number(d) || !isfinite(s->norm_mean[g]) ||
+		    !(s->norm_std[g] >= 1e-30 && s->norm_std[g] <= 1e30))
+			return gem_errf(err, GEM_EUSAGE, "data.norm: group %zu: a finite mean and a std in "
+					"[1e-30, 1e30]", g);
+	}
+	return 0;
+}
+
+/* run.json "data": its place, and a normalisation: by group ("norm"), or of all values scaled
+ * to [0, 1] (dataset_stats) with a std that keeps x/std a float (a run made before). The mean
+ * and std of all values are those of bytes in [0, 1] unless the groups say the values are
+ * floats (scale 1). */
 static int data_from_json(const json_t *data, struct run_spec *s, char *err)
 {
+	const json_t *norm;
+	int floats;
 	if (!json_is_object(data))
 		return gem_errf(err, GEM_EUSAGE, "data: missing or not an object");
+	norm = json_object_get(data, "norm");
 	if (get_str(data, "data", "name", s->data_name, sizeof s->data_name, err) ||
 	    get_str(data, "data", "dir", s->data_dir, sizeof s->data_dir, err) ||
-	    get_num(data, "data", "mean", &s->mean, err))
+	    (norm && norm_from_json(norm, s, err)) || get_num(data, "data", "mean", &s->mean, err))
 		return GEM_EUSAGE;
-	if (!(s->mean >= 0 && s->mean <= 1))
-		return gem_errf(err, GEM_EUSAGE, "data.mean: a number in [0, 1]");
+	floats = norm && s->norm_scale == 1;
+	if (!(s->mean >= 0 && s->mean <= 1) && !(floats && fabs(s->mean) <= 1e30))
+		return gem_errf(err, GEM_EUSAGE, "data.mean: a number in [0, 1]%s",
+				floats ? " (of floats: in [-1e30, 1e30])" : "");
 	if (get_num(data, "data", "std", &s->std, err))
 		return GEM_EUSAGE;
-	if (!(s->std >= 1e-30 && s->std <= 1))
-		return gem_errf(err, GEM_EUSAGE, "data.std: a number in [1e-30, 1]");
+	if (!(s->std >= 1e-30 && s->std <= (floats ? 1e30 : 1)))
+		return gem_errf(err, GEM_EUSAGE, "data.std: a number in [1e-30, %g]", floats ? 1e30 : 1.0);
+	if (jget_strcpy(data, "label", s->data_label, sizeof s->data_label) < 0)
+		return gem_errf(err, GEM_EUSAGE, "data.label: not a string of a column's name");
+	if (jget_num(data, "holdout", DATA_HOLDOUT_MIN, DATA_HOLDOUT_MAX, &s->holdout) < 0)
+		return gem_errf(err, GEM_EUSAGE, "data.holdout: not a number in [%g, %g]", DATA_HOLDOUT_MIN,
+				DATA_HOLDOUT_MAX);
 	return 0;
 }
 
@@ -257,12 +328,27 @@ void run_spec_free(struct run_spec *s)
 {
 	json_decref(s->model);
 	s->model = NULL;
+	free(s->norm_mean);
+	free(s->norm_std);
+	s->norm_mean = s->norm_std = NULL;
+	s->norm_groups = 0;
 }
 
 /* ---- making a run ---- */
 
-/* Write the run spec describes with m, its model built: θ₀ from the seed, then run.json. */
-static int make_with(const char *dir, struct run_spec *spec, struct model *m, int flags, char *err)
+/* θ₀ of m from the safetensors file path: every tensor's name and shape checked against m's. */
+static int init_from(struct model *m, const char *path, char *err)
+{
+	int rc = safetensors_load(path, model_layout(m), model_params(m), NULL, err);
+	if (rc < 0)
+		gem_errprefix(err, "--init-from: ");
+	return rc;
+}
+
+/* Write the run spec describes with m, its model built: θ₀ from the seed (or from the
+ * safetensors file init, if non-NULL), then run.json. */
+static int make_with(const char *dir, struct run_spec *spec, struct model *m, const char *init,
+		     int flags, char *err)
 {
 	struct run_spec check;
 	json_t *runjson;
@@ -283,6 +369,10 @@ static int make_with(const char *dir, struct run_spec *spec, struct model *m, in
 		return rc;
 	}
 	model_init_params(m, spec->train.seed);
+	if (init && (rc = init_from(m, init, err)) < 0) {
+		json_decref(runjson);
+		return rc;
+	}
 	rc = run_create(dir, runjson, model_params(m), model_nparams(m), flags & RUN_MAKE_FORCE, err);
 	json_decref(runjson);
 	return rc;
@@ -294,7 +384,7 @@ int run_make(const char *dir, struct run_spec *spec, int flags, char *err)
 	int rc;
 	if ((rc = model_from_json(spec->model, &m, err)) < 0)
 		return rc;
-	rc = make_with(dir, spec, m, flags, err);
+	rc = make_with(dir, spec, m, NULL, flags, err);
 	model_free(m);
 	return rc;
 }
@@ -370,6 +460,13 @@ int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
 		return optim_opt_take(&o->train, c, arg, err);
 	case 'm': o->model = arg; return 0;
 	case 'd': o->data = arg; return 0;
+	case O_LABEL: o->label = arg; return 0;
+	case O_INIT_FROM: o->init_from = arg; return 0;
+	case O_HOLDOUT:
+		if (num_double(arg, DATA_HOLDOUT_MIN, DATA_HOLDOUT_MAX, &o->holdout))
+			return gem_errf(err, GEM_EUSAGE, "--holdout: not a fraction in [%g, %g]: %s",
+					DATA_HOLDOUT_MIN, DATA_HOLDOUT_MAX, arg);
+		return 0;
 	case 'r': o->rule = arg; return 0;
 	case O_NEST: o->train.nesterov = 1; return 0;
 	case 'f': o->force = 1; return 0;
@@ -601,6 +698,19 @@ static int model_name_of(const char *arg, char *out, size_t cap, char *err)
 	return 0;
 }
 
+/* The normalisation by group of ds (its training split) into s. */
+static int norm_of_data(const struct dataset *ds, struct run_spec *s, char *err)
+{
+	s->norm_mean = malloc((size_t)ds->groups * sizeof *s->norm_mean);
+	s->norm_std = malloc((size_t)ds->groups * sizeof *s->norm_std);
+	if (!s->norm_mean || !s->norm_std)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	s->norm_groups = ds->groups;
+	s->norm_scale = ds->images ? 1.0 / 255 : 1;
+	dataset_group_stats(ds, s->norm_mean, s->norm_std);
+	return 0;
+}
+
 /* The data of a new run: found (recorded absolute: workers start elsewhere, and gem-run's
  * other hosts find it by name), its training set checked against m, its statistics taken. */
 static int data_of_opts(struct run_opts *o, const struct model *m, const char *model_path,
@@ -609,15 +719,28 @@ static int data_of_opts(struct run_opts *o, const struct model *m, const char *m
 	char abs[PATH_MAX];
 	struct dataset ds;
 	uint64_t ntest;
+	int rc;
 	if (strlen(o->data) >= sizeof s->data_name)
 		return gem_errf(err, GEM_EUSAGE, "--data: a name of at most %zu bytes", sizeof s->data_name - 1);
+	if (o->label && strlen(o->label) >= sizeof s->data_label)
+		return gem_errf(err, GEM_EUSAGE, "--label: a name of at most %zu bytes", sizeof s->data_label - 1);
 	if (dataset_resolve(o->data, s->data_dir, sizeof s->data_dir, err) < 0)
 		return GEM_EUSAGE;
-	if (realpath(s->data_dir, abs))
+	if (!dataset_is_spec(s->data_dir) && realpath(s->data_dir, abs))
 		snprintf(s->data_dir, sizeof s->data_dir, "%s", abs);
 	snprintf(s->data_name, sizeof s->data_name, "%s", o->data);
-	if (dataset_load(s->data_dir, "train", &ds, err) < 0)
-		return GEM_EFAIL;
+	snprintf(s->data_label, sizeof s->data_label, "%s", o->label ? o->label : "");
+	s->holdout = o->holdout;
+	struct data_source src = {.loc = s->data_dir, .label = s->data_label, .holdout = s->holdout,
+				  .seed = o->train.seed};
+	if ((rc = dataset_open(&src, "train", &ds, err)) < 0)
+		return rc;
+	if (ds.text && (s->holdout > 0 || s->data_label[0])) {
+		dataset_free(&ds);
+		o->usage = 1;
+		return gem_errf(err, GEM_EUSAGE, "--%s: a text holds out its last tenth already, and has no "
+				"label column", s->holdout > 0 ? "holdout" : "label");
+	}
 	if (run_data_fit(m, &ds, err) < 0) {
 		gem_errprefix(err, "%s: ", model_path);
 		dataset_free(&ds);
@@ -625,12 +748,15 @@ static int data_of_opts(struct run_opts *o, const struct model *m, const char *m
 	}
 	o->nsamples = ds.n;
 	dataset_stats(&ds, &s->mean, &s->std);
+	rc = ds.text ? 0 : norm_of_data(&ds, s, err);
 	dataset_free(&ds);
+	if (rc < 0)
+		return rc;
 	/* gem-eval and the end of every gem-run evaluate on the test split: a run without one
 	 * would fail only then */
-	if (dataset_count(s->data_dir, "test", &ntest, err) < 0) {
-		gem_errprefix(err, "--data %s: no test split to evaluate on: ", o->data);
-		return GEM_EUSAGE;
+	if ((rc = dataset_count(&src, "test", &ntest, err)) < 0) {
+		gem_errprefix(err, "--data %s: ", o->data);
+		return rc;
 	}
 	return 0;
 }
@@ -680,7 +806,7 @@ int run_make_new(const char *dir, struct run_opts *o, struct run_spec *spec, cha
 	}
 	if ((rc = data_of_opts(o, m, path, spec, err)) == 0 && (rc = optim_of_opts(o, err)) == 0) {
 		spec->train = o->train;
-		rc = make_with(dir, spec, m, o->force ? RUN_MAKE_FORCE : 0, err);
+		rc = make_with(dir, spec, m, o->init_from, o->force ? RUN_MAKE_FORCE : 0, err);
 	}
 	model_free(m);
 	return rc;

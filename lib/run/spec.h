@@ -36,8 +36,15 @@ struct run_spec {
 	char model_name[64];
 	json_t *model;         /* the model spec: a reference the spec holds (run_spec_free) */
 	char data_name[256];   /* the dataset's name, or the directory given for it */
-	char data_dir[PATH_MAX];
-	double mean, std;      /* of the training set's pixels scaled to [0, 1] */
+	char data_dir[PATH_MAX]; /* where it is (dataset_resolve's, paths absolute) */
+	char data_label[256];  /* a CSV table's label column ("": none) */
+	double holdout;        /* the fraction of the training samples held out as test (0: none) */
+	double mean, std;      /* of the training set's values, bytes scaled to [0, 1] */
+	/* per group (the data's channels or features: dataset_group_stats), malloc'ed; 0 groups:
+	 * a run made before, normalised with mean and std */
+	int norm_groups;
+	double *norm_mean, *norm_std;
+	double norm_scale;     /* what a stored value is multiplied by first: 1/255 (bytes) or 1 */
 	struct run_train_spec train;
 	int shard_data;        /* the workers split the training set between them ("shard") */
 	struct rule_config rule;
@@ -69,6 +76,9 @@ int run_make(const char *dir, struct run_spec *spec, int flags, char *err);
 struct run_opts {
 	const char *model;      /* a built-in model's name (share/gem/models/NAME.json) or a file */
 	const char *data;       /* a dataset's name or directory (dataset_resolve) */
+	const char *label;      /* --label: a CSV table's label column */
+	double holdout;         /* --holdout */
+	const char *init_from;  /* --init-from: θ₀ from this safetensors file */
 	const char *rule;
 	struct run_train_spec train;
 	struct {
@@ -86,7 +96,7 @@ struct run_opts {
 /* The options' getopt_long table (the short letters: RUN_OPTS_SHORT), and how many. */
 extern const struct option run_opts_long[];
 #define RUN_OPTS_SHORT "m:d:r:b:e:s:n:f"
-#define RUN_OPTS_N 26
+#define RUN_OPTS_N 29
 
 void run_opts_init(struct run_opts *o);
 /* Option c (a val of run_opts_long) with its argument into o: 0, 1 when c is no option of a

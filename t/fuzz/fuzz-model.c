@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			/* token ids 0 for a sequence model; a label per position */
 			size_t nl = 2 * (size_t)model_labels(m);
 			float *x = calloc(2 * in, sizeof *x);
-			uint8_t *y = calloc(nl, 1);
+			uint16_t *y = calloc(nl, sizeof *y);
 			struct rng r;
 			rng_seed(&r, 1, 0);
 			model_init_params(m, 1);

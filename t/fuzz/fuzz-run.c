@@ -1,5 +1,6 @@
 /* fuzz-run: libFuzzer target for run_from_json, the run.json a worker is given by GET /v1/run:
- * any JSON is taken or refused; every number taken is in range. And run.json's schema both ways
+ * any JSON is taken or refused; every number taken is in range (the normalisation by group and
+ * the holdout too), and data.dir's paths are split. And run.json's schema both ways
  * (run/spec.h): a spec read is written and read back to the same run.json. */
 #include <jansson.h>
 #include <math.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 
 #include "base/err.h"
+#include "nn/data.h"
 #include "run/run.h"
 #include "run/spec.h"
 
@@ -34,8 +36,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (run_from_json(j, &r, err) == 0) {
 		if (r.train.batch < 1 || r.train.batch > RUN_MAX_BATCH || r.train.epochs < 1 ||
 		    !isfinite(r.train.lr) || !(r.train.lr > 0) || !isfinite(r.std) || !(r.std > 0) ||
-		    rule_config_check(&r.rule, err) < 0)
+		    rule_config_check(&r.rule, err) < 0 || !(r.holdout == 0 || (r.holdout >= DATA_HOLDOUT_MIN &&
+		    r.holdout <= DATA_HOLDOUT_MAX)) || (r.norm_groups > 0) != (r.norm_mean != NULL))
 			abort();
+		for (int g = 0; g < r.norm_groups; g++)
+			if (!isfinite(r.norm_mean[g]) || !(r.norm_std[g] > 0) || !isfinite(r.norm_std[g]))
+				abort();
+		dataset_present(r.data_dir); /* the paths of a FORMAT:PATH,PATH, split */
 		run_close(&r);
 	} /* run_from_json took j over either way */
 	return 0;

@@ -342,7 +342,7 @@ static int bench_model(const char *name, double secs, double peak, struct rng *r
 	int S = E > 4 * B ? E : 4 * B; /* samples to draw batches from */
 	size_t in = model_input_size(m);
 	float *x = layer_falloc(in * S, sizeof *x);
-	uint8_t *y = malloc((size_t)S * L);
+	uint16_t *y = malloc((size_t)S * L * sizeof *y);
 	if (L > 1)
 		for (size_t i = 0; i < in * S; i++)
 			x[i] = (float)rng_below(r, (uint32_t)K);

@@ -33,7 +33,7 @@ static double now(void)
 }
 
 /* Held-out bits per byte: 20 batches of 32 windows of te at offsets fixed by the seed. */
-static double heldout_bpb(struct model *m, const struct dataset *te, const uint32_t *off, float *x, uint8_t *y)
+static double heldout_bpb(struct model *m, const struct dataset *te, const uint32_t *off, float *x, uint16_t *y)
 {
 	int T = te->seq;
 	double nll = 0;
@@ -85,7 +85,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	float *x = layer_falloc((size_t)B * T, sizeof *x);
-	uint8_t *y = malloc((size_t)B * T);
+	uint16_t *y = malloc((size_t)B * T * sizeof *y);
 	uint32_t off[EVAL_BATCHES * B];
 	rng_seed(&r, seed, RNG_EVAL_SUBSET);
 	for (int i = 0; i < EVAL_BATCHES * B; i++)
