@@ -454,177 +454,214 @@ static int run_sgp_node(const struct sgp_opts *so, int quiet)
 	return prog_exit(rc);
 }
 
-int main(int argc, char **argv)
-{
-	struct work_opts o = {.shard_i = 0, .shard_n = 1, .retry_for = 60, .checkpoint_every = 60,
-			      .slowdown = 1, .worker_id = -1};
-	struct sgp_opts so = {.node = -1, .topology = SGP_EXP, .peers_per_iter = 1};
-	const char *local = NULL, *server = NULL, *rule = NULL;
-	char host[256] = "127.0.0.1", err[GEM_ERRMAX];
-	int c, listen_set = 0, sgp_only = 0, threads = 1, no_token = 0, check = 0;
-	long v;
+/* What the command line says beyond the worker's and the SGP node's options. */
+struct cli {
+	const char *local, *server, *rule;
+	char host[256]; /* --listen's */
+	int listen_set, sgp_only, threads, no_token, check;
+};
 
-	if (log_init("gem-work", err) < 0) {
-		fprintf(stderr, "gem-work: %s\n", err);
-		return EXIT_USAGE;
+/* An SGP node's option opt (optarg its argument) into *so and *c: 0 if opt is not one. */
+static int sgp_option(int opt, struct sgp_opts *so, struct cli *c)
+{
+	long v;
+	switch (opt) {
+	case O_RUN: so->rundir = optarg; break;
+	case O_LISTEN:
+		if (httpd_listen_parse(optarg, c->host, sizeof c->host, &so->port))
+			bad_usage("--listen: want HOST:PORT: ", optarg);
+		c->listen_set = 1;
+		break;
+	case O_PUBLIC: so->allow_public = 1; c->sgp_only = 1; break;
+	case O_NOTOKEN: c->no_token = 1; c->sgp_only = 1; break;
+	case O_PEERS: so->peers = optarg; break;
+	case O_PEERS_FILE: so->peers_file = optarg; break;
+	case O_NODE:
+		if (num_long(optarg, 0, SGP_MAX_NODES - 1, &v))
+			bad_usage("--node: not an integer in [0, 4095]: ", optarg);
+		so->node = (int)v;
+		break;
+	case O_TOPO:
+		if (sgp_topology_parse(optarg, &so->topology))
+			bad_usage("--topology: want exp or ring: ", optarg);
+		c->sgp_only = 1;
+		break;
+	case O_PPI:
+		if (num_long(optarg, 1, SGP_MAX_PEERS, &v))
+			bad_usage("--peers-per-iter: not an integer in [1, 16]: ", optarg);
+		so->peers_per_iter = (int)v;
+		c->sgp_only = 1;
+		break;
+	case O_OVERLAP: so->overlap = 1; c->sgp_only = 1; break;
+	case O_TAU:
+		if (num_long(optarg, 1, 1 << 20, &v))
+			bad_usage("--tau: not a positive integer: ", optarg);
+		so->tau = (int)v;
+		c->sgp_only = 1;
+		break;
+	default: return 0;
 	}
-	while ((c = getopt_long(argc, argv, "L:S:e:t:j:qhV", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'L': local = optarg; break;
-		case 'S': server = optarg; break;
+	return 1;
+}
+
+/* The options into *o, *so and *c: -1 to go on, else the exit status. */
+static int parse_options(int argc, char **argv, struct work_opts *o, struct sgp_opts *so,
+			 struct cli *c)
+{
+	char err[GEM_ERRMAX];
+	long v;
+	int opt;
+	while ((opt = getopt_long(argc, argv, "L:S:e:t:j:qhV", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'L': c->local = optarg; break;
+		case 'S': c->server = optarg; break;
 		case 'e':
 			if (num_long(optarg, 1, 1 << 20, &v))
 				bad_usage("--epochs: not a positive integer: ", optarg);
-			o.epochs = (int)v;
+			o->epochs = (int)v;
 			break;
 		case 't':
-			if (num_u64(optarg, &o.steps) || o.steps == 0)
+			if (num_u64(optarg, &o->steps) || o->steps == 0)
 				bad_usage("--steps: not a positive integer: ", optarg);
 			break;
 		case O_SHARD:
-			if (parse_shard(optarg, &o.shard_i, &o.shard_n))
+			if (parse_shard(optarg, &o->shard_i, &o->shard_n))
 				bad_usage("--shard: want I/N with 0 <= I < N: ", optarg);
-			o.shard_set = 1;
+			o->shard_set = 1;
 			break;
 		case O_WID:
 			if (num_long(optarg, 0, 1 << 20, &v))
 				bad_usage("--worker-id: not an integer >= 0: ", optarg);
-			o.worker_id = (int)v;
+			o->worker_id = (int)v;
 			break;
-		case O_TOKEN: o.token_file = optarg; break;
-		case O_CACERT: o.cacert = optarg; break;
+		case O_TOKEN: o->token_file = optarg; break;
+		case O_CACERT: o->cacert = optarg; break;
 		case O_CODEC:
 			if (blob_codec_check(optarg, err) < 0)
 				bad_usage("--codec: ", err);
-			o.codec = optarg;
+			o->codec = optarg;
 			break;
 		case O_RETRY:
-			if (num_double(optarg, 0, 1e7, &o.retry_for))
+			if (num_double(optarg, 0, 1e7, &o->retry_for))
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
 			break;
 		case O_CKPT:
-			if (num_double(optarg, 0, 1e7, &o.checkpoint_every))
+			if (num_double(optarg, 0, 1e7, &o->checkpoint_every))
 				bad_usage("--checkpoint-every: not a number of seconds: ", optarg);
 			break;
 		case O_SLOW:
-			if (num_double(optarg, 1, 1e4, &o.slowdown))
+			if (num_double(optarg, 1, 1e4, &o->slowdown))
 				bad_usage("--slowdown: not a number >= 1: ", optarg);
 			break;
 		case O_DIE:
-			if (num_u64(optarg, &o.die_after) || o.die_after == 0)
+			if (num_u64(optarg, &o->die_after) || o->die_after == 0)
 				bad_usage("--die-after: not a positive integer: ", optarg);
 			break;
 		case O_RULE:
 			if (strcmp(optarg, "sgp"))
 				bad_usage("--rule: only sgp (a server's rule is the run's: see gem-init --rule): ",
 					  optarg);
-			rule = optarg;
-			break;
-		case O_RUN: so.rundir = optarg; break;
-		case O_LISTEN:
-			if (httpd_listen_parse(optarg, host, sizeof host, &so.port))
-				bad_usage("--listen: want HOST:PORT: ", optarg);
-			listen_set = 1;
-			break;
-		case O_PUBLIC: so.allow_public = 1; sgp_only = 1; break;
-		case O_NOTOKEN: no_token = 1; sgp_only = 1; break;
-		case O_PEERS: so.peers = optarg; break;
-		case O_PEERS_FILE: so.peers_file = optarg; break;
-		case O_NODE:
-			if (num_long(optarg, 0, SGP_MAX_NODES - 1, &v))
-				bad_usage("--node: not an integer in [0, 4095]: ", optarg);
-			so.node = (int)v;
-			break;
-		case O_TOPO:
-			if (sgp_topology_parse(optarg, &so.topology))
-				bad_usage("--topology: want exp or ring: ", optarg);
-			sgp_only = 1;
-			break;
-		case O_PPI:
-			if (num_long(optarg, 1, SGP_MAX_PEERS, &v))
-				bad_usage("--peers-per-iter: not an integer in [1, 16]: ", optarg);
-			so.peers_per_iter = (int)v;
-			sgp_only = 1;
-			break;
-		case O_OVERLAP: so.overlap = 1; sgp_only = 1; break;
-		case O_TAU:
-			if (num_long(optarg, 1, 1 << 20, &v))
-				bad_usage("--tau: not a positive integer: ", optarg);
-			so.tau = (int)v;
-			sgp_only = 1;
+			c->rule = optarg;
 			break;
 		case 'j':
 			if (num_long(optarg, 1, 256, &v))
 				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
-			threads = (int)v;
+			c->threads = (int)v;
 			break;
-		case O_CHECK: check = 1; break;
-		case 'q': o.quiet = 1; log_quiet(); break;
+		case O_CHECK: c->check = 1; break;
+		case 'q': o->quiet = 1; log_quiet(); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': prog_print_version("gem-work"); return 0;
-		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
+		default:
+			if (sgp_option(opt, so, c))
+				break;
+			fprintf(stderr, "%s\n", usage_line);
+			return EXIT_USAGE;
 		}
 	}
-	prog_threads_passive(threads, argv); /* before anything is printed or done */
-	if (threads > 1)
-		log_debug("%d threads, OMP_WAIT_POLICY=%s", threads,
+	return -1;
+}
+
+/* gem-work --rule sgp: its options checked, then the node run; the exit status. */
+static int sgp_main(struct work_opts *o, struct sgp_opts *so, const struct cli *c)
+{
+	if (c->local || c->server)
+		bad_usage("--rule sgp has no server: give --run RUNDIR, not --local or --server", NULL);
+	if (!so->rundir)
+		bad_usage("--rule sgp: give the run with --run RUNDIR", NULL);
+	if (!so->peers == !so->peers_file)
+		bad_usage("--rule sgp: give exactly one of --peers and --peers-file", NULL);
+	if (so->tau && !so->overlap)
+		bad_usage("--tau: only with --overlap", NULL);
+	if (o->worker_id >= 0 || o->die_after || o->checkpoint_every != 60)
+		bad_usage("--rule sgp: --worker-id, --die-after and --checkpoint-every are not for "
+			  "SGP nodes", NULL);
+	if (!so->allow_public && !httpd_is_loopback(c->host))
+		bad_usage("refusing to listen on a non-loopback address without --public: ", c->host);
+	if (o->token_file && c->no_token)
+		bad_usage("--token-file and --no-token contradict each other", NULL);
+	if (so->allow_public && !o->token_file && !c->no_token)
+		bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches "
+			  "the port push into the run)", NULL);
+	if (c->check)
+		return 0;
+	if (c->no_token && !httpd_is_loopback(c->host))
+		log_warn("--public --no-token: anyone who reaches the port can push into the run");
+	so->host = c->host;
+	so->epochs = o->epochs;
+	so->steps = o->steps;
+	so->shard_i = o->shard_i;
+	so->shard_n = o->shard_n;
+	so->shard_set = o->shard_set;
+	so->token_file = o->token_file;
+	so->retry_for = o->retry_for;
+	so->slowdown = o->slowdown;
+	so->codec = o->codec;
+	prog_blas_init();
+	layers_set_threads(c->threads);
+	return run_sgp_node(so, o->quiet);
+}
+
+int main(int argc, char **argv)
+{
+	struct work_opts o = {.shard_i = 0, .shard_n = 1, .retry_for = 60, .checkpoint_every = 60,
+			      .slowdown = 1, .worker_id = -1};
+	struct sgp_opts so = {.node = -1, .topology = SGP_EXP, .peers_per_iter = 1};
+	struct cli c = {.host = "127.0.0.1", .threads = 1};
+	char err[GEM_ERRMAX];
+	int rc;
+
+	if (log_init("gem-work", err) < 0) {
+		fprintf(stderr, "gem-work: %s\n", err);
+		return EXIT_USAGE;
+	}
+	if ((rc = parse_options(argc, argv, &o, &so, &c)) >= 0)
+		return rc;
+	prog_threads_passive(c.threads, argv); /* before anything is printed or done */
+	if (c.threads > 1)
+		log_debug("%d threads, OMP_WAIT_POLICY=%s", c.threads,
 			  getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
 	if (optind != argc)
 		bad_usage("unexpected argument: ", argv[optind]);
 	if (o.epochs && o.steps)
 		bad_usage("give --epochs or --steps, not both", NULL);
-	if (o.codec && local)
+	if (o.codec && c.local)
 		bad_usage("--codec is for --server and --rule sgp", NULL);
-	if (o.cacert && !server)
+	if (o.cacert && !c.server)
 		bad_usage("--cacert is for --server (an https:// gem-serve)", NULL);
-	if (rule) {
-		if (local || server)
-			bad_usage("--rule sgp has no server: give --run RUNDIR, not --local or --server", NULL);
-		if (!so.rundir)
-			bad_usage("--rule sgp: give the run with --run RUNDIR", NULL);
-		if (!so.peers == !so.peers_file)
-			bad_usage("--rule sgp: give exactly one of --peers and --peers-file", NULL);
-		if (so.tau && !so.overlap)
-			bad_usage("--tau: only with --overlap", NULL);
-		if (o.worker_id >= 0 || o.die_after || o.checkpoint_every != 60)
-			bad_usage("--rule sgp: --worker-id, --die-after and --checkpoint-every are not for "
-				  "SGP nodes", NULL);
-		if (!so.allow_public && !httpd_is_loopback(host))
-			bad_usage("refusing to listen on a non-loopback address without --public: ", host);
-		if (o.token_file && no_token)
-			bad_usage("--token-file and --no-token contradict each other", NULL);
-		if (so.allow_public && !o.token_file && !no_token)
-			bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches "
-				  "the port push into the run)", NULL);
-		if (check)
-			return 0;
-		if (no_token && !httpd_is_loopback(host))
-			log_warn("--public --no-token: anyone who reaches the port can push into the run");
-		so.host = host;
-		so.epochs = o.epochs;
-		so.steps = o.steps;
-		so.shard_i = o.shard_i;
-		so.shard_n = o.shard_n;
-		so.shard_set = o.shard_set;
-		so.token_file = o.token_file;
-		so.retry_for = o.retry_for;
-		so.slowdown = o.slowdown;
-		so.codec = o.codec;
-		prog_blas_init();
-		layers_set_threads(threads);
-		return run_sgp_node(&so, o.quiet);
-	}
-	if (so.rundir || listen_set || so.peers || so.peers_file || so.node >= 0 || sgp_only)
+	if (c.rule)
+		return sgp_main(&o, &so, &c);
+	if (so.rundir || c.listen_set || so.peers || so.peers_file || so.node >= 0 || c.sgp_only)
 		bad_usage("--run, --listen, --public, --no-token, --peers, --peers-file, --node, "
 			  "--topology, --peers-per-iter, --overlap and --tau are for SGP nodes (--rule sgp)",
 			  NULL);
-	if (!local == !server)
+	if (!c.local == !c.server)
 		bad_usage("give exactly one of --local RUNDIR and --server URL", NULL);
-	if (check)
+	if (c.check)
 		return 0;
 	prog_blas_init();
-	layers_set_threads(threads);
-	if (local)
-		return train_local(local, &o);
-	return train_server(server, &o);
+	layers_set_threads(c.threads);
+	if (c.local)
+		return train_local(c.local, &o);
+	return train_server(c.server, &o);
 }
