@@ -21,8 +21,8 @@ struct ps_worker {
 	int id;
 	int active;  /* connected: joined, and not left or gone */
 	int in_rule; /* the rule holds its state (kept while it is away after a stop) */
-	int away;    /* of an earlier session, its budget not spent: the run waits for it to come
-		      * back (or to be declared gone, ps_liveness) before it ends */
+	int away;    /* of an earlier session, stopped before its budget was spent (not left done):
+		      * the run waits for it to come back (or to be declared gone, ps_liveness) */
 	int done, waiting;
 	int diverged; /* left saying its loss was not finite (this session only) */
 	int anew;     /* its record started over for a new worker, not joined since (ps_forget) */
@@ -302,9 +302,10 @@ static int ps_load(struct ps *s, char *err)
 	if (s->o.steps && (rc = run_set_steps(&s->run, s->o.steps, err)) < 0)
 		return rc;
 	budget_of(s);
+	/* one that left done (its own --steps or --epochs) said it will not come back */
 	for (int i = 0; i < s->nslots; i++)
 		if (s->w[i])
-			s->w[i]->away = !spent(s, s->w[i]);
+			s->w[i]->away = !s->w[i]->done && !spent(s, s->w[i]);
 	progress_start(&s->meter, s->prog.version, s->prog.samples, ps_total(s), clock_mono());
 	return run_log_open(&s->run, s->prog.version, &s->log, err);
 }
