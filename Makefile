@@ -124,7 +124,7 @@ deps-hosts:
 	sh share/gem/install-deps.sh hosts
 
 check-hosts: deps-hosts $(PROGS)
-	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) prove --timer --exec $(CURDIR)/t/run-test t/hosts/t*.sh
+	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) prove --timer --comments --exec $(CURDIR)/t/run-test t/hosts/t*.sh
 
 # libFuzzer on the parsers (t/fuzz/README): each target FUZZ_SECONDS from t/fuzz/corpus.
 fuzz:

@@ -19,8 +19,12 @@ export SLURM_CONF=$SL/slurm.conf
 # are the addresses.
 in_ns() { nsenter --net="/run/netns/$HOSTS_NS-1" "$@"; }
 
-# job_version OUT: the version of the TSV line in a job's output.
-job_version() { awk -F"\t" '!/^#/ && NF == 5 { print $2 }' "$1"; }
+# job_version OUT: the version of the TSV line in a job's output (its column found by name:
+# gem-eval's columns grow).
+job_version() {
+	awk -F"\t" '/^# elapsed\t/ { for (i = 1; i <= NF; i++) if ($i == "version") c = i; next }
+		c && !/^#/ { print $c; exit }' "$1"
+}
 
 test_expect_success 'setup: a host, munged, slurmctld and slurmd; tiny data' '
 	hosts_setup 1 &&
