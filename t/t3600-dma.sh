@@ -44,6 +44,8 @@ test_expect_success 'each worker reports its idle time' '
 	grep -Eq "worker 0: .*$idle" w.err && grep -Eq "worker 1: .*$idle" w.err
 '
 
+# the TERM waits for both joins: worker 0 stopped before it joined (a slow start under load)
+# leaves a round of --workers 2 that worker 1 waits in for ever
 test_expect_success 'a dma worker interrupted mid-cycle leaves; the other finishes alone' '
 	gem-init -q --rule dma --window 4 --workers 2 --model tiny.json --data data --lr 0.1 \
 		--batch 32 --epochs 50 --seed 5 run3 &&
@@ -51,7 +53,7 @@ test_expect_success 'a dma worker interrupted mid-cycle leaves; the other finish
 	{ gem-work -q --server "$URL" --slowdown 20 2>w0.err & p0=$!; } &&
 	{ gem-work -q --server "$URL" 2>w1.err & p1=$!; } &&
 	test_when_finished "stop_if_running $p0 $p1 $SERVER_PID" &&
-	sleep 0.5 && kill -TERM $p0 &&
+	wait_for_joins run3 2 && sleep 0.5 && kill -TERM $p0 &&
 	{ wait_exit $p0 30; test $? = 143; } &&
 	wait_exit $p1 60 && cat w0.err w1.err &&
 	wait_exit $SERVER_PID 30 &&
