@@ -50,27 +50,6 @@ static struct sgp_node *node_new(const uint8_t *cfg)
 	return s;
 }
 
-static void msgs_free(struct inmsg *m)
-{
-	while (m) {
-		struct inmsg *next = m->next;
-		free(m->x);
-		free(m);
-		m = next;
-	}
-}
-
-static void node_free(struct sgp_node *s)
-{
-	msgs_free(s->inbox);
-	msgs_free(s->free_msgs);
-	free(s->hello);
-	free(s->pushed);
-	pthread_mutex_destroy(&s->mu);
-	pthread_cond_destroy(&s->cv);
-	free(s);
-}
-
 static unsigned refusals(const struct sgp_node *s)
 {
 	unsigned sum = 0;
@@ -180,6 +159,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			s->closed = 1;
 		off += len;
 	}
-	node_free(s);
+	sgp_node_close(s);
 	return 0;
 }
