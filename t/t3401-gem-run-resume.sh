@@ -113,6 +113,15 @@ test_expect_success 'the advised command after workers died (--die-after)' '
 	$(advised died2.err) -q >died2.tsv && test "$(end_version died2)" = 80
 '
 
+test_expect_success 'a raised budget: the server waits for each worker that spent the old one' '
+	cp -r whole raised &&
+	start_server raised --steps 50 && test_when_finished "stop_if_running $SERVER_PID" &&
+	gem-work -q --server "$URL" --worker-id 0 &&
+	sleep 0.3 && kill -0 $SERVER_PID &&
+	gem-work -q --server "$URL" --worker-id 1 &&
+	wait_exit $SERVER_PID && test "$(end_version raised | tail -1)" = 100
+'
+
 test_expect_success '--resume --steps S: an explicit budget wins, is stored, and the run goes on to it' '
 	test -z "$(gem-serve --check --steps 50 whole)" &&
 	gem-run -q --resume -n 2 --steps 50 whole >more.tsv && cat more.tsv &&

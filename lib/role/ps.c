@@ -216,6 +216,27 @@ static int spent(const struct ps *s, const struct ps_worker *w)
 	return s->budget && !shards_data(s) ? w->samples >= s->budget : w->done && !w->target;
 }
 
+/* One worker's part of the run's budget of samples; 0: unknown. */
+static uint64_t each_budget(const struct ps *s)
+{
+	uint64_t nw = s->run.rule.nworkers > 0 ? (uint64_t)s->run.rule.nworkers : 1;
+	return shards_data(s) ? s->budget / nw : s->budget;
+}
+
+/* The budget went up from old samples a worker: one that left done having spent the old one has
+ * more to do, and the run waits for it as for one that stopped short. */
+static void budget_raised(struct ps *s, uint64_t old)
+{
+	uint64_t now = each_budget(s);
+	for (int i = 0; i < s->nslots && old && now > old; i++) {
+		struct ps_worker *w = s->w[i];
+		if (w && w->done && w->samples >= old && w->samples < now) {
+			w->done = 0;
+			s->ndone--;
+		}
+	}
+}
+
 /* The run's total of samples: every worker expected (gem-init --workers, or those that came)
  * spends its budget, or trains what it said it would (ps_plan); 0: unknown. */
 static uint64_t ps_total(const struct ps *s)
@@ -298,10 +319,15 @@ static int ps_load(struct ps *s, char *err)
 		log_info("resumed the rule's state and %d worker%s", s->nknown, GEM_S(s->nknown));
 	}
 	json_decref(workers);
-	/* a budget given is the run's from now on, and a resume keeps it */
-	if (s->o.steps && (rc = run_set_steps(&s->run, s->o.steps, err)) < 0)
-		return rc;
 	budget_of(s);
+	/* a budget given is the run's from now on, and a resume keeps it */
+	if (s->o.steps) {
+		uint64_t old = each_budget(s);
+		if ((rc = run_set_steps(&s->run, s->o.steps, err)) < 0)
+			return rc;
+		budget_of(s);
+		budget_raised(s, old);
+	}
 	/* one that left done (its own --steps or --epochs) said it will not come back */
 	for (int i = 0; i < s->nslots; i++)
 		if (s->w[i])
