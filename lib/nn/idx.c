@@ -74,7 +74,9 @@ static int read_idx(const char *path, uint8_t **buf, struct idx_array *a, char *
 	return rc;
 }
 
-int idx_samples(const char *images, const char *labels, struct samples *s, char *err)
+/* Samples from an IDX file of images or features (N, ...) and one of labels (N), each gzip'd
+ * or plain. */
+static int idx_samples(const char *images, const char *labels, struct samples *s, char *err)
 {
 	struct idx_array xa, ya;
 	uint8_t *xb = NULL, *yb = NULL;

@@ -23,9 +23,6 @@ struct idx_array {
  * dimensions; then each size, a big-endian uint32; then exactly the elements they give. what
  * names the file in an error. */
 int idx_parse(const uint8_t *buf, size_t len, const char *what, struct idx_array *a, char *err);
-/* Samples from an IDX file of images or features (N, ...) and one of labels (N), each gzip'd
- * or plain. */
-int idx_samples(const char *images, const char *labels, struct samples *s, char *err);
 /* The images and labels files of split "train" or "test" in dir: PREFIX-images-idx3-ubyte,
  * PREFIX-images.idx3-ubyte, the same with idx4, and PREFIX-labels-idx1-ubyte or
  * PREFIX-labels.idx1-ubyte, each with or without .gz; PREFIX is train, or t10k or test. The
@@ -33,6 +30,6 @@ int idx_samples(const char *images, const char *labels, struct samples *s, char 
  * Returns 1 when split is "test" and neither file is there: the data set has no test split. */
 int idx_find(const char *dir, const char *split, char *images, char *labels, size_t cap,
 	     char *err);
-/* idx_find, then idx_samples; 1 (s empty) as idx_find. */
+/* idx_find, then the samples of the two files it found; 1 (s empty) as idx_find. */
 int idx_dir_load(const char *dir, const char *split, struct samples *s, char *err);
 #endif

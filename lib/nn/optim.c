@@ -213,7 +213,8 @@ void optim_state_set(struct optim *o, const float *vec, uint64_t step)
 	memcpy(o->adamw.v, vec + o->adamw.n, sizeof *vec * o->adamw.n);
 }
 
-void optim_reset(struct optim *o)
+/* Back to step 0 with no momentum or moments. */
+static void optim_reset(struct optim *o)
 {
 	o->step = 0;
 	sgd_reset(&o->sgd);

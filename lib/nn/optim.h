@@ -112,9 +112,7 @@ double optim_step(struct optim *o, float *theta, float *grad);
 size_t optim_state_floats(const struct optim *o);
 void optim_state_get(const struct optim *o, float *vec, uint64_t *step);
 void optim_state_set(struct optim *o, const float *vec, uint64_t step);
-/* Back to step 0 with no momentum or moments. */
-void optim_reset(struct optim *o);
-/* No momentum or moments (as optim_reset), and the schedule at step of a cosine that ends at
+/* No momentum or moments, and the schedule at step of a cosine that ends at
  * total: a worker that joins again mid-run, its steps so far counted but its moments gone. */
 void optim_restart(struct optim *o, uint64_t step, uint64_t total);
 /* The names of run.json and gem-init: "sgd", "adamw"; "constant", "cosine". A parse returns

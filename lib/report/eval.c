@@ -414,7 +414,11 @@ static int health_is_shard(struct eval_remote *r, const struct health *h, int i,
 			url, h->shard_i, h->shard_k, i, k);
 }
 
-int eval_urls_split(const char *urls, char (*out)[EVAL_URL_MAX], char *err)
+#define EVAL_URL_MAX 1024
+
+/* Split urls into out[0..k) (SHARD_MAX entries): k, or GEM_EUSAGE (an empty item, more than
+ * SHARD_MAX, one too long). */
+static int eval_urls_split(const char *urls, char (*out)[EVAL_URL_MAX], char *err)
 {
 	int k = 0;
 	for (const char *u = urls;; k++) {

@@ -92,13 +92,8 @@ int eval_remote_run(struct eval_remote *r, struct run *run, char *err);
 int eval_remote_params(struct eval_remote *r, float *theta, size_t n, struct run_progress *p,
 		       char *err);
 
-/* A list of servers: one URL, or a sharded run's K (gem-serve --shard I/K), shard 0's first,
- * comma-separated. */
-#define EVAL_URL_MAX 1024
-/* Split urls into out[0..k) (SHARD_MAX entries): k, or GEM_EUSAGE (an empty item, more than
- * SHARD_MAX, one too long). */
-int eval_urls_split(const char *urls, char (*out)[EVAL_URL_MAX], char *err);
-/* The run the servers of urls train: eval_remote_run of the first. */
+/* The run the servers of urls train (one URL, or a sharded run's K, gem-serve --shard I/K,
+ * shard 0's first, comma-separated): eval_remote_run of the first. */
 int eval_remote_open_run(const char *urls, double retry_for, const char *cacert, struct run *run,
 			 char *err);
 /* θ[0..n) from the servers of urls, each the slice of its place in the list (GET /v1/health's
@@ -112,8 +107,8 @@ int eval_remote_theta(const char *urls, double retry_for, const char *cacert, fl
 typedef int (*eval_follow_fn)(void *ctx, const struct run_progress *p, char *err);
 
 struct eval_follow {
-	const char *url;    /* the server (or a list: eval_urls_split); NULL: RUNDIR/server.url,
-			     * read again when it goes away */
+	const char *url;    /* the server (or a list, as eval_remote_open_run's); NULL:
+			     * RUNDIR/server.url, read again when it goes away */
 	const char *rundir; /* the run's directory, or NULL (only a URL known) */
 	double interval;    /* seconds between polls of GET /v1/health */
 	double retry_for;   /* how long a server gone without a sign of stopping is waited for */

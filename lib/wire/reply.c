@@ -13,7 +13,8 @@
 #include "base/err.h"
 #include "wire/msg.h"
 
-int reply_check_codec(struct httpd_req *req, const char *codec)
+/* 400 unless codec (from ?codec=, may be NULL) is one a sender can encode with; 0 if fine. */
+static int reply_check_codec(struct httpd_req *req, const char *codec)
 {
 	char err[GEM_ERRMAX];
 	if (codec && blob_codec_check(codec, err) < 0) {
@@ -60,8 +61,10 @@ static void codec_give(struct blob_codec *c, int slot)
 	pthread_mutex_unlock(&codec_mu);
 }
 
-int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t n,
-		 const char *codec)
+/* Encode θ (n floats, the caller's copy) with codec under header head and reply 200 with the
+ * message, or 500 when encoding fails. */
+static int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t n,
+			const char *codec)
 {
 	char err[GEM_ERRMAX];
 	struct blob_codec own, *c;

@@ -8,13 +8,6 @@
 
 #include "wire/httpd.h"
 
-/* 400 unless codec (from ?codec=, may be NULL) is one a sender can encode with; 0 if fine. */
-int reply_check_codec(struct httpd_req *req, const char *codec);
-/* Encode θ (n floats, the caller's copy) with codec under header head and reply 200 with the
- * message, or 500 when encoding fails. */
-int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t n,
-		 const char *codec);
-
 /* What a training process serves on its GET routes: its data, read through its callbacks (which
  * take its own lock). Must outlive the server it is routed on. */
 struct reply_get {
