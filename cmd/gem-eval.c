@@ -335,29 +335,17 @@ static int evaluator_init(struct evaluator *e, const struct run *run, const char
 	return 0;
 }
 
-/* --nodes: the nodes' parameters, one row each, then the mean and spread over nodes and the
- * evaluation of their average z̄ (consensus: ‖z_i − z̄‖). */
+/* --nodes: the nodes to evaluate (eval_nodes). */
 struct nodes {
 	char **item; /* URLs and node files */
 	int k;
-	float **z;
-	struct run_progress *p;
-	struct eval_result *res;
-	double *dist;
 };
 
 static void nodes_free(struct nodes *nd)
 {
-	for (int i = 0; i < nd->k; i++) {
+	for (int i = 0; i < nd->k; i++)
 		free(nd->item[i]);
-		if (nd->z)
-			free(nd->z[i]);
-	}
 	free(nd->item);
-	free(nd->z);
-	free(nd->p);
-	free(nd->res);
-	free(nd->dist);
 }
 
 static int nodes_add(struct nodes *nd, const char *item, size_t len)
@@ -427,79 +415,32 @@ static void print_node_row(const struct evaluator *e, const char *node, double v
 	       num_format(l, sizeof l, "%.6f", shown_loss(e, loss)), acc, dist);
 }
 
-/* Load every node's z (from run: its files; from a URL: the node's GET /v1/params), evaluate
- * each and their average, and print the table. */
-static int evaluate_nodes(struct evaluator *e, const struct run *run, struct nodes *nd,
+/* Evaluate the nodes and print their table: a row per node, then the mean and spread over the
+ * nodes and their average z̄ (consensus: ‖z_i − z̄‖). */
+static int evaluate_nodes(struct evaluator *e, const struct run *run, const struct nodes *nd,
 			  double retry_for, char *err)
 {
-	size_t n = model_nparams(e->m);
-	double *v = NULL, vmin = INFINITY, samples = 0;
-	int rc = 0;
+	struct eval_nodes r;
 	char name[32];
-
-	nd->z = calloc((size_t)nd->k, sizeof *nd->z);
-	nd->p = calloc((size_t)nd->k, sizeof *nd->p);
-	nd->res = calloc((size_t)nd->k, sizeof *nd->res);
-	nd->dist = calloc((size_t)nd->k, sizeof *nd->dist);
-	v = calloc((size_t)nd->k, sizeof *v);
-	if (!nd->z || !nd->p || !nd->res || !nd->dist || !v) {
-		free(v);
-		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	}
-	for (int i = 0; i < nd->k && rc == 0; i++) {
-		if (!(nd->z[i] = malloc(sizeof(float) * n))) {
-			rc = gem_errf(err, GEM_ENOMEM, "out of memory");
-			break;
-		}
-		if (is_url(nd->item[i])) {
-			struct eval_remote r;
-			memset(&r, 0, sizeof r);
-			if ((rc = eval_remote_open(&r, nd->item[i], retry_for, NULL, err)) == 0)
-				rc = eval_remote_params(&r, nd->z[i], n, &nd->p[i], err);
-			eval_remote_close(&r);
-		} else {
-			rc = run_params_load(run, nd->item[i], nd->z[i], n, &nd->p[i], err);
-		}
-		if (rc < 0)
-			break;
-		memcpy(model_params(e->m), nd->z[i], sizeof(float) * n);
-		if ((rc = eval_run(&e->buf, e->m, &e->test, e->mean, e->std, &nd->res[i], err)) < 0)
-			break;
-	}
-	if (rc == 0) {
-		eval_nodes_average((const float *const *)nd->z, nd->k, n, model_params(e->m), nd->dist);
-		rc = eval_run(&e->buf, e->m, &e->test, e->mean, e->std, &e->res, err);
-	}
+	int rc = eval_nodes(&r, &e->buf, e->m, &e->test, e->mean, e->std, run, nd->item, nd->k,
+			    retry_for, err);
 	if (rc < 0) {
-		free(v);
+		eval_nodes_free(&r);
 		return rc;
 	}
 	if (!e->json)
 		printf("# node\tversion\tsamples\t%s\ttest_acc\tconsensus\n", loss_key(e, 0));
-	for (int i = 0; i < nd->k; i++) {
+	for (int i = 0; i < r.k; i++) {
 		snprintf(name, sizeof name, "%d", i);
-		print_node_row(e, name, (double)nd->p[i].version, (double)nd->p[i].samples,
-			       nd->res[i].loss, nd->res[i].accuracy, nd->dist[i]);
-		samples += (double)nd->p[i].samples;
-		if ((double)nd->p[i].version < vmin)
-			vmin = (double)nd->p[i].version;
+		print_node_row(e, name, (double)r.p[i].version, (double)r.p[i].samples, r.res[i].loss,
+			       r.res[i].accuracy, r.dist[i]);
 	}
-	{
-		double lm, ls, am, as, dm, ds;
-		for (int i = 0; i < nd->k; i++)
-			v[i] = nd->res[i].loss;
-		eval_spread(v, nd->k, &lm, &ls);
-		for (int i = 0; i < nd->k; i++)
-			v[i] = nd->res[i].accuracy;
-		eval_spread(v, nd->k, &am, &as);
-		eval_spread(nd->dist, nd->k, &dm, &ds);
-		print_node_row(e, "mean", vmin, samples, lm, am, dm);
-		print_node_row(e, "sd", vmin, samples, ls, as, ds);
-	}
-	print_node_row(e, "average", vmin, samples, e->res.loss, e->res.accuracy, 0);
-	if (trainer_diverged(e->res.loss, e->res.classes))
-		diverged(e, "the nodes' average", (uint64_t)vmin, e->res.loss);
-	free(v);
+	print_node_row(e, "mean", r.version, r.samples, r.loss[0], r.acc[0], r.dist_spread[0]);
+	print_node_row(e, "sd", r.version, r.samples, r.loss[1], r.acc[1], r.dist_spread[1]);
+	print_node_row(e, "average", r.version, r.samples, r.avg.loss, r.avg.accuracy, 0);
+	if (trainer_diverged(r.avg.loss, r.avg.classes))
+		diverged(e, "the nodes' average", (uint64_t)r.version, r.avg.loss);
+	eval_nodes_free(&r);
 	if (fflush(stdout) == EOF || ferror(stdout))
 		return gem_errf(err, GEM_EFAIL, "stdout: write error");
 	return 0;

@@ -104,7 +104,9 @@ int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float
 	return 0;
 }
 
-void eval_nodes_average(const float *const *z, int k, size_t n, float *avg, double *dist)
+/* The nodes' parameters z_0..z_{k-1} (n floats each): avg gets their average z̄ and dist[i] the
+ * consensus distance ‖z_i − z̄‖₂. */
+static void nodes_average(const float *const *z, int k, size_t n, float *avg, double *dist)
 {
 	for (size_t j = 0; j < n; j++) {
 		double sum = 0;
@@ -122,7 +124,8 @@ void eval_nodes_average(const float *const *z, int k, size_t n, float *avg, doub
 	}
 }
 
-void eval_spread(const double *v, int k, double *mean, double *sd)
+/* Mean and (population) standard deviation of v[0..k). */
+static void spread(const double *v, int k, double *mean, double *sd)
 {
 	double s = 0, s2 = 0;
 	for (int i = 0; i < k; i++)
@@ -340,6 +343,92 @@ int eval_remote_params(struct eval_remote *r, float *theta, size_t n, struct run
 {
 	int rc = httpc_get_retry(r->http, "/v1/params?codec=raw", r->retry_for, &r->resp, err);
 	return rc < 0 ? rc : decode_params(r, theta, n, p, err);
+}
+
+/* The nodes' parameters into z[i], each node's evaluated as it comes. */
+static int nodes_load(struct eval_nodes *r, float **z, struct eval_buf *b, struct model *m,
+		      const struct dataset *d, float mean, float std, const struct run *run,
+		      char *const *item, double retry_for, char *err)
+{
+	size_t n = model_nparams(m);
+	int rc = 0;
+	for (int i = 0; i < r->k && rc == 0; i++) {
+		if (!(z[i] = malloc(sizeof(float) * n)))
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		if (strncmp(item[i], "http://", 7) == 0 || strncmp(item[i], "https://", 8) == 0) {
+			struct eval_remote remote;
+			memset(&remote, 0, sizeof remote);
+			if ((rc = eval_remote_open(&remote, item[i], retry_for, NULL, err)) == 0)
+				rc = eval_remote_params(&remote, z[i], n, &r->p[i], err);
+			eval_remote_close(&remote);
+		} else {
+			rc = run_params_load(run, item[i], z[i], n, &r->p[i], err);
+		}
+		if (rc == 0) {
+			memcpy(model_params(m), z[i], sizeof(float) * n);
+			rc = eval_run(b, m, d, mean, std, &r->res[i], err);
+		}
+	}
+	return rc;
+}
+
+/* The mean and spread of the nodes' rows, and the version and samples of the summary rows. */
+static int nodes_summarise(struct eval_nodes *r, char *err)
+{
+	double *v = calloc((size_t)r->k, sizeof *v);
+	if (!v)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	r->version = INFINITY;
+	r->samples = 0;
+	for (int i = 0; i < r->k; i++) {
+		r->samples += (double)r->p[i].samples;
+		if ((double)r->p[i].version < r->version)
+			r->version = (double)r->p[i].version;
+	}
+	for (int i = 0; i < r->k; i++)
+		v[i] = r->res[i].loss;
+	spread(v, r->k, &r->loss[0], &r->loss[1]);
+	for (int i = 0; i < r->k; i++)
+		v[i] = r->res[i].accuracy;
+	spread(v, r->k, &r->acc[0], &r->acc[1]);
+	spread(r->dist, r->k, &r->dist_spread[0], &r->dist_spread[1]);
+	free(v);
+	return 0;
+}
+
+int eval_nodes(struct eval_nodes *r, struct eval_buf *b, struct model *m, const struct dataset *d,
+	       float mean, float std, const struct run *run, char *const *item, int k,
+	       double retry_for, char *err)
+{
+	float **z = calloc((size_t)k, sizeof *z);
+	int rc;
+	memset(r, 0, sizeof *r);
+	r->k = k;
+	r->p = calloc((size_t)k, sizeof *r->p);
+	r->res = calloc((size_t)k, sizeof *r->res);
+	r->dist = calloc((size_t)k, sizeof *r->dist);
+	if (!z || !r->p || !r->res || !r->dist)
+		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
+	else
+		rc = nodes_load(r, z, b, m, d, mean, std, run, item, retry_for, err);
+	if (rc == 0) {
+		nodes_average((const float *const *)z, k, model_nparams(m), model_params(m), r->dist);
+		rc = eval_run(b, m, d, mean, std, &r->avg, err);
+	}
+	if (rc == 0)
+		rc = nodes_summarise(r, err);
+	for (int i = 0; z && i < k; i++)
+		free(z[i]);
+	free(z);
+	return rc;
+}
+
+void eval_nodes_free(struct eval_nodes *r)
+{
+	free(r->p);
+	free(r->res);
+	free(r->dist);
+	memset(r, 0, sizeof *r);
 }
 
 /* ---- following a live server ---- */

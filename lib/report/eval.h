@@ -58,11 +58,25 @@ double eval_class_accuracy(const struct eval_result *res, int k);
  * whole: eval_run takes its own fixed windows of it, whatever n. */
 int eval_subset(const struct dataset *d, long n, uint64_t seed, struct dataset *out, char *err);
 
-/* Decentralised runs (SGP): the nodes' parameters z_0..z_{k-1} (n floats each). avg gets their
- * average z̄ and dist[i] the consensus distance ‖z_i − z̄‖₂. */
-void eval_nodes_average(const float *const *z, int k, size_t n, float *avg, double *dist);
-/* Mean and (population) standard deviation of v[0..k). */
-void eval_spread(const double *v, int k, double *mean, double *sd);
+
+/* A decentralised (SGP) run's nodes evaluated (eval_nodes): each node's row, the mean and
+ * spread of the rows over the nodes, and the evaluation of their average z̄. */
+struct eval_nodes {
+	int k;
+	struct run_progress *p;   /* each node's version and samples */
+	struct eval_result *res;  /* each node's */
+	double *dist;             /* each node's consensus distance ‖z_i − z̄‖₂ */
+	double loss[2], acc[2], dist_spread[2]; /* over the nodes: mean, (population) sd */
+	double version, samples;  /* the nodes' lowest version; their samples, summed */
+	struct eval_result avg;   /* z̄'s */
+};
+/* Evaluate on d (normalised with mean/std) each of the k nodes' parameters: item[i] a node's
+ * URL (its GET /v1/params) or a node file of run; then their average, which m keeps as its
+ * parameters. Free r with eval_nodes_free whatever this returns. */
+int eval_nodes(struct eval_nodes *r, struct eval_buf *b, struct model *m, const struct dataset *d,
+	       float mean, float std, const struct run *run, char *const *item, int k,
+	       double retry_for, char *err);
+void eval_nodes_free(struct eval_nodes *r);
 
 /* Is a process training RUNDIR now? 1 when RUNDIR/.lock (run_lock) names a live process: a
  * gem-work --local, gem-serve or gem-sim on the run; 0 when none (never run, ended, killed).
