@@ -6,7 +6,7 @@
 #include "base/err.h"
 #include "base/rng.h"
 #include "nn/optim.h"
-#include "rules/local.h"
+#include "rules/worker_half.h"
 #include "rules/rule.h"
 #include "rule-test.h"
 #include "tap.h"
@@ -189,7 +189,7 @@ static void inner_steps(void)
 {
 	char err[GEM_ERRMAX];
 	struct rule_config c;
-	struct rule_local l;
+	struct rule_half l;
 	struct layout lo = layout_n(N);
 	struct optim_config oc = {.kind = OPTIM_SGD, .lr = 0.1f, .momentum = 0.9f, .nesterov = 1};
 	struct optim ref;
@@ -202,48 +202,48 @@ static void inner_steps(void)
 	c.window = 3;
 	rng_seed(&g, 4010, 1);
 	fill(&g, x, 1);
-	ok(rule_local_init(&l, &c, &lo, &oc, err) == 0, "the worker's half");
+	ok(rule_half_init(&l, &c, &lo, &oc, err) == 0, "the worker's half");
 	optim_init(&ref, &oc, &lo, err);
-	rule_local_start(&l, x, 0, 0);
+	rule_half_start(&l, x, 0, 0);
 	memcpy(xr, x, sizeof x);
 	for (int win = 0; win < 2; win++) {
 		memcpy(theta, x, sizeof x);
-		rule_local_begin(&l, x);
+		rule_half_begin(&l, x);
 		for (int k = 0; k < c.window; k++) {
 			fill(&g, grad, 1);
-			rule_local_step(&l, x, grad);
+			rule_half_step(&l, x, grad);
 			optim_step(&ref, xr, grad);
 		}
-		u = rule_local_commit(&l, x);
+		u = rule_half_commit(&l, x);
 		for (int i = 0; i < N; i++)
 			same &= u[i] == xr[i] - theta[i] && x[i] == xr[i];
 		/* the server's θ: x starts over from it, the momentum does not */
 		for (int i = 0; i < N; i++)
 			theta[i] = xr[i] = theta[i] + 0.5f * u[i];
-		rule_local_reply(&l, x, theta, 0);
+		rule_half_reply(&l, x, theta, 0);
 		same &= !memcmp(x, theta, sizeof x);
 	}
 	ok(same, "u = x_H − x_0 of Nesterov SGD steps whose momentum goes on across windows");
-	rule_local_free(&l);
+	rule_half_free(&l);
 	optim_free(&ref);
 
 	c.window = 1;
 	oc.momentum = 0;
 	oc.nesterov = 0;
-	rule_local_init(&l, &c, &lo, &oc, err);
-	rule_local_start(&l, x, 0, 0);
+	rule_half_init(&l, &c, &lo, &oc, err);
+	rule_half_start(&l, x, 0, 0);
 	memcpy(theta, x, sizeof x);
-	rule_local_begin(&l, x);
+	rule_half_begin(&l, x);
 	fill(&g, grad, 1);
-	rule_local_step(&l, x, grad);
-	u = rule_local_commit(&l, x);
+	rule_half_step(&l, x, grad);
+	u = rule_half_commit(&l, x);
 	for (int i = 0; i < N; i++) {
 		float d = fabsf(u[i] - -0.1f * grad[i]), ulp = nextafterf(fabsf(x[i]), INFINITY) - fabsf(x[i]);
 		near &= d <= ulp / 2;
 		worst = fmaxf(worst, d / ulp);
 	}
 	ok(near, "H = 1, μ = 0: |u + η·g| <= half an ulp of x_1 (worst %.3g ulp)", worst);
-	rule_local_free(&l);
+	rule_half_free(&l);
 }
 
 /* save mid-round, load into a new rule, finish the round in both: the same θ and v */

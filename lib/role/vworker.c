@@ -31,7 +31,7 @@ int vworker_open(struct vworker *w, int id, const struct run *run, const struct 
 		return gem_errf(err, GEM_ENOMEM, "out of memory for worker %d", id);
 	/* the cosine's end is the feed's budget, known at each join (vworker_joined) */
 	run_optim_config(run, UINT64_MAX, &oc);
-	if ((rc = rule_local_init(&w->l, &run->rule, lo, &oc, err)) < 0 ||
+	if ((rc = rule_half_init(&w->l, &run->rule, lo, &oc, err)) < 0 ||
 	    (rc = vworker_codec(w, run, NULL, NULL, NULL, 0, err)) < 0) {
 		vworker_close(w);
 		return rc;
@@ -47,7 +47,7 @@ void vworker_close(struct vworker *w)
 	for (int k = 0; k < SHARD_MAX; k++)
 		delta_close(&w->dl[k]);
 	feedback_close(&w->fb);
-	rule_local_free(&w->l);
+	rule_half_free(&w->l);
 	if (w->has_feed)
 		feed_close(&w->f);
 	memset(w, 0, sizeof *w);
@@ -138,8 +138,8 @@ int vworker_joined(struct vworker *w, const struct run *run, const struct datase
 		return GEM_EFAIL;
 	memcpy(w->x, got, sizeof(float) * w->n);
 	feedback_restart(&w->fb, 0, w->n);
-	rule_local_start(&w->l, w->x, feed_steps(&w->f, j->samples),
-			 feed_steps(&w->f, run_budget(run, feed_epoch(&w->f))));
+	rule_half_start(&w->l, w->x, feed_steps(&w->f, j->samples),
+			feed_steps(&w->f, run_budget(run, feed_epoch(&w->f))));
 	w->base = j->version;
 	return 0;
 }
@@ -154,7 +154,7 @@ void vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, i
 	int k, nb;
 
 	memcpy(p, w->x, sizeof(float) * w->n);
-	rule_local_begin(&w->l, p);
+	rule_half_begin(&w->l, p);
 	w->got = 0;
 	w->diverged = 0;
 	for (k = 0; steps ? k < steps : w->got < samples; k++) {
@@ -166,11 +166,11 @@ void vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, i
 		}
 		lsum += loss;
 		w->got += (uint64_t)nb;
-		rule_local_step(&w->l, p, model_grads(t->m));
+		rule_half_step(&w->l, p, model_grads(t->m));
 	}
 	w->steps = k;
 	w->loss = (float)(lsum / (k ? k : 1));
-	u = rule_local_commit(&w->l, p);
+	u = rule_half_commit(&w->l, p);
 	memcpy(w->x, p, sizeof(float) * w->n);
 	u = u == p ? w->x : u;
 	/* gem-work encodes only what it sends: not a diverged step's */
@@ -184,7 +184,7 @@ int vworker_reply(struct vworker *w, struct vwire *wire, const float *v, int ela
 				   : theta_pass(w, wire, v, whole, err);
 	if (!got)
 		return GEM_EFAIL;
-	rule_local_reply(&w->l, w->x, got, elastic);
+	rule_half_reply(&w->l, w->x, got, elastic);
 	w->base = version;
 	return 0;
 }

@@ -1,10 +1,10 @@
 /* vworker: a gem-work worker inside one process (gem-sim's virtual workers, a replay): its x,
  * its data feed, its half of the rule and its codec. Between two messages it computes what
- * gem-work computes, with the same training step (role/trainer) and rule half (rules/local), on
- * a model instance lent by the caller, so that many workers share a few models; and what crosses
- * the wire goes through the same encoder and decoder as in gem-work and gem-serve (role/feedback,
- * wire/blob, and for θ the copies of wire/delta), so that a lossy codec is modelled bit for
- * bit. */
+ * gem-work computes, with the same training step (role/trainer) and rule half
+ * (rules/worker_half), on a model instance lent by the caller, so that many workers share a few
+ * models; and what crosses the wire goes through the same encoder and decoder as in gem-work and
+ * gem-serve (role/feedback, wire/blob, and for θ the copies of wire/delta), so that a lossy codec
+ * is modelled bit for bit. */
 #ifndef GEM_VWORKER_H
 #define GEM_VWORKER_H
 #include <stdint.h>
@@ -12,7 +12,7 @@
 #include "role/feedback.h"
 #include "role/ps.h"
 #include "role/trainer.h"
-#include "rules/local.h"
+#include "rules/worker_half.h"
 #include "run/shard.h"
 #include "wire/blob.h"
 #include "wire/delta.h"
@@ -30,7 +30,7 @@ struct vworker {
 	float *x;              /* its parameters: θ received, or its own x */
 	const float *update;   /* the commit computed last (n floats, into l, x or sent), as the
 			        * server decodes it; NULL: its codec could not encode it */
-	struct rule_local l;
+	struct rule_half l;
 	struct feed f;
 	uint64_t base;         /* the version of the θ it last received */
 	float loss;            /* mean loss of the commit's steps */

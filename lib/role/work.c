@@ -17,7 +17,7 @@
 #include "nn/model.h"
 #include "role/feedback.h"
 #include "role/trainer.h"
-#include "rules/local.h"
+#include "rules/worker_half.h"
 #include "rules/rule.h"
 #include "run/run.h"
 #include "run/shard.h"
@@ -80,7 +80,7 @@ struct worker {
 	struct trainer t;
 	struct feed f;
 	int feed_open;
-	struct rule_local l;
+	struct rule_half l;
 	size_t n;
 	float *v;            /* a reply's vector when it is not θ for x (easgd's d, dma's X_{j+1}) */
 	struct bg_post post;
@@ -266,8 +266,8 @@ static int join(struct worker *w, char *err)
  * cosine ending at the run's budget of its feed. */
 static void start_local(struct worker *w)
 {
-	rule_local_start(&w->l, model_params(w->t.m), feed_steps(&w->f, w->f.samples),
-			 feed_steps(&w->f, run_budget(&w->run, feed_epoch(&w->f))));
+	rule_half_start(&w->l, model_params(w->t.m), feed_steps(&w->f, w->f.samples),
+			feed_steps(&w->f, run_budget(&w->run, feed_epoch(&w->f))));
 }
 
 /* Leave every shard: done (the budget spent), diverged (the loss was not finite, and which it
@@ -437,7 +437,7 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 		return 1; /* joined again: x is θ */
 	if (w->nsh > 1 && elastic)
 		elastic_mix(w, kind, x, v);
-	rule_local_reply(&w->l, x, v, elastic);
+	rule_half_reply(&w->l, x, v, elastic);
 	return any;
 }
 
@@ -462,10 +462,10 @@ static int commit(struct worker *w, const float *v, float loss, uint64_t samples
 
 /* ---- background commits: dma, delayed model averaging (doc/rules.md) ----
  *
- * At each boundary the worker commits the vector rule_local_commit gives (dma: its cycle's
+ * At each boundary the worker commits the vector rule_half_commit gives (dma: its cycle's
  * delta) and carries on; the commit's round trip (the server holds it until the round is in)
  * overlaps the next window. The worker blocks, and counts idle time, only if the reply has not
- * come back by the next boundary; the reply then goes to rule_local_reply. */
+ * come back by the next boundary; the reply then goes to rule_half_reply. */
 
 static void *bg_post_run(void *arg)
 {
@@ -514,7 +514,7 @@ static int bg_boundary(struct worker *w, float loss, uint64_t samples, char *err
 	int rc;
 	if (w->post.busy && (rc = bg_wait(w, 1, err)) != 0)
 		return rc;
-	return bg_send(w, rule_local_commit(&w->l, model_params(w->t.m)), loss, samples, err);
+	return bg_send(w, rule_half_commit(&w->l, model_params(w->t.m)), loss, samples, err);
 }
 
 /* The token, and every server's two clients (the main thread's, the background commit's):
@@ -613,7 +613,7 @@ static int open_run(struct worker *w, const char *url, char *err)
 	 * server averages models and keeps no momentum of its own); AdamW's every rule's. The
 	 * cosine's end is the feed's budget, known once joined (start_local). */
 	run_optim_config(&w->run, UINT64_MAX, &oc);
-	if ((rc = rule_local_init(&w->l, &w->run.rule, model_layout(w->t.m), &oc, err)) < 0)
+	if ((rc = rule_half_init(&w->l, &w->run.rule, model_layout(w->t.m), &oc, err)) < 0)
 		return rc;
 	if ((w->l.d->reply_elastic || w->l.d->sends == RULE_SENDS_CYCLE) &&
 	    !(w->v = malloc(sizeof(float) * w->n)))
@@ -693,13 +693,13 @@ static int train_window(struct worker *w, struct work_result *r, uint64_t *got, 
 	int n;
 
 	*got = 0;
-	rule_local_begin(&w->l, x);
+	rule_half_begin(&w->l, x);
 	for (int k = 0; k < w->l.window && r->samples + *got < w->target; k++) {
 		if (trainer_step(&w->t, &w->f, &loss, &n, err) < 0) {
 			r->loss = loss;
 			return 1;
 		}
-		rule_local_step(&w->l, x, model_grads(w->t.m));
+		rule_half_step(&w->l, x, model_grads(w->t.m));
 		lsum += loss;
 		*got += (uint64_t)n;
 		r->steps++;
@@ -761,7 +761,7 @@ int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn pro
 		if (w->o.slowdown > 1)
 			work_slowdown(clock_mono() - step_start, w->o.slowdown);
 		c = w->l.d->background ? bg_boundary(w, r->loss, got, err)
-				       : commit(w, rule_local_commit(&w->l, model_params(w->t.m)), r->loss,
+				       : commit(w, rule_half_commit(&w->l, model_params(w->t.m)), r->loss,
 						got, err);
 		if (c < 0) {
 			rc = job_failure(c);
@@ -803,7 +803,7 @@ void work_close(struct worker *w)
 		return;
 	if (w->post.busy)
 		pthread_join(w->post.thread, NULL);
-	rule_local_free(&w->l);
+	rule_half_free(&w->l);
 	free(w->v);
 	feedback_close(&w->fb);
 	if (w->feed_open)

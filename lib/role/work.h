@@ -1,8 +1,8 @@
 /* work: a worker of a gem-serve run as an object. work_open joins the server (token, GET
  * /v1/run, model and data, POST /v1/join); work_run trains: every step is trainer_step (the
  * worker's feed continues where the server saw it stop) and the rule's worker half is
- * rules/local (window, what is committed, what the reply does, dma's cycle, whose commits go
- * out on a thread of their own); work_close frees it. Nothing here prints (but log warnings),
+ * rules/worker_half (window, what is committed, what the reply does, dma's cycle, whose
+ * commits go out on a thread of their own); work_close frees it. Nothing here prints (but log warnings),
  * installs a signal handler or exits: the caller's handler sets *stop, which work_run polls. */
 #ifndef GEM_WORK_H
 #define GEM_WORK_H

@@ -32,7 +32,7 @@ enum {
 	RULE_E_NON_FINITE = -10, /* refused: θ or the rule's state would not be finite */
 };
 
-/* What the worker does between two commits (its half of the rule: lib/rules/local.h). */
+/* What the worker does between two commits (its half of the rule: lib/rules/worker_half.h). */
 enum rule_sends {
 	RULE_SENDS_STEP,  /* Δθ: −η∇L of one step, or x_λ − x_0 after λ plain SGD steps (window λ) */
 	RULE_SENDS_X,     /* its own x after λ plain SGD steps; the reply d pulls it: x ← x − d */

@@ -1,4 +1,4 @@
-#include "rules/local.h"
+#include "rules/worker_half.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -7,13 +7,13 @@
 
 /* 1 if the rule's local steps are the run's optimiser's, momentum and weight decay included
  * (dma's cycles, diloco's inner steps), 0 if the server keeps the momentum */
-static int rule_local_optimises(const struct rule_desc *d)
+static int rule_half_optimises(const struct rule_desc *d)
 {
 	return d->sends == RULE_SENDS_CYCLE || d->sends == RULE_SENDS_OUTER;
 }
 
-int rule_local_init(struct rule_local *l, const struct rule_config *c, const struct layout *lo,
-		    const struct optim_config *oc, char *err)
+int rule_half_init(struct rule_half *l, const struct rule_config *c, const struct layout *lo,
+		   const struct optim_config *oc, char *err)
 {
 	struct optim_config mine = *oc;
 	size_t n = lo->total;
@@ -23,13 +23,13 @@ int rule_local_init(struct rule_local *l, const struct rule_config *c, const str
 		return rule_err_unknown(err, c->name);
 	l->n = n;
 	l->lr = oc->lr;
-	if (!rule_local_optimises(l->d) && mine.kind == OPTIM_SGD) {
+	if (!rule_half_optimises(l->d) && mine.kind == OPTIM_SGD) {
 		mine.momentum = 0;
 		mine.nesterov = 0;
 		mine.weight_decay = 0;
 	}
 	l->plain = mine.kind == OPTIM_SGD && mine.momentum == 0 && mine.weight_decay == 0 && !mine.warmup &&
-		   mine.schedule == LR_CONSTANT && mine.clip == 0 && !rule_local_optimises(l->d);
+		   mine.schedule == LR_CONSTANT && mine.clip == 0 && !rule_half_optimises(l->d);
 	/* rules without a "window" field keep their descriptor's λ = 1 in c */
 	l->window = c->window > 1 ? c->window : 1;
 	l->x0 = malloc(sizeof(float) * n);
@@ -37,17 +37,17 @@ int rule_local_init(struct rule_local *l, const struct rule_config *c, const str
 	if (l->d->sends == RULE_SENDS_CYCLE)
 		l->xg = malloc(sizeof(float) * n);
 	if (!l->x0 || !l->delta || (l->d->sends == RULE_SENDS_CYCLE && !l->xg)) {
-		rule_local_free(l);
+		rule_half_free(l);
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", n);
 	}
 	if (!l->plain && (rc = optim_init(&l->opt, &mine, lo, err)) < 0) {
-		rule_local_free(l);
+		rule_half_free(l);
 		return rc;
 	}
 	return 0;
 }
 
-void rule_local_free(struct rule_local *l)
+void rule_half_free(struct rule_half *l)
 {
 	free(l->x0);
 	free(l->delta);
@@ -56,7 +56,7 @@ void rule_local_free(struct rule_local *l)
 	memset(l, 0, sizeof *l);
 }
 
-void rule_local_start(struct rule_local *l, const float *x, uint64_t step, uint64_t total)
+void rule_half_start(struct rule_half *l, const float *x, uint64_t step, uint64_t total)
 {
 	if (!l->plain)
 		optim_restart(&l->opt, step, total);
@@ -67,13 +67,13 @@ void rule_local_start(struct rule_local *l, const float *x, uint64_t step, uint6
 	memcpy(l->xg, x, sizeof(float) * l->n);
 }
 
-void rule_local_begin(struct rule_local *l, const float *x)
+void rule_half_begin(struct rule_half *l, const float *x)
 {
 	if ((l->d->sends == RULE_SENDS_STEP && l->window > 1) || l->d->sends == RULE_SENDS_OUTER)
 		memcpy(l->x0, x, sizeof(float) * l->n);
 }
 
-void rule_local_step(struct rule_local *l, float *x, float *g)
+void rule_half_step(struct rule_half *l, float *x, float *g)
 {
 	const float lr = l->lr;
 	size_t n = l->n;
@@ -95,7 +95,7 @@ void rule_local_step(struct rule_local *l, float *x, float *g)
 	}
 }
 
-const float *rule_local_commit(struct rule_local *l, float *x)
+const float *rule_half_commit(struct rule_half *l, float *x)
 {
 	size_t n = l->n;
 	switch (l->d->sends) {
@@ -119,7 +119,7 @@ const float *rule_local_commit(struct rule_local *l, float *x)
 	return l->delta;
 }
 
-void rule_local_reply(struct rule_local *l, float *x, const float *v, int elastic)
+void rule_half_reply(struct rule_half *l, float *x, const float *v, int elastic)
 {
 	size_t n = l->n;
 	if (l->d->sends == RULE_SENDS_CYCLE) {

@@ -1,16 +1,17 @@
-/* local: the worker's half of a rule, the same in gem-work and gem-sim. Between two commits
- * the worker takes the rule's window of local steps from its x, commits one vector (Δθ, its x,
- * or dma's cycle delta: the rule's descriptor says which) and folds the server's reply into x.
- * Each call is pure arithmetic over n floats; nothing here sends or allocates after init. */
-#ifndef GEM_RULES_LOCAL_H
-#define GEM_RULES_LOCAL_H
+/* worker_half: the worker's half of a rule (rule_half_*), the same in gem-work and gem-sim.
+ * Between two commits the worker takes the rule's window of local steps from its x, commits one
+ * vector (Δθ, its x, or dma's cycle delta: the rule's descriptor says which) and folds the
+ * server's reply into x. Each call is pure arithmetic over n floats; nothing here sends or
+ * allocates after init. */
+#ifndef GEM_RULES_WORKER_HALF_H
+#define GEM_RULES_WORKER_HALF_H
 #include <stddef.h>
 #include <stdint.h>
 
 #include "nn/optim.h"
 #include "rules/rule.h"
 
-struct rule_local {
+struct rule_half {
 	const struct rule_desc *d;
 	size_t n;
 	int window; /* local steps per commit */
@@ -27,20 +28,20 @@ struct rule_local {
  * async-diloco's inner steps); for the others SGD without momentum or weight decay (the server
  * keeps the momentum), which with a constant rate and no clipping is the plain step; AdamW as
  * oc says for every rule. The moments stay here, on the worker. */
-int rule_local_init(struct rule_local *l, const struct rule_config *c, const struct layout *lo,
-		    const struct optim_config *oc, char *err);
-void rule_local_free(struct rule_local *l);
+int rule_half_init(struct rule_half *l, const struct rule_config *c, const struct layout *lo,
+		   const struct optim_config *oc, char *err);
+void rule_half_free(struct rule_half *l);
 /* x is θ as the server just handed it over at a join: the worker starts (over) from it, its
  * momentum or moments at 0, its schedule at `step` of a cosine that ends at `total` (the steps
  * it has taken in the run, and its budget). */
-void rule_local_start(struct rule_local *l, const float *x, uint64_t step, uint64_t total);
+void rule_half_start(struct rule_half *l, const float *x, uint64_t step, uint64_t total);
 /* Before the first local step of a commit. */
-void rule_local_begin(struct rule_local *l, const float *x);
+void rule_half_begin(struct rule_half *l, const float *x);
 /* One local step with gradient g taken at x (x may move; g may be clipped in place). */
-void rule_local_step(struct rule_local *l, float *x, float *g);
+void rule_half_step(struct rule_half *l, float *x, float *g);
 /* The vector to commit after the window (n floats; dma also moves x: x = X_j + Δ). */
-const float *rule_local_commit(struct rule_local *l, float *x);
+const float *rule_half_commit(struct rule_half *l, float *x);
 /* The reply's vector v: θ (x ← θ), easgd's d when elastic (x ← x − d), or for dma X_{j+1}
  * (kept for the next boundary). */
-void rule_local_reply(struct rule_local *l, float *x, const float *v, int elastic);
+void rule_half_reply(struct rule_half *l, float *x, const float *v, int elastic);
 #endif
