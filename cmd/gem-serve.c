@@ -260,7 +260,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o, struct cli
 			break;
 		case 'q': log_quiet(); quiet = 1; break;
 		case O_SHARD:
-			if (shard_parse(optarg, &o->shard_i, &o->shard_k))
+			if (shard_parse(optarg, &o->slice_i, &o->slice_k))
 				bad_usage("--shard: want I/K with 0 <= I < K <= 64: ", optarg);
 			break;
 		case O_CHECK: c->check = 1; break;

@@ -293,13 +293,13 @@ static int ps_load(struct ps *s, char *err)
 	model_free(m);
 	if ((rc = run_shards(s->run.dir, err)) < 0)
 		return rc;
-	if (rc > 0 && rc != s->o.shard_k)
+	if (rc > 0 && rc != s->o.slice_k)
 		return gem_errf(err, GEM_EUSAGE, "%s is served by %d shards (gem-serve --shard I/%d)",
 				s->run.dir, rc, rc);
-	if (s->o.shard_k > 0) {
+	if (s->o.slice_k > 0) {
 		/* a shard: its slice of θ, of the layout and of every rule state, its own files */
 		struct layout full = s->layout;
-		if ((rc = run_set_shard(&s->run, s->o.shard_i, s->o.shard_k, s->n, err)) < 0)
+		if ((rc = run_set_shard(&s->run, s->o.slice_i, s->o.slice_k, s->n, err)) < 0)
 			return rc;
 		shard_layout(&full, &s->run.shard, &s->layout);
 		s->n = s->run.shard.len;

@@ -24,7 +24,8 @@ struct ps_opts {
 	int keep_running;      /* don't stop when every worker has finished and left */
 	double worker_timeout; /* a worker silent this long is gone; 0: never */
 	double idle_timeout;   /* no commit this long: stop, failed; 0: never */
-	int shard_i, shard_k;  /* serve shard i of k of θ (run/shard.h); k = 0: all of θ */
+	int slice_i, slice_k;  /* serve slice i of k of θ (gem-serve --shard I/K, run/shard.h);
+				* k = 0: all of θ */
 	const char *reply_codec; /* gem-serve --codec (NULL: none): in the start event, for a replay */
 };
 

@@ -829,7 +829,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	struct ps_opts po = {.max_updates = o->max_updates, .steps = o->steps,
 			     .max_staleness = o->max_staleness, .keep_running = o->keep_running,
 			     .worker_timeout = o->worker_timeout, .idle_timeout = o->idle_timeout,
-			     .shard_i = o->shard_i, .shard_k = o->shard_k, .reply_codec = o->codec};
+			     .slice_i = o->slice_i, .slice_k = o->slice_k, .reply_codec = o->codec};
 	int rc;
 
 	if (!s)

@@ -32,7 +32,8 @@ struct serve_opts {
 	 * gem-serve's status line (serve_now tells where the run stands). */
 	void (*tick)(struct server *s, void *ctx);
 	void *tick_ctx;
-	int shard_i, shard_k;    /* serve shard i of k of θ (run/shard.h); k = 0: all of θ */
+	int slice_i, slice_k;    /* serve slice i of k of θ (gem-serve --shard I/K, run/shard.h);
+				  * k = 0: all of θ */
 };
 
 #define SERVE_MAX_WORKERS 256

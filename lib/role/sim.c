@@ -830,8 +830,8 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 	int rc;
 	s->ncores = s->o->shards > 1 ? s->o->shards : 1;
 	for (int k = 0; k < s->ncores; k++) {
-		po.shard_i = k;
-		po.shard_k = s->ncores > 1 ? s->ncores : 0;
+		po.slice_i = k;
+		po.slice_k = s->ncores > 1 ? s->ncores : 0;
 		if ((rc = ps_open(rundir, &po, &s->core[k], err)) < 0)
 			return rc;
 		s->cut[k] = ps_run(s->core[k])->shard;

@@ -39,17 +39,18 @@ void work_slowdown(double step_seconds, double factor)
 	nanosleep(&ts, NULL);
 }
 
-/* One server of the run: the only one, or shard i of K (gem-serve --shard), which holds the
- * elements [off, off + len) of θ and has its own version counter, commit numbers and worker
- * record. Its two clients and replies: [0] the main thread's, [1] the background commit's. */
-struct wshard {
+/* One server of the run: the only one, or the k-th of K (gem-serve --shard k/K), which holds
+ * θ's slice k, the elements [off, off + len) of θ, and has its own version counter, commit
+ * numbers and worker record. Its two clients and replies: [0] the main thread's, [1] the
+ * background commit's. */
+struct wserver {
 	struct worker *w;
 	int k;
 	size_t off, len;
 	struct httpc *http[2];
 	struct httpc_resp resp[2];
-	struct msg_buf buf;      /* the commit message of this shard's slice */
-	struct blob_codec codec; /* this shard's encoding and decoding */
+	struct msg_buf buf;      /* the commit message of this server's slice */
+	struct blob_codec codec; /* this server's encoding and decoding */
 	struct delta dl;         /* int8, int4, topk: the copy of the slice the server keeps too */
 	uint64_t deltas;         /* replies that came as deltas */
 	uint32_t crc;            /* the last DELTA_CRC the server sent */
@@ -70,9 +71,9 @@ struct bg_post {
 struct worker {
 	struct work_opts o;
 	struct work_info info;
-	struct wshard *sh;   /* the servers: one, or the K shards of θ in order */
-	int nsh;
-	struct httpc *http;  /* shard 0's main client (GET /v1/run) */
+	struct wserver *srv; /* the servers: one, or K, slice k of θ on srv[k] */
+	int nsrv;
+	struct httpc *http;  /* server 0's main client (GET /v1/run) */
 	struct httpc_resp resp;
 	struct feedback fb;  /* the commits' codec and its error feedback */
 	struct run run;
@@ -89,10 +90,10 @@ struct worker {
 	double encode_s;     /* commit_build, and their bytes each way */
 	uint64_t commit_sent, commit_received;
 	int id;
-	uint64_t version;    /* shard 0's */
+	uint64_t version;    /* server 0's */
 	uint64_t done_samples, done_commits; /* the server's count of this worker's work at join */
 	uint64_t target;     /* samples at which the budget is spent */
-	int shard_i, shard_n;
+	int shard_i, shard_n; /* the data: trains on shard I of N of the training set */
 };
 
 /* Every failure of a worker is the job's, but for want of memory. */
@@ -101,60 +102,60 @@ static int job_failure(int rc)
 	return rc == GEM_ENOMEM ? rc : GEM_EFAIL;
 }
 
-/* Whether header head of shard sh's reply names the slice of θ sh is (gem-protocol(7): every
+/* Whether header head of server srv's reply names the slice of θ srv is (gem-protocol(7): every
  * reply of a sharded server does), or, for a worker given one server, no slice: GEM_EUSAGE for
  * one URL of a sharded run, GEM_EFAIL for a server that is another slice (servers given in
  * another order, or swapped by proxies on the way). */
-static int check_slice(const struct wshard *sh, const json_t *head, char *err)
+static int check_slice(const struct wserver *srv, const json_t *head, char *err)
 {
 	json_t *t = json_object_get(head, "theta_shard");
-	const char *url = httpc_base_url(sh->http[0]);
+	const char *url = httpc_base_url(srv->http[0]);
 	long long v[4];
 	for (int i = 0; i < 4; i++)
 		v[i] = json_integer_value(json_array_get(t, (size_t)i));
-	if (sh->w->nsh == 1 && !t)
+	if (srv->w->nsrv == 1 && !t)
 		return 0;
-	if (sh->w->nsh == 1)
+	if (srv->w->nsrv == 1)
 		return gem_errf(err, GEM_EUSAGE, "%s serves slice %lld of %lld of θ: give all %lld URLs, "
 				"comma-separated, shard 0's first", url, v[0], v[1], v[1]);
 	if (json_array_size(t) != 4)
 		return gem_errf(err, GEM_EFAIL, "%s answered without naming its slice of θ, not as "
-				"shard %d/%d (gem-serve --shard %d/%d)", url, sh->k, sh->w->nsh, sh->k,
-				sh->w->nsh);
-	if (v[0] != sh->k || v[1] != sh->w->nsh || (size_t)v[2] != sh->off || (size_t)v[3] != sh->len)
+				"shard %d/%d (gem-serve --shard %d/%d)", url, srv->k, srv->w->nsrv, srv->k,
+				srv->w->nsrv);
+	if (v[0] != srv->k || v[1] != srv->w->nsrv || (size_t)v[2] != srv->off || (size_t)v[3] != srv->len)
 		return gem_errf(err, GEM_EFAIL, "%s answered with slice %lld/%lld of θ (offset %lld, "
 				"length %lld), not %d/%d (offset %zu, length %zu)", url, v[0], v[1],
-				v[2], v[3], sh->k, sh->w->nsh, sh->off, sh->len);
+				v[2], v[3], srv->k, srv->w->nsrv, srv->off, srv->len);
 	return 0;
 }
 
-/* θ of shard sh's reply m, blob b (θ whole, or a delta from the copy), into the copy and v; 1
+/* θ of server srv's reply m, blob b (θ whole, or a delta from the copy), into the copy and v; 1
  * if the copy is no longer the server's (its DELTA_CRC differs). */
-static int take_theta(struct wshard *sh, const struct msg *m, const struct msg_blob *b, float *v,
+static int take_theta(struct wserver *srv, const struct msg *m, const struct msg_blob *b, float *v,
 		      char *err)
 {
 	int is_delta = !strcmp(b->name, DELTA_BLOB), rc;
 	const float *got;
 	json_t *jv = json_object_get(m->header, DELTA_CRC);
-	if ((rc = blob_decode_view(&sh->codec, b->data, &b->meta, sh->len, &got, err)) < 0 ||
-	    (rc = delta_take(&sh->dl, is_delta, got, v, err)) < 0)
+	if ((rc = blob_decode_view(&srv->codec, b->data, &b->meta, srv->len, &got, err)) < 0 ||
+	    (rc = delta_take(&srv->dl, is_delta, got, v, err)) < 0)
 		return rc;
-	sh->deltas += (uint64_t)is_delta;
-	if (!sh->dl.copy || !json_is_integer(jv))
+	srv->deltas += (uint64_t)is_delta;
+	if (!srv->dl.copy || !json_is_integer(jv))
 		return 0;
-	sh->crc = (uint32_t)json_integer_value(jv);
-	if (sh->crc == delta_crc(&sh->dl))
+	srv->crc = (uint32_t)json_integer_value(jv);
+	if (srv->crc == delta_crc(&srv->dl))
 		return 0;
 	gem_errf(err, GEM_EFAIL, "the copy of θ is not the server's (CRC-32 %08x, the server's %08x)",
-		 delta_crc(&sh->dl), sh->crc);
+		 delta_crc(&srv->dl), srv->crc);
 	return 1;
 }
 
-/* Decode the vector named name of shard sh's reply resp into v (its slice), once its header
- * names sh's slice (check_slice); header fields into its version. θ comes whole or as a delta
+/* Decode the vector named name of server srv's reply resp into v (its slice), once its header
+ * names srv's slice (check_slice); header fields into its version. θ comes whole or as a delta
  * (take_theta). 1: the copy of θ is not the server's (err says so), v is undefined. */
-static int take_reply(struct wshard *sh, const struct httpc_resp *resp, const char *name, float *v,
-		      int *found, json_t **head, char *err)
+static int take_reply(struct wserver *srv, const struct httpc_resp *resp, const char *name,
+		      float *v, int *found, json_t **head, char *err)
 {
 	struct msg m;
 	const struct msg_blob *b;
@@ -162,7 +163,7 @@ static int take_reply(struct wshard *sh, const struct httpc_resp *resp, const ch
 	int rc;
 	if ((rc = msg_parse(resp->body, resp->len, &m, err)) < 0)
 		return rc;
-	if ((rc = check_slice(sh, m.header, err)) < 0) {
+	if ((rc = check_slice(srv, m.header, err)) < 0) {
 		msg_free(&m);
 		return rc;
 	}
@@ -177,27 +178,27 @@ static int take_reply(struct wshard *sh, const struct httpc_resp *resp, const ch
 		return gem_errf(err, GEM_EFAIL, "the server's reply has no \"%s\" blob", name);
 	}
 	rc = strcmp(b->name, MSG_PARAMS) && strcmp(b->name, DELTA_BLOB)
-		     ? blob_decode(&sh->codec, b->data, &b->meta, v, sh->len, err)
-		     : take_theta(sh, &m, b, v, err);
+		     ? blob_decode(&srv->codec, b->data, &b->meta, v, srv->len, err)
+		     : take_theta(srv, &m, b, v, err);
 	if (rc != 0) {
 		msg_free(&m);
 		return rc;
 	}
 	if (json_is_integer(jv = json_object_get(m.header, "version")))
-		sh->version = (uint64_t)json_integer_value(jv);
-	if (sh->k == 0)
-		sh->w->version = sh->version;
+		srv->version = (uint64_t)json_integer_value(jv);
+	if (srv->k == 0)
+		srv->w->version = srv->version;
 	if (head)
 		*head = json_incref(m.header);
 	msg_free(&m);
 	return 0;
 }
 
-/* Join shard sh (again) as worker id (< 0: a new id, shard 0 only): its slice of θ into x; the
+/* Join server srv (again) as worker id (< 0: a new id, server 0 only): its slice of θ into x; the
  * header of its reply in *head. */
-static int join_shard(struct wshard *sh, int id, float *x, json_t **head, char *err)
+static int join_server(struct wserver *srv, int id, float *x, json_t **head, char *err)
 {
-	struct worker *w = sh->w;
+	struct worker *w = srv->w;
 	json_t *body = json_pack("{s:s}", "codec", w->fb.codec), *v;
 	char *text;
 	int rc;
@@ -214,31 +215,31 @@ static int join_shard(struct wshard *sh, int id, float *x, json_t **head, char *
 	json_decref(body);
 	if (!text)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	rc = httpc_post_retry(sh->http[0], "/v1/join", "application/json", text, strlen(text),
-			      w->o.retry_for, &sh->resp[0], err);
+	rc = httpc_post_retry(srv->http[0], "/v1/join", "application/json", text, strlen(text),
+			      w->o.retry_for, &srv->resp[0], err);
 	free(text);
 	if (rc < 0)
 		return rc;
 	/* θ whole: the copy is what came, so a CRC that differs is the server's fault */
-	if ((rc = take_reply(sh, &sh->resp[0], MSG_PARAMS, x + sh->off, NULL, head, err)) != 0)
+	if ((rc = take_reply(srv, &srv->resp[0], MSG_PARAMS, x + srv->off, NULL, head, err)) != 0)
 		return rc < 0 ? rc : GEM_EFAIL;
-	feedback_restart(&w->fb, sh->off, sh->len);
+	feedback_restart(&w->fb, srv->off, srv->len);
 	if (json_is_integer(v = json_object_get(*head, "seq")))
-		sh->seq = (uint64_t)json_integer_value(v);
+		srv->seq = (uint64_t)json_integer_value(v);
 	return 0;
 }
 
-/* Join (again) every server: θ into x, where the rule's worker half starts (over). Shard 0 gives
- * the worker its id, which the other shards take too. */
+/* Join (again) every server: θ into x, where the rule's worker half starts (over). Server 0 gives
+ * the worker its id, which the other servers take too. */
 static int join(struct worker *w, char *err)
 {
 	json_t *head = NULL, *v;
 	float *x = model_params(w->t.m);
 	int rc;
-	for (int k = 0; k < w->nsh; k++) {
-		if ((rc = join_shard(&w->sh[k], w->id, x, &head, err)) < 0) {
+	for (int k = 0; k < w->nsrv; k++) {
+		if ((rc = join_server(&w->srv[k], w->id, x, &head, err)) < 0) {
 			json_decref(head);
-			if (w->nsh > 1)
+			if (w->nsrv > 1)
 				gem_errprefix(err, "shard %d: ", k);
 			return rc;
 		}
@@ -270,7 +271,7 @@ static void start_local(struct worker *w)
 			feed_steps(&w->f, run_budget(&w->run, feed_epoch(&w->f))));
 }
 
-/* Leave every shard: done (the budget spent), diverged (the loss was not finite, and which it
+/* Leave every server: done (the budget spent), diverged (the loss was not finite, and which it
  * was: the run fails once every worker has left), or neither (to come back). */
 static void leave(struct worker *w, int done, int diverged, float loss)
 {
@@ -280,37 +281,37 @@ static void leave(struct worker *w, int done, int diverged, float loss)
 				    w->id, num_json(lbuf, sizeof lbuf, loss))
 			 : snprintf(body, sizeof body, "{\"worker\":%d,\"done\":%s}", w->id,
 				    done ? "true" : "false");
-	for (int k = 0; k < w->nsh; k++) {
-		struct wshard *sh = &w->sh[k];
-		if (sh->dl.copy)
+	for (int k = 0; k < w->nsrv; k++) {
+		struct wserver *srv = &w->srv[k];
+		if (srv->dl.copy)
 			log_debug("shard %d: %llu replies as deltas; the copy's CRC-32 %08x, the "
-				  "server's last %08x", k, (unsigned long long)sh->deltas,
-				  delta_crc(&sh->dl), sh->crc);
-		if (httpc_post_retry(sh->http[0], "/v1/leave", "application/json", body, (size_t)n, 5,
-				     &sh->resp[0], err) < 0)
+				  "server's last %08x", k, (unsigned long long)srv->deltas,
+				  delta_crc(&srv->dl), srv->crc);
+		if (httpc_post_retry(srv->http[0], "/v1/leave", "application/json", body, (size_t)n, 5,
+				     &srv->resp[0], err) < 0)
 			log_debug("leave: %s", err);
 	}
 }
 
-/* The commit messages of the vector v: each shard's slice into its buf. */
+/* The commit messages of the vector v: each server's slice into its buf. */
 static int commit_build(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
-	for (int k = 0; k < w->nsh; k++) {
-		struct wshard *sh = &w->sh[k];
+	for (int k = 0; k < w->nsrv; k++) {
+		struct wserver *srv = &w->srv[k];
 		struct msg_blob blob = {.name = "update"};
 		const void *enc;
 		json_t *head;
 		int rc;
-		head = json_pack("{s:i, s:I, s:I, s:I}", "worker", w->id, "base", (json_int_t)sh->version,
-				 "seq", (json_int_t)++sh->seq, "samples", (json_int_t)samples);
+		head = json_pack("{s:i, s:I, s:I, s:I}", "worker", w->id, "base", (json_int_t)srv->version,
+				 "seq", (json_int_t)++srv->seq, "samples", (json_int_t)samples);
 		if (isfinite(loss))
 			json_object_set_new(head, "loss", json_real(loss));
 		if (w->l.d->background)
 			json_object_set_new(head, "idle", json_real(w->idle));
-		rc = feedback_encode(&w->fb, &sh->codec, v, sh->off, sh->len, &enc, &blob.meta, err);
+		rc = feedback_encode(&w->fb, &srv->codec, v, srv->off, srv->len, &enc, &blob.meta, err);
 		blob.data = enc;
 		if (rc == 0)
-			rc = msg_build(&sh->buf, head, &blob, 1, err);
+			rc = msg_build(&srv->buf, head, &blob, 1, err);
 		json_decref(head);
 		if (rc < 0)
 			return rc;
@@ -318,11 +319,11 @@ static int commit_build(struct worker *w, const float *v, float loss, uint64_t s
 	return 0;
 }
 
-/* Post shard sh's commit message with client c. */
-static void post_one(struct wshard *sh, int c)
+/* Post server srv's commit message with client c. */
+static void post_one(struct wserver *srv, int c)
 {
-	sh->rc[c] = httpc_post_retry(sh->http[c], "/v1/commit", MSG_CONTENT_TYPE, sh->buf.data,
-				     sh->buf.len, sh->w->o.retry_for, &sh->resp[c], sh->err[c]);
+	srv->rc[c] = httpc_post_retry(srv->http[c], "/v1/commit", MSG_CONTENT_TYPE, srv->buf.data,
+				      srv->buf.len, srv->w->o.retry_for, &srv->resp[c], srv->err[c]);
 }
 
 static void *post_main(void *arg)
@@ -331,72 +332,72 @@ static void *post_main(void *arg)
 	return NULL;
 }
 
-/* Post every shard's commit with client c, in parallel: a thread per shard beyond the first
+/* Post every server's commit with client c, in parallel: a thread per server beyond the first
  * (client 1, the background commit's thread, posts them one after the other). */
 static void post_all(struct worker *w, int c)
 {
 	int started[SHARD_MAX] = {0};
 	sigset_t all, old;
-	if (c == 0 && w->nsh > 1) {
+	if (c == 0 && w->nsrv > 1) {
 		/* signals are for the caller's thread, which polls the flag they set */
 		sigfillset(&all);
 		pthread_sigmask(SIG_BLOCK, &all, &old);
-		for (int k = 1; k < w->nsh; k++)
-			started[k] = !pthread_create(&w->sh[k].thread, NULL, post_main, &w->sh[k]);
+		for (int k = 1; k < w->nsrv; k++)
+			started[k] = !pthread_create(&w->srv[k].thread, NULL, post_main, &w->srv[k]);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
-	for (int k = 0; k < w->nsh; k++)
+	for (int k = 0; k < w->nsrv; k++)
 		if (!started[k])
-			post_one(&w->sh[k], c);
-	for (int k = 1; k < w->nsh; k++)
+			post_one(&w->srv[k], c);
+	for (int k = 1; k < w->nsrv; k++)
 		if (started[k])
-			pthread_join(w->sh[k].thread, NULL);
+			pthread_join(w->srv[k].thread, NULL);
 }
 
-/* Join shard sh again, for the reason in err: 1 joined (its slice of x is θ, the rule's worker
+/* Join server srv again, for the reason in err: 1 joined (its slice of x is θ, the rule's worker
  * half starts over), 2 the run is over, < 0 an error. */
-static int rejoin_shard(struct wshard *sh, char *err)
+static int rejoin_server(struct wserver *srv, char *err)
 {
-	struct worker *w = sh->w;
+	struct worker *w = srv->w;
 	json_t *head = NULL;
 	int rc;
 	log_warn("worker %d: %s; joining again", w->id, err);
-	rc = join_shard(sh, w->id, model_params(w->t.m), &head, err);
+	rc = join_server(srv, w->id, model_params(w->t.m), &head, err);
 	json_decref(head);
 	if (rc < 0)
-		return sh->resp[0].status == 410 ? 2 : rc;
+		return srv->resp[0].status == 410 ? 2 : rc;
 	start_local(w);
 	return 1;
 }
 
 /* What a commit's answer means: 0 a reply to take, 1 the server forgot us or our base (a
- * restart): rejoined if rejoin (that shard only), nothing applied there; 2 the run is over;
+ * restart): rejoined if rejoin (that server only), nothing applied there; 2 the run is over;
  * < 0 an error (in err). */
-static int commit_status(struct wshard *sh, int c, int rejoin, char *err)
+static int commit_status(struct wserver *srv, int c, int rejoin, char *err)
 {
-	struct worker *w = sh->w;
-	const struct httpc_resp *resp = &sh->resp[c];
-	int rc = sh->rc[c];
+	struct worker *w = srv->w;
+	const struct httpc_resp *resp = &srv->resp[c];
+	int rc = srv->rc[c];
 	if (rc < 0)
-		snprintf(err, GEM_ERRMAX, "%s%s", w->nsh > 1 ? "shard: " : "", sh->err[c]);
+		snprintf(err, GEM_ERRMAX, "%s%s", w->nsrv > 1 ? "shard: " : "", srv->err[c]);
 	if (rc == HTTPC_EHTTP && resp->status == 410)
 		return 2;
 	if (rc == HTTPC_EHTTP && resp->status == 409 && rejoin)
-		return rejoin_shard(sh, err);
+		return rejoin_server(srv, err);
 	return rc < 0 ? rc : 0;
 }
 
-/* easgd with shards that answered differently: the slices that came as θ (kind 0) or were
+/* easgd with servers that answered differently: the slices that came as θ (kind 0) or were
  * joined again (kind 2, x already θ there) become the d that takes x there: x − θ, or 0. */
 static void elastic_mix(struct worker *w, const char *kind, float *x, float *v)
 {
-	for (int k = 0; k < w->nsh; k++)
-		for (size_t i = w->sh[k].off; kind[k] != 1 && i < w->sh[k].off + w->sh[k].len; i++)
+	for (int k = 0; k < w->nsrv; k++)
+		for (size_t i = w->srv[k].off; kind[k] != 1 && i < w->srv[k].off + w->srv[k].len; i++)
 			v[i] = kind[k] == 0 ? x[i] - v[i] : 0;
 }
 
 /* Fold the replies of client c into x as the rule says: θ itself, easgd's d ("elastic") or dma's
- * X_{j+1}, each shard's slice from its own reply. 1: a shard rejoined (its slice is θ now);
+ * X_{j+1}, each slice from its server's reply. 1: a server rejoined (its slice is θ now);
  * 2: the run is over; < 0 an error. */
 static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 {
@@ -405,37 +406,37 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 	float *v = direct ? x : w->v;
 	char kind[SHARD_MAX]; /* 0: θ came, 1: easgd's d came, 2: joined again */
 	int rc, any = 0, over = 0;
-	for (int k = 0; k < w->nsh; k++) {
-		struct wshard *sh = &w->sh[k];
+	for (int k = 0; k < w->nsrv; k++) {
+		struct wserver *srv = &w->srv[k];
 		int e = 0;
 		/* an applied commit of easgd is answered with d; a refused stale one or a resend
 		 * with θ; a copy of θ that is not the server's any more starts over from θ */
-		if ((rc = commit_status(sh, c, rejoin, err)) == 0) {
-			rc = take_reply(sh, &sh->resp[c], w->l.d->reply_elastic ? "elastic" : MSG_PARAMS,
-					v + sh->off, &e, NULL, err);
+		if ((rc = commit_status(srv, c, rejoin, err)) == 0) {
+			rc = take_reply(srv, &srv->resp[c], w->l.d->reply_elastic ? "elastic" : MSG_PARAMS,
+					v + srv->off, &e, NULL, err);
 			if (rc == 0) {
 				kind[k] = (char)e;
 				elastic |= e;
 				continue;
 			}
 			if (rc == 1)
-				rc = rejoin ? rejoin_shard(sh, err) : GEM_EFAIL;
+				rc = rejoin ? rejoin_server(srv, err) : GEM_EFAIL;
 		}
 		if (rc < 0)
 			return rc;
 		over |= rc == 2;
 		kind[k] = 2;
 		if (rc == 1 && !direct)
-			/* a rejoined shard's slice is θ: nothing to fold there */
-			memcpy(v + sh->off, x + sh->off, sizeof(float) * sh->len);
+			/* a rejoined server's slice is θ: nothing to fold there */
+			memcpy(v + srv->off, x + srv->off, sizeof(float) * srv->len);
 		any |= rc == 1;
 	}
 	elastic &= w->l.d->reply_elastic;
 	if (over)
 		return 2;
-	if (w->nsh == 1 && any)
+	if (w->nsrv == 1 && any)
 		return 1; /* joined again: x is θ */
-	if (w->nsh > 1 && elastic)
+	if (w->nsrv > 1 && elastic)
 		elastic_mix(w, kind, x, v);
 	rule_half_reply(&w->l, x, v, elastic);
 	return any;
@@ -453,9 +454,9 @@ static int commit(struct worker *w, const float *v, float loss, uint64_t samples
 	post_all(w, 0);
 	rc = fold_replies(w, 0, 1, err);
 	w->commit_s += clock_mono() - t;
-	for (int k = 0; k < w->nsh; k++) {
-		w->commit_sent += w->sh[k].buf.len;
-		w->commit_received += w->sh[k].resp[0].len;
+	for (int k = 0; k < w->nsrv; k++) {
+		w->commit_sent += w->srv[k].buf.len;
+		w->commit_received += w->srv[k].resp[0].len;
 	}
 	return rc;
 }
@@ -518,12 +519,12 @@ static int bg_boundary(struct worker *w, float loss, uint64_t samples, char *err
 }
 
 /* The token, and every server's two clients (the main thread's, the background commit's):
- * urls is one URL, or the K shards' in order, comma-separated. */
+ * urls is one URL, or the K servers' in slice order, comma-separated. */
 static int open_http(struct worker *w, const char *urls, char *err)
 {
 	char *token = NULL, *list = strdup(urls), *save = NULL, *u;
 	int rc = 0, k = 0;
-	if (!list || !(w->sh = calloc(SHARD_MAX, sizeof *w->sh))) {
+	if (!list || !(w->srv = calloc(SHARD_MAX, sizeof *w->srv))) {
 		free(list);
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	}
@@ -532,51 +533,51 @@ static int open_http(struct worker *w, const char *urls, char *err)
 		return GEM_EUSAGE;
 	}
 	for (u = strtok_r(list, ",", &save); u && rc == 0; u = strtok_r(NULL, ",", &save), k++) {
-		struct wshard *sh = &w->sh[k];
+		struct wserver *srv = &w->srv[k];
 		if (k == SHARD_MAX) {
 			rc = gem_errf(err, GEM_EUSAGE, "more than %d servers", SHARD_MAX);
 			break;
 		}
-		sh->w = w;
-		sh->k = k;
-		blob_codec_init(&sh->codec);
+		srv->w = w;
+		srv->k = k;
+		blob_codec_init(&srv->codec);
 		for (int c = 0; c < 2 && rc == 0; c++)
-			if (httpc_new(u, token, COMMIT_TIMEOUT_MS, &sh->http[c], err) < 0 ||
-			    httpc_set_cacert(sh->http[c], w->o.cacert, err) < 0)
+			if (httpc_new(u, token, COMMIT_TIMEOUT_MS, &srv->http[c], err) < 0 ||
+			    httpc_set_cacert(srv->http[c], w->o.cacert, err) < 0)
 				rc = GEM_EUSAGE;
 	}
-	w->nsh = k;
+	w->nsrv = k;
 	if (rc == 0 && !k)
 		rc = gem_errf(err, GEM_EUSAGE, "no server URL");
-	w->http = w->sh[0].http[0];
+	w->http = w->srv[0].http[0];
 	free(list);
 	fs_free_secret(token);
 	return rc;
 }
 
-/* The servers' slices of θ's n elements: with K > 1, each must be the shard of its place in the
- * list (GET /v1/health's "theta_shard"). */
-static int open_shards(struct worker *w, char *err)
+/* The servers' slices of θ's n elements: with K > 1, each server must serve the slice of its
+ * place in the list (GET /v1/health's "theta_shard"). */
+static int open_servers(struct worker *w, char *err)
 {
-	for (int k = 0; k < w->nsh; k++) {
-		struct wshard *sh = &w->sh[k];
-		struct shard s = shard_of(w->n, k, w->nsh > 1 ? w->nsh : 0);
+	for (int k = 0; k < w->nsrv; k++) {
+		struct wserver *srv = &w->srv[k];
+		struct shard s = shard_of(w->n, k, w->nsrv > 1 ? w->nsrv : 0);
 		json_t *h, *t;
 		int rc, ok;
-		sh->off = s.off;
-		sh->len = s.len;
-		if (w->nsh == 1)
+		srv->off = s.off;
+		srv->len = s.len;
+		if (w->nsrv == 1)
 			break;
-		if ((rc = httpc_get_retry(sh->http[0], "/v1/health", w->o.retry_for, &sh->resp[0], err)) < 0)
+		if ((rc = httpc_get_retry(srv->http[0], "/v1/health", w->o.retry_for, &srv->resp[0], err)) < 0)
 			return rc;
-		h = json_loadb(sh->resp[0].body, sh->resp[0].len, 0, NULL);
+		h = json_loadb(srv->resp[0].body, srv->resp[0].len, 0, NULL);
 		t = json_object_get(h, "theta_shard");
 		ok = json_integer_value(json_array_get(t, 0)) == k &&
-		     json_integer_value(json_array_get(t, 1)) == w->nsh;
+		     json_integer_value(json_array_get(t, 1)) == w->nsrv;
 		json_decref(h);
 		if (!ok)
 			return gem_errf(err, GEM_EUSAGE, "server %d of %d does not serve shard %d/%d of θ "
-					"(gem-serve --shard %d/%d)", k + 1, w->nsh, k, w->nsh, k, w->nsh);
+					"(gem-serve --shard %d/%d)", k + 1, w->nsrv, k, w->nsrv, k, w->nsrv);
 	}
 	return 0;
 }
@@ -607,7 +608,7 @@ static int open_run(struct worker *w, const char *url, char *err)
 	    (rc = run_data_load(&w->run, NULL, "train", &w->ds, err)) < 0)
 		return rc;
 	w->n = model_nparams(w->t.m);
-	if ((rc = open_shards(w, err)) < 0)
+	if ((rc = open_servers(w, err)) < 0)
 		return rc;
 	/* dma's local steps are momentum SGD with the run's μ, Nesterov and weight decay (the
 	 * server averages models and keeps no momentum of its own); AdamW's every rule's. The
@@ -620,8 +621,8 @@ static int open_run(struct worker *w, const char *url, char *err)
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
 	if ((rc = feedback_open(&w->fb, w->o.codec, w->l.d, w->n, err)) < 0)
 		return rc;
-	for (int k = 0; k < w->nsh; k++)
-		if ((rc = delta_open(&w->sh[k].dl, w->fb.codec, w->sh[k].len, err)) < 0)
+	for (int k = 0; k < w->nsrv; k++)
+		if ((rc = delta_open(&w->srv[k].dl, w->fb.codec, w->srv[k].len, err)) < 0)
 			return rc;
 	return 0;
 }
@@ -633,7 +634,7 @@ static int open_join(struct worker *w, char *err)
 	int rc;
 	if ((rc = join(w, err)) < 0)
 		return rc;
-	/* each worker its own shuffled copy of the data (the paper's setup), or a disjoint shard */
+	/* each worker its own shuffled copy of the data (the paper's setup), or a disjoint shard of it */
 	if ((rc = feed_open(&w->f, &w->run, &w->ds, w->id, w->shard_i, w->shard_n, err)) < 0)
 		return rc;
 	w->feed_open = 1;
@@ -812,16 +813,16 @@ void work_close(struct worker *w)
 	trainer_close(&w->t);
 	if (w->run.json)
 		run_close(&w->run);
-	for (int k = 0; w->sh && k < w->nsh; k++) {
+	for (int k = 0; w->srv && k < w->nsrv; k++) {
 		for (int c = 0; c < 2; c++) {
-			httpc_resp_free(&w->sh[k].resp[c]);
-			httpc_free(w->sh[k].http[c]);
+			httpc_resp_free(&w->srv[k].resp[c]);
+			httpc_free(w->srv[k].http[c]);
 		}
-		blob_codec_free(&w->sh[k].codec);
-		delta_close(&w->sh[k].dl);
-		msg_buf_free(&w->sh[k].buf);
+		blob_codec_free(&w->srv[k].codec);
+		delta_close(&w->srv[k].dl);
+		msg_buf_free(&w->srv[k].buf);
 	}
-	free(w->sh);
+	free(w->srv);
 	httpc_resp_free(&w->resp);
 	free(w);
 }

@@ -162,7 +162,7 @@ static pid_t serve_child(const char *dir, int k, int nk, char *url_out, size_t c
 	if (pid == 0) {
 		static volatile sig_atomic_t never;
 		struct serve_opts o = {.host = "127.0.0.1", .port = 0, .keep_running = 1,
-				       .shard_i = k, .shard_k = nk};
+				       .slice_i = k, .slice_k = nk};
 		struct server *s;
 		close(fd[0]);
 		if (serve_open(dir, &o, &s, err) < 0) {
