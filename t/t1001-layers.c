@@ -15,10 +15,8 @@
 #include "nn/conv_direct.h"
 #include "nn/layer_ops.h"
 #include "nn/layers.h"
+#include "gradcheck-test.h"
 #include "tap.h"
-
-#define EPS 1e-2f
-#define BOUND 5e-3
 
 static struct rng r;
 
@@ -38,52 +36,6 @@ static void fill_distinct(float *p, size_t n)
 	for (size_t i = 0; i < n; i++)
 		p[i] = ((float)idx[i] - (float)n / 2) * 0.1f + 0.05f;
 	free(idx);
-}
-
-static double dot(const float *y, const float *R, size_t n)
-{
-	double s = 0;
-	for (size_t i = 0; i < n; i++)
-		s += (double)y[i] * R[i];
-	return s;
-}
-
-static double relerr(double num, double ana)
-{
-	double d = fabs(num) + fabs(ana);
-	return fabs(num - ana) / (d > 1e-2 ? d : 1e-2);
-}
-
-/* A layer under test: run(ctx) computes y from the current inputs. */
-struct probe {
-	void (*run)(void *ctx);
-	void *ctx;
-	const float *y, *R;
-	size_t ny;
-};
-
-static double loss(struct probe *p)
-{
-	p->run(p->ctx);
-	return dot(p->y, p->R, p->ny);
-}
-
-/* the worst relative error of grad against finite differences over the n values of v */
-static double check(struct probe *p, float *v, const float *grad, size_t n)
-{
-	double worst = 0;
-	for (size_t i = 0; i < n; i++) {
-		float keep = v[i];
-		v[i] = keep + EPS;
-		double lp = loss(p);
-		v[i] = keep - EPS;
-		double lm = loss(p);
-		v[i] = keep;
-		double e = relerr((lp - lm) / (2.0 * EPS), grad[i]);
-		if (e > worst)
-			worst = e;
-	}
-	return worst;
 }
 
 /* ---- dense ---- */
@@ -114,7 +66,8 @@ static void test_dense_path(const char *path, float *scratch, float *y, float *d
 	is_near(y[5 + 1], y0, 1e-5, "dense (%s): y[1][1] = x[1]·W[1] + b[1]", path);
 	dense_backward(dx, dW, db, R, x, W, d.B, d.in, d.out, scratch);
 	struct probe p = {dense_run, &d, y, R, ny};
-	double ex = check(&p, x, dx, nx), ew = check(&p, W, dW, nw), eb = check(&p, b, db, 5);
+	double ex = probe_check(&p, x, dx, nx, 1), ew = probe_check(&p, W, dW, nw, 1);
+	double eb = probe_check(&p, b, db, 5, 1);
 	ok(ex < BOUND, "dense (%s): dx matches finite differences (max rel err %.2g)", path, ex);
 	ok(ew < BOUND, "dense (%s): dW matches finite differences (max rel err %.2g)", path, ew);
 	ok(eb < BOUND, "dense (%s): db matches finite differences (max rel err %.2g)", path, eb);
@@ -212,7 +165,8 @@ static void test_conv(int B, int c, int h, int w, int oc, int k, int stride, int
 	is_near(y[(((size_t)o * B + bb) * d.s.oh + i) * d.s.ow + j], want, 1e-4, "conv2d: an output by definition");
 	conv2d_backward(dx, dW, db, dcol, R, col, x, W, B, &d.s);
 	struct probe p = {conv_run, &d, y, R, ny};
-	double ex = check(&p, x, dx, nx), ew = check(&p, W, dW, nw), eb = check(&p, b, db, oc);
+	double ex = probe_check(&p, x, dx, nx, 1), ew = probe_check(&p, W, dW, nw, 1);
+	double eb = probe_check(&p, b, db, oc, 1);
 	ok(ex < BOUND, "conv2d: dx matches finite differences (max rel err %.2g)", ex);
 	ok(ew < BOUND, "conv2d: dW matches finite differences (max rel err %.2g)", ew);
 	ok(eb < BOUND, "conv2d: db matches finite differences (max rel err %.2g)", eb);
@@ -321,7 +275,7 @@ static void test_pool(size_t planes, int h, int w, int k)
 		dx[i] = NAN; /* backward must write every element */
 	maxpool2d_backward(dx, R, d.arg, planes, h, w, k);
 	struct probe p = {pool_run, &d, y, R, ny};
-	double ex = check(&p, x, dx, nx);
+	double ex = probe_check(&p, x, dx, nx, 1);
 	ok(ex < BOUND, "maxpool2d %dx%d k%d: dx matches finite differences (max rel err %.2g)", h, w, k, ex);
 	/* ties: a constant window sends its gradient to its first element only */
 	float cx[16] = {0}, cy[4], cg[4] = {1, 2, 3, 4}, cdx[16];
@@ -387,7 +341,7 @@ static void test_avgpool(int B, int c, int h, int w, int k)
 		globalavgpool_backward(dx, R, B, c, h * w);
 	struct probe p = {avg_run, &d, d.y, R, ny};
 	memcpy(dx2, dx, nx * 4);
-	double ex = check(&p, d.x, dx, nx);
+	double ex = probe_check(&p, d.x, dx, nx, 1);
 	ok(ex < BOUND && !memcmp(dx, dx2, nx * 4), "%s: dx matches finite differences (max rel err %.2g)", what, ex);
 	free(d.x), free(d.y), free(R), free(dx), free(dx2);
 }
@@ -512,7 +466,7 @@ static void test_elementwise(int kind, const char *name)
 	else
 		dropout2d_backward(dx, R, mask, 12, 25);
 	struct probe p = {ew_run, &d, y, R, 300};
-	double ex = check(&p, x, dx, 300);
+	double ex = probe_check(&p, x, dx, 300, 1);
 	ok(ex < BOUND, "%s: dx matches finite differences (max rel err %.2g)", name, ex);
 	memcpy(g, R, sizeof g);
 	if (kind == 0)

@@ -6,22 +6,8 @@
 
 #include "base/err.h"
 #include "nn/model.h"
+#include "model-test.h"
 #include "tap.h"
-
-static struct model *build(const char *text, char *err)
-{
-	json_error_t jerr;
-	json_t *spec = json_loads(text, 0, &jerr);
-	struct model *m = NULL;
-	if (!spec) {
-		snprintf(err, GEM_ERRMAX, "bad test JSON: %s", jerr.text);
-		return NULL;
-	}
-	if (model_from_json(spec, &m, err) < 0)
-		m = NULL;
-	json_decref(spec);
-	return m;
-}
 
 static void bad_spec(const char *layers, const char *want, const char *what)
 {
@@ -77,16 +63,16 @@ static void test_bad_specs(void)
 	bad_spec("", "layers: must be a non-empty array", "no layers");
 
 	char err[GEM_ERRMAX] = "";
-	ok(!build("{\"classes\":3,\"layers\":[{\"type\":\"logsoftmax\"}]}", err) && strstr(err, "input: missing"),
+	ok(!model_of_text("{\"classes\":3,\"layers\":[{\"type\":\"logsoftmax\"}]}", err) && strstr(err, "input: missing"),
 	   "refused: missing input (%s)", err);
-	ok(!build("{\"input\":[3],\"layers\":[{\"type\":\"logsoftmax\"}]}", err) && strstr(err, "classes: missing"),
+	ok(!model_of_text("{\"input\":[3],\"layers\":[{\"type\":\"logsoftmax\"}]}", err) && strstr(err, "classes: missing"),
 	   "refused: missing classes (%s)", err);
-	ok(!build("{\"input\":[3,2],\"classes\":3,\"layers\":[{\"type\":\"logsoftmax\"}]}", err) &&
+	ok(!model_of_text("{\"input\":[3,2],\"classes\":3,\"layers\":[{\"type\":\"logsoftmax\"}]}", err) &&
 		   strstr(err, "input: must be"),
 	   "refused: 2-d input (%s)", err);
-	ok(!build("{\"input\":[3],\"classes\":3,\"layer\":[]}", err) && strstr(err, "layer: unknown field"),
+	ok(!model_of_text("{\"input\":[3],\"classes\":3,\"layer\":[]}", err) && strstr(err, "layer: unknown field"),
 	   "refused: unknown top-level field (%s)", err);
-	struct model *m = build("{\"input\":[3],\"classes\":3,\"layers\":[{\"type\":\"logsoftmax\"}]}", err);
+	struct model *m = model_of_text("{\"input\":[3],\"classes\":3,\"layers\":[{\"type\":\"logsoftmax\"}]}", err);
 	ok(m && model_nparams(m) == 0, "a model without parameters is fine");
 	model_free(m);
 	bad_spec("{\"type\":\"residual\",\"layers\":[{\"type\":\"conv2d\",\"out\":4,\"kernel\":3,"
@@ -308,7 +294,7 @@ static double model_gradcheck(struct model *m, const float *x, const uint16_t *y
 static void test_gradients(const char *name, const char *text, int n, double bend)
 {
 	char err[GEM_ERRMAX];
-	struct model *m = build(text, err);
+	struct model *m = model_of_text(text, err);
 	struct rng r;
 	int same;
 	double kinked;

@@ -10,10 +10,8 @@
 #include "nn/layer_ops.h"
 #include "nn/matmul.h"
 #include "nn/seq.h"
+#include "gradcheck-test.h"
 #include "tap.h"
-
-#define EPS 1e-2f
-#define BOUND 5e-3
 
 static struct rng r;
 static float *scratch;
@@ -29,43 +27,10 @@ static float *falloc(size_t n)
 	return layer_falloc(n, sizeof(float));
 }
 
-static double relerr(double num, double ana)
-{
-	double d = fabs(num) + fabs(ana);
-	return fabs(num - ana) / (d > 1e-2 ? d : 1e-2);
-}
-
-/* A layer under test: run(ctx) computes y (ny floats) from the current inputs. */
-struct probe {
-	void (*run)(void *ctx);
-	void *ctx;
-	const float *y, *R;
-	size_t ny;
-};
-
-static double loss(struct probe *p)
-{
-	double s = 0;
-	p->run(p->ctx);
-	for (size_t i = 0; i < p->ny; i++)
-		s += (double)p->y[i] * p->R[i];
-	return s;
-}
-
-/* the worst relative error of grad against finite differences over n values of v, every
- * step-th of them */
+/* probe_check, then y as at the current inputs again */
 static double check(struct probe *p, float *v, const float *grad, size_t n, size_t step)
 {
-	double worst = 0;
-	for (size_t i = 0; i < n; i += step) {
-		float keep = v[i];
-		v[i] = keep + EPS;
-		double lp = loss(p);
-		v[i] = keep - EPS;
-		double lm = loss(p);
-		v[i] = keep;
-		worst = fmax(worst, relerr((lp - lm) / (2.0 * EPS), grad[i]));
-	}
+	double worst = probe_check(p, v, grad, n, step);
 	p->run(p->ctx);
 	return worst;
 }

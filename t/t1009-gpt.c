@@ -8,22 +8,8 @@
 #include "base/err.h"
 #include "nn/matmul.h"
 #include "nn/model.h"
+#include "model-test.h"
 #include "tap.h"
-
-static struct model *build(const char *text, char *err)
-{
-	json_error_t jerr;
-	json_t *spec = json_loads(text, 0, &jerr);
-	struct model *m = NULL;
-	if (!spec) {
-		snprintf(err, GEM_ERRMAX, "bad test JSON: %s", jerr.text);
-		return NULL;
-	}
-	if (model_from_json(spec, &m, err) < 0)
-		m = NULL;
-	json_decref(spec);
-	return m;
-}
 
 /* A sequence model of T = 4 token ids with vocab 9, dim 16, and layers: the middle ones. */
 static void bad_spec(const char *middle, const char *want, const char *what)
@@ -33,7 +19,7 @@ static void bad_spec(const char *middle, const char *want, const char *what)
 		 "{\"input\":[4],\"classes\":9,\"layers\":[{\"type\":\"embedding\",\"vocab\":9,\"dim\":16},%s"
 		 "{\"type\":\"dense\",\"out\":9},{\"type\":\"logsoftmax\"}]}",
 		 middle);
-	struct model *m = build(text, err);
+	struct model *m = model_of_text(text, err);
 	if (!ok(!m && strstr(err, want), "refused: %s", what))
 		diag("message \"%s\", want \"%s\"", err, want);
 	model_free(m);
@@ -72,7 +58,7 @@ static void test_bad_specs(void)
 	strcat(deep, tail);
 	strcat(deep, ",");
 	bad_spec(deep, "blocks nested more than 8 deep", "residual blocks nested too deep");
-	struct model *m = build("{\"input\":[4],\"classes\":9,\"layers\":[{\"type\":\"embedding\",\"vocab\":9,\"dim\":16},"
+	struct model *m = model_of_text("{\"input\":[4],\"classes\":9,\"layers\":[{\"type\":\"embedding\",\"vocab\":9,\"dim\":16},"
 				"{\"type\":\"dense\",\"out\":9},{\"type\":\"logsoftmax\"}]}",
 				err);
 	ok(m && model_labels(m) == 4 && model_input_size(m) == 4, "a sequence model's loss has a label per position");
@@ -84,7 +70,7 @@ static void test_bad_specs(void)
 	txt.classes = 10;
 	ok(m && model_fits(m, &txt, err) == GEM_EUSAGE && strstr(err, "bytes up to 9, beyond the model's vocabulary"),
 	   "bytes beyond the vocabulary do not (%s)", err);
-	struct model *flat = build("{\"input\":[4],\"classes\":9,\"layers\":[{\"type\":\"dense\",\"out\":9},"
+	struct model *flat = model_of_text("{\"input\":[4],\"classes\":9,\"layers\":[{\"type\":\"dense\",\"out\":9},"
 				   "{\"type\":\"logsoftmax\"}]}", err);
 	txt.text = (uint8_t *)"abcde";
 	ok(flat && model_fits(flat, &txt, err) == GEM_EUSAGE && strstr(err, "not a sequence model"),
@@ -100,7 +86,7 @@ static void test_bad_specs(void)
 static void test_shipped(void)
 {
 	const char *src = getenv("GEM_SRC");
-	char path[4096], err[GEM_ERRMAX];
+	char path[4096], err[GEM_ERRMAX] = "";
 	struct model *m, *m2;
 	snprintf(path, sizeof path, "%s/share/gem/models/gpt.json", src ? src : ".");
 	if (!ok(model_from_file(path, NULL, &m, err) == 0 && model_from_file(path, NULL, &m2, err) == 0,
@@ -175,7 +161,7 @@ static void test_gradients(void)
 {
 	enum { N = 3, T = 6 };
 	char err[GEM_ERRMAX];
-	struct model *m = build(TINY, err);
+	struct model *m = model_of_text(TINY, err);
 	struct rng r;
 	float x[N * T], eps = 3e-3f;
 	uint16_t y[N * T], pred[N * T];
