@@ -5,34 +5,12 @@
  * given. */
 #include "base/err.h"
 #include "role/ps.h"
-#include "run/spec.h"
 #include "tap.h"
+#include "tiny-run-test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A tiny run (64-4 dense) in dir, as gem-init would make it. */
-static int make_run(const char *dir, char *err)
-{
-	json_t *j = json_loads(
-		"{\"gem_run\":1,\"created\":\"2026-01-01T00:00:00Z\",\"model_name\":\"t\","
-		"\"model\":{\"input\":[64],\"classes\":4,\"layers\":[{\"type\":\"dense\",\"out\":4},"
-		"{\"type\":\"logsoftmax\"}]},"
-		"\"data\":{\"name\":\"t\",\"dir\":\"/nonexistent\",\"mean\":0.5,\"std\":0.25},"
-		"\"train\":{\"lr\":0.1,\"momentum\":0.9,\"nesterov\":false,\"weight_decay\":0,\"batch\":8,"
-		"\"epochs\":1,\"seed\":1},\"rule\":{\"name\":\"gem\"},\"nparams\":260}",
-		0, NULL);
-	struct run_spec spec;
-	int rc;
-	if (!j)
-		return gem_errf(err, GEM_EFAIL, "run.json");
-	if ((rc = run_spec_from_json(j, &spec, err)) == 0)
-		rc = run_make(dir, &spec, 0, err);
-	run_spec_free(&spec);
-	json_decref(j);
-	return rc;
-}
 
 /* A new worker joins (-1), commits once, and leaves done: its id, or -1 when refused. */
 static int come_and_go(struct ps *s, const float *u, char *err)
@@ -75,7 +53,7 @@ int main(void)
 	int id = 0, fresh = 1, kept = 1;
 
 	snprintf(dir, sizeof dir, "%s/t3106.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir) || make_run(dir, err) < 0 || ps_open(dir, &o, &s, err) < 0)
+	if (!mkdtemp(dir) || tiny_run_make(dir, err) < 0 || ps_open(dir, &o, &s, err) < 0)
 		skip_all(err);
 	ok(ps_join(s, -1, NULL, NULL, &j0, err) == PS_APPLIED && j0.worker == 0,
 	   "the first worker is 0, and stays joined");

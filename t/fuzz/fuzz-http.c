@@ -18,35 +18,13 @@
 
 #include "base/err.h"
 #include "role/serve.h"
-#include "run/spec.h"
+#include "../tiny-run-test.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct server *srv;
 static int port;
-
-/* A tiny run (64-4 dense) in a temporary directory, as gem-init would make it. */
-static int make_run(char *dir, char *err)
-{
-	json_t *j = json_loads(
-		"{\"gem_run\":1,\"created\":\"2026-01-01T00:00:00Z\",\"model_name\":\"fuzz\","
-		"\"model\":{\"input\":[64],\"classes\":4,\"layers\":[{\"type\":\"dense\",\"out\":4},"
-		"{\"type\":\"logsoftmax\"}]},"
-		"\"data\":{\"name\":\"fuzz\",\"dir\":\"/nonexistent\",\"mean\":0.5,\"std\":0.25},"
-		"\"train\":{\"lr\":0.1,\"momentum\":0.9,\"nesterov\":false,\"weight_decay\":0,\"batch\":8,"
-		"\"epochs\":1,\"seed\":1},\"rule\":{\"name\":\"gem\"},\"nparams\":260}",
-		0, NULL);
-	struct run_spec spec;
-	int rc;
-	if (!j)
-		return gem_errf(err, GEM_EFAIL, "run.json");
-	if ((rc = run_spec_from_json(j, &spec, err)) == 0)
-		rc = run_make(dir, &spec, 0, err);
-	run_spec_free(&spec);
-	json_decref(j);
-	return rc;
-}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -58,7 +36,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argc;
 	(void)argv;
 	signal(SIGPIPE, SIG_IGN);
-	if (!mkdtemp(dir) || make_run(dir, err) < 0 || serve_open(dir, &o, &srv, err) < 0) {
+	if (!mkdtemp(dir) || tiny_run_make(dir, err) < 0 || serve_open(dir, &o, &srv, err) < 0) {
 		fprintf(stderr, "fuzz-http: cannot start a server: %s\n", err);
 		abort();
 	}
