@@ -9,17 +9,13 @@
 static struct rule *make(const char *name, const float *theta, size_t n, float lr, float alpha,
 			 int nworkers)
 {
-	struct layout l = layout_n(n);
 	struct rule_config c;
-	struct rule *r = NULL;
 	char err[GEM_ERRMAX];
 	rule_config_default(name, &c, err);
 	c.lr = lr;
 	c.alpha = alpha;
 	c.nworkers = nworkers;
-	if (rule_create(&c, &l, theta, &r, err) < 0)
-		diag("rule_create %s: %s", name, err);
-	return r;
+	return rule_of(&c, theta, n);
 }
 
 /* downpour: θ ← θ + Δ, whatever τ */

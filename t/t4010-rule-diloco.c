@@ -24,9 +24,7 @@ static int delayed; /* async-diloco's N for the next make */
 static struct rule *make(const char *name, const float *theta, size_t n, int nworkers,
 			 float outer_lr, float outer_momentum, float momentum)
 {
-	struct layout l = layout_n(n);
 	struct rule_config c;
-	struct rule *r = NULL;
 	char err[GEM_ERRMAX];
 	rule_config_default(name, &c, err);
 	c.nworkers = nworkers;
@@ -34,16 +32,7 @@ static struct rule *make(const char *name, const float *theta, size_t n, int nwo
 	c.outer_lr = outer_lr;
 	c.outer_momentum = outer_momentum;
 	c.delayed_nesterov = delayed;
-	if (rule_create(&c, &l, theta, &r, err) < 0)
-		diag("rule_create: %s", err);
-	return r;
-}
-
-static int commit(struct rule *r, int w, float a, float b, uint64_t base, float *t, uint64_t *ver,
-		  char *err)
-{
-	float d[2] = {a, b};
-	return commit1(r, w, d, base, t, ver, NULL, NULL, err);
+	return rule_of(&c, theta, n);
 }
 
 static void config(void)
@@ -105,20 +94,20 @@ static void by_hand(void)
 	r = make("diloco", t, 2, 2, 0.5f, 0.5f, 0.9f);
 	rule_join(r, 0, err);
 	rule_join(r, 1, err);
-	ok(commit(r, 0, 1, 2, 0, t, &ver, err) == RULE_PENDING && ver == 0 && t[0] == 0,
+	ok(commit2(r, 0, 1, 2, 0, t, &ver, err) == RULE_PENDING && ver == 0 && t[0] == 0,
 	   "round 1: the first commit waits");
-	ok(commit(r, 1, 3, -2, 0, t, &ver, err) == RULE_APPLIED && ver == 1,
+	ok(commit2(r, 1, 3, -2, 0, t, &ver, err) == RULE_APPLIED && ver == 1,
 	   "round 1: the second applies it");
 	ok(t[0] == 1.5f && t[1] == 0, "θ = η_o·(ū + μ_o·v) = (1.5, 0) (%g, %g)", t[0], t[1]);
-	ok(commit(r, 1, 0, 2, 1, t, &ver, err) == RULE_PENDING &&
-		   commit(r, 0, 2, 2, 1, t, &ver, err) == RULE_APPLIED && ver == 2,
+	ok(commit2(r, 1, 0, 2, 1, t, &ver, err) == RULE_PENDING &&
+		   commit2(r, 0, 2, 2, 1, t, &ver, err) == RULE_APPLIED && ver == 2,
 	   "round 2 in the other order");
 	ok(t[0] == 2.5f && t[1] == 1.5f, "v = (2, 2), θ = (2.5, 1.5) (%g, %g)", t[0], t[1]);
-	ok(commit(r, 0, 2, -4, 2, t, &ver, err) == RULE_PENDING &&
+	ok(commit2(r, 0, 2, -4, 2, t, &ver, err) == RULE_PENDING &&
 		   leave1(r, 1, t, &ver, &st, err) == 1 && ver == 3 && st.version == 3,
 	   "round 3: a leave closes it with the one commit in");
 	ok(t[0] == 4.25f && t[1] == -1.25f, "v = (3, −3), θ = (4.25, −1.25) (%g, %g)", t[0], t[1]);
-	ok(commit(r, 0, 1, 1, 2, t, &ver, err) == GEM_EUSAGE && strstr(err, "old"),
+	ok(commit2(r, 0, 1, 1, 2, t, &ver, err) == GEM_EUSAGE && strstr(err, "old"),
 	   "a commit on an older θ is refused: %s", err);
 	rule_destroy(r);
 
@@ -127,7 +116,7 @@ static void by_hand(void)
 	ver = 0;
 	r = make("diloco", t, 2, 1, 0.7f, 0.9f, 0.9f);
 	rule_join(r, 0, err);
-	rc = commit(r, 0, 1, -2, 0, t, &ver, err);
+	rc = commit2(r, 0, 1, -2, 0, t, &ver, err);
 	ok(rc == RULE_APPLIED && t[0] == 0.7f * (1.0f + 0.9f * 1.0f) &&
 		   t[1] == 0.7f * (-2.0f + 0.9f * -2.0f),
 	   "η_o = 0.7, μ_o = 0.9: θ = 0.7·1.9·u (%g, %g)", t[0], t[1]);
@@ -259,9 +248,9 @@ static void checkpoint(void)
 	r = make("diloco", t, 2, 2, 0.5f, 0.5f, 0);
 	rule_join(r, 0, err);
 	rule_join(r, 1, err);
-	commit(r, 0, 1, 2, 0, t, &ver, err);
-	commit(r, 1, 3, -2, 0, t, &ver, err);
-	commit(r, 0, 2, 2, 1, t, &ver, err);
+	commit2(r, 0, 1, 2, 0, t, &ver, err);
+	commit2(r, 1, 3, -2, 0, t, &ver, err);
+	commit2(r, 0, 2, 2, 1, t, &ver, err);
 	ok(rule_state_save(r, &meta, &vecs, &nvec, err) == 0 && nvec == 2 &&
 		   !strcmp(vecs[0].name, "v") && !strcmp(vecs[1].name, "sum"),
 	   "state: the outer momentum v and the round's sum");
@@ -271,9 +260,9 @@ static void checkpoint(void)
 	json_decref(meta);
 	memcpy(t2, t, sizeof t);
 	ver2 = ver;
-	ok(commit(r2, 0, 9, 9, 1, t2, &ver2, err) == GEM_EUSAGE, "loaded: worker 0 is in the round");
-	ok(commit(r, 1, 0, 2, 1, t, &ver, err) == RULE_APPLIED &&
-		   commit(r2, 1, 0, 2, 1, t2, &ver2, err) == RULE_APPLIED,
+	ok(commit2(r2, 0, 9, 9, 1, t2, &ver2, err) == GEM_EUSAGE, "loaded: worker 0 is in the round");
+	ok(commit2(r, 1, 0, 2, 1, t, &ver, err) == RULE_APPLIED &&
+		   commit2(r2, 1, 0, 2, 1, t2, &ver2, err) == RULE_APPLIED,
 	   "both close round 2");
 	ok(t[0] == 2.5f && t[1] == 1.5f && t2[0] == t[0] && t2[1] == t[1] && ver2 == ver,
 	   "the same θ = (2.5, 1.5) after the round trip");
