@@ -14,15 +14,6 @@ blob() { tail -n +2 "$1"; }
 # theta RUN: θ as raw float32 (a sharded run's slices end to end)
 theta() { python3 "$GEM_SRC/t/gem-theta.py" "$1"; }
 
-# expect STATUS ERROR [curl args...]: the status and the JSON error code must match.
-expect() {
-	status=$1 error=$2; shift 2
-	got=$(curl -s -o reply.json -w "%{http_code}" "$@") &&
-	echo "status $got: $(cat reply.json)" &&
-	test "$got" = "$status" &&
-	python3 -c "import json; r=json.load(open(\"reply.json\")); assert r[\"error\"]==\"$error\" and r[\"detail\"], r"
-}
-
 test_expect_success 'setup' '
 	make_tiny_data data
 '
@@ -80,18 +71,18 @@ test_expect_success 'commits written from gem-protocol(7) alone, in int8, int4 a
 
 test_expect_success 'hostile lossy commits get 400 bad_blob, an unknown codec 400 bad_message' '
 	msg --worker 0 --codec int8 --bad-scale >m &&
-	expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "scale" reply.json &&
+	expect_error 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "scale" reply.json &&
 	msg --worker 0 --codec int4 --bad-scale >m &&
-	expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "scale" reply.json &&
+	expect_error 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "scale" reply.json &&
 	msg --worker 0 --codec topk:0.1 --bad-index >m &&
-	expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "beyond" reply.json &&
+	expect_error 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "beyond" reply.json &&
 	msg --worker 0 --codec int8 >m && sed -i "1s/\"int8\"/\"int2\"/" m &&
-	expect 400 bad_message -X POST --data-binary @m "$URL/v1/commit" &&
+	expect_error 400 bad_message -X POST --data-binary @m "$URL/v1/commit" &&
 	msg --worker 0 --codec int8 >m && sed -i "1s/\"int8\"/\"topk:0.5\"/" m &&
-	expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" &&
+	expect_error 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" &&
 	msg --worker 0 --codec int8 >m && sed -i "1s/\"int8\"/\"int4\"/" m &&
-	expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "int4 size" reply.json &&
-	expect 400 bad_codec "$URL/v1/params?codec=topk"
+	expect_error 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "int4 size" reply.json &&
+	expect_error 400 bad_codec "$URL/v1/params?codec=topk"
 '
 
 test_expect_success 'easgd refuses topk (its commit is the worker'"'"'s whole x), takes int8' '

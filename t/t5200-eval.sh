@@ -180,48 +180,14 @@ test_expect_success '--follow URL with a long interval sees a stop between two p
 # A server that answers a long poll at once (one that does not know ?wait) is not polled in a
 # loop: the follow sees it and pauses by itself, --interval apart.
 test_expect_success '--follow of a server without long polls pauses by itself' '
-	cat >fake.py <<-\PY &&
-	import http.server, sys
-	run = open(sys.argv[1], "rb").read()
-	params = open(sys.argv[2], "rb").read()
-	polls = 0
-	class H(http.server.BaseHTTPRequestHandler):
-	    def log_message(self, *a):
-	        pass
-	    def do_GET(self):
-	        global polls
-	        p = self.path.split("?")[0]
-	        if p == "/v1/health":
-	            polls += 1
-	            with open("polls", "w") as f:
-	                f.write(str(polls))
-	            body, ctype = b"{\"ok\":true,\"version\":0,\"workers\":0,\"stopping\":false}", "application/json"
-	        elif p == "/v1/run":
-	            body, ctype = run, "application/json"
-	        elif p == "/v1/params":
-	            body, ctype = params, "application/x-gem-message"
-	        else:
-	            self.send_error(404)
-	            return
-	        self.send_response(200)
-	        self.send_header("Content-Type", ctype)
-	        self.send_header("Content-Length", str(len(body)))
-	        self.end_headers()
-	        self.wfile.write(body)
-	s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-	print(s.server_address[1], flush=True)
-	s.serve_forever()
-	PY
-	{ python3 -u fake.py run/run.json run/params.gem >fake.out 2>fake.err & } &&
-	hpid=$! && test_bg $hpid &&
-	test_when_finished "kill $hpid 2>/dev/null; true" &&
-	wait_until "test -s fake.out" &&
-	{ gem-eval --follow "http://127.0.0.1:$(cat fake.out)" --interval 1 --retry-for 1 \
+	start_fake_server --polls polls run/run.json run/params.gem &&
+	test_when_finished "kill $FAKE_PID 2>/dev/null; true" &&
+	{ gem-eval --follow "$FAKE_URL" --interval 1 --retry-for 1 \
 		>ff.tsv 2>ff.err & } &&
 	gpid=$! && test_bg $gpid &&
 	wait_until "test -s ff.tsv" && sleep 3 &&
 	echo "$(cat polls) polls" && test "$(cat polls)" -le 8 &&
-	kill $hpid && { wait_exit $gpid 20; test $? = 1; } &&
+	kill $FAKE_PID && { wait_exit $gpid 20; test $? = 1; } &&
 	test "$(data_lines ff.tsv)" = 1
 '
 

@@ -12,51 +12,42 @@ test_expect_success 'setup: a server with one worker joined' '
 	curl -sf "$URL/v1/params?codec=raw" >before.msg
 '
 
-# expect STATUS ERROR [curl args...]: the status and the JSON error code must match.
-expect() {
-	status=$1 error=$2; shift 2
-	got=$(curl -s -o reply.json -w "%{http_code}" "$@") &&
-	echo "status $got: $(cat reply.json)" &&
-	test "$got" = "$status" &&
-	python3 -c "import json; r=json.load(open(\"reply.json\")); assert r[\"error\"]==\"$error\" and r[\"detail\"], r"
-}
-
 test_expect_success 'bad JSON on join: 400' '
-	expect 400 bad_json -X POST -d "{not json" "$URL/v1/join"
+	expect_error 400 bad_json -X POST -d "{not json" "$URL/v1/join"
 '
 test_expect_success 'a commit that is not a message: 400' '
-	expect 400 bad_message -X POST --data-binary "garbage" "$URL/v1/commit"
+	expect_error 400 bad_message -X POST --data-binary "garbage" "$URL/v1/commit"
 '
 test_expect_success 'a commit from an unknown worker: 409' '
-	msg --worker 7 >m && expect 409 unknown_worker -X POST --data-binary @m "$URL/v1/commit"
+	msg --worker 7 >m && expect_error 409 unknown_worker -X POST --data-binary @m "$URL/v1/commit"
 '
 test_expect_success 'a blob of the wrong size: 400' '
 	python3 "$GEM_SRC/t/gem-msg.py" --count 1000 >m &&
-	expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit"
+	expect_error 400 bad_blob -X POST --data-binary @m "$URL/v1/commit"
 '
 test_expect_success 'a CRC mismatch: 400' '
-	msg --bad-crc >m && expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit"
+	msg --bad-crc >m && expect_error 400 bad_blob -X POST --data-binary @m "$URL/v1/commit"
 '
 test_expect_success 'bad zlib data: 400' '
-	msg --codec zlib --bad-zlib >m && expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit"
+	msg --codec zlib --bad-zlib >m && expect_error 400 bad_blob -X POST --data-binary @m "$URL/v1/commit"
 '
 test_expect_success 'a truncated message: 400' '
-	msg --short >m && expect 400 bad_message -X POST --data-binary @m "$URL/v1/commit"
+	msg --short >m && expect_error 400 bad_message -X POST --data-binary @m "$URL/v1/commit"
 '
 test_expect_success 'NaN in an update: 400' '
-	msg --nan >m && expect 400 non_finite -X POST --data-binary @m "$URL/v1/commit"
+	msg --nan >m && expect_error 400 non_finite -X POST --data-binary @m "$URL/v1/commit"
 '
 test_expect_success 'fp16: an infinite half, a raw-sized blob: 400' '
 	msg --codec fp16 --value 0.001 --inf-half >m &&
-	expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "infinite or NaN" reply.json &&
+	expect_error 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "infinite or NaN" reply.json &&
 	msg --value 0.001 >m && sed -i "1s/\"raw\"/\"fp16\"/" m &&
-	expect 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "fp16 size" reply.json
+	expect_error 400 bad_blob -X POST --data-binary @m "$URL/v1/commit" && grep -q "fp16 size" reply.json
 '
 test_expect_success 'an update blob under another name: 400' '
-	msg --blob-name params >m && expect 400 bad_message -X POST --data-binary @m "$URL/v1/commit"
+	msg --blob-name params >m && expect_error 400 bad_message -X POST --data-binary @m "$URL/v1/commit"
 '
 test_expect_success 'an oversized body: 413' '
-	head -c 8000000 /dev/zero >big && expect 413 too_large -X POST --data-binary @big "$URL/v1/commit"
+	head -c 8000000 /dev/zero >big && expect_error 413 too_large -X POST --data-binary @big "$URL/v1/commit"
 '
 test_expect_success 'an unknown path: 404; a wrong method: 405' '
 	test "$(curl -s -o /dev/null -w "%{http_code}" "$URL/v1/nothing")" = 404 &&

@@ -31,35 +31,9 @@ test_expect_success 'a server whose run names that model: gem-eval and gem-work 
 	r["model"] = json.load(open("big.json"))
 	json.dump(r, open("hostile-run.json", "w"))
 	PY
-	cat >fake.py <<-\PY &&
-	import http.server, sys
-	run = open(sys.argv[1], "rb").read()
-	class H(http.server.BaseHTTPRequestHandler):
-	    def log_message(self, *a):
-	        pass
-	    def do_GET(self):
-	        p = self.path.split("?")[0]
-	        if p == "/v1/health":
-	            body = b"{\"ok\":true,\"version\":0,\"workers\":0,\"stopping\":false}"
-	        elif p == "/v1/run":
-	            body = run
-	        else:
-	            self.send_error(404)
-	            return
-	        self.send_response(200)
-	        self.send_header("Content-Type", "application/json")
-	        self.send_header("Content-Length", str(len(body)))
-	        self.end_headers()
-	        self.wfile.write(body)
-	s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-	print(s.server_address[1], flush=True)
-	s.serve_forever()
-	PY
-	{ python3 -u fake.py hostile-run.json >fake.out 2>fake.err & } &&
-	hpid=$! && test_bg $hpid &&
-	test_when_finished "kill $hpid 2>/dev/null; true" &&
-	wait_until "test -s fake.out" &&
-	url=http://127.0.0.1:$(cat fake.out) &&
+	start_fake_server hostile-run.json &&
+	test_when_finished "kill $FAKE_PID 2>/dev/null; true" &&
+	url=$FAKE_URL &&
 	# gem-eval: a run it cannot use, refused before anything is done (gem(7)), is 2
 	{ /usr/bin/time -f "%M" -o rss gem-eval "$url" --retry-for 1 >out 2>err; test $? = 2; } &&
 	cat err rss && grep -q "68731011082 parameters (549.8 GB with their gradient)" err &&

@@ -17,15 +17,6 @@ print(sum(v))
 PY
 }
 
-# expect STATUS ERROR [curl args...]
-expect() {
-	status=$1 error=$2; shift 2
-	got=$(curl -s -o reply.json -w "%{http_code}" "$@") &&
-	echo "status $got: $(head -1 reply.json | tr -d "\\000")" &&
-	test "$got" = "$status" &&
-	python3 -c "import json; r=json.load(open(\"reply.json\")); assert r[\"error\"]==\"$error\", r"
-}
-
 for rule in gem downpour; do
 	test_expect_success "$rule: setup, one worker joined" "
 		make_tiny_data data &&
@@ -41,7 +32,7 @@ for rule in gem downpour; do
 	"
 	test_expect_success "$rule: a second one would overflow: 400 non_finite_result" "
 		msg --value $FLT_MAX --base 1 --seq 2 >m2 &&
-		expect 400 non_finite_result -X POST --data-binary @m2 \$URL/v1/commit &&
+		expect_error 400 non_finite_result -X POST --data-binary @m2 \$URL/v1/commit &&
 		curl -sf \$URL/v1/health | grep -q '\"version\": *1\\b'
 	"
 	test_expect_success "$rule: θ as it was" "

@@ -249,6 +249,16 @@ make_fake_ssh() {
 	chmod +x "$1/ssh"
 }
 
+# expect_error STATUS ERROR [curl args...]: curl's request is answered with HTTP STATUS and a
+# JSON error ERROR with a detail; the reply is left in reply.json.
+expect_error() {
+	_status=$1 _error=$2; shift 2
+	_got=$(curl -s -o reply.json -w "%{http_code}" "$@") &&
+	echo "status $_got: $(head -1 reply.json | tr -d "\\000")" &&
+	test "$_got" = "$_status" &&
+	python3 -c "import json; r=json.load(open(\"reply.json\")); assert r[\"error\"]==\"$_error\" and r[\"detail\"], r"
+}
+
 # start_server RUNDIR [gem-serve options]: start gem-serve on a free port; sets URL and
 # SERVER_PID; the server is killed when the test exits.
 start_server() {
@@ -259,6 +269,18 @@ start_server() {
 	test_bg $SERVER_PID
 	wait_for_file "$_dir/server.url" 20 || { cat "$_dir/serve.err"; return 1; }
 	URL=$(cat "$_dir/server.url")
+}
+
+# start_fake_server [--polls FILE] RUN_JSON [PARAMS]: start t/fake-serve.py (GET /v1/health,
+# /v1/run and /v1/params from files, no long polls) on a free port; sets FAKE_URL and
+# FAKE_PID; it is killed when the test exits.
+start_fake_server() {
+	rm -f fake.out
+	python3 -u "$GEM_SRC/t/fake-serve.py" "$@" >fake.out 2>fake.err &
+	FAKE_PID=$!
+	test_bg $FAKE_PID
+	wait_for_file fake.out 20 || { cat fake.err; return 1; }
+	FAKE_URL=http://127.0.0.1:$(cat fake.out)
 }
 
 # wait_exit PID [SECONDS]: wait for a child to exit, at most SECONDS (default 30); a child
