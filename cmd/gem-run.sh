@@ -30,8 +30,9 @@ train on disjoint shards, wired to each other on free ports, and gem-eval
                       --hosts: 0.0.0.0:0)
       --tls           serve HTTPS: a certificate made for this run (openssl) in
                       RUNDIR, copied to the hosts of --hosts; the workers trust
-                      it alone (gem-work --cacert); the default with --hosts
-                      (not with --rule sgp)
+                      it alone (gem-work --cacert); the default with --hosts.
+                      With --rule sgp every node listens on HTTPS with it (its
+                      key copied too) and trusts it alone in its peers
       --no-tls        plain HTTP with --hosts (the token then crosses the
                       network in clear)
       --resume        continue the run in RUNDIR instead of making a new one
@@ -422,12 +423,29 @@ if [ -n "$hosts" ]; then
 fi
 [ -n "$listen" ] || listen=127.0.0.1:0
 
+# make_cert NAME...: RUNDIR/tls-cert.pem and its key RUNDIR/tls-key.pem, a certificate made for
+# this run, valid for every NAME (a host name or an IPv4 address), localhost and 127.0.0.1, and
+# its own CA; exits after openssl's complaint when it cannot be made.
+make_cert() {
+	local h san=
+	for h in "$@"; do
+		case "$h" in *[!0-9.]*) h="DNS:$h" ;; *) h="IP:$h" ;; esac
+		case ",$san," in *",$h,"*) ;; *) san="${san:+$san,}$h" ;; esac
+	done
+	(umask 077 && openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=${1:-localhost}" \
+		-addext "subjectAltName=${san:+$san,}DNS:localhost,IP:127.0.0.1" \
+		-keyout "$rundir/tls-key.pem" -out "$rundir/tls-cert.pem" 2>"$rundir/openssl.err") ||
+		{ cat "$rundir/openssl.err" >&2; echo "gem-run: openssl could not make a certificate" >&2; exit 1; }
+}
+
 # SGP: N nodes and no server. The handshake: each node binds a free port (--listen HOST:0)
 # and prints its URL on stdout, which goes to RUNDIR/node-I.url; once every node has printed
 # one, gem-run writes the peer list (one URL per line, node order) to RUNDIR/peers by a rename,
 # which the nodes wait for (--peers-file); they then check with each other that they run the
 # same topology (hello) and start. With --hosts, each host gets a copy of the run (run.json,
-# params.gem, the token) at the same path, the peer list, and gives back its node files.
+# params.gem, the token, the certificate and its key) at the same path, the peer list, and
+# gives back its node files. With TLS (the default with --hosts) every node listens on HTTPS
+# with the run's certificate, made for every host, and trusts it alone in its peers.
 sgp_run() {
 	local i j h port u nodes=() failed=0 ok copy_hosts=() rc
 	cleanup_sgp() {
@@ -442,13 +460,17 @@ sgp_run() {
 	trap 'echo "gem-run: hung up; stopping" >&2; cleanup_sgp; exit 129' HUP
 	trap cleanup_sgp EXIT
 	case "$listen" in *:0) ;; *) die_usage "--listen: with --rule sgp the port must be 0 (each node picks a free one)" ;; esac
-	local public=() token=() rrun
+	local public=() token=() tlsopts=() runfiles=() rrun
 	case "$listen" in 127.*|localhost:*|\[::1\]:*) ;; *) public=(--public) ;; esac
 	# reachable from the network: a token (a public listener needs one), made with the run
 	[ -z "$hosts" ] && [ ${#public[@]} -eq 0 ] || token=(--token-file "$rundir/token")
+	# over the network the token travels in HTTPS by default
+	[ -n "$tls" ] || { [ -n "$hosts" ] && tls=1 || tls=0; }
+	[ $tls = 0 ] || tlsopts=(--tls-cert "$rundir/tls-cert.pem" --tls-key "$rundir/tls-key.pem"
+				 --cacert "$rundir/tls-cert.pem")
 	# before anything is made: what the nodes would refuse, and every host
-	check_work --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" "${token[@]}" --node 0 \
-		--peers-file "$rundir/peers"
+	check_work --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" "${token[@]}" \
+		"${tlsopts[@]}" --node 0 --peers-file "$rundir/peers"
 	[ -z "$hosts" ] || probe_hosts gem-work "" "${slots[@]}" || exit 1
 	init_run
 	check_data_hosts "${slots[@]}" || exit 1
@@ -457,11 +479,19 @@ sgp_run() {
 	# against the remote $HOME, possibly into another run)
 	rrun=$(cd "$rundir" && pwd) || exit 1
 	[ ${#token[@]} -eq 0 ] || (umask 077 && head -c 24 /dev/urandom | base64 >"$rundir/token") || exit 1
+	runfiles=("$rundir/run.json" "$rundir/params.gem" ${token[@]:+"$rundir/token"})
+	if [ $tls = 1 ]; then
+		make_cert "${slots[@]}"
+		runfiles+=("$rundir/tls-cert.pem" "$rundir/tls-key.pem")
+		# at their absolute paths: a node on another host finds them where copy_to put them
+		tlsopts=(--tls-cert "$rrun/tls-cert.pem" --tls-key "$rrun/tls-key.pem"
+			 --cacert "$rrun/tls-cert.pem")
+	fi
 	if [ -n "$hosts" ]; then
 		# a host that shares the run directory needs no copy
 		copy_hosts=($(hosts_apart "${slots[@]}"))
 		for h in "${copy_hosts[@]}"; do
-			copy_to "$h" "$rundir/run.json" "$rundir/params.gem" "$rundir/token" ||
+			copy_to "$h" "${runfiles[@]}" ||
 				{ echo "gem-run: cannot copy the run to $h" >&2; exit 1; }
 		done
 	fi
@@ -473,12 +503,12 @@ sgp_run() {
 			: >"$rundir/node-$i.log"
 			ssh_slot "$h" "$rundir/node-$i.url" "$rundir/node-$i.log" \
 				gem-work -q --rule sgp --run "$rrun" --listen "$listen" \
-				"${public[@]}" ${token[@]:+--token-file "$rrun/token"} --node "$i" \
-				--peers-file "$rrun/peers" "${workopts[@]}" </dev/null &
+				"${public[@]}" ${token[@]:+--token-file "$rrun/token"} "${tlsopts[@]}" \
+				--node "$i" --peers-file "$rrun/peers" "${workopts[@]}" </dev/null &
 			stagger "$i"
 		else
 			spawn gem-work -q --rule sgp --run "$rundir" --listen "$listen" "${public[@]}" "${token[@]}" \
-				--node "$i" --peers-file "$rundir/peers" "${workopts[@]}" \
+				"${tlsopts[@]}" --node "$i" --peers-file "$rundir/peers" "${workopts[@]}" \
 				</dev/null >"$rundir/node-$i.url" 2>"$rundir/node-$i.log"
 		fi
 		nodes+=($!)
@@ -502,7 +532,7 @@ sgp_run() {
 		if [ ${#slots[@]} -gt 0 ]; then
 			# a node listening on every address is reached by its host's name
 			port=${u##*:}
-			u="http://${slots[$((i % ${#slots[@]}))]}:$port"
+			u="${u%%://*}://${slots[$((i % ${#slots[@]}))]}:$port"
 		fi
 		echo "$u" >>"$rundir/peers.tmp"
 	done
@@ -574,7 +604,6 @@ copy_shards_back() {
 }
 
 if [ $sgp = 1 ]; then
-	[ "$tls" != 1 ] || die_usage "--tls: not with --rule sgp (SGP nodes speak plain HTTP)"
 	[ $resume = 0 ] || die_usage "--resume: not with --rule sgp (an SGP run starts from params.gem)"
 	[ "$shards" = 1 ] || die_usage "--shards: not with --rule sgp (there is no server)"
 	sgp_run
@@ -693,16 +722,8 @@ fi
 # on other hosts the run is at the same absolute path
 rrun=$(cd "$rundir" && pwd) || exit 1
 if [ $tls = 1 ]; then
-	# a certificate for this run, for this host's name, the shards' hosts and the loopback;
-	# workers trust it alone
-	san=
-	for h in "$server_host" "${shosts[@]}"; do
-		case "$h" in *[!0-9.]*) san="${san:+$san,}DNS:$h" ;; *) san="${san:+$san,}IP:$h" ;; esac
-	done
-	(umask 077 && openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=$server_host" \
-		-addext "subjectAltName=$san,DNS:localhost,IP:127.0.0.1" \
-		-keyout "$rundir/tls-key.pem" -out "$rundir/tls-cert.pem" 2>"$rundir/openssl.err") ||
-		{ cat "$rundir/openssl.err" >&2; echo "gem-run: openssl could not make a certificate" >&2; exit 1; }
+	# for this host's name and the shards' hosts; workers trust it alone
+	make_cert "$server_host" "${shosts[@]}"
 	# at its absolute path: a worker on another host finds it where copy_cert put it
 	cacert=(--cacert "$rrun/tls-cert.pem")
 fi

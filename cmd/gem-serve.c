@@ -146,19 +146,12 @@ static void on_signal(int sig)
 /* A PEM file's text (NUL-terminated) for --tls-cert or --tls-key, or NULL after a message. */
 static char *read_pem(const char *opt, const char *file)
 {
-	char err[GEM_ERRMAX];
-	void *buf;
-	size_t len;
-	if (fs_read_all(file, &buf, &len, 1 << 20, err) < 0) {
+	char err[GEM_ERRMAX], *pem;
+	if (fs_read_pem(file, &pem, err) < 0) {
 		fprintf(stderr, "gem-serve: %s: %s\n", opt, err);
 		return NULL;
 	}
-	if (!strstr(buf, "-----BEGIN ")) {
-		fprintf(stderr, "gem-serve: %s: %s: not a PEM file\n", opt, file);
-		free(buf);
-		return NULL;
-	}
-	return buf;
+	return pem;
 }
 
 /* --check RUNDIR: a run there (else there is nothing to check: gem-init will make it) that can

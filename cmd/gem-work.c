@@ -54,8 +54,8 @@ static void usage(FILE *f)
 	      "      --worker-id ID        rejoin under an earlier worker id (--server)\n"
 	      "      --token-file FILE     send the bearer token in FILE (--server)\n"
 	      "      --cacert FILE         trust only the CA certificate(s) in this PEM file\n"
-	      "                            for an https:// server (--server); default: the\n"
-	      "                            system's CAs\n"
+	      "                            for an https:// server (--server) or HTTPS peers\n"
+	      "                            (--rule sgp); default: the system's CAs\n"
 	      "      --codec C             how commits and theta replies (--server), or pushes\n"
 	      "                            (--rule sgp), are encoded: raw, zlib, zlib+shuffle,\n"
 	      "                            or lossy with error feedback: fp16 (half the\n"
@@ -84,6 +84,11 @@ static void usage(FILE *f)
 	      "                            --token-file, or --no-token)\n"
 	      "      --no-token            allow --public without a token: anyone who reaches\n"
 	      "                            the port can push into the run\n"
+	      "      --tls-cert FILE       listen on HTTPS with this PEM certificate (chain);\n"
+	      "                            every peer then speaks HTTPS and is verified\n"
+	      "                            (--cacert)\n"
+	      "      --tls-key FILE        the PEM private key of --tls-cert (both or\n"
+	      "                            neither)\n"
 	      "      --peers URL,...       every node's URL, in node order (this node's too)\n"
 	      "      --peers-file FILE     the same, one per line, read once FILE appears\n"
 	      "      --node I              this node's index in the list; default: the entry of\n"
@@ -112,7 +117,7 @@ static void bad_usage(const char *msg, const char *arg)
 
 enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN, O_LISTEN,
        O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU,
-       O_NOTOKEN, O_CACERT, O_CODEC, O_CHECK };
+       O_NOTOKEN, O_CACERT, O_CODEC, O_CHECK, O_CERT, O_KEY };
 
 static const struct option longopts[] = {
 	{"local", required_argument, 0, 'L'},       {"server", required_argument, 0, 'S'},
@@ -129,6 +134,7 @@ static const struct option longopts[] = {
 	{"tau", required_argument, 0, O_TAU},       {"no-token", no_argument, 0, O_NOTOKEN},
 	{"cacert", required_argument, 0, O_CACERT}, {"codec", required_argument, 0, O_CODEC},
 	{"check", no_argument, 0, O_CHECK},         {"quiet", no_argument, 0, 'q'},
+	{"tls-cert", required_argument, 0, O_CERT}, {"tls-key", required_argument, 0, O_KEY},
 	{"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},
 };
@@ -474,6 +480,8 @@ static int sgp_option(int opt, struct sgp_opts *so, struct cli *c)
 		break;
 	case O_PUBLIC: so->allow_public = 1; c->sgp_only = 1; break;
 	case O_NOTOKEN: c->no_token = 1; c->sgp_only = 1; break;
+	case O_CERT: so->tls_cert = optarg; c->sgp_only = 1; break;
+	case O_KEY: so->tls_key = optarg; c->sgp_only = 1; break;
 	case O_PEERS: so->peers = optarg; break;
 	case O_PEERS_FILE: so->peers_file = optarg; break;
 	case O_NODE:
@@ -603,6 +611,10 @@ static int sgp_main(struct work_opts *o, struct sgp_opts *so, const struct cli *
 	if (so->allow_public && !o->token_file && !c->no_token)
 		bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches "
 			  "the port push into the run)", NULL);
+	if (!so->tls_cert != !so->tls_key)
+		bad_usage("--tls-cert and --tls-key go together", NULL);
+	if (o->cacert && !so->tls_cert)
+		bad_usage("--cacert is for HTTPS peers: give --tls-cert and --tls-key too", NULL);
 	if (c->check)
 		return 0;
 	if (c->no_token && !httpd_is_loopback(c->host))
@@ -617,6 +629,7 @@ static int sgp_main(struct work_opts *o, struct sgp_opts *so, const struct cli *
 	so->retry_for = o->retry_for;
 	so->slowdown = o->slowdown;
 	so->codec = o->codec;
+	so->cacert = o->cacert;
 	prog_blas_init();
 	layers_set_threads(c->threads);
 	return run_sgp_node(so, o->quiet);
@@ -647,14 +660,14 @@ int main(int argc, char **argv)
 		bad_usage("give --epochs or --steps, not both", NULL);
 	if (o.codec && c.local)
 		bad_usage("--codec is for --server and --rule sgp", NULL);
-	if (o.cacert && !c.server)
-		bad_usage("--cacert is for --server (an https:// gem-serve)", NULL);
+	if (o.cacert && !c.server && !c.rule)
+		bad_usage("--cacert is for --server (an https:// gem-serve) and --rule sgp", NULL);
 	if (c.rule)
 		return sgp_main(&o, &so, &c);
 	if (so.rundir || c.listen_set || so.peers || so.peers_file || so.node >= 0 || c.sgp_only)
-		bad_usage("--run, --listen, --public, --no-token, --peers, --peers-file, --node, "
-			  "--topology, --peers-per-iter, --overlap and --tau are for SGP nodes (--rule sgp)",
-			  NULL);
+		bad_usage("--run, --listen, --public, --no-token, --tls-cert, --tls-key, --peers, "
+			  "--peers-file, --node, --topology, --peers-per-iter, --overlap and --tau are for "
+			  "SGP nodes (--rule sgp)", NULL);
 	if (!c.local == !c.server)
 		bad_usage("give exactly one of --local RUNDIR and --server URL", NULL);
 	if (c.check)

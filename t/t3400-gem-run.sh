@@ -183,6 +183,20 @@ test_expect_success 'gem-run --rule sgp --hosts with a relative RUNDIR: the node
 	test $(grep -c "gem-remote .*gem-work -q --rule sgp --run $PWD/run-sgp-ssh " ssh.log.cmd) = 2 &&
 	test $(grep -c "token-file $PWD/run-sgp-ssh/token .*--peers-file $PWD/run-sgp-ssh/peers" ssh.log.cmd) = 2
 '
+test_expect_success 'gem-run --rule sgp --hosts: HTTPS nodes by default, one certificate for every host' '
+	r=$PWD/run-sgp-ssh &&
+	test $(grep -c -- "--tls-cert $r/tls-cert.pem --tls-key $r/tls-key.pem --cacert $r/tls-cert.pem" \
+		ssh.log.cmd) = 2 &&
+	grep -qx "https://localhost:[0-9]*" run-sgp-ssh/peers &&
+	grep -qx "https://127.0.0.1:[0-9]*" run-sgp-ssh/peers &&
+	openssl x509 -in run-sgp-ssh/tls-cert.pem -noout -ext subjectAltName >san &&
+	cat san && grep -q "DNS:localhost" san && grep -q "IP Address:127.0.0.1" san &&
+	: >ssh.log.cmd &&
+	PATH="$PWD/fakebin:$PATH" gem-run -q --rule sgp --hosts hosts2 -n 2 --epochs 1 --no-tls $TINY \
+		--listen 0.0.0.0:0 run-sgp-plain >sgp-plain.tsv &&
+	test "$(grep -c "^http://" run-sgp-plain/peers)" = 2 &&
+	! grep -q -- --tls-cert ssh.log.cmd && test ! -e run-sgp-plain/tls-cert.pem
+'
 test_expect_success 'gem-run --hosts --no-tls: plain HTTP' '
 	: >ssh.log.cmd &&
 	PATH="$PWD/fakebin:$PATH" gem-run -q --hosts hosts -n 2 --epochs 1 --no-tls $TINY \
@@ -219,6 +233,7 @@ test_expect_success 'GEM_SSH and --ssh: every connection and every copy goes thr
 	cat far.tsv && grep -q "^average" far.tsv &&
 	# the run went out, the peer list too, and the node files came back
 	test -f far/run-far/run.json && test -f far/run-far/peers &&
+	test -f far/run-far/tls-cert.pem && test -f far/run-far/tls-key.pem &&
 	test -f run-far/node-0.gem && test -f run-far/node-1.jsonl &&
 	test $(grep -c -- "-p 2222" farssh.log) = $(wc -l <farssh.log) &&
 	: >farssh.log &&

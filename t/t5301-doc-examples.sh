@@ -34,7 +34,7 @@ def roff(line):
 
 skips = [
     (r'\bssh\b|--hosts|srun|#SBATCH', 'needs ssh, Slurm or other hosts'),
-    (r':7470|http://[a-z]:', 'a fixed port, or other hosts'),
+    (r':7470|https?://[a-z]:', 'a fixed port, or other hosts'),
     (r'gem-eval.*server\.url\)|--follow|live\.sh', 'follows a server while it runs'),
     (r'^make\b', 'runs make: installs packages or programs'),
     (r'"input": \[1, 28, 28\]', 'a spec for 28x28 images (the tiny dataset is 8x8)'),

@@ -214,6 +214,22 @@ int fs_read_token(const char *file, char **token, char *err)
 	return 0;
 }
 
+int fs_read_pem(const char *file, char **pem, char *err)
+{
+	void *buf;
+	size_t len;
+	int rc;
+	if ((rc = fs_read_all(file, &buf, &len, 1 << 20, err)) < 0)
+		return rc == GEM_ENOMEM ? rc : GEM_EUSAGE;
+	if (!strstr(buf, "-----BEGIN ")) {
+		explicit_bzero(buf, len);
+		free(buf);
+		return gem_errf(err, GEM_EUSAGE, "%s: not a PEM file", file);
+	}
+	*pem = buf;
+	return 0;
+}
+
 void fs_free_secret(char *secret)
 {
 	if (secret)

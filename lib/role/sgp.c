@@ -121,7 +121,14 @@ static int stopping(void *s)
 	return sgp_stopping(s);
 }
 
-/* A client for every other peer. */
+/* 1 if url is https://. */
+static int is_https(const char *url)
+{
+	return !strncmp(url, "https://", 8);
+}
+
+/* A client for every other peer, each verified with o.cacert when the node speaks HTTPS; a list
+ * that mixes the schemes is refused (a node would send its token in clear to some peers). */
 static int connect_peers(struct sgp_node *s, char *err)
 {
 	if (!(s->http = calloc((size_t)s->nn, sizeof *s->http)) ||
@@ -133,7 +140,12 @@ static int connect_peers(struct sgp_node *s, char *err)
 	for (int p = 0; p < s->nn; p++) {
 		if (p == s->id)
 			continue;
-		if (httpc_new(s->peers[p], s->token, 600L * 1000, &s->http[p], err) < 0) {
+		if (is_https(s->peers[p]) != is_https(s->url))
+			return gem_errf(err, GEM_EUSAGE,
+					"peer %d is %s but this node is %s: every node of a run speaks "
+					"HTTPS (--tls-cert), or none does", p, s->peers[p], s->url);
+		if (httpc_new(s->peers[p], s->token, 600L * 1000, &s->http[p], err) < 0 ||
+		    httpc_set_cacert(s->http[p], s->o.cacert, err) < 0) {
 			gem_errprefix(err, "peer %d: ", p);
 			return GEM_EUSAGE;
 		}

@@ -26,6 +26,10 @@ struct sgp_opts {
 	uint64_t steps;         /* > 0: exactly this many iterations */
 	int shard_i, shard_n, shard_set; /* default: shard node/n */
 	const char *token_file; /* bearer token of every node (pushes, hellos) */
+	const char *tls_cert;   /* PEM files of this node's certificate (chain) and its key: listen */
+	const char *tls_key;    /* on HTTPS, and every peer must too; both NULL: plain HTTP */
+	const char *cacert;     /* PEM file of the CA certificates the peers' must be signed by;
+				 * NULL: the system's */
 	double retry_for;       /* seconds to wait for the peer list, a peer, a message */
 	double slowdown;        /* >= 1: each step this many times as long */
 	const char *codec;      /* blob codec of the pushes (a name of blob.h); NULL: raw. A lossy one
@@ -52,13 +56,14 @@ typedef void (*sgp_progress_fn)(const struct sgp_status *st, void *ctx);
 struct sgp_node;
 
 /* Open the run, load θ₀ and the data, listen (o is copied, its strings are not). GEM_EUSAGE: a
- * bad run, token file or address. */
+ * bad run, token, certificate or key file, or address. */
 int sgp_node_open(const struct sgp_opts *o, struct sgp_node **out, char *err);
-/* The URL the node listens on ("http://127.0.0.1:PORT"). */
+/* The URL the node listens on ("http://127.0.0.1:PORT", https:// with o.tls_cert). */
 const char *sgp_node_url(const struct sgp_node *s);
 /* Wait for the peer list, check that every peer agrees on the topology (hello), train, save
  * RUNDIR/node-I.gem (also when stopped or failed while training). Returns 0, GEM_EUSAGE (a bad
- * peer list, a topology mismatch) or GEM_EFAIL (also when *stop was set: err says
+ * peer list, one that mixes http:// and https://, a topology mismatch) or GEM_EFAIL (a peer whose
+ * certificate is not trusted, too; also when *stop was set: err says
  * "interrupted"); *st (may be NULL) gets where the node stands. Once per node. */
 int sgp_node_run(struct sgp_node *s, volatile sig_atomic_t *stop, sgp_progress_fn progress,
 		 void *ctx, struct sgp_status *st, char *err);

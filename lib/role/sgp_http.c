@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/fsutil.h"
 #include "base/jget.h"
 
 const char *sgp_rule_name(const struct sgp_node *s)
@@ -384,6 +385,7 @@ int sgp_http_start(struct sgp_node *s, char *err)
 	struct httpd_route r[REPLY_GET_ROUTES + 3];
 	struct httpd_config hc = {0};
 	const char *host = s->o.host ? s->o.host : "127.0.0.1";
+	char *cert = NULL, *key = NULL;
 	int rc;
 	s->get = (struct reply_get){s->run.json, s->n, get_health, get_params, s};
 	reply_get_routes(&s->get, r);
@@ -392,16 +394,29 @@ int sgp_http_start(struct sgp_node *s, char *err)
 	r[REPLY_GET_ROUTES + 1] = (struct httpd_route){"POST", "/v1/push", h_push, s, 1, 0};
 	r[REPLY_GET_ROUTES + 2] = (struct httpd_route){"POST", "/v1/bye", h_bye, s, 1,
 						       HTTPD_JSON_BODY};
+	if (!s->o.tls_cert != !s->o.tls_key)
+		return gem_errf(err, GEM_EUSAGE, "a TLS certificate needs its key, and a key its certificate");
+	if (s->o.tls_cert && ((rc = fs_read_pem(s->o.tls_cert, &cert, err)) < 0 ||
+			      (rc = fs_read_pem(s->o.tls_key, &key, err)) < 0)) {
+		gem_errprefix(err, "TLS %s: ", key || !cert ? "certificate" : "key");
+		free(cert);
+		return rc;
+	}
 	hc.host = host;
 	hc.port = s->o.port;
 	hc.allow_public = s->o.allow_public;
 	hc.token = s->token;
 	hc.max_body = s->n * 8 + (size_t)MSG_HEAD_MAX + 4096;
+	hc.tls_cert = cert;
+	hc.tls_key = key;
 	hc.routes = r;
 	hc.n_routes = sizeof r / sizeof *r;
-	if ((rc = httpd_start(&hc, &s->httpd, err)) < 0)
+	rc = httpd_start(&hc, &s->httpd, err);
+	free(cert);
+	fs_free_secret(key);
+	if (rc < 0)
 		return rc;
-	if (httpd_url(s->httpd, "http", host, s->url, sizeof s->url) < 0) {
+	if (httpd_url(s->httpd, s->o.tls_cert ? "https" : "http", host, s->url, sizeof s->url) < 0) {
 		httpd_stop(s->httpd);
 		s->httpd = NULL;
 		return gem_errf(err, GEM_EUSAGE, "%s: the node's URL is too long", host);
