@@ -193,9 +193,9 @@ static int show_init(struct shown *p, int quiet)
 /* Local training: sequential momentum SGD on RUNDIR, resuming where its params file stands. */
 static int train_local(const char *dir, const struct work_opts *o)
 {
-	const struct local_opts lo = {.epochs = o->epochs, .steps = o->steps, .shard_i = o->shard_i,
-				      .shard_n = o->shard_n, .checkpoint_every = o->checkpoint_every,
-				      .slowdown = o->slowdown};
+	const struct local_opts lo = {.epochs = o->t.epochs, .steps = o->t.steps, .shard_i = o->t.shard_i,
+				      .shard_n = o->t.shard_n, .checkpoint_every = o->checkpoint_every,
+				      .slowdown = o->t.slowdown};
 	char err[GEM_ERRMAX];
 	struct local *l;
 	struct local_result r;
@@ -282,7 +282,7 @@ static int server_report(const struct work_info *in, const struct work_opts *o,
 		if (r->target == UINT64_MAX)
 			fprintf(stderr, "gem-work: worker %d: the server ended the run after %llu of the "
 					"%llu steps asked for\n", in->worker, (unsigned long long)r->commits,
-				(unsigned long long)o->steps);
+				(unsigned long long)o->t.steps);
 		else
 			fprintf(stderr, "gem-work: worker %d: the server ended the run with %llu of the "
 					"worker's %llu samples done (rejoin with --worker-id %d)\n", in->worker,
@@ -301,7 +301,7 @@ static int server_report(const struct work_info *in, const struct work_opts *o,
 			 "sent, %.0f received, %.0f us of CPU to encode)", (unsigned long long)r->commits,
 			 1e3 * r->commit_seconds / (double)r->commits,
 			 (double)(r->commit_sent + r->commit_received) / (double)r->commits,
-			 o->codec ? o->codec : "raw", (double)r->commit_sent / (double)r->commits,
+			 o->t.codec ? o->t.codec : "raw", (double)r->commit_sent / (double)r->commits,
 			 (double)r->commit_received / (double)r->commits,
 			 1e6 * r->encode_seconds / (double)r->commits);
 	log_info("worker %d: %llu step%s, %llu samples in %.1f s, last loss %s, version %llu%s%s",
@@ -332,14 +332,14 @@ static int server_of_run(const char *dir, const struct work_opts *o, char *url, 
 			rc = 128 + stop_signal;
 			break;
 		}
-		if (clock_mono() - t0 >= o->retry_for) {
-			fprintf(stderr, "gem-work: %s: no server after %g s (%s)\n", dir, o->retry_for, err);
+		if (clock_mono() - t0 >= o->t.retry_for) {
+			fprintf(stderr, "gem-work: %s: no server after %g s (%s)\n", dir, o->t.retry_for, err);
 			rc = EXIT_JOB;
 			break;
 		}
 		if (!said++ && !o->quiet)
 			fprintf(stderr, "gem-work: waiting for the server of %s (retrying for %g s)\n", dir,
-				o->retry_for);
+				o->t.retry_for);
 		nanosleep(&ts, NULL);
 	}
 	signal(SIGINT, SIG_DFL);
@@ -399,31 +399,43 @@ static int train_server(const char *url, const struct work_opts *o)
 	return stop_signal ? 128 + stop_signal : rc;
 }
 
-/* --rule sgp: what the progress line of a node needs between two calls. */
-struct sgp_show {
+/* --rule sgp: where a node stands once it starts, then its progress line as a worker's. */
+struct sgp_shown {
+	struct shown p;
+	struct progress m; /* iterations and samples, their rates and the smoothed loss */
 	const struct sgp_opts *o;
 	const char *url;
-	int quiet, tty, shown;
-	double last;
+	int quiet;
 };
 
-/* A node's progress: where it stands once it starts, then a line on a terminal. */
+/* A node's progress: where it stands once it starts, then its line (role/progress) and its w. */
 static void sgp_show(const struct sgp_status *st, void *ctx)
 {
-	struct sgp_show *sh = ctx;
-	if (st->iter == 0 && !sh->quiet)
-		log_info("node %d of %d at %s: %s, %s graph, %d peer%s per iteration, %llu iterations, "
-			 "shard %d/%d (%zu samples)",
-			 st->node, st->nodes, sh->url, st->rule, sgp_topology_name(sh->o->topology),
-			 st->peers_per_iter, st->peers_per_iter == 1 ? "" : "s",
-			 (unsigned long long)st->iters, st->shard_i, st->shard_n, st->shard_samples);
-	if (sh->tty && st->iter > 0 && clock_mono() - sh->last > 0.25) {
-		sh->last = clock_mono();
-		sh->shown = 1;
-		fprintf(stderr, "\rgem-work node %d: iteration %llu/%llu  loss %.4f  w %.3f   ", st->node,
-			(unsigned long long)st->iter, (unsigned long long)st->iters, (double)st->loss,
-			st->w);
+	struct sgp_shown *sh = ctx;
+	struct progress_now now;
+	char line[320], text[384];
+	size_t len;
+	if (st->iter == 0) {
+		if (!sh->quiet)
+			log_info("node %d of %d at %s: %s, %s graph, %d peer%s per iteration, %llu "
+				 "iterations, shard %d/%d (%zu samples)",
+				 st->node, st->nodes, sh->url, st->rule,
+				 pushsum_topology_name(sh->o->topology), st->peers_per_iter,
+				 st->peers_per_iter == 1 ? "" : "s", (unsigned long long)st->iters,
+				 st->shard_i, st->shard_n, st->shard_samples);
+		progress_start(&sh->m, 0, 0, 0, clock_mono());
+		return;
 	}
+	progress_at(&sh->m, st->iter, st->samples, clock_mono());
+	progress_loss(&sh->m, (double)st->loss);
+	if (!progress_due(&sh->p))
+		return;
+	progress_get(&sh->m, clock_mono(), &now);
+	len = (size_t)snprintf(line, sizeof line, "node %d  ", st->node);
+	len += strlen(progress_line(&now, line + len, sizeof line - len));
+	snprintf(line + len, sizeof line - len, "  w %.3f  (%llu iterations)", st->w,
+		 (unsigned long long)st->iters);
+	fputs(progress_show_text(&sh->p.sh, "gem-work", line, text, sizeof text), stderr);
 }
 
 /* One SGP node: its URL on stdout (the handshake), SIGINT/SIGTERM stop it, its errors and
@@ -433,10 +445,12 @@ static int run_sgp_node(const struct sgp_opts *so, int quiet)
 	char err[GEM_ERRMAX], loss[32];
 	struct sgp_node *node;
 	struct sgp_status st;
-	struct sgp_show sh = {.o = so, .quiet = quiet, .tty = isatty(2) && !quiet};
-	int rc = sgp_node_open(so, &node, err);
+	struct sgp_shown sh = {.o = so, .quiet = quiet};
+	int rc;
 
-	if (rc < 0) {
+	if ((rc = show_init(&sh.p, quiet)))
+		return rc;
+	if ((rc = sgp_node_open(so, &node, err)) < 0) {
 		log_error("%s", err);
 		return prog_exit(rc);
 	}
@@ -446,8 +460,7 @@ static int run_sgp_node(const struct sgp_opts *so, int quiet)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	rc = sgp_node_run(node, &stop_signal, sgp_show, &sh, &st, err);
-	if (sh.shown)
-		fputc('\n', stderr);
+	fputs(progress_show_end(&sh.p.sh), stderr);
 	if (rc < 0)
 		log_error("%s", err);
 	else if (!quiet)
@@ -485,17 +498,17 @@ static int sgp_option(int opt, struct sgp_opts *so, struct cli *c)
 	case O_PEERS: so->peers = optarg; break;
 	case O_PEERS_FILE: so->peers_file = optarg; break;
 	case O_NODE:
-		if (num_long(optarg, 0, SGP_MAX_NODES - 1, &v))
+		if (num_long(optarg, 0, PUSHSUM_MAX_NODES - 1, &v))
 			bad_usage("--node: not an integer in [0, 4095]: ", optarg);
 		so->node = (int)v;
 		break;
 	case O_TOPO:
-		if (sgp_topology_parse(optarg, &so->topology))
+		if (pushsum_topology_parse(optarg, &so->topology))
 			bad_usage("--topology: want exp or ring: ", optarg);
 		c->sgp_only = 1;
 		break;
 	case O_PPI:
-		if (num_long(optarg, 1, SGP_MAX_PEERS, &v))
+		if (num_long(optarg, 1, PUSHSUM_MAX_PEERS, &v))
 			bad_usage("--peers-per-iter: not an integer in [1, 16]: ", optarg);
 		so->peers_per_iter = (int)v;
 		c->sgp_only = 1;
@@ -526,31 +539,31 @@ static int parse_options(int argc, char **argv, struct work_opts *o, struct sgp_
 		case 'e':
 			if (num_long(optarg, 1, 1 << 20, &v))
 				bad_usage("--epochs: not a positive integer: ", optarg);
-			o->epochs = (int)v;
+			o->t.epochs = (int)v;
 			break;
 		case 't':
-			if (num_u64(optarg, &o->steps) || o->steps == 0)
+			if (num_u64(optarg, &o->t.steps) || o->t.steps == 0)
 				bad_usage("--steps: not a positive integer: ", optarg);
 			break;
 		case O_SHARD:
-			if (parse_shard(optarg, &o->shard_i, &o->shard_n))
+			if (parse_shard(optarg, &o->t.shard_i, &o->t.shard_n))
 				bad_usage("--shard: want I/N with 0 <= I < N: ", optarg);
-			o->shard_set = 1;
+			o->t.shard_set = 1;
 			break;
 		case O_WID:
 			if (num_long(optarg, 0, 1 << 20, &v))
 				bad_usage("--worker-id: not an integer >= 0: ", optarg);
 			o->worker_id = (int)v;
 			break;
-		case O_TOKEN: o->token_file = optarg; break;
-		case O_CACERT: o->cacert = optarg; break;
+		case O_TOKEN: o->t.token_file = optarg; break;
+		case O_CACERT: o->t.cacert = optarg; break;
 		case O_CODEC:
 			if (blob_codec_check(optarg, err) < 0)
 				bad_usage("--codec: ", err);
-			o->codec = optarg;
+			o->t.codec = optarg;
 			break;
 		case O_RETRY:
-			if (num_double(optarg, 0, 1e7, &o->retry_for))
+			if (num_double(optarg, 0, 1e7, &o->t.retry_for))
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
 			break;
 		case O_CKPT:
@@ -558,7 +571,7 @@ static int parse_options(int argc, char **argv, struct work_opts *o, struct sgp_
 				bad_usage("--checkpoint-every: not a number of seconds: ", optarg);
 			break;
 		case O_SLOW:
-			if (num_double(optarg, 1, 1e4, &o->slowdown))
+			if (num_double(optarg, 1, 1e4, &o->t.slowdown))
 				bad_usage("--slowdown: not a number >= 1: ", optarg);
 			break;
 		case O_DIE:
@@ -606,30 +619,21 @@ static int sgp_main(struct work_opts *o, struct sgp_opts *so, const struct cli *
 			  "SGP nodes", NULL);
 	if (!so->allow_public && !httpd_is_loopback(c->host))
 		bad_usage("refusing to listen on a non-loopback address without --public: ", c->host);
-	if (o->token_file && c->no_token)
+	if (o->t.token_file && c->no_token)
 		bad_usage("--token-file and --no-token contradict each other", NULL);
-	if (so->allow_public && !o->token_file && !c->no_token)
+	if (so->allow_public && !o->t.token_file && !c->no_token)
 		bad_usage("--public needs --token-file (or --no-token, to let anyone who reaches "
 			  "the port push into the run)", NULL);
 	if (!so->tls_cert != !so->tls_key)
 		bad_usage("--tls-cert and --tls-key go together", NULL);
-	if (o->cacert && !so->tls_cert)
+	if (o->t.cacert && !so->tls_cert)
 		bad_usage("--cacert is for HTTPS peers: give --tls-cert and --tls-key too", NULL);
 	if (c->check)
 		return 0;
 	if (c->no_token && !httpd_is_loopback(c->host))
 		log_warn("--public --no-token: anyone who reaches the port can push into the run");
 	so->host = c->host;
-	so->epochs = o->epochs;
-	so->steps = o->steps;
-	so->shard_i = o->shard_i;
-	so->shard_n = o->shard_n;
-	so->shard_set = o->shard_set;
-	so->token_file = o->token_file;
-	so->retry_for = o->retry_for;
-	so->slowdown = o->slowdown;
-	so->codec = o->codec;
-	so->cacert = o->cacert;
+	so->t = o->t;
 	prog_blas_init();
 	layers_set_threads(c->threads);
 	return run_sgp_node(so, o->quiet);
@@ -637,9 +641,9 @@ static int sgp_main(struct work_opts *o, struct sgp_opts *so, const struct cli *
 
 int main(int argc, char **argv)
 {
-	struct work_opts o = {.shard_i = 0, .shard_n = 1, .retry_for = 60, .checkpoint_every = 60,
-			      .slowdown = 1, .worker_id = -1};
-	struct sgp_opts so = {.node = -1, .topology = SGP_EXP, .peers_per_iter = 1};
+	struct work_opts o = {.t = {.shard_n = 1, .retry_for = 60, .slowdown = 1},
+			      .checkpoint_every = 60, .worker_id = -1};
+	struct sgp_opts so = {.node = -1, .topology = PUSHSUM_EXP, .peers_per_iter = 1};
 	struct cli c = {.host = "127.0.0.1", .threads = 1};
 	char err[GEM_ERRMAX];
 	int rc;
@@ -656,11 +660,11 @@ int main(int argc, char **argv)
 			  getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
 	if (optind != argc)
 		bad_usage("unexpected argument: ", argv[optind]);
-	if (o.epochs && o.steps)
+	if (o.t.epochs && o.t.steps)
 		bad_usage("give --epochs or --steps, not both", NULL);
-	if (o.codec && c.local)
+	if (o.t.codec && c.local)
 		bad_usage("--codec is for --server and --rule sgp", NULL);
-	if (o.cacert && !c.server && !c.rule)
+	if (o.t.cacert && !c.server && !c.rule)
 		bad_usage("--cacert is for --server (an https:// gem-serve) and --rule sgp", NULL);
 	if (c.rule)
 		return sgp_main(&o, &so, &c);

@@ -41,13 +41,13 @@ static int get_peers(struct sgp_node *s, char ***peers, int *nn, char *err)
 	size_t len;
 	int rc;
 	if (s->o.peers)
-		return sgp_peers_parse(s->o.peers, peers, nn, err);
+		return pushsum_peers_parse(s->o.peers, peers, nn, err);
 	while (access(s->o.peers_file, F_OK) < 0) {
 		struct timespec ts = {0, SGP_POLL_MS * 1000000L};
 		if (sgp_stopping(s))
 			return gem_errf(err, GEM_EFAIL, "interrupted while waiting for %s",
 					s->o.peers_file);
-		if (errno != ENOENT || clock_mono() - t0 > s->o.retry_for)
+		if (errno != ENOENT || clock_mono() - t0 > s->o.t.retry_for)
 			return gem_errf(err, GEM_EUSAGE, "%s: %s", s->o.peers_file,
 					errno == ENOENT ? "no peer list after --retry-for seconds"
 							: strerror(errno));
@@ -55,7 +55,7 @@ static int get_peers(struct sgp_node *s, char ***peers, int *nn, char *err)
 	}
 	if (fs_read_all(s->o.peers_file, &text, &len, 1 << 24, err) < 0)
 		return GEM_EUSAGE;
-	if ((rc = sgp_peers_parse(text, peers, nn, err)) < 0)
+	if ((rc = pushsum_peers_parse(text, peers, nn, err)) < 0)
 		gem_errprefix(err, "%s: ", s->o.peers_file);
 	free(text);
 	return rc;
@@ -107,11 +107,11 @@ static uint64_t count_iters(const struct sgp_node *s, int shard_n)
 {
 	uint64_t shard = ((uint64_t)s->ds.n + (uint64_t)shard_n - 1) / (uint64_t)shard_n;
 	uint64_t batch = (uint64_t)s->run.train.batch, per_epoch = (shard + batch - 1) / batch;
-	if (s->o.steps)
-		return s->o.steps;
-	if (s->run.train.steps && !s->o.epochs)
+	if (s->o.t.steps)
+		return s->o.t.steps;
+	if (s->run.train.steps && !s->o.t.epochs)
 		return s->run.train.steps;
-	return per_epoch * (uint64_t)(s->o.epochs ? s->o.epochs : s->run.train.epochs);
+	return per_epoch * (uint64_t)(s->o.t.epochs ? s->o.t.epochs : s->run.train.epochs);
 }
 
 /* httpc's abort hook: a node that is stopping gives up its requests at once, even to a peer
@@ -127,7 +127,7 @@ static int is_https(const char *url)
 	return !strncmp(url, "https://", 8);
 }
 
-/* A client for every other peer, each verified with o.cacert when the node speaks HTTPS; a list
+/* A client for every other peer, each verified with o.t.cacert when the node speaks HTTPS; a list
  * that mixes the schemes is refused (a node would send its token in clear to some peers). */
 static int connect_peers(struct sgp_node *s, char *err)
 {
@@ -145,7 +145,7 @@ static int connect_peers(struct sgp_node *s, char *err)
 					"peer %d is %s but this node is %s: every node of a run speaks "
 					"HTTPS (--tls-cert), or none does", p, s->peers[p], s->url);
 		if (httpc_new(s->peers[p], s->token, 600L * 1000, &s->http[p], err) < 0 ||
-		    httpc_set_cacert(s->http[p], s->o.cacert, err) < 0) {
+		    httpc_set_cacert(s->http[p], s->o.t.cacert, err) < 0) {
 			gem_errprefix(err, "peer %d: ", p);
 			return GEM_EUSAGE;
 		}
@@ -163,19 +163,19 @@ static int prepare(struct sgp_node *s, struct loop *l, struct sgp_status *st, ch
 	int nn = 0, id = -1, rc, exp_k;
 	if ((rc = get_peers(s, &peers, &nn, err)) < 0 || (rc = find_self(s, peers, nn, &id, err)) < 0 ||
 	    (s->o.node < 0 && (rc = run_lock_node(&s->run, id, err)) < 0)) {
-		sgp_peers_free(peers, nn);
+		pushsum_peers_free(peers, nn);
 		return rc;
 	}
 	pthread_mutex_lock(&s->mu);
 	s->peers = peers, s->nn = nn, s->id = id;
 	pthread_mutex_unlock(&s->mu);
-	exp_k = sgp_exp_cycle(nn);
-	s->mper = sgp_peers_per_iter(s->o.topology, nn, s->o.peers_per_iter);
+	exp_k = pushsum_exp_cycle(nn);
+	s->mper = pushsum_peers_per_iter(s->o.topology, nn, s->o.peers_per_iter);
 	s->tau = s->o.tau > 0 ? s->o.tau : 2 * (exp_k > 0 ? exp_k : 1);
-	s->hash = sgp_topology_hash(s->o.topology, s->o.peers_per_iter, (const char *const *)peers, nn);
+	s->hash = pushsum_topology_hash(s->o.topology, s->o.peers_per_iter, (const char *const *)peers, nn);
 	st->node = id, st->nodes = nn, st->peers_per_iter = s->mper, st->tau = s->tau;
-	st->shard_i = s->o.shard_set ? s->o.shard_i : id;
-	st->shard_n = s->o.shard_set ? s->o.shard_n : nn;
+	st->shard_i = s->o.t.shard_set ? s->o.t.shard_i : id;
+	st->shard_n = s->o.t.shard_set ? s->o.t.shard_n : nn;
 	st->iters = s->iters = count_iters(s, st->shard_n);
 	if ((rc = connect_peers(s, err)) < 0 ||
 	    (rc = feed_open(&l->feed, &s->run, &s->ds, id, st->shard_i, st->shard_n, err)) < 0)
@@ -204,7 +204,7 @@ static int log_open(struct sgp_node *s, struct loop *l, const struct sgp_status 
 		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
 	run_log_start(l->log, &s->run, sgp_rule_name(s), s->url, 0, model_layout(s->tr.m));
 	ev = json_pack("{s:s, s:i, s:i, s:s, s:i, s:I, s:b, s:i, s:[i,i]}", "event", "sgp", "node",
-		       s->id, "nodes", s->nn, "topology", sgp_topology_name(s->o.topology),
+		       s->id, "nodes", s->nn, "topology", pushsum_topology_name(s->o.topology),
 		       "peers_per_iter", s->mper, "iters", (json_int_t)s->iters, "overlap",
 		       s->o.overlap, "tau", s->tau, "shard", st->shard_i, st->shard_n);
 	pl = json_array();
@@ -270,7 +270,7 @@ static int iterate(struct sgp_node *s, struct loop *l, char *err)
 	double step_start = clock_mono();
 	struct mixed mx;
 	int nb, rc;
-	sgp_debias(l->x, l->w, z, s->n);
+	pushsum_debias(l->x, l->w, z, s->n);
 	if ((rc = trainer_step(&s->tr, &l->feed, &l->loss, &nb, err)) < 0) {
 		gem_errprefix(err, "iteration %llu: ", (unsigned long long)l->iter);
 		return rc;
@@ -281,17 +281,17 @@ static int iterate(struct sgp_node *s, struct loop *l, char *err)
 	optim_step(&l->opt, z, model_grads(s->tr.m));
 	for (size_t i = 0; i < s->n; i++)
 		l->x[i] = z[i] * (float)l->w;
-	if (s->o.slowdown > 1)
-		work_slowdown(clock_mono() - step_start, s->o.slowdown);
+	if (s->o.t.slowdown > 1)
+		work_slowdown(clock_mono() - step_start, s->o.t.slowdown);
 	/* keep 1/(m+1) of (x, w), push 1/(m+1) to each out-peer, add what comes in */
-	sgp_split(l->x, s->n, &l->w, s->mper);
+	pushsum_split(l->x, s->n, &l->w, s->mper);
 	l->quiet++;
 	if ((rc = sgp_push_shares(s, l->x, l->w, l->iter, &l->codec, &l->buf, &l->resp, err)) < 0 ||
 	    (rc = sgp_mix_in(s, l->x, &l->w, l->iter, &l->quiet, l->scratch, &mx, err)) < 0)
 		return rc;
 	log_iter(l->log, s, l, &mx);
 	log_refusals(s, l->log, l->iter + 1);
-	sgp_debias(l->x, l->w, z, s->n);
+	pushsum_debias(l->x, l->w, z, s->n);
 	publish(s, z, l->iter + 1, l->feed.samples, l->w);
 	return 0;
 }
@@ -343,7 +343,7 @@ static int finish(struct sgp_node *s, struct loop *l, struct sgp_status *st, int
 		if (sgp_mix_in(s, l->x, &l->w, l->iter, &q, l->scratch, &mx, e2) < 0)
 			log_warn("node %d: at the end: %s", s->id, e2);
 	}
-	sgp_debias(l->x, l->w, z, s->n);
+	pushsum_debias(l->x, l->w, z, s->n);
 	log_refusals(s, l->log, l->iter);
 	if (fflush(l->log) == EOF && rc == 0)
 		rc = gem_errf(err, GEM_EFAIL, "log: %s", strerror(errno));
@@ -438,7 +438,7 @@ static int load(struct sgp_node *s, char *err)
 {
 	struct run_progress p0;
 	int rc;
-	if (s->o.token_file && fs_read_token(s->o.token_file, &s->token, err) < 0)
+	if (s->o.t.token_file && fs_read_token(s->o.t.token_file, &s->token, err) < 0)
 		return GEM_EUSAGE;
 	if (run_open(s->o.rundir, &s->run, err) < 0)
 		return GEM_EUSAGE;
@@ -474,7 +474,7 @@ int sgp_node_open(const struct sgp_opts *o, struct sgp_node **out, char *err)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	s->o = *o;
 	s->id = -1;
-	s->codec_name = o->codec ? o->codec : BLOB_RAW;
+	s->codec_name = o->t.codec ? o->t.codec : BLOB_RAW;
 	if (blob_codec_check(s->codec_name, err) < 0) {
 		free(s);
 		return GEM_EUSAGE;
@@ -533,7 +533,7 @@ void sgp_node_close(struct sgp_node *s)
 		free(j->x);
 		free(j);
 	}
-	sgp_peers_free(s->peers, s->nn);
+	pushsum_peers_free(s->peers, s->nn);
 	dataset_free(&s->ds);
 	trainer_close(&s->tr);
 	if (s->run.json)

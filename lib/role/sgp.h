@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "role/trainer.h"
 #include "rules/pushsum.h"
 
 /* One node of an SGP run. */
@@ -15,25 +16,17 @@ struct sgp_opts {
 	const char *host;       /* where to listen; NULL: 127.0.0.1 */
 	int port;               /* 0: any free port */
 	int allow_public;       /* bind a non-loopback address */
-	const char *peers;      /* the peer list (sgp_peers_parse), or NULL with peers_file */
+	const char *peers;      /* the peer list (pushsum_peers_parse), or NULL with peers_file */
 	const char *peers_file; /* a file holding it, waited for until it appears (retry_for) */
 	int node;               /* this node's index in the list; -1: the entry of host:port */
-	enum sgp_topology topology;
+	enum pushsum_topology topology;
 	int peers_per_iter;     /* m >= 1 */
 	int overlap;            /* non-blocking sends, mass added as it arrives */
 	int tau;                /* overlap: wait after τ iterations with no message; 0: default */
-	int epochs;             /* 0: the run's budget */
-	uint64_t steps;         /* > 0: exactly this many iterations */
-	int shard_i, shard_n, shard_set; /* default: shard node/n */
-	const char *token_file; /* bearer token of every node (pushes, hellos) */
+	struct train_opts t;    /* steps: iterations; default shard: node/n; codec: of the pushes;
+				 * cacert: the peers' CA, with tls_cert */
 	const char *tls_cert;   /* PEM files of this node's certificate (chain) and its key: listen */
 	const char *tls_key;    /* on HTTPS, and every peer must too; both NULL: plain HTTP */
-	const char *cacert;     /* PEM file of the CA certificates the peers' must be signed by;
-				 * NULL: the system's */
-	double retry_for;       /* seconds to wait for the peer list, a peer, a message */
-	double slowdown;        /* >= 1: each step this many times as long */
-	const char *codec;      /* blob codec of the pushes (a name of blob.h); NULL: raw. A lossy one
-				 * keeps the rounding of each share and adds it to the next */
 };
 
 /* Where a node stands: given to the progress callback (once when training starts, with iter 0,

@@ -12,6 +12,27 @@
 #include "base/jget.h"
 #include "base/log.h"
 
+json_t *sgp_hello_body(const struct sgp_node *s)
+{
+	char hash[17];
+	snprintf(hash, sizeof hash, "%016llx", (unsigned long long)s->hash);
+	return json_pack("{s:i, s:i, s:s, s:i, s:I, s:b, s:s}", "node", s->id, "nodes", s->nn,
+			 "topology", pushsum_topology_name(s->o.topology), "peers_per_iter", s->mper,
+			 "iters", (json_int_t)s->iters, "overlap", s->o.overlap, "hash", hash);
+}
+
+static const char *const refusal_names[SGP_REFUSE_N] = {
+	[SGP_REFUSE_BAD] = "bad_request",
+	[SGP_REFUSE_NOT_PEER] = "not_in_peer",
+	[SGP_REFUSE_DUPLICATE] = "duplicate_push",
+	[SGP_REFUSE_WINDOW] = "outside_window",
+};
+
+const char *sgp_refusal_name(enum sgp_refusal r)
+{
+	return refusal_names[r];
+}
+
 int sgp_stopping(const struct sgp_node *s)
 {
 	return s->stop && *s->stop;
@@ -48,7 +69,7 @@ void sgp_inbox_add(struct sgp_node *s, struct inmsg *m)
 		/* Overlap-SGP adds whatever has come, so a second message from a sender is added into
 		 * its first here: the inbox holds at most one per peer however fast pushes come. */
 		if (s->o.overlap && (*p)->from == m->from) {
-			sgp_receive((*p)->x, s->n, &(*p)->w, m->x, m->w);
+			pushsum_receive((*p)->x, s->n, &(*p)->w, m->x, m->w);
 			if (m->iter > (*p)->iter)
 				(*p)->iter = m->iter;
 			sgp_msg_recycle(s, m);
@@ -69,7 +90,7 @@ static void wait_ms(struct sgp_node *s, long ms)
 	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 }
 
-/* POST to peer p, retrying what httpc_post_retry retries for o.retry_for in all, in slices of a
+/* POST to peer p, retrying what httpc_post_retry retries for o.t.retry_for in all, in slices of a
  * second, so that a stop ends the wait at once (GEM_EFAIL, "interrupted"), and, with
  * on_mismatch, a peer's mismatch too (GEM_EUSAGE, err untouched: the caller reports it). */
 static int post_sliced(struct sgp_node *s, int p, const char *path, const char *ctype,
@@ -78,7 +99,7 @@ static int post_sliced(struct sgp_node *s, int p, const char *path, const char *
 {
 	double t0 = clock_mono();
 	for (;;) {
-		double left = s->o.retry_for - (clock_mono() - t0);
+		double left = s->o.t.retry_for - (clock_mono() - t0);
 		int rc = httpc_post_retry(s->http[p], path, ctype, body, len,
 					  left < 1 ? (left > 0 ? left : 0) : 1, resp, err), mismatch;
 		if (rc == 0 || (rc != HTTPC_ETRANSPORT && !(rc == HTTPC_EHTTP && resp->status == 503)))
@@ -87,7 +108,7 @@ static int post_sliced(struct sgp_node *s, int p, const char *path, const char *
 			const char *cause = strstr(err, " s: ");
 			char last[GEM_ERRMAX];
 			snprintf(last, sizeof last, "%s", cause ? cause + 4 : err);
-			return gem_errf(err, rc, "no answer in %.0f s: %s", s->o.retry_for, last);
+			return gem_errf(err, rc, "no answer in %.0f s: %s", s->o.t.retry_for, last);
 		}
 		if (sgp_stopping(s))
 			return gem_errf(err, GEM_EFAIL, "interrupted");
@@ -227,9 +248,9 @@ static int hello_barrier(struct sgp_node *s, char *err)
 {
 	double t0 = clock_mono();
 	while (s->nhello < s->nn - 1 && !s->mismatch && !sgp_stopping(s)) {
-		if (clock_mono() - t0 > s->o.retry_for)
+		if (clock_mono() - t0 > s->o.t.retry_for)
 			return gem_errf(err, GEM_EFAIL, "%d of %d peers said hello in %.0f s", s->nhello,
-					s->nn - 1, s->o.retry_for);
+					s->nn - 1, s->o.t.retry_for);
 		wait_ms(s, SGP_POLL_MS);
 	}
 	if (s->mismatch)
@@ -306,8 +327,8 @@ static int queue_share(struct sgp_node *s, const float *x, double w, uint64_t it
 int sgp_push_shares(struct sgp_node *s, const float *x, double w, uint64_t iter,
 		    struct blob_codec *c, struct msg_buf *buf, struct httpc_resp *resp, char *err)
 {
-	int peers[SGP_MAX_PEERS], rc;
-	int np = sgp_out_peers(s->o.topology, s->nn, s->mper, s->id, iter, peers);
+	int peers[PUSHSUM_MAX_PEERS], rc;
+	int np = pushsum_out_peers(s->o.topology, s->nn, s->mper, s->id, iter, peers);
 	if (np == 0)
 		return 0;
 	if (s->o.overlap)
@@ -345,14 +366,14 @@ static int take_due(struct sgp_node *s, float *x, double *w, uint64_t iter, cons
 		*p = m->next;
 		pthread_mutex_unlock(&s->mu);
 		if (m->from != s->id) {
-			sgp_debias(x, *w, z, s->n);
-			mx->dist = sgp_share_distance(z, m->x, m->w, s->n);
+			pushsum_debias(x, *w, z, s->n);
+			mx->dist = pushsum_share_distance(z, m->x, m->w, s->n);
 			mx->last_from = m->from;
 			if (iter > m->iter && iter - m->iter > mx->age_max)
 				mx->age_max = iter - m->iter;
 			peer_msgs++;
 		}
-		sgp_receive(x, s->n, w, m->x, m->w);
+		pushsum_receive(x, s->n, w, m->x, m->w);
 		mx->got++;
 		pthread_mutex_lock(&s->mu);
 		sgp_msg_recycle(s, m);
@@ -366,13 +387,13 @@ static int take_due(struct sgp_node *s, float *x, double *w, uint64_t iter, cons
 int sgp_mix_in(struct sgp_node *s, float *x, double *w, uint64_t iter, uint64_t *quiet, float *z,
 	       struct mixed *mx, char *err)
 {
-	int in[SGP_MAX_PEERS], need = 0, have[SGP_MAX_PEERS] = {0}, rc = 0;
+	int in[PUSHSUM_MAX_PEERS], need = 0, have[PUSHSUM_MAX_PEERS] = {0}, rc = 0;
 	double t0 = clock_mono(), last = t0;
 
 	memset(mx, 0, sizeof *mx);
 	mx->last_from = -1;
 	if (!s->o.overlap)
-		need = sgp_in_peers(s->o.topology, s->nn, s->mper, s->id, iter, in);
+		need = pushsum_in_peers(s->o.topology, s->nn, s->mper, s->id, iter, in);
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		int got = mx->got, peer_msgs = take_due(s, x, w, iter, in, need, have, z, mx), all = 1;
@@ -402,16 +423,16 @@ int sgp_mix_in(struct sgp_node *s, float *x, double *w, uint64_t iter, uint64_t 
 				      (unsigned long long)iter);
 			break;
 		}
-		if (clock_mono() - last > s->o.retry_for) {
+		if (clock_mono() - last > s->o.t.retry_for) {
 			int j = 0;
 			while (j < need - 1 && have[j])
 				j++;
 			rc = s->o.overlap ? gem_errf(err, GEM_EFAIL,
 						     "no message from any peer for %.0f s at iteration %llu",
-						     s->o.retry_for, (unsigned long long)iter)
+						     s->o.t.retry_for, (unsigned long long)iter)
 					  : gem_errf(err, GEM_EFAIL,
 						     "no message from node %d for iteration %llu in %.0f s",
-						     in[j], (unsigned long long)iter, s->o.retry_for);
+						     in[j], (unsigned long long)iter, s->o.t.retry_for);
 			break;
 		}
 		wait_ms(s, 200);

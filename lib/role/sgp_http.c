@@ -43,27 +43,6 @@ static json_t *get_params(void *ctx, float *theta)
 	return head;
 }
 
-json_t *sgp_hello_body(const struct sgp_node *s)
-{
-	char hash[17];
-	snprintf(hash, sizeof hash, "%016llx", (unsigned long long)s->hash);
-	return json_pack("{s:i, s:i, s:s, s:i, s:I, s:b, s:s}", "node", s->id, "nodes", s->nn,
-			 "topology", sgp_topology_name(s->o.topology), "peers_per_iter", s->mper,
-			 "iters", (json_int_t)s->iters, "overlap", s->o.overlap, "hash", hash);
-}
-
-static const char *const refusal_names[SGP_REFUSE_N] = {
-	[SGP_REFUSE_BAD] = "bad_request",
-	[SGP_REFUSE_NOT_PEER] = "not_in_peer",
-	[SGP_REFUSE_DUPLICATE] = "duplicate_push",
-	[SGP_REFUSE_WINDOW] = "outside_window",
-};
-
-const char *sgp_refusal_name(enum sgp_refusal r)
-{
-	return refusal_names[r];
-}
-
 /* Set answer a (status, and for an error its name and detail); returns the status. */
 static unsigned answer(struct sgp_answer *a, unsigned status, const char *error, const char *fmt,
 		       ...) __attribute__((format(printf, 4, 5)));
@@ -87,7 +66,7 @@ static unsigned refuse(struct sgp_node *s, struct sgp_answer *a, enum sgp_refusa
 	pthread_mutex_lock(&s->mu);
 	s->refused[r]++;
 	pthread_mutex_unlock(&s->mu);
-	return answer(a, status, error ? error : refusal_names[r], "%s", detail);
+	return answer(a, status, error ? error : sgp_refusal_name(r), "%s", detail);
 }
 
 /* Why hello j is not one a node sends (sgp_hello_body's members, of their types, from another
@@ -131,7 +110,7 @@ static void hello_check(const struct sgp_node *s, const json_t *j, const char *c
 			 jget_str_or(j, "topology", "?"),
 			 json_integer_value(json_object_get(j, "peers_per_iter")),
 			 jget_str_or(j, "hash", "?"), s->id, s->nn,
-			 sgp_topology_name(s->o.topology), s->mper, jget_str_or(mine, "hash", "?"));
+			 pushsum_topology_name(s->o.topology), s->mper, jget_str_or(mine, "hash", "?"));
 	else if (!json_equal(json_object_get(j, "iters"), json_object_get(mine, "iters")))
 		snprintf(why, len,
 			 "node %d runs %lld iterations, this node %d runs %llu (give every node the "
@@ -221,7 +200,7 @@ static int decode_share(const struct msg *m, struct inmsg *in, size_t n, char *e
 static enum sgp_refusal push_admit(struct sgp_node *s, int from, uint64_t iter, int take,
 				   char *why, size_t len)
 {
-	int in[SGP_MAX_PEERS], np = sgp_in_peers(s->o.topology, s->nn, s->mper, s->id, iter, in), k = 0;
+	int in[PUSHSUM_MAX_PEERS], np = pushsum_in_peers(s->o.topology, s->nn, s->mper, s->id, iter, in), k = 0;
 	uint64_t lo = s->o.overlap ? 0 : s->pub_iter;
 	uint64_t hi = s->o.overlap ? s->iters - 1 : s->pub_iter + (uint64_t)s->nn + 1;
 	while (k < np && in[k] != from)

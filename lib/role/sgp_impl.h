@@ -1,6 +1,8 @@
 /* sgp_impl: what the files of an SGP node share (not part of libgem's interface): the node
  * object, its inbox of pushed shares and the send queue of Overlap-SGP. sgp.c opens, trains
- * and closes a node; sgp_http.c serves its endpoints; sgp_gossip.c talks to its peers. */
+ * and closes a node; sgp_http.c serves its endpoints; sgp_gossip.c talks to its peers (what it
+ * says, what they answer) and keeps its inbox. sgp.c calls both, sgp_http.c calls
+ * sgp_gossip.c, never the other way round. */
 #ifndef GEM_ROLE_SGP_IMPL_H
 #define GEM_ROLE_SGP_IMPL_H
 #include <pthread.h>
@@ -47,7 +49,7 @@ struct job {
 	uint64_t iter;
 	double w;
 	float *x;
-	int npeers, peers[SGP_MAX_PEERS];
+	int npeers, peers[PUSHSUM_MAX_PEERS];
 };
 
 /* One node. Fixed once it listens: o, run, n, token, url, get. Written by the trainer before it
@@ -115,8 +117,6 @@ struct sgp_answer {
 };
 
 /* sgp_http.c */
-/* The name of a refusal in the log and in a reply's "error". */
-const char *sgp_refusal_name(enum sgp_refusal r);
 /* Listen on o->host:o->port with every route of the node; sets s->url. */
 int sgp_http_start(struct sgp_node *s, char *err);
 /* POST /v1/hello's body, from client, answered in *a (its status returned): 200 a hello that agrees (the peer counted), 400 a
@@ -128,12 +128,14 @@ unsigned sgp_hello_take(struct sgp_node *s, const void *body, size_t len, const 
  * (200), or refused: 400 malformed, 409 not a push push-sum sends now (both counted by
  * reason), 410 the node has finished, 503 not ready yet or out of memory. */
 unsigned sgp_push_take(struct sgp_node *s, const void *body, size_t len, struct sgp_answer *a);
-/* The hello this node sends and checks peers' against (a new reference). */
-json_t *sgp_hello_body(const struct sgp_node *s);
 /* "sgp" or "overlap-sgp". */
 const char *sgp_rule_name(const struct sgp_node *s);
 
 /* sgp_gossip.c */
+/* The name of a refusal in the log and in a reply's "error". */
+const char *sgp_refusal_name(enum sgp_refusal r);
+/* The hello this node sends and checks peers' against (a new reference). */
+json_t *sgp_hello_body(const struct sgp_node *s);
 /* A free message (x of n floats), or NULL when out of memory. */
 struct inmsg *sgp_msg_new(struct sgp_node *s);
 /* Under mu: put m back on the free list. */

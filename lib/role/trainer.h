@@ -12,6 +12,22 @@
 #include "nn/model.h"
 #include "run/run.h"
 
+/* What a worker (work.h) and an SGP node (sgp.h) are both told: how long to train, on which part
+ * of the data, and how to reach the others (a server or the peers) and encode what they send. */
+struct train_opts {
+	int epochs;             /* 0: the run's budget */
+	uint64_t steps;         /* > 0: exactly this many steps (iterations) */
+	int shard_i, shard_n, shard_set; /* the part of the training set; unset: the default's */
+	const char *token_file; /* the bearer token sent (and, by an SGP node, required) */
+	const char *cacert;     /* PEM file of the CA that signed the https:// certificates of the
+				 * server or the peers; NULL: the system's CAs */
+	double retry_for;       /* seconds to keep retrying an unreachable server or peer, or to
+				 * wait for the peer list or a message */
+	const char *codec;      /* blob codec of what is sent (a name of blob.h); NULL: raw. A lossy
+				 * one keeps what it rounds off and adds it to the next */
+	double slowdown;        /* >= 1: each step takes this many times as long */
+};
+
 /* Who trains: local training, or worker / SGP node `id`. */
 #define TRAINER_LOCAL (-1)
 

@@ -205,18 +205,18 @@ static int join_server(struct wserver *srv, int id, float *x, json_t **head, cha
 	if (id >= 0)
 		json_object_set_new(body, "worker", json_integer(id));
 	/* what this session trains, for the server's progress (which takes up to 2^40 steps) */
-	if (w->o.steps)
-		json_object_set_new(body, "steps", json_integer(w->o.steps < (1ULL << 40)
-									? (json_int_t)w->o.steps
+	if (w->o.t.steps)
+		json_object_set_new(body, "steps", json_integer(w->o.t.steps < (1ULL << 40)
+									? (json_int_t)w->o.t.steps
 									: (json_int_t)1 << 40));
-	if (w->o.epochs)
-		json_object_set_new(body, "epochs", json_integer(w->o.epochs));
+	if (w->o.t.epochs)
+		json_object_set_new(body, "epochs", json_integer(w->o.t.epochs));
 	text = json_dumps(body, JSON_COMPACT);
 	json_decref(body);
 	if (!text)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	rc = httpc_post_retry(srv->http[0], "/v1/join", "application/json", text, strlen(text),
-			      w->o.retry_for, &srv->resp[0], err);
+			      w->o.t.retry_for, &srv->resp[0], err);
 	free(text);
 	if (rc < 0)
 		return rc;
@@ -253,7 +253,7 @@ static int join(struct worker *w, char *err)
 		if (json_is_integer(v = json_object_get(head, "commits")))
 			w->done_commits = (uint64_t)json_integer_value(v);
 		v = json_object_get(head, "shard");
-		if (!w->o.shard_set && json_is_array(v)) {
+		if (!w->o.t.shard_set && json_is_array(v)) {
 			w->shard_i = (int)json_integer_value(json_array_get(v, 0));
 			w->shard_n = (int)json_integer_value(json_array_get(v, 1));
 		}
@@ -323,7 +323,7 @@ static int commit_build(struct worker *w, const float *v, float loss, uint64_t s
 static void post_one(struct wserver *srv, int c)
 {
 	srv->rc[c] = httpc_post_retry(srv->http[c], "/v1/commit", MSG_CONTENT_TYPE, srv->buf.data,
-				      srv->buf.len, srv->w->o.retry_for, &srv->resp[c], srv->err[c]);
+				      srv->buf.len, srv->w->o.t.retry_for, &srv->resp[c], srv->err[c]);
 }
 
 static void *post_main(void *arg)
@@ -528,7 +528,7 @@ static int open_http(struct worker *w, const char *urls, char *err)
 		free(list);
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	}
-	if (w->o.token_file && fs_read_token(w->o.token_file, &token, err) < 0) {
+	if (w->o.t.token_file && fs_read_token(w->o.t.token_file, &token, err) < 0) {
 		free(list);
 		return GEM_EUSAGE;
 	}
@@ -543,7 +543,7 @@ static int open_http(struct worker *w, const char *urls, char *err)
 		blob_codec_init(&srv->codec);
 		for (int c = 0; c < 2 && rc == 0; c++)
 			if (httpc_new(u, token, COMMIT_TIMEOUT_MS, &srv->http[c], err) < 0 ||
-			    httpc_set_cacert(srv->http[c], w->o.cacert, err) < 0)
+			    httpc_set_cacert(srv->http[c], w->o.t.cacert, err) < 0)
 				rc = GEM_EUSAGE;
 	}
 	w->nsrv = k;
@@ -568,7 +568,8 @@ static int open_servers(struct worker *w, char *err)
 		srv->len = s.len;
 		if (w->nsrv == 1)
 			break;
-		if ((rc = httpc_get_retry(srv->http[0], "/v1/health", w->o.retry_for, &srv->resp[0], err)) < 0)
+		if ((rc = httpc_get_retry(srv->http[0], "/v1/health", w->o.t.retry_for, &srv->resp[0],
+					  err)) < 0)
 			return rc;
 		h = json_loadb(srv->resp[0].body, srv->resp[0].len, 0, NULL);
 		t = json_object_get(h, "theta_shard");
@@ -593,8 +594,8 @@ static int open_run(struct worker *w, const char *url, char *err)
 	rc = httpc_get(w->http, "/v1/run", &w->resp, err);
 	if (rc == HTTPC_ETRANSPORT || (rc == HTTPC_EHTTP && w->resp.status == 503)) {
 		if (w->o.waiting)
-			w->o.waiting(w->o.waiting_ctx, url, w->o.retry_for);
-		rc = httpc_get_retry(w->http, "/v1/run", w->o.retry_for, &w->resp, err);
+			w->o.waiting(w->o.waiting_ctx, url, w->o.t.retry_for);
+		rc = httpc_get_retry(w->http, "/v1/run", w->o.t.retry_for, &w->resp, err);
 	}
 	if (rc < 0)
 		return rc;
@@ -619,7 +620,7 @@ static int open_run(struct worker *w, const char *url, char *err)
 	if ((w->l.d->reply_elastic || w->l.d->sends == RULE_SENDS_CYCLE) &&
 	    !(w->v = malloc(sizeof(float) * w->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
-	if ((rc = feedback_open(&w->fb, w->o.codec, w->l.d, w->n, err)) < 0)
+	if ((rc = feedback_open(&w->fb, w->o.t.codec, w->l.d, w->n, err)) < 0)
 		return rc;
 	for (int k = 0; k < w->nsrv; k++)
 		if ((rc = delta_open(&w->srv[k].dl, w->fb.codec, w->srv[k].len, err)) < 0)
@@ -640,8 +641,8 @@ static int open_join(struct worker *w, char *err)
 	w->feed_open = 1;
 	feed_seek(&w->f, w->done_samples);
 	start_local(w);
-	w->target = w->o.steps ? UINT64_MAX
-		    : w->o.epochs ? w->done_samples + (uint64_t)w->o.epochs * feed_epoch(&w->f)
+	w->target = w->o.t.steps ? UINT64_MAX
+		    : w->o.t.epochs ? w->done_samples + (uint64_t)w->o.t.epochs * feed_epoch(&w->f)
 				  : run_budget(&w->run, feed_epoch(&w->f));
 	w->info = (struct work_info){.worker = w->id, .rule = w->run.rule.name,
 				     .epoch = feed_epoch(&w->f), .shard_n = w->shard_n,
@@ -651,7 +652,7 @@ static int open_join(struct worker *w, char *err)
 
 int work_open(const char *url, const struct work_opts *o, struct worker **out, char *err)
 {
-	const char *codec = o->codec ? o->codec : BLOB_RAW;
+	const char *codec = o->t.codec ? o->t.codec : BLOB_RAW;
 	struct worker *w = calloc(1, sizeof *w);
 	int rc;
 	*out = NULL;
@@ -659,8 +660,8 @@ int work_open(const char *url, const struct work_opts *o, struct worker **out, c
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	w->o = *o;
 	w->id = o->worker_id;
-	w->shard_i = o->shard_i;
-	w->shard_n = o->shard_n;
+	w->shard_i = o->t.shard_i;
+	w->shard_n = o->t.shard_n;
 	w->run.lock_fd = -1;
 	w->post.w = w;
 	if (blob_codec_check(codec, err) < 0) {
@@ -717,7 +718,7 @@ static int finish(struct worker *w, volatile sig_atomic_t *stop, struct work_res
 	int failed = rc < 0 || r->end == WORK_DIVERGED, stopped = stop && *stop, left = 0;
 	/* an interrupted worker (a signal, a server that ended the run early) is not done: it
 	 * comes back under its id to the rest of its budget */
-	r->unfinished = r->samples < w->target && !(w->o.steps && r->steps >= w->o.steps);
+	r->unfinished = r->samples < w->target && !(w->o.t.steps && r->steps >= w->o.t.steps);
 	r->target = w->target;
 	stopped |= r->unfinished;
 	if (w->post.busy) {
@@ -752,15 +753,15 @@ int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn pro
 	memset(r, 0, sizeof *r);
 	r->samples = w->done_samples;
 	r->version = w->version;
-	while (!(stop && *stop) && r->samples < w->target && (!w->o.steps || r->steps < w->o.steps)) {
+	while (!(stop && *stop) && r->samples < w->target && (!w->o.t.steps || r->steps < w->o.t.steps)) {
 		uint64_t got;
 		double step_start = clock_mono();
 		if (train_window(w, r, &got, err)) {
 			r->end = WORK_DIVERGED;
 			break;
 		}
-		if (w->o.slowdown > 1)
-			work_slowdown(clock_mono() - step_start, w->o.slowdown);
+		if (w->o.t.slowdown > 1)
+			work_slowdown(clock_mono() - step_start, w->o.t.slowdown);
 		c = w->l.d->background ? bg_boundary(w, r->loss, got, err)
 				       : commit(w, rule_half_commit(&w->l, model_params(w->t.m)), r->loss,
 						got, err);

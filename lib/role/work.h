@@ -9,19 +9,12 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "role/trainer.h"
+
 struct work_opts {
-	int epochs;        /* 0: the run's budget */
-	uint64_t steps;    /* 0: no step limit */
-	int shard_i, shard_n, shard_set;
+	struct train_opts t; /* the codec: of commits (θ replies: blob_codec_for_theta) */
 	int worker_id;     /* -1: a new id from the server */
-	const char *token_file;
-	const char *cacert; /* PEM file of the CA that signed an https:// server's certificate;
-			     * NULL: the system's CAs */
-	double retry_for;  /* seconds to keep retrying an unreachable server */
-	const char *codec; /* blob codec of commits (a name of blob.h; θ replies: blob_codec_for_theta);
-			    * NULL: raw */
 	double checkpoint_every;
-	double slowdown;   /* >= 1: each step takes this many times as long */
 	uint64_t die_after; /* > 0: work_run returns after this many commits, without leaving */
 	int quiet;         /* for the caller: the library prints nothing anyway */
 	/* Called once when the server does not answer the first request (may be NULL): the worker

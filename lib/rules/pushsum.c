@@ -7,23 +7,23 @@
 
 #include "base/err.h"
 
-int sgp_topology_parse(const char *name, enum sgp_topology *t)
+int pushsum_topology_parse(const char *name, enum pushsum_topology *t)
 {
 	if (!strcmp(name, "exp"))
-		*t = SGP_EXP;
+		*t = PUSHSUM_EXP;
 	else if (!strcmp(name, "ring"))
-		*t = SGP_RING;
+		*t = PUSHSUM_RING;
 	else
 		return -1;
 	return 0;
 }
 
-const char *sgp_topology_name(enum sgp_topology t)
+const char *pushsum_topology_name(enum pushsum_topology t)
 {
-	return t == SGP_RING ? "ring" : "exp";
+	return t == PUSHSUM_RING ? "ring" : "exp";
 }
 
-int sgp_exp_cycle(int n)
+int pushsum_exp_cycle(int n)
 {
 	int k = 0;
 	if (n < 2)
@@ -33,23 +33,23 @@ int sgp_exp_cycle(int n)
 	return k + 1;
 }
 
-int sgp_peers_per_iter(enum sgp_topology t, int n, int m)
+int pushsum_peers_per_iter(enum pushsum_topology t, int n, int m)
 {
-	int most = t == SGP_EXP ? sgp_exp_cycle(n) : n - 1;
+	int most = t == PUSHSUM_EXP ? pushsum_exp_cycle(n) : n - 1;
 	if (m > most)
 		m = most;
-	if (m > SGP_MAX_PEERS)
-		m = SGP_MAX_PEERS;
+	if (m > PUSHSUM_MAX_PEERS)
+		m = PUSHSUM_MAX_PEERS;
 	return m < 0 ? 0 : m;
 }
 
-int sgp_offsets(enum sgp_topology t, int n, int m, uint64_t iter, int *off)
+int pushsum_offsets(enum pushsum_topology t, int n, int m, uint64_t iter, int *off)
 {
-	int k = sgp_exp_cycle(n);
-	m = sgp_peers_per_iter(t, n, m);
+	int k = pushsum_exp_cycle(n);
+	m = pushsum_peers_per_iter(t, n, m);
 	for (int j = 0; j < m; j++) {
 		/* 2^k < n for every k of the cycle: the offsets are distinct and nonzero mod n */
-		if (t == SGP_EXP)
+		if (t == PUSHSUM_EXP)
 			off[j] = 1 << (int)((iter * (uint64_t)m + (uint64_t)j) % (uint64_t)k);
 		else
 			off[j] = j + 1;
@@ -57,23 +57,23 @@ int sgp_offsets(enum sgp_topology t, int n, int m, uint64_t iter, int *off)
 	return m;
 }
 
-int sgp_out_peers(enum sgp_topology t, int n, int m, int i, uint64_t iter, int *out)
+int pushsum_out_peers(enum pushsum_topology t, int n, int m, int i, uint64_t iter, int *out)
 {
-	int c = sgp_offsets(t, n, m, iter, out);
+	int c = pushsum_offsets(t, n, m, iter, out);
 	for (int j = 0; j < c; j++)
 		out[j] = (i + out[j]) % n;
 	return c;
 }
 
-int sgp_in_peers(enum sgp_topology t, int n, int m, int i, uint64_t iter, int *in)
+int pushsum_in_peers(enum pushsum_topology t, int n, int m, int i, uint64_t iter, int *in)
 {
-	int c = sgp_offsets(t, n, m, iter, in);
+	int c = pushsum_offsets(t, n, m, iter, in);
 	for (int j = 0; j < c; j++)
 		in[j] = ((i - in[j]) % n + n) % n;
 	return c;
 }
 
-void sgp_split(float *x, size_t len, double *w, int m)
+void pushsum_split(float *x, size_t len, double *w, int m)
 {
 	float s = 1.0f / (float)(m + 1);
 	if (m == 0)
@@ -83,21 +83,21 @@ void sgp_split(float *x, size_t len, double *w, int m)
 	*w /= m + 1;
 }
 
-void sgp_receive(float *x, size_t len, double *w, const float *xj, double wj)
+void pushsum_receive(float *x, size_t len, double *w, const float *xj, double wj)
 {
 	for (size_t i = 0; i < len; i++)
 		x[i] += xj[i];
 	*w += wj;
 }
 
-void sgp_debias(const float *x, double w, float *z, size_t len)
+void pushsum_debias(const float *x, double w, float *z, size_t len)
 {
 	float inv = (float)(1.0 / w);
 	for (size_t i = 0; i < len; i++)
 		z[i] = x[i] * inv;
 }
 
-double sgp_share_distance(const float *z, const float *xj, double wj, size_t len)
+double pushsum_share_distance(const float *z, const float *xj, double wj, size_t len)
 {
 	double d2 = 0, inv = 1.0 / wj;
 	for (size_t i = 0; i < len; i++) {
@@ -118,12 +118,12 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t len)
 	return h;
 }
 
-uint64_t sgp_topology_hash(enum sgp_topology t, int m, const char *const *peers, int n)
+uint64_t pushsum_topology_hash(enum pushsum_topology t, int m, const char *const *peers, int n)
 {
 	char head[64];
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
-	int len = snprintf(head, sizeof head, "sgp n=%d %s m=%d\n", n, sgp_topology_name(t),
-			   sgp_peers_per_iter(t, n, m));
+	int len = snprintf(head, sizeof head, "sgp n=%d %s m=%d\n", n, pushsum_topology_name(t),
+			   pushsum_peers_per_iter(t, n, m));
 	h = fnv1a(h, head, (size_t)len);
 	for (int i = 0; i < n; i++) {
 		h = fnv1a(h, peers[i], strlen(peers[i]));
@@ -132,14 +132,14 @@ uint64_t sgp_topology_hash(enum sgp_topology t, int m, const char *const *peers,
 	return h;
 }
 
-void sgp_peers_free(char **peers, int n)
+void pushsum_peers_free(char **peers, int n)
 {
 	for (int i = 0; peers && i < n; i++)
 		free(peers[i]);
 	free(peers);
 }
 
-int sgp_peers_parse(const char *text, char ***peers, int *n, char *err)
+int pushsum_peers_parse(const char *text, char ***peers, int *n, char *err)
 {
 	char **list = NULL;
 	int count = 0, cap = 0;
@@ -161,24 +161,24 @@ int sgp_peers_parse(const char *text, char ***peers, int *n, char *err)
 		while (len > 0 && p[len - 1] == '/')
 			len--;
 		if (strncmp(p, "http://", 7) && strncmp(p, "https://", 8)) {
-			sgp_peers_free(list, count);
+			pushsum_peers_free(list, count);
 			return gem_errf(err, GEM_EUSAGE, "peer %d: not an http:// URL: %.*s", count,
 					(int)strcspn(p, ", \t\r\n#"), p);
 		}
-		if (count == SGP_MAX_NODES) {
-			sgp_peers_free(list, count);
-			return gem_errf(err, GEM_EUSAGE, "more than %d peers", SGP_MAX_NODES);
+		if (count == PUSHSUM_MAX_NODES) {
+			pushsum_peers_free(list, count);
+			return gem_errf(err, GEM_EUSAGE, "more than %d peers", PUSHSUM_MAX_NODES);
 		}
 		if (count == cap) {
 			char **grown = realloc(list, sizeof *list * (size_t)(cap = cap ? 2 * cap : 8));
 			if (!grown) {
-				sgp_peers_free(list, count);
+				pushsum_peers_free(list, count);
 				return gem_errf(err, GEM_ENOMEM, "out of memory");
 			}
 			list = grown;
 		}
 		if (!(list[count] = strndup(p, len))) {
-			sgp_peers_free(list, count);
+			pushsum_peers_free(list, count);
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
 		}
 		count++;
@@ -190,7 +190,7 @@ int sgp_peers_parse(const char *text, char ***peers, int *n, char *err)
 		for (int j = 0; j < i; j++)
 			if (!strcmp(list[i], list[j])) {
 				gem_errf(err, GEM_EUSAGE, "peers %d and %d are both %s", j, i, list[i]);
-				sgp_peers_free(list, count);
+				pushsum_peers_free(list, count);
 				return GEM_EUSAGE;
 			}
 	*peers = list;

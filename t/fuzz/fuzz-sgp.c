@@ -36,10 +36,10 @@ static struct sgp_node *node_new(const uint8_t *cfg)
 	s->nn = 2 + cfg[0] % 7;
 	s->id = cfg[1] % s->nn;
 	s->o.overlap = cfg[2] & 1;
-	s->o.topology = cfg[2] & 2 ? SGP_RING : SGP_EXP;
+	s->o.topology = cfg[2] & 2 ? PUSHSUM_RING : PUSHSUM_EXP;
 	s->ready = !(cfg[2] & 4);
 	s->o.peers_per_iter = 1 + cfg[3] % 4;
-	s->mper = sgp_peers_per_iter(s->o.topology, s->nn, s->o.peers_per_iter);
+	s->mper = pushsum_peers_per_iter(s->o.topology, s->nn, s->o.peers_per_iter);
 	s->iters = 1 + cfg[4];
 	s->pub_iter = cfg[5] % s->iters;
 	s->hash = FUZZ_HASH;
@@ -61,13 +61,13 @@ static unsigned refusals(const struct sgp_node *s)
 /* The inbox holds only shares push-sum can send (see the top of the file). */
 static void check_inbox(const struct sgp_node *s)
 {
-	int in[SGP_MAX_PEERS], np, k;
+	int in[PUSHSUM_MAX_PEERS], np, k;
 	size_t count = 0;
 	for (const struct inmsg *m = s->inbox; m; m = m->next, count++) {
 		if (m->from < 0 || m->from >= s->nn || m->from == s->id || m->iter >= s->iters ||
 		    (!s->o.overlap && m->iter < s->pub_iter) || !isfinite(m->w) || !(m->w > 0))
 			abort();
-		np = sgp_in_peers(s->o.topology, s->nn, s->mper, s->id, m->iter, in);
+		np = pushsum_in_peers(s->o.topology, s->nn, s->mper, s->id, m->iter, in);
 		for (k = 0; k < np && in[k] != m->from; k++)
 			;
 		if (k == np)
