@@ -33,8 +33,8 @@ train on disjoint shards, wired to each other on free ports, and gem-eval
                       it alone (gem-work --cacert); the default with --hosts.
                       With --rule sgp every node listens on HTTPS with it (its
                       key copied too) and trusts it alone in its peers
-      --no-tls        plain HTTP with --hosts (the token then crosses the
-                      network in clear)
+      --no-tls        plain HTTP with --hosts, SGP nodes too (the token then
+                      crosses the network in clear)
       --resume        continue the run in RUNDIR instead of making a new one
       --work-opt OPT  pass OPT to every gem-work (repeatable), e.g.
                       --work-opt=--slowdown=2; with --rule sgp e.g.
