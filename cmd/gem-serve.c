@@ -66,6 +66,10 @@ static void usage(FILE *f)
 	      "                              injection); default 0\n"
 	      "      --max-workers N         workers joined at once (each holds about 24 bytes\n"
 	      "                              per parameter); default 256, at most 4096\n"
+	      "      --max-memory BYTES      refuse (503) a join that would take the rule's\n"
+	      "                              state, delta copies and workers' buffers past\n"
+	      "                              BYTES (suffixes K, M, G, T: powers of 1024);\n"
+	      "                              default: no limit\n"
 	      "      --check                 check the options (not the files they name) and\n"
 	      "                              that RUNDIR, if it holds a run, can be resumed;\n"
 	      "                              print \"complete VERSION\" when its workers have\n"
@@ -81,7 +85,7 @@ static void usage(FILE *f)
 }
 
 enum { O_PUBLIC = 256, O_TOKEN, O_CKPT, O_MAXUPD, O_KEEP, O_CODEC, O_WTO, O_ITO, O_STALE, O_DROP,
-       O_NOTOKEN, O_MAXW, O_CERT, O_KEY, O_SHARD, O_CHECK };
+       O_NOTOKEN, O_MAXW, O_CERT, O_KEY, O_SHARD, O_CHECK, O_MAXMEM };
 
 static const struct option longopts[] = {
 	{"listen", required_argument, 0, 'l'},         {"public", no_argument, 0, O_PUBLIC},
@@ -94,7 +98,7 @@ static const struct option longopts[] = {
 	{"tls-key", required_argument, 0, O_KEY},      {"help", no_argument, 0, 'h'},
 	{"quiet", no_argument, 0, 'q'},               {"shard", required_argument, 0, O_SHARD},
 	{"check", no_argument, 0, O_CHECK},            {"version", no_argument, 0, 'V'},
-	{"steps", required_argument, 0, 't'},
+	{"steps", required_argument, 0, 't'},          {"max-memory", required_argument, 0, O_MAXMEM},
 	{0, 0, 0, 0},
 };
 
@@ -123,19 +127,22 @@ static void status_tick(struct server *s, void *ctx)
 }
 
 /* What the run did, at its end (but with -q). */
-static void summary(const struct ps_now *st, const char *why)
+static void summary(const struct ps_now *st, const struct serve_memory *m, const char *why)
 {
-	char loss[32] = "";
+	char loss[32] = "", rule[32], all[32], peak[32];
 	if (quiet)
 		return;
 	if (isfinite(st->p.loss))
 		snprintf(loss, sizeof loss, ", loss %.4f", st->p.loss);
 	fprintf(stderr, "gem-serve: %s: version %llu (%llu update%s in this session), %llu samples, "
-			"%d worker%s (%d finished), %.1f s of training%s, %llu bytes in, %llu out\n",
+			"%d worker%s (%d finished), %.1f s of training%s, %llu bytes in, %llu out, "
+			"rule state %s, %s with copies and buffers (peak %s)\n",
 		why, (unsigned long long)st->p.version, (unsigned long long)st->updates,
 		st->updates == 1 ? "" : "s", (unsigned long long)st->p.samples, st->known,
 		st->known == 1 ? "" : "s", st->done, st->elapsed, loss,
-		(unsigned long long)st->bytes_in, (unsigned long long)st->bytes_out);
+		(unsigned long long)st->bytes_in, (unsigned long long)st->bytes_out,
+		num_size_text(rule, sizeof rule, m->rule), num_size_text(all, sizeof all, m->total),
+		num_size_text(peak, sizeof peak, m->peak));
 }
 
 static void on_signal(int sig)
@@ -251,6 +258,10 @@ static int parse_options(int argc, char **argv, struct serve_opts *o, struct cli
 				bad_usage("--max-workers: not an integer in [1, 4096]: ", optarg);
 			o->max_workers = (int)max_workers;
 			break;
+		case O_MAXMEM:
+			if (num_size(optarg, &o->max_memory))
+				bad_usage("--max-memory: not a size in bytes (512M, 2G): ", optarg);
+			break;
 		case 'q': log_quiet(); quiet = 1; break;
 		case O_SHARD:
 			if (shard_parse(optarg, &o->slice_i, &o->slice_k))
@@ -308,6 +319,7 @@ int main(int argc, char **argv)
 	const char *why;
 	struct server *s;
 	struct ps_now st;
+	struct serve_memory mem;
 	struct progress_show show;
 	char *token = NULL, *cert = NULL, *key = NULL;
 	int rc, failed;
@@ -356,6 +368,7 @@ int main(int argc, char **argv)
 	why = serve_wait(s, &got_signal);
 	fputs(progress_show_end(&show), stderr);
 	serve_now(s, &st);
+	serve_memory(s, &mem);
 	failed = serve_failed(s);
 	if (failed)
 		fprintf(stderr, "gem-serve: %s; checkpointed, stopping\n", why);
@@ -363,7 +376,7 @@ int main(int argc, char **argv)
 		log_info("stopping: %s", why);
 	rc = serve_close(s, why, err);
 	fs_free_secret(token), free(cert), fs_free_secret(key);
-	summary(&st, failed ? "failed" : got_signal ? "interrupted" : "done");
+	summary(&st, &mem, failed ? "failed" : got_signal ? "interrupted" : "done");
 	if (rc < 0) {
 		fprintf(stderr, "gem-serve: final checkpoint failed: %s\n", err);
 		return EXIT_JOB;

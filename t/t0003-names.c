@@ -1,10 +1,12 @@
 /* t0003: the helpers of messages: edit distance, the guess of a mistyped name, the error that
- * lists the valid names, plural endings, and numbers that are not finite shown as n/a. */
+ * lists the valid names, plural endings, numbers that are not finite shown as n/a, and sizes
+ * in bytes read (512M) and written (2.1 MiB). */
 #include "base/num.h"
 #include "base/err.h"
 #include "tap.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 int main(void)
@@ -50,6 +52,27 @@ int main(void)
 			   num_nonfinite("-nan", &v) < 0 && num_nonfinite("NaN", &v) < 0 &&
 			   num_nonfinite("1", &v) < 0 && num_nonfinite(NULL, &v) < 0,
 		   "nan, inf and -inf read back; -nan, NaN and numbers are not that spelling");
+	}
+	{
+		uint64_t b = 0;
+		ok(num_size("65536", &b) == 0 && b == 65536, "a size without suffix is bytes");
+		ok(num_size("512M", &b) == 0 && b == 512ULL << 20 && num_size("2g", &b) == 0 &&
+			   b == 2ULL << 30 && num_size("2GiB", &b) == 0 && b == 2ULL << 30 &&
+			   num_size("3KB", &b) == 0 && b == 3072 && num_size("1T", &b) == 0 &&
+			   b == 1ULL << 40 && num_size("7B", &b) == 0 && b == 7,
+		   "K, M, G, T are powers of 1024, either case, B or iB may follow");
+		ok(num_size("0", &b) < 0 && num_size("-1", &b) < 0 && num_size("1.5G", &b) < 0 &&
+			   num_size("12X", &b) < 0 && num_size("", &b) < 0 && num_size(NULL, &b) < 0 &&
+			   num_size("2Gi", &b) < 0 && num_size("2GBB", &b) < 0 &&
+			   num_size("16777216T", &b) < 0 && num_size("99999999999999999999", &b) < 0,
+		   "0, negatives, fractions, junk and overflows are refused");
+		ok(num_size("16777215T", &b) == 0 && b == 16777215ULL << 40, "the largest in T");
+		ok(!strcmp(num_size_text(buf, sizeof buf, 1000), "1000 B") &&
+			   !strcmp(num_size_text(buf, sizeof buf, 17392), "17.0 KiB") &&
+			   !strcmp(num_size_text(buf, sizeof buf, 64ULL << 20), "64 MiB") &&
+			   !strcmp(num_size_text(buf, sizeof buf, 2202010), "2.1 MiB") &&
+			   !strcmp(num_size_text(buf, sizeof buf, 3ULL << 40), "3 TiB"),
+		   "sizes in words: %s", num_size_text(buf, sizeof buf, 2202010));
 	}
 	return done_testing();
 }

@@ -70,7 +70,7 @@ test_expect_success 'gem-serve: a status line with its workers, and a summary at
 	cat srv/serve.err &&
 	grep -q "^gem-serve: $(line_re 24000)  loss [0-9.]*  [0-2] workers\?" srv/serve.err &&
 	v=$(head -1 srv/params.gem | sed -n "s/.*\"version\":\([0-9]*\).*/\1/p") &&
-	grep -q "^gem-serve: done: version $v ($v updates in this session), 24000 samples, 2 workers (2 finished), [0-9.]* s of training, loss [0-9.]*, [1-9][0-9]* bytes in, [1-9][0-9]* out$" srv/serve.err
+	grep -q "^gem-serve: done: version $v ($v updates in this session), 24000 samples, 2 workers (2 finished), [0-9.]* s of training, loss [0-9.]*, [1-9][0-9]* bytes in, [1-9][0-9]* out, rule state [0-9.]* [KMG]iB, [0-9.]* [KMG]iB with copies and buffers (peak [0-9.]* [KMG]iB)$" srv/serve.err
 '
 
 test_expect_success 'gem-serve: the summary without a terminal too, and GET /v1/stats has the progress' '

@@ -1,5 +1,6 @@
 #include "base/num.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -55,6 +56,50 @@ int num_u64(const char *s, uint64_t *out)
 		return -1;
 	*out = v;
 	return 0;
+}
+
+static const char num_units[] = "KMGT";
+
+int num_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	int shift = 0;
+	if (!s || *s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || v == 0)
+		return -1;
+	if (*end) {
+		const char *u = strchr(num_units, toupper((unsigned char)*end));
+		if (u)
+			shift = 10 * (int)(u - num_units + 1), end++;
+		if (u && (*end == 'i' || *end == 'I') && (end[1] == 'B' || end[1] == 'b'))
+			end++;
+		if (*end == 'B' || *end == 'b')
+			end++;
+	}
+	if (*end || (shift && v > UINT64_MAX >> shift))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+const char *num_size_text(char *buf, size_t cap, uint64_t bytes)
+{
+	double v = (double)bytes;
+	int u = -1;
+	while (v >= 1024 && u + 1 < (int)sizeof num_units - 1) {
+		v /= 1024;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
+	else
+		snprintf(buf, cap, v == (double)(uint64_t)v ? "%.0f %ciB" : "%.1f %ciB", v,
+			 num_units[u]);
+	return buf;
 }
 
 const char *num_format(char *buf, size_t cap, const char *fmt, double v)

@@ -676,6 +676,17 @@ int ps_join(struct ps *s, int id, const char *codec, float *theta_out, struct ps
 	return PS_APPLIED;
 }
 
+size_t ps_rule_bytes(const struct ps *s)
+{
+	return rule_state_bytes(s->rule);
+}
+
+size_t ps_join_bytes(const struct ps *s, int id)
+{
+	const struct ps_worker *w = worker_get(s, id);
+	return w && w->in_rule ? 0 : rule_join_bytes(s->rule);
+}
+
 int ps_check_update(const struct ps *s, const float *u, char *err)
 {
 	size_t i;

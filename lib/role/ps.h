@@ -125,6 +125,11 @@ int ps_forget(struct ps *s, int worker, char *err);
 /* What worker means to train in the session it has joined for (gem-work --steps or --epochs;
  * both 0: the run's budget), for the progress's total. */
 void ps_plan(struct ps *s, int worker, uint64_t steps, uint64_t epochs);
+/* The bytes of the rule's state (rule_state_bytes: θ's buffers, every worker's vectors). */
+size_t ps_rule_bytes(const struct ps *s);
+/* What ps_join of worker id (< 0: a new one) would add to ps_rule_bytes: 0 for a worker whose
+ * state the rule kept. */
+size_t ps_join_bytes(const struct ps *s, int id);
 /* The check every update gets (all elements finite): PS_APPLIED or PS_E_NON_FINITE. */
 int ps_check_update(const struct ps *s, const float *u, char *err);
 /* Apply commit c. out (n floats) receives the reply's vector: θ, or easgd's d when r->elastic

@@ -16,6 +16,7 @@
 #include "base/err.h"
 #include "base/jget.h"
 #include "base/log.h"
+#include "base/num.h"
 #include "base/rng.h"
 #include "role/ps.h"
 #include "wire/blob.h"
@@ -54,6 +55,9 @@ struct slot {
 	struct blob_codec codec;
 	struct msg_buf head; /* a raw reply's first line */
 	struct delta dl;     /* a worker of int8, int4 or topk: the copy of θ it holds */
+	/* under mu, what serve_memory counts of the buffers under lock: dl's copy, and the
+	 * codec's and the messages' scratch as the last request left them (slot_scratch) */
+	uint64_t copy_bytes, scratch_bytes;
 };
 
 struct server {
@@ -73,6 +77,7 @@ struct server {
 	int nslots;          /* workers with buffers: at most opts.max_workers */
 	int stopping;        /* serve_close runs: waiters give up */
 	double last_checkpoint;
+	uint64_t mem_peak;   /* serve_memory's largest total */
 
 	/* One checkpoint at a time: its snapshot is taken under mu, written under ckmu alone
 	 * (lock order: ckmu, then mu). */
@@ -335,14 +340,99 @@ static int reply_json_new(struct httpd_req *req, json_t *j)
 	return rc;
 }
 
+/* ---- memory ---- */
+
+/* The bytes of one reply buffer. */
+static uint64_t reply_buf_bytes(const struct server *s)
+{
+	return REPLY_HEAD_ROOM + (uint64_t)s->n * sizeof(float);
+}
+
+/* The bytes of w's codec and message scratch (theirs under w->lock, rb under mu); both held. */
+static uint64_t slot_scratch(const struct slot *w)
+{
+	uint64_t n = w->codec.out_cap + w->codec.tmp_cap + w->codec.tmp2_cap + w->head.cap;
+	for (int i = 0; i < SLOT_REPLIES; i++)
+		n += w->rb[i] ? w->rb[i]->msg.cap : 0;
+	return n;
+}
+
+/* serve_memory's figures; mu held. */
+static void memory_now(struct server *s, struct serve_memory *m)
+{
+	memset(m, 0, sizeof *m);
+	m->rule = ps_rule_bytes(s->ps);
+	for (int id = 0; id < PS_MAX_WORKERS; id++) {
+		const struct slot *w = s->slot[id];
+		if (!w)
+			continue;
+		m->copies += w->copy_bytes;
+		m->buffers += w->scratch_bytes;
+		for (int i = 0; i < SLOT_REPLIES; i++)
+			m->buffers += w->rb[i] ? reply_buf_bytes(s) : 0;
+	}
+	m->total = m->rule + m->copies + m->buffers;
+	if (m->total > s->mem_peak)
+		s->mem_peak = m->total;
+	m->peak = s->mem_peak;
+}
+
+/* 1 if worker id (< 0: a new one) committing in codec gets a copy of θ (wire/delta.h) */
+static int copy_wanted(const struct server *s, const char *codec)
+{
+	return !s->opts.codec && codec && delta_wanted(codec);
+}
+
+/* PS_E_FULL if joining worker id (< 0: a new one), committing in codec, would take the
+ * server's memory past --max-memory, else 0; mu held. */
+static int memory_check(struct server *s, int id, const char *codec, char *err)
+{
+	const struct slot *w = id >= 0 ? s->slot[id] : NULL;
+	struct serve_memory m;
+	uint64_t need;
+	char a[32], b[32], c[32];
+	if (!s->opts.max_memory)
+		return 0;
+	memory_now(s, &m);
+	need = ps_join_bytes(s->ps, id) + (w ? 0 : reply_buf_bytes(s)) +
+	       (copy_wanted(s, codec) && !(w && w->copy_bytes) ? (uint64_t)s->n * sizeof(float) : 0);
+	if (!need || m.total + need <= s->opts.max_memory)
+		return 0;
+	num_size_text(a, sizeof a, need);
+	num_size_text(b, sizeof b, s->opts.max_memory);
+	num_size_text(c, sizeof c, m.total);
+	if (id >= 0)
+		return gem_errf(err, PS_E_FULL, "joining worker %d needs %s more of rule state; the "
+				"server's --max-memory is %s (%s in use)", id, a, b, c);
+	return gem_errf(err, PS_E_FULL, "joining a new worker needs %s more of rule state; the "
+			"server's --max-memory is %s (%s in use)", a, b, c);
+}
+
+void serve_memory(struct server *s, struct serve_memory *m)
+{
+	pthread_mutex_lock(&s->mu);
+	memory_now(s, m);
+	pthread_mutex_unlock(&s->mu);
+}
+
 /* GET /v1/health's fields after "ok" (reply_get). */
 static json_t *get_health(void *ctx)
 {
 	struct server *s = ctx;
 	json_t *j;
+	struct serve_memory m;
 	pthread_mutex_lock(&s->mu);
 	j = ps_health_json(s->ps);
+	memory_now(s, &m);
 	pthread_mutex_unlock(&s->mu);
+	if (j)
+		json_object_set_new(j, "memory", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "rule",
+							   (json_int_t)m.rule, "copies",
+							   (json_int_t)m.copies, "buffers",
+							   (json_int_t)m.buffers, "total",
+							   (json_int_t)m.total, "peak",
+							   (json_int_t)m.peak, "max",
+							   (json_int_t)s->opts.max_memory));
 	return j;
 }
 
@@ -403,6 +493,7 @@ static int h_join(struct httpd_req *req, void *ctx)
 	struct server *s = ctx;
 	char err[GEM_ERRMAX];
 	struct ps_joined j;
+	struct serve_memory mem;
 	const char *codec;
 	json_t *body, *head;
 	struct slot *w = NULL;
@@ -421,12 +512,17 @@ static int h_join(struct httpd_req *req, void *ctx)
 	if ((id < 0 || !s->slot[id]) && s->nslots >= s->opts.max_workers)
 		st = gem_errf(err, PS_E_FULL, "%d worker%s joined, the limit (--max-workers)",
 			      s->nslots, s->nslots == 1 ? " is" : "s are");
+	else if ((st = memory_check(s, id, codec, err)) < 0)
+		;
 	else if ((st = ps_join(s->ps, id, codec, NULL, &j, err)) == PS_APPLIED &&
 		 (!(w = slot_get(s, j.worker, err)) || !(b = reply_take(s, w))))
 		st = gem_errf(err, PS_E_NOMEM, "out of memory, or replies to worker %d still going out",
 			      j.worker);
-	if (st == PS_APPLIED)
+	if (st == PS_APPLIED) {
 		ps_plan(s->ps, j.worker, plan[0], plan[1]);
+		w->copy_bytes = copy_wanted(s, codec) ? (uint64_t)s->n * sizeof(float) : 0;
+		memory_now(s, &mem);
+	}
 	if (b)
 		ps_copy_theta(s->ps, reply_vec(b));
 	else if (w)
@@ -451,8 +547,9 @@ static int h_join(struct httpd_req *req, void *ctx)
 		head = NULL; /* 503 */
 	}
 	rc = reply_vector(s, req, w, b, head, 0, codec_of(s, codec), &len);
+	pthread_mutex_lock(&s->mu); /* w->lock, then mu: commit_apply's order */
+	w->scratch_bytes = slot_scratch(w);
 	pthread_mutex_unlock(&w->lock);
-	pthread_mutex_lock(&s->mu);
 	ps_sent(s->ps, len);
 	pthread_mutex_unlock(&s->mu);
 	slot_put(s, w);
@@ -642,8 +739,9 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		delta_restart(&w->dl);
 	rc = reply_vector(s, req, w, b, head, r.elastic,
 			  codec_of(s, msg_find(&m, "update")->meta.codec), &len);
-	pthread_mutex_unlock(&w->lock);
 	pthread_mutex_lock(&s->mu);
+	w->scratch_bytes = slot_scratch(w);
+	pthread_mutex_unlock(&w->lock);
 	ps_sent(s->ps, len);
 	pthread_mutex_unlock(&s->mu);
 	slot_put(s, w);

@@ -34,6 +34,16 @@ struct serve_opts {
 	void *tick_ctx;
 	int slice_i, slice_k;    /* serve slice i of k of θ (gem-serve --shard I/K, run/shard.h);
 				  * k = 0: all of θ */
+	uint64_t max_memory;     /* refuse a join that would make serve_memory's total exceed
+				  * this many bytes (503); 0: no limit */
+};
+
+/* The bytes the server holds for θ and its workers, each worker's growing with |θ|. */
+struct serve_memory {
+	uint64_t rule;    /* the rule's state: θ's buffers, GEM's m_w and s_w (rule_state_bytes) */
+	uint64_t copies;  /* the copies x̂ of θ kept for workers answered in deltas (wire/delta.h) */
+	uint64_t buffers; /* the workers' reply buffers, and their codecs' and messages' scratch */
+	uint64_t total, peak; /* their sum now, and the largest it has been */
 };
 
 #define SERVE_MAX_WORKERS 256
@@ -50,6 +60,8 @@ const char *serve_url(const struct server *s);
 const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag);
 /* Where the run stands (version, rates, workers, loss: role/ps.h). */
 void serve_now(struct server *s, struct ps_now *st);
+/* What the server's state takes in memory now. */
+void serve_memory(struct server *s, struct serve_memory *m);
 /* 1 if the run stopped for a failure (--idle-timeout), so the exit status must say so. */
 int serve_failed(const struct server *s);
 /* Stop serving, checkpoint, flush and close the log, remove server.url, free everything.

@@ -538,6 +538,25 @@ size_t rule_nparams(const struct rule *r)
 	return r->n;
 }
 
+/* Float vectors a worker holds of its own, besides the buffer of θ its sent vector shares. */
+static size_t rule_own_vecs(const struct rule *r)
+{
+	return (size_t)(r->ops->nvec - (r->ops->sent_vec >= 0));
+}
+
+size_t rule_state_bytes(const struct rule *r)
+{
+	/* each worker's own vectors; the spares of one; two of each global; the buffers of θ */
+	size_t vecs = rule_own_vecs(r) * ((size_t)r->nactive + 1) + 2 * (size_t)r->ops->nglobal +
+		      (size_t)r->nsnap + (size_t)r->ops->desc.scratch;
+	return vecs * r->n * sizeof(float);
+}
+
+size_t rule_join_bytes(const struct rule *r)
+{
+	return (size_t)r->ops->nvec * r->n * sizeof(float);
+}
+
 const struct rule_desc *rule_desc_of(const struct rule *r)
 {
 	return &r->ops->desc;

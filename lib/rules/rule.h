@@ -134,6 +134,12 @@ const struct rule_config *rule_config_of(const struct rule *r);
 size_t rule_nparams(const struct rule *r);
 /* What the rule is (its descriptor). */
 const struct rule_desc *rule_desc_of(const struct rule *r);
+/* Bytes of memory the rule's state holds: θ's buffers (θ, a commit's spare, and the θ last sent
+ * to each worker), its rule-wide vectors and their spares, its scratch, and every joined
+ * worker's vectors (gem: m_w and s_w, 2·4·|θ| bytes a worker). */
+size_t rule_state_bytes(const struct rule *r);
+/* Bytes rule_join of a worker not joined adds to rule_state_bytes. */
+size_t rule_join_bytes(const struct rule *r);
 /* θ (rule_nparams floats), until the next call that moves it (rule_commit, rule_leave). */
 const float *rule_theta(const struct rule *r);
 
