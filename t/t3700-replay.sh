@@ -1,8 +1,8 @@
 #!/bin/bash
 # t3700: gem-sim --replay re-runs a real asynchronous run from its log and ends with the same θ,
 # bit for bit: the simulator runs the server's core and the worker's step, and the codec of its
-# messages (gem-work --codec, with its error feedback). The default cnn (dropout on) on
-# Fashion-MNIST, real gem-serve and gem-work processes.
+# messages (gem-work --codec, with its error feedback), and gem's bfloat16 state. The default
+# cnn (dropout on) on Fashion-MNIST, real gem-serve and gem-work processes.
 . "$(dirname "$0")/test-lib.sh"
 test_have_dataset
 
@@ -63,6 +63,13 @@ test_expect_success 'replay of a served gem --gem-ref pull run: the same θ (the
 	gem-sim -q --replay real-pull/log.jsonl new-pull >/dev/null &&
 	grep -q "\"gem_ref\": \"pull\"" new-pull/run.json &&
 	same real-pull new-pull
+'
+
+test_expect_success 'replay of a served gem run with bfloat16 state: the same θ, not the f32 run'"'"'s' '
+	served real-bf16 gem 4 6 --state-precision bf16 &&
+	grep -q "\"state_precision\": \"bf16\"" real-bf16/run.json &&
+	gem-sim -q --replay real-bf16/log.jsonl new-bf16 >/dev/null &&
+	same real-bf16 new-bf16 && ! cmp -s real-bf16.blob real-gem.blob
 '
 
 test_expect_success 'the replayed log has the real one'"'"'s updates, in order' '

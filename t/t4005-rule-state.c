@@ -1,5 +1,6 @@
 /* t4005: a rule's state saved and loaded (through JSON text and copied vectors, as a checkpoint
- * would, with θ) gives the same subsequent commits, bit for bit, for every rule. */
+ * would, with θ) gives the same subsequent commits, bit for bit, for every rule, and for gem
+ * with bfloat16 state (saved as floats, as a checkpoint does). */
 #include "base/err.h"
 #include "base/rng.h"
 #include "rules/rule.h"
@@ -38,7 +39,8 @@ static int step(struct rule *r, int w, uint64_t seed, uint64_t *ver, uint64_t ba
 int main(void)
 {
 	const char *names[] = {"gem", "downpour", "dynsgd", "easgd", "dcasgd", "sync", "dma", "diloco",
-			       "async-diloco"};
+			       "async-diloco", "gem"};
+	const int bf16 = 9; /* the second gem: state_precision bf16 */
 	size_t sizes[3] = {10, 7, 20};
 	struct layout l;
 	char err[GEM_ERRMAX];
@@ -65,6 +67,7 @@ int main(void)
 		rule_config_default(names[k], &c, err);
 		c.nworkers = W;
 		c.lr = 0.1f;
+		c.state_precision = k == bf16 ? RULE_STATE_BF16 : RULE_STATE_F32;
 		rng_seed(&g, 4005, 0);
 		fill(&g, theta, 1);
 		rule_create(&c, &l, theta, &a, err);
@@ -79,11 +82,16 @@ int main(void)
 		rule_sent(a, 1);
 
 		ok(rule_state_save(a, &meta, &vecs, &nvec, err) == 0, "%s: state saved (%d vectors)", names[k], nvec);
+		if (k == bf16)
+			ok(nvec == 2 * W && vecs[0].bf16 && !vecs[0].data, "gem bf16: its vectors are bfloat16");
 		text = json_dumps(meta, JSON_COMPACT);
 		for (int i = 0; i < nvec; i++) {
 			copies[i] = vecs[i];
 			copies[i].data = malloc(vecs[i].n * sizeof(float));
-			memcpy(copies[i].data, vecs[i].data, vecs[i].n * sizeof(float));
+			copies[i].bf16 = NULL;
+			for (size_t j = 0; j < vecs[i].n; j++)
+				copies[i].data[j] = vecs[i].bf16 ? rule_bf16_float(vecs[i].bf16[j])
+								 : vecs[i].data[j];
 		}
 		free(vecs);
 		json_decref(meta);

@@ -74,6 +74,14 @@ test_expect_code 2 'gem-init --gem-ref with a rule that does not use it' '
 	gem-init -q --model tiny.json --data d --rule downpour --gem-ref pull refrun 2>err; rc=$?;
 	grep -q "does not use it" err && test ! -e refrun/run.json && exit $rc
 '
+test_expect_code 2 'gem-init --state-precision with a bad value names the choices' '
+	gem-init -q --model tiny.json --data d --state-precision fp16 precrun 2>err; rc=$?; cat err;
+	grep -q "not f32 or bf16" err && test ! -e precrun/run.json && exit $rc
+'
+test_expect_code 2 'gem-init --state-precision with a rule that does not use it' '
+	gem-init -q --model tiny.json --data d --rule dcasgd --state-precision bf16 precrun 2>err;
+	rc=$?; grep -q "does not use it" err && test ! -e precrun/run.json && exit $rc
+'
 test_expect_code 2 'gem-init --rule sync without --workers names the option to give' '
 	gem-init -q --model tiny.json --data d --rule sync syncrun 2>err; rc=$?; cat err;
 	grep -q "give --workers N" err && test ! -e syncrun/run.json && exit $rc

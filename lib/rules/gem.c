@@ -27,22 +27,27 @@ _Static_assert(RULE_GEM_SAMPLE / RULE_GEM_WAYS + RULE_GEM_WAYS <= 65535,
  * with pull) becomes 0. */
 struct rule_gem_k {
 	float mu, kappa, pi_max, e_in, e_out;
+	int pull; /* gem_ref pull: a bfloat16 s_w′ is θ before the commit, not θ′ */
 };
 
 static struct rule_gem_k rule_gem_consts(const struct rule_config *c)
 {
 	int pull = c->gem_ref == RULE_GEM_REF_PULL;
 	struct rule_gem_k k = {.mu = c->momentum, .kappa = c->kappa, .pi_max = c->pi_max,
-			       .e_in = pull ? c->eps : 0, .e_out = pull ? 0 : c->eps};
+			       .e_in = pull ? c->eps : 0, .e_out = pull ? 0 : c->eps, .pull = pull};
 	return k;
 }
 
 /* What a commit's pass reads (θ, m_w, s_w, Δθ) and writes: θ′ and m_w′ into the spares, θ′ into
  * the reply q unless it is NULL, π into the scratch where the medians read it unless pi is NULL
- * (no medians). */
+ * (no medians). With bfloat16 state (state_precision bf16) m_w and s_w are read from mh and sh
+ * instead, and m_w′ and s_w′ rounded into m2h and s2h: the arithmetic is float32's, the
+ * rounding happens once, on store. */
 struct rule_gem_io {
 	const float *theta, *m, *s, *d;
 	float *theta2, *m2, *pi, *q;
+	const uint16_t *mh, *sh;
+	uint16_t *m2h, *s2h;
 };
 
 /* Elements between two of a median's sample in a tensor of n (rule_gem_tensor_median). */
@@ -63,13 +68,23 @@ static inline float rule_gem_elem(const struct rule_gem_io *o, size_t i, const s
 				  float *tail)
 {
 	float mi, t, old = o->theta[i], d = o->d[i];
-	float pi;
-	mi = k->mu * o->m[i] + d;
-	pi = (k->kappa * fabsf(mi) - fabsf(old - o->s[i])) / (fabsf(d + k->e_in) + k->e_out);
+	float pi, m = o->mh ? rule_bf16_float(o->mh[i]) : o->m[i];
+	float sw = o->sh ? rule_bf16_float(o->sh[i]) : o->s[i];
+	mi = k->mu * m + d;
+	pi = (k->kappa * fabsf(mi) - fabsf(old - sw)) / (fabsf(d + k->e_in) + k->e_out);
 	pi = pi >= 0 ? pi : 0;
 	pi = pi > k->pi_max ? k->pi_max : pi;
 	t = old + pi * d;
-	o->m2[i] = mi;
+	if (o->m2h) {
+		/* what is stored is checked: a float near FLT_MAX rounds to an infinity */
+		uint16_t hm = rule_bf16(mi), hs = rule_bf16(k->pull ? old : t);
+		o->m2h[i] = hm;
+		o->s2h[i] = hs;
+		mi = rule_bf16_float(hm);
+		*tail += rule_bf16_float(hs) - rule_bf16_float(hs);
+	} else {
+		o->m2[i] = mi;
+	}
 	o->theta2[i] = t;
 	if (o->pi)
 		o->pi[i] = pi;
@@ -85,18 +100,28 @@ static inline float rule_gem_elem(const struct rule_gem_io *o, size_t i, const s
  * fails π >= 0 and becomes 0, as in rule_gem_elem. */
 struct rule_gem_k8 {
 	rule_v8 mu, kappa, pi_max, e_in, e_out, one;
+	int pull;
 };
 
+/* half (a constant where it is inlined): m_w and s_w in bfloat16, as rule_gem_elem */
 static inline __attribute__((always_inline)) void
 rule_gem_elem8(const struct rule_gem_io *o, size_t i, const struct rule_gem_k8 *k, rule_v8 sum[5],
-	       rule_i8 *acc, rule_v8 *pio)
+	       rule_i8 *acc, rule_v8 *pio, int half)
 {
 	rule_v8 vd, vt, vm, vs, mi, pi, t;
 	rule_i8 keep, over;
 	memcpy(&vd, o->d + i, sizeof vd);
 	memcpy(&vt, o->theta + i, sizeof vt);
-	memcpy(&vm, o->m + i, sizeof vm);
-	memcpy(&vs, o->s + i, sizeof vs);
+	if (half) {
+		rule_h8 hm, hs;
+		memcpy(&hm, o->mh + i, sizeof hm);
+		memcpy(&hs, o->sh + i, sizeof hs);
+		vm = RULE_BF16_FLOAT8(hm);
+		vs = RULE_BF16_FLOAT8(hs);
+	} else {
+		memcpy(&vm, o->m + i, sizeof vm);
+		memcpy(&vs, o->s + i, sizeof vs);
+	}
 	mi = k->mu * vm + vd;
 	pi = (k->kappa * RULE_ABS8(mi) - RULE_ABS8(vt - vs)) /
 	     (RULE_ABS8(vd + k->e_in) + k->e_out);
@@ -105,7 +130,15 @@ rule_gem_elem8(const struct rule_gem_io *o, size_t i, const struct rule_gem_k8 *
 	over = pi > k->pi_max;
 	pi = (rule_v8)(((rule_i8)k->pi_max & over) | ((rule_i8)pi & ~over));
 	t = vt + pi * vd;
-	memcpy(o->m2 + i, &mi, sizeof mi);
+	if (half) {
+		rule_h8 hm = RULE_BF16_8(mi), hs = RULE_BF16_8(k->pull ? vt : t);
+		memcpy(o->m2h + i, &hm, sizeof hm);
+		memcpy(o->s2h + i, &hs, sizeof hs);
+		mi = RULE_BF16_FLOAT8(hm);
+		RULE_FINITE(*acc, RULE_BF16_FLOAT8(hs));
+	} else {
+		memcpy(o->m2 + i, &mi, sizeof mi);
+	}
 	memcpy(o->theta2 + i, &t, sizeof t);
 	if (o->q)
 		memcpy(o->q + i, &t, sizeof t);
@@ -125,7 +158,7 @@ rule_gem_elem8(const struct rule_gem_io *o, size_t i, const struct rule_gem_k8 *
  * kept in locals, in registers. */
 static inline __attribute__((always_inline)) void
 rule_gem_blocks_in(const struct rule_gem_io *o, size_t a, size_t b, const struct rule_gem_k *k,
-		   struct rule_gem_pick *pick, rule_v8 sum[5], rule_i8 *acc)
+		   struct rule_gem_pick *pick, rule_v8 sum[5], rule_i8 *acc, int half)
 {
 	const float mu = k->mu, kappa = k->kappa, pi_max = k->pi_max, ei = k->e_in, eo = k->e_out;
 	const struct rule_gem_k8 k8 = {
@@ -134,14 +167,15 @@ rule_gem_blocks_in(const struct rule_gem_io *o, size_t a, size_t b, const struct
 		.pi_max = {pi_max, pi_max, pi_max, pi_max, pi_max, pi_max, pi_max, pi_max},
 		.e_in = {ei, ei, ei, ei, ei, ei, ei, ei},
 		.e_out = {eo, eo, eo, eo, eo, eo, eo, eo},
-		.one = {1, 1, 1, 1, 1, 1, 1, 1}};
+		.one = {1, 1, 1, 1, 1, 1, 1, 1},
+		.pull = k->pull};
 	const struct rule_gem_io io = *o;
 	struct rule_gem_pick at = *pick;
 	rule_v8 lanes[5], pi;
 	rule_i8 bad = *acc;
 	memcpy(lanes, sum, sizeof lanes);
 	for (size_t i = a; i < b; i += RULE_BLOCK) {
-		rule_gem_elem8(&io, i, &k8, lanes, &bad, &pi);
+		rule_gem_elem8(&io, i, &k8, lanes, &bad, &pi, half);
 		if (!io.pi || (at.next[0] >= i + RULE_BLOCK && at.next[1] >= i + RULE_BLOCK))
 			continue;
 		memcpy(io.pi + i, &pi, sizeof pi);
@@ -157,7 +191,10 @@ RULE_NOINLINE static void rule_gem_blocks_c(const struct rule_gem_io *o, size_t 
 					    const struct rule_gem_k *k, struct rule_gem_pick *pick,
 					    rule_v8 sum[5], rule_i8 *acc)
 {
-	rule_gem_blocks_in(o, a, b, k, pick, sum, acc);
+	if (o->mh)
+		rule_gem_blocks_in(o, a, b, k, pick, sum, acc, 1);
+	else
+		rule_gem_blocks_in(o, a, b, k, pick, sum, acc, 0);
 }
 
 #ifdef RULE_X86
@@ -166,7 +203,10 @@ RULE_NOINLINE RULE_AVX2 static void rule_gem_blocks_avx2(const struct rule_gem_i
 							 struct rule_gem_pick *pick,
 							 rule_v8 sum[5], rule_i8 *acc)
 {
-	rule_gem_blocks_in(o, a, b, k, pick, sum, acc);
+	if (o->mh)
+		rule_gem_blocks_in(o, a, b, k, pick, sum, acc, 1);
+	else
+		rule_gem_blocks_in(o, a, b, k, pick, sum, acc, 0);
 }
 #endif
 
@@ -409,9 +449,14 @@ static void rule_gem_fill(struct rule_tensor_stats *t, const double sums[5], siz
 static int rule_gem_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
 			   float *reply, struct rule_stats *st)
 {
-	const struct rule_gem_io o = {.theta = rule_theta(r), .m = w->vec[0], .s = w->vec[1],
-				      .d = in, .theta2 = rule_theta_next(r), .m2 = r->spare[0],
-				      .pi = st && r->c.tensor_stats ? r->scratch : NULL, .q = reply};
+	const int half = r->ops->bf16_state;
+	const struct rule_gem_io o = {
+		.theta = rule_theta(r), .m = half ? NULL : w->vec[0], .s = half ? NULL : w->vec[1],
+		.d = in, .theta2 = rule_theta_next(r), .m2 = half ? NULL : r->spare[0],
+		.pi = st && r->c.tensor_stats ? r->scratch : NULL, .q = reply,
+		.mh = half ? rule_bf16_vec(w->vec[0]) : NULL, .sh = half ? rule_bf16_vec(w->vec[1]) : NULL,
+		.m2h = half ? rule_bf16_vec(r->spare[0]) : NULL,
+		.s2h = half ? rule_bf16_vec(r->spare[1]) : NULL};
 	double sums[5], all[5] = {0};
 	int finite = 1;
 	(void)tau;
@@ -445,12 +490,36 @@ static int rule_gem_sent_before(const struct rule *r)
 	return r->c.gem_ref == RULE_GEM_REF_PULL;
 }
 
+/* bfloat16 state: s_w ← θ rounded, as it is sent */
+static void rule_gem_sent_bf16(struct rule *r, struct rule_worker *w)
+{
+	const float *theta = rule_theta(r);
+	uint16_t *s = rule_bf16_vec(w->vec[1]);
+	for (size_t i = 0; i < r->n; i++)
+		s[i] = rule_bf16(theta[i]);
+}
+
+#define RULE_GEM_DESC                                                                             \
+	{.name = "gem", .fields = "kappa pi_max eps tensor_stats gem_ref state_precision",        \
+	 .window = 1, .sends = RULE_SENDS_STEP, .scratch = 2}
+
+/* state_precision bf16: m_w and s_w are the worker's own, rounded; θ's buffers are not shared */
+static const struct rule_ops rule_gem_bf16_ops = {
+	.desc = RULE_GEM_DESC,
+	.nvec = 2,
+	.vec = {"m", "s"},
+	.sent_vec = -1,
+	.bf16_state = 1,
+	.sent = rule_gem_sent_bf16,
+	.pass = rule_gem_commit,
+};
+
 const struct rule_ops rule_gem_ops = {
-	.desc = {.name = "gem", .fields = "kappa pi_max eps tensor_stats gem_ref", .window = 1,
-		 .sends = RULE_SENDS_STEP, .scratch = 2},
+	.desc = RULE_GEM_DESC,
 	.nvec = 2,
 	.vec = {"m", "s"},
 	.sent_vec = 1,
+	.bf16 = &rule_gem_bf16_ops,
 	.sent_before = rule_gem_sent_before,
 	.pass = rule_gem_commit,
 };

@@ -31,7 +31,8 @@ struct rule_snap {
 struct rule_worker {
 	int active;
 	int committed;          /* rounds: committed in the current round */
-	float *vec[2];          /* ops->vec names them; vec[ops->sent_vec] is sent->v */
+	float *vec[2];          /* ops->vec names them; vec[ops->sent_vec] is sent->v; of a rule
+				 * with ops->bf16_state, n uint16_t each (rule_bf16_vec) */
 	struct rule_snap *sent; /* the θ last sent (ops->sent_vec >= 0) */
 };
 
@@ -42,6 +43,13 @@ struct rule_ops {
 	int nvec;           /* per-worker vectors */
 	const char *vec[2]; /* their names ("m", "s"; "bak") */
 	int sent_vec;       /* the one that holds θ last sent, -1 none */
+	/* 1: the per-worker vectors (and their spares) are bfloat16, n uint16_t each, and θ last
+	 * sent is a rounded copy the rule writes itself (sent) */
+	int bf16_state;
+	/* the same rule with bfloat16 per-worker vectors (NULL: it has none) */
+	const struct rule_ops *bf16;
+	/* bf16_state: θ is sent to w now; record it */
+	void (*sent)(struct rule *r, struct rule_worker *w);
 	/* 1 if a commit leaves θ before it in its worker's sent vector (gem_ref pull), not θ′;
 	 * NULL: θ′ */
 	int (*sent_before)(const struct rule *r);
@@ -133,6 +141,30 @@ static inline void rule_store4(float *p, rule_v4 v)
 {
 	memcpy(p, &v, sizeof v);
 }
+
+/* A vector of a bf16_state rule (rule_worker.vec, rule.spare) as what it holds. */
+static inline uint16_t *rule_bf16_vec(float *v)
+{
+	return (uint16_t *)(void *)v;
+}
+
+/* x rounded to bfloat16, to nearest, ties to even (a NaN may become an infinity: callers refuse
+ * both). */
+static inline uint16_t rule_bf16(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+/* Eight bfloat16 and eight uint32_t (their bits widened, or a float's to round) */
+typedef uint16_t rule_h8 __attribute__((vector_size(8 * sizeof(uint16_t))));
+typedef uint32_t rule_u8 __attribute__((vector_size(8 * sizeof(uint32_t))));
+/* rule_bf16 and rule_bf16_float of eight lanes (macros, as RULE_ABS8) */
+#define RULE_BF16_8(x)                                                                            \
+	__builtin_convertvector(((rule_u8)(x) + 0x7fffu + (((rule_u8)(x) >> 16) & 1u)) >> 16, rule_h8)
+#define RULE_BF16_FLOAT8(h) ((rule_v8)(__builtin_convertvector((h), rule_u8) << 16))
 
 /* 1: use the RULE_AVX2 passes (the CPU has AVX2 and no test forced the portable ones) */
 int rule_avx2(void);

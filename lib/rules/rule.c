@@ -66,6 +66,8 @@ static const struct rule_field {
 	{RULE_FIELD(eps), .type = RULE_F_FLOAT, .lo = 0, .hi = 1, .range = "in [0, 1]"},
 	{RULE_FIELD(tensor_stats), .type = RULE_F_BOOL, .lo = 0, .hi = 1, .range = "true or false"},
 	{RULE_FIELD(gem_ref), .type = RULE_F_WORD, .lo = 0, .hi = 1, .range = RULE_GEM_REFS},
+	{RULE_FIELD(state_precision), .type = RULE_F_WORD, .lo = 0, .hi = 1,
+	 .range = RULE_STATE_PRECISIONS},
 	{RULE_FIELD(window), .type = RULE_F_INT, .lo = 1, .hi = 1 << 20,
 	 .range = "an integer in [1, 1048576]"},
 	{RULE_FIELD(alpha), .type = RULE_F_FLOAT, .lo = 0, .hi = 1,
@@ -169,6 +171,11 @@ int rule_gem_ref_parse(const char *name)
 	return rule_word_index(RULE_GEM_REFS, name);
 }
 
+int rule_state_precision_parse(const char *name)
+{
+	return rule_word_index(RULE_STATE_PRECISIONS, name);
+}
+
 static int rule_field_ok(const struct rule_field *f, double v)
 {
 	if (!(f->lo_open ? v > f->lo : v >= f->lo) || !(f->hi_open ? v < f->hi : v <= f->hi))
@@ -246,7 +253,7 @@ int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err)
 		if (!f)
 			return gem_errf(err, GEM_EUSAGE,
 					"unknown field '%s' (fields: name lr momentum nworkers kappa "
-					"pi_max eps tensor_stats gem_ref window alpha lambda_dc "
+					"pi_max eps tensor_stats gem_ref state_precision window alpha lambda_dc "
 					"outer_lr outer_momentum delayed_nesterov)", key);
 		if (!rule_field_of(&rule_all[ri]->desc, f))
 			return gem_errf(err, GEM_EUSAGE, "%s: not a field of rule %s", key, name);
@@ -306,6 +313,12 @@ json_t *rule_config_to_json(const struct rule_config *c)
 fail:
 	json_decref(o);
 	return NULL;
+}
+
+/* Bytes of an element of the per-worker vectors. */
+static size_t rule_vec_size(const struct rule *r)
+{
+	return r->ops->bf16_state ? sizeof(uint16_t) : sizeof(float);
 }
 
 /* A new buffer of θ, referenced by no one (NULL: no memory). */
@@ -406,6 +419,8 @@ int rule_create(const struct rule_config *c, const struct layout *l, const float
 		return gem_errf(err, GEM_ENOMEM, "rule: out of memory");
 	r->c = *c;
 	r->ops = rule_all[rule_index(c->name)];
+	if (c->state_precision == RULE_STATE_BF16 && r->ops->bf16)
+		r->ops = r->ops->bf16;
 	r->l = *l;
 	r->n = l->total;
 	r->target = c->nworkers;
@@ -419,7 +434,7 @@ int rule_create(const struct rule_config *c, const struct layout *l, const float
 		    !(r->gspare[i] = malloc(r->n * sizeof(float))))
 			goto nomem;
 	for (int i = 0; i < r->ops->nvec; i++)
-		if (i != r->ops->sent_vec && !(r->spare[i] = malloc(r->n * sizeof(float))))
+		if (i != r->ops->sent_vec && !(r->spare[i] = malloc(r->n * rule_vec_size(r))))
 			goto nomem;
 	if (r->ops->desc.scratch &&
 	    !(r->scratch = malloc((size_t)r->ops->desc.scratch * r->n * sizeof(float))))
@@ -546,15 +561,15 @@ static size_t rule_own_vecs(const struct rule *r)
 
 size_t rule_state_bytes(const struct rule *r)
 {
-	/* each worker's own vectors; the spares of one; two of each global; the buffers of θ */
-	size_t vecs = rule_own_vecs(r) * ((size_t)r->nactive + 1) + 2 * (size_t)r->ops->nglobal +
-		      (size_t)r->nsnap + (size_t)r->ops->desc.scratch;
-	return vecs * r->n * sizeof(float);
+	/* each worker's own vectors and the spares of one; two of each global; the buffers of θ */
+	size_t own = rule_own_vecs(r) * ((size_t)r->nactive + 1) * rule_vec_size(r);
+	size_t f32 = 2 * (size_t)r->ops->nglobal + (size_t)r->nsnap + (size_t)r->ops->desc.scratch;
+	return (own + f32 * sizeof(float)) * r->n;
 }
 
 size_t rule_join_bytes(const struct rule *r)
 {
-	return (size_t)r->ops->nvec * r->n * sizeof(float);
+	return (size_t)r->ops->nvec * r->n * rule_vec_size(r);
 }
 
 const struct rule_desc *rule_desc_of(const struct rule *r)
@@ -595,7 +610,7 @@ static int rule_worker_add(struct rule *r, int worker, char *err)
 	if (w->active)
 		return gem_errf(err, GEM_EUSAGE, "worker %d has already joined", worker);
 	for (int i = 0; i < r->ops->nvec; i++)
-		if (i != r->ops->sent_vec && !(w->vec[i] = calloc(r->n, sizeof(float)))) {
+		if (i != r->ops->sent_vec && !(w->vec[i] = calloc(r->n, rule_vec_size(r)))) {
 			rule_worker_free(r, w);
 			return gem_errf(err, GEM_ENOMEM, "rule: out of memory for worker %d", worker);
 		}
@@ -625,7 +640,9 @@ int rule_join(struct rule *r, int worker, char *err)
 void rule_sent(struct rule *r, int worker)
 {
 	struct rule_worker *w = rule_worker(r, worker);
-	if (w && r->ops->sent_vec >= 0)
+	if (w && r->ops->sent)
+		r->ops->sent(r, w);
+	else if (w && r->ops->sent_vec >= 0)
 		rule_sent_set(r, w, r->theta);
 }
 
@@ -734,7 +751,10 @@ int rule_state_save(const struct rule *r, json_t **meta, struct rule_vec **vecs,
 			goto nomem;
 		for (int i = 0; i < ops->nvec; i++, k++) {
 			snprintf(v[k].name, sizeof v[k].name, "%s.%d", ops->vec[i], id);
-			v[k].data = w->vec[i];
+			if (ops->bf16_state)
+				v[k].bf16 = rule_bf16_vec(w->vec[i]);
+			else
+				v[k].data = w->vec[i];
 			v[k].n = r->n;
 		}
 	}
@@ -761,8 +781,9 @@ static const struct rule_vec *rule_vec_find(const struct rule_vec *vecs, int nve
 	return NULL;
 }
 
+/* The saved vector name into dst, rounded to bfloat16 if bf16 (dst then holds n uint16_t). */
 static int rule_vec_copy(struct rule *r, float *dst, const char *name, const struct rule_vec *vecs,
-			 int nvec, char *err)
+			 int nvec, int bf16, char *err)
 {
 	const struct rule_vec *v = rule_vec_find(vecs, nvec, name);
 	if (!v)
@@ -770,7 +791,14 @@ static int rule_vec_copy(struct rule *r, float *dst, const char *name, const str
 	if (v->n != r->n || !v->data)
 		return gem_errf(err, GEM_EFAIL, "rule state: vector %s has %zu floats, expected %zu", name,
 				v->n, r->n);
-	memcpy(dst, v->data, r->n * sizeof(float));
+	if (bf16) {
+		/* a bfloat16 saved as a float reads back as itself */
+		uint16_t *h = rule_bf16_vec(dst);
+		for (size_t i = 0; i < r->n; i++)
+			h[i] = rule_bf16(v->data[i]);
+	} else {
+		memcpy(dst, v->data, r->n * sizeof(float));
+	}
 	return 0;
 }
 
@@ -795,7 +823,7 @@ int rule_state_load(struct rule *r, const json_t *meta, const struct rule_vec *v
 		return gem_errf(err, GEM_EFAIL, "rule state: of rule %s over %lld floats, not %s over %zu",
 				name, (long long)n, r->c.name, r->n);
 	for (int g = 0; g < ops->nglobal; g++)
-		if ((rc = rule_vec_copy(r, r->global[g], ops->global[g], vecs, nvec, err)) < 0)
+		if ((rc = rule_vec_copy(r, r->global[g], ops->global[g], vecs, nvec, 0, err)) < 0)
 			goto fail;
 	json_array_foreach(workers, i, wj) {
 		int id, committed;
@@ -811,7 +839,8 @@ int rule_state_load(struct rule *r, const json_t *meta, const struct rule_vec *v
 		r->w[id].committed = committed;
 		for (int k = 0; k < ops->nvec; k++) {
 			snprintf(vname, sizeof vname, "%s.%d", ops->vec[k], id);
-			if ((rc = rule_vec_copy(r, r->w[id].vec[k], vname, vecs, nvec, err)) < 0)
+			if ((rc = rule_vec_copy(r, r->w[id].vec[k], vname, vecs, nvec,
+						 ops->bf16_state, err)) < 0)
 				goto fail;
 		}
 	}

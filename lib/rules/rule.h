@@ -25,6 +25,11 @@
 enum { RULE_GEM_REF_COMMIT = 0, RULE_GEM_REF_PULL = 1 };
 #define RULE_GEM_REFS "commit pull" /* their names, in that order */
 
+/* The precision of a rule's per-worker vectors (run.json's rule.state_precision): float32, or
+ * bfloat16 rounded to nearest even (gem's m_w and s_w: half the memory). */
+enum { RULE_STATE_F32 = 0, RULE_STATE_BF16 = 1 };
+#define RULE_STATE_PRECISIONS "f32 bf16" /* their names, in that order */
+
 /* What rule_commit did. */
 enum {
 	RULE_APPLIED = 0, /* θ was updated and *version incremented: reply now */
@@ -61,6 +66,7 @@ struct rule_config {
 	float kappa, pi_max, eps; /* gem: κ = 1, π_max = 5, ε = 1e-12 */
 	int tensor_stats;         /* gem: 1 (default) computes median π per tensor (rule_stats) */
 	int gem_ref;              /* gem: what |θ − s_w| measures against (RULE_GEM_REF_*) */
+	int state_precision;      /* gem: its m_w and s_w in RULE_STATE_F32 or RULE_STATE_BF16 */
 	int window;               /* λ, used by the worker: downpour 1, easgd 10; dma's β 4 */
 	float alpha;              /* easgd: 0 → 0.9/n */
 	float lambda_dc;          /* dcasgd: λ_dc = 0.04 (the paper's DC-ASGD-c) */
@@ -93,8 +99,20 @@ struct rule_stats {
 struct rule_vec {
 	char name[RULE_VEC_NAME_MAX]; /* "m.3", "s.3" (gem, worker 3), "bak.3" (dcasgd), "v", "sum" (sync, diloco) */
 	float *data;
+	const uint16_t *bf16; /* rule_state_save of a rule whose vectors are bfloat16: these in
+			       * place of data (NULL), each exactly a float (rule_bf16_float) */
 	size_t n;
 };
+
+/* A bfloat16 as the float it is exactly. */
+static inline float rule_bf16_float(uint16_t h)
+{
+	union {
+		uint32_t u;
+		float f;
+	} v = {.u = (uint32_t)h << 16};
+	return v.f;
+}
 
 struct rule;
 
@@ -115,6 +133,8 @@ int rule_vec_finite(const float *v, size_t n);
 int rule_config_default(const char *name, struct rule_config *c, char *err);
 /* The RULE_GEM_REF_* of a name in RULE_GEM_REFS ("commit", "pull"); -1 for any other. */
 int rule_gem_ref_parse(const char *name);
+/* The RULE_STATE_* of a name in RULE_STATE_PRECISIONS ("f32", "bf16"); -1 for any other. */
+int rule_state_precision_parse(const char *name);
 /* Check every field of *c; GEM_EUSAGE names the first bad one. */
 int rule_config_check(const struct rule_config *c, char *err);
 /* Read run.json's "rule" object: defaults of its "name" (gem if absent), overridden by the fields

@@ -709,7 +709,12 @@ int run_ckpt_take(const struct rule *rule, json_t *workers, const float *theta, 
 	}
 	for (int i = 0; i < nvec; i++) {
 		json_array_append_new(json_object_get(ck->head, "vecs"), json_string(vecs[i].name));
-		memcpy(ck->vecs + (size_t)i * vn, vecs[i].data, sizeof(float) * vn);
+		float *to = ck->vecs + (size_t)i * vn;
+		if (vecs[i].bf16) /* saved as the floats they are: a checkpoint is float32 */
+			for (size_t j = 0; j < vn; j++)
+				to[j] = rule_bf16_float(vecs[i].bf16[j]);
+		else
+			memcpy(to, vecs[i].data, sizeof(float) * vn);
 	}
 	ck->nvecs = vn * (size_t)nvec;
 	memcpy(ck->theta, theta, sizeof(float) * n);

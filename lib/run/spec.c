@@ -20,7 +20,7 @@
 #include "run/run.h"
 
 enum {
-	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_WINDOW, O_ALPHA, O_LDC,
+	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_STATEPREC, O_WINDOW, O_ALPHA, O_LDC,
 	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM, O_DELAYED, O_LABEL, O_HOLDOUT,
 	O_INIT_FROM,
 };
@@ -50,6 +50,7 @@ const struct option run_opts_long[RUN_OPTS_N + 1] = {
 	{.name = "pi-max", .has_arg = required_argument, .val = O_PIMAX},
 	{.name = "eps", .has_arg = required_argument, .val = O_EPS},
 	{.name = "gem-ref", .has_arg = required_argument, .val = O_GEMREF},
+	{.name = "state-precision", .has_arg = required_argument, .val = O_STATEPREC},
 	{.name = "window", .has_arg = required_argument, .val = O_WINDOW},
 	{.name = "alpha", .has_arg = required_argument, .val = O_ALPHA},
 	{.name = "lambda-dc", .has_arg = required_argument, .val = O_LDC},
@@ -474,7 +475,7 @@ int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
 		if (num_u64(arg, &o->train.seed) || o->train.seed > INT64_MAX)
 			return gem_errf(err, GEM_EUSAGE, "--seed: not an integer in [0, 2^63): %s", arg);
 		return 0;
-	case O_KAPPA: case O_PIMAX: case O_EPS: case O_GEMREF: case O_WINDOW: case O_ALPHA: case O_LDC:
+	case O_KAPPA: case O_PIMAX: case O_EPS: case O_GEMREF: case O_STATEPREC: case O_WINDOW: case O_ALPHA: case O_LDC:
 	case O_OUTER_LR: case O_OUTER_MOM: case O_DELAYED: case 'n':
 		if (o->nruleopts == (int)(sizeof o->ruleopts / sizeof *o->ruleopts))
 			return gem_errf(err, GEM_EUSAGE, "too many rule options");
@@ -544,6 +545,10 @@ static int rule_opt_apply(struct rule_config *c, int opt, const char *a, char *e
 	case O_GEMREF:
 		if ((c->gem_ref = rule_gem_ref_parse(a)) < 0)
 			return gem_errf(err, GEM_EUSAGE, "--gem-ref: not pull or commit: %s", a);
+		break;
+	case O_STATEPREC:
+		if ((c->state_precision = rule_state_precision_parse(a)) < 0)
+			return gem_errf(err, GEM_EUSAGE, "--state-precision: not f32 or bf16: %s", a);
 		break;
 	case O_WINDOW:
 		if (num_long(a, 1, 1 << 20, &v))
