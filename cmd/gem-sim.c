@@ -50,6 +50,12 @@ static void usage(FILE *f)
 	      "      --stragglers K:F    workers 0..K-1 are F times slower\n"
 	      "      --latency SEC       one-way time of every message; default 0\n"
 	      "      --server-time SEC   server time per commit; default 0\n"
+	      "      --server-cost A,B   the server as a queue: each shard's CPU takes\n"
+	      "                          A*n + B more seconds per commit of n parameters;\n"
+	      "                          auto: A and B fitted for the codec on gem's test\n"
+	      "                          machine; default 0,0 (off)\n"
+	      "      --bandwidth BPS     each server host's link moves BPS bytes/s each way,\n"
+	      "                          a queue in and a queue out; default 0 (no limit)\n"
 	      "      --die W@T           worker W dies at time T (repeatable)\n"
 	      "      --join T            a new worker joins at time T (repeatable)\n"
 	      "  -j, --threads T         compute gradients on T threads, same result; default 1\n"
@@ -79,7 +85,7 @@ static void bad_usage(const char *msg, const char *arg)
 }
 
 enum { O_STEPTIME = 256, O_JITTER, O_SPREAD, O_TIMING, O_STRAG, O_LAT, O_SRV, O_DIE, O_JOIN, O_REPLAY,
-       O_SHARDS, O_CODEC };
+       O_SHARDS, O_CODEC, O_COST, O_BW };
 
 static const struct option longopts[] = {
 	{"workers", required_argument, 0, 'n'},      {"steps", required_argument, 0, 't'},
@@ -90,6 +96,7 @@ static const struct option longopts[] = {
 	{"join", required_argument, 0, O_JOIN},      {"threads", required_argument, 0, 'j'},
 	{"replay", required_argument, 0, O_REPLAY},  {"shards", required_argument, 0, O_SHARDS},
 	{"codec", required_argument, 0, O_CODEC},   {"quiet", no_argument, 0, 'q'},
+	{"server-cost", required_argument, 0, O_COST}, {"bandwidth", required_argument, 0, O_BW},
 	{"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
 	{0, 0, 0, 0},
 };
@@ -230,6 +237,19 @@ static void split_args(int argc, char **argv, int *sargc, int *iargc)
 	iargv[*iargc] = NULL;
 }
 
+/* "A,B": two numbers >= 0: 0, or -1. */
+static int parse_cost(const char *s, double *a, double *b)
+{
+	char buf[64];
+	const char *comma = strchr(s, ',');
+	size_t len = comma ? (size_t)(comma - s) : 0;
+	if (!comma || len >= sizeof buf)
+		return -1;
+	memcpy(buf, s, len);
+	buf[len] = 0;
+	return num_double(buf, 0, 1e9, a) || num_double(comma + 1, 0, 1e9, b) ? -1 : 0;
+}
+
 /* Our option c (of getopt_long) into o; exits on a bad value. */
 static void sim_option(int c, struct sim_opts *o, struct sim_death *deaths, double *joins)
 {
@@ -237,8 +257,10 @@ static void sim_option(int c, struct sim_opts *o, struct sim_death *deaths, doub
 	long v;
 	switch (c) {
 	case 'n':
-		if (num_long(optarg, 1, SIM_MAX_WORKERS, &v))
-			bad_usage("--workers: not an integer in [1, 4096]: ", optarg);
+		if (num_long(optarg, 1, SIM_MAX_WORKERS, &v)) {
+			snprintf(err, sizeof err, "--workers: not an integer in [1, %d]: ", SIM_MAX_WORKERS);
+			bad_usage(err, optarg);
+		}
 		o->nworkers = (int)v;
 		break;
 	case 't':
@@ -268,6 +290,16 @@ static void sim_option(int c, struct sim_opts *o, struct sim_death *deaths, doub
 	case O_LAT:
 		if (num_double(optarg, 0, 1e9, &o->latency))
 			bad_usage("--latency: not a number of seconds >= 0: ", optarg);
+		break;
+	case O_COST:
+		if (!strcmp(optarg, "auto"))
+			o->cost_a = -1; /* the codec's, once every option is read */
+		else if (parse_cost(optarg, &o->cost_a, &o->cost_b))
+			bad_usage("--server-cost: not A,B (seconds >= 0) or auto: ", optarg);
+		break;
+	case O_BW:
+		if (num_double(optarg, 0, 1e15, &o->bandwidth))
+			bad_usage("--bandwidth: not a number of bytes/s >= 0: ", optarg);
 		break;
 	case O_SRV:
 		if (num_double(optarg, 0, 1e9, &o->server_time))
@@ -308,7 +340,8 @@ static int sim_opts_given(const struct sim_opts *o)
 {
 	return o->nworkers != 1 || o->steps || o->ndeaths || o->njoins || o->threads != 1 ||
 	       o->shards > 1 || o->jitter > 0 || o->speed_spread > 0 || o->stragglers ||
-	       o->latency > 0 || o->server_time > 0 || o->step.kind != SIM_CONST || o->step.a != 1 ||
+	       o->latency > 0 || o->server_time > 0 || o->cost_a != 0 || o->cost_b > 0 ||
+	       o->bandwidth > 0 || o->step.kind != SIM_CONST || o->step.a != 1 ||
 	       o->codec;
 }
 
@@ -321,17 +354,22 @@ static const char *pi_col(char *buf, size_t cap, double v)
 	return buf;
 }
 
-/* The run's line of TSV, and (but with -q) what its workers did; a divergence is said always. */
+/* The run's line of TSV, and (but with -q) what its workers did; a divergence is said always.
+ * Rates and shares are of the virtual time. */
 static void report(const struct sim_summary *sum, int quiet)
 {
 	char loss[32], pi[3][32];
-	printf("# workers\tversion\tsamples\tvtime\tloss\ttau_mean\ttau_max\tpi_median\tscale\tfailed\tseconds\tzero\n");
-	printf("%d\t%llu\t%llu\t%.6f\t%s\t%.4f\t%llu\t%s\t%s\t%d\t%.3f\t%s\n", sum->workers,
-	       (unsigned long long)sum->version, (unsigned long long)sum->samples, sum->vtime,
+	double vt = sum->vtime > 0 ? sum->vtime : 1;
+	printf("# workers\tversion\tsamples\tvtime\tloss\ttau_mean\ttau_max\tpi_median\tscale\tfailed\tseconds\tzero"
+	       "\tcommits_per_s\tserver_util\tlink_util\twait_mean\twait_p99\ttau_p50\ttau_p99\n");
+	printf("%d\t%llu\t%llu\t%.6f\t%s\t%.4f\t%llu\t%s\t%s\t%d\t%.3f\t%s\t%.6g\t%.4f\t%.4f\t%.6g\t%.6g\t%llu\t%llu\n",
+	       sum->workers, (unsigned long long)sum->version, (unsigned long long)sum->samples, sum->vtime,
 	       num_format(loss, sizeof loss, "%.6g", sum->loss_tail), sum->tau_mean,
 	       (unsigned long long)sum->tau_max, pi_col(pi[0], sizeof pi[0], sum->pi_median),
 	       pi_col(pi[1], sizeof pi[1], sum->scale_mean), sum->failed, sum->seconds,
-	       pi_col(pi[2], sizeof pi[2], sum->zero_mean));
+	       pi_col(pi[2], sizeof pi[2], sum->zero_mean), (double)sum->commits / vt, sum->busy / vt,
+	       sum->link_busy / vt, sum->wait_mean, sum->wait_p99, (unsigned long long)sum->tau_p50,
+	       (unsigned long long)sum->tau_p99);
 	if (!quiet)
 		fprintf(stderr,
 			"gem-sim: %d worker%s (%d finished, %d died, %d failed): %llu updates in %.6g virtual s, "
@@ -425,6 +463,8 @@ int main(int argc, char **argv)
 	}
 	o.deaths = deaths;
 	o.joins = joins;
+	if (o.cost_a < 0)
+		sim_server_cost(o.codec, &o.cost_a, &o.cost_b);
 	if (sim_opts_check(&o, err) < 0)
 		bad_usage("", err);
 	if (progress_show_init(&show, getenv("GEM_PROGRESS"), isatty(2), quiet, err) < 0)

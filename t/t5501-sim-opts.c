@@ -1,5 +1,6 @@
 /* t5501: gem-sim's option values: step-time distributions, stragglers, deaths, and the check of
  * a whole set of options. */
+#include <math.h>
 #include <string.h>
 
 #include "base/err.h"
@@ -106,5 +107,16 @@ int main(void)
 	   "an unknown preset names the valid ones: %s", err);
 	o.speed_spread = -0.1;
 	ok(sim_opts_check(&o, err) == GEM_EUSAGE && strstr(err, "speed-spread"), "spread < 0 refused");
+	sim_opts_default(&o);
+	o.step = (struct sim_dist){SIM_LOGNORMAL, -1.5, 0.5};
+	ok(sim_opts_check(&o, err) == 0, "lognormal:-1.5,0.5 (steps of e^-1.5 s) taken: %s", err);
+	o.step = (struct sim_dist){SIM_NORMAL, -1, 0.5};
+	ok(sim_opts_check(&o, err) == GEM_EUSAGE, "normal:-1,0.5 refused");
+	o.step = (struct sim_dist){SIM_CONST, 1, 0};
+	o.cost_b = -1;
+	ok(sim_opts_check(&o, err) == GEM_EUSAGE && strstr(err, "server-cost"), "a cost < 0 refused");
+	o.cost_b = 0;
+	o.bandwidth = NAN;
+	ok(sim_opts_check(&o, err) == GEM_EUSAGE && strstr(err, "bandwidth"), "bandwidth NaN refused");
 	return done_testing();
 }

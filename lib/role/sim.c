@@ -42,7 +42,9 @@ int sim_opts_check(const struct sim_opts *o, char *err)
 	    o->nworkers + o->njoins > SIM_MAX_WORKERS)
 		return gem_errf(err, GEM_EUSAGE, "workers: between 1 and %d in all (with the joins)",
 				SIM_MAX_WORKERS);
-	if (!(o->step.a >= 0 && o->step.b >= 0) || !isfinite(o->step.a) || !isfinite(o->step.b) ||
+	/* lognormal's μ may be negative: a step of e^μ seconds */
+	if (!((o->step.a >= 0 || o->step.kind == SIM_LOGNORMAL) && o->step.b >= 0) ||
+	    !isfinite(o->step.a) || !isfinite(o->step.b) ||
 	    o->step.kind < SIM_CONST || o->step.kind > SIM_LOGNORMAL)
 		return gem_errf(err, GEM_EUSAGE, "step-time: a distribution with finite parameters >= 0");
 	if (!(o->jitter >= 0 && o->jitter < 1))
@@ -57,6 +59,10 @@ int sim_opts_check(const struct sim_opts *o, char *err)
 		return gem_errf(err, GEM_EUSAGE, "latency: not a number of seconds >= 0");
 	if (!(o->server_time >= 0) || !isfinite(o->server_time))
 		return gem_errf(err, GEM_EUSAGE, "server-time: not a number of seconds >= 0");
+	if (!(o->cost_a >= 0 && o->cost_b >= 0) || !isfinite(o->cost_a) || !isfinite(o->cost_b))
+		return gem_errf(err, GEM_EUSAGE, "server-cost: not two numbers of seconds >= 0");
+	if (!(o->bandwidth >= 0) || !isfinite(o->bandwidth))
+		return gem_errf(err, GEM_EUSAGE, "bandwidth: not a number of bytes/s >= 0");
 	for (int i = 0; i < o->ndeaths; i++)
 		if (o->deaths[i].worker < 0 || o->deaths[i].worker >= o->nworkers + o->njoins ||
 		    !(o->deaths[i].at >= 0) || !isfinite(o->deaths[i].at))
@@ -88,6 +94,52 @@ int sim_timing_preset(const char *name, struct sim_opts *o, char *err)
 	}
 	o->jitter = 0;
 	return 0;
+}
+
+/* Server CPU per commit, a seconds per parameter and b per commit, per codec: the fit of
+ * t/perf/bench-sim-server.sh (gem-serve, rule gem, 4 workers, mlp and cnn; doc/scale.md). */
+#define COST_RAW_A 3.8e-9
+#define COST_RAW_B 557e-6
+#define COST_FP16_A 2.5e-9
+#define COST_FP16_B 838e-6
+#define COST_INT8_A 2.5e-9
+#define COST_INT8_B 913e-6
+
+/* The server model's codecs: bytes per parameter on the wire (int8 and int4 with a float32
+ * scale per block of 256) and the server's CPU per commit, a·n + b, fitted by
+ * t/perf/bench-sim-server.sh (int4 not measured: int8's). A codec not listed (zlib,
+ * zlib+shuffle, topk) costs as raw; topk's bytes are sim_wire_bytes'. */
+static const struct {
+	const char *name;
+	double bytes, a, b;
+} wire_codecs[] = {
+	{.name = "raw", .bytes = 4, .a = COST_RAW_A, .b = COST_RAW_B},
+	{.name = "fp16", .bytes = 2, .a = COST_FP16_A, .b = COST_FP16_B},
+	{.name = "int8", .bytes = 1 + 4.0 / 256, .a = COST_INT8_A, .b = COST_INT8_B},
+	{.name = "int4", .bytes = 0.5 + 4.0 / 256, .a = COST_INT8_A, .b = COST_INT8_B},
+};
+
+static int wire_codec(const char *codec)
+{
+	for (size_t i = 0; codec && i < sizeof wire_codecs / sizeof *wire_codecs; i++)
+		if (!strcmp(codec, wire_codecs[i].name))
+			return (int)i;
+	return 0;
+}
+
+void sim_server_cost(const char *codec, double *a, double *b)
+{
+	*a = wire_codecs[wire_codec(codec)].a;
+	*b = wire_codecs[wire_codec(codec)].b;
+}
+
+double sim_wire_bytes(const char *codec)
+{
+	double f;
+	/* topk:F: about F·n fp16 values and as many index gaps */
+	if (codec && !strncmp(codec, "topk:", 5) && num_double(codec + 5, 0, 1, &f) == 0)
+		return 4 * f;
+	return wire_codecs[wire_codec(codec)].bytes;
 }
 
 /* A whole string as a finite number >= 0. */
@@ -274,7 +326,33 @@ struct sim {
 	size_t npi, pi_cap;
 	double scale_sum, zero_sum, tau_sum;
 	uint64_t scale_n;
+
+	/* the server model: when each shard host's link in, link out and CPU are next free, and
+	 * for how long each has been busy; the staleness of each update, each commit's wait */
+	double link_in[SHARD_MAX], link_out[SHARD_MAX], cpu[SHARD_MAX];
+	double busy_in[SHARD_MAX], busy_out[SHARD_MAX], busy_cpu[SHARD_MAX];
+	double wire_bytes;
+	uint64_t *taus;
+	size_t ntau, tau_cap;
+	double *waits, wait_sum;
+	size_t nwait, wait_cap;
 };
+
+/* a (capacity *cap elements of size elem) with room for need, its capacity doubled as it
+ * grows; NULL (a untouched) when out of memory. */
+static void *grow(void *a, size_t *cap, size_t need, size_t elem)
+{
+	size_t c = *cap ? *cap : 1024;
+	void *b;
+	if (need <= *cap)
+		return a;
+	while (c < need)
+		c *= 2;
+	if (!(b = realloc(a, c * elem)))
+		return NULL;
+	*cap = c;
+	return b;
+}
 
 static int push(struct sim *s, int kind, double t, int worker, int done)
 {
@@ -407,6 +485,9 @@ static void log_sim(struct sim *s)
 		       "workers", o->nworkers, "steps", (json_int_t)o->steps, "step_time", step, "jitter",
 		       o->jitter, "speed_spread", o->speed_spread, "stragglers", o->stragglers, "straggler_factor", o->straggler_factor,
 		       "latency", o->latency, "server_time", o->server_time, "die", deaths, "join", joins);
+	if (ev && (o->cost_a > 0 || o->cost_b > 0 || o->bandwidth > 0)) /* the server model: on */
+		json_object_update_new(ev, json_pack("{s:f, s:f, s:f}", "server_cost_a", o->cost_a,
+						     "server_cost_b", o->cost_b, "bandwidth", o->bandwidth));
 	run_log_json(ps_log(s->ps), ev);
 	json_decref(ev);
 }
@@ -414,8 +495,13 @@ static void log_sim(struct sim *s)
 /* The figures the summary keeps of an applied update. */
 static int summary_add(struct sim *s, float loss, const struct rule_stats *st)
 {
+	uint64_t *taus;
 	s->sum.updates++;
 	s->tau_sum += (double)st->staleness;
+	if (!(taus = grow(s->taus, &s->tau_cap, s->ntau + 1, sizeof *taus)))
+		return -1;
+	s->taus = taus;
+	s->taus[s->ntau++] = st->staleness;
 	if (st->staleness > s->sum.tau_max)
 		s->sum.tau_max = st->staleness;
 	if (isfinite(loss)) {
@@ -425,16 +511,10 @@ static int summary_add(struct sim *s, float loss, const struct rule_stats *st)
 			s->ring_n++;
 	}
 	if (st->ntensors > 0) {
-		if (s->npi + (size_t)st->ntensors > s->pi_cap) {
-			size_t cap = s->pi_cap ? 2 * s->pi_cap : 4096;
-			float *a;
-			while (cap < s->npi + (size_t)st->ntensors)
-				cap *= 2;
-			if (!(a = realloc(s->pi_meds, cap * sizeof *a)))
-				return -1;
-			s->pi_meds = a;
-			s->pi_cap = cap;
-		}
+		float *a = grow(s->pi_meds, &s->pi_cap, s->npi + (size_t)st->ntensors, sizeof *a);
+		if (!a)
+			return -1;
+		s->pi_meds = a;
 		for (int i = 0; i < st->ntensors; i++)
 			s->pi_meds[s->npi++] = st->t[i].pi_median;
 		s->scale_sum += st->all.scale;
@@ -539,8 +619,67 @@ static int cores_commit(struct sim *s, const struct ps_commit *c, struct ps_repl
 	return st;
 }
 
-/* A round closed: every worker held in it gets its reply at tr. */
-static int release_round(struct sim *s, double tr, char *err)
+/* ---- the server model: each shard's host a link in, a CPU and a link out, each FIFO ---- */
+
+/* Seconds shard k's slice takes through a link. */
+static double link_time(const struct sim *s, int k)
+{
+	return s->o->bandwidth > 0 ? (double)s->cut[k].len * s->wire_bytes / s->o->bandwidth : 0;
+}
+
+/* A commit arrives at the servers at t: when the last shard is done with it (*start: when the
+ * last one started on it; *wait: the longest it waited in a shard's queues). */
+static double server_take(struct sim *s, double t, double *start, double *wait)
+{
+	double done = t;
+	*start = t;
+	*wait = 0;
+	for (int k = 0; k < s->ncores; k++) {
+		double x = link_time(s, k), in = t > s->link_in[k] ? t : s->link_in[k];
+		double at = in + x, st = at > s->cpu[k] ? at : s->cpu[k];
+		double svc = s->o->server_time + s->o->cost_a * (double)s->cut[k].len + s->o->cost_b;
+		s->link_in[k] = at;
+		s->cpu[k] = st + svc;
+		s->busy_in[k] += x;
+		s->busy_cpu[k] += svc;
+		if (st > *start)
+			*start = st;
+		if (s->cpu[k] > done)
+			done = s->cpu[k];
+		if ((in - t) + (st - at) > *wait)
+			*wait = (in - t) + (st - at);
+	}
+	if (done > s->server_free)
+		s->server_free = done;
+	return done;
+}
+
+/* A join or a leave at t: the servers take it when every shard is free (it costs them no time). */
+static double server_next(struct sim *s, double t)
+{
+	if (t < s->server_free)
+		t = s->server_free;
+	for (int k = 0; k < s->ncores; k++)
+		s->cpu[k] = t;
+	return s->server_free = t;
+}
+
+/* A reply (θ, or its slices) leaves the servers at t: when it reaches its worker. */
+static double reply_at(struct sim *s, double t)
+{
+	double r = t;
+	for (int k = 0; k < s->ncores; k++) {
+		double x = link_time(s, k), out = t > s->link_out[k] ? t : s->link_out[k];
+		s->link_out[k] = out + x;
+		s->busy_out[k] += x;
+		if (s->link_out[k] > r)
+			r = s->link_out[k];
+	}
+	return r + s->o->latency;
+}
+
+/* A round closed at t: every worker held in it gets its reply. */
+static int release_round(struct sim *s, double t, char *err)
 {
 	struct ps_reply r;
 	cores_reply_held(s, &r);
@@ -553,7 +692,7 @@ static int release_round(struct sim *s, double tr, char *err)
 			continue;
 		if (vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, 0, r.version, err) < 0)
 			return GEM_EFAIL;
-		if (worker_reply(s, w, tr) < 0)
+		if (worker_reply(s, w, reply_at(s, t)) < 0)
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
 	}
 	return 0;
@@ -582,7 +721,7 @@ static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 			      : w->target > j.samples ? w->target - j.samples : 0;
 		ps_set_total(s->ps, ps_progress(s->ps).samples + (uint64_t)s->nw * left);
 	}
-	return worker_reply(s, w, t + s->o->latency) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory") : 0;
+	return worker_reply(s, w, reply_at(s, t)) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory") : 0;
 }
 
 static int serve_leave(struct sim *s, struct simw *w, int how, double t, char *err)
@@ -601,7 +740,7 @@ static int serve_leave(struct sim *s, struct simw *w, int how, double t, char *e
 	s->ndone += how == PS_LEFT_DONE;
 	if (r.round_closed && summary_add(s, NAN, r.st) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	return r.round_closed ? release_round(s, t + s->o->latency, err) : 0;
+	return r.round_closed ? release_round(s, t, err) : 0;
 }
 
 /* Worker w stops on its own (as gem-work does) at t: it leaves after its message's way. */
@@ -613,11 +752,11 @@ static int worker_fails(struct sim *s, struct simw *w, double t, const char *why
 	return push(s, EV_LEAVE, t, w->v.id, 0) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory") : 0;
 }
 
-static int serve_commit(struct sim *s, struct simw *w, double t, char *err)
+/* Worker w's commit, started on at t by the servers and done with at tout. */
+static int serve_commit(struct sim *s, struct simw *w, double t, double tout, char *err)
 {
 	struct ps_commit c = {.worker = w->v.id, .idle = -1};
 	struct ps_reply r;
-	double tout = t + s->o->server_time;
 	int st;
 
 	ensure_computed(s, w);
@@ -643,7 +782,7 @@ static int serve_commit(struct sim *s, struct simw *w, double t, char *err)
 	c.update = w->v.update;
 	cores_vtime(s, tout);
 	st = cores_commit(s, &c, &r, err);
-	s->server_free = tout;
+	s->sum.commits++;
 	if (st == PS_E_NON_FINITE || st == PS_E_NON_FINITE_RESULT) /* refused: it gives up, leaves */
 		return worker_fails(s, w, t + 2 * s->o->latency, "its update is not finite: refused", err);
 	if (st < 0) {
@@ -658,17 +797,17 @@ static int serve_commit(struct sim *s, struct simw *w, double t, char *err)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	if (vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, 0, r.version, err) < 0)
 		return GEM_EFAIL;
-	if (worker_reply(s, w, tout + s->o->latency) < 0)
+	if (worker_reply(s, w, reply_at(s, tout)) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	return r.round_closed ? release_round(s, tout + s->o->latency, err) : 0;
+	return r.round_closed ? release_round(s, tout, err) : 0;
 }
 
 /* One event. Requests to the server start when it is free (FIFO: they are popped in order of
- * arrival); a commit occupies it for server_time. */
+ * arrival); a commit occupies its links and CPUs (server_take). */
 static int step_event(struct sim *s, const struct event *e, char *err)
 {
 	struct simw *w = &s->w[e->worker];
-	double t = e->t > s->server_free ? e->t : s->server_free;
+	double t, tout, wait, *waits;
 	switch (e->kind) {
 	case EV_DIE:
 		if (e->t > s->vnow)
@@ -681,14 +820,20 @@ static int step_event(struct sim *s, const struct event *e, char *err)
 			       ? gem_errf(err, GEM_ENOMEM, "out of memory")
 			       : 0;
 	case EV_JOIN:
-		s->vnow = s->server_free = t;
+		s->vnow = t = server_next(s, e->t);
 		return serve_join(s, w, t, err);
 	case EV_LEAVE:
-		s->vnow = s->server_free = t;
+		s->vnow = t = server_next(s, e->t);
 		return serve_leave(s, w, e->done ? PS_LEFT_DONE : PS_LEFT_PAUSED, t, err);
 	case EV_COMMIT:
-		s->vnow = s->server_free = t;
-		return serve_commit(s, w, t, err);
+		tout = server_take(s, e->t, &t, &wait);
+		s->vnow = t;
+		if (!(waits = grow(s->waits, &s->wait_cap, s->nwait + 1, sizeof *waits)))
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
+		s->waits = waits;
+		s->waits[s->nwait++] = wait;
+		s->wait_sum += wait;
+		return serve_commit(s, w, t, tout, err);
 	}
 	return 0;
 }
@@ -747,6 +892,47 @@ static int cmp_float(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* The q-quantile of n sorted elements (the nearest rank at or below): its index. */
+static size_t rank(size_t n, double q)
+{
+	return (size_t)(q * (double)(n - 1));
+}
+
+/* The summary's figures of the server model: staleness quantiles, waits, the busiest shard. */
+static void summarise_queue(struct sim *s)
+{
+	struct sim_summary *m = &s->sum;
+	if (s->ntau) {
+		qsort(s->taus, s->ntau, sizeof *s->taus, cmp_u64);
+		m->tau_p50 = s->taus[rank(s->ntau, 0.5)];
+		m->tau_p99 = s->taus[rank(s->ntau, 0.99)];
+	}
+	if (s->nwait) {
+		qsort(s->waits, s->nwait, sizeof *s->waits, cmp_double);
+		m->wait_mean = s->wait_sum / (double)s->nwait;
+		m->wait_p99 = s->waits[rank(s->nwait, 0.99)];
+	}
+	for (int k = 0; k < s->ncores; k++) {
+		double l = s->busy_in[k] > s->busy_out[k] ? s->busy_in[k] : s->busy_out[k];
+		if (s->busy_cpu[k] > m->busy)
+			m->busy = s->busy_cpu[k];
+		if (l > m->link_busy)
+			m->link_busy = l;
+	}
+}
+
 static void summarise(struct sim *s)
 {
 	struct sim_summary *m = &s->sum;
@@ -768,12 +954,7 @@ static void summarise(struct sim *s)
 		m->scale_mean = s->scale_sum / (double)s->scale_n;
 		m->zero_mean = s->zero_sum / (double)s->scale_n;
 	}
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
+	summarise_queue(s);
 }
 
 /* The workers: 0..N−1 at time 0, then the joiners in time order; their timing; their first
@@ -848,6 +1029,7 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 		return gem_errf(err, GEM_EUSAGE, "rule %s is not simulated (use gem-serve and gem-work)",
 				s->run->rule.name);
 	s->window = s->run->rule.window > 1 ? s->run->rule.window : 1;
+	s->wire_bytes = sim_wire_bytes(s->o->codec);
 	s->nw = s->o->nworkers + s->o->njoins;
 	s->reply = malloc(sizeof(float) * s->n);
 	s->w = calloc((size_t)s->nw, sizeof *s->w);
@@ -875,6 +1057,8 @@ static void sim_free(struct sim *s)
 	free(s->reply);
 	free(s->q.a);
 	free(s->pi_meds);
+	free(s->taus);
+	free(s->waits);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->work_cv);
 	pthread_cond_destroy(&s->done_cv);

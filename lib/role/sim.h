@@ -13,7 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SIM_MAX_WORKERS 4096
+#include "role/ps.h"
+
+#define SIM_MAX_WORKERS PS_MAX_WORKERS
 
 struct ps_now;
 
@@ -40,6 +42,12 @@ struct sim_opts {
 	double straggler_factor;  /* ... take F times as long per step */
 	double latency;           /* seconds a message takes, each way */
 	double server_time;       /* seconds the server spends on one commit */
+	/* The server as a queue (off while cost_a, cost_b and bandwidth are 0): each shard's host
+	 * takes a commit's slice of n_k parameters through its link (FIFO, n_k·bytes/bandwidth
+	 * seconds), then its CPU (FIFO, server_time + cost_a·n_k + cost_b seconds); its reply goes
+	 * out through the link the same way. bytes: sim_wire_bytes(codec). */
+	double cost_a, cost_b;
+	double bandwidth;         /* bytes/s of each server host's link, each way; 0: no limit */
 	const struct sim_death *deaths;
 	int ndeaths;
 	const double *joins;      /* a new worker (ids N, N+1, ... in time order) joins at each time */
@@ -75,6 +83,10 @@ struct sim_summary {
 	double pi_median;          /* gem: median over updates and tensors of the per-tensor median π */
 	double scale_mean;         /* gem: mean over updates of |π⊙Δθ|₁ / |Δθ|₁ */
 	double zero_mean;          /* gem: mean over updates of the fraction of π clamped to 0 */
+	uint64_t tau_p50, tau_p99; /* staleness of the applied updates: median, 99th percentile */
+	uint64_t commits;          /* commits the server took */
+	double busy, link_busy;    /* the busiest shard's CPU, link (in or out) seconds */
+	double wait_mean, wait_p99; /* seconds a commit waited for the server's link and CPU */
 };
 
 /* Set o to the defaults: 1 worker, const:1 step time, no jitter, stragglers, latency, server
@@ -90,6 +102,11 @@ int sim_parse_dist(const char *s, struct sim_dist *d, char *err);
  * workers on 2 cores: gem-sim(1) and share/gem/experiments/calibrate.sh). GEM_EUSAGE: no such
  * preset (err lists them). */
 int sim_timing_preset(const char *name, struct sim_opts *o, char *err);
+/* The server cost of codec (NULL: raw) fitted on this project's test machine
+ * (t/perf/bench-sim-server.sh): *a seconds per parameter, *b seconds per commit. */
+void sim_server_cost(const char *codec, double *a, double *b);
+/* Bytes per parameter of a message in codec (NULL: raw) in the server model. */
+double sim_wire_bytes(const char *codec);
 /* Parse "K:F" (K >= 0 workers, F >= 1 times slower). */
 int sim_parse_stragglers(const char *s, int *k, double *f, char *err);
 /* Parse "W@T" (worker W >= 0 dies at time T >= 0). */
