@@ -5,20 +5,6 @@
 # no answer; a peer list that mixes http:// and https:// is refused; bad TLS options.
 . "$(dirname "$0")/test-lib.sh"
 
-# self_signed NAME: NAME.crt and NAME.key, a certificate for 127.0.0.1 and localhost, its own CA
-self_signed() {
-	openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
-		-addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
-		-keyout "$1.key" -out "$1.crt" 2>/dev/null
-}
-
-# exits CODE COMMAND...: COMMAND must exit with CODE
-exits() {
-	_want=$1; shift
-	"$@"; _rc=$?
-	[ "$_rc" = "$_want" ] || { echo "exit $_rc, want $_want: $*"; return 1; }
-}
-
 # same_theta A B: the node files A and B hold the same parameters, bit for bit
 same_theta() {
 	python3 "$GEM_SRC/t/gem-theta.py" "$1" >a.theta && python3 "$GEM_SRC/t/gem-theta.py" "$2" >b.theta &&

@@ -4,20 +4,6 @@
 # the TLS port refused.
 . "$(dirname "$0")/test-lib.sh"
 
-# self_signed NAME: NAME.crt and NAME.key, a certificate for 127.0.0.1 and localhost
-self_signed() {
-	openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
-		-addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
-		-keyout "$1.key" -out "$1.crt" 2>/dev/null
-}
-
-# exits CODE COMMAND...: COMMAND must exit with CODE
-exits() {
-	_want=$1; shift
-	"$@"; _rc=$?
-	[ "$_rc" = "$_want" ] || { echo "exit $_rc, want $_want: $*"; return 1; }
-}
-
 version() {
 	curl -s --cacert ca.crt "$URL/v1/health" | sed -n 's/.*"version": *\([0-9]*\).*/\1/p'
 }

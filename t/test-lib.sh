@@ -249,6 +249,20 @@ make_fake_ssh() {
 	chmod +x "$1/ssh"
 }
 
+# self_signed NAME: NAME.crt and NAME.key, a certificate for 127.0.0.1 and localhost, its own CA
+self_signed() {
+	openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
+		-addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+		-keyout "$1.key" -out "$1.crt" 2>/dev/null
+}
+
+# exits CODE COMMAND...: COMMAND must exit with CODE
+exits() {
+	_want=$1; shift
+	"$@"; _rc=$?
+	[ "$_rc" = "$_want" ] || { echo "exit $_rc, want $_want: $*"; return 1; }
+}
+
 # expect_error STATUS ERROR [curl args...]: curl's request is answered with HTTP STATUS and a
 # JSON error ERROR with a detail; the reply is left in reply.json.
 expect_error() {

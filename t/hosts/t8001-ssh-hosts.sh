@@ -51,11 +51,11 @@ test_expect_success 'share/gem/examples/ssh.sh on 2 hosts' '
 	hosts_wait_clean
 '
 
-test_expect_success 'gem-run --rule sgp --hosts: 3 nodes on 3 hosts, bit-identical to a local run' '
+test_expect_success 'gem-run --rule sgp --hosts: 3 nodes on 3 hosts over HTTPS, bit-identical to a local run' '
 	printf "node1\nnode2\nnode3\n" >hosts-sgp &&
 	on_host 1 gem-run -q --rule sgp --hosts hosts-sgp --epochs 1 $TINY run-sgp >sgp.tsv &&
 	cat sgp.tsv &&
-	for i in 0 1 2; do grep -q "http://node$((i + 1)):" run-sgp/node-$i.jsonl || return 1; done &&
+	for i in 0 1 2; do grep -q "https://node$((i + 1)):" run-sgp/node-$i.jsonl || return 1; done &&
 	gem-run -q --rule sgp -n 3 --epochs 1 $TINY run-sgp-local >sgp-local.tsv &&
 	awk -F"\t" "!/^#/ { print \$1, \$3, \$5, \$6 }" sgp.tsv >a &&
 	awk -F"\t" "!/^#/ { print \$1, \$3, \$5, \$6 }" sgp-local.tsv >b &&
