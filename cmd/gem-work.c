@@ -193,9 +193,7 @@ static int show_init(struct shown *p, int quiet)
 /* Local training: sequential momentum SGD on RUNDIR, resuming where its params file stands. */
 static int train_local(const char *dir, const struct work_opts *o)
 {
-	const struct local_opts lo = {.epochs = o->t.epochs, .steps = o->t.steps, .shard_i = o->t.shard_i,
-				      .shard_n = o->t.shard_n, .checkpoint_every = o->checkpoint_every,
-				      .slowdown = o->t.slowdown};
+	const struct local_opts lo = {.t = o->t, .checkpoint_every = o->checkpoint_every};
 	char err[GEM_ERRMAX];
 	struct local *l;
 	struct local_result r;

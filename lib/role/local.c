@@ -85,7 +85,7 @@ static int open_training(struct local *l, const char *rundir, char *err)
 	if ((rc = run_lock(run, err)) < 0 || (rc = trainer_open(&l->t, run, err)) < 0 ||
 	    (rc = run_params_load(run, NULL, model_params(l->t.m), model_nparams(l->t.m), &l->p, err)) < 0 ||
 	    (rc = run_data_load(run, NULL, "train", &l->ds, err)) < 0 ||
-	    (rc = feed_open(&l->f, run, &l->ds, TRAINER_LOCAL, l->o.shard_i, l->o.shard_n, err)) < 0)
+	    (rc = feed_open(&l->f, run, &l->ds, TRAINER_LOCAL, l->o.t.shard_i, l->o.t.shard_n, err)) < 0)
 		return rc;
 	l->feed_open = 1;
 	if ((rc = open_optim(l, rundir, err)) < 0 || (rc = run_log_open(run, l->p.version, &l->log, err)) < 0)
@@ -114,9 +114,9 @@ int local_open(const char *rundir, const struct local_opts *o, struct local **ou
 		return rc;
 	}
 	epoch = feed_epoch(&l->f);
-	l->target = o->steps ? UINT64_MAX
-		    : o->epochs ? l->p.samples + (uint64_t)o->epochs * epoch
-				: run_budget(&l->run, epoch);
+	l->target = o->t.steps ? UINT64_MAX
+		    : o->t.epochs ? l->p.samples + (uint64_t)o->t.epochs * epoch
+				  : run_budget(&l->run, epoch);
 	l->info = (struct local_info){.epochs = l->run.train.epochs, .steps = l->run.train.steps,
 				      .epoch = epoch,
 				      .version = l->p.version, .samples = l->p.samples,
@@ -160,8 +160,8 @@ int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn pr
 	}
 	run_log_start(l->log, &l->run, "local", NULL, l->p.version, model_layout(l->t.m));
 	progress_start(&l->meter, l->p.version, l->p.samples,
-		       l->o.steps ? l->p.samples + l->o.steps * (uint64_t)l->run.train.batch : l->target, t0);
-	while (!(stop && *stop) && l->p.samples < l->target && (!l->o.steps || r->steps < l->o.steps)) {
+		       l->o.t.steps ? l->p.samples + l->o.t.steps * (uint64_t)l->run.train.batch : l->target, t0);
+	while (!(stop && *stop) && l->p.samples < l->target && (!l->o.t.steps || r->steps < l->o.t.steps)) {
 		double step_start = clock_mono(), now;
 		if (trainer_step(&l->t, &l->f, &r->loss, &n, err) < 0) {
 			r->end = LOCAL_DIVERGED;
@@ -174,8 +174,8 @@ int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn pr
 		run_log_update(l->log, &(struct run_log_update){.time = clock_wall(),
 				.elapsed = l->p.elapsed + (now - t0), .vtime = -1, .version = l->p.version,
 				.loss = r->loss, .samples = l->p.samples});
-		if (l->o.slowdown > 1)
-			work_slowdown(now - step_start, l->o.slowdown);
+		if (l->o.t.slowdown > 1)
+			work_slowdown(now - step_start, l->o.t.slowdown);
 		r->steps++;
 		r->samples = l->p.samples - l->info.samples;
 		r->version = l->p.version;

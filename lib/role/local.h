@@ -11,13 +11,12 @@
 #include <stdint.h>
 
 #include "role/progress.h"
+#include "role/trainer.h"
 
 struct local_opts {
-	int epochs;              /* 0: the run's budget */
-	uint64_t steps;          /* 0: no step limit */
-	int shard_i, shard_n;    /* train on shard I of N of the training set (0 of 1: all of it) */
+	struct train_opts t;     /* the budget, the data shard and the slowdown (no server, token,
+				  * certificate or codec: nothing is sent) */
 	double checkpoint_every; /* seconds between checkpoints; 0: only at the end */
-	double slowdown;         /* >= 1: each step takes this many times as long */
 };
 
 /* Where the run stands at local_open. */
