@@ -62,7 +62,7 @@ int main(void)
 		uint64_t va = 0, vb;
 		json_t *meta, *meta2;
 		char *text;
-		int nvec, same = 1, rc = 0, rounds;
+		int nvec, same = 1, rc = 0, rounds, saved;
 
 		rule_config_default(names[k], &c, err);
 		c.nworkers = W;
@@ -81,7 +81,8 @@ int main(void)
 		step(a, 0, 200, &va, va, NULL);
 		rule_sent(a, 1);
 
-		ok(rule_state_save(a, &meta, &vecs, &nvec, err) == 0, "%s: state saved (%d vectors)", names[k], nvec);
+		saved = rule_state_save(a, &meta, &vecs, &nvec, err) == 0;
+		ok(saved, "%s: state saved (%d vectors)", names[k], nvec);
 		if (k == bf16)
 			ok(nvec == 2 * W && vecs[0].bf16 && !vecs[0].data, "gem bf16: its vectors are bfloat16");
 		text = json_dumps(meta, JSON_COMPACT);
