@@ -359,6 +359,12 @@ int main(void)
 		   "an unsealed file is read, and said to be: %s", err);
 		if (rc == 0)
 			msg_free(&m);
+		/* an unsealed-looking line that names the checksum (found by make fuzz) */
+		static const char moved[] = "{\"" MSG_HEAD_CRC "\":[]}\n";
+		rc = msg_parse_file(moved, sizeof moved - 1, &m, &unsealed, err);
+		ok(rc < 0 && strstr(err, "misplaced"), "a checksum not at the line's end: %s", err);
+		if (rc == 0)
+			msg_free(&m);
 	}
 	json_decref(h);
 	unlink(path);

@@ -331,10 +331,15 @@ int msg_parse_file(const void *buf, size_t len, struct msg *m, int *unsealed, ch
 		return sealed;
 	if ((rc = msg_parse(buf, len, m, err)) < 0)
 		return rc;
-	if (sealed)
+	if (sealed) {
 		json_object_del(m->header, MSG_HEAD_CRC);
-	else if (unsealed)
+	} else if (json_object_get(m->header, MSG_HEAD_CRC)) {
+		/* a checksum anywhere but where the line ends is not one gem wrote */
+		msg_free(m);
+		return gem_errf(err, GEM_EFAIL, "the header is damaged (its checksum is misplaced)");
+	} else if (unsealed) {
 		*unsealed = 1;
+	}
 	return 0;
 }
 
