@@ -1,7 +1,8 @@
 #!/bin/bash
 # t3610: SGP end to end on the tiny model: gem-run -n 3 --rule sgp learns (synchronous and
-# Overlap-SGP), the nodes' files and logs, a running node's endpoints, gem-eval --nodes, and
-# nodes that disagree on the topology refuse to run.
+# Overlap-SGP), the nodes' files and logs, two runs with two in-peers per iteration end bit for
+# bit the same, a running node's endpoints, gem-eval --nodes, and nodes that disagree on the
+# topology refuse to run.
 . "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' '
@@ -55,6 +56,19 @@ ws = [json.loads(open(\"ov/node-%d.gem\" % i, \"rb\").readline())[\"w\"] for i i
 assert abs(sum(ws) - 3) < 1e-6, ws
 ev = json.loads(open(\"ov/node-0.jsonl\").readlines()[0])
 assert ev[\"rule\"] == \"overlap-sgp\", ev"
+'
+
+test_expect_success 'two in-peers per iteration: two runs end with the same parameters' '
+	for r in p1 p2; do
+		gem-run -q -n 4 --rule sgp --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 \
+			--steps 20 --work-opt=--topology=ring --work-opt=--peers-per-iter=2 $r >/dev/null ||
+		return 1
+	done &&
+	for i in 0 1 2 3; do
+		python3 "$GEM_SRC/t/gem-theta.py" p1/node-$i.gem >a.theta &&
+		python3 "$GEM_SRC/t/gem-theta.py" p2/node-$i.gem >b.theta &&
+		test -s a.theta && cmp a.theta b.theta || return 1
+	done
 '
 
 test_expect_success 'gem-eval --nodes: a list of node files, and the run directory' '

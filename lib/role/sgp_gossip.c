@@ -344,24 +344,23 @@ int sgp_push_shares(struct sgp_node *s, const float *x, double w, uint64_t iter,
 }
 
 /* Under mu: add the inbox's messages due at iter into (x, w), dropping mu while adding:
- * synchronous, those of iter from the in-peers in[0..need) not yet had; overlap, all. Returns
- * how many came from peers (not shares that came back). */
+ * synchronous, those of iter from the in-peers in[0..need) not yet had, in that order (float
+ * addition does not commute with rounding, so arrival order would make runs differ); overlap,
+ * all, as they came. Returns how many came from peers (not shares that came back). */
 static int take_due(struct sgp_node *s, float *x, double *w, uint64_t iter, const int *in,
 		    int need, int *have, float *z, struct mixed *mx)
 {
 	struct inmsg **p = &s->inbox, *m;
-	int peer_msgs = 0;
+	int peer_msgs = 0, next = 0;
 	while ((m = *p)) {
-		int k = -1;
 		if (!s->o.overlap) {
-			for (int j = 0; j < need; j++)
-				if (in[j] == m->from && m->iter == iter && !have[j])
-					k = j;
-			if (k < 0) {
+			while (next < need && have[next])
+				next++;
+			if (next == need || in[next] != m->from || m->iter != iter) {
 				p = &m->next;
 				continue;
 			}
-			have[k] = 1;
+			have[next] = 1;
 		}
 		*p = m->next;
 		pthread_mutex_unlock(&s->mu);
@@ -377,6 +376,9 @@ static int take_due(struct sgp_node *s, float *x, double *w, uint64_t iter, cons
 		mx->got++;
 		pthread_mutex_lock(&s->mu);
 		sgp_msg_recycle(s, m);
+		/* the next in-peer's push may have come earlier, so before this one in the inbox */
+		if (!s->o.overlap)
+			p = &s->inbox;
 	}
 	return peer_msgs;
 }
