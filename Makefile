@@ -62,7 +62,7 @@ else
 T_RUN    = $(T_PROGS) $(T_SH)
 endif
 
-.PHONY: all check check-layers check-hosts test bench install deps deps-hosts demo clean figures experiment experiment-real experiment-lowcomm fuzz fuzzers
+.PHONY: all check check-layers check-hosts test bench install deps deps-hosts demo clean figures experiment experiment-real experiment-lowcomm experiment-scale-hosts fuzz fuzzers
 .SECONDARY:
 all: $(PROGS)
 
@@ -149,6 +149,11 @@ experiment: all
 # (its default cells, one seed: 6 to 10 minutes on this machine; SEEDS="1 2 3" for three)
 experiment-lowcomm: all
 	GEM_BIN=$(abspath $(BIN)) bash share/gem/experiments/lowcomm.sh $(or $(OUT),build/experiment-lowcomm)
+
+# gem past one host: 8 namespace hosts with tbf-limited links, 2 shards, 200 workers, gem and
+# sync (as root; see share/gem/experiments/scale-hosts.sh)
+experiment-scale-hosts: all
+	GEM_BIN=$(abspath $(BIN)) bash share/gem/experiments/scale-hosts.sh $(or $(OUT),build/scale-hosts)
 
 # The experiments with real worker processes (long, and they need a quiet machine: they measure
 # wall time): the simulator's calibration and its validation, time to accuracy of every rule,

@@ -45,58 +45,15 @@ mkdir -p "$out/rows" "$out/curves" "$out/runs" || exit 1
 out=$(cd "$out" && pwd)
 shim=$(mktemp -d "${TMPDIR:-/tmp}/sgp-links.XXXXXX") || exit 1
 
-# The "ssh" of gem-run: drop the options, run the command in the host's namespace.
-cat >"$shim/ssh" <<EOF
-#!/bin/sh
-while [ \$# -gt 0 ]; do
-	case \$1 in
-	-[BbcDEeFIiJLlmOoPpQRSWw]) shift 2 ;;
-	-*) shift ;;
-	*) break ;;
-	esac
-done
-h=\$1
-shift
-exec ip netns exec "$P-\$h" sh -c "\$*"
-EOF
-chmod +x "$shim/ssh"
-
-teardown() {
-	local i p
-	for i in $(seq 0 $n); do
-		for p in $(ip netns pids "$P-h$i" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-		ip netns del "$P-h$i" 2>/dev/null
-		rm -rf "/etc/netns/$P-h$i"
-	done
-	ip netns del "$P-br" 2>/dev/null
-}
-trap 'teardown; rm -rf "$shim"' EXIT
+. "$(dirname "$0")/nshosts.sh"
+NS_P=$P NS_N=$n NS_NET=10.78.0
+ns_shim "$shim" || exit 1
+trap 'ns_teardown; rm -rf "$shim"' EXIT
 trap 'exit 130' INT TERM
 
-# hosts RATE SLOW: the hosts h0..h4 and their links.
+# hosts RATE SLOW: the hosts h0..h4 and their links; with SLOW 1, h4's at a tenth.
 hosts() {
-	local rate=$1 slow=$2 i j r
-	teardown
-	ip netns add "$P-br" && ip -n "$P-br" link add br0 type bridge && ip -n "$P-br" link set br0 up ||
-		return 1
-	for i in $(seq 0 $n); do
-		ip netns add "$P-h$i" &&
-		ip -n "$P-br" link add "v$i" type veth peer name eth0 netns "$P-h$i" &&
-		ip -n "$P-br" link set "v$i" master br0 up &&
-		ip -n "$P-h$i" addr add "10.78.0.$((10 + i))/24" dev eth0 &&
-		ip -n "$P-h$i" link set eth0 up && ip -n "$P-h$i" link set lo up || return 1
-		mkdir -p "/etc/netns/$P-h$i"
-		{
-			echo "127.0.0.1 localhost"
-			for j in $(seq 0 $n); do echo "10.78.0.$((10 + j)) h$j"; done
-		} >"/etc/netns/$P-h$i/hosts"
-		r=$((rate * 1000))
-		[ "$slow" = 0 ] || [ $i != $n ] || r=$((rate * 100))
-		# both ways: the host's egress, and the bridge's egress towards it
-		tc -n "$P-h$i" qdisc add dev eth0 root tbf rate "${r}kbit" burst 256kb latency 100ms &&
-		tc -n "$P-br" qdisc add dev "v$i" root tbf rate "${r}kbit" burst 256kb latency 100ms ||
-			return 1
-	done
+	if [ "$2" = 0 ]; then ns_hosts "$1"; else ns_hosts "$1" "$n"; fi
 }
 
 # sample_sgp RUN START: the nodes' average test accuracy every INTERVAL s while RUN trains.
