@@ -17,7 +17,8 @@
 
 enum { N = 163790, NF = 3000 };
 
-static float v[N], w[N], vals[N], halves_back[N], resid[NF], sum_true[NF], sum_sent[NF];
+static float v[N], w[N], vals[N], halves_back[N], resid[NF], sum_true[NF], sum_sent[NF], r0[N],
+	r1[N], x[N];
 static uint32_t order[N];
 static unsigned char ref[4 + 7 * N], copy[4 + 7 * N];
 static const float *sort_x;
@@ -170,6 +171,90 @@ static void hostile(struct blob_codec *c)
 #undef FRESH
 }
 
+/* The reference's bytes and values, at the SIMD level in use (named in what they print). */
+static void references(struct blob_codec *c, int level)
+{
+	struct blob_meta m;
+	const void *out;
+	char err[GEM_ERRMAX];
+	struct rng r;
+	float f[64];
+
+	rng_seed(&r, 9, 1);
+	for (size_t i = 0; i < N; i++)
+		v[i] = (float)(rng_normal(&r) * ldexp(1, -(int)(i / 20000) - 5));
+	ok(same_as_reference(c, v, N, 0.01, "cnn-sized, topk:0.01"), "simd %d: topk:0.01 of %d floats: the "
+	   "reference's bytes and values, decoded alike, the CRC theirs", level, N);
+	ok(same_as_reference(c, v, N, 0.1, "cnn-sized, topk:0.1"), "topk:0.1 too");
+	ok(same_as_reference(c, v, 1000, 1, "topk:1"), "topk:1 sends every element");
+	m.nbytes = 0;
+	if (blob_encode(c, v, N, "topk:0.01", -1, &out, &m, err) < 0)
+		diag("%s", err);
+	ok(m.nbytes > 4 + 3 * 1638 && m.nbytes < 4 + 4 * 1638,
+	   "topk:0.01 is 3 to 4 bytes an element: %zu bytes for 1638", m.nbytes);
+	/* the k-th largest among values that differ only in their lowest bits */
+	for (size_t i = 0; i < 5000; i++) {
+		uint32_t u = 0x3f800000u + (uint32_t)((i * 7919) % 5000);
+		memcpy(&v[i], &u, 4);
+		v[i] = i % 2 ? -v[i] : v[i];
+	}
+	ok(same_as_reference(c, v, 5000, 0.013, "low bits"), "values 1 + j·ulp: the select's last level "
+	   "finds the k-th");
+	/* the sample (every 24th element from the 12th) holds only large ones: it promises more than
+	 * the k = 10,000 elements there are above the small ones, and the select takes all */
+	for (size_t i = 0; i < 100000; i++)
+		v[i] = i % 24 == 12 ? 1.0f : (float)((i * 7919) % 1000) * 1e-6f;
+	ok(same_as_reference(c, v, 100000, 0.1, "sample fooled"), "a sample that misses the k-th: "
+	   "still the reference's elements");
+	for (size_t i = 0; i < 5000; i++)
+		v[i] = i % 3 ? (i % 2 ? 1.0f : -1.0f) : 0.5f;
+	ok(same_as_reference(c, v, 5000, 0.3, "ties"), "a mass of equal |x|: the lower indices go");
+	for (size_t i = 0; i < 64; i++)
+		f[i] = i % 2 ? -0.0f : 0.0f;
+	ok(same_as_reference(c, f, 64, 0.25, "zeros"), "±0 tie: the first 16 indices go");
+	f[21] = NAN;
+	ok(blob_encode(c, f, 64, "topk:0.5", -1, &out, &m, err) == GEM_EUSAGE && strstr(err, "finite"),
+	   "a NaN is not encoded: %s", err);
+}
+
+/* With feedback at every SIMD level, topk:f of v and r gives the bytes and values of topk:f of
+ * x = v + r without, and leaves r = x − those values; for the vector whose sample misleads too
+ * (the select goes over x again, v not added twice). */
+static void feedback_alike(struct blob_codec *c, int level)
+{
+	static const double fs[] = {0.01, 0.1};
+	struct rng r;
+	rng_seed(&r, 5, 5);
+	for (int vi = 0; vi < 2; vi++) {
+		size_t n = vi ? 100000 : N;
+		for (size_t i = 0; i < n; i++) {
+			v[i] = vi ? (i % 24 == 12 ? 1.0f : (float)((i * 7919) % 1000) * 1e-6f)
+				  : (float)(rng_normal(&r) * 1e-2);
+			r0[i] = vi ? (float)(i % 7) * 1e-9f : (float)(rng_normal(&r) * 1e-2);
+			x[i] = r0[i] + v[i];
+		}
+		for (int fi = 0; fi < 2; fi++) {
+			char codec[32], err[GEM_ERRMAX] = "";
+			struct blob_meta m, mf;
+			const void *out;
+			int good, rest = 1;
+			snprintf(codec, sizeof codec, "topk:%g", fs[fi]);
+			memcpy(r1, r0, n * 4);
+			good = blob_encode(c, x, n, codec, -1, &out, &m, err) == 0;
+			memcpy(ref, out, m.nbytes);
+			memcpy(halves_back, blob_encoded_values(c, x), n * 4);
+			good &= blob_encode_feedback(c, v, r1, n, codec, -1, &out, &mf, err) == 0 &&
+				mf.nbytes == m.nbytes && mf.crc32 == m.crc32 &&
+				!memcmp(out, ref, m.nbytes) &&
+				!memcmp(blob_encoded_values(c, v), halves_back, n * 4);
+			for (size_t i = 0; i < n; i++)
+				rest &= r1[i] == x[i] - halves_back[i];
+			ok(good && rest, "simd %d, %s, %s: with feedback, the bytes of v + r; r keeps the "
+			   "rest %s", level, vi ? "a misleading sample" : "cnn-sized", codec, err);
+		}
+	}
+}
+
 /* Over rounds Σ sent + residual = Σ v, and an element with a small steady v is sent in time. */
 static void feedback(struct blob_codec *c)
 {
@@ -211,8 +296,8 @@ int main(void)
 	struct blob_meta m;
 	const void *out;
 	char err[GEM_ERRMAX];
-	struct rng r;
 	float f[64];
+	int simd = quant_simd(-1);
 
 	blob_codec_init(&c);
 	ok(blob_codec_known("topk:0.01") && blob_codec_known(BLOB_TOPK) && blob_codec_lossy("topk:0.5") &&
@@ -237,38 +322,13 @@ int main(void)
 		   quant_topk_k(10, 1) == 10 && quant_topk_k(0, 0.5) == 0,
 	   "k = ⌈F·n⌉, at least 1");
 
-	rng_seed(&r, 9, 1);
-	for (size_t i = 0; i < N; i++)
-		v[i] = (float)(rng_normal(&r) * ldexp(1, -(int)(i / 20000) - 5));
-	ok(same_as_reference(&c, v, N, 0.01, "cnn-sized, topk:0.01"), "topk:0.01 of %d floats: the "
-	   "reference's bytes and values, decoded alike, the CRC theirs", N);
-	ok(same_as_reference(&c, v, N, 0.1, "cnn-sized, topk:0.1"), "topk:0.1 too");
-	ok(same_as_reference(&c, v, 1000, 1, "topk:1"), "topk:1 sends every element");
-	m.nbytes = 0;
-	if (blob_encode(&c, v, N, "topk:0.01", -1, &out, &m, err) < 0)
-		diag("%s", err);
-	ok(m.nbytes > 4 + 3 * 1638 && m.nbytes < 4 + 4 * 1638,
-	   "topk:0.01 is 3 to 4 bytes an element: %zu bytes for 1638", m.nbytes);
-	/* the k-th largest among values that differ only in their lowest bits */
-	for (size_t i = 0; i < 5000; i++) {
-		uint32_t u = 0x3f800000u + (uint32_t)((i * 7919) % 5000);
-		memcpy(&v[i], &u, 4);
-		v[i] = i % 2 ? -v[i] : v[i];
+	for (int level = simd; level >= 0; level--) {
+		quant_simd(level);
+		references(&c, level);
+		feedback_alike(&c, level);
 	}
-	ok(same_as_reference(&c, v, 5000, 0.013, "low bits"), "values 1 + j·ulp: the select's last level "
-	   "finds the k-th");
-	/* the sample (every 24th element from the 12th) holds only large ones: it promises more than
-	 * the k = 10,000 elements there are above the small ones, and the select takes all */
-	for (size_t i = 0; i < 100000; i++)
-		v[i] = i % 24 == 12 ? 1.0f : (float)((i * 7919) % 1000) * 1e-6f;
-	ok(same_as_reference(&c, v, 100000, 0.1, "sample fooled"), "a sample that misses the k-th: "
-	   "still the reference's elements");
-	for (size_t i = 0; i < 5000; i++)
-		v[i] = i % 3 ? (i % 2 ? 1.0f : -1.0f) : 0.5f;
-	ok(same_as_reference(&c, v, 5000, 0.3, "ties"), "a mass of equal |x|: the lower indices go");
-	for (size_t i = 0; i < 64; i++)
-		f[i] = i % 2 ? -0.0f : 0.0f;
-	ok(same_as_reference(&c, f, 64, 0.25, "zeros"), "±0 tie: the first 16 indices go");
+	quant_simd(simd);
+	memset(f, 0, sizeof f);
 	ok(blob_encode(&c, v, 0, "topk:0.5", -1, &out, &m, err) == 0 && m.nbytes == 4 &&
 		   blob_decode(&c, out, &m, w, 0, err) == 0,
 	   "an empty vector is 4 bytes (k = 0)");

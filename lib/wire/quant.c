@@ -555,10 +555,11 @@ int quant_int_decode(float *v, const unsigned char *in, size_t nbytes, size_t n,
  * (7 bits a byte, low first, the high bit set on every byte but the last). The k-th largest
  * |x| is found by a radix select on the bits of |x| (which order like the numbers) among
  * candidates: a strided sample of at most TOPK_SAMPLE elements says a key lo that a few more
- * than k elements reach; one pass gathers the indices of those (all of them if fewer than k do),
- * and histograms of their keys' top 11 bits, then the next 11 and the last 9, each among the
- * keys left in the bucket the k-th falls in, find it. No sort, and one pass over the vector
- * besides the sample's. */
+ * than k elements reach; one pass adds the residual, checks, and gathers the indices and values
+ * of those (all of them if fewer than k do: then a second pass); histograms of their keys, 11
+ * bits at a time from the top of their range down, each among the keys left in the bucket the
+ * k-th falls in, find it. No sort, and one pass over the vector besides the sample's; the
+ * candidates and the k sent are moved by AVX2 permutes where the CPU has it. */
 #define TOPK_SAMPLE 4096
 #define TOPK_VARINT_MAX 5
 
@@ -586,61 +587,82 @@ static uint32_t topk_bucket(const uint32_t *h, uint32_t nb, size_t k, size_t *ab
 	return b;
 }
 
-/* The k-th largest (1 <= k <= m) of the m keys at a (reordered), and in *gt how many exceed it:
- * a histogram of 11, 11, then 9 bits, each keeping only the keys of the k-th's bucket. */
-static uint32_t topk_kth(uint32_t *a, size_t m, size_t k, size_t *gt)
+/* The k-th largest (1 <= k <= m) of the m keys |x| of x[0..m), all in [lo, lo + span], and in
+ * *gt how many exceed it. A radix select on d = key − lo, 11 bits a level from span's highest
+ * bit down: spread over the whole range of the keys, the first level's histogram seldom counts
+ * one bucket twice in a row (each count would wait on the one before). Each level but the last
+ * keeps the keys of the k-th's bucket, in a (m uint32s) for the next. */
+static uint32_t topk_kth(const float *x, uint32_t *a, size_t m, size_t k, uint32_t lo,
+			 uint32_t span, size_t *gt)
 {
-	static const int shift[3] = {20, 9, 0}, width[3] = {11, 11, 9};
-	uint32_t h[1u << 11], t = 0;
+	uint32_t h[1u << 11], d = 0;
+	int hi = span ? 32 - __builtin_clz(span) : 0;
 	*gt = 0;
-	for (int l = 0; l < 3; l++) {
-		uint32_t nb = 1u << width[l], b;
+	for (int first = 1;; first = 0) {
+		int sh = hi > 11 ? hi - 11 : 0;
+		uint32_t nb = 1u << (hi - sh), b;
 		size_t above, c = 0;
 		memset(h, 0, nb * sizeof *h);
-		for (size_t i = 0; i < m; i++)
-			h[a[i] >> shift[l] & (nb - 1)]++;
+		if (first)
+			for (size_t i = 0; i < m; i++)
+				h[(abs_bits(x[i]) - lo) >> sh]++;
+		else
+			for (size_t i = 0; i < m; i++)
+				h[a[i] >> sh & (nb - 1)]++;
 		b = topk_bucket(h, nb, k, &above);
 		*gt += above;
 		k -= above;
-		t |= b << shift[l];
-		for (size_t i = 0; i < m; i++) {
-			a[c] = a[i];
-			c += (a[i] >> shift[l] & (nb - 1)) == b;
-		}
+		d |= b << sh;
+		if (!sh)
+			return lo + d;
+		if (first)
+			for (size_t i = 0; i < m; i++) {
+				a[c] = abs_bits(x[i]) - lo;
+				c += a[c] >> sh == b;
+			}
+		else
+			for (size_t i = 0; i < m; i++) {
+				a[c] = a[i];
+				c += (a[i] >> sh & (nb - 1)) == b;
+			}
 		m = c;
+		hi = sh;
 	}
-	return t;
 }
 
-/* r ← r + v; 1 if a sum is not finite */
-QUANT_NOINLINE static int topk_add(float *restrict r, const float *restrict v, size_t n)
-{
-	uint32_t bad = 0;
-	size_t i = 0;
-	for (; i + FP16_BLOCK <= n; i += FP16_BLOCK)
-		for (int j = 0; j < FP16_BLOCK; j++) {
-			r[i + j] += v[i + j];
-			bad |= abs_bits(r[i + j]) >= 0x7f800000u;
-		}
-	for (; i < n; i++) {
-		r[i] += v[i];
-		bad |= abs_bits(r[i]) >= 0x7f800000u;
-	}
-	return bad != 0;
-}
-
-/* idx ← the indices i of x whose |x_i| bits are lo or more, in order; how many. *bad gets its
- * top bit set if an x is infinite or NaN (its key plus 2^23 has it). */
-QUANT_INLINE size_t topk_gather_in(uint32_t *restrict idx, const float *restrict x, size_t i,
-				   size_t n, uint32_t lo, size_t c, uint32_t *bad)
+/* The candidates of the select: x = v (+ r, stored back to r when r is not NULL) for i from
+ * i on, those with |x| bits lo or more moved to the front: their indices to idx and their x to
+ * val from c on, in order; how many there are then. *top: the largest key seen (an x is
+ * infinite or NaN if it is 0x7f800000 or more). */
+QUANT_INLINE size_t topk_gather_in(uint32_t *restrict idx, float *restrict val,
+				   const float *restrict v, float *restrict r, size_t i, size_t n,
+				   uint32_t lo, size_t c, uint32_t *top)
 {
 	for (; i < n; i++) {
-		uint32_t a = abs_bits(x[i]);
-		*bad |= a + 0x800000u;
+		float x = r ? (r[i] = r[i] + v[i]) : v[i];
+		uint32_t a = abs_bits(x);
+		*top = a > *top ? a : *top;
 		idx[c] = (uint32_t)i;
+		val[c] = x;
 		c += a >= lo;
 	}
 	return c;
+}
+
+/* The candidates kept by the select, moved to the front of idx and val in order: the keys
+ * above t and the first eq equal to it (without a branch on which go: they are unpredictable);
+ * from c (of nc), sent of them kept before. Returns how many are kept. */
+QUANT_INLINE size_t topk_take_in(uint32_t *restrict idx, float *restrict val, size_t c,
+				 size_t nc, uint32_t t, size_t *eq, size_t sent)
+{
+	for (; c < nc; c++) {
+		uint32_t a = abs_bits(val[c]), is_eq = a == t, take = (a > t) | (is_eq & (*eq > 0));
+		idx[sent] = idx[c];
+		val[sent] = val[c];
+		sent += take;
+		*eq -= is_eq & take;
+	}
+	return sent;
 }
 
 #ifdef QUANT_X86
@@ -656,95 +678,153 @@ static void topk_pick_init(void)
 				topk_pick[m] |= (uint64_t)b << 8 * c++;
 }
 
-/* 8 lanes at a time: the lanes that pass, moved to the front by a permute, stored whole (the
- * ones past them are overwritten later: c + 8 <= i + 8 <= n) */
-QUANT_NOINLINE __attribute__((target("avx2,popcnt"))) static size_t
-topk_gather_avx2(uint32_t *restrict idx, const float *restrict x, size_t n, uint32_t lo,
-		 uint32_t *bad)
+/* The permutation that moves the lanes set in the mask m to the front, in order. */
+QUANT_INLINE __attribute__((target("avx2"))) __m256i topk_lanes(unsigned m)
 {
-	const __m256i absmask = _mm256_set1_epi32(0x7fffffff), below = _mm256_set1_epi32((int)lo - 1),
-		      finite = _mm256_set1_epi32(0x7f7fffff);
-	__m256i at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), nonfinite = _mm256_setzero_si256();
+	return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)topk_pick[m]));
+}
+
+/* topk_gather_in 8 lanes at a time, r not NULL when add: the lanes that pass, moved to the front
+ * by a permute, stored whole (the ones past them are overwritten later: c + 8 <= i + 8 <= n) */
+QUANT_INLINE __attribute__((target("avx2,popcnt"))) size_t
+topk_gather_avx2_in(uint32_t *restrict idx, float *restrict val, const float *restrict v,
+		    float *restrict r, size_t n, uint32_t lo, uint32_t *top, int add)
+{
+	const __m256i absmask = _mm256_set1_epi32(0x7fffffff), below = _mm256_set1_epi32((int)lo - 1);
+	__m256i at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), most = _mm256_set1_epi32((int)*top);
+	uint32_t lanes[8];
 	size_t c = 0, i = 0;
-	pthread_once(&topk_once, topk_pick_init);
 	for (; i + 8 <= n; i += 8) {
-		__m256i a = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(x + i)),
-					     absmask);
-		unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, below)));
-		__m256i pick = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)topk_pick[m]));
-		nonfinite = _mm256_or_si256(nonfinite, _mm256_cmpgt_epi32(a, finite));
+		__m256 x = _mm256_loadu_ps(v + i);
+		__m256i a, pick;
+		unsigned m;
+		if (add) {
+			x = _mm256_add_ps(_mm256_loadu_ps(r + i), x);
+			_mm256_storeu_ps(r + i, x);
+		}
+		a = _mm256_and_si256(_mm256_castps_si256(x), absmask);
+		m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, below)));
+		pick = topk_lanes(m);
+		most = _mm256_max_epu32(most, a);
 		_mm256_storeu_si256((__m256i *)(void *)(idx + c), _mm256_permutevar8x32_epi32(at, pick));
+		_mm256_storeu_ps(val + c, _mm256_permutevar8x32_ps(x, pick));
 		c += (size_t)__builtin_popcount(m);
 		at = _mm256_add_epi32(at, _mm256_set1_epi32(8));
 	}
-	*bad |= _mm256_testz_si256(nonfinite, nonfinite) ? 0 : 0x80000000u;
-	return topk_gather_in(idx, x, i, n, lo, c, bad);
+	_mm256_storeu_si256((__m256i *)(void *)lanes, most);
+	for (int j = 0; j < 8; j++)
+		*top = lanes[j] > *top ? lanes[j] : *top;
+	return topk_gather_in(idx, val, v, add ? r : NULL, i, n, lo, c, top);
+}
+
+QUANT_NOINLINE __attribute__((target("avx2,popcnt"))) static size_t
+topk_gather_avx2(uint32_t *restrict idx, float *restrict val, const float *restrict v,
+		 float *restrict r, size_t n, uint32_t lo, uint32_t *top)
+{
+	return r ? topk_gather_avx2_in(idx, val, v, r, n, lo, top, 1)
+		 : topk_gather_avx2_in(idx, val, v, NULL, n, lo, top, 0);
+}
+
+/* topk_take_in 8 lanes at a time; a block that holds a key equal to t (one or a few in all,
+ * but for masses of ties) says lane by lane which of those go */
+QUANT_NOINLINE __attribute__((target("avx2,popcnt"))) static size_t
+topk_take_avx2(uint32_t *restrict idx, float *restrict val, size_t nc, uint32_t t, size_t eq)
+{
+	const __m256i absmask = _mm256_set1_epi32(0x7fffffff), tv = _mm256_set1_epi32((int)t);
+	size_t c = 0, sent = 0;
+	for (; c + 8 <= nc; c += 8) {
+		__m256 x = _mm256_loadu_ps(val + c);
+		__m256i a = _mm256_and_si256(_mm256_castps_si256(x), absmask), pick;
+		unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, tv))),
+			 e = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a, tv)));
+		for (unsigned j = 0; e && eq; j++, e >>= 1)
+			if (e & 1) {
+				m |= 1u << j;
+				eq--;
+			}
+		pick = topk_lanes(m);
+		_mm256_storeu_si256((__m256i *)(void *)(idx + sent),
+				    _mm256_permutevar8x32_epi32(
+					    _mm256_loadu_si256((const __m256i *)(const void *)(idx + c)),
+					    pick));
+		_mm256_storeu_ps(val + sent, _mm256_permutevar8x32_ps(x, pick));
+		sent += (size_t)__builtin_popcount(m);
+	}
+	return topk_take_in(idx, val, c, nc, t, &eq, sent);
 }
 #endif
 
-static size_t topk_gather(uint32_t *idx, const float *x, size_t n, uint32_t lo, uint32_t *bad)
+static size_t topk_gather(uint32_t *idx, float *val, const float *v, float *r, size_t n,
+			  uint32_t lo, uint32_t *top)
+{
+	*top = 0;
+#ifdef QUANT_X86
+	if (quant_avx2()) {
+		pthread_once(&topk_once, topk_pick_init);
+		return topk_gather_avx2(idx, val, v, r, n, lo, top);
+	}
+#endif
+	return topk_gather_in(idx, val, v, r, 0, n, lo, 0, top);
+}
+
+static size_t topk_take(uint32_t *idx, float *val, size_t nc, uint32_t t, size_t eq)
 {
 #ifdef QUANT_X86
 	if (quant_avx2())
-		return topk_gather_avx2(idx, x, n, lo, bad);
+		return topk_take_avx2(idx, val, nc, t, eq);
 #endif
-	return topk_gather_in(idx, x, 0, n, lo, 0, bad);
+	return topk_take_in(idx, val, 0, nc, t, &eq, 0);
 }
 
-/* The threshold key T (the k-th largest |x| bits, 1 <= k <= n) and how many of the n keys
- * exceed it; idx[0..*nc) the indices of the candidates (every key above T among them), in
- * index order; keys: scratch of n. -1: an x is not finite. */
-static int topk_threshold(const float *x, size_t n, size_t k, uint32_t *idx, uint32_t *keys,
-			  size_t *nc, uint32_t *t, size_t *gt)
+/* The k sent (1 <= k <= n) of x = v (+ resid, to which v is added) in index order: their
+ * indices to idx[0..k) and their x to val[0..k). val: n floats, keys: n uint32s of scratch.
+ * A strided sample of at most TOPK_SAMPLE elements says a key lo that a few more than k
+ * elements reach; one pass adds, checks and gathers the candidates, those that reach lo (all of
+ * them if fewer than k do); the select finds the k-th largest key among them, and the candidates
+ * above it and the first of those equal to it go. -1: an x is not finite. */
+static int topk_select(uint32_t *idx, float *val, uint32_t *keys, const float *v, float *resid,
+		       size_t n, size_t k)
 {
-	size_t stride = n / TOPK_SAMPLE ? n / TOPK_SAMPLE : 1, s = 0, c, unused;
+	size_t stride = n / TOPK_SAMPLE ? n / TOPK_SAMPLE : 1, s = 0, c, gt;
 	double want = (double)k / (double)stride;
-	uint32_t lo = 0, bad = 0;
+	uint32_t lo = 0, least = UINT32_MAX, top = 0, t;
 	/* the sample's kk-th largest key: about kk·stride elements reach it; the margin, 4 standard
 	 * deviations of the count and 16 more, makes it rare that fewer than k do */
 	size_t kk = (size_t)(want + 4 * sqrt(want)) + 16;
-	for (size_t i = stride / 2; i < n; i += stride)
-		keys[s++] = abs_bits(x[i]);
+	for (size_t i = stride / 2; i < n; i += stride) {
+		uint32_t a = abs_bits(val[s++] = resid ? resid[i] + v[i] : v[i]);
+		least = a < least ? a : least;
+		top = a > top ? a : top;
+	}
 	if (kk < s)
-		lo = topk_kth(keys, s, kk, &unused);
-	c = topk_gather(idx, x, n, lo, &bad);
-	if (bad >> 31)
+		lo = topk_kth(val, keys, s, kk, least, top - least, &gt);
+	c = topk_gather(idx, val, v, resid, n, lo, &top);
+	if (top >= 0x7f800000u)
 		return -1;
-	if (c < k)
-		c = topk_gather(idx, x, n, 0, &bad);
-	for (size_t j = 0; j < c; j++)
-		keys[j] = abs_bits(x[idx[j]]);
-	*t = topk_kth(keys, c, k, gt);
-	*nc = c;
+	if (c < k) {
+		lo = 0;
+		c = topk_gather(idx, val, resid ? resid : v, NULL, n, 0, &top);
+	}
+	t = topk_kth(val, keys, c, k, lo, top - lo, &gt);
+	topk_take(idx, val, c, t, k - gt);
 	return 0;
 }
 
-/* The k sent, from the candidates idx[0..nc): the keys above t and the first eq equal to it,
- * moved to the front of idx without a branch on which go (they are unpredictable); their halves
- * into vals (k) by the fp16 kernel, through back (n floats, zeroed then given the values sent
- * at their places) and dec (k floats of scratch); their gaps after the halves. Returns the gaps'
- * bytes. */
-static size_t topk_emit(unsigned char *restrict vals, float *restrict back, const float *x,
-			float *resid, uint32_t *restrict idx, float *restrict dec, size_t nc,
-			size_t k, uint32_t t, size_t eq, size_t n)
+/* The k sent, idx[0..k) and their x at back[0..k): their halves into vals (k) by the fp16
+ * kernel, through dec (k floats of scratch); resid at their places what the halves miss; back
+ * (n floats) zeroed then given the values sent at their places; their gaps after the halves.
+ * Returns the gaps' bytes. */
+static size_t topk_emit(unsigned char *restrict vals, float *restrict back, float *restrict resid,
+			const uint32_t *restrict idx, float *restrict dec, size_t k, size_t n)
 {
 	unsigned char *gaps = vals + 2 * k, *g = gaps;
-	size_t sent = 0, next = 0;
-	for (size_t c = 0; c < nc; c++) {
-		uint32_t i = idx[c], a = abs_bits(x[i]);
-		uint32_t is_eq = a == t, take = (a > t) | (is_eq & (eq > 0));
-		idx[sent] = i;
-		sent += take;
-		eq -= is_eq & take;
-	}
-	for (size_t j = 0; j < k; j++)
-		back[j] = x[idx[j]];
+	size_t next = 0;
 	quant_fp16_encode(vals, dec, back, NULL, k); /* finite: the gather checked */
 	memset(back, 0, n * sizeof *back);
 	for (size_t j = 0; j < k; j++) {
 		size_t gap = idx[j] - next;
 		back[idx[j]] = dec[j];
-		if (resid)
+		if (resid) /* which holds their x */
 			resid[idx[j]] -= dec[j];
 		for (; gap > 0x7f; gap >>= 7)
 			*g++ = (unsigned char)(gap | 0x80);
@@ -757,27 +837,17 @@ static size_t topk_emit(unsigned char *restrict vals, float *restrict back, cons
 int quant_topk_encode(unsigned char *out, size_t *nbytes, float *back, const float *v,
 		      float *resid, size_t n, size_t k, uint32_t *idx, char *err)
 {
-	const float *x = v;
-	uint32_t t = 0, k32 = (uint32_t)k;
-	size_t nc = 0, gt = 0;
-	if (k > n || k > UINT32_MAX)
+	uint32_t k32 = (uint32_t)k;
+	if (k > n || (!k && n) || k > UINT32_MAX)
 		return gem_errf(err, GEM_EUSAGE, "topk: %zu of %zu elements", k, n);
-	if (resid) {
-		if (topk_add(resid, v, n))
-			return gem_errf(err, GEM_EUSAGE, "topk of a vector that is not finite");
-		x = resid;
-	}
 	memcpy(out, &k32, sizeof k32);
 	*nbytes = 4;
-	if (!k) {
-		memset(back, 0, n * sizeof *back);
+	if (!k)
 		return 0;
-	}
-	if (topk_threshold(x, n, k, idx, idx + n, &nc, &t, &gt) < 0)
+	if (topk_select(idx, back, idx + n, v, resid, n, k) < 0)
 		return gem_errf(err, GEM_EUSAGE, "topk of a vector that is not finite");
-	/* the keys' scratch is free again: dec */
-	*nbytes += 2 * k + topk_emit(out + 4, back, x, resid, idx, (float *)(void *)(idx + n), nc, k,
-				     t, k - gt, n);
+	/* the keys' scratch is free again: dec; back: the values sent */
+	*nbytes += 2 * k + topk_emit(out + 4, back, resid, idx, (float *)(void *)(idx + n), k, n);
 	return 0;
 }
 

@@ -42,7 +42,7 @@ size_t quant_topk_k(size_t n, double f);
 size_t quant_topk_bound(size_t k);
 /* The k largest |x| of x = v (+ resid) into out (*nbytes), ties to the lower index; back gets
  * the values sent at their places and 0 elsewhere. idx: scratch of 2n uint32s. GEM_EUSAGE if an
- * x is not finite. */
+ * x is not finite, or k is above n or 0 for n above 0 (quant_topk_k's k never is). */
 int quant_topk_encode(unsigned char *out, size_t *nbytes, float *back, const float *v,
 		      float *resid, size_t n, size_t k, uint32_t *idx, char *err);
 /* nbytes at in into n floats: GEM_EFAIL (err says which field) if k > n, the sizes do not add
