@@ -3,16 +3,20 @@
  * first reply is θ whole in fp16, the rest deltas in the codec, and the two copies are equal bit
  * for bit after each, with the same CRC-32; the copy's distance to θ stays near the codec's
  * one-reply error (the feedback keeps it from growing). A restart sends θ whole again, so does a
- * θ beyond DELTA_BOUND; a delta before any θ is refused; raw and fp16 keep no copy. */
+ * θ beyond DELTA_BOUND; a delta before any θ is refused; raw and fp16 keep no copy. The sender's
+ * fused passes (blob_encode_diff, chunk by chunk) give what the passes one after the other gave:
+ * the bytes of C(θ − x̂), x̂ + the values sent bit for bit (−0 too), and their CRC-32s. */
 #include "base/err.h"
 #include "base/rng.h"
 #include "wire/delta.h"
 #include "wire/msg.h"
+#include "wire/quant.h"
 #include "tap.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 enum { N = 3000, REPLIES = 200 };
 
@@ -86,6 +90,47 @@ static void one_codec(const char *codec, struct rng *g)
 	blob_codec_free(&cr);
 }
 
+/* blob_encode_diff of a and b (NB floats: two chunks and a part) against blob_encode of a − b,
+ * then b + the values sent, at each SIMD level; with an |a| of 2^126 in the last chunk, 1. */
+static void fused(const char *codec, struct rng *g)
+{
+	enum { NB = 10000 };
+	static float a[NB], b[NB], x[NB], want[NB];
+	static unsigned char bytes[4 * NB];
+	char err[GEM_ERRMAX] = "";
+	struct blob_codec c;
+	blob_codec_init(&c);
+	for (int level = quant_simd(-1), simd = level; level >= 0; level--) {
+		struct blob_meta m, md;
+		const void *out;
+		uint32_t b_crc = 0;
+		int good;
+		quant_simd(level);
+		for (int i = 0; i < NB; i++) {
+			b[i] = i % 97 ? (float)rng_normal(g) * 0.1f : -0.0f;
+			a[i] = i % 89 ? b[i] + (float)rng_normal(g) * 0.01f : -1e-30f;
+			x[i] = a[i] - b[i];
+		}
+		good = blob_encode(&c, x, NB, codec, -1, &out, &m, err) == 0;
+		memcpy(bytes, out, m.nbytes);
+		for (int i = 0; i < NB; i++)
+			want[i] = b[i] + blob_encoded_values(&c, x)[i];
+		good = good &&
+		       blob_encode_diff(&c, a, b, NB, codec, DELTA_BOUND, &out, &md, &b_crc, err) == 0 &&
+		       md.nbytes == m.nbytes && !memcmp(out, bytes, m.nbytes) && md.crc32 == m.crc32 &&
+		       !strcmp(md.codec, m.codec) && md.count == NB && !memcmp(b, want, sizeof b) &&
+		       b_crc == (uint32_t)crc32(0, (const unsigned char *)want, sizeof want);
+		ok(good, "%s, simd %d: the fused passes give C(a − b)'s bytes, b + its values and "
+		   "their CRC-32s %s", codec, level, err);
+		a[9000] = 0x1p126f;
+		ok(blob_encode_diff(&c, a, b, NB, codec, DELTA_BOUND, &out, &md, &b_crc, err) == 1,
+		   "%s, simd %d: an |a| of 2^126 in the last chunk: 1 (θ goes whole)", codec, level);
+		if (!level)
+			quant_simd(simd);
+	}
+	blob_codec_free(&c);
+}
+
 int main(void)
 {
 	static float got[N], v[N];
@@ -101,6 +146,18 @@ int main(void)
 	one_codec("int4", &g);
 	one_codec("topk:0.01", &g);
 	one_codec("topk:0.1", &g);
+	fused("int8", &g);
+	fused("int4", &g);
+	fused("topk:0.01", &g);
+	fused("topk:0.1", &g);
+	{
+		struct blob_codec c;
+		blob_codec_init(&c);
+		ok(blob_encode_diff(&c, got, v, N, "fp16", DELTA_BOUND, NULL, NULL, NULL, err) ==
+			   GEM_EUSAGE,
+		   "fp16 takes no differences: %s", err);
+		blob_codec_free(&c);
+	}
 
 	ok(delta_open(&d, "int8", N, err) == 0 &&
 		   delta_take(&d, 1, got, v, err) == GEM_EFAIL && strstr(err, "before"),

@@ -285,6 +285,127 @@ int blob_encode_feedback(struct blob_codec *c, const float *v, float *resid, siz
 			  meta, err);
 }
 
+/* blob_encode_diff goes DIFF_CHUNK floats a step (a multiple of QUANT_BLOCK, so that int8 and
+ * int4 encode each chunk into the bytes they give the whole): what a chunk decodes to and its
+ * part of b are still in cache when the CRCs read them. The plain loops go DIFF_LANES elements a
+ * step, a fixed count that the compiler turns into vector instructions at -O2, then the rest one
+ * by one. */
+#define DIFF_CHUNK 4096
+#define DIFF_LANES 8
+
+/* |x| >= bound (given as the bits of a power of two), or x not finite, on the bits of x */
+static uint32_t diff_big(const float *x, uint32_t bound)
+{
+	uint32_t u;
+	memcpy(&u, x, sizeof u);
+	return (u & 0x7fffffffu) >= bound;
+}
+
+/* 1 if every |a| and |b| of n is below bound (a NaN is not) */
+static int diff_fits(const float *restrict a, const float *restrict b, size_t n, uint32_t bound)
+{
+	uint32_t big = 0;
+	size_t i = 0;
+	for (; i + DIFF_LANES <= n; i += DIFF_LANES)
+		for (int j = 0; j < DIFF_LANES; j++)
+			big |= diff_big(a + i + j, bound) | diff_big(b + i + j, bound);
+	for (; i < n; i++)
+		big |= diff_big(a + i, bound) | diff_big(b + i, bound);
+	return !big;
+}
+
+/* a[i] += b[i] for i < n */
+static void diff_add(float *restrict a, const float *restrict b, size_t n)
+{
+	size_t i = 0;
+	for (; i + DIFF_LANES <= n; i += DIFF_LANES)
+		for (int j = 0; j < DIFF_LANES; j++)
+			a[i + j] += b[i + j];
+	for (; i < n; i++)
+		a[i] += b[i];
+}
+
+/* The chunks of blob_encode_diff: int8 or int4 (bits) encodes each and adds it to b in its
+ * pass, topk (bits 0) has encoded the whole into c->out and c->tmp2 before and b takes it here;
+ * the CRCs go on. 1: an |a| or |b| is bound or more (int8, int4: checked here). */
+static int diff_chunks(struct blob_codec *c, int bits, const float *a, float *b, size_t count,
+		       float bound, uint32_t *crc, uint32_t *b_crc, char *err)
+{
+	float *back = (float *)(void *)c->tmp2;
+	for (size_t o = 0; o < count; o += DIFF_CHUNK) {
+		size_t m = count - o < DIFF_CHUNK ? count - o : DIFF_CHUNK;
+		if (bits) {
+			int rc = quant_int_encode_diff(c->out + quant_int_size(o, bits), back + o,
+						       a + o, b + o, m, bits, bound, err);
+			if (rc != 0)
+				return rc;
+		} else {
+			diff_add(b + o, back + o, m);
+		}
+		*crc = crc32_update(*crc, back + o, m * sizeof *back);
+		*b_crc = crc32_update(*b_crc, b + o, m * sizeof *b);
+	}
+	return 0;
+}
+
+int blob_encode_diff(struct blob_codec *c, const float *a, float *b, size_t count,
+		     const char *codec, float bound, const void **out, struct blob_meta *meta,
+		     uint32_t *b_crc, char *err)
+{
+	double frac;
+	int id = codec_id(codec, &frac), bits = id == C_INT8 ? 8 : id == C_INT4 ? 4 : 0, rc;
+	uint32_t bb;
+	size_t k = quant_topk_k(count, frac), nbytes;
+	memcpy(&bb, &bound, sizeof bb);
+	if (!meta || !out || !b_crc)
+		return gem_errf(err, GEM_EUSAGE, "blob: no place for the encoded difference");
+	if (!(bits || (id == C_TOPK && frac > 0)))
+		return gem_errf(err, GEM_EUSAGE, "blob: a difference goes in int8, int4 or topk:F, "
+				"not %.64s", codec ? codec : "(none)");
+	if (count > BLOB_MAX_COUNT)
+		return gem_errf(err, GEM_EUSAGE, "blob: %zu elements is more than %zu", count,
+				BLOB_MAX_COUNT);
+	nbytes = bits ? quant_int_size(count, bits) : quant_topk_bound(k);
+	if (reserve(&c->out, &c->out_cap, nbytes) < 0 ||
+	    reserve(&c->tmp2, &c->tmp2_cap, count * 4) < 0 ||
+	    (!bits && reserve(&c->tmp, &c->tmp_cap, count * 8) < 0))
+		return gem_errf(err, GEM_ENOMEM, "blob: out of memory (%zu bytes)", nbytes + count * 12);
+	memset(meta, 0, sizeof *meta);
+	c->lossy_ready = 0;
+	if (!bits) {
+		if (!diff_fits(a, b, count, bb))
+			return 1;
+		rc = quant_topk_encode_diff(c->out, &nbytes, (float *)(void *)c->tmp2, a, b, count,
+					    k, (uint32_t *)(void *)c->tmp, err);
+		if (rc < 0)
+			return gem_errprefix(err, "blob: "), rc;
+	}
+	*b_crc = 0;
+	if ((rc = diff_chunks(c, bits, a, b, count, bound, &meta->crc32, b_crc, err)) != 0)
+		return rc < 0 ? (gem_errprefix(err, "blob: "), rc) : rc;
+	snprintf(meta->codec, sizeof meta->codec, "%s", codecs[id].name);
+	meta->count = count;
+	meta->nbytes = nbytes;
+	*out = c->out;
+	c->lossy_ready = 1;
+	return 0;
+}
+
+uint32_t blob_take_diff(float *b, const float *got, float *v, size_t count, int add)
+{
+	uint32_t crc = 0;
+	for (size_t o = 0; o < count; o += DIFF_CHUNK) {
+		size_t m = count - o < DIFF_CHUNK ? count - o : DIFF_CHUNK;
+		if (add)
+			diff_add(b + o, got + o, m);
+		else
+			memcpy(b + o, got + o, m * sizeof *b);
+		memcpy(v + o, b + o, m * sizeof *v);
+		crc = crc32_update(crc, b + o, m * sizeof *b);
+	}
+	return crc;
+}
+
 /* Inflate exactly in[0..inlen) into exactly out[0..outlen): a stream that ends early, runs
  * long, or leaves input over is as wrong as one with a bad checksum. */
 static int inflate_exact(struct blob_codec *c, const unsigned char *in, size_t inlen,

@@ -104,6 +104,17 @@ const float *blob_encoded_values(const struct blob_codec *c, const float *v);
 int blob_encode_feedback(struct blob_codec *c, const float *v, float *resid, size_t count,
 			 const char *codec, int level, const void **out, struct blob_meta *meta,
 			 char *err);
+/* blob_encode of the difference x = a − b (count floats each) in int8, int4 or topk:F, and the
+ * sender's side of a copy b that the receiver keeps too: b += the values x decodes to (as
+ * blob_decode gives them), *b_crc = the CRC-32 of b after, all in the encoder's passes; a is not
+ * written, x not stored whole. 1 (nothing encoded; b changed in part) if an |a| or |b| is bound
+ * (a power of two) or more, or is not finite; GEM_EUSAGE for another codec. */
+int blob_encode_diff(struct blob_codec *c, const float *a, float *b, size_t count,
+		     const char *codec, float bound, const void **out, struct blob_meta *meta,
+		     uint32_t *b_crc, char *err);
+/* The receiver's side of blob_encode_diff: b += got (add) or b = got (θ whole), then v = b (v may
+ * be got), chunk by chunk in one pass; returns the CRC-32 of b after. */
+uint32_t blob_take_diff(float *b, const float *got, float *v, size_t count, int add);
 /* Decode the meta->nbytes bytes at in into v[0..count). Checks the codec, that meta->count is
  * count, the encoded and decoded sizes and the CRC; on any failure v is left untouched. */
 int blob_decode(struct blob_codec *c, const void *in, const struct blob_meta *meta, float *v,

@@ -5,7 +5,9 @@
  * error feedback by construction, and nothing drifts however lossy the codec. The first reply,
  * and the first after delta_restart, is θ whole in fp16 (blob_codec_for_theta), and both copies
  * start over from it. gem-serve keeps one per such worker, gem-work one per server, gem-sim's
- * virtual workers one per slice: the same functions on both sides. */
+ * virtual workers one per slice: the same functions on both sides. Each side goes over θ, the
+ * copy and the message in one pass (blob_encode_diff, blob_take_diff), the copy's CRC-32 taken
+ * in it. */
 #ifndef GEM_DELTA_H
 #define GEM_DELTA_H
 #include <stddef.h>
@@ -24,6 +26,8 @@ struct delta {
 	size_t n;
 	char codec[BLOB_CODEC_MAX]; /* the peer's commits' (a sender's name, "topk:0.01") */
 	int whole;   /* the next reply is θ whole */
+	uint32_t crc; /* the CRC-32 of the copy, when crc_known (after a delta sent or taken) */
+	int crc_known;
 };
 
 /* 1 if replies to a peer committing in codec go as deltas (int8, int4, topk:F). */
@@ -34,9 +38,9 @@ int delta_open(struct delta *d, const char *codec, size_t n, char *err);
 void delta_close(struct delta *d);
 /* The next reply is θ whole (a join, a resent commit whose first reply may be lost). */
 void delta_restart(struct delta *d);
-/* Sender: the blob of the reply θ (n floats, overwritten: the caller's scratch) in c, with
- * *name its blob name (MSG_PARAMS or DELTA_BLOB); x̂ updated. Without a copy, θ whole in
- * blob_codec_for_theta. *out and meta as blob_encode's. */
+/* Sender: the blob of the reply θ (n floats, not written) in c, with *name its blob name
+ * (MSG_PARAMS or DELTA_BLOB); x̂ updated (a delta: in the encoder's passes, blob_encode_diff).
+ * Without a copy, θ whole in blob_codec_for_theta. *out and meta as blob_encode's. */
 int delta_encode(struct delta *d, struct blob_codec *c, float *theta, const void **out,
 		 struct blob_meta *meta, const char **name, char *err);
 /* Receiver: the decoded blob got (n floats) of a reply, a delta (is_delta) or θ, into the copy,

@@ -279,27 +279,41 @@ static int int_scale(uint32_t mbits, float L, float *s, float *inv)
 	return !(L * *s <= FLT_MAX);
 }
 
-/* A block's encoder: x = v (+ resid) into out (scale, then values) and back; resid ← x − back.
- * 1: an x is not finite; 2: the block is beyond the codec's range. */
+/* What an encoder encodes: x = v, v + r (error feedback: r ← x − the values sent) or v − r (a
+ * difference from the receiver's copy r: r ← r + the values sent; x never stored whole). */
+enum quant_of { OF_V, OF_ADD, OF_SUB };
+
+/* A block's encoder: x (of v and r) into out (scale, then values) and back, r updated. 1: an x
+ * is not finite; 2: the block is beyond the codec's range; 3 (OF_SUB, checked first): a |v| or
+ * |r| has the bits big or more. */
 typedef int int_encode_fn(unsigned char *restrict out, float *restrict back,
-			  const float *restrict v, float *restrict resid, int bits);
+			  const float *restrict v, float *restrict r, int bits, enum quant_of of,
+			  uint32_t big);
 /* A block's decoder (its scale s checked): 1 if a value is −L−1. */
 typedef int int_decode_fn(float *restrict v, const unsigned char *restrict in, float s,
 			  int bits);
 
 static int int_encode_block_c(unsigned char *restrict out, float *restrict back,
-			      const float *restrict v, float *restrict resid, int bits)
+			      const float *restrict v, float *restrict r, int bits, enum quant_of of,
+			      uint32_t big)
 {
 	const float L = bits == 8 ? 127.0f : 7.0f;
-	uint32_t mbits = 0, nonfinite = 0;
+	uint32_t mbits = 0, nonfinite = 0, most = 0;
 	float s, inv;
 	for (int j = 0; j < QUANT_BLOCK; j++) {
-		float x = resid ? v[j] + resid[j] : v[j];
+		float x = of == OF_ADD ? v[j] + r[j] : of == OF_SUB ? v[j] - r[j] : v[j];
 		uint32_t a = abs_bits(x);
+		if (of == OF_SUB) {
+			uint32_t av = abs_bits(v[j]), ar = abs_bits(r[j]);
+			most = av > most ? av : most;
+			most = ar > most ? ar : most;
+		}
 		back[j] = x;
 		nonfinite |= a > 0x7f7fffffu;
 		mbits = a > mbits ? a : mbits;
 	}
+	if (of == OF_SUB && most >= big)
+		return 3;
 	if (nonfinite)
 		return 1;
 	if (int_scale(mbits, L, &s, &inv))
@@ -315,8 +329,10 @@ static int int_encode_block_c(unsigned char *restrict out, float *restrict back,
 		y = (y + ROUND) - ROUND;
 		q = (int)y;
 		back[j] = y * s;
-		if (resid)
-			resid[j] = x - back[j];
+		if (of == OF_ADD)
+			r[j] = x - back[j];
+		else if (of == OF_SUB)
+			r[j] = r[j] + back[j];
 		if (bits == 8)
 			out[j] = (unsigned char)(q & 0xff);
 		else
@@ -340,25 +356,36 @@ static int int_decode_block_c(float *restrict v, const unsigned char *restrict i
 
 #ifdef QUANT_X86
 QUANT_AVX2 static int int_encode_block_avx2(unsigned char *restrict out, float *restrict back,
-					    const float *restrict v, float *restrict resid,
-					    int bits)
+					    const float *restrict v, float *restrict r, int bits,
+					    enum quant_of of, uint32_t big)
 {
 	const float L = bits == 8 ? 127.0f : 7.0f;
-	const __m256i absmask = _mm256_set1_epi32(0x7fffffff), finite = _mm256_set1_epi32(0x7f7fffff);
-	__m256i mx = _mm256_setzero_si256(), nonfinite = _mm256_setzero_si256();
+	const __m256i absmask = _mm256_set1_epi32(0x7fffffff), finite = _mm256_set1_epi32(0x7f7fffff),
+		      bigger = _mm256_set1_epi32((int)(big - 1));
+	__m256i mx = _mm256_setzero_si256(), nonfinite = _mm256_setzero_si256(),
+		large = _mm256_setzero_si256();
 	__m256 vinv, vs, hi = _mm256_set1_ps(L), lo = _mm256_set1_ps(-L);
 	__m128i m4;
 	float s, inv;
 	for (int j = 0; j < QUANT_BLOCK; j += 8) {
 		__m256 x = _mm256_loadu_ps(v + j);
 		__m256i a;
-		if (resid)
-			x = _mm256_add_ps(x, _mm256_loadu_ps(resid + j));
+		if (of == OF_ADD) {
+			x = _mm256_add_ps(x, _mm256_loadu_ps(r + j));
+		} else if (of == OF_SUB) {
+			__m256 y = _mm256_loadu_ps(r + j);
+			__m256i m = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(x), absmask),
+						     _mm256_and_si256(_mm256_castps_si256(y), absmask));
+			large = _mm256_or_si256(large, _mm256_cmpgt_epi32(m, bigger));
+			x = _mm256_sub_ps(x, y);
+		}
 		_mm256_storeu_ps(back + j, x);
 		a = _mm256_and_si256(_mm256_castps_si256(x), absmask);
 		nonfinite = _mm256_or_si256(nonfinite, _mm256_cmpgt_epi32(a, finite));
 		mx = _mm256_max_epi32(mx, a);
 	}
+	if (of == OF_SUB && !_mm256_testz_si256(large, large))
+		return 3;
 	if (!_mm256_testz_si256(nonfinite, nonfinite))
 		return 1;
 	m4 = _mm_max_epi32(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
@@ -376,8 +403,11 @@ QUANT_AVX2 static int int_encode_block_avx2(unsigned char *restrict out, float *
 			__m256 x = _mm256_loadu_ps(back + j + 8 * h), b;
 			q[h] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(x, vinv), lo), hi));
 			b = _mm256_mul_ps(_mm256_cvtepi32_ps(q[h]), vs);
-			if (resid)
-				_mm256_storeu_ps(resid + j + 8 * h, _mm256_sub_ps(x, b));
+			if (of == OF_ADD)
+				_mm256_storeu_ps(r + j + 8 * h, _mm256_sub_ps(x, b));
+			else if (of == OF_SUB)
+				_mm256_storeu_ps(r + j + 8 * h,
+						 _mm256_add_ps(_mm256_loadu_ps(r + j + 8 * h), b));
 			_mm256_storeu_ps(back + j + 8 * h, b);
 		}
 		/* 32 bytes in order: the packs work within 128-bit lanes, the permute undoes it */
@@ -436,8 +466,8 @@ QUANT_AVX2 static int int_decode_block_avx2(float *restrict v, const unsigned ch
 #endif
 
 /* The whole blocks of n; the first failing block's index in *at. */
-static int int_encode_blocks(unsigned char *out, float *back, const float *v, float *resid,
-			     size_t nblocks, int bits, size_t *at)
+static int int_encode_blocks(unsigned char *out, float *back, const float *v, float *r,
+			     size_t nblocks, int bits, enum quant_of of, uint32_t big, size_t *at)
 {
 	size_t step = 4 + int_vbytes(QUANT_BLOCK, bits);
 	int_encode_fn *block = int_encode_block_c;
@@ -447,7 +477,7 @@ static int int_encode_blocks(unsigned char *out, float *back, const float *v, fl
 #endif
 	for (size_t b = 0; b < nblocks; b++) {
 		size_t o = b * QUANT_BLOCK;
-		int rc = block(out + b * step, back + o, v + o, resid ? resid + o : NULL, bits);
+		int rc = block(out + b * step, back + o, v + o, r ? r + o : NULL, bits, of, big);
 		if (rc) {
 			*at = b;
 			return rc;
@@ -486,11 +516,12 @@ static int int_decode_blocks(float *v, const unsigned char *in, size_t nblocks, 
 	return 0;
 }
 
-int quant_int_encode(unsigned char *out, float *back, const float *v, float *resid, size_t n,
-		     int bits, char *err)
+/* quant_int_encode of x (of v and r); 1 (OF_SUB): a |v| or |r| has the bits big or more. */
+static int int_encode(unsigned char *out, float *back, const float *v, float *r, size_t n,
+		      int bits, enum quant_of of, uint32_t big, char *err)
 {
 	size_t full = n / QUANT_BLOCK, tail = n % QUANT_BLOCK, at = 0;
-	int rc = int_encode_blocks(out, back, v, resid, full, bits, &at);
+	int rc = int_encode_blocks(out, back, v, r, full, bits, of, big, &at);
 	if (rc == 0 && tail) {
 		/* the last, short block padded with zeros, which change neither its largest |x|
 		 * nor, in int4, the unused nibble (0) */
@@ -498,15 +529,17 @@ int quant_int_encode(unsigned char *out, float *back, const float *v, float *res
 		unsigned char po[4 + QUANT_BLOCK];
 		size_t o = full * QUANT_BLOCK;
 		memcpy(pv, v + o, tail * sizeof *v);
-		if (resid)
-			memcpy(pr, resid + o, tail * sizeof *resid);
-		rc = int_encode_blocks(po, pb, pv, resid ? pr : NULL, 1, bits, &at);
+		if (r)
+			memcpy(pr, r + o, tail * sizeof *r);
+		rc = int_encode_blocks(po, pb, pv, r ? pr : NULL, 1, bits, of, big, &at);
 		at = full;
 		memcpy(out + quant_int_size(o, bits), po, 4 + int_vbytes(tail, bits));
 		memcpy(back + o, pb, tail * sizeof *back);
-		if (resid)
-			memcpy(resid + o, pr, tail * sizeof *resid);
+		if (r)
+			memcpy(r + o, pr, tail * sizeof *r);
 	}
+	if (rc == 3)
+		return 1;
 	if (rc == 1)
 		return gem_errf(err, GEM_EUSAGE, "int%d of a vector that is not finite (block %zu)",
 				bits, at);
@@ -514,6 +547,20 @@ int quant_int_encode(unsigned char *out, float *back, const float *v, float *res
 		return gem_errf(err, GEM_EUSAGE,
 				"int%d: block %zu's largest |x| is beyond the codec's range", bits, at);
 	return 0;
+}
+
+int quant_int_encode(unsigned char *out, float *back, const float *v, float *resid, size_t n,
+		     int bits, char *err)
+{
+	return int_encode(out, back, v, resid, n, bits, resid ? OF_ADD : OF_V, 0, err);
+}
+
+int quant_int_encode_diff(unsigned char *out, float *back, const float *a, float *b, size_t n,
+			  int bits, float bound, char *err)
+{
+	uint32_t big;
+	memcpy(&big, &bound, sizeof big);
+	return int_encode(out, back, a, b, n, bits, OF_SUB, big, err);
 }
 
 int quant_int_decode(float *v, const unsigned char *in, size_t nbytes, size_t n, int bits,
@@ -630,16 +677,21 @@ static uint32_t topk_kth(const float *x, uint32_t *a, size_t m, size_t k, uint32
 	}
 }
 
-/* The candidates of the select: x = v (+ r, stored back to r when r is not NULL) for i from
- * i on, those with |x| bits lo or more moved to the front: their indices to idx and their x to
- * val from c on, in order; how many there are then. *top: the largest key seen (an x is
- * infinite or NaN if it is 0x7f800000 or more). */
+QUANT_INLINE float topk_x(const float *restrict v, float *restrict r, size_t i, enum quant_of of)
+{
+	return of == OF_ADD ? (r[i] = r[i] + v[i]) : of == OF_SUB ? v[i] - r[i] : v[i];
+}
+
+/* The candidates of the select: x (of v and r) for i from i on, those with |x| bits lo or more
+ * moved to the front: their indices to idx and their x to val from c on, in order; how many
+ * there are then. *top: the largest key seen (an x is infinite or NaN if it is 0x7f800000 or
+ * more). */
 QUANT_INLINE size_t topk_gather_in(uint32_t *restrict idx, float *restrict val,
 				   const float *restrict v, float *restrict r, size_t i, size_t n,
-				   uint32_t lo, size_t c, uint32_t *top)
+				   uint32_t lo, size_t c, uint32_t *top, enum quant_of of)
 {
 	for (; i < n; i++) {
-		float x = r ? (r[i] = r[i] + v[i]) : v[i];
+		float x = topk_x(v, r, i, of);
 		uint32_t a = abs_bits(x);
 		*top = a > *top ? a : *top;
 		idx[c] = (uint32_t)i;
@@ -684,11 +736,11 @@ QUANT_INLINE __attribute__((target("avx2"))) __m256i topk_lanes(unsigned m)
 	return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)topk_pick[m]));
 }
 
-/* topk_gather_in 8 lanes at a time, r not NULL when add: the lanes that pass, moved to the front
- * by a permute, stored whole (the ones past them are overwritten later: c + 8 <= i + 8 <= n) */
+/* topk_gather_in 8 lanes at a time: the lanes that pass, moved to the front by a permute, stored
+ * whole (the ones past them are overwritten later: c + 8 <= i + 8 <= n) */
 QUANT_INLINE __attribute__((target("avx2,popcnt"))) size_t
 topk_gather_avx2_in(uint32_t *restrict idx, float *restrict val, const float *restrict v,
-		    float *restrict r, size_t n, uint32_t lo, uint32_t *top, int add)
+		    float *restrict r, size_t n, uint32_t lo, uint32_t *top, enum quant_of of)
 {
 	const __m256i absmask = _mm256_set1_epi32(0x7fffffff), below = _mm256_set1_epi32((int)lo - 1);
 	__m256i at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), most = _mm256_set1_epi32((int)*top);
@@ -698,9 +750,11 @@ topk_gather_avx2_in(uint32_t *restrict idx, float *restrict val, const float *re
 		__m256 x = _mm256_loadu_ps(v + i);
 		__m256i a, pick;
 		unsigned m;
-		if (add) {
+		if (of == OF_ADD) {
 			x = _mm256_add_ps(_mm256_loadu_ps(r + i), x);
 			_mm256_storeu_ps(r + i, x);
+		} else if (of == OF_SUB) {
+			x = _mm256_sub_ps(x, _mm256_loadu_ps(r + i));
 		}
 		a = _mm256_and_si256(_mm256_castps_si256(x), absmask);
 		m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, below)));
@@ -714,15 +768,16 @@ topk_gather_avx2_in(uint32_t *restrict idx, float *restrict val, const float *re
 	_mm256_storeu_si256((__m256i *)(void *)lanes, most);
 	for (int j = 0; j < 8; j++)
 		*top = lanes[j] > *top ? lanes[j] : *top;
-	return topk_gather_in(idx, val, v, add ? r : NULL, i, n, lo, c, top);
+	return topk_gather_in(idx, val, v, r, i, n, lo, c, top, of);
 }
 
 QUANT_NOINLINE __attribute__((target("avx2,popcnt"))) static size_t
 topk_gather_avx2(uint32_t *restrict idx, float *restrict val, const float *restrict v,
-		 float *restrict r, size_t n, uint32_t lo, uint32_t *top)
+		 float *restrict r, size_t n, uint32_t lo, uint32_t *top, enum quant_of of)
 {
-	return r ? topk_gather_avx2_in(idx, val, v, r, n, lo, top, 1)
-		 : topk_gather_avx2_in(idx, val, v, NULL, n, lo, top, 0);
+	return of == OF_ADD ? topk_gather_avx2_in(idx, val, v, r, n, lo, top, OF_ADD)
+	       : of == OF_SUB ? topk_gather_avx2_in(idx, val, v, r, n, lo, top, OF_SUB)
+				: topk_gather_avx2_in(idx, val, v, r, n, lo, top, OF_V);
 }
 
 /* topk_take_in 8 lanes at a time; a block that holds a key equal to t (one or a few in all,
@@ -755,16 +810,16 @@ topk_take_avx2(uint32_t *restrict idx, float *restrict val, size_t nc, uint32_t 
 #endif
 
 static size_t topk_gather(uint32_t *idx, float *val, const float *v, float *r, size_t n,
-			  uint32_t lo, uint32_t *top)
+			  uint32_t lo, uint32_t *top, enum quant_of of)
 {
 	*top = 0;
 #ifdef QUANT_X86
 	if (quant_avx2()) {
 		pthread_once(&topk_once, topk_pick_init);
-		return topk_gather_avx2(idx, val, v, r, n, lo, top);
+		return topk_gather_avx2(idx, val, v, r, n, lo, top, of);
 	}
 #endif
-	return topk_gather_in(idx, val, v, r, 0, n, lo, 0, top);
+	return topk_gather_in(idx, val, v, r, 0, n, lo, 0, top, of);
 }
 
 static size_t topk_take(uint32_t *idx, float *val, size_t nc, uint32_t t, size_t eq)
@@ -776,14 +831,14 @@ static size_t topk_take(uint32_t *idx, float *val, size_t nc, uint32_t t, size_t
 	return topk_take_in(idx, val, 0, nc, t, &eq, 0);
 }
 
-/* The k sent (1 <= k <= n) of x = v (+ resid, to which v is added) in index order: their
- * indices to idx[0..k) and their x to val[0..k). val: n floats, keys: n uint32s of scratch.
+/* The k sent (1 <= k <= n) of x (of v and r) in index order: their indices to idx[0..k) and
+ * their x to val[0..k). val: n floats, keys: n uint32s of scratch.
  * A strided sample of at most TOPK_SAMPLE elements says a key lo that a few more than k
  * elements reach; one pass adds, checks and gathers the candidates, those that reach lo (all of
  * them if fewer than k do); the select finds the k-th largest key among them, and the candidates
  * above it and the first of those equal to it go. -1: an x is not finite. */
-static int topk_select(uint32_t *idx, float *val, uint32_t *keys, const float *v, float *resid,
-		       size_t n, size_t k)
+static int topk_select(uint32_t *idx, float *val, uint32_t *keys, const float *v, float *r,
+		       size_t n, size_t k, enum quant_of of)
 {
 	size_t stride = n / TOPK_SAMPLE ? n / TOPK_SAMPLE : 1, s = 0, c, gt;
 	double want = (double)k / (double)stride;
@@ -792,18 +847,19 @@ static int topk_select(uint32_t *idx, float *val, uint32_t *keys, const float *v
 	 * deviations of the count and 16 more, makes it rare that fewer than k do */
 	size_t kk = (size_t)(want + 4 * sqrt(want)) + 16;
 	for (size_t i = stride / 2; i < n; i += stride) {
-		uint32_t a = abs_bits(val[s++] = resid ? resid[i] + v[i] : v[i]);
+		uint32_t a = abs_bits(val[s++] = of == OF_ADD ? r[i] + v[i] : topk_x(v, r, i, of));
 		least = a < least ? a : least;
 		top = a > top ? a : top;
 	}
 	if (kk < s)
 		lo = topk_kth(val, keys, s, kk, least, top - least, &gt);
-	c = topk_gather(idx, val, v, resid, n, lo, &top);
+	c = topk_gather(idx, val, v, r, n, lo, &top, of);
 	if (top >= 0x7f800000u)
 		return -1;
-	if (c < k) {
+	if (c < k) { /* x again: r holds it after OF_ADD */
 		lo = 0;
-		c = topk_gather(idx, val, resid ? resid : v, NULL, n, 0, &top);
+		c = of == OF_ADD ? topk_gather(idx, val, r, NULL, n, 0, &top, OF_V)
+				   : topk_gather(idx, val, v, r, n, 0, &top, of);
 	}
 	t = topk_kth(val, keys, c, k, lo, top - lo, &gt);
 	topk_take(idx, val, c, t, k - gt);
@@ -834,8 +890,8 @@ static size_t topk_emit(unsigned char *restrict vals, float *restrict back, floa
 	return (size_t)(g - gaps);
 }
 
-int quant_topk_encode(unsigned char *out, size_t *nbytes, float *back, const float *v,
-		      float *resid, size_t n, size_t k, uint32_t *idx, char *err)
+static int topk_encode(unsigned char *out, size_t *nbytes, float *back, const float *v, float *r,
+		       size_t n, size_t k, uint32_t *idx, enum quant_of of, char *err)
 {
 	uint32_t k32 = (uint32_t)k;
 	if (k > n || (!k && n) || k > UINT32_MAX)
@@ -844,11 +900,25 @@ int quant_topk_encode(unsigned char *out, size_t *nbytes, float *back, const flo
 	*nbytes = 4;
 	if (!k)
 		return 0;
-	if (topk_select(idx, back, idx + n, v, resid, n, k) < 0)
+	if (topk_select(idx, back, idx + n, v, r, n, k, of) < 0)
 		return gem_errf(err, GEM_EUSAGE, "topk of a vector that is not finite");
 	/* the keys' scratch is free again: dec; back: the values sent */
-	*nbytes += 2 * k + topk_emit(out + 4, back, resid, idx, (float *)(void *)(idx + n), k, n);
+	*nbytes += 2 * k + topk_emit(out + 4, back, of == OF_ADD ? r : NULL, idx,
+				     (float *)(void *)(idx + n), k, n);
 	return 0;
+}
+
+int quant_topk_encode(unsigned char *out, size_t *nbytes, float *back, const float *v,
+		      float *resid, size_t n, size_t k, uint32_t *idx, char *err)
+{
+	return topk_encode(out, nbytes, back, v, resid, n, k, idx, resid ? OF_ADD : OF_V, err);
+}
+
+int quant_topk_encode_diff(unsigned char *out, size_t *nbytes, float *back, const float *a,
+			   const float *b, size_t n, size_t k, uint32_t *idx, char *err)
+{
+	/* b is read, never written, under OF_SUB */
+	return topk_encode(out, nbytes, back, a, (float *)(uintptr_t)b, n, k, idx, OF_SUB, err);
 }
 
 int quant_topk_decode(float *v, const unsigned char *in, size_t nbytes, size_t n, char *err)

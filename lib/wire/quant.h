@@ -30,6 +30,11 @@ size_t quant_int_size(size_t n, int bits);
  * |x| is beyond the codec's range (127·scale or 7·scale must be finite). */
 int quant_int_encode(unsigned char *out, float *back, const float *v, float *resid, size_t n,
 		     int bits, char *err);
+/* quant_int_encode of x = a − b, never stored whole, and b += the values x decodes to (back),
+ * block by block in one pass: the sender's side of a copy b the receiver keeps. 1 (b changed in
+ * part) if an |a| or |b| is bound (a power of two) or more, or not finite. */
+int quant_int_encode_diff(unsigned char *out, float *back, const float *a, float *b, size_t n,
+			  int bits, float bound, char *err);
 /* nbytes at in into n floats: GEM_EFAIL (err names the block or element) if nbytes is not
  * quant_int_size, a scale is negative, not finite or too large, a value is -128 (int8) or -8
  * (int4), or an odd last block's unused nibble is not 0. */
@@ -45,6 +50,9 @@ size_t quant_topk_bound(size_t k);
  * x is not finite, or k is above n or 0 for n above 0 (quant_topk_k's k never is). */
 int quant_topk_encode(unsigned char *out, size_t *nbytes, float *back, const float *v,
 		      float *resid, size_t n, size_t k, uint32_t *idx, char *err);
+/* quant_topk_encode of x = a − b, computed in the select's passes, never stored. */
+int quant_topk_encode_diff(unsigned char *out, size_t *nbytes, float *back, const float *a,
+			   const float *b, size_t n, size_t k, uint32_t *idx, char *err);
 /* nbytes at in into n floats: GEM_EFAIL (err says which field) if k > n, the sizes do not add
  * up, a value is infinite or NaN, an index is not below n, or a gap is not minimally coded. */
 int quant_topk_decode(float *v, const unsigned char *in, size_t nbytes, size_t n, char *err);

@@ -3,10 +3,14 @@
  * codecs also encode with error feedback (blob_encode_feedback, as a worker sends), and run with
  * their portable kernels too (simd 0; 1: AVX2 where the CPU has it).
  * Output: TSV with a '#' header; GB/s count float32 gigabytes in (or out, decoding) per second
- * of the thread's CPU time, 1 GB = 10^9 bytes; feedback_GBps is "-" for a lossless codec. */
+ * of the thread's CPU time, 1 GB = 10^9 bytes; feedback_GBps is "-" for a lossless codec.
+ * A second table: a server's reply to a worker of int8, int4 or topk, as a delta from its copy
+ * (delta_encode on θ = the cnn vector, from a scratch copy of θ as gem-serve makes, the copy
+ * kept as the server keeps it), GB/s of θ. */
 #include "wire/blob.h"
 #include "base/err.h"
 #include "base/rng.h"
+#include "wire/delta.h"
 #include "wire/quant.h"
 
 #include <math.h>
@@ -40,6 +44,31 @@ static size_t kaiming(float *v, const int (*shape)[2], int nl, struct rng *r)
 }
 
 static char err[GEM_ERRMAX];
+static uint32_t reply_crc;
+
+/* The reply table: CPU seconds per delta_encode of theta (n floats) in codec, after the first
+ * (θ whole); -1 on an error. */
+static double per_reply(struct blob_codec *c, const char *codec, const float *theta,
+			float *scratch, size_t n)
+{
+	struct delta d;
+	struct blob_meta m;
+	const void *out;
+	const char *name;
+	double t0, t = 0;
+	int reps = 0, rc = delta_open(&d, codec, n, err);
+	for (int first = 1; rc == 0 && first >= 0; first--) {
+		t0 = now();
+		do {
+			memcpy(scratch, theta, n * sizeof *theta);
+			rc = delta_encode(&d, c, scratch, &out, &m, &name, err);
+			reply_crc ^= delta_crc(&d); /* gem-serve's header carries it */
+			reps += !first;
+		} while (rc == 0 && !first && (t = now() - t0) < 0.3);
+	}
+	delta_close(&d);
+	return rc < 0 ? -1 : t / reps;
+}
 
 /* CPU seconds per call of one side, repeated for at least 0.3 s of it; -1 on an error (in err). */
 static double per_call(struct blob_codec *c, int side, const float *v, float *resid, float *w,
@@ -109,6 +138,18 @@ int main(void)
 				fflush(stdout);
 			}
 			quant_simd(simd);
+		}
+	}
+	printf("\n# reply\tcount\tcodec\tsimd\tdelta_GBps\n");
+	{
+		size_t n = kaiming(v, cnn, 5, &r);
+		static const char *deltas[] = {BLOB_INT8, BLOB_INT4, "topk:0.01", "topk:0.1"};
+		for (int k = 0; k < 4; k++) {
+			double t = per_reply(&c, deltas[k], v, w, n);
+			if (t < 0)
+				goto fail;
+			printf("cnn\t%zu\t%s\t%d\t%.2f\n", n, deltas[k], simd, (double)(n * 4) / t / 1e9);
+			fflush(stdout);
 		}
 	}
 	blob_codec_free(&c);
