@@ -1,8 +1,9 @@
 #!/bin/bash
 # t3700: gem-sim --replay re-runs a real asynchronous run from its log and ends with the same θ,
 # bit for bit: the simulator runs the server's core and the worker's step, and the codec of its
-# messages (gem-work --codec, with its error feedback), and gem's bfloat16 state. The default
-# cnn (dropout on) on Fashion-MNIST, real gem-serve and gem-work processes.
+# messages (gem-work --codec, with its error feedback), gem's bfloat16 state and its window of
+# inner steps. The default cnn (dropout on) on Fashion-MNIST, real gem-serve and gem-work
+# processes.
 . "$(dirname "$0")/test-lib.sh"
 test_have_dataset
 
@@ -63,6 +64,15 @@ test_expect_success 'replay of a served gem --gem-ref pull run: the same θ (the
 	gem-sim -q --replay real-pull/log.jsonl new-pull >/dev/null &&
 	grep -q "\"gem_ref\": \"pull\"" new-pull/run.json &&
 	same real-pull new-pull
+'
+
+test_expect_success 'replay of a served gem --window 10 run (momentum SGD inside): the same θ' '
+	served real-window gem 3 20 --window 10 &&
+	grep -q "\"window\": 10" real-window/run.json &&
+	test $(grep -c "\"n\":320," real-window/log.jsonl) = 6 &&
+	gem-sim -q --replay real-window/log.jsonl new-window >replay.tsv &&
+	same real-window new-window && ! cmp -s real-window.blob real-gem.blob &&
+	awk "NR == 2 { exit !(\$1 == 6) }" replay.tsv
 '
 
 test_expect_success 'replay of a served gem run with bfloat16 state: the same θ, not the f32 run'"'"'s' '

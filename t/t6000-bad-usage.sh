@@ -82,6 +82,10 @@ test_expect_code 2 'gem-init --state-precision with a rule that does not use it'
 	gem-init -q --model tiny.json --data d --rule dcasgd --state-precision bf16 precrun 2>err;
 	rc=$?; grep -q "does not use it" err && test ! -e precrun/run.json && exit $rc
 '
+test_expect_code 2 'gem-init --rule gem --outer-momentum without --window says it needs one' '
+	gem-init -q --model tiny.json --data d --outer-momentum 0.5 omrun 2>err; rc=$?; cat err;
+	grep -q "window" err && test ! -e omrun/run.json && exit $rc
+'
 test_expect_code 2 'gem-init --rule sync without --workers names the option to give' '
 	gem-init -q --model tiny.json --data d --rule sync syncrun 2>err; rc=$?; cat err;
 	grep -q "give --workers N" err && test ! -e syncrun/run.json && exit $rc

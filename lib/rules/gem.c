@@ -1,6 +1,9 @@
 /* rule_gem: Gradient Energy Matching (Hermans & Louppe 2018), the server side. The proxy is
  * sequential momentum SGD; each commit is scaled element-wise so that the energy the central
- * variable receives matches the proxy's. */
+ * variable receives matches the proxy's. With a window of H > 1 inner steps (gem on
+ * pseudo-gradients) the worker takes them with the run's optimiser and commits u_w = x_w − θ;
+ * Δθ below is u_w and μ is the outer momentum μ_o, 0 unless given: the proxy's H steps are the
+ * worker's own, its momentum already inside u_w (doc/rules.md, "GEM on pseudo-gradients"). */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,7 +36,8 @@ struct rule_gem_k {
 static struct rule_gem_k rule_gem_consts(const struct rule_config *c)
 {
 	int pull = c->gem_ref == RULE_GEM_REF_PULL;
-	struct rule_gem_k k = {.mu = c->momentum, .kappa = c->kappa, .pi_max = c->pi_max,
+	struct rule_gem_k k = {.mu = c->window > 1 ? c->outer_momentum : c->momentum,
+			       .kappa = c->kappa, .pi_max = c->pi_max,
 			       .e_in = pull ? c->eps : 0, .e_out = pull ? 0 : c->eps, .pull = pull};
 	return k;
 }
@@ -500,8 +504,9 @@ static void rule_gem_sent_bf16(struct rule *r, struct rule_worker *w)
 }
 
 #define RULE_GEM_DESC                                                                             \
-	{.name = "gem", .fields = "kappa pi_max eps tensor_stats gem_ref state_precision",        \
-	 .window = 1, .sends = RULE_SENDS_STEP, .scratch = 2}
+	{.name = "gem",                                                                           \
+	 .fields = "kappa pi_max eps tensor_stats gem_ref state_precision window outer_momentum",  \
+	 .window = 1, .sends = RULE_SENDS_STEP, .scratch = 2, .outer_window = 1}
 
 /* state_precision bf16: m_w and s_w are the worker's own, rounded; θ's buffers are not shared */
 static const struct rule_ops rule_gem_bf16_ops = {

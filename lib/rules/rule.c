@@ -199,9 +199,17 @@ int rule_config_default(const char *name, struct rule_config *c, char *err)
 	c->alpha = 0;
 	c->lambda_dc = 0.04f; /* Zheng et al. 2017, DC-ASGD-c */
 	c->outer_lr = 0.7f;   /* Douillard et al. 2023 */
-	c->outer_momentum = 0.9f;
+	/* DiLoCo's; gem's proxy over cycles has none of its own (doc/rules.md, "GEM on
+	 * pseudo-gradients") */
+	c->outer_momentum = rule_describe(name)->outer_window ? 0 : 0.9f;
 	c->nworkers = 0;
 	return 0;
+}
+
+enum rule_sends rule_sends_of(const struct rule_config *c)
+{
+	const struct rule_desc *d = rule_describe(c->name);
+	return d->outer_window && c->window > 1 ? RULE_SENDS_OUTER : d->sends;
 }
 
 int rule_config_check(const struct rule_config *c, char *err)
@@ -216,6 +224,10 @@ int rule_config_check(const struct rule_config *c, char *err)
 			return gem_errf(err, GEM_EUSAGE, "%s: %g is not %s%s", f->name, v,
 					f->type == RULE_F_WORD ? "the index of one of " : "", f->range);
 	}
+	if (rule_all[ri]->desc.outer_window && c->window == 1 && c->outer_momentum != 0)
+		return gem_errf(err, GEM_EUSAGE,
+				"outer_momentum: rule %s uses it only with a window of inner steps "
+				"(--window H, H > 1)", rule_all[ri]->desc.name);
 	if (rule_all[ri]->desc.rounds && c->nworkers < 1)
 		return gem_errf(err, GEM_EUSAGE,
 				"rule %s needs the number of workers per round: give --workers N "

@@ -57,6 +57,10 @@ struct rule_desc {
 	int rounds;          /* commits wait for a round of every worker: needs nworkers; no τ bound */
 	int background;      /* the worker commits in the background and carries on */
 	int scratch;         /* floats of rule-wide scratch per parameter */
+	/* with a window > 1 the worker takes the run's optimiser's steps and sends as
+	 * RULE_SENDS_OUTER (gem on pseudo-gradients); outer_momentum (default 0) is then the
+	 * rule's, and must stay 0 with a window of 1 */
+	int outer_window;
 };
 
 struct rule_config {
@@ -67,11 +71,13 @@ struct rule_config {
 	int tensor_stats;         /* gem: 1 (default) computes median π per tensor (rule_stats) */
 	int gem_ref;              /* gem: what |θ − s_w| measures against (RULE_GEM_REF_*) */
 	int state_precision;      /* gem: its m_w and s_w in RULE_STATE_F32 or RULE_STATE_BF16 */
-	int window;               /* λ, used by the worker: downpour 1, easgd 10; dma's β 4 */
+	int window;               /* λ, used by the worker: downpour 1, easgd 10; dma's β 4; gem 1,
+				   * or H inner steps */
 	float alpha;              /* easgd: 0 → 0.9/n */
 	float lambda_dc;          /* dcasgd: λ_dc = 0.04 (the paper's DC-ASGD-c) */
 	float outer_lr;           /* diloco, async-diloco: η_o = 0.7, the outer Nesterov step's rate */
-	float outer_momentum;     /* diloco, async-diloco: μ_o = 0.9 */
+	float outer_momentum;     /* diloco, async-diloco: μ_o = 0.9; gem with window > 1: its
+				   * proxy's momentum over cycles, μ_o = 0 */
 	int delayed_nesterov;     /* async-diloco: N, the arrivals per momentum step (0: off) */
 	int nworkers;             /* n, the workers the run is planned for (0: unset); rules with rounds
 				   * wait for n commits, easgd's default α is 0.9/n */
@@ -128,6 +134,10 @@ int rule_simd(int level);
 
 /* 1 if the n floats of v are all finite (an update before any rule sees it). */
 int rule_vec_finite(const float *v, size_t n);
+
+/* What the workers of rule c send between two commits: its descriptor's sends, or
+ * RULE_SENDS_OUTER for a rule with outer_window and a window > 1. */
+enum rule_sends rule_sends_of(const struct rule_config *c);
 
 /* Fill *c with the defaults of the named rule; an unknown name is GEM_EUSAGE listing RULE_NAMES. */
 int rule_config_default(const char *name, struct rule_config *c, char *err);

@@ -6,10 +6,11 @@
 #include "base/err.h"
 
 /* 1 if the rule's local steps are the run's optimiser's, momentum and weight decay included
- * (dma's cycles, diloco's inner steps), 0 if the server keeps the momentum */
-static int rule_half_optimises(const struct rule_desc *d)
+ * (dma's cycles, the inner steps of diloco and of gem with a window), 0 if the server keeps
+ * the momentum */
+static int rule_half_optimises(enum rule_sends sends)
 {
-	return d->sends == RULE_SENDS_CYCLE || d->sends == RULE_SENDS_OUTER;
+	return sends == RULE_SENDS_CYCLE || sends == RULE_SENDS_OUTER;
 }
 
 int rule_half_init(struct rule_half *l, const struct rule_config *c, const struct layout *lo,
@@ -21,22 +22,23 @@ int rule_half_init(struct rule_half *l, const struct rule_config *c, const struc
 	memset(l, 0, sizeof *l);
 	if (!(l->d = rule_describe(c->name)))
 		return rule_err_unknown(err, c->name);
+	l->sends = rule_sends_of(c);
 	l->n = n;
 	l->lr = oc->lr;
-	if (!rule_half_optimises(l->d) && mine.kind == OPTIM_SGD) {
+	if (!rule_half_optimises(l->sends) && mine.kind == OPTIM_SGD) {
 		mine.momentum = 0;
 		mine.nesterov = 0;
 		mine.weight_decay = 0;
 	}
 	l->plain = mine.kind == OPTIM_SGD && mine.momentum == 0 && mine.weight_decay == 0 && !mine.warmup &&
-		   mine.schedule == LR_CONSTANT && mine.clip == 0 && !rule_half_optimises(l->d);
+		   mine.schedule == LR_CONSTANT && mine.clip == 0 && !rule_half_optimises(l->sends);
 	/* rules without a "window" field keep their descriptor's λ = 1 in c */
 	l->window = c->window > 1 ? c->window : 1;
 	l->x0 = malloc(sizeof(float) * n);
 	l->delta = malloc(sizeof(float) * n);
-	if (l->d->sends == RULE_SENDS_CYCLE)
+	if (l->sends == RULE_SENDS_CYCLE)
 		l->xg = malloc(sizeof(float) * n);
-	if (!l->x0 || !l->delta || (l->d->sends == RULE_SENDS_CYCLE && !l->xg)) {
+	if (!l->x0 || !l->delta || (l->sends == RULE_SENDS_CYCLE && !l->xg)) {
 		rule_half_free(l);
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", n);
 	}
@@ -60,7 +62,7 @@ void rule_half_start(struct rule_half *l, const float *x, uint64_t step, uint64_
 {
 	if (!l->plain)
 		optim_restart(&l->opt, step, total);
-	if (l->d->sends != RULE_SENDS_CYCLE)
+	if (l->sends != RULE_SENDS_CYCLE)
 		return;
 	/* x_w = x_w^init = X_0, momentum from 0 */
 	memcpy(l->x0, x, sizeof(float) * l->n);
@@ -69,7 +71,7 @@ void rule_half_start(struct rule_half *l, const float *x, uint64_t step, uint64_
 
 void rule_half_begin(struct rule_half *l, const float *x)
 {
-	if ((l->d->sends == RULE_SENDS_STEP && l->window > 1) || l->d->sends == RULE_SENDS_OUTER)
+	if ((l->sends == RULE_SENDS_STEP && l->window > 1) || l->sends == RULE_SENDS_OUTER)
 		memcpy(l->x0, x, sizeof(float) * l->n);
 }
 
@@ -77,7 +79,7 @@ void rule_half_step(struct rule_half *l, float *x, float *g)
 {
 	const float lr = l->lr;
 	size_t n = l->n;
-	if (!l->plain && l->d->sends == RULE_SENDS_STEP && l->window == 1) {
+	if (!l->plain && l->sends == RULE_SENDS_STEP && l->window == 1) {
 		/* Δθ = the optimiser's step from the θ received; x stays where the server put it */
 		memcpy(l->x0, x, sizeof(float) * n);
 		optim_step(&l->opt, l->x0, g);
@@ -85,7 +87,7 @@ void rule_half_step(struct rule_half *l, float *x, float *g)
 			l->delta[i] = l->x0[i] - x[i];
 	} else if (!l->plain) {
 		optim_step(&l->opt, x, g);
-	} else if (l->d->sends == RULE_SENDS_STEP && l->window == 1) {
+	} else if (l->sends == RULE_SENDS_STEP && l->window == 1) {
 		/* Δθ = −η∇L at the θ received; x stays where the server put it */
 		for (size_t i = 0; i < n; i++)
 			l->delta[i] = -lr * g[i];
@@ -98,7 +100,7 @@ void rule_half_step(struct rule_half *l, float *x, float *g)
 const float *rule_half_commit(struct rule_half *l, float *x)
 {
 	size_t n = l->n;
-	switch (l->d->sends) {
+	switch (l->sends) {
 	case RULE_SENDS_X:
 		return x;
 	case RULE_SENDS_CYCLE:
@@ -111,7 +113,7 @@ const float *rule_half_commit(struct rule_half *l, float *x)
 		return l->delta;
 	case RULE_SENDS_STEP:
 	case RULE_SENDS_OUTER:
-		if (l->window > 1 || l->d->sends == RULE_SENDS_OUTER)
+		if (l->window > 1 || l->sends == RULE_SENDS_OUTER)
 			for (size_t i = 0; i < n; i++)
 				l->delta[i] = x[i] - l->x0[i];
 		return l->delta;
@@ -122,7 +124,7 @@ const float *rule_half_commit(struct rule_half *l, float *x)
 void rule_half_reply(struct rule_half *l, float *x, const float *v, int elastic)
 {
 	size_t n = l->n;
-	if (l->d->sends == RULE_SENDS_CYCLE) {
+	if (l->sends == RULE_SENDS_CYCLE) {
 		memcpy(l->xg, v, sizeof(float) * n);
 	} else if (elastic) {
 		/* x ← x − d: the worker keeps its own x, pulled towards the center */

@@ -13,6 +13,7 @@
 
 struct rule_half {
 	const struct rule_desc *d;
+	enum rule_sends sends; /* what it commits: rule_sends_of the rule's config */
 	size_t n;
 	int window; /* local steps per commit */
 	float lr;
