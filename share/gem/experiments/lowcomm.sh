@@ -11,27 +11,45 @@
 # OUTDIR/rows/ is skipped. Environment: N (workers, default 4), SEEDS (default 1), CELLS (the
 # runs, separated by spaces: "rule:H", or "rule:H:OPTS" with OPTS gem-init options separated
 # by commas; default: sync, diloco at H = 10 and 50, async-diloco at H = 10 with the outer lr
-# of diloco and with 0.7/N, each without and with delayed Nesterov over N arrivals), GEM_BIN
-# where the gem programs are (default: PATH, then the source tree's bin/). Training seconds
-# are the machine's at the time: on a shared machine they are noisy.
+# of diloco and with 0.7/N, each without and with delayed Nesterov over N arrivals, gem with
+# a window of H = 10 and 50), SIM=1 (gem-sim -n N in place of gem-run: N virtual workers in
+# turn on one core, deterministic; its log has no bytes, so the bytes column is "-", and the
+# seconds are gem-sim's), GEM_BIN where the gem programs are (default: PATH, then the source
+# tree's bin/). Training seconds are the machine's at the time: on a shared machine they are
+# noisy.
 set -u
 
 out=${1:-build/experiment-lowcomm}
 . "$(dirname "$0")/common.sh"
-for p in gem-init gem-run gem-eval; do
+for p in gem-init gem-run gem-sim gem-eval; do
 	command -v $p >/dev/null 2>&1 || { echo "lowcomm: $p not found (set GEM_BIN)" >&2; exit 1; }
 done
-N=${N:-4} SEEDS=${SEEDS:-1}
+N=${N:-4} SEEDS=${SEEDS:-1} SIM=${SIM:-0}
 lr_n=$(awk -v n="$N" 'BEGIN { printf "%g", 0.7 / n }')
 CELLS=${CELLS:-sync:1 diloco:10 diloco:50 async-diloco:10 async-diloco:10:--delayed-nesterov=$N \
-	async-diloco:10:--outer-lr=$lr_n async-diloco:10:--outer-lr=$lr_n,--delayed-nesterov=$N}
+	async-diloco:10:--outer-lr=$lr_n async-diloco:10:--outer-lr=$lr_n,--delayed-nesterov=$N \
+	gem:10 gem:50}
 mkdir -p "$out/runs" "$out/rows" || exit 1
 started=$(date +%s)
 
-# bytes RUN: the bytes on the wire of RUN's log (update lines and the stop event)
+# bytes RUN: the bytes on the wire of RUN's log (update lines and the stop event); "-" for a
+# simulated run
 bytes() {
+	[ "$SIM" = 1 ] && { printf -- -; return; }
 	sed -n 's/.*"bytes_in":\([0-9]*\),"bytes_out":\([0-9]*\).*/\1 \2/p' "$1/log.jsonl" |
 		awk '{ s += $1 + $2 } END { printf "%.0f", s }'
+}
+
+# train RUN SEED RULE [gem-init options]: one run, gem-eval's table of its θ on stdout
+train() {
+	local run=$1 seed=$2 rule=$3
+	shift 3
+	set -- --rule "$rule" "$@" --lr 0.05 --momentum 0.9 --batch 64 --epochs 1 --seed "$seed"
+	if [ "$SIM" = 1 ]; then
+		gem-sim -q -n "$N" "$@" "$run" >/dev/null && gem-eval "$run"
+	else
+		gem-run -q -n "$N" "$@" "$run"
+	fi
 }
 
 # cell SPEC SEED: one run; its row in rows/
@@ -46,10 +64,9 @@ cell() {
 	window=
 	[ "$rule" = sync ] || window="--window $h"
 	echo "lowcomm: $name" >&2
-	# shellcheck disable=SC2086
 	rm -rf "$run"
-	if ! gem-run -q -n "$N" --rule "$rule" $window $extra --lr 0.05 --momentum 0.9 --batch 64 \
-		--epochs 1 --seed "$seed" "$run" >"$run.tsv" 2>"$run.err"; then
+	# shellcheck disable=SC2086
+	if ! train "$run" "$seed" "$rule" $window $extra >"$run.tsv" 2>"$run.err"; then
 		status=failed
 		grep -q diverged "$run.err" && status=diverged
 		printf '%s\t%s\t%s\t%s\t%s\t-\t-\t%s\t-\t-\n' "$rule" "$h" "${extra:--}" "$seed" \
@@ -71,18 +88,18 @@ head='rule	H	options	seed	status	test_loss	test_acc	bytes	updates	train_seconds'
 { echo "$head"; cat "$out/rows/"*; } >"$out/runs.tsv"
 # table.md: per cell, over its seeds: how many ended ok, and the mean (± sd over the seeds that
 # ended ok) of the test loss, the test accuracy and the training seconds; MB on the wire
-# (10^6 bytes, the mean over every seed, those that failed included)
+# (10^6 bytes, the mean over every seed, those that failed included; "-" simulated)
 {
 	echo "| rule | H | options | runs | ok | test loss | test accuracy | MB on the wire | updates | training s |"
 	echo "|---|---|---|---|---|---|---|---|---|---|"
 	tail -n +2 "$out/runs.tsv" | awk -F'\t' '
 		function ms(s, q, n) { return n > 1 ? sprintf("%.4f ± %.4f", s / n, sqrt((q - s * s / n) / (n - 1))) : n ? sprintf("%.4f", s) : "-" }
-		{ k = $1 "|" $2 "|" $3; if (!(k in runs)) order[++nk] = k; runs[k]++; mb[k] += $8 / 1e6
+		{ k = $1 "|" $2 "|" $3; if (!(k in runs)) order[++nk] = k; runs[k]++; mb[k] += $8 / 1e6; sim[k] = $8 == "-"
 		  if ($5 != "ok") next
 		  ok[k]++; l[k] += $6; l2[k] += $6 * $6; a[k] += $7; a2[k] += $7 * $7; t[k] += $10; u[k] = $9 }
 		END { for (i = 1; i <= nk; i++) { k = order[i]; split(k, f, "|")
-			printf "| %s | %s | %s | %d | %d | %s | %s | %.1f | %s | %s |\n", f[1], f[2], f[3], runs[k], ok[k],
-				ms(l[k], l2[k], ok[k]), ms(a[k], a2[k], ok[k]), mb[k] / runs[k], ok[k] ? u[k] : "-",
+			printf "| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], runs[k], ok[k],
+				ms(l[k], l2[k], ok[k]), ms(a[k], a2[k], ok[k]), sim[k] ? "-" : sprintf("%.1f", mb[k] / runs[k]), ok[k] ? u[k] : "-",
 				ok[k] ? sprintf("%.0f", t[k] / ok[k]) : "-" } }'
 } >"$out/table.md"
 cat "$out/table.md"
