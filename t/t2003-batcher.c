@@ -124,6 +124,23 @@ int main(void)
 	ok(c.epoch == 6 && c.pos == (size_t)B, "seek to the end of an epoch continues with the next");
 	batcher_free(&c);
 
+	/* Free and resume between batches (gem-sim's waiting workers): epoch 1 as b saw it. */
+	batcher_init(&c, &d, B, 11, 3, 1, 3, 0.f, 1.f, err);
+	batcher_seek(&c, 1, 0);
+	n2 = 0;
+	same = 1;
+	while (c.pos < c.count && same) {
+		int k = batcher_next(&c, x, y);
+		for (int i = 0; i < k; i++)
+			o3[n2++] = sample_of(x + i * DIM);
+		batcher_free(&c);
+		same = !c.order && !c.shard && c.count == 334 && batcher_resume(&c, err) == 0;
+	}
+	ok(same && batcher_resume(&c, err) == 0, "resume after free, and once more: %s", err);
+	ok(n2 == n1 && !memcmp(o3, o2, sizeof(int) * (size_t)n2),
+	   "freed and resumed after every batch: epoch 1's order");
+	batcher_free(&c);
+
 	/* Partial last batch: 334 samples = 10×32 + 14. */
 	ok(b.count == 334, "shard 1 of 3 has 334 samples");
 	batcher_seek(&b, 2, 320);

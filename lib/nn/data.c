@@ -745,17 +745,42 @@ static int batcher_init_text(struct batcher *b, const struct dataset *d, int sha
 		return gem_errf(err, GEM_EUSAGE, "batcher: shard %d of %d of the text has %zu bytes, too few for a "
 				"window of %d and the byte after", shard_i, shard_n, b->hi - b->lo, d->seq);
 	b->count = (b->hi - b->lo - 1) / (size_t)d->seq;
-	if (!(b->order = malloc(b->count * sizeof *b->order)))
-		return gem_errf(err, GEM_ENOMEM, "batcher: out of memory");
+	return 0;
+}
+
+/* The index arrays of b, whose count is set: its shard (of images: its part of the one
+ * permutation of all samples, fixed by seed alone, so that it can be made again) and room for
+ * an epoch's order. -1: out of memory (nothing allocated). */
+static int batcher_alloc(struct batcher *b)
+{
+	const struct dataset *d = b->d;
+	uint32_t *perm;
+	struct rng r;
+	if (d->text)
+		return (b->order = malloc(b->count * sizeof *b->order)) ? 0 : -1;
+	if (!(perm = malloc((size_t)d->n * sizeof *perm)))
+		return -1;
+	for (int i = 0; i < d->n; i++)
+		perm[i] = (uint32_t)i;
+	/* One permutation for all workers (seed only), cut into shard_n contiguous parts. */
+	rng_seed(&r, b->seed, RNG_SHARD);
+	rng_shuffle(&r, perm, (size_t)d->n);
+	b->shard = malloc(b->count * sizeof *b->shard);
+	b->order = malloc(b->count * sizeof *b->order);
+	if (b->shard && b->order)
+		memcpy(b->shard, perm + (size_t)d->n * (size_t)b->shard_i / (size_t)b->shard_n,
+		       b->count * sizeof *perm);
+	free(perm);
+	if (!b->shard || !b->order) {
+		batcher_free(b);
+		return -1;
+	}
 	return 0;
 }
 
 int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t seed,
 		 uint64_t stream, int shard_i, int shard_n, float mean, float std, char *err)
 {
-	uint32_t *perm;
-	size_t lo, hi;
-	struct rng r;
 	int rc;
 	memset(b, 0, sizeof *b);
 	if (batch < 1)
@@ -765,42 +790,30 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
 	*b = (struct batcher){.d = d, .batch = batch, .seed = seed, .stream = stream, .shard_i = shard_i,
 			      .shard_n = shard_n};
 	if (d->text) {
-		if ((rc = batcher_init_text(b, d, shard_i, shard_n, err)) < 0) {
-			batcher_free(b);
+		if ((rc = batcher_init_text(b, d, shard_i, shard_n, err)) < 0)
 			return rc;
-		}
-		shuffle_epoch(b);
+	} else {
+		if (shard_n > d->n)
+			return gem_errf(err, GEM_EUSAGE, "batcher: %d shards of %d samples", shard_n,
+					d->n);
+		if (!(std > 0) || !isfinite(mean) || !isfinite(std))
+			return gem_errf(err, GEM_EUSAGE, "batcher: bad normalisation mean %g std %g",
+					(double)mean, (double)std);
+		b->count = (size_t)d->n * (size_t)(shard_i + 1) / (size_t)shard_n -
+			   (size_t)d->n * (size_t)shard_i / (size_t)shard_n;
+		make_lut(b->lut, mean, std);
+		b->scale = 1 / std;
+		b->shift = -mean / std;
+	}
+	return batcher_resume(b, err);
+}
+
+int batcher_resume(struct batcher *b, char *err)
+{
+	if (b->order)
 		return 0;
-	}
-	if (shard_n > d->n)
-		return gem_errf(err, GEM_EUSAGE, "batcher: %d shards of %d samples", shard_n,
-				d->n);
-	if (!(std > 0) || !isfinite(mean) || !isfinite(std))
-		return gem_errf(err, GEM_EUSAGE, "batcher: bad normalisation mean %g std %g",
-				(double)mean, (double)std);
-	perm = malloc((size_t)d->n * sizeof *perm);
-	if (!perm)
+	if (batcher_alloc(b) < 0)
 		return gem_errf(err, GEM_ENOMEM, "batcher: out of memory");
-	for (int i = 0; i < d->n; i++)
-		perm[i] = (uint32_t)i;
-	/* One permutation for all workers (seed only), cut into shard_n contiguous parts. */
-	rng_seed(&r, seed, RNG_SHARD);
-	rng_shuffle(&r, perm, (size_t)d->n);
-	lo = (size_t)d->n * (size_t)shard_i / (size_t)shard_n;
-	hi = (size_t)d->n * (size_t)(shard_i + 1) / (size_t)shard_n;
-	b->count = hi - lo;
-	b->shard = malloc(b->count * sizeof *b->shard);
-	b->order = malloc(b->count * sizeof *b->order);
-	if (!b->shard || !b->order) {
-		free(perm);
-		batcher_free(b);
-		return gem_errf(err, GEM_ENOMEM, "batcher: out of memory");
-	}
-	memcpy(b->shard, perm + lo, b->count * sizeof *perm);
-	free(perm);
-	make_lut(b->lut, mean, std);
-	b->scale = 1 / std;
-	b->shift = -mean / std;
 	shuffle_epoch(b);
 	return 0;
 }

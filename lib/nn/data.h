@@ -140,6 +140,11 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
 int batcher_next(struct batcher *b, float *x, uint16_t *y);
 /* Continue at sample pos of epoch's order, as a run checkpointed there would. */
 void batcher_seek(struct batcher *b, long epoch, size_t pos);
-/* Release the index arrays. */
+/* Release the index arrays (about 8 bytes a sample of the shard). Where the batcher stands
+ * stays (count, epoch, pos): batcher_resume makes them again, so that a worker that waits long
+ * between its batches (one of gem-sim's thousands) need not hold them while it waits. */
 void batcher_free(struct batcher *b);
+/* After batcher_free: the index arrays again, as they were (0 at once when b holds them);
+ * GEM_ENOMEM. batcher_next and batcher_seek need them. */
+int batcher_resume(struct batcher *b, char *err);
 #endif

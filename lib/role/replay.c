@@ -228,7 +228,8 @@ static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
 	if (!w || !p->joined[id] || n == 0)
 		return gem_errf(err, GEM_EFAIL, "worker %d commits %llu samples, not joined", id,
 				(unsigned long long)n);
-	vworker_compute(w, &p->t, &p->wire, 0, n);
+	if ((st = vworker_compute(w, &p->t, &p->wire, 0, n, err)) < 0)
+		return st;
 	if (w->diverged || w->got != n)
 		return gem_errf(err, GEM_EFAIL, "worker %d computed %llu samples%s, the log says %llu", id,
 				(unsigned long long)w->got, w->diverged ? " and diverged" : "",

@@ -281,6 +281,7 @@ struct simw {
 	double start_at, die_at, send_at;
 	double slow;             /* step-time factor: the straggler factor or 1 */
 	int nsteps;              /* local steps of the next commit */
+	int crc;                 /* its computing's result: 0, or GEM_ENOMEM */
 	uint64_t planned, steps; /* samples and local steps of the commits planned so far */
 	uint64_t target;         /* its budget of samples (UINT64_MAX with --steps) */
 	size_t shadow_pos;       /* the data position within an epoch as the planning sees it */
@@ -406,6 +407,7 @@ static void *helper_main(void *arg)
 {
 	struct sim *s = ((struct helper_arg *)arg)->s;
 	struct trainer *t = &s->tr[((struct helper_arg *)arg)->i];
+	char err[GEM_ERRMAX];
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop_threads) {
 		struct simw *v = pick_ready(s);
@@ -415,7 +417,8 @@ static void *helper_main(void *arg)
 		}
 		v->state = W_RUNNING;
 		pthread_mutex_unlock(&s->mu);
-		vworker_compute(&v->v, t, &s->wire[((struct helper_arg *)arg)->i], v->nsteps, 0);
+		v->crc = vworker_compute(&v->v, t, &s->wire[((struct helper_arg *)arg)->i], v->nsteps, 0,
+					 err);
 		pthread_mutex_lock(&s->mu);
 		v->state = W_DONE;
 		pthread_cond_broadcast(&s->done_cv);
@@ -424,8 +427,9 @@ static void *helper_main(void *arg)
 	return NULL;
 }
 
-/* Make w's commit ready. While a helper computes it, this thread computes another one. */
-static void ensure_computed(struct sim *s, struct simw *w)
+/* Make w's commit ready. While a helper computes it, this thread computes another one.
+ * GEM_ENOMEM: w's could not be computed. */
+static int ensure_computed(struct sim *s, struct simw *w, char *err)
 {
 	pthread_mutex_lock(&s->mu);
 	while (w->state != W_DONE) {
@@ -436,13 +440,16 @@ static void ensure_computed(struct sim *s, struct simw *w)
 		}
 		v->state = W_RUNNING;
 		pthread_mutex_unlock(&s->mu);
-		vworker_compute(&v->v, &s->tr[0], &s->wire[0], v->nsteps, 0);
+		v->crc = vworker_compute(&v->v, &s->tr[0], &s->wire[0], v->nsteps, 0, err);
 		pthread_mutex_lock(&s->mu);
 		v->state = W_DONE;
 		pthread_cond_broadcast(&s->done_cv);
 	}
 	w->state = W_WAIT;
 	pthread_mutex_unlock(&s->mu);
+	return w->crc < 0 ? gem_errf(err, w->crc, "worker %d: out of memory for its data's order",
+				     w->v.id)
+			  : 0;
 }
 
 static void set_ready(struct sim *s, struct simw *w)
@@ -759,7 +766,8 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 	struct ps_reply r;
 	int st;
 
-	ensure_computed(s, w);
+	if ((st = ensure_computed(s, w, err)) < 0)
+		return st;
 	if (w->v.diverged) {
 		/* gem-work stops before it sends: its leave comes instead of the commit */
 		char l[16];

@@ -141,18 +141,21 @@ int vworker_joined(struct vworker *w, const struct run *run, const struct datase
 	rule_half_start(&w->l, w->x, feed_steps(&w->f, j->samples),
 			feed_steps(&w->f, run_budget(run, feed_epoch(&w->f))));
 	w->base = j->version;
+	/* thousands of workers wait between their commits: only the few computing hold an order */
+	batcher_free(&w->f.b);
 	return 0;
 }
 
-void vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, int steps,
-		     uint64_t samples)
+int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, int steps,
+		    uint64_t samples, char *err)
 {
-	char err[GEM_ERRMAX];
 	float *p = model_params(t->m), loss;
 	const float *u;
 	double lsum = 0;
-	int k, nb;
+	int k, nb, rc;
 
+	if ((rc = batcher_resume(&w->f.b, err)) < 0)
+		return rc;
 	memcpy(p, w->x, sizeof(float) * w->n);
 	rule_half_begin(&w->l, p);
 	w->got = 0;
@@ -175,6 +178,8 @@ void vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, i
 	u = u == p ? w->x : u;
 	/* gem-work encodes only what it sends: not a diverged step's */
 	w->update = w->diverged ? u : wire_pass(w, wire, w->fb.codec, &w->fb, u, w->sent, err);
+	batcher_free(&w->f.b);
+	return 0;
 }
 
 int vworker_reply(struct vworker *w, struct vwire *wire, const float *v, int elastic, int whole,

@@ -61,13 +61,16 @@ void vworker_close(struct vworker *w);
 int vworker_codec(struct vworker *w, const struct run *run, const char *codec,
 		  const char *reply_codec, const struct shard *cut, int ncut, char *err);
 /* The server took it (j) and sent θ whole: its feed starts where the server saw it stop, x = θ
- * as received. */
+ * as received. Its feed's count and batch stay readable; its index arrays are released until
+ * it computes. */
 int vworker_joined(struct vworker *w, const struct run *run, const struct dataset *ds,
 		   const struct ps_joined *j, const float *theta, struct vwire *wire, char *err);
 /* Compute the next commit on t's model: `steps` local steps, or (steps 0) steps until `samples`
- * samples are behind it (a replay's log says how many); encode and decode it with wire. */
-void vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, int steps,
-		     uint64_t samples);
+ * samples are behind it (a replay's log says how many); encode and decode it with wire.
+ * GEM_ENOMEM: its data's order could not be made again (its feed's index arrays are held only
+ * while it computes). */
+int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, int steps,
+		    uint64_t samples, char *err);
 /* The reply v: θ, or easgd's d when elastic, of the given version, as received; θ whole (its
  * copies start over) when whole (the reply to a resent commit). GEM_EFAIL (err says why): v
  * cannot be encoded. */
