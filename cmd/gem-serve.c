@@ -254,7 +254,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o, struct cli
 		case O_CERT: c->cert_file = optarg; break;
 		case O_KEY: c->key_file = optarg; break;
 		case O_MAXW:
-			if (num_long(optarg, 1, PS_MAX_WORKERS, &max_workers))
+			if (num_long(optarg, 1, SERVE_WORKERS_LIMIT, &max_workers))
 				bad_usage("--max-workers: not an integer in [1, 4096]: ", optarg);
 			o->max_workers = (int)max_workers;
 			break;

@@ -64,6 +64,7 @@ int main(void)
 	id = come_and_go(s, u, err);
 	ok(id == 1, "every id had: the next worker gets 1, gone longest ago, its record anew (%d: %s)",
 	   id, err);
+	fflush(ps_log(s)); /* the log is buffered: its last lines may not be in the file yet */
 	ok(log_lines(dir, "\"event\":\"join\"", "\"new\":true") == 1,
 	   "its join event says it is new");
 	for (int i = 0; i < 2 * PS_MAX_WORKERS && kept; i++)

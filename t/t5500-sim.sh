@@ -145,6 +145,12 @@ test_expect_success 'gem-init options make the run first (with --workers N)' '
 	awk "NR==2 { exit !(\$2 == 5) }" made.tsv
 '
 
+test_expect_success 'more workers than gem-serve takes at once: 7,000, and gem-init --workers 7000' '
+	gem-sim -q -n 7000 --steps 1 --model tiny.json --data data --lr 0.1 --seed 5 many >many.tsv &&
+	grep -q "\"nworkers\": 7000" many/run.json &&
+	awk "NR==2 { exit !(\$1 == 7000 && \$2 == 7000 && \$7 == 6999) }" many.tsv
+'
+
 test_expect_success 'gem-sim --gem-ref pull: stored in run.json, trains, and differs from commit' '
 	gem-sim -q -n 3 --steps 20 --model tiny.json --data data --lr 0.1 --seed 5 --gem-ref pull \
 		ref-pull >pull.tsv &&
@@ -164,7 +170,7 @@ test_expect_success 'a diverging run: workers stop as gem-work does, exit 1' '
 for bad in "-n 0 base" "-n x base" "--steps 0 base" "--step-time foo:1 base" "--step-time normal:1 base" \
 	"--jitter 1 base" "--stragglers 2 base" "-n 2 --stragglers 3:2 base" "--stragglers 1:0.5 base" \
 	"--latency -1 base" "--server-time x base" "--die 1 base" "--die 5@1 base" "--join -1 base" \
-	"--threads 0 base" "--timing rr base" "--speed-spread -1 base" "--speed-spread 11 base" \
+	"--threads 0 base" "-n 16385 base" "--timing rr base" "--speed-spread -1 base" "--speed-spread 11 base" \
 	"--timing measured --replay base/log.jsonl r2" "--bogus base" "" "base extra" "--model"; do
 	test_expect_code 2 "bad usage: gem-sim $bad" "gem-sim $bad"
 done

@@ -94,6 +94,11 @@ int main(void)
 	o.ndeaths = 0;
 	o.stragglers = 0;
 	ok(sim_opts_check(&o, err) == GEM_EUSAGE && strstr(err, "workers"), "no workers refused");
+	o.nworkers = SIM_MAX_WORKERS;
+	ok(SIM_MAX_WORKERS >= 10000 && sim_opts_check(&o, err) == 0, "%d workers: %s", o.nworkers, err);
+	o.nworkers = SIM_MAX_WORKERS + 1;
+	ok(sim_opts_check(&o, err) == GEM_EUSAGE && strstr(err, "workers"), "%d workers refused",
+	   o.nworkers);
 
 	sim_opts_default(&o);
 	o.jitter = 0.5;

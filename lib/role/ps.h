@@ -15,7 +15,7 @@
 #include "rules/rule.h"
 #include "run/run.h"
 
-#define PS_MAX_WORKERS 4096
+#define PS_MAX_WORKERS RUN_MAX_WORKERS /* ids in [0, PS_MAX_WORKERS) */
 
 struct ps_opts {
 	uint64_t max_updates;  /* stop after this many central updates in all; 0: no limit */

@@ -933,8 +933,8 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	if (!s)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	s->opts = *o;
-	if (s->opts.max_workers <= 0 || s->opts.max_workers > PS_MAX_WORKERS)
-		s->opts.max_workers = o->max_workers > 0 ? PS_MAX_WORKERS : SERVE_MAX_WORKERS;
+	if (s->opts.max_workers <= 0 || s->opts.max_workers > SERVE_WORKERS_LIMIT)
+		s->opts.max_workers = o->max_workers > 0 ? SERVE_WORKERS_LIMIT : SERVE_MAX_WORKERS;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->ckmu, NULL);
 	pthread_mutex_init(&s->tmu, NULL);

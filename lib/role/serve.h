@@ -27,7 +27,7 @@ struct serve_opts {
 	const char *tls_cert;    /* PEM text of the certificate and of its key: serve HTTPS */
 	const char *tls_key;     /* (both, or neither for plain HTTP) */
 	int max_workers;         /* workers joined at once (each holds buffers of ~24 bytes per
-				  * parameter); 0: SERVE_MAX_WORKERS; at most PS_MAX_WORKERS */
+				  * parameter); 0: SERVE_MAX_WORKERS; at most SERVE_WORKERS_LIMIT */
 	/* Called by serve_wait about 5 times a second, without the server's lock (may be NULL):
 	 * gem-serve's status line (serve_now tells where the run stands). */
 	void (*tick)(struct server *s, void *ctx);
@@ -47,6 +47,10 @@ struct serve_memory {
 };
 
 #define SERVE_MAX_WORKERS 256
+/* The most real workers joined at once (max_workers): libmicrohttpd gives each connection a
+ * thread, and past a few hundred workers the server's per-commit cost binds before (doc/scale.md);
+ * their ids may go up to PS_MAX_WORKERS. */
+#define SERVE_WORKERS_LIMIT 4096
 
 struct ps_now;
 

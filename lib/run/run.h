@@ -17,6 +17,9 @@
 #define RUN_MAX_BATCH 65536       /* run.json "train": batch in [1, RUN_MAX_BATCH] */
 #define RUN_MAX_EPOCHS (1 << 20)  /* epochs in [1, RUN_MAX_EPOCHS] */
 #define RUN_MAX_STEPS (1ull << 40) /* a budget in steps: in [1, RUN_MAX_STEPS] */
+/* Worker ids are in [0, RUN_MAX_WORKERS) and gem-init --workers at most this: room for gem-sim's
+ * ten thousand virtual workers and their late joiners. */
+#define RUN_MAX_WORKERS 16384
 
 /* Every file in RUNDIR. */
 #define RUN_JSON        "run.json"        /* model spec, data, rule, hyper-parameters, seed */

@@ -578,8 +578,9 @@ static int rule_opt_apply(struct rule_config *c, int opt, const char *a, char *e
 		c->delayed_nesterov = (int)v;
 		break;
 	case 'n':
-		if (num_long(a, 1, 4096, &v))
-			return gem_errf(err, GEM_EUSAGE, "--workers: not an integer in [1, 4096]: %s", a);
+		if (num_long(a, 1, RUN_MAX_WORKERS, &v))
+			return gem_errf(err, GEM_EUSAGE, "--workers: not an integer in [1, %d]: %s",
+					RUN_MAX_WORKERS, a);
 		c->nworkers = (int)v;
 		break;
 	}

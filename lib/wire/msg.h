@@ -12,7 +12,7 @@
 
 #define MSG_NAME_MAX 32
 #define MSG_MAX_BLOBS 16
-#define MSG_HEAD_MAX (1 << 20) /* a first line longer than this is refused */
+#define MSG_HEAD_MAX (1 << 22) /* a first line longer than this is refused */
 #define MSG_PARAMS "params"    /* the name of the parameter blob */
 /* A file's header ends with this member: the CRC-32 of the header line before its key */
 #define MSG_HEAD_CRC "head_crc32"
