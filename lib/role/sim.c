@@ -285,6 +285,7 @@ struct simw {
 	uint64_t planned, steps; /* samples and local steps of the commits planned so far */
 	uint64_t target;         /* its budget of samples (UINT64_MAX with --steps) */
 	size_t shadow_pos;       /* the data position within an epoch as the planning sees it */
+	uint64_t ready_seq;      /* its entry in sim.ready, made when it last became READY */
 	struct rng timing;
 };
 
@@ -307,6 +308,10 @@ struct sim {
 	struct simw *w;
 	int nw;
 	struct heap q;
+	/* with helper threads: the READY workers by send_at (an event's t; its seq the worker's
+	 * ready_seq, its worker the index), entries of workers since taken left until popped */
+	struct heap ready;
+	uint64_t ready_seq;
 	uint64_t seq;
 	double server_free, vnow, t0, last_progress;
 	int ndone;
@@ -391,16 +396,16 @@ static uint64_t shadow_next(struct simw *w)
 
 /* ---- gradients: the only costly part, and the part threads share ---- */
 
-/* The READY worker whose commit is due first (caller holds mu). */
+/* The READY worker whose commit is due first (caller holds mu), out of s->ready. */
 static struct simw *pick_ready(struct sim *s)
 {
-	struct simw *best = NULL;
-	for (int i = 0; i < s->nw; i++) {
-		struct simw *w = &s->w[i];
-		if (w->state == W_READY && (!best || w->send_at < best->send_at))
-			best = w;
+	while (s->ready.n > 0) {
+		struct event e = heap_pop(&s->ready);
+		struct simw *w = &s->w[e.worker];
+		if (w->state == W_READY && w->ready_seq == e.seq)
+			return w;
 	}
-	return best;
+	return NULL;
 }
 
 static void *helper_main(void *arg)
@@ -452,12 +457,20 @@ static int ensure_computed(struct sim *s, struct simw *w, char *err)
 			  : 0;
 }
 
-static void set_ready(struct sim *s, struct simw *w)
+/* -1: out of memory. */
+static int set_ready(struct sim *s, struct simw *w)
 {
+	int rc = 0;
 	pthread_mutex_lock(&s->mu);
 	w->state = W_READY;
+	if (s->nhelpers) {
+		w->ready_seq = s->ready_seq++;
+		rc = heap_push(&s->ready, (struct event){.t = w->send_at, .seq = w->ready_seq,
+							  .worker = (int)(w - s->w)});
+	}
 	pthread_cond_signal(&s->work_cv);
 	pthread_mutex_unlock(&s->mu);
+	return rc;
 }
 
 /* Tell the caller where the run stands (o->progress; it limits how often it shows it). */
@@ -561,8 +574,7 @@ static int worker_reply(struct sim *s, struct simw *w, double tr)
 		return 0; /* never sent */
 	if (push(s, EV_COMMIT, w->send_at + o->latency, w->v.id, 0) < 0)
 		return -1;
-	set_ready(s, w);
-	return 0;
+	return set_ready(s, w);
 }
 
 /* ---- the cores: one, or one per shard of θ, asked the same things in the same order ---- */
@@ -1064,6 +1076,7 @@ static void sim_free(struct sim *s)
 	dataset_free(&s->ds);
 	free(s->reply);
 	free(s->q.a);
+	free(s->ready.a);
 	free(s->pi_meds);
 	free(s->taus);
 	free(s->waits);
