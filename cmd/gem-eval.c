@@ -68,7 +68,8 @@ static void usage(FILE *f)
 	      "                          URL, its node-I.gem, or RUNDIR for all its node-*.gem;\n"
 	      "                          comma-separated), then their mean, spread and average;\n"
 	      "                          columns node, version, samples, test_loss, test_acc,\n"
-	      "                          consensus\n"
+	      "                          consensus, bytes (a node's: the pushes it sent, from\n"
+	      "                          its node-I.jsonl; the average's: all nodes' together)\n"
 	      "  -q, --quiet             no informational messages on stderr\n"
 	      "  -h, --help              show this help\n"
 	      "  -V, --version           show the version\n",
@@ -396,7 +397,7 @@ static int nodes_parse(struct nodes *nd, const char *list, char *err)
 }
 
 static void print_node_row(const struct evaluator *e, const char *node, double version, double samples,
-			   double loss, double acc, double dist)
+			   double loss, double acc, double dist, double bytes)
 {
 	if (e->json) {
 		if (strspn(node, "0123456789") == strlen(node))
@@ -407,12 +408,33 @@ static void print_node_row(const struct evaluator *e, const char *node, double v
 		json_num(loss_key(e, 0), "%.6f", shown_loss(e, loss));
 		json_num("test_acc", "%.4f", acc);
 		json_num("consensus", "%.6g", dist);
+		json_num("bytes", "%.0f", bytes);
 		fputs("}\n", stdout);
 		return;
 	}
-	char l[48];
-	printf("%s\t%.0f\t%.0f\t%s\t%.4f\t%.6g\n", node, version, samples,
-	       num_format(l, sizeof l, "%.6f", shown_loss(e, loss)), acc, dist);
+	char l[48], b[48];
+	printf("%s\t%.0f\t%.0f\t%s\t%.4f\t%.6g\t%s\n", node, version, samples,
+	       num_format(l, sizeof l, "%.6f", shown_loss(e, loss)), acc, dist,
+	       num_format(b, sizeof b, "%.0f", bytes));
+}
+
+/* The bytes the node of a node file (DIR/node-I.gem) sent, from its log DIR/node-I.jsonl; NaN
+ * for a URL or a node without its log. */
+static double node_bytes(const char *item)
+{
+	char err[GEM_ERRMAX], path[PATH_MAX + 64];
+	const char *slash = strrchr(item, '/'), *base = slash ? slash + 1 : item;
+	uint64_t out;
+	int id, end = -1;
+	if (is_url(item) || sscanf(base, RUN_NODE_PARAMS "%n", &id, &end) != 1 ||
+	    end != (int)strlen(base))
+		return NAN;
+	snprintf(path, sizeof path, "%.*s" RUN_NODE_LOG, slash ? (int)(base - item) : 0, item, id);
+	if (run_log_bytes_sent(path, &out, err) < 0) {
+		log_info("no bytes on the wire: %s", err);
+		return NAN;
+	}
+	return (double)out;
 }
 
 /* Evaluate the nodes and print their table: a row per node, then the mean and spread over the
@@ -422,22 +444,37 @@ static int evaluate_nodes(struct evaluator *e, const struct run *run, const stru
 {
 	struct eval_nodes r;
 	char name[32];
+	double *bytes, sum = 0, sq = 0;
 	int rc = eval_nodes(&r, &e->buf, e->m, &e->test, e->mean, e->std, run, nd->item, nd->k,
 			    retry_for, err);
 	if (rc < 0) {
 		eval_nodes_free(&r);
 		return rc;
 	}
+	if (!(bytes = malloc(sizeof *bytes * (size_t)r.k))) {
+		eval_nodes_free(&r);
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < r.k; i++) {
+		bytes[i] = node_bytes(nd->item[i]);
+		sum += bytes[i];
+	}
+	for (int i = 0; i < r.k; i++)
+		sq += (bytes[i] - sum / r.k) * (bytes[i] - sum / r.k);
 	if (!e->json)
-		printf("# node\tversion\tsamples\t%s\ttest_acc\tconsensus\n", loss_key(e, 0));
+		printf("# node\tversion\tsamples\t%s\ttest_acc\tconsensus\tbytes\n", loss_key(e, 0));
 	for (int i = 0; i < r.k; i++) {
 		snprintf(name, sizeof name, "%d", i);
 		print_node_row(e, name, (double)r.p[i].version, (double)r.p[i].samples, r.res[i].loss,
-			       r.res[i].accuracy, r.dist[i]);
+			       r.res[i].accuracy, r.dist[i], bytes[i]);
 	}
-	print_node_row(e, "mean", r.version, r.samples, r.loss[0], r.acc[0], r.dist_spread[0]);
-	print_node_row(e, "sd", r.version, r.samples, r.loss[1], r.acc[1], r.dist_spread[1]);
-	print_node_row(e, "average", r.version, r.samples, r.avg.loss, r.avg.accuracy, 0);
+	print_node_row(e, "mean", r.version, r.samples, r.loss[0], r.acc[0], r.dist_spread[0],
+		       sum / r.k);
+	print_node_row(e, "sd", r.version, r.samples, r.loss[1], r.acc[1], r.dist_spread[1],
+		       sqrt(sq / r.k));
+	/* the nodes' average stands for the run: every push of every node behind it */
+	print_node_row(e, "average", r.version, r.samples, r.avg.loss, r.avg.accuracy, 0, sum);
+	free(bytes);
 	if (trainer_diverged(r.avg.loss, r.avg.classes))
 		diverged(e, "the nodes' average", (uint64_t)r.version, r.avg.loss);
 	eval_nodes_free(&r);

@@ -462,9 +462,11 @@ static int run_sgp_node(const struct sgp_opts *so, int quiet)
 	if (rc < 0)
 		log_error("%s", err);
 	else if (!quiet)
-		log_info("node %d: %llu iteration%s, %llu samples in %.1f s, last loss %s, w %.4f",
-			 st.node, (unsigned long long)st.iter, GEM_S(st.iter), (unsigned long long)st.samples,
-			 st.seconds, num_format(loss, sizeof loss, "%.4f", (double)st.loss), st.w);
+		log_info("node %d: %llu iteration%s, %llu samples in %.1f s, last loss %s, w %.4f, "
+			 "%llu bytes in, %llu out", st.node, (unsigned long long)st.iter, GEM_S(st.iter),
+			 (unsigned long long)st.samples, st.seconds,
+			 num_format(loss, sizeof loss, "%.4f", (double)st.loss), st.w,
+			 (unsigned long long)st.bytes_in, (unsigned long long)st.bytes_out);
 	sgp_node_close(node);
 	if (stop_signal)
 		return 128 + stop_signal;

@@ -1,8 +1,8 @@
 #!/bin/bash
 # t3610: SGP end to end on the tiny model: gem-run -n 3 --rule sgp learns (synchronous and
-# Overlap-SGP), the nodes' files and logs, two runs with two in-peers per iteration end bit for
-# bit the same, a running node's endpoints, gem-eval --nodes, and nodes that disagree on the
-# topology refuse to run.
+# Overlap-SGP), the nodes' files and logs, their bytes on the wire, two runs with two in-peers
+# per iteration end bit for bit the same, a running node's endpoints, gem-eval --nodes, and nodes
+# that disagree on the topology refuse to run.
 . "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup' '
@@ -80,6 +80,53 @@ import json
 rows = [json.loads(l) for l in open(\"all.json\")]
 assert [r[\"node\"] for r in rows] == [0, 1, 2, \"mean\", \"sd\", \"average\"], rows
 assert rows[-1][\"consensus\"] == 0 and all(r[\"consensus\"] >= 0 for r in rows)"
+'
+
+test_expect_success 'bytes: a push is counted by its sender (bytes_out) and its receiver (bytes_in)' '
+	python3 -c "
+import json
+ins = outs = 0
+for i in range(3):
+    lines = [json.loads(l) for l in open(\"sgp/node-%d.jsonl\" % i)]
+    ups = [l for l in lines if \"event\" not in l]
+    # one push out per iteration, delivered within it: tiny θ raw is 4,432 bytes, and a header
+    # (one in too, but taken when it comes, which may be counted on the line before or after)
+    assert all(u[\"bytes_out\"] > 4432 for u in ups), ups[0]
+    assert lines[-1][\"event\"] == \"stop\" and lines[-1][\"reason\"] == \"finished\", lines[-1]
+    outs += sum(l.get(\"bytes_out\", 0) for l in lines)
+    ins += sum(l.get(\"bytes_in\", 0) for l in lines)
+assert ins == outs, (ins, outs)
+print(outs)" >sent.total &&
+	gem-eval --nodes sgp >b.tsv &&
+	head -1 b.tsv | grep -q "	consensus	bytes$" &&
+	for i in 0 1 2; do
+		python3 -c "
+import json
+print(sum(json.loads(l).get(\"bytes_out\", 0) for l in open(\"sgp/node-$i.jsonl\")))" >want &&
+		awk -F"\t" -v i=$i "\$1 == i { print \$7 }" b.tsv >got && cmp want got || return 1
+	done &&
+	awk -F"\t" "\$1 == \"average\" { print \$7 }" b.tsv >got && cmp sent.total got &&
+	gem-eval --json --nodes sgp | python3 -c "
+import sys, json
+rows = [json.loads(l) for l in sys.stdin]
+assert rows[-1][\"bytes\"] == int(open(\"sent.total\").read()), rows[-1]"
+'
+
+test_expect_success 'a node says the bytes it took and sent at its end' '
+	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 pair &&
+	for i in 0 1; do
+		gem-work --rule sgp --run pair --node $i --peers-file pair/peers --retry-for 30 -t 5 \
+			>pair/n$i.url 2>pair/n$i.err &
+		eval "p$i=\$!" && test_bg $! || return 1
+	done &&
+	test_when_finished "stop_if_running $p0 $p1" &&
+	wait_for_file pair/n0.url && wait_for_file pair/n1.url &&
+	cat pair/n0.url pair/n1.url >pair/p.tmp && mv pair/p.tmp pair/peers &&
+	wait $p0 && wait $p1 &&
+	cat pair/n0.err &&
+	in=$(sed -n "s/.*node 0: .*, \([0-9]*\) bytes in, \([0-9]*\) out$/\1/p" pair/n0.err) &&
+	out=$(sed -n "s/.*node 1: .*, \([0-9]*\) bytes in, \([0-9]*\) out$/\2/p" pair/n1.err) &&
+	test "$in" -gt 4432 && test "$in" = "$out"
 '
 
 test_expect_success 'a node waiting for its peers serves its run, z and health' '

@@ -31,6 +31,7 @@ struct loop {
 	float *x, *scratch, loss;
 	double w;
 	uint64_t iter, quiet;
+	uint64_t logged_in, logged_out; /* the node's bytes on the wire its log has counted */
 };
 
 /* Read the peer list: given, or from the file once it appears (written whole by a rename). */
@@ -221,15 +222,41 @@ static int log_open(struct sgp_node *s, struct loop *l, const struct sgp_status 
 	return 0;
 }
 
-/* One line of node-I.jsonl: iteration iter done (the fields of a gem-serve log's update). */
-static void log_iter(FILE *f, const struct sgp_node *s, const struct loop *l,
-		     const struct mixed *mx)
+/* The bytes of the pushes taken and delivered since the log last counted them (counted now). */
+static void bytes_since(struct sgp_node *s, struct loop *l, uint64_t *in, uint64_t *out)
+{
+	pthread_mutex_lock(&s->mu);
+	*in = s->bytes_in - l->logged_in;
+	*out = s->bytes_out - l->logged_out;
+	l->logged_in = s->bytes_in;
+	l->logged_out = s->bytes_out;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* One line of node-I.jsonl: iteration iter done (the fields of a gem-serve log's update, its
+ * bytes those of the pushes this node took and delivered since the line before). */
+static void log_iter(FILE *f, struct sgp_node *s, struct loop *l, const struct mixed *mx)
 {
 	struct run_log_gossip g = {.w = l->w, .msgs = mx->got, .wait = mx->waited,
 				   .peer = mx->last_from, .dist = mx->dist};
-	run_log_update(f, &(struct run_log_update){.time = clock_wall(), .elapsed = clock_mono() - s->t0,
-			.vtime = -1, .version = l->iter + 1, .worker = s->id, .tau = mx->age_max,
-			.loss = l->loss, .samples = l->feed.samples, .gossip = &g});
+	struct run_log_update u = {.time = clock_wall(), .elapsed = clock_mono() - s->t0,
+				   .vtime = -1, .version = l->iter + 1, .worker = s->id,
+				   .tau = mx->age_max, .loss = l->loss, .samples = l->feed.samples,
+				   .gossip = &g};
+	bytes_since(s, l, &u.bytes_in, &u.bytes_out);
+	run_log_update(f, &u);
+}
+
+/* node-I.jsonl's last line: the node stopped (reason), with the bytes of the pushes taken and
+ * delivered after its last iteration's line (Overlap-SGP's sender finishing, late arrivals). */
+static void log_stop(FILE *f, struct sgp_node *s, struct loop *l, const char *reason)
+{
+	char extra[128];
+	uint64_t in, out;
+	bytes_since(s, l, &in, &out);
+	snprintf(extra, sizeof extra, "\"reason\":\"%s\",\"bytes_in\":%llu,\"bytes_out\":%llu", reason,
+		 (unsigned long long)in, (unsigned long long)out);
+	run_log_event(f, "stop", -1, -1, l->iter, extra);
 }
 
 /* node-I.jsonl: the requests refused since the last call, one "refused" event per reason with
@@ -345,6 +372,7 @@ static int finish(struct sgp_node *s, struct loop *l, struct sgp_status *st, int
 	}
 	pushsum_debias(l->x, l->w, z, s->n);
 	log_refusals(s, l->log, l->iter);
+	log_stop(l->log, s, l, rc == 0 ? "finished" : "failed");
 	if (fflush(l->log) == EOF && rc == 0)
 		rc = gem_errf(err, GEM_EFAIL, "log: %s", strerror(errno));
 	if (save_node(s, z, l, rc == 0 ? err : e2) == 0)
@@ -357,13 +385,17 @@ static int finish(struct sgp_node *s, struct loop *l, struct sgp_status *st, int
 }
 
 /* The status after iteration l->iter. */
-static void status_of(const struct sgp_node *s, const struct loop *l, struct sgp_status *st)
+static void status_of(struct sgp_node *s, const struct loop *l, struct sgp_status *st)
 {
 	st->iter = l->iter;
 	st->samples = l->feed.samples;
 	st->loss = l->loss;
 	st->w = l->w;
 	st->seconds = clock_mono() - s->t0;
+	pthread_mutex_lock(&s->mu);
+	st->bytes_in = s->bytes_in;
+	st->bytes_out = s->bytes_out;
+	pthread_mutex_unlock(&s->mu);
 }
 
 /* From the hello barrier to node-I.gem. */

@@ -41,6 +41,7 @@ struct sgp_status {
 	uint64_t samples;
 	float loss;              /* the last iteration's mean loss; NaN before the first */
 	double w, seconds;       /* the push-sum weight; seconds since training started */
+	uint64_t bytes_in, bytes_out; /* the messages of the pushes taken and delivered */
 	int saved;               /* node-I.gem written */
 };
 

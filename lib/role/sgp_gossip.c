@@ -142,7 +142,13 @@ static int post_share(struct sgp_node *s, int p, const struct msg_buf *buf,
 				    resp, err);
 	/* a push sent again after its reply was lost: the peer has it already */
 	if (rc == HTTPC_EHTTP && resp->status == 409 && refused_as(resp, SGP_REFUSE_DUPLICATE))
-		return 0;
+		rc = 0;
+	/* counted once delivered, as the peer counts it once taken */
+	if (rc == 0) {
+		pthread_mutex_lock(&s->mu);
+		s->bytes_out += buf->len;
+		pthread_mutex_unlock(&s->mu);
+	}
 	return rc;
 }
 

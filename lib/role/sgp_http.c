@@ -281,6 +281,7 @@ unsigned sgp_push_take(struct sgp_node *s, const void *body, size_t len, struct 
 	if (rc == 0 && !s->closed &&
 	    (why = push_admit(s, in->from, in->iter, 1, err, sizeof err)) == SGP_REFUSE_N) {
 		sgp_inbox_add(s, in);
+		s->bytes_in += len;
 		pthread_mutex_unlock(&s->mu);
 		return answer(a, 200, NULL, "%s", "");
 	}

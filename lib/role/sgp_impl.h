@@ -88,6 +88,7 @@ struct sgp_node {
 	int *hello, nhello; /* the peers that have said hello (and agree) */
 	uint64_t *pushed;   /* per peer: 1 + the last iteration of its pushes taken, 0: none */
 	unsigned refused[SGP_REFUSE_N]; /* refusals not yet logged, by reason */
+	uint64_t bytes_in, bytes_out;   /* the messages of the pushes taken and delivered */
 	float *zpub;
 	uint64_t pub_iter, pub_samples;
 	double pub_w, pub_elapsed;

@@ -412,16 +412,40 @@ int run_log_bytes_open(struct run_log_bytes *b, const char *path, char *err)
 	return run_log_reader_open(&b->rd, path, 1, err);
 }
 
-uint64_t run_log_line_bytes(const struct run_log_line *l)
+/* A line's bytes_out, and its bytes_in too when with_in (see run_log_line_bytes). */
+static uint64_t line_bytes(const struct run_log_line *l, int with_in)
 {
 	long long in = 0, out = 0;
 	if (!l->event)
-		return l->u.bytes_in + l->u.bytes_out;
+		return (with_in ? l->u.bytes_in : 0) + l->u.bytes_out;
 	if (strcmp(l->event, "stop"))
 		return 0;
-	jget_int(l->json, "bytes_in", 0, LLONG_MAX, &in);
+	if (with_in)
+		jget_int(l->json, "bytes_in", 0, LLONG_MAX, &in);
 	jget_int(l->json, "bytes_out", 0, LLONG_MAX, &out);
 	return (uint64_t)in + (uint64_t)out;
+}
+
+uint64_t run_log_line_bytes(const struct run_log_line *l)
+{
+	return line_bytes(l, 1);
+}
+
+int run_log_bytes_sent(const char *path, uint64_t *out, char *err)
+{
+	struct run_log_reader rd;
+	const struct run_log_line *l;
+	const char *why;
+	int rc = run_log_reader_open(&rd, path, 0, err);
+	*out = 0;
+	while (rc == 0 && (rc = run_log_next(&rd, &l, &why, err)) > 0) {
+		if (l)
+			*out += line_bytes(l, 0);
+		rc = 0;
+	}
+	if (rd.f)
+		run_log_reader_close(&rd);
+	return rc;
 }
 
 int run_log_bytes_at(struct run_log_bytes *b, uint64_t version, uint64_t *bytes, char *err)

@@ -79,6 +79,10 @@ void run_log_reader_close(struct run_log_reader *rd);
 /* The bytes on the wire a line counts: an update line's and a stop event's bytes_in plus
  * bytes_out (those since the line before); 0 for the other events. */
 uint64_t run_log_line_bytes(const struct run_log_line *l);
+/* The bytes an SGP node's log has it send (node-I.jsonl): the sum of bytes_out over its lines.
+ * A push delivered is counted by its sender in bytes_out and by its receiver in bytes_in, so
+ * the run's bytes on the wire are the nodes' sums of this, each push once. */
+int run_log_bytes_sent(const char *path, uint64_t *out, char *err);
 
 /* The bytes a served run had on the wire up to a version: the sum of bytes_in and bytes_out
  * over its log's update lines and stop events of that version or before, read on line by line
