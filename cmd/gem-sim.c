@@ -361,22 +361,26 @@ static void report(const struct sim_summary *sum, int quiet)
 	char loss[32], pi[3][32];
 	double vt = sum->vtime > 0 ? sum->vtime : 1;
 	printf("# workers\tversion\tsamples\tvtime\tloss\ttau_mean\ttau_max\tpi_median\tscale\tfailed\tseconds\tzero"
-	       "\tcommits_per_s\tserver_util\tlink_util\twait_mean\twait_p99\ttau_p50\ttau_p99\n");
-	printf("%d\t%llu\t%llu\t%.6f\t%s\t%.4f\t%llu\t%s\t%s\t%d\t%.3f\t%s\t%.6g\t%.4f\t%.4f\t%.6g\t%.6g\t%llu\t%llu\n",
+	       "\tcommits_per_s\tserver_util\tlink_util\twait_mean\twait_p99\ttau_p50\ttau_p99"
+	       "\tbytes_in\tbytes_out\n");
+	printf("%d\t%llu\t%llu\t%.6f\t%s\t%.4f\t%llu\t%s\t%s\t%d\t%.3f\t%s\t%.6g\t%.4f\t%.4f\t%.6g\t%.6g\t%llu\t%llu"
+	       "\t%llu\t%llu\n",
 	       sum->workers, (unsigned long long)sum->version, (unsigned long long)sum->samples, sum->vtime,
 	       num_format(loss, sizeof loss, "%.6g", sum->loss_tail), sum->tau_mean,
 	       (unsigned long long)sum->tau_max, pi_col(pi[0], sizeof pi[0], sum->pi_median),
 	       pi_col(pi[1], sizeof pi[1], sum->scale_mean), sum->failed, sum->seconds,
 	       pi_col(pi[2], sizeof pi[2], sum->zero_mean), (double)sum->commits / vt, sum->busy / vt,
 	       sum->link_busy / vt, sum->wait_mean, sum->wait_p99, (unsigned long long)sum->tau_p50,
-	       (unsigned long long)sum->tau_p99);
+	       (unsigned long long)sum->tau_p99, (unsigned long long)sum->bytes_in,
+	       (unsigned long long)sum->bytes_out);
 	if (!quiet)
 		fprintf(stderr,
 			"gem-sim: %d worker%s (%d finished, %d died, %d failed): %llu updates in %.6g virtual s, "
-			"%.1f s (%.0f updates/s)\n",
+			"%.1f s (%.0f updates/s), %llu bytes in, %llu out\n",
 			sum->workers, GEM_S(sum->workers), sum->finished, sum->died, sum->failed,
 			(unsigned long long)sum->updates, sum->vtime, sum->seconds,
-			(double)sum->updates / (sum->seconds > 0 ? sum->seconds : 1));
+			(double)sum->updates / (sum->seconds > 0 ? sum->seconds : 1),
+			(unsigned long long)sum->bytes_in, (unsigned long long)sum->bytes_out);
 	if (sum->diverged)
 		fprintf(stderr, "gem-sim: warning: the run diverged (%d worker%s' loss did); a lower --lr "
 				"may help\n", sum->diverged, GEM_S(sum->diverged));

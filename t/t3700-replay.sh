@@ -2,8 +2,8 @@
 # t3700: gem-sim --replay re-runs a real asynchronous run from its log and ends with the same θ,
 # bit for bit: the simulator runs the server's core and the worker's step, and the codec of its
 # messages (gem-work --codec, with its error feedback), gem's bfloat16 state and its window of
-# inner steps. The default cnn (dropout on) on Fashion-MNIST, real gem-serve and gem-work
-# processes.
+# inner steps; and its log counts the bytes on the wire the served run's did. The default cnn
+# (dropout on) on Fashion-MNIST, real gem-serve and gem-work processes.
 . "$(dirname "$0")/test-lib.sh"
 test_have_dataset
 
@@ -26,6 +26,20 @@ served() {
 	wait_exit $SERVER_PID 30
 }
 
+# bytes LOG: the bytes on the wire its update lines and stop events count
+bytes() {
+	python3 -c "
+import json, sys
+print(sum(j.get('bytes_in', 0) + j.get('bytes_out', 0) for j in map(json.loads, open(sys.argv[1]))))" "$1"
+}
+
+# same_bytes RUN NEW: NEW's log counts the bytes of RUN's (the same messages, built by the same
+# encoders and header makers; HTTP's own headers are counted in neither)
+same_bytes() {
+	bytes "$1/log.jsonl" >"$1.bytes" && bytes "$2/log.jsonl" >"$2.bytes" &&
+	test "$(cat "$1.bytes")" -gt 0 && cmp "$1.bytes" "$2.bytes"
+}
+
 # same RUN NEW: NEW's θ is RUN's, bit for bit
 same() {
 	blob "$1/params.gem" >"$1.blob" && blob "$2/params.gem" >"$2.blob" && cmp "$1.blob" "$2.blob"
@@ -36,20 +50,20 @@ for spec in "gem 4 6" "downpour 3 6 --window 2" "dynsgd 3 6" "easgd 3 6 --window
 	    "async-diloco 3 6 --window 2 --delayed-nesterov 3"; do
 	set -- $spec
 	rule=$1
-	test_expect_success "replay of a served $rule run with cnn and $2 workers: the same θ" "
+	test_expect_success "replay of a served $rule run with cnn and $2 workers: the same θ and bytes" "
 		served real-$rule $spec &&
 		gem-sim -q --replay real-$rule/log.jsonl new-$rule >replay.tsv &&
-		same real-$rule new-$rule &&
+		same real-$rule new-$rule && same_bytes real-$rule new-$rule &&
 		awk 'NR==2 { exit !(\$4 == $2) }' replay.tsv
 	"
 done
 
 for codec in int8 topk:0.1; do
-	test_expect_success "replay of a served gem run whose workers commit in $codec: the same θ" "
+	test_expect_success "replay of a served gem run whose workers commit in $codec: the same θ and bytes" "
 		CODEC=$codec served real-$codec gem 3 6 &&
 		test \$(grep -c '\"event\":\"join\".*\"codec\":\"$codec\"' real-$codec/log.jsonl) = 3 &&
 		gem-sim -q --replay real-$codec/log.jsonl new-$codec >/dev/null &&
-		same real-$codec new-$codec && ! cmp -s real-$codec.blob real-gem.blob
+		same real-$codec new-$codec && same_bytes real-$codec new-$codec && ! cmp -s real-$codec.blob real-gem.blob
 	"
 done
 test_expect_success 'the log without the codecs: the replay goes another way' '

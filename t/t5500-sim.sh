@@ -7,6 +7,18 @@ blob() { tail -n +2 "$1"; }
 # nowall LOG: the log without the wall-clock fields
 nowall() { sed -E 's/"(time|elapsed)":[0-9.e+-]+,?//g' "$1"; }
 init() { gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 5 "$@"; }
+# bytes RUN: the bytes on the wire its log counts (update lines and stop events)
+bytes() {
+	python3 -c "
+import json, sys
+print(sum(j.get('bytes_in', 0) + j.get('bytes_out', 0) for j in map(json.loads, open(sys.argv[1]))))" "$1/log.jsonl"
+}
+# same_bytes RUN SIM: the simulated run's log counts the served run's bytes (its messages built
+# by the same encoders and header makers; HTTP's own headers are counted in neither)
+same_bytes() {
+	bytes "$1" >"$1.bytes" && bytes "$2" >"$2.bytes" && test "$(cat "$1.bytes")" -gt 0 &&
+	cmp "$1.bytes" "$2.bytes"
+}
 
 test_expect_success 'setup' '
 	make_tiny_data data &&
@@ -50,7 +62,7 @@ test_expect_success '--threads 2 with many workers: the same as one thread' '
 	blob m1/params.gem >m1.blob && blob m2/params.gem >m2.blob && cmp m1.blob m2.blob
 '
 
-test_expect_success 'one simulated worker equals gem-serve with one gem-work (same parameters)' '
+test_expect_success 'one simulated worker equals gem-serve with one gem-work (same parameters and bytes)' '
 	cp -r base real && cp -r base sim &&
 	start_server real &&
 	test_when_finished "stop_if_running $SERVER_PID" &&
@@ -58,10 +70,10 @@ test_expect_success 'one simulated worker equals gem-serve with one gem-work (sa
 	wait $SERVER_PID &&
 	gem-sim -q -n 1 --steps 40 sim >/dev/null &&
 	blob real/params.gem >real.blob && blob sim/params.gem >sim.blob && cmp real.blob sim.blob &&
-	grep -q "\"version\":40" sim/params.gem
+	grep -q "\"version\":40" sim/params.gem && same_bytes real sim
 '
 
-test_expect_success 'sync with 2 simulated workers equals gem-serve with 2 workers' '
+test_expect_success 'sync with 2 simulated workers equals gem-serve with 2 workers (and its bytes)' '
 	cp -r sync-base sreal && cp -r sync-base ssim &&
 	start_server sreal &&
 	test_when_finished "stop_if_running $SERVER_PID" &&
@@ -70,10 +82,11 @@ test_expect_success 'sync with 2 simulated workers equals gem-serve with 2 worke
 	gem-work -q --server "$URL" --steps 15 &&
 	wait $w1 && wait $SERVER_PID &&
 	gem-sim -q -n 2 --steps 15 ssim >/dev/null &&
-	blob sreal/params.gem >sreal.blob && blob ssim/params.gem >ssim.blob && cmp sreal.blob ssim.blob
+	blob sreal/params.gem >sreal.blob && blob ssim/params.gem >ssim.blob && cmp sreal.blob ssim.blob &&
+	same_bytes sreal ssim
 '
 
-test_expect_success 'diloco with 2 simulated workers equals gem-serve with 2 workers' '
+test_expect_success 'diloco with 2 simulated workers equals gem-serve with 2 workers (and its bytes)' '
 	init --workers 2 --rule diloco --window 3 dreal && cp -r dreal dsim &&
 	start_server dreal &&
 	test_when_finished "stop_if_running $SERVER_PID" &&
@@ -83,7 +96,8 @@ test_expect_success 'diloco with 2 simulated workers equals gem-serve with 2 wor
 	wait $w1 && wait $SERVER_PID &&
 	gem-sim -q -n 2 --steps 15 dsim >/dev/null &&
 	grep -q "\"version\":5" dsim/params.gem &&
-	blob dreal/params.gem >dreal.blob && blob dsim/params.gem >dsim.blob && cmp dreal.blob dsim.blob
+	blob dreal/params.gem >dreal.blob && blob dsim/params.gem >dsim.blob && cmp dreal.blob dsim.blob &&
+	same_bytes dreal dsim
 '
 
 test_expect_success 'const step times: round-robin, every commit of staleness N-1' '
@@ -132,8 +146,10 @@ test_expect_success 'every rule trains the tiny task in the simulator' '
 	)
 '
 
-test_expect_success 'gem-eval and gem-plot-data read a simulated run' '
+test_expect_success 'gem-eval and gem-plot-data read a simulated run, and its bytes' '
 	gem-eval a >eval.tsv && awk "NR==2 { exit !(\$2 > 0) }" eval.tsv &&
+	bytes a >want && awk -F"\t" "NR==2 { print \$6 }" eval.tsv >got && cmp want got &&
+	awk -F"\t" "NR==2 { print \$20 + \$21 }" a.tsv >got && cmp want got &&
 	gem-plot-data loss a >loss.tsv && test $(grep -vc "^#" loss.tsv) -gt 100 &&
 	gem-plot-data pi a >pi.tsv && gem-plot-data staleness a >tau.tsv &&
 	gem-plot-data throughput a >thr.tsv && test -s thr.tsv

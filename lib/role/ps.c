@@ -832,6 +832,33 @@ void ps_sent(struct ps *s, uint64_t bytes)
 	s->line_out += bytes;
 }
 
+json_t *ps_commit_reply_head(const struct ps_reply *r, int applied)
+{
+	return json_pack("{s:I, s:I, s:b}", "version", (json_int_t)r->version, "tau",
+			 (json_int_t)r->tau, "applied", applied);
+}
+
+int ps_reply_sliced(const struct ps *s, json_t *head)
+{
+	json_t *slice = head ? ps_theta_shard(s) : NULL;
+	if (!head)
+		return -1;
+	return slice ? json_object_set_new(head, "theta_shard", slice) : 0;
+}
+
+json_t *ps_join_reply_head(const struct ps_joined *j)
+{
+	json_t *head = json_pack("{s:i, s:I, s:I, s:I, s:I}", "worker", j->worker, "version",
+				 (json_int_t)j->version, "seq", (json_int_t)j->seq, "commits",
+				 (json_int_t)j->commits, "samples", (json_int_t)j->samples);
+	if (head && j->shard_n > 0 &&
+	    json_object_set_new(head, "shard", json_pack("[i,i]", j->shard_i, j->shard_n)) < 0) {
+		json_decref(head);
+		return NULL;
+	}
+	return head;
+}
+
 int ps_leave(struct ps *s, int worker, int how, float loss, int gone, struct ps_reply *r,
 	     char *err)
 {

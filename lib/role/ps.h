@@ -142,6 +142,15 @@ void ps_reply_held(const struct ps *s, float *out, struct ps_reply *r);
 /* A reply of bytes (its message, header included) to a commit or a join went out: counted in
  * the next update line of the log and in ps_now. */
 void ps_sent(struct ps *s, uint64_t bytes);
+/* The header of the reply to a commit (gem-protocol(7)): θ's version, the commit's τ, and
+ * whether it was applied or held for its round (a new reference; NULL: out of memory). gem-serve
+ * sends it, gem-sim and a replay measure their replies with it. */
+json_t *ps_commit_reply_head(const struct ps_reply *r, int applied);
+/* The header of the reply to a join: what the server saw of the worker so far (as above). */
+json_t *ps_join_reply_head(const struct ps_joined *j);
+/* Add to a reply's header head, from a shard's server, the slice of θ its vector is
+ * ("theta_shard", ps_theta_shard): 0, or -1 when out of memory (head NULL too). */
+int ps_reply_sliced(const struct ps *s, json_t *head);
 /* How a worker left: to come back, having spent its budget, or having diverged (its loss was not
  * finite: it will not come back, and the run fails once every worker has left). */
 enum { PS_LEFT_PAUSED = 0, PS_LEFT_DONE = 1, PS_LEFT_DIVERGED = 2 };

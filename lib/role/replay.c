@@ -146,15 +146,32 @@ static int ensure_ready(struct replay *p, char *err)
 
 /* ---- the workers' side ---- */
 
-/* A round closed: the workers held in it get θ. */
+/* Worker w takes the reply v whose header is head (taken over; NULL: not measured) as
+ * vworker_reply does, and its bytes go out as gem-serve's would. */
+static int reply_to(struct replay *p, struct vworker *w, const float *v, int elastic, int whole,
+		    uint64_t version, json_t *head, char *err)
+{
+	int rc;
+	if (ps_reply_sliced(p->ps, head) < 0) {
+		json_decref(head);
+		head = NULL;
+	}
+	rc = vworker_reply(w, &p->wire, v, elastic, whole, version, head ? &head : NULL, err);
+	ps_sent(p->ps, w->reply_bytes[0]);
+	json_decref(head);
+	return rc;
+}
+
+/* A round closed: the workers held in it get θ (τ 0: a round refuses a stale commit). */
 static int release_round(struct replay *p, char *err)
 {
-	struct ps_reply r;
+	struct ps_reply r = {0};
 	ps_reply_held(p->ps, p->reply, &r);
 	for (int i = 0; i < PS_MAX_WORKERS; i++)
 		if (p->pending[i]) {
 			p->pending[i] = 0;
-			if (vworker_reply(p->w[i], &p->wire, p->reply, r.elastic, 0, r.version, err) < 0)
+			if (reply_to(p, p->w[i], p->reply, r.elastic, 0, r.version,
+				     ps_commit_reply_head(&r, 1), err) < 0)
 				return GEM_EFAIL;
 		}
 	return 0;
@@ -166,6 +183,7 @@ static int do_join(struct replay *p, int id, const json_t *line, char *err)
 {
 	struct ps_joined j;
 	char codec[BLOB_CODEC_MAX];
+	json_t *head;
 	int rc;
 	/* a new worker given the id of one long gone: nothing of the old one is carried over */
 	if (json_is_true(json_object_get(line, "new"))) {
@@ -197,7 +215,15 @@ static int do_join(struct replay *p, int id, const json_t *line, char *err)
 	}
 	p->joined[id] = 1;
 	p->pending[id] = 0;
-	return vworker_joined(p->w[id], p->run, &p->ds, &j, p->reply, &p->wire, err);
+	if ((head = ps_join_reply_head(&j)) && ps_reply_sliced(p->ps, head) < 0) {
+		json_decref(head);
+		head = NULL;
+	}
+	rc = vworker_joined(p->w[id], p->run, &p->ds, &j, p->reply, &p->wire, head ? &head : NULL,
+			    err);
+	ps_sent(p->ps, p->w[id]->reply_bytes[0]);
+	json_decref(head);
+	return rc;
 }
 
 /* Worker id leaves as the log's line j says (a diverged worker: with the loss it saw). */
@@ -241,6 +267,7 @@ static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
 	c.samples = w->got;
 	c.loss = w->loss;
 	c.update = w->update;
+	c.bytes = w->commit_bytes[0];
 	p->sum.commits++;
 	st = ps_commit(p->ps, &c, p->reply, &r, err);
 	if (st != want && st < 0) {
@@ -255,7 +282,8 @@ static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
 		p->pending[id] = 1;
 		return 0;
 	}
-	if (vworker_reply(w, &p->wire, p->reply, r.elastic, 0, r.version, err) < 0)
+	if (reply_to(p, w, p->reply, r.elastic, 0, r.version,
+		     ps_commit_reply_head(&r, st == PS_APPLIED), err) < 0)
 		return GEM_EFAIL;
 	if (r.round_closed)
 		return release_round(p, err);
@@ -283,7 +311,7 @@ static int do_event(struct replay *p, const struct run_log_line *l, char *err)
 		/* a commit sent again: the worker takes θ as it is now, whole */
 		ps_copy_theta(p->ps, p->reply);
 		if (p->w[id] &&
-		    vworker_reply(p->w[id], &p->wire, p->reply, 0, 1, ps_version(p->ps), err) < 0)
+		    vworker_reply(p->w[id], &p->wire, p->reply, 0, 1, ps_version(p->ps), NULL, err) < 0)
 			return GEM_EFAIL;
 		return 0;
 	}

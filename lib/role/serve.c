@@ -288,18 +288,14 @@ static int reply_vector(struct server *s, struct httpd_req *req, struct slot *w,
 	char err[GEM_ERRMAX];
 	struct msg_blob blob;
 	const void *enc;
-	json_t *slice = ps_theta_shard(s->ps);
 	memset(&blob, 0, sizeof blob);
 	*len = 0;
-	if (!head) {
-		json_decref(slice);
+	/* a shard's vector says which slice of θ it is, so that a worker given the servers in
+	 * another order (or through proxies that swap them) cannot take it for another one */
+	if (ps_reply_sliced(s->ps, head) < 0) {
 		reply_done(b);
 		return httpd_reply_error(req, 503, "busy", "out of memory");
 	}
-	/* a shard's vector says which slice of θ it is, so that a worker given the servers in
-	 * another order (or through proxies that swap them) cannot take it for another one */
-	if (slice)
-		json_object_set_new(head, "theta_shard", slice);
 	if (reply_encode(s, w, b, head, elastic, codec, &blob, err) < 0 ||
 	    (enc = blob.data, msg_build_head(&w->head, head, &blob, 1, err)) < 0) {
 		reply_done(b);
@@ -534,11 +530,7 @@ static int h_join(struct httpd_req *req, void *ctx)
 	}
 	log_info("worker %d joined from %s", j.worker, req->client);
 	/* what the worker did so far, so that it continues its data order where it stopped */
-	head = json_pack("{s:i, s:I, s:I, s:I, s:I}", "worker", j.worker, "version", (json_int_t)j.version,
-			 "seq", (json_int_t)j.seq, "commits", (json_int_t)j.commits, "samples",
-			 (json_int_t)j.samples);
-	if (head && j.shard_n > 0)
-		json_object_set_new(head, "shard", json_pack("[i,i]", j.shard_i, j.shard_n));
+	head = ps_join_reply_head(&j);
 	pthread_mutex_lock(&w->lock);
 	/* its copy of θ starts over from this reply, in the codec it names now */
 	delta_close(&w->dl);
@@ -730,8 +722,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 			log_warn("commit refused (%s): %s", ps_status_code(st), err);
 		return httpd_reply_error(req, http_status(st), ps_status_code(st), "%s", err);
 	}
-	head = json_pack("{s:I, s:I, s:b}", "version", (json_int_t)r.version, "tau", (json_int_t)r.tau,
-			 "applied", st == PS_APPLIED || st == PS_PENDING);
+	head = ps_commit_reply_head(&r, st == PS_APPLIED || st == PS_PENDING);
 	t0 = t1 - t0;
 	t1 = clock_mono();
 	/* a resend: the reply to the first one may never have reached the worker's copy */

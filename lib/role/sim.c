@@ -585,6 +585,38 @@ static void cores_vtime(struct sim *s, double t)
 		ps_set_vtime(s->core[k], t);
 }
 
+/* The header of each shard's reply whose header is base (taken over): with the slice of θ it
+ * carries when θ is cut, as gem-serve adds it. heads[k] are new references, all NULL when out of
+ * memory (the reply is then not measured). */
+static void reply_heads(struct sim *s, json_t *base, json_t **heads)
+{
+	/* base is shard 0's, the last: the others are copies of it */
+	for (int k = s->ncores - 1; k >= 0; k--) {
+		heads[k] = k && base ? json_deep_copy(base) : base;
+		if (ps_reply_sliced(s->core[k], heads[k]) < 0) {
+			json_decref(heads[k]);
+			heads[k] = NULL;
+		}
+	}
+	for (int k = 0; k < s->ncores; k++)
+		if (!heads[k]) {
+			for (int i = 0; i < s->ncores; i++)
+				json_decref(heads[i]);
+			memset(heads, 0, sizeof *heads * (size_t)s->ncores);
+			return;
+		}
+}
+
+/* Worker w has taken a reply measured under heads (released): each shard's slice of it goes
+ * out of that shard's server. */
+static void cores_sent(struct sim *s, const struct simw *w, json_t **heads)
+{
+	for (int k = 0; k < s->ncores; k++) {
+		ps_sent(s->core[k], w->v.reply_bytes[k]);
+		json_decref(heads[k]);
+	}
+}
+
 /* The reply of the commits held for the round that just closed, into s->reply; shard 0's r. */
 static void cores_reply_held(struct sim *s, struct ps_reply *r)
 {
@@ -620,7 +652,8 @@ static int cores_leave(struct sim *s, int id, int how, float loss, struct ps_rep
 
 /* Commit c to every core, each its slice of the update; shard 0's answer in *r. The shards see
  * the same commits in the same order, so they decide alike: else the run stops. */
-static int cores_commit(struct sim *s, const struct ps_commit *c, struct ps_reply *r, char *err)
+static int cores_commit(struct sim *s, const struct ps_commit *c, const uint64_t *bytes,
+			struct ps_reply *r, char *err)
 {
 	int st = 0;
 	for (int k = 0; k < s->ncores; k++) {
@@ -628,6 +661,7 @@ static int cores_commit(struct sim *s, const struct ps_commit *c, struct ps_repl
 		struct ps_reply rk;
 		int stk;
 		ck.update = c->update + s->cut[k].off;
+		ck.bytes = bytes[k];
 		stk = ps_commit(s->core[k], &ck, s->reply + s->cut[k].off, k ? &rk : r, err);
 		if (k == 0)
 			st = stk;
@@ -700,16 +734,23 @@ static double reply_at(struct sim *s, double t)
 /* A round closed at t: every worker held in it gets its reply. */
 static int release_round(struct sim *s, double t, char *err)
 {
-	struct ps_reply r;
+	struct ps_reply r = {0};
 	cores_reply_held(s, &r);
 	for (int i = 0; i < s->nw; i++) {
 		struct simw *w = &s->w[i];
+		json_t *heads[SHARD_MAX];
+		int rc;
 		if (!w->pending)
 			continue;
 		w->pending = 0;
 		if (!w->joined)
 			continue;
-		if (vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, 0, r.version, err) < 0)
+		/* a held commit's reply: τ 0, as a round refuses a stale one */
+		reply_heads(s, ps_commit_reply_head(&r, 1), heads);
+		rc = vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, 0, r.version,
+				   heads[0] ? heads : NULL, err);
+		cores_sent(s, w, heads);
+		if (rc < 0)
 			return GEM_EFAIL;
 		if (worker_reply(s, w, reply_at(s, t)) < 0)
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -722,13 +763,18 @@ static int release_round(struct sim *s, double t, char *err)
 static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 {
 	struct ps_joined j;
+	json_t *heads[SHARD_MAX];
 	int rc;
 	cores_vtime(s, t);
 	if ((rc = cores_join(s, w->v.id, &j, err)) < 0) {
 		gem_errprefix(err, "worker %d: join refused: ", w->v.id);
 		return GEM_EFAIL;
 	}
-	if ((rc = vworker_joined(&w->v, s->run, &s->ds, &j, s->reply, &s->wire[0], err)) < 0)
+	reply_heads(s, ps_join_reply_head(&j), heads);
+	rc = vworker_joined(&w->v, s->run, &s->ds, &j, s->reply, &s->wire[0],
+			    heads[0] ? heads : NULL, err);
+	cores_sent(s, w, heads);
+	if (rc < 0)
 		return rc;
 	w->shadow_pos = j.samples % feed_epoch(&w->v.f);
 	w->planned = j.samples;
@@ -776,7 +822,8 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 {
 	struct ps_commit c = {.worker = w->v.id, .idle = -1};
 	struct ps_reply r;
-	int st;
+	json_t *heads[SHARD_MAX];
+	int st, rc;
 
 	if ((st = ensure_computed(s, w, err)) < 0)
 		return st;
@@ -801,7 +848,7 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 	c.loss = w->v.loss;
 	c.update = w->v.update;
 	cores_vtime(s, tout);
-	st = cores_commit(s, &c, &r, err);
+	st = cores_commit(s, &c, w->v.commit_bytes, &r, err);
 	s->sum.commits++;
 	if (st == PS_E_NON_FINITE || st == PS_E_NON_FINITE_RESULT) /* refused: it gives up, leaves */
 		return worker_fails(s, w, t + 2 * s->o->latency, "its update is not finite: refused", err);
@@ -815,7 +862,11 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 	}
 	if (st == PS_APPLIED && summary_add(s, w->v.loss, r.st) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	if (vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, 0, r.version, err) < 0)
+	reply_heads(s, ps_commit_reply_head(&r, st == PS_APPLIED), heads);
+	rc = vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, 0, r.version,
+			   heads[0] ? heads : NULL, err);
+	cores_sent(s, w, heads);
+	if (rc < 0)
 		return GEM_EFAIL;
 	if (worker_reply(s, w, reply_at(s, tout)) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -962,6 +1013,13 @@ static void summarise(struct sim *s)
 	m->samples = p.samples;
 	m->vtime = s->vnow;
 	m->seconds = clock_mono() - s->t0;
+	m->bytes_in = m->bytes_out = 0;
+	for (int k = 0; k < s->ncores; k++) {
+		struct ps_now now;
+		ps_now(s->core[k], &now);
+		m->bytes_in += now.bytes_in;
+		m->bytes_out += now.bytes_out;
+	}
 	for (int i = 0; i < s->ring_n; i++)
 		l += s->loss_ring[i];
 	m->loss_tail = s->ring_n ? l / s->ring_n : NAN;

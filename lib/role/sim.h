@@ -87,6 +87,9 @@ struct sim_summary {
 	uint64_t commits;          /* commits the server took */
 	double busy, link_busy;    /* the busiest shard's CPU, link (in or out) seconds */
 	double wait_mean, wait_p99; /* seconds a commit waited for the server's link and CPU */
+	uint64_t bytes_in, bytes_out; /* on the wire, over the shards: the commits, and the replies
+				       * to them and to the joins (the messages gem-work and gem-serve
+				       * would send, headers included) */
 };
 
 /* Set o to the defaults: 1 worker, const:1 step time, no jitter, stragglers, latency, server

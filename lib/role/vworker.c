@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "role/work.h"
 
 int vwire_open(struct vwire *x, size_t n, char *err)
 {
@@ -16,6 +17,7 @@ int vwire_open(struct vwire *x, size_t n, char *err)
 void vwire_close(struct vwire *x)
 {
 	blob_codec_free(&x->c);
+	msg_buf_free(&x->head);
 	free(x->v);
 	x->v = NULL;
 }
@@ -78,33 +80,54 @@ int vworker_codec(struct vworker *w, const struct run *run, const char *codec,
 	return 0;
 }
 
-/* v as the receiver decodes it, each slice its own message in codec: v itself when the codec
- * is lossless, else decoded into out; NULL if v cannot be encoded (err says why). */
-static const float *wire_pass(const struct vworker *w, struct vwire *x, const char *codec,
-			      struct feedback *fb, const float *v, float *out, char *err)
+/* The bytes of a message of header head (NULL: 0, not measured) and one blob called name, enc
+ * described by m. */
+static uint64_t msg_bytes(struct vwire *x, json_t *head, const char *name, const void *enc,
+			  const struct blob_meta *m)
 {
-	if (!blob_codec_lossy(codec))
-		return v;
+	char err[GEM_ERRMAX];
+	struct msg_blob b = {.meta = *m, .data = enc};
+	snprintf(b.name, sizeof b.name, "%s", name);
+	if (!head || msg_build_head(&x->head, head, &b, 1, err) < 0)
+		return 0;
+	return x->head.len + m->nbytes;
+}
+
+/* v as the receiver decodes it, each slice its own message in codec, a blob called name under
+ * heads[k] (NULL: not measured) whose bytes go to bytes[k]: v itself when the codec is lossless,
+ * else decoded into out; NULL if v cannot be encoded (err says why). */
+static const float *wire_pass(const struct vworker *w, struct vwire *x, const char *codec,
+			      struct feedback *fb, const float *v, float *out, const char *name,
+			      json_t *const *heads, uint64_t *bytes, char *err)
+{
+	int lossy = blob_codec_lossy(codec);
 	for (int k = 0; k < w->ncut; k++) {
 		size_t off = w->cut[k].off, len = w->cut[k].len;
 		struct blob_meta m;
 		const void *enc;
-		int rc = fb ? feedback_encode(fb, &x->c, v, off, len, &enc, &m, err)
-			    : blob_encode(&x->c, v + off, len, codec, -1, &enc, &m, err);
-		if (rc < 0 || blob_decode(&x->c, enc, &m, out + off, len, err) < 0)
+		int rc;
+		bytes[k] = 0;
+		/* a lossless codec changes nothing: encoded only to be measured */
+		if (!lossy && !heads)
+			continue;
+		rc = fb ? feedback_encode(fb, &x->c, v, off, len, &enc, &m, err)
+			: blob_encode(&x->c, v + off, len, codec, -1, &enc, &m, err);
+		if (rc < 0 || (lossy && blob_decode(&x->c, enc, &m, out + off, len, err) < 0))
 			return NULL;
+		bytes[k] = msg_bytes(x, heads ? heads[k] : NULL, name, enc, &m);
 	}
-	return out;
+	return lossy ? out : v;
 }
 
 /* θ v as the worker receives it: through the copies of its slices when it keeps them, as
  * gem-serve sends it and gem-work takes it (restarted first when whole), else as wire_pass in
  * its reply codec. NULL if v cannot be encoded (err says why). */
 static const float *theta_pass(struct vworker *w, struct vwire *x, const float *v, int whole,
-			       char *err)
+			       json_t *const *heads, char *err)
 {
 	if (!w->dl[0].copy)
-		return wire_pass(w, x, w->reply_codec, NULL, v, x->v, err);
+		return wire_pass(w, x, w->reply_codec, NULL, v, x->v, MSG_PARAMS, heads,
+				 w->reply_bytes, err);
 	memcpy(x->v, v, sizeof(float) * w->n);
 	for (int k = 0; k < w->ncut; k++) {
 		struct delta *d = &w->dl[k];
@@ -115,13 +138,19 @@ static const float *theta_pass(struct vworker *w, struct vwire *x, const float *
 			delta_restart(d);
 		if (delta_encode(d, &x->c, x->v + w->cut[k].off, &enc, &m, &name, err) < 0)
 			return NULL;
+		/* the server's header says the CRC of its copy, as gem-serve's reply_encode does */
+		if (heads && heads[k] &&
+		    json_object_set_new(heads[k], DELTA_CRC, json_integer(delta_crc(d))) < 0)
+			return NULL;
+		w->reply_bytes[k] = msg_bytes(x, heads ? heads[k] : NULL, name, enc, &m);
 		memcpy(x->v + w->cut[k].off, d->copy, sizeof(float) * d->n);
 	}
 	return x->v;
 }
 
 int vworker_joined(struct vworker *w, const struct run *run, const struct dataset *ds,
-		   const struct ps_joined *j, const float *theta, struct vwire *wire, char *err)
+		   const struct ps_joined *j, const float *theta, struct vwire *wire,
+		   json_t *const *heads, char *err)
 {
 	const float *got;
 	int rc;
@@ -134,8 +163,9 @@ int vworker_joined(struct vworker *w, const struct run *run, const struct datase
 		return rc;
 	w->has_feed = 1;
 	feed_seek(&w->f, j->samples);
-	if (!(got = theta_pass(w, wire, theta, 1, err)))
+	if (!(got = theta_pass(w, wire, theta, 1, heads, err)))
 		return GEM_EFAIL;
+	w->seq = j->seq;
 	memcpy(w->x, got, sizeof(float) * w->n);
 	feedback_restart(&w->fb, 0, w->n);
 	rule_half_start(&w->l, w->x, feed_steps(&w->f, j->samples),
@@ -151,6 +181,7 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 {
 	float *p = model_params(t->m), loss;
 	const float *u;
+	json_t *heads[SHARD_MAX] = {0};
 	double lsum = 0;
 	int k, nb, rc;
 
@@ -177,16 +208,29 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 	memcpy(w->x, p, sizeof(float) * w->n);
 	u = u == p ? w->x : u;
 	/* gem-work encodes only what it sends: not a diverged step's */
-	w->update = w->diverged ? u : wire_pass(w, wire, w->fb.codec, &w->fb, u, w->sent, err);
+	if (w->diverged) {
+		w->update = u;
+		batcher_free(&w->f.b);
+		return 0;
+	}
+	/* every slice's header is the same: gem-work's servers are at one version */
+	w->seq++;
+	heads[0] = work_commit_head(w->id, w->base, w->seq, w->got, w->loss, w->l.d->background, 0);
+	for (k = 1; k < w->ncut; k++)
+		heads[k] = heads[0];
+	w->update = wire_pass(w, wire, w->fb.codec, &w->fb, u, w->sent, "update",
+			      heads[0] ? heads : NULL, w->commit_bytes, err);
+	json_decref(heads[0]);
 	batcher_free(&w->f.b);
 	return 0;
 }
 
 int vworker_reply(struct vworker *w, struct vwire *wire, const float *v, int elastic, int whole,
-		  uint64_t version, char *err)
+		  uint64_t version, json_t *const *heads, char *err)
 {
-	const float *got = elastic ? wire_pass(w, wire, w->reply_codec, NULL, v, wire->v, err)
-				   : theta_pass(w, wire, v, whole, err);
+	const float *got = elastic ? wire_pass(w, wire, w->reply_codec, NULL, v, wire->v, "elastic",
+					       heads, w->reply_bytes, err)
+				   : theta_pass(w, wire, v, whole, heads, err);
 	if (!got)
 		return GEM_EFAIL;
 	rule_half_reply(&w->l, w->x, got, elastic);

@@ -16,11 +16,14 @@
 #include "run/shard.h"
 #include "wire/blob.h"
 #include "wire/delta.h"
+#include "wire/msg.h"
 
-/* A thread's scratch for the messages it models: a codec's buffers and n floats. */
+/* A thread's scratch for the messages it models: a codec's buffers, n floats, and a message's
+ * header line (to measure the message). */
 struct vwire {
 	struct blob_codec c;
 	float *v;
+	struct msg_buf head;
 };
 
 struct vworker {
@@ -44,6 +47,10 @@ struct vworker {
 	struct delta dl[SHARD_MAX];  /* the copy of each slice it and its server hold (int8, int4,
 				      * topk, and no reply codec of the server's) */
 	int ncut;
+	uint64_t seq;                /* its commits' number, as gem-work counts them */
+	/* the bytes on the wire of each slice's message: of the commit computed last, and of the
+	 * reply taken last (0: not measured), header included, as gem-work and gem-serve build them */
+	uint64_t commit_bytes[SHARD_MAX], reply_bytes[SHARD_MAX];
 };
 
 /* n floats of scratch. */
@@ -62,18 +69,20 @@ int vworker_codec(struct vworker *w, const struct run *run, const char *codec,
 		  const char *reply_codec, const struct shard *cut, int ncut, char *err);
 /* The server took it (j) and sent θ whole: its feed starts where the server saw it stop, x = θ
  * as received. Its feed's count and batch stay readable; its index arrays are released until
- * it computes. */
+ * it computes. heads (NULL: not measured): each slice's reply header, as its server builds it,
+ * for reply_bytes. */
 int vworker_joined(struct vworker *w, const struct run *run, const struct dataset *ds,
-		   const struct ps_joined *j, const float *theta, struct vwire *wire, char *err);
+		   const struct ps_joined *j, const float *theta, struct vwire *wire,
+		   json_t *const *heads, char *err);
 /* Compute the next commit on t's model: `steps` local steps, or (steps 0) steps until `samples`
- * samples are behind it (a replay's log says how many); encode and decode it with wire.
- * GEM_ENOMEM: its data's order could not be made again (its feed's index arrays are held only
- * while it computes). */
+ * samples are behind it (a replay's log says how many); encode and decode it with wire, and
+ * measure its messages (commit_bytes). GEM_ENOMEM: its data's order could not be made again
+ * (its feed's index arrays are held only while it computes). */
 int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, int steps,
 		    uint64_t samples, char *err);
 /* The reply v: θ, or easgd's d when elastic, of the given version, as received; θ whole (its
- * copies start over) when whole (the reply to a resent commit). GEM_EFAIL (err says why): v
- * cannot be encoded. */
+ * copies start over) when whole (the reply to a resent commit); heads as vworker_joined's.
+ * GEM_EFAIL (err says why): v cannot be encoded. */
 int vworker_reply(struct vworker *w, struct vwire *wire, const float *v, int elastic, int whole,
-		  uint64_t version, char *err);
+		  uint64_t version, json_t *const *heads, char *err);
 #endif

@@ -293,6 +293,19 @@ static void leave(struct worker *w, int done, int diverged, float loss)
 	}
 }
 
+json_t *work_commit_head(int worker, uint64_t base, uint64_t seq, uint64_t samples, float loss,
+			 int background, double idle)
+{
+	json_t *head = json_pack("{s:i, s:I, s:I, s:I}", "worker", worker, "base", (json_int_t)base,
+				 "seq", (json_int_t)seq, "samples", (json_int_t)samples);
+	if (head && ((isfinite(loss) && json_object_set_new(head, "loss", json_real(loss)) < 0) ||
+		     (background && json_object_set_new(head, "idle", json_real(idle)) < 0))) {
+		json_decref(head);
+		return NULL;
+	}
+	return head;
+}
+
 /* The commit messages of the vector v: each server's slice into its buf. */
 static int commit_build(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
@@ -302,12 +315,9 @@ static int commit_build(struct worker *w, const float *v, float loss, uint64_t s
 		const void *enc;
 		json_t *head;
 		int rc;
-		head = json_pack("{s:i, s:I, s:I, s:I}", "worker", w->id, "base", (json_int_t)srv->version,
-				 "seq", (json_int_t)++srv->seq, "samples", (json_int_t)samples);
-		if (isfinite(loss))
-			json_object_set_new(head, "loss", json_real(loss));
-		if (w->l.d->background)
-			json_object_set_new(head, "idle", json_real(w->idle));
+		if (!(head = work_commit_head(w->id, srv->version, ++srv->seq, samples, loss,
+					      w->l.d->background, w->idle)))
+			return gem_errf(err, GEM_ENOMEM, "out of memory");
 		rc = feedback_encode(&w->fb, &srv->codec, v, srv->off, srv->len, &enc, &blob.meta, err);
 		blob.data = enc;
 		if (rc == 0)

@@ -6,6 +6,7 @@
  * installs a signal handler or exits: the caller's handler sets *stop, which work_run polls. */
 #ifndef GEM_WORK_H
 #define GEM_WORK_H
+#include <jansson.h>
 #include <signal.h>
 #include <stdint.h>
 
@@ -68,6 +69,12 @@ struct worker;
 
 /* Sleep so that a step that took step_seconds takes factor times as long. */
 void work_slowdown(double step_seconds, double factor);
+/* The header of a commit message (gem-protocol(7)): the worker, the version its update was
+ * computed from, its commit number, samples and loss (NaN: none), and with background (dma)
+ * the seconds it has waited (a new reference; NULL: out of memory). gem-work sends it, gem-sim
+ * and a replay measure their commits with it. */
+json_t *work_commit_head(int worker, uint64_t base, uint64_t seq, uint64_t samples, float loss,
+			 int background, double idle);
 
 /* Join the gem-serve at url. GEM_EUSAGE: the token file, the CA file or the URL is bad (a CA
  * file with an http:// URL too); GEM_EFAIL: the server

@@ -36,7 +36,7 @@ struct run_log_update {
 	const struct run_log_gossip *gossip; /* an SGP node's iteration; NULL: none (writer only) */
 	const struct rule_stats *st;         /* GEM's π statistics when st->ntensors (writer only) */
 	/* a server's: the bytes on the wire (messages, headers included) of the commits received
-	 * and the replies sent since the line before; both 0: none counted (gem-sim), no field */
+	 * and the replies sent since the line before; both 0: none counted, no field */
 	uint64_t bytes_in, bytes_out;
 };
 
