@@ -69,6 +69,8 @@ static void usage(FILE *f)
 	      "                          cycles; default 0\n"
 	      "      --delayed-nesterov N  async-diloco: a momentum step with the mean of every\n"
 	      "                          N commits, plain steps between; default 0 (off)\n"
+	      "      --dynamic-local-updates  async-diloco: each worker's H scaled to its speed\n"
+	      "                          (the fastest takes --window steps), told in the reply\n"
 	      "  -n, --workers N         workers the run expects (sync, dma and diloco wait for\n"
 	      "                          that many; easgd's α; gem-serve ends the run once\n"
 	      "                          they came); default 1\n"

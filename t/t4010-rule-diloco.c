@@ -2,7 +2,7 @@
  * μ = 0 and as dma, bit for bit, for the same commits; the worker's inner steps (their momentum
  * kept from one window to the next); leaves, config and a checkpoint mid-round. async-diloco:
  * the outer step on each arrival and delayed Nesterov, worked by hand, and a checkpoint
- * mid-group. */
+ * mid-group; dynamic local updates: a slower worker is told a smaller H. */
 #include "base/err.h"
 #include "base/rng.h"
 #include "nn/optim.h"
@@ -347,6 +347,44 @@ static void delayed_nesterov(void)
 	delayed = 0;
 }
 
+/* Dynamic local updates: H_w = round(H · rate / fastest) within [1, H]. */
+static void dynamic_window(void)
+{
+	char err[GEM_ERRMAX];
+	struct rule_config c;
+	json_t *o, *j;
+	rule_config_default("async-diloco", &c, err);
+	c.window = 8;
+	ok(!c.dynamic_local_updates && rule_dynamic_window(&c, 1, 4) == 8,
+	   "off by default: every worker takes H = 8");
+	c.dynamic_local_updates = 1;
+	ok(rule_dynamic_window(&c, 4, 4) == 8, "the fastest worker takes H = 8");
+	ok(rule_dynamic_window(&c, 1, 4) == 2, "a worker 4 times slower takes 2 (%d)",
+	   rule_dynamic_window(&c, 1, 4));
+	ok(rule_dynamic_window(&c, 3, 4) == 6 && rule_dynamic_window(&c, 2.2, 4) == 4,
+	   "3/4 of the speed: 6; 0.55: round(4.4) = 4");
+	ok(rule_dynamic_window(&c, 0.01, 4) == 1, "a very slow worker takes 1, not 0");
+	ok(rule_dynamic_window(&c, 0, 4) == 8 && rule_dynamic_window(&c, 1, 0) == 8 &&
+		   rule_dynamic_window(&c, NAN, 4) == 8 && rule_dynamic_window(&c, INFINITY, 4) == 8,
+	   "a speed not measured (0, NaN, inf): H");
+	o = json_pack("{s:s, s:i, s:b}", "name", "async-diloco", "window", 8,
+		      "dynamic_local_updates", 1);
+	ok(rule_config_from_json(o, &c, err) == 0 && c.dynamic_local_updates == 1,
+	   "run.json's dynamic_local_updates");
+	j = rule_config_to_json(&c);
+	ok(j && json_is_true(json_object_get(j, "dynamic_local_updates")), "and back into run.json");
+	json_decref(j);
+	json_decref(o);
+	o = json_pack("{s:s, s:i}", "name", "async-diloco", "dynamic_local_updates", 1);
+	ok(rule_config_from_json(o, &c, err) == GEM_EUSAGE && strstr(err, "true or false"),
+	   "dynamic_local_updates is true or false: %s", err);
+	json_decref(o);
+	o = json_pack("{s:s, s:b, s:i}", "name", "diloco", "dynamic_local_updates", 1, "nworkers", 2);
+	ok(rule_config_from_json(o, &c, err) == GEM_EUSAGE && strstr(err, "not a field"),
+	   "not a field of diloco (its rounds wait for every worker anyway): %s", err);
+	json_decref(o);
+}
+
 int main(void)
 {
 	config();
@@ -357,5 +395,6 @@ int main(void)
 	checkpoint();
 	async_by_hand();
 	delayed_nesterov();
+	dynamic_window();
 	return done_testing();
 }

@@ -32,6 +32,11 @@ struct ps_worker {
 	uint64_t target; /* its samples when the session ends, as it said (ps_plan); 0: the budget */
 	double idle; /* seconds the worker says it waited for the server (dma) */
 	int shard_i, shard_n;
+	/* dynamic local updates: the inner steps it was told to take, when it was sent θ last
+	 * (virtual seconds in gem-sim), and its inner steps per second over its last commit (0:
+	 * not measured in this session) */
+	int window;
+	double reply_at, rate;
 };
 
 struct ps {
@@ -116,6 +121,32 @@ static void log_update(struct ps *s, int worker, const struct ps_commit *c)
 }
 
 /* ---- workers ---- */
+
+/* The server's clock: virtual seconds in gem-sim (so that a simulation decides as its replay
+ * of itself would), else the monotonic clock. */
+static double ps_now_seconds(const struct ps *s)
+{
+	return s->vtime >= 0 ? s->vtime : clock_mono();
+}
+
+/* Dynamic local updates (rule_dynamic_window): w's inner steps per second over the commit
+ * that just came (the steps it was told, since θ was sent to it), and the steps it is to take
+ * next, whose θ goes now; 0 (none said) when the rule does not have them. */
+static int next_window(struct ps *s, struct ps_worker *w)
+{
+	const struct rule_config *c = rule_config_of(s->rule);
+	double now = ps_now_seconds(s), fastest = 0;
+	if (!c->dynamic_local_updates)
+		return 0;
+	if (now > w->reply_at)
+		w->rate = w->window / (now - w->reply_at);
+	for (int i = 0; i < PS_MAX_WORKERS; i++)
+		if (s->w[i] && s->w[i]->active && s->w[i]->rate > fastest)
+			fastest = s->w[i]->rate;
+	w->window = rule_dynamic_window(c, w->rate, fastest);
+	w->reply_at = now;
+	return w->window;
+}
 
 static struct ps_worker *worker_get(const struct ps *s, int id)
 {
@@ -660,6 +691,10 @@ int ps_join(struct ps *s, int id, const char *codec, float *theta_out, struct ps
 	w->diverged = 0;
 	w->joined_at = w->last_contact = clock_mono();
 	w->joined_samples = w->samples;
+	/* it takes H inner steps until its speed is known */
+	w->window = rule_config_of(s->rule)->window;
+	w->reply_at = ps_now_seconds(s);
+	w->rate = 0;
 	worker_shard(s, w);
 	progress_set_total(&s->meter, ps_total(s));
 	/* a codec name holds no character JSON escapes (blob_codec_known) */
@@ -670,7 +705,8 @@ int ps_join(struct ps *s, int id, const char *codec, float *theta_out, struct ps
 	w->anew = 0;
 	*j = (struct ps_joined){.worker = id, .rejoin = w->commits > 0, .version = s->prog.version,
 				.seq = w->last_seq, .commits = w->commits, .samples = w->samples,
-				.shard_i = w->shard_i, .shard_n = w->shard_n};
+				.shard_i = w->shard_i, .shard_n = w->shard_n,
+				.window = rule_config_of(s->rule)->dynamic_local_updates ? w->window : 0};
 	if (theta_out)
 		ps_copy_theta(s, theta_out);
 	return PS_APPLIED;
@@ -799,6 +835,7 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 	commit_count(s, w, c, status, r->tau);
 	r->status = status;
 	r->version = s->prog.version;
+	r->window = next_window(s, w);
 	if (status == PS_APPLIED) {
 		r->st = &s->st;
 		r->elastic = s->desc->reply_elastic;
@@ -834,8 +871,14 @@ void ps_sent(struct ps *s, uint64_t bytes)
 
 json_t *ps_commit_reply_head(const struct ps_reply *r, int applied)
 {
-	return json_pack("{s:I, s:I, s:b}", "version", (json_int_t)r->version, "tau",
-			 (json_int_t)r->tau, "applied", applied);
+	json_t *head = json_pack("{s:I, s:I, s:b}", "version", (json_int_t)r->version, "tau",
+				 (json_int_t)r->tau, "applied", applied);
+	if (head && r->window > 0 &&
+	    json_object_set_new(head, "window", json_integer(r->window)) < 0) {
+		json_decref(head);
+		return NULL;
+	}
+	return head;
 }
 
 int ps_reply_sliced(const struct ps *s, json_t *head)
@@ -851,8 +894,9 @@ json_t *ps_join_reply_head(const struct ps_joined *j)
 	json_t *head = json_pack("{s:i, s:I, s:I, s:I, s:I}", "worker", j->worker, "version",
 				 (json_int_t)j->version, "seq", (json_int_t)j->seq, "commits",
 				 (json_int_t)j->commits, "samples", (json_int_t)j->samples);
-	if (head && j->shard_n > 0 &&
-	    json_object_set_new(head, "shard", json_pack("[i,i]", j->shard_i, j->shard_n)) < 0) {
+	if (head && ((j->shard_n > 0 && json_object_set_new(head, "shard",
+							     json_pack("[i,i]", j->shard_i, j->shard_n)) < 0) ||
+		     (j->window > 0 && json_object_set_new(head, "window", json_integer(j->window)) < 0))) {
 		json_decref(head);
 		return NULL;
 	}

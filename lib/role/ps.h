@@ -56,6 +56,8 @@ struct ps_joined {
 	uint64_t version; /* of θ, copied to the caller's buffer */
 	uint64_t seq, commits, samples; /* what the server saw of it so far */
 	int shard_i, shard_n; /* its data shard when the run shards data (shard_n 0: no) */
+	int window;           /* dynamic local updates: the inner steps it is to take (H until its
+			       * speed is known; 0: none said) */
 };
 
 /* One commit: the update (Δθ, easgd's x, dma's Δ), n floats. */
@@ -78,6 +80,8 @@ struct ps_reply {
 	uint64_t tau;      /* this commit's staleness: version before it − base */
 	int elastic;       /* the reply vector is easgd's d (blob "elastic"), not θ */
 	int round_closed;  /* a round completed: workers held in it may have θ now */
+	int window;        /* dynamic local updates: the inner steps the worker is to take next
+			    * (rule_dynamic_window; 0: none said) */
 	const struct rule_stats *st; /* the applied update's statistics (valid until the next call) */
 };
 

@@ -304,7 +304,6 @@ struct sim {
 	size_t n;
 	float *reply;
 	struct dataset ds;
-	int window;
 	struct simw *w;
 	int nw;
 	struct heap q;
@@ -560,9 +559,10 @@ static int worker_reply(struct sim *s, struct simw *w, double tr)
 		s->sum.finished++;
 		return push(s, EV_LEAVE, tr + o->latency, w->v.id, 1);
 	}
-	/* the local steps of gem-work's window loop; their times make the commit's */
+	/* the local steps of gem-work's window loop (its window, or as the server said: dynamic
+	 * local updates); their times make the commit's */
 	w->nsteps = 0;
-	while (w->nsteps < s->window && w->planned + got < w->target) {
+	while (w->nsteps < w->v.l.window && w->planned + got < w->target) {
 		got += shadow_next(w);
 		d += step_time(s, w);
 		w->nsteps++;
@@ -868,6 +868,8 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 	cores_sent(s, w, heads);
 	if (rc < 0)
 		return GEM_EFAIL;
+	if (r.window > 0) /* as gem-work takes it from the reply */
+		w->v.l.window = r.window;
 	if (worker_reply(s, w, reply_at(s, tout)) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	return r.round_closed ? release_round(s, tout, err) : 0;
@@ -1106,7 +1108,6 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 		/* dma's worker commits in the background and carries on: not modelled yet */
 		return gem_errf(err, GEM_EUSAGE, "rule %s is not simulated (use gem-serve and gem-work)",
 				s->run->rule.name);
-	s->window = s->run->rule.window > 1 ? s->run->rule.window : 1;
 	s->wire_bytes = sim_wire_bytes(s->o->codec);
 	s->nw = s->o->nworkers + s->o->njoins;
 	s->reply = malloc(sizeof(float) * s->n);

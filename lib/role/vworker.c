@@ -171,6 +171,8 @@ int vworker_joined(struct vworker *w, const struct run *run, const struct datase
 	rule_half_start(&w->l, w->x, feed_steps(&w->f, j->samples),
 			feed_steps(&w->f, run_budget(run, feed_epoch(&w->f))));
 	w->base = j->version;
+	if (j->window > 0) /* dynamic local updates: as gem-work takes it from the reply */
+		w->l.window = j->window;
 	/* thousands of workers wait between their commits: only the few computing hold an order */
 	batcher_free(&w->f.b);
 	return 0;

@@ -188,6 +188,10 @@ static int take_reply(struct wserver *srv, const struct httpc_resp *resp, const 
 		srv->version = (uint64_t)json_integer_value(jv);
 	if (srv->k == 0)
 		srv->w->version = srv->version;
+	/* dynamic local updates: the inner steps to take next, at most the run's H */
+	if (srv->k == 0 && json_is_integer(jv = json_object_get(m.header, "window")) &&
+	    json_integer_value(jv) >= 1 && json_integer_value(jv) <= srv->w->run.rule.window)
+		srv->w->l.window = (int)json_integer_value(jv);
 	if (head)
 		*head = json_incref(m.header);
 	msg_free(&m);

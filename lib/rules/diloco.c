@@ -9,6 +9,7 @@
  *
  * and answers every commit of the round with θ. The rounds are round.c's, as for sync: a leave
  * lowers the round's target and the round completes with the commits of those remaining. */
+#include <math.h>
 #include <stddef.h>
 
 #include "rules/impl.h"
@@ -86,6 +87,18 @@ const struct rule_ops rule_diloco_ops = {
  *
  * N = 0 or 1 is the momentum step on every arrival. r->ncontrib counts the arrivals of the
  * group that is open, so that a checkpoint keeps the count with a. */
+
+int rule_dynamic_window(const struct rule_config *c, double rate, double fastest)
+{
+	int h = c->window > 1 ? c->window : 1;
+	double x;
+	if (!c->dynamic_local_updates || !(rate > 0) || !(fastest > 0) || !isfinite(rate) ||
+	    !isfinite(fastest))
+		return h;
+	/* the fastest worker takes H steps, the others as many as it in the same time */
+	x = round(h * (rate / fastest));
+	return x < 1 ? 1 : x > h ? h : (int)x;
+}
 
 /* N: the arrivals a momentum step takes (1: every one) */
 static int rule_async_diloco_n(const struct rule *r)
@@ -168,7 +181,7 @@ static void rule_async_diloco_take(struct rule *r)
 
 const struct rule_ops rule_async_diloco_ops = {
 	.desc = {.name = "async-diloco",
-		 .fields = "window outer_lr outer_momentum delayed_nesterov",
+		 .fields = "window outer_lr outer_momentum delayed_nesterov dynamic_local_updates",
 		 .window = 50, .sends = RULE_SENDS_OUTER},
 	.sent_vec = -1,
 	.nglobal = 2,

@@ -79,6 +79,8 @@ static const struct rule_field {
 	 .range = "in [0, 1)"},
 	{RULE_FIELD(delayed_nesterov), .type = RULE_F_INT, .lo = 0, .hi = 1 << 20,
 	 .range = "an integer in [0, 1048576] (0: off)"},
+	{RULE_FIELD(dynamic_local_updates), .type = RULE_F_BOOL, .lo = 0, .hi = 1,
+	 .range = "true or false"},
 #undef RULE_FIELD
 };
 #define RULE_NFIELDS ((int)(sizeof rule_fields / sizeof *rule_fields))
@@ -266,7 +268,8 @@ int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err)
 			return gem_errf(err, GEM_EUSAGE,
 					"unknown field '%s' (fields: name lr momentum nworkers kappa "
 					"pi_max eps tensor_stats gem_ref state_precision window alpha lambda_dc "
-					"outer_lr outer_momentum delayed_nesterov)", key);
+					"outer_lr outer_momentum delayed_nesterov dynamic_local_updates)",
+					key);
 		if (!rule_field_of(&rule_all[ri]->desc, f))
 			return gem_errf(err, GEM_EUSAGE, "%s: not a field of rule %s", key, name);
 		if (f->type == RULE_F_BOOL) {

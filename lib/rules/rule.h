@@ -79,6 +79,8 @@ struct rule_config {
 	float outer_momentum;     /* diloco, async-diloco: μ_o = 0.9; gem with window > 1: its
 				   * proxy's momentum over cycles, μ_o = 0 */
 	int delayed_nesterov;     /* async-diloco: N, the arrivals per momentum step (0: off) */
+	int dynamic_local_updates; /* async-diloco: 1 gives each worker an H of its own, scaled to
+				    * its speed (rule_dynamic_window), in the reply */
 	int nworkers;             /* n, the workers the run is planned for (0: unset); rules with rounds
 				   * wait for n commits, easgd's default α is 0.9/n */
 };
@@ -121,6 +123,13 @@ static inline float rule_bf16_float(uint16_t h)
 }
 
 struct rule;
+
+/* The inner steps H_w the server tells worker w to take next with dynamic local updates
+ * (async-diloco, doc/rules.md): round(H · rate / fastest) within [1, H], where rate is w's inner
+ * steps per second as the server measured them and fastest the highest rate of the workers
+ * joined; H (c->window) when c does not have them on, or rate or fastest is not a positive
+ * number. */
+int rule_dynamic_window(const struct rule_config *c, double rate, double fastest);
 
 /* The descriptor of the named rule; NULL if there is none. */
 const struct rule_desc *rule_describe(const char *name);

@@ -21,8 +21,8 @@
 
 enum {
 	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_STATEPREC, O_WINDOW, O_ALPHA, O_LDC,
-	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM, O_DELAYED, O_LABEL, O_HOLDOUT,
-	O_INIT_FROM,
+	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM, O_DELAYED, O_DYNLU, O_LABEL,
+	O_HOLDOUT, O_INIT_FROM,
 };
 
 #define MAX_WARMUP (1ull << 40) /* warm-up steps: at most this */
@@ -57,6 +57,7 @@ const struct option run_opts_long[RUN_OPTS_N + 1] = {
 	{.name = "outer-lr", .has_arg = required_argument, .val = O_OUTER_LR},
 	{.name = "outer-momentum", .has_arg = required_argument, .val = O_OUTER_MOM},
 	{.name = "delayed-nesterov", .has_arg = required_argument, .val = O_DELAYED},
+	{.name = "dynamic-local-updates", .has_arg = no_argument, .val = O_DYNLU},
 	{.name = "workers", .has_arg = required_argument, .val = 'n'},
 	{.name = "force", .has_arg = no_argument, .val = 'f'},
 	{0},
@@ -476,7 +477,7 @@ int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
 			return gem_errf(err, GEM_EUSAGE, "--seed: not an integer in [0, 2^63): %s", arg);
 		return 0;
 	case O_KAPPA: case O_PIMAX: case O_EPS: case O_GEMREF: case O_STATEPREC: case O_WINDOW: case O_ALPHA: case O_LDC:
-	case O_OUTER_LR: case O_OUTER_MOM: case O_DELAYED: case 'n':
+	case O_OUTER_LR: case O_OUTER_MOM: case O_DELAYED: case O_DYNLU: case 'n':
 		if (o->nruleopts == (int)(sizeof o->ruleopts / sizeof *o->ruleopts))
 			return gem_errf(err, GEM_EUSAGE, "too many rule options");
 		o->ruleopts[o->nruleopts].opt = c;
@@ -576,6 +577,9 @@ static int rule_opt_apply(struct rule_config *c, int opt, const char *a, char *e
 			return gem_errf(err, GEM_EUSAGE,
 					"--delayed-nesterov: not an integer in [0, 1048576]: %s", a);
 		c->delayed_nesterov = (int)v;
+		break;
+	case O_DYNLU:
+		c->dynamic_local_updates = 1;
 		break;
 	case 'n':
 		if (num_long(a, 1, RUN_MAX_WORKERS, &v))
