@@ -46,6 +46,22 @@ static const char *put(const char *name, const void *buf, size_t len, int gz)
 	return path;
 }
 
+static char bad_dir[512];
+
+/* Whether the directory bad_dir, its train images the len bytes at buf (gzip'd when gz), fails
+ * to load with an error that names the images file and holds want; err gets the error ("" when
+ * it loaded). */
+static int bad_images(const void *buf, size_t len, int gz, char *err, const char *want)
+{
+	struct dataset d;
+	int rc;
+	put("bad/train-images-idx3-ubyte", buf, len, gz);
+	err[0] = 0;
+	rc = dataset_load(bad_dir, "train", &d, err);
+	dataset_free(&d);
+	return rc < 0 && strstr(err, "/bad/train-images-idx3-ubyte:") && strstr(err, want);
+}
+
 static void *slurp(const char *path, size_t *len)
 {
 	FILE *f = fopen(path, "rb");
@@ -60,8 +76,7 @@ int main(void)
 	enum { N = 50, R = 4, C = 3 };
 	char err[GEM_ERRMAX] = "", path[512], sub[512], found[512];
 	unsigned char pix[N * R * C], lab[N], *img, *lbl, *gz;
-	uint32_t idims[3] = {N, R, C}, ldims[1] = {N}, dims[3];
-	uint8_t *data;
+	uint32_t idims[3] = {N, R, C}, ldims[1] = {N};
 	size_t ilen, llen, glen;
 	struct dataset d;
 	double mean, std;
@@ -116,69 +131,55 @@ int main(void)
 	dataset_free(&d);
 	ok(dataset_load(dir, "valid", &d, err) == GEM_EUSAGE, "unknown split: %s", err);
 
-	/* Bad files, each one an error naming the file. */
-	ok(idx_load(put("a", img, ilen - 7, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:") &&
-		   strstr(err, "truncated") && !data,
-	   "truncated plain: %s", err);
-	ok(idx_load(put("a", img, 10, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:"),
-	   "truncated header: %s", err);
-	ok(idx_load(put("a", img, 0, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:") &&
-		   strstr(err, "empty"),
-	   "empty file: %s", err);
-	ok(idx_load(put("a", lbl, llen, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:") &&
-		   strstr(err, "magic"),
-	   "wrong magic: %s", err);
+	/* Bad images files, each one an error naming the file, through the one reader of a
+	 * directory's IDX files (labels good). */
+	snprintf(bad_dir, sizeof bad_dir, "%s/bad", dir);
+	mkdir(bad_dir, 0755);
+	put("bad/train-labels-idx1-ubyte", lbl, llen, 0);
+	ok(bad_images(img, ilen - 7, 0, err, "more elements than"), "truncated plain: %s", err);
+	ok(bad_images(img, 10, 0, err, "truncated IDX header"), "truncated header: %s", err);
+	ok(bad_images(img, 0, 0, err, "empty"), "empty file: %s", err);
 	{
 		unsigned char junk[4000];
 		for (size_t i = 0; i < sizeof junk; i++)
 			junk[i] = (unsigned char)(i * 2654435761u >> 13);
-		ok(idx_load(put("a", junk, sizeof junk, 0), 0x803, dims, &data, err) < 0 &&
-			   strstr(err, "/a:"),
-		   "garbage: %s", err);
+		junk[0] = 0x12;
+		ok(bad_images(junk, sizeof junk, 0, err, "magic"), "garbage: %s", err);
 		junk[0] = 0x1f, junk[1] = 0x8b; /* gzip magic, then garbage */
-		ok(idx_load(put("a", junk, sizeof junk, 0), 0x803, dims, &data, err) < 0 &&
-			   strstr(err, "/a:"),
-		   "garbage behind a gzip magic: %s", err);
+		ok(bad_images(junk, sizeof junk, 0, err, "gzip"), "garbage behind a gzip magic: %s", err);
 	}
 	{
 		unsigned char *more = malloc(ilen + 3);
 		memcpy(more, img, ilen);
 		memset(more + ilen, 0, 3);
-		ok(idx_load(put("a", more, ilen + 3, 0), 0x803, dims, &data, err) < 0 &&
-			   strstr(err, "after"),
-		   "trailing data: %s", err);
+		ok(bad_images(more, ilen + 3, 0, err, "after"), "trailing data: %s", err);
 		free(more);
 	}
 	{
-		/* A header claiming 2^31-1 images of 32768² is refused or truncated, cheaply. */
+		/* A header claiming 2^31-1 images of 28² is refused before anything is allocated. */
 		uint32_t huge[3] = {0x7fffffff, 28, 28};
 		size_t hl;
 		unsigned char *h = make_idx(0x803, 3, huge, pix, sizeof pix, &hl);
-		ok(idx_load(put("a", h, hl, 1), 0x803, dims, &data, err) < 0 &&
-			   strstr(err, "truncated"),
-		   "lying header: %s", err);
+		ok(bad_images(h, hl, 1, err, "more elements"), "lying header: %s", err);
 		huge[0] = 0;
 		free(h);
 		h = make_idx(0x803, 3, huge, pix, 0, &hl);
-		ok(idx_load(put("a", h, hl, 0), 0x803, dims, &data, err) < 0, "zero samples: %s",
-		   err);
+		ok(bad_images(h, hl, 0, err, "is 0"), "zero samples: %s", err);
 		free(h);
 	}
 	/* gzip'd: cut short, and a flipped byte in the middle */
 	put("a", img, ilen, 1);
 	snprintf(path, sizeof path, "%s/a", dir);
 	gz = slurp(path, &glen);
-	ok(idx_load(put("a", gz, glen - 12, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:"),
-	   "truncated gzip: %s", err);
-	ok(idx_load(put("a", gz, glen - 4, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:"),
-	   "gzip without its length trailer: %s", err);
+	ok(bad_images(gz, glen - 12, 0, err, "gzip"), "truncated gzip: %s", err);
+	ok(bad_images(gz, glen - 4, 0, err, "gzip"), "gzip without its length trailer: %s", err);
 	gz[glen / 2] ^= 0x55;
-	ok(idx_load(put("a", gz, glen, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:"),
-	   "corrupt gzip: %s", err);
+	ok(bad_images(gz, glen, 0, err, "gzip"), "corrupt gzip: %s", err);
 	gz[glen / 2] ^= 0x55;
 	gz[glen - 6] ^= 1; /* the CRC32 trailer */
-	ok(idx_load(put("a", gz, glen, 0), 0x803, dims, &data, err) < 0 && strstr(err, "/a:"),
-	   "bad gzip CRC: %s", err);
+	ok(bad_images(gz, glen, 0, err, "gzip"), "bad gzip CRC: %s", err);
+	ok(!bad_images(img, ilen, 0, err, "") && !err[0], "the same directory with good images "
+	   "loads: %s", err);
 	free(gz);
 
 	/* Mismatched counts: 49 labels for 50 images. */

@@ -85,10 +85,6 @@ int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err);
 int dataset_present(const char *loc);
 /* Whether loc (or a dataset's name) is in a format given by a prefix (csv:, npy:, ...). */
 int dataset_is_spec(const char *loc);
-/* Read one IDX file (gzip'd or plain) of unsigned bytes: magic must be want_magic (0x803
- * images, 0x801 labels); dims[0..ndims) gets the sizes, *data (malloc'ed) the payload. */
-int idx_load(const char *path, uint32_t want_magic, uint32_t dims[3], uint8_t **data,
-	     char *err);
 /* Load split "train" or "test" ("t10k") of the dataset src->loc: a directory's IDX files
  * (idx_find's names), a spec's files through their reader (nn/csv.h, npy.h, npz.h, cifar.h);
  * or, when loc is a file or a directory NAME holding NAME.txt, that text's part

@@ -1,7 +1,7 @@
 /* idx: IDX files of every element type and 1 to 4 dimensions (the MNIST family's format, its
  * colour images (N, C, H, W) and its float32 variant), and a directory holding a split's images
- * and labels under the names such sets are distributed with. nn/data.h's idx_load reads the
- * 3-dimensional uint8 images and the labels of Fashion-MNIST's four files only. */
+ * and labels under the names such sets are distributed with: the one reader of IDX files
+ * (nn/data.h's datasets read theirs through idx_dir_load). */
 #ifndef GEM_IDX_H
 #define GEM_IDX_H
 #include <stddef.h>
