@@ -1,9 +1,11 @@
 /* t2018: datasets by their format prefix (csv:, npy:, npz:, cifar:) resolve to absolute paths
- * and open through their readers; a dataset without a test split is refused with the hint to
+ * and open through their readers; a path holding a comma is refused with the way around it (a
+ * symbolic link), which works; a dataset without a test split is refused with the hint to
  * use --holdout, and --holdout's split is disjoint, complete and fixed by the seed; the
  * normalisation by group (an image's channels, a table's features) makes every group of the
  * training set mean 0, std 1 in batches; labels past 255 reach the batches intact. */
 #include <math.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nn/data.h"
@@ -13,6 +15,42 @@
 static int sample_of(const struct dataset *d, int k)
 {
 	return (int)lround(d->xf[(size_t)k * (size_t)d->dim] * 8);
+}
+
+/* A path holding a comma is refused with the way around it, which works: a symbolic link. */
+static void test_comma(void)
+{
+	char loc[4096], err[GEM_ERRMAX] = "", cwd[1024];
+	struct dataset d;
+	ok(getcwd(cwd, sizeof cwd) && chdir(fixture_dir) == 0 && link("x_v2.npy", "x,2.npy") == 0 &&
+		   mkdir("d,1", 0755) == 0 && link("x_v2.npy", "d,1/x.npy") == 0 &&
+		   link("y_i8.npy", "d,1/y.npy") == 0 && symlink("d,1", "d1") == 0,
+	   "x,2.npy and d,1/, and a link to d,1");
+	ok(bad(dataset_resolve("npy:x,2.npy,y_i8.npy", loc, sizeof loc, err), err, "FEATURES,LABELS",
+	       "cannot hold", "ln -s"), "npy: a path with a comma, three parts: %s", err);
+	ok(bad(dataset_resolve("npy:y_i8.npy,x,2.npy", loc, sizeof loc, err), err, "cannot hold"),
+	   "npy: a path with a comma last: %s", err);
+	ok(bad(dataset_resolve("npz:x,2.npy", loc, sizeof loc, err), err, "npz: takes FILE", "ln -s"),
+	   "npz: a path with a comma: %s", err);
+	ok(bad(dataset_resolve("csv:x,2.npy", loc, sizeof loc, err), err, "csv: takes FILE", "ln -s"),
+	   "csv: a path with a comma: %s", err);
+	ok(bad(dataset_resolve("npy:x,y_i8.npy", loc, sizeof loc, err), err, "x: no such file") &&
+		   !strstr(err, "ln -s"), "a missing file, no comma in a path: no hint: %s", err);
+	ok(chdir("d,1") == 0, "into d,1/");
+	ok(bad(dataset_resolve("npy:x.npy,y.npy", loc, sizeof loc, err), err, "d,1/x.npy", "holds a comma",
+	       "ln -s"), "a working directory with a comma: %s", err);
+	ok(chdir("..") == 0 && dataset_resolve("npy:d1/x.npy,d1/y.npy", loc, sizeof loc, err) == 0 &&
+		   strstr(loc, "/d1/x.npy,/") && !strstr(loc, "d,1"),
+	   "through a link to it: the link's path is kept (%s)", loc);
+	ok(dataset_load(loc, "train", &d, err) == 0 && d.n == N_SAMPLES && dataset_present(loc),
+	   "and loads: %s", err);
+	dataset_free(&d);
+	ok(symlink("x,2.npy", "x2.npy") == 0 &&
+		   dataset_resolve("npy:x2.npy,y_i8.npy", loc, sizeof loc, err) == 0 &&
+		   strstr(loc, "/x2.npy,/") && dataset_load(loc, "train", &d, err) == 0 && d.n == N_SAMPLES,
+	   "a link to x,2.npy is taken (%s)", err);
+	dataset_free(&d);
+	ok(chdir(cwd) == 0, "back");
 }
 
 static void test_resolve(void)
@@ -35,6 +73,7 @@ static void test_resolve(void)
 	ok(chdir(cwd) == 0, "back");
 	snprintf(loc, sizeof loc, "npy:%s,%s", fx("x_v2.npy"), fx("gone.npy"));
 	ok(!dataset_present(loc), "dataset_present: every path must be there");
+	test_comma();
 }
 
 static void test_holdout(void)

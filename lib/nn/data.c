@@ -29,60 +29,141 @@ static int is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static const char *const spec_prefixes[] = {DATA_CSV_PREFIX, DATA_NPY_PREFIX, DATA_NPZ_PREFIX,
-					     DATA_CIFAR_PREFIX, NULL};
+/* The formats of data given by their files' paths. After the prefix come the paths, separated
+ * by commas: a comma is never part of a path. */
+static const struct spec_format {
+	const char *pre;
+	int paths;        /* how many */
+	int dir;          /* the path is a directory's */
+	const char *form; /* what follows the prefix, for errors */
+} spec_formats[] = {
+	{.pre = DATA_CSV_PREFIX, .paths = 1, .form = "FILE"},
+	{.pre = DATA_NPY_PREFIX, .paths = 2, .form = "FEATURES,LABELS, two .npy files"},
+	{.pre = DATA_NPZ_PREFIX, .paths = 1, .form = "FILE"},
+	{.pre = DATA_CIFAR_PREFIX, .paths = 1, .dir = 1, .form = "DIR"},
+};
 
-/* The format prefix loc starts with, or NULL. */
-static const char *spec_prefix(const char *loc)
+#define SPEC_MAX_PARTS 2 /* npy:FEATURES,LABELS */
+
+/* A spec cut at its commas: its format, its parts (the paths) inside it. */
+struct spec {
+	const struct spec_format *f;
+	int n;
+	const char *part[SPEC_MAX_PARTS];
+	size_t len[SPEC_MAX_PARTS];
+};
+
+/* The format whose prefix loc starts with, or NULL. */
+static const struct spec_format *spec_format(const char *loc)
 {
-	for (const char *const *p = spec_prefixes; *p; p++)
-		if (!strncmp(loc, *p, strlen(*p)))
-			return *p;
+	for (size_t i = 0; i < sizeof spec_formats / sizeof *spec_formats; i++)
+		if (!strncmp(loc, spec_formats[i].pre, strlen(spec_formats[i].pre)))
+			return &spec_formats[i];
 	return NULL;
 }
 
 int dataset_is_spec(const char *loc)
 {
-	return spec_prefix(loc) != NULL;
+	return spec_format(loc) != NULL;
 }
 
-/* Path i (0 or 1) of the spec after its prefix, rest, into path (cap bytes): 0, or -1 when
- * there is no such path or it is too long. */
-static int spec_path(const char *rest, int i, char *path, size_t cap)
+/* Cut the spec loc at its commas into sp: 0, or -1 when loc is not a spec, a part is empty, or
+ * the parts are not as many as its format takes. */
+static int spec_cut(const char *loc, struct spec *sp)
 {
-	const char *comma = strchr(rest, ','), *p = !i ? rest : i == 1 && comma ? comma + 1 : NULL;
-	size_t len;
-	if (!p)
+	const char *p, *comma;
+	memset(sp, 0, sizeof *sp);
+	if (!(sp->f = spec_format(loc)))
 		return -1;
-	len = !i && comma ? (size_t)(comma - p) : strlen(p);
-	if (!len || len >= cap)
-		return -1;
-	memcpy(path, p, len);
-	path[len] = 0;
+	for (p = loc + strlen(sp->f->pre);; p = comma + 1) {
+		comma = strchr(p, ',');
+		if (sp->n == SPEC_MAX_PARTS || p == comma || !*p)
+			return -1;
+		sp->part[sp->n] = p;
+		sp->len[sp->n++] = comma ? (size_t)(comma - p) : strlen(p);
+		if (!comma)
+			break;
+	}
+	return sp->n == sp->f->paths ? 0 : -1;
+}
+
+/* Part i of sp into buf (cap bytes): buf, or NULL when sp has no part i or it does not fit. */
+static const char *spec_part(const struct spec *sp, int i, char *buf, size_t cap)
+{
+	if (i >= sp->n || sp->len[i] >= cap)
+		return NULL;
+	memcpy(buf, sp->part[i], sp->len[i]);
+	buf[sp->len[i]] = 0;
+	return buf;
+}
+
+/* How a path holding a comma can be given after all. */
+#define SPEC_COMMA_HINT                                                                          \
+	"a comma separates the parts, so a path cannot hold one: give a symbolic link to the file " \
+	"(ln -s 'a,b.npy' ab.npy) or to a directory above it"
+
+/* Whether some of sp's parts joined by their commas name a file or directory: a path holding a
+ * comma that the spec cut. */
+static int spec_cut_a_path(const struct spec *sp)
+{
+	char path[PATH_MAX];
+	for (int i = 0; i < sp->n; i++)
+		for (int j = i + 1; j < sp->n; j++) {
+			size_t len = (size_t)(sp->part[j] + sp->len[j] - sp->part[i]);
+			if (len >= sizeof path)
+				continue;
+			memcpy(path, sp->part[i], len);
+			path[len] = 0;
+			if (access(path, F_OK) == 0)
+				return 1;
+		}
+	return 0;
+}
+
+/* The file path of spec name made absolute into abs (PATH_MAX bytes): its real path; or, when
+ * that holds a comma, the path as given made absolute, so that a symbolic link made to avoid
+ * the comma is kept. */
+static int spec_abs(const char *name, const char *path, char *abs, char *err)
+{
+	char cwd[PATH_MAX];
+	if (!realpath(path, abs))
+		return gem_errf(err, GEM_EUSAGE, "%s: %s", path, strerror(errno));
+	if (!strchr(abs, ','))
+		return 0;
+	if (path[0] != '/' && !getcwd(cwd, sizeof cwd))
+		return gem_errf(err, GEM_EUSAGE, "%s: the working directory: %s", path, strerror(errno));
+	if ((size_t)snprintf(abs, PATH_MAX, "%s%s%s", path[0] == '/' ? "" : cwd, path[0] == '/' ? "" : "/",
+			     path) >= PATH_MAX)
+		return gem_errf(err, GEM_EUSAGE, "--data %s: path too long", name);
+	if (strchr(abs, ','))
+		return gem_errf(err, GEM_EUSAGE, "--data %s: the absolute path %s holds a comma; %s", name,
+				abs, SPEC_COMMA_HINT);
 	return 0;
 }
 
 /* FORMAT:PATH[,PATH] with each path checked and made absolute into out (cap bytes). */
-static int resolve_spec(const char *name, const char *pre, char *out, size_t cap, char *err)
+static int resolve_spec(const char *name, char *out, size_t cap, char *err)
 {
-	const char *rest = name + strlen(pre), *comma = strchr(rest, ',');
-	int want = !strcmp(pre, DATA_NPY_PREFIX) ? 2 : 1, dir = !strcmp(pre, DATA_CIFAR_PREFIX);
+	struct spec sp;
 	char path[PATH_MAX], abs[PATH_MAX];
-	size_t len = (size_t)snprintf(out, cap, "%s", pre);
-	if ((comma != NULL) + 1 != want || (comma && strchr(comma + 1, ',')))
-		return gem_errf(err, GEM_EUSAGE, "--data %s: %s", name,
-				want == 2 ? "npy: takes FEATURES,LABELS, two .npy files"
-					  : "one path after the format (no comma)");
-	for (int i = 0; i < want; i++) {
-		if (spec_path(rest, i, path, sizeof path) < 0)
-			return gem_errf(err, GEM_EUSAGE, "--data %s: an empty or too long path", name);
-		if (dir ? !is_dir(path) : !is_file(path))
-			return gem_errf(err, GEM_EUSAGE, "--data %s: %s: %s", name, path,
+	const char *hint;
+	size_t len;
+	int rc;
+	if (spec_cut(name, &sp) < 0)
+		return gem_errf(err, GEM_EUSAGE, "--data %s: %s takes %s; %s", name, sp.f->pre, sp.f->form,
+				SPEC_COMMA_HINT);
+	hint = spec_cut_a_path(&sp) ? "; " SPEC_COMMA_HINT : "";
+	len = (size_t)snprintf(out, cap, "%s", sp.f->pre);
+	for (int i = 0; i < sp.n; i++) {
+		if (!spec_part(&sp, i, path, sizeof path))
+			return gem_errf(err, GEM_EUSAGE, "--data %s: part %d is too long", name, i + 1);
+		if (sp.f->dir ? !is_dir(path) : !is_file(path))
+			return gem_errf(err, GEM_EUSAGE, "--data %s: %s: %s%s", name, path,
 					access(path, F_OK) ? "no such file or directory"
-					: dir		   ? "not a directory"
-							   : "not a regular file");
-		if (!realpath(path, abs))
-			return gem_errf(err, GEM_EUSAGE, "%s: %s", path, strerror(errno));
+					: sp.f->dir	   ? "not a directory"
+							   : "not a regular file", hint);
+		if ((rc = spec_abs(name, path, abs, err)) < 0)
+			return rc;
 		len += (size_t)snprintf(out + (len < cap ? len : cap), len < cap ? cap - len : 0, "%s%s",
 					i ? "," : "", abs);
 	}
@@ -93,12 +174,14 @@ static int resolve_spec(const char *name, const char *pre, char *out, size_t cap
 
 int dataset_present(const char *loc)
 {
-	const char *pre = spec_prefix(loc);
+	struct spec sp;
 	char path[PATH_MAX];
-	if (!pre)
+	if (!spec_format(loc))
 		return access(loc, R_OK) == 0;
-	for (int i = 0; spec_path(loc + strlen(pre), i, path, sizeof path) == 0; i++)
-		if (access(path, R_OK) < 0)
+	if (spec_cut(loc, &sp) < 0)
+		return 0;
+	for (int i = 0; i < sp.f->paths; i++)
+		if (!spec_part(&sp, i, path, sizeof path) || access(path, R_OK) < 0)
 			return 0;
 	return 1;
 }
@@ -110,8 +193,8 @@ int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
 	size_t lk = 0;
 	if (!name_or_dir || !*name_or_dir)
 		return gem_errf(err, GEM_EUSAGE, "dataset: empty name");
-	if (spec_prefix(name_or_dir))
-		return resolve_spec(name_or_dir, spec_prefix(name_or_dir), dir, cap, err);
+	if (spec_format(name_or_dir))
+		return resolve_spec(name_or_dir, dir, cap, err);
 	if (!strncmp(name_or_dir, DATA_TEXT_PREFIX, strlen(DATA_TEXT_PREFIX))) {
 		const char *file = name_or_dir + strlen(DATA_TEXT_PREFIX);
 		if (!is_file(file))
@@ -228,26 +311,29 @@ int dataset_window(struct dataset *d, int seq, char *err)
  * (s empty) when the dataset has no test split. */
 static int load_samples(const char *loc, const char *label, int test, struct samples *s, char *err)
 {
-	const char *pre = spec_prefix(loc), *split = test ? "test" : "train", *rest;
+	const char *split = test ? "test" : "train", *pre;
 	char x[PATH_MAX], y[PATH_MAX];
+	struct spec sp;
 	memset(s, 0, sizeof *s);
-	if (!pre)
+	if (!spec_format(loc))
 		return idx_dir_load(loc, split, s, err);
-	rest = loc + strlen(pre);
+	if (spec_cut(loc, &sp) < 0 || !spec_part(&sp, 0, x, sizeof x))
+		return gem_errf(err, GEM_EUSAGE, "%s: not %s%s", loc, sp.f->pre, sp.f->form);
+	pre = sp.f->pre;
 	if (!strcmp(pre, DATA_NPZ_PREFIX))
-		return npz_load(rest, split, NULL, NULL, s, err);
+		return npz_load(x, split, NULL, NULL, s, err);
 	if (!strcmp(pre, DATA_CIFAR_PREFIX))
-		return cifar_load(rest, split, s, err);
+		return cifar_load(x, split, s, err);
 	if (test) /* a table or a pair of arrays is one split */
 		return 1;
 	if (!strcmp(pre, DATA_CSV_PREFIX)) {
 		if (!label || !*label)
 			return gem_errf(err, GEM_EUSAGE, "%s: a CSV table needs its label column named "
 					"(--label COLUMN)", loc);
-		return csv_load(rest, label, s, err);
+		return csv_load(x, label, s, err);
 	}
-	if (spec_path(rest, 0, x, sizeof x) < 0 || spec_path(rest, 1, y, sizeof y) < 0)
-		return gem_errf(err, GEM_EUSAGE, "%s: not npy:FEATURES,LABELS", loc);
+	if (!spec_part(&sp, 1, y, sizeof y))
+		return gem_errf(err, GEM_EUSAGE, "%s: not %s%s", loc, pre, sp.f->form);
 	return npy_load(x, y, s, err);
 }
 
@@ -317,7 +403,7 @@ static int no_test_split(const char *loc, char *err)
 {
 	return gem_errf(err, GEM_EUSAGE, "%s: no test split to evaluate on%s (give --holdout FRACTION "
 			"to hold out that fraction of the training samples)", loc,
-			spec_prefix(loc) ? "" : ": no t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, "
+			spec_format(loc) ? "" : ": no t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, "
 			"nor their other names (gem-data(5))");
 }
 
@@ -337,7 +423,7 @@ int dataset_open(const struct data_source *src, const char *split, struct datase
 	struct samples s;
 	int test, rc;
 	memset(out, 0, sizeof *out);
-	if (!spec_prefix(src->loc) && text_path(src->loc, path, sizeof path))
+	if (!spec_format(src->loc) && text_path(src->loc, path, sizeof path))
 		return text_load(path, split, out, err);
 	if ((test = split_is_test(split, err)) < 0)
 		return test;
@@ -369,7 +455,7 @@ int dataset_count(const struct data_source *src, const char *split, uint64_t *n,
 	int rc, test;
 	if ((test = split_is_test(split, err)) < 0)
 		return test;
-	if (spec_prefix(src->loc) || src->holdout > 0 || text_path(src->loc, images, sizeof images)) {
+	if (spec_format(src->loc) || src->holdout > 0 || text_path(src->loc, images, sizeof images)) {
 		if ((rc = dataset_open(src, split, &d, err)) == 0)
 			*n = d.text ? d.len : (uint64_t)d.n;
 		dataset_free(&d);
