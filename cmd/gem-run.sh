@@ -257,6 +257,7 @@ check_data_hosts() {
 	loc=$(sed -n 's/^ *"dir": *"\(\(csv\|npy\|npz\|cifar\):[^"]*\)",*$/\1/p' "$rundir/run.json")
 	[ -n "$loc" ] || return 0
 	IFS=, read -r -a paths <<<"${loc#*:}"
+	[ "${loc%%:*}" != npz ] || paths=("${paths[0]}") # the names of its arrays follow its path
 	for h in $(printf '%s\n' "$@" | sort -u); do
 		for p in "${paths[@]}"; do
 			rsh "$h" test -r "$(printf %q "$p")" </dev/null && continue

@@ -198,6 +198,55 @@ static void test_wide_labels(void)
 	dataset_free(&d);
 }
 
+/* npz:FILE,FEATURES,LABELS[,TEST_FEATURES,TEST_LABELS]: the arrays by name. */
+static void test_npz_names(void)
+{
+	char loc[4096], name[4096], err[GEM_ERRMAX] = "", cwd[1024];
+	struct dataset d;
+	snprintf(loc, sizeof loc, "npz:%s", fx("other.npz"));
+	ok(bad(dataset_load(loc, "train", &d, err), err, "names gem knows", "a.npy, b.npy"),
+	   "npz: a and b, no conventional names: %s", err);
+	snprintf(name, sizeof name, "npz:%s,a,b", fx("other.npz"));
+	ok(dataset_resolve(name, loc, sizeof loc, err) == 0 && !strcmp(loc, name) && dataset_present(loc),
+	   "npz:FILE,a,b resolves to itself, present (%s)", err);
+	ok(dataset_load(loc, "train", &d, err) == 0 && d.n == N_SAMPLES && d.groups == 3 &&
+		   d.labels[7] == 7 % N_CLASSES, "npz:FILE,a,b: its training split by name (%s)", err);
+	dataset_free(&d);
+	ok(bad(dataset_load(loc, "test", &d, err), err, "no test split", "--holdout"),
+	   "no conventional test names: no test split (%s)", err);
+	snprintf(loc, sizeof loc, "npz:%s,a,labels", fx("other.npz"));
+	ok(bad(dataset_load(loc, "train", &d, err), err, "no array 'labels'", "it holds a.npy, b.npy"),
+	   "an unknown name lists the arrays: %s", err);
+	snprintf(loc, sizeof loc, "npz:%s,x_train,y_train", fx("keras.npz"));
+	ok(dataset_load(loc, "test", &d, err) == 0 && d.n == N_SAMPLES / 2 && d.groups == 6,
+	   "names of the training split only: the test split by its conventional names (%s)", err);
+	dataset_free(&d);
+	snprintf(loc, sizeof loc, "npz:%s,x_test,y_test,x_train,y_train", fx("keras.npz"));
+	ok(dataset_load(loc, "train", &d, err) == 0 && d.n == N_SAMPLES / 2 && d.groups == 6,
+	   "the training split as named: x_test (%s)", err);
+	dataset_free(&d);
+	ok(dataset_load(loc, "test", &d, err) == 0 && d.n == N_SAMPLES && d.groups == 3,
+	   "the test split as named: x_train (%s)", err);
+	dataset_free(&d);
+	snprintf(loc, sizeof loc, "npz:%s,x_train,y_train,x_test,nope", fx("keras.npz"));
+	ok(bad(dataset_load(loc, "test", &d, err), err, "no array 'nope'", "x_test.npy"),
+	   "an unknown test name: %s", err);
+	snprintf(loc, sizeof loc, "npz:%s,x", fx("keras.npz"));
+	ok(bad(dataset_resolve(loc, name, sizeof name, err), err, "FILE,FEATURES,LABELS"),
+	   "one name: %s", err);
+	snprintf(loc, sizeof loc, "npz:%s,a,b,c,d,e", fx("keras.npz"));
+	ok(bad(dataset_resolve(loc, name, sizeof name, err), err, "FILE,FEATURES,LABELS"),
+	   "five names: %s", err);
+	snprintf(loc, sizeof loc, "npz:%s,a,,b", fx("keras.npz"));
+	ok(bad(dataset_resolve(loc, name, sizeof name, err), err, "FILE,FEATURES,LABELS"),
+	   "an empty name: %s", err);
+	ok(!dataset_present(loc), "not present either");
+	ok(getcwd(cwd, sizeof cwd) && chdir(fixture_dir) == 0 && link("other.npz", "o,1.npz") == 0 &&
+		   bad(dataset_resolve("npz:o,1.npz,a", name, sizeof name, err), err, "o: no such file",
+		       "cannot hold one") == 1 && chdir(cwd) == 0,
+	   "a comma in its path, cut: the hint (%s)", err);
+}
+
 static void test_formats(void)
 {
 	char loc[4096], err[GEM_ERRMAX] = "";
@@ -211,6 +260,7 @@ static void test_formats(void)
 	ok(dataset_load(loc, "train", &d, err) == 0 && d.n == N_SAMPLES && d.groups == 3 && d.rows == 4,
 	   "npz: x, y (%s)", err);
 	dataset_free(&d);
+	test_npz_names();
 }
 
 static void test_csv(void)

@@ -85,6 +85,20 @@ test_expect_success 'npz: its own test split, 3 channels normalised, above chanc
 	! grep -q holdout r-npz/run.json
 '
 
+test_expect_success 'npz: its arrays by name (swapped: 300 to train on), kept in data.dir' '
+	gem-init -m npz/model.json -d npz:npz/d.npz,x_test,y_test,x_train,y_train r-named >out &&
+	cat out && grep -q "(300 samples" out &&
+	python3 -c "import json; d = json.load(open(\"r-named/run.json\"))[\"data\"][\"dir\"]; \
+		assert d.startswith(\"npz:/\") and d.endswith(\"/d.npz,x_test,y_test,x_train,y_train\"), d" &&
+	gem-eval r-named >ev 2>/dev/null && cat ev && test "$(wc -l <ev)" = 2
+'
+
+test_expect_code 1 'npz: a name the file does not hold: refused, its arrays listed' '
+	gem-init -m npz/model.json -d npz:npz/d.npz,x_train,labels run 2>err;
+	rc=$?; cat err; grep -q "no array .labels." err && grep -q "x_train.npy, y_train.npy" err &&
+	test ! -e run/run.json && exit $rc
+'
+
 test_expect_success 'CIFAR batches: above chance (0.1), 3 channels' '
 	gem-run -q -n 2 -m cifar/model.json -d cifar:cifar r-cifar >out &&
 	cat out && above 0.4 out && norm r-cifar 3 1/255

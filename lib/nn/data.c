@@ -29,23 +29,26 @@ static int is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The formats of data given by their files' paths. After the prefix come the paths, separated
- * by commas: a comma is never part of a path. */
+/* The formats of data given by their files' paths. After the prefix come the paths, then (an
+ * .npz) the names of arrays inside, all separated by commas: a comma is never part of a path. */
 static const struct spec_format {
 	const char *pre;
 	int paths;        /* how many */
 	int dir;          /* the path is a directory's */
+	int names_max;    /* array names after the path: none, or pairs of features and labels */
 	const char *form; /* what follows the prefix, for errors */
 } spec_formats[] = {
 	{.pre = DATA_CSV_PREFIX, .paths = 1, .form = "FILE"},
 	{.pre = DATA_NPY_PREFIX, .paths = 2, .form = "FEATURES,LABELS, two .npy files"},
-	{.pre = DATA_NPZ_PREFIX, .paths = 1, .form = "FILE"},
+	{.pre = DATA_NPZ_PREFIX, .paths = 1, .names_max = 4,
+	 .form = "FILE, FILE,FEATURES,LABELS or FILE,FEATURES,LABELS,TEST_FEATURES,TEST_LABELS (an "
+		 ".npz file, then names of its arrays)"},
 	{.pre = DATA_CIFAR_PREFIX, .paths = 1, .dir = 1, .form = "DIR"},
 };
 
-#define SPEC_MAX_PARTS 2 /* npy:FEATURES,LABELS */
+#define SPEC_MAX_PARTS 5 /* npz:FILE,FEATURES,LABELS,TEST_FEATURES,TEST_LABELS */
 
-/* A spec cut at its commas: its format, its parts (the paths) inside it. */
+/* A spec cut at its commas: its format, its parts (the paths, then the names) inside it. */
 struct spec {
 	const struct spec_format *f;
 	int n;
@@ -72,6 +75,7 @@ int dataset_is_spec(const char *loc)
 static int spec_cut(const char *loc, struct spec *sp)
 {
 	const char *p, *comma;
+	int names;
 	memset(sp, 0, sizeof *sp);
 	if (!(sp->f = spec_format(loc)))
 		return -1;
@@ -84,7 +88,8 @@ static int spec_cut(const char *loc, struct spec *sp)
 		if (!comma)
 			break;
 	}
-	return sp->n == sp->f->paths ? 0 : -1;
+	names = sp->n - sp->f->paths;
+	return names < 0 || names > sp->f->names_max || names % 2 ? -1 : 0;
 }
 
 /* Part i of sp into buf (cap bytes): buf, or NULL when sp has no part i or it does not fit. */
@@ -141,7 +146,7 @@ static int spec_abs(const char *name, const char *path, char *abs, char *err)
 	return 0;
 }
 
-/* FORMAT:PATH[,PATH] with each path checked and made absolute into out (cap bytes). */
+/* FORMAT:PATH[,PATH][,NAME...] with each path checked and made absolute into out (cap bytes). */
 static int resolve_spec(const char *name, char *out, size_t cap, char *err)
 {
 	struct spec sp;
@@ -155,17 +160,20 @@ static int resolve_spec(const char *name, char *out, size_t cap, char *err)
 	hint = spec_cut_a_path(&sp) ? "; " SPEC_COMMA_HINT : "";
 	len = (size_t)snprintf(out, cap, "%s", sp.f->pre);
 	for (int i = 0; i < sp.n; i++) {
+		const char *part = abs;
 		if (!spec_part(&sp, i, path, sizeof path))
 			return gem_errf(err, GEM_EUSAGE, "--data %s: part %d is too long", name, i + 1);
-		if (sp.f->dir ? !is_dir(path) : !is_file(path))
+		if (i >= sp.f->paths)
+			part = path; /* an array's name, as it is */
+		else if (sp.f->dir ? !is_dir(path) : !is_file(path))
 			return gem_errf(err, GEM_EUSAGE, "--data %s: %s: %s%s", name, path,
 					access(path, F_OK) ? "no such file or directory"
 					: sp.f->dir	   ? "not a directory"
 							   : "not a regular file", hint);
-		if ((rc = spec_abs(name, path, abs, err)) < 0)
+		else if ((rc = spec_abs(name, path, abs, err)) < 0)
 			return rc;
 		len += (size_t)snprintf(out + (len < cap ? len : cap), len < cap ? cap - len : 0, "%s%s",
-					i ? "," : "", abs);
+					i ? "," : "", part);
 	}
 	if (len >= cap)
 		return gem_errf(err, GEM_EUSAGE, "--data %s: path too long", name);
@@ -312,7 +320,7 @@ int dataset_window(struct dataset *d, int seq, char *err)
 static int load_samples(const char *loc, const char *label, int test, struct samples *s, char *err)
 {
 	const char *split = test ? "test" : "train", *pre;
-	char x[PATH_MAX], y[PATH_MAX];
+	char x[PATH_MAX], y[PATH_MAX], name[2][PATH_MAX];
 	struct spec sp;
 	memset(s, 0, sizeof *s);
 	if (!spec_format(loc))
@@ -320,8 +328,9 @@ static int load_samples(const char *loc, const char *label, int test, struct sam
 	if (spec_cut(loc, &sp) < 0 || !spec_part(&sp, 0, x, sizeof x))
 		return gem_errf(err, GEM_EUSAGE, "%s: not %s%s", loc, sp.f->pre, sp.f->form);
 	pre = sp.f->pre;
-	if (!strcmp(pre, DATA_NPZ_PREFIX))
-		return npz_load(x, split, NULL, NULL, s, err);
+	if (!strcmp(pre, DATA_NPZ_PREFIX)) /* the split's names, when given: parts 1, 2 or 3, 4 */
+		return npz_load(x, split, spec_part(&sp, 1 + 2 * test, name[0], sizeof name[0]),
+				spec_part(&sp, 2 + 2 * test, name[1], sizeof name[1]), s, err);
 	if (!strcmp(pre, DATA_CIFAR_PREFIX))
 		return cifar_load(x, split, s, err);
 	if (test) /* a table or a pair of arrays is one split */

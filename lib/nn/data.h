@@ -20,7 +20,8 @@
 /* A text's last 1/DATA_TEXT_HOLD_OUT (its bytes from ⌊len·9/10⌋ on) is split "test". */
 #define DATA_TEXT_HOLD_OUT 10
 /* The formats of files given by their paths (gem-data(5)): "csv:FILE", "npy:FEATURES,LABELS",
- * "npz:FILE", "cifar:DIR". */
+ * "npz:FILE[,FEATURES,LABELS[,TEST_FEATURES,TEST_LABELS]]" (the arrays' names, else the
+ * conventional ones of nn/npz.h), "cifar:DIR". */
 #define DATA_CSV_PREFIX   "csv:"
 #define DATA_NPY_PREFIX   "npy:"
 #define DATA_NPZ_PREFIX   "npz:"
@@ -67,7 +68,7 @@ struct batcher {
 
 /* Where a dataset is and how it is split, as run.json records it. */
 struct data_source {
-	const char *loc;   /* a directory, a text file, or FORMAT:PATH[,PATH] (dataset_resolve) */
+	const char *loc;   /* a directory, a text file, or a spec (dataset_resolve) */
 	const char *label; /* csv: the label column's name */
 	double holdout;    /* in (0, 1): that fraction of the training samples is split "test"; 0 none */
 	uint64_t seed;     /* of the holdout's draw (stream RNG_HOLDOUT) */
@@ -75,11 +76,11 @@ struct data_source {
 #define DATA_HOLDOUT_MIN 1e-6
 #define DATA_HOLDOUT_MAX 0.9
 
-/* Find a dataset: a directory path is used as is, "text:FILE" is FILE; FORMAT:PATH[,PATH] (the
- * prefixes above) is itself with every path made absolute, each checked to be there; a name is
- * looked up as <dir>/<name>/ in each directory of $GEM_DATA_PATH (colon-separated), then
- * DATA_DIR_DEFAULT/<name>/. Writes the directory (or file, or spec) to dir (cap bytes); the
- * error lists every place looked in. */
+/* Find a dataset: a directory path is used as is, "text:FILE" is FILE; a spec (the prefixes
+ * above) is itself with every path made absolute, each checked to be there (a path holding a
+ * comma is refused); a name is looked up as <dir>/<name>/ in each directory of $GEM_DATA_PATH
+ * (colon-separated), then DATA_DIR_DEFAULT/<name>/. Writes the directory (or file, or spec) to
+ * dir (cap bytes); the error lists every place looked in. */
 int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err);
 /* Whether the dataset dataset_resolve wrote as loc is there to read (every path of a spec). */
 int dataset_present(const char *loc);
