@@ -7,14 +7,7 @@
 #        against two shards (gem-serve --shard I/2): wall time, workers that failed, requests
 #        the servers refused (log "refused" events), the servers' peak RSS (the larger shard's).
 # CPU times and peak RSS from /usr/bin/time (GNU time). Prints TSV.
-bin=${GEM_BIN:-bin}
-src=${GEM_SRC:-.}
-[ -f "${GEM_DATA_PATH:-/usr/share/datasets}/fashion-mnist/train-labels-idx1-ubyte.gz" ] || {
-	echo "# skipped: fashion-mnist not installed"; exit 0; }
-[ -x /usr/bin/time ] || { echo "# skipped: /usr/bin/time (GNU time) not installed"; exit 0; }
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-export GEM_SHARE_DIR="$src/share/gem" GEM_LOG=warn
+. "$(dirname "$0")/common.sh"
 
 # cpu FILE: user + system seconds of a /usr/bin/time -f '%U %S %M' output
 cpu() { awk '{ s += $1 + $2 } END { printf "%.3f", s }' "$@"; }

@@ -5,14 +5,7 @@
 # server under /usr/bin/time (user + system, joins and leaves included); then a least-squares
 # fit of a·|θ| + b per codec over the models. Also what the real run saw: commits/s (commits
 # over the server's wall time) and the staleness mean, p50, p99, max from its log. Prints TSV.
-bin=${GEM_BIN:-bin}
-src=${GEM_SRC:-.}
-[ -f "${GEM_DATA_PATH:-/usr/share/datasets}/fashion-mnist/train-labels-idx1-ubyte.gz" ] || {
-	echo "# skipped: fashion-mnist not installed"; exit 0; }
-[ -x /usr/bin/time ] || { echo "# skipped: /usr/bin/time (GNU time) not installed"; exit 0; }
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-export GEM_SHARE_DIR="$src/share/gem" GEM_LOG=warn
+. "$(dirname "$0")/common.sh"
 n=${BENCH_COST_WORKERS:-4}
 steps=${BENCH_COST_STEPS:-100}
 models=${BENCH_COST_MODELS:-mlp cnn}
