@@ -102,7 +102,7 @@ static const struct option longopts[] = {
 	{0, 0, 0, 0},
 };
 
-static volatile sig_atomic_t got_signal;
+static prog_stop_flag got_signal;
 /* no status line, no summary (-q) */
 static int quiet;
 

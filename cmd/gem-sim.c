@@ -155,7 +155,7 @@ static int make_run(const char *rundir, int n, int nargs, char **args)
  * reachable whichever way main exits. */
 static char **sargv, **iargv;
 
-static volatile sig_atomic_t stop_signal;
+static prog_stop_flag stop_signal;
 static void on_signal(int sig)
 {
 	stop_signal = sig;

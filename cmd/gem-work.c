@@ -139,7 +139,7 @@ static const struct option longopts[] = {
 	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},
 };
 
-static volatile sig_atomic_t stop_signal;
+static prog_stop_flag stop_signal;
 static void on_signal(int sig)
 {
 	stop_signal = sig;

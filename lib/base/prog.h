@@ -3,6 +3,7 @@
  * The functions return 0 or -1; the program decides what to print. */
 #ifndef GEM_PROG_H
 #define GEM_PROG_H
+#include <stdatomic.h>
 #include <stddef.h>
 
 /* Exit statuses of every program: success, failure of the job, bad usage. */
@@ -11,6 +12,13 @@ enum { EXIT_JOB = 1, EXIT_USAGE = 2 };
 /* The exit status for a library return code: 0 → 0, GEM_EUSAGE → EXIT_USAGE, any other
  * failure → EXIT_JOB. */
 int prog_exit(int rc);
+
+/* The flag a program's signal handler raises and its loops read. The kernel runs the handler
+ * on any thread that does not block the signal (an HTTP thread, a matmul helper), and a
+ * volatile sig_atomic_t is only safe to share with the thread it interrupted; a lock-free
+ * atomic is safe to write in a handler on one thread and read on another. */
+typedef atomic_int prog_stop_flag;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler may only touch lock-free atomics");
 
 /* Find share/gem/<rel>: $GEM_SHARE_DIR, then ../share/gem beside the executable (a build
  * tree), then the installed GEM_SHARE. Writes the path into out; -1 if none exists. */

@@ -144,7 +144,7 @@ static void checkpoint_due(struct local *l, double now, double t0, double *last)
 	*last = now;
 }
 
-int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn progress, void *ctx,
+int local_run(struct local *l, prog_stop_flag *stop, local_progress_fn progress, void *ctx,
 	      struct local_result *r, char *err)
 {
 	double t0 = clock_mono(), last_ckpt = t0;

@@ -7,9 +7,9 @@
  * log warnings), installs a signal handler or exits: the caller sets *stop. */
 #ifndef GEM_ROLE_LOCAL_H
 #define GEM_ROLE_LOCAL_H
-#include <signal.h>
 #include <stdint.h>
 
+#include "base/prog.h"
 #include "role/progress.h"
 #include "role/trainer.h"
 
@@ -62,7 +62,7 @@ const struct local_info *local_info(const struct local *l);
  * and the optimiser's state unless it diverged. progress (may be NULL) is called after every
  * update. Returns 0 with *r saying why it ended, or a negative code (err says why: the final
  * save failed). */
-int local_run(struct local *l, volatile sig_atomic_t *stop, local_progress_fn progress, void *ctx,
+int local_run(struct local *l, prog_stop_flag *stop, local_progress_fn progress, void *ctx,
 	      struct local_result *r, char *err);
 /* Unlock the run and free everything; NULL is a no-op. */
 void local_close(struct local *l);

@@ -358,7 +358,7 @@ static int replay_line(struct replay *p, const struct run_log_line *l, char *err
 
 /* ---- the whole log ---- */
 
-static int replay_lines(struct replay *p, struct run_log_reader *rd, volatile sig_atomic_t *stop,
+static int replay_lines(struct replay *p, struct run_log_reader *rd, prog_stop_flag *stop,
 			char *err)
 {
 	const struct run_log_line *l;
@@ -401,7 +401,7 @@ static void replay_free(struct replay *p)
 	free(p);
 }
 
-int replay_run(const char *logpath, const char *newrun, volatile sig_atomic_t *stop,
+int replay_run(const char *logpath, const char *newrun, prog_stop_flag *stop,
 	       struct replay_summary *sum, char *err)
 {
 	struct run_log_reader rd;

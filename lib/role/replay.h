@@ -5,8 +5,9 @@
  * crash or a divergence seen on a cluster can be re-run and debugged on one machine. */
 #ifndef GEM_REPLAY_H
 #define GEM_REPLAY_H
-#include <signal.h>
 #include <stdint.h>
+
+#include "base/prog.h"
 
 struct replay_summary {
 	uint64_t version, samples; /* θ's at the end */
@@ -21,6 +22,6 @@ struct replay_summary {
  * training, a server killed without its final checkpoint), said in err; GEM_EFAIL: the replay
  * went another way than the log (the line is named) or I/O. stop (may be NULL): a signal ends
  * it early, θ saved. */
-int replay_run(const char *logpath, const char *newrun, volatile sig_atomic_t *stop,
+int replay_run(const char *logpath, const char *newrun, prog_stop_flag *stop,
 	       struct replay_summary *sum, char *err);
 #endif

@@ -978,7 +978,7 @@ static void on_gone(void *ctx, int worker, double silent)
 	slot_drop(s, worker); /* mu held (serve_wait) */
 }
 
-const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag)
+const char *serve_wait(struct server *s, prog_stop_flag *sigflag)
 {
 	const char *why;
 	char err[GEM_ERRMAX];

@@ -3,9 +3,10 @@
  * the rule's state atomically, and answers the HTTP protocol of gem-protocol(7). */
 #ifndef GEM_SERVE_H
 #define GEM_SERVE_H
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/prog.h"
 
 struct server;
 
@@ -61,7 +62,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 const char *serve_url(const struct server *s);
 /* Block until the run should stop: *sigflag set (a signal), POST /v1/stop, --max-updates
  * reached, or every worker done. Returns a static string saying why. */
-const char *serve_wait(struct server *s, volatile sig_atomic_t *sigflag);
+const char *serve_wait(struct server *s, prog_stop_flag *sigflag);
 /* Where the run stands (version, rates, workers, loss: role/ps.h). */
 void serve_now(struct server *s, struct ps_now *st);
 /* What the server's state takes in memory now. */

@@ -443,7 +443,7 @@ static void loop_free(struct sgp_node *s, struct loop *l)
 	httpc_resp_free(&l->resp);
 }
 
-int sgp_node_run(struct sgp_node *s, volatile sig_atomic_t *stop, sgp_progress_fn progress,
+int sgp_node_run(struct sgp_node *s, prog_stop_flag *stop, sgp_progress_fn progress,
 		 void *ctx, struct sgp_status *st, char *err)
 {
 	struct sgp_status dummy;

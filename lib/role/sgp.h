@@ -3,10 +3,10 @@
  * run (peer list, hello, train, save node-I.gem), close. It prints nothing and never exits. */
 #ifndef GEM_SGP_H
 #define GEM_SGP_H
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/prog.h"
 #include "role/trainer.h"
 #include "rules/pushsum.h"
 
@@ -59,7 +59,7 @@ const char *sgp_node_url(const struct sgp_node *s);
  * peer list, one that mixes http:// and https://, a topology mismatch) or GEM_EFAIL (a peer whose
  * certificate is not trusted, too; also when *stop was set: err says
  * "interrupted"); *st (may be NULL) gets where the node stands. Once per node. */
-int sgp_node_run(struct sgp_node *s, volatile sig_atomic_t *stop, sgp_progress_fn progress,
+int sgp_node_run(struct sgp_node *s, prog_stop_flag *stop, sgp_progress_fn progress,
 		 void *ctx, struct sgp_status *st, char *err);
 /* Stop serving and free everything (NULL is fine). */
 void sgp_node_close(struct sgp_node *s);

@@ -6,11 +6,11 @@
 #ifndef GEM_ROLE_SGP_IMPL_H
 #define GEM_ROLE_SGP_IMPL_H
 #include <pthread.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/prog.h"
 #include "nn/data.h"
 #include "role/sgp.h"
 #include "role/trainer.h"
@@ -66,7 +66,7 @@ struct sgp_node {
 	struct httpd *httpd;
 	char url[300];
 	struct reply_get get; /* GET /v1/health, /v1/run, /v1/params */
-	volatile sig_atomic_t *stop;
+	prog_stop_flag *stop;
 	int ran;
 
 	int id, nn, mper, tau;

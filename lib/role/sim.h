@@ -9,10 +9,10 @@
  * ahead of time. */
 #ifndef GEM_SIM_H
 #define GEM_SIM_H
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/prog.h"
 #include "role/ps.h"
 
 #define SIM_MAX_WORKERS PS_MAX_WORKERS
@@ -64,7 +64,7 @@ struct sim_opts {
 	void *progress_ctx;
 	/* When *stop becomes non-zero (a signal), the simulation ends early and saves θ (may be
 	 * NULL). */
-	volatile sig_atomic_t *stop;
+	prog_stop_flag *stop;
 };
 
 /* What a simulated run did. */

@@ -3,6 +3,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -726,7 +727,7 @@ static int train_window(struct worker *w, struct work_result *r, uint64_t *got, 
 
 /* The end of a session: the background commit still in flight, then leave (done only if the
  * budget was spent). rc is the loop's; returns the session's. */
-static int finish(struct worker *w, volatile sig_atomic_t *stop, struct work_result *r, int rc,
+static int finish(struct worker *w, prog_stop_flag *stop, struct work_result *r, int rc,
 		  char *err)
 {
 	int failed = rc < 0 || r->end == WORK_DIVERGED, stopped = stop && *stop, left = 0;
@@ -758,7 +759,7 @@ static int finish(struct worker *w, volatile sig_atomic_t *stop, struct work_res
 	return rc;
 }
 
-int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn progress, void *ctx,
+int work_run(struct worker *w, prog_stop_flag *stop, work_progress_fn progress, void *ctx,
 	     struct work_result *r, char *err)
 {
 	double t0 = clock_mono();

@@ -7,9 +7,9 @@
 #ifndef GEM_WORK_H
 #define GEM_WORK_H
 #include <jansson.h>
-#include <signal.h>
 #include <stdint.h>
 
+#include "base/prog.h"
 #include "role/trainer.h"
 
 struct work_opts {
@@ -85,7 +85,7 @@ const struct work_info *work_info(const struct worker *w);
  * the loss diverges or die_after commits are made; then leave (but after die_after). progress
  * (may be NULL) is called after each commit. Returns 0 with *r saying why it ended, or a
  * negative code (err says why; *r as far as it got; the worker left, not done). */
-int work_run(struct worker *w, volatile sig_atomic_t *stop, work_progress_fn progress, void *ctx,
+int work_run(struct worker *w, prog_stop_flag *stop, work_progress_fn progress, void *ctx,
 	     struct work_result *r, char *err);
 /* Free everything (waits for a commit still in flight after WORK_DIE_AFTER). NULL is a no-op. */
 void work_close(struct worker *w);

@@ -160,7 +160,7 @@ static pid_t serve_child(const char *dir, int k, int nk, char *url_out, size_t c
 	if ((pid = fork()) < 0)
 		return gem_errf(err, GEM_EFAIL, "fork failed"), -1;
 	if (pid == 0) {
-		static volatile sig_atomic_t never;
+		static prog_stop_flag never;
 		struct serve_opts o = {.host = "127.0.0.1", .port = 0, .keep_running = 1,
 				       .slice_i = k, .slice_k = nk};
 		struct server *s;
