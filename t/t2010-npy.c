@@ -99,8 +99,8 @@ static void npz_files(void)
 	good_npz("keras.npz", "train", "x_test", "y_test", N_SAMPLES / 2, 0);
 	ok(npz_load(fx("xy.npz"), "test", NULL, NULL, &s, err) == 1 && !s.x,
 	   "an npz without test arrays has no test split (1)");
-	refused_npz("other.npz", "train", NULL, NULL, "no features and labels", "it holds a.npy, b.npy");
-	refused_npz("xy.npz", "train", "x", "labels", "no array 'labels'", "x.npy, y.npy");
+	refused_npz("other.npz", "train", NULL, NULL, "no features and labels", "it holds a, b");
+	refused_npz("xy.npz", "train", "x", "labels", "no array 'labels'", "it holds x, y)");
 	refused_npz("crc.npz", "train", NULL, NULL, "CRC mismatch");
 	refused_npz("truncated.npz", "train", NULL, NULL, "no end of central directory");
 	refused_npz("offset.npz", "train", NULL, NULL, "no local header at offset 7");

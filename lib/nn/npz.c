@@ -277,14 +277,19 @@ int npz_extract(const struct npz *z, int i, uint8_t **out, size_t *len, char *er
 	return 0;
 }
 
-/* The members' names, comma-separated, into buf (for an error). */
+/* The arrays' names, comma-separated, into buf (for an error): as a user names them, without
+ * the ".npy" numpy.savez gives each member. */
 static const char *member_list(const struct npz *z, char *buf, size_t cap)
 {
 	size_t n = 0;
 	buf[0] = 0;
-	for (int i = 0; i < z->n && n < cap; i++)
-		n += (size_t)snprintf(buf + n, cap - n, "%s%.*s", i ? ", " : "", (int)z->m[i].name_len,
-				      z->m[i].name);
+	for (int i = 0; i < z->n && n < cap; i++) {
+		const struct npz_member *m = &z->m[i];
+		int len = (int)m->name_len;
+		if (len > 4 && !memcmp(m->name + len - 4, ".npy", 4))
+			len -= 4;
+		n += (size_t)snprintf(buf + n, cap - n, "%s%.*s", i ? ", " : "", len, m->name);
+	}
 	return z->n ? buf : "none";
 }
 

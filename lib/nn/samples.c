@@ -19,7 +19,7 @@ int samples_shape(struct samples *s, const uint64_t *dims, int k, const char *wh
 	uint64_t dim = 1;
 	if (k < 1 || k > 4)
 		return gem_errf(err, GEM_EFAIL,
-				"%s: %d dimensions; samples are (N, D), (N, H, W) or (N, C, H, W)", what, k);
+				"%s: %d dimensions; samples are (N), (N, D), (N, H, W) or (N, C, H, W)", what, k);
 	if (dims[0] < 1 || dims[0] > SAMPLES_MAX_N)
 		return gem_errf(err, GEM_EFAIL, "%s: %llu samples (want 1 to %d)", what,
 				(unsigned long long)dims[0], SAMPLES_MAX_N);
