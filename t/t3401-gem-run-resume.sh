@@ -84,21 +84,21 @@ test_expect_success '--steps: the budget is stored in run.json; the run left alo
 '
 
 test_expect_success 'Ctrl-C at a version seen in the log: exit 130, the checkpoint and the command' '
-	setsid env --default-signal=INT gem-run -n 2 $TINY --steps 40 --work-opt=--slowdown=50 int \
+	setsid env --default-signal=INT gem-run -n 2 $TINY --steps 400 --work-opt=--slowdown=50 int \
 		>int.out 2>int.err &
 	pid=$! && test_bg $pid && test_when_finished "stop_if_running $pid" &&
 	wait_until "grep -q \"^{\\\"time\\\".*\\\"version\\\":[1-9][0-9],\" int/log.jsonl" 60 &&
 	kill -INT -- -$pid &&
 	{ wait $pid; rc=$?; } ; cat int.err && test $rc = 130 &&
 	v=$(sed -n "1s/.*\"version\":\([0-9]*\).*/\1/p" int/params.gem) && test "$v" -ge 10 &&
-	test "$v" -lt 80 &&
+	test "$v" -lt 800 &&
 	grep -q "^gem-run: interrupted; the server checkpointed at version $v$" int.err &&
-	test "$(advised int.err)" = "gem-run --resume -n 2 --steps 40 int"
+	test "$(advised int.err)" = "gem-run --resume -n 2 --steps 400 int"
 '
 
 test_expect_success 'the advised command finishes the budget: the version of the run left alone' '
 	$(advised int.err) -q >int.tsv && cat int.tsv &&
-	test "$(end_version int)" = 80 && awk "NR == 2 && \$2 == 80 { ok = 1 } END { exit !ok }" int.tsv
+	test "$(end_version int)" = 800 && awk "NR == 2 && \$2 == 800 { ok = 1 } END { exit !ok }" int.tsv
 '
 
 test_expect_success 'workers that die (--die-after): the advice, and a resume with no --steps' '
