@@ -120,6 +120,18 @@ test_expect_success 'stragglers: the slow worker'"'"'s commits are staler' '
 			  n[0] == 20 && n[1] == 20) }" workers.tsv
 '
 
+test_expect_success 'a straggler under async-diloco with dynamic local updates: the same θ twice' '
+	init --rule async-diloco --window 4 --outer-lr 0.25 --delayed-nesterov 4 \
+		--dynamic-local-updates ad-base &&
+	cp -r ad-base ad1 && cp -r ad-base ad2 &&
+	gem-sim -q -n 4 --steps 40 --stragglers 1:4 ad1 >/dev/null &&
+	gem-sim -q -n 4 --steps 40 --stragglers 1:4 ad2 >/dev/null &&
+	blob ad1/params.gem >ad1.blob && blob ad2/params.gem >ad2.blob && cmp ad1.blob ad2.blob &&
+	nowall ad1/log.jsonl >ad1.log && nowall ad2/log.jsonl >ad2.log && cmp ad1.log ad2.log &&
+	# the straggler was told a window of its own, smaller than that of the fast ones
+	grep -q "\"worker\":0,.*\"n\":32," ad1.log && ! grep -q "\"worker\":1,.*\"n\":32," ad1.log
+'
+
 test_expect_success '--die: the worker leaves, the others finish' '
 	cp -r base die && gem-sim -q -n 3 --steps 20 --die 1@5.5 die >/dev/null &&
 	grep -q "\"event\":\"leave\",.*\"worker\":1,.*\"done\":false" die/log.jsonl &&
