@@ -12,11 +12,16 @@
 # runs, separated by spaces: "rule:H", or "rule:H:OPTS" with OPTS gem-init options separated
 # by commas; default: sync, diloco at H = 10 and 50, async-diloco at H = 10 with the outer lr
 # of diloco and with 0.7/N, each without and with delayed Nesterov over N arrivals, gem with
-# a window of H = 10 and 50), SIM=1 (gem-sim -n N in place of gem-run: N virtual workers in
-# turn on one core, deterministic; its log has no bytes, so the bytes column is "-", and the
-# seconds are gem-sim's), GEM_BIN where the gem programs are (default: PATH, then the source
-# tree's bin/). Training seconds are the machine's at the time: on a shared machine they are
-# noisy.
+# a window of H = 10 and 50), STEPS (local steps per worker in place of one epoch), SIM=1
+# (gem-sim -n N in place of gem-run: N virtual workers in turn on one core, deterministic,
+# its bytes those of the same messages served; the seconds are gem-sim's, its summary line in
+# OUTDIR/runs/NAME.sim), SIM_OPTS (more gem-sim options, its timing: "--stragglers 1:4"),
+# PROBES (SIM=1: virtual times T at which θ is evaluated too, each by the same simulation with
+# every worker dying at T, whose θ is the run's at T; rows in OUTDIR/probes.tsv; with a rule
+# whose rounds wait for every worker, sync or diloco, T must fall while no commit waits for
+# its round, else the workers' leaving ends that round early with the commits in), GEM_BIN
+# where the gem programs are (default: PATH, then the source tree's bin/). Training seconds
+# are the machine's at the time: on a shared machine they are noisy.
 set -u
 
 out=${1:-build/experiment-lowcomm}
@@ -24,58 +29,83 @@ out=${1:-build/experiment-lowcomm}
 for p in gem-init gem-run gem-sim gem-eval; do
 	command -v $p >/dev/null 2>&1 || { echo "lowcomm: $p not found (set GEM_BIN)" >&2; exit 1; }
 done
-N=${N:-4} SEEDS=${SEEDS:-1} SIM=${SIM:-0}
+N=${N:-4} SEEDS=${SEEDS:-1} SIM=${SIM:-0} STEPS=${STEPS:-} SIM_OPTS=${SIM_OPTS:-} PROBES=${PROBES:-}
 lr_n=$(awk -v n="$N" 'BEGIN { printf "%g", 0.7 / n }')
 CELLS=${CELLS:-sync:1 diloco:10 diloco:50 async-diloco:10 async-diloco:10:--delayed-nesterov=$N \
 	async-diloco:10:--outer-lr=$lr_n async-diloco:10:--outer-lr=$lr_n,--delayed-nesterov=$N \
 	gem:10 gem:50}
-mkdir -p "$out/runs" "$out/rows" || exit 1
+mkdir -p "$out/runs" "$out/rows" "$out/probes" || exit 1
 started=$(date +%s)
 
-# bytes RUN: the bytes on the wire of RUN's log (update lines and the stop event); "-" for a
-# simulated run
+# bytes RUN: the bytes on the wire of RUN's log (update lines and the stop event)
 bytes() {
-	[ "$SIM" = 1 ] && { printf -- -; return; }
 	sed -n 's/.*"bytes_in":\([0-9]*\),"bytes_out":\([0-9]*\).*/\1 \2/p' "$1/log.jsonl" |
 		awk '{ s += $1 + $2 } END { printf "%.0f", s }'
 }
 
-# train RUN SEED RULE [gem-init options]: one run, gem-eval's table of its θ on stdout
+# train RUN SEED RULE [gem-init options]: one run, gem-eval's table of its θ on stdout; with
+# SIM=1, gem-sim's options (SIM_OPTS and any in $sim_extra) too
 train() {
 	local run=$1 seed=$2 rule=$3
 	shift 3
-	set -- --rule "$rule" "$@" --lr 0.05 --momentum 0.9 --batch 64 --epochs 1 --seed "$seed"
+	set -- --rule "$rule" "$@" --lr 0.05 --momentum 0.9 --batch 64 --epochs 1 --seed "$seed" \
+		${STEPS:+--steps "$STEPS"}
 	if [ "$SIM" = 1 ]; then
-		gem-sim -q -n "$N" "$@" "$run" >/dev/null && gem-eval "$run"
+		# shellcheck disable=SC2086
+		gem-sim -q -n "$N" $SIM_OPTS ${sim_extra:-} "$@" "$run" >"$run.sim" && gem-eval "$run"
 	else
 		gem-run -q -n "$N" "$@" "$run"
 	fi
 }
 
-# cell SPEC SEED: one run; its row in rows/
-cell() {
-	local spec=$1 seed=$2 rule h extra name run row window status
-	IFS=: read -r rule h extra <<<"$spec"
-	extra=${extra//,/ }
-	name=$rule-h$h${extra:+-${extra//--/}}-s$seed
-	name=${name//[= ]/}
-	run=$out/runs/$name row=$out/rows/$name
-	[ -s "$row" ] && return 0
-	window=
-	[ "$rule" = sync ] || window="--window $h"
+# probe NAME SEED RULE [gem-init options]: for each T of PROBES, θ at virtual time T (every
+# worker dies then) evaluated: NAME's rows of probes.tsv, in probes/NAME
+probe() {
+	local name=$1 seed=$2 t run
+	shift 2
+	[ -s "$out/probes/$name" ] && return 0
+	echo "lowcomm: $name at $PROBES" >&2
+	for t in $PROBES; do
+		run=$out/runs/$name-t$t
+		rm -rf "$run"
+		sim_extra=$(for ((w = 0; w < N; w++)); do printf -- '--die %d@%s ' "$w" "$t"; done) \
+			train "$run" "$seed" "$@" >"$run.tsv" 2>"$run.err" || echo failed >"$run.tsv"
+		awk -v n="$name" -v t="$t" 'END { printf "%s\t%s\t%s\n", n, t, $0 }' "$run.tsv"
+	done >"$out/probes/$name.tmp" && mv "$out/probes/$name.tmp" "$out/probes/$name"
+}
+
+# row NAME SEED RULE H EXTRA [gem-init options]: one run; its row in rows/NAME
+row() {
+	local name=$1 seed=$2 rule=$3 h=$4 extra=$5 run=$out/runs/$1 status
+	shift 5
 	echo "lowcomm: $name" >&2
 	rm -rf "$run"
-	# shellcheck disable=SC2086
-	if ! train "$run" "$seed" "$rule" $window $extra >"$run.tsv" 2>"$run.err"; then
+	if ! train "$run" "$seed" "$rule" "$@" >"$run.tsv" 2>"$run.err"; then
 		status=failed
 		grep -q diverged "$run.err" && status=diverged
 		printf '%s\t%s\t%s\t%s\t%s\t-\t-\t%s\t-\t-\n' "$rule" "$h" "${extra:--}" "$seed" \
-			"$status" "$(bytes "$run")" >"$row"
+			"$status" "$(bytes "$run")" >"$out/rows/$name"
 		return 0
 	fi
 	awk -v r="$rule" -v h="$h" -v x="${extra:--}" -v s="$seed" -v b="$(bytes "$run")" \
 		'NR == 2 { printf "%s\t%s\t%s\t%s\tok\t%s\t%s\t%s\t%s\t%s\n", r, h, x, s, $4, $5, b, $2, $1 }' \
-		"$run.tsv" >"$row"
+		"$run.tsv" >"$out/rows/$name"
+}
+
+# cell SPEC SEED: one run and its probes, each unless done already
+cell() {
+	local spec=$1 seed=$2 rule h extra name window
+	IFS=: read -r rule h extra <<<"$spec"
+	extra=${extra//,/ }
+	name=$rule-h$h${extra:+-${extra//--/}}-s$seed
+	name=${name//[= ]/}
+	window=
+	[ "$rule" = sync ] || window="--window $h"
+	# shellcheck disable=SC2086
+	[ -s "$out/rows/$name" ] || row "$name" "$seed" "$rule" "$h" "$extra" $window $extra
+	# shellcheck disable=SC2086
+	[ "$SIM" = 1 ] && [ -n "$PROBES" ] && probe "$name" "$seed" "$rule" $window $extra
+	return 0
 }
 
 for seed in $SEEDS; do
@@ -86,20 +116,24 @@ done
 
 head='rule	H	options	seed	status	test_loss	test_acc	bytes	updates	train_seconds'
 { echo "$head"; cat "$out/rows/"*; } >"$out/runs.tsv"
+if [ -n "$PROBES" ]; then
+	echo "run	vtime	seconds	version	samples	test_loss	test_acc	bytes" |
+		cat - "$out/probes/"* >"$out/probes.tsv"
+fi
 # table.md: per cell, over its seeds: how many ended ok, and the mean (± sd over the seeds that
 # ended ok) of the test loss, the test accuracy and the training seconds; MB on the wire
-# (10^6 bytes, the mean over every seed, those that failed included; "-" simulated)
+# (10^6 bytes, the mean over every seed, those that failed included)
 {
 	echo "| rule | H | options | runs | ok | test loss | test accuracy | MB on the wire | updates | training s |"
 	echo "|---|---|---|---|---|---|---|---|---|---|"
 	tail -n +2 "$out/runs.tsv" | awk -F'\t' '
 		function ms(s, q, n) { return n > 1 ? sprintf("%.4f ± %.4f", s / n, sqrt((q - s * s / n) / (n - 1))) : n ? sprintf("%.4f", s) : "-" }
-		{ k = $1 "|" $2 "|" $3; if (!(k in runs)) order[++nk] = k; runs[k]++; mb[k] += $8 / 1e6; sim[k] = $8 == "-"
+		{ k = $1 "|" $2 "|" $3; if (!(k in runs)) order[++nk] = k; runs[k]++; mb[k] += $8 / 1e6
 		  if ($5 != "ok") next
 		  ok[k]++; l[k] += $6; l2[k] += $6 * $6; a[k] += $7; a2[k] += $7 * $7; t[k] += $10; u[k] = $9 }
 		END { for (i = 1; i <= nk; i++) { k = order[i]; split(k, f, "|")
 			printf "| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], runs[k], ok[k],
-				ms(l[k], l2[k], ok[k]), ms(a[k], a2[k], ok[k]), sim[k] ? "-" : sprintf("%.1f", mb[k] / runs[k]), ok[k] ? u[k] : "-",
+				ms(l[k], l2[k], ok[k]), ms(a[k], a2[k], ok[k]), sprintf("%.1f", mb[k] / runs[k]), ok[k] ? u[k] : "-",
 				ok[k] ? sprintf("%.0f", t[k] / ok[k]) : "-" } }'
 } >"$out/table.md"
 cat "$out/table.md"
