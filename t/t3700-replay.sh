@@ -142,6 +142,35 @@ test_expect_success 'dma is not replayed, and says so' '
 	grep -q "background" err
 '
 
+# per_update LOG: the update lines (no "event") of LOG, and the mean bytes a commit brought in
+per_update() {
+	python3 -c "
+import json, sys
+u = [j for j in map(json.loads, open(sys.argv[1])) if 'event' not in j]
+print(len(u), sum(j.get('bytes_in', 0) for j in u) / len(u))" "$1"
+}
+
+test_expect_success 'diloco and async-diloco with fragments in gem-sim: replayed bit for bit' '
+	gem-init -q --rule diloco --workers 3 --window 4 --fragments 2 --lr 0.02 --batch 32 \
+		--seed 3 frag-d &&
+	gem-sim -q -n 3 --steps 8 frag-d >/dev/null &&
+	gem-sim -q --replay frag-d/log.jsonl new-frag-d >/dev/null &&
+	same frag-d new-frag-d && same_bytes frag-d new-frag-d &&
+	gem-init -q --rule async-diloco --workers 3 --window 4 --fragments 2 --mix 0.5 --lr 0.02 \
+		--batch 32 --seed 3 frag-a &&
+	gem-sim -q -n 3 --steps 8 frag-a >/dev/null &&
+	gem-sim -q --replay frag-a/log.jsonl new-frag-a >/dev/null &&
+	same frag-a new-frag-a && same_bytes frag-a new-frag-a
+'
+test_expect_success 'diloco with 2 fragments: twice the rounds, each commit half the bytes' '
+	gem-init -q --rule diloco --workers 3 --window 4 --lr 0.02 --batch 32 --seed 3 frag-1 &&
+	gem-sim -q -n 3 --steps 8 frag-1 >/dev/null &&
+	per_update frag-d/log.jsonl >frag-d.per && per_update frag-1/log.jsonl >frag-1.per &&
+	cat frag-d.per frag-1.per &&
+	read -r nd bd <frag-d.per && read -r n1 b1 <frag-1.per &&
+	test "$nd" = 4 && test "$n1" = 2 &&
+	awk -v a="$bd" -v b="$b1" "BEGIN { r = a / b; exit !(r > 0.49 && r < 0.51) }"
+'
 test_expect_success 'gem-sim -n 1 equals gem-serve with one gem-work (cnn, dropout)' '
 	served one gem 1 12 &&
 	gem-init -q --rule gem --lr 0.02 --batch 32 --seed 3 sim1 &&

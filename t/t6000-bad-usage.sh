@@ -86,6 +86,23 @@ test_expect_code 2 'gem-init --rule gem --outer-momentum without --window says i
 	gem-init -q --model tiny.json --data d --outer-momentum 0.5 omrun 2>err; rc=$?; cat err;
 	grep -q "window" err && test ! -e omrun/run.json && exit $rc
 '
+test_expect_code 2 'gem-init --fragments that does not divide --window is refused' '
+	gem-init -q --model tiny.json --data d --rule diloco -n 2 --window 10 --fragments 3 frun \
+		2>err; rc=$?; cat err;
+	grep -q "does not divide" err && test ! -e frun/run.json && exit $rc
+'
+test_expect_code 2 'gem-init --fragments and --mix with a rule that does not use them' '
+	gem-init -q --model tiny.json --data d --rule sync -n 2 --fragments 2 frun 2>err; rc=$?;
+	grep -q "does not use it" err && test ! -e frun/run.json &&
+	gem-init -q --model tiny.json --data d --rule async-diloco --mix 1 frun 2>err;
+	test $? = 2 && grep -q "mix" err && test ! -e frun/run.json && exit $rc
+'
+test_expect_code 2 'gem-serve refuses a run with fragments (gem-sim only for now)' '
+	gem-init -q --model tiny.json --data d --rule diloco -n 2 --window 10 --fragments 2 frun ||
+		exit 9
+	gem-serve --listen 127.0.0.1:0 frun 2>err; rc=$?; cat err;
+	grep -q "fragments" err && exit $rc
+'
 test_expect_code 2 'gem-init --rule sync without --workers names the option to give' '
 	gem-init -q --model tiny.json --data d --rule sync syncrun 2>err; rc=$?; cat err;
 	grep -q "give --workers N" err && test ! -e syncrun/run.json && exit $rc

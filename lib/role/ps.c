@@ -317,6 +317,11 @@ static int ps_load(struct ps *s, char *err)
 	struct model *m = NULL;
 	json_t *workers = NULL;
 	int rc;
+	/* gem-serve's commit does not say its fragment on the wire yet, and a fragment of a
+	 * shard's slice is not the workers' fragment of θ */
+	if (s->run.rule.fragments > 1 && (!s->o.fragments || s->o.slice_k > 0))
+		return gem_errf(err, GEM_EUSAGE, "rule.fragments: %d fragments are simulated only, "
+				"unsharded (gem-sim; gem-serve takes 1)", s->run.rule.fragments);
 	if ((rc = model_from_json(s->run.model, &m, err)) < 0)
 		return rc;
 	s->layout = *model_layout(m);
@@ -723,15 +728,21 @@ size_t ps_join_bytes(const struct ps *s, int id)
 	return w && w->in_rule ? 0 : rule_join_bytes(s->rule);
 }
 
-int ps_check_update(const struct ps *s, const float *u, char *err)
+/* ps_check_update of the n floats of u, the update's elements from off */
+static int check_slice(const float *u, size_t off, size_t n, char *err)
 {
 	size_t i;
-	if (rule_vec_finite(u, s->n))
+	if (rule_vec_finite(u + off, n))
 		return PS_APPLIED;
-	for (i = 0; i < s->n; i++)
+	for (i = off; i < off + n; i++)
 		if (!isfinite(u[i]))
 			break;
 	return gem_errf(err, PS_E_NON_FINITE, "element %zu of the update is %g", i, (double)u[i]);
+}
+
+int ps_check_update(const struct ps *s, const float *u, char *err)
+{
+	return check_slice(u, 0, s->n, err);
 }
 
 void ps_refused(struct ps *s, int worker, const char *reason)
@@ -745,9 +756,9 @@ void ps_refused(struct ps *s, int worker, const char *reason)
 }
 
 /* What is applied of commit c by active worker w: a resend, a commit too stale, or the rule's
- * update. */
+ * update (its fragment's, at off in θ). */
 static int commit_decide(struct ps *s, struct ps_worker *w, const struct ps_commit *c, uint64_t tau,
-			 float *out, char *err)
+			 size_t off, float *out, char *err)
 {
 	char extra[96];
 	if (c->seq && c->seq <= w->last_seq) {
@@ -763,8 +774,8 @@ static int commit_decide(struct ps *s, struct ps_worker *w, const struct ps_comm
 		log_event(s, "refused", w->id, extra);
 		return PS_STALE;
 	}
-	int rc = rule_commit(s->rule, w->id, c->update, c->base, &s->prog.version, out, &s->st,
-			     err);
+	int rc = rule_commit_fragment(s->rule, w->id, c->fragment, c->update + off, c->base,
+				      &s->prog.version, out ? out + off : NULL, &s->st, err);
 	if (rc == RULE_E_NON_FINITE) {
 		/* the rule took none of the result: θ and its state are as they were */
 		ps_refused(s, w->id, ps_status_code(PS_E_NON_FINITE_RESULT));
@@ -807,6 +818,7 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 	struct ps_worker *w = worker_get(s, c->worker);
 	uint64_t before = s->prog.version;
 	char nfield[32];
+	size_t off, len;
 	int status;
 
 	memset(r, 0, sizeof r[0]);
@@ -822,14 +834,20 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 		w->idle = c->idle;
 	if (s->stop_why)
 		return r->status = gem_errf(err, PS_E_STOPPING, "the server is stopping");
-	if (!c->checked && (status = ps_check_update(s, c->update, err)) < 0) {
+	if (c->fragment < 0 || c->fragment >= s->run.rule.fragments) {
+		ps_refused(s, w->id, ps_status_code(PS_E_REFUSED));
+		return r->status = gem_errf(err, PS_E_REFUSED, "fragment %d is not one of the %d of θ",
+					    c->fragment, s->run.rule.fragments);
+	}
+	layout_slice(s->n, c->fragment, s->run.rule.fragments, &off, &len);
+	if (!c->checked && (status = check_slice(c->update, off, len, err)) < 0) {
 		ps_refused(s, w->id, ps_status_code(status));
 		return r->status = status;
 	}
 	r->tau = c->base <= before ? before - c->base : 0;
 	/* the commit's samples, which a replay needs to redo the worker's steps */
 	snprintf(nfield, sizeof nfield, "\"n\":%llu", (unsigned long long)c->samples);
-	status = commit_decide(s, w, c, r->tau, out, err);
+	status = commit_decide(s, w, c, r->tau, off, out, err);
 	if (status < 0)
 		return r->status = status;
 	commit_count(s, w, c, status, r->tau);

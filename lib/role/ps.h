@@ -27,6 +27,8 @@ struct ps_opts {
 	int slice_i, slice_k;  /* serve slice i of k of θ (gem-serve --shard I/K, run/shard.h);
 				* k = 0: all of θ */
 	const char *reply_codec; /* gem-serve --codec (NULL: none): in the start event, for a replay */
+	int fragments;         /* the caller commits fragments of θ (gem-sim, a replay): a run with
+				* rule.fragments > 1 may open, unsharded; gem-serve does not yet */
 };
 
 /* What a request came to. The negative ones are refusals (gem-protocol(7) gives each its HTTP
@@ -71,6 +73,8 @@ struct ps_commit {
 	const float *update;
 	int checked;      /* the caller has already run ps_check_update on it */
 	uint64_t bytes;   /* its message's bytes on the wire, header included (0: none sent) */
+	int fragment;     /* rule.fragments > 1: the fragment p it is (rule_commit_fragment); update
+			   * and the reply hold it at its place in θ, the slice layout_slice(n, p, P) */
 };
 
 /* The answer to a commit or a leave. */

@@ -847,6 +847,7 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 	c.samples = w->v.got;
 	c.loss = w->v.loss;
 	c.update = w->v.update;
+	c.fragment = w->v.l.sent;
 	cores_vtime(s, tout);
 	st = cores_commit(s, &c, w->v.commit_bytes, &r, err);
 	s->sum.commits++;
@@ -1087,7 +1088,7 @@ static int workers_setup(struct sim *s, char *err)
 static int sim_setup(struct sim *s, const char *rundir, char *err)
 {
 	/* the simulation ends when its events do: a late joiner finds the server still there */
-	struct ps_opts po = {.max_staleness = -1, .keep_running = 1};
+	struct ps_opts po = {.max_staleness = -1, .keep_running = 1, .fragments = 1};
 	int rc;
 	s->ncores = s->o->shards > 1 ? s->o->shards : 1;
 	for (int k = 0; k < s->ncores; k++) {

@@ -93,16 +93,16 @@ static uint64_t msg_bytes(struct vwire *x, json_t *head, const char *name, const
 	return x->head.len + m->nbytes;
 }
 
-/* v as the receiver decodes it, each slice its own message in codec, a blob called name under
- * heads[k] (NULL: not measured) whose bytes go to bytes[k]: v itself when the codec is lossless,
- * else decoded into out; NULL if v cannot be encoded (err says why). */
-static const float *wire_pass(const struct vworker *w, struct vwire *x, const char *codec,
-			      struct feedback *fb, const float *v, float *out, const char *name,
-			      json_t *const *heads, uint64_t *bytes, char *err)
+/* v as the receiver decodes it, each slice cut[k] its own message in codec, a blob called name
+ * under heads[k] (NULL: not measured) whose bytes go to bytes[k]: v itself when the codec is
+ * lossless, else decoded into out; NULL if v cannot be encoded (err says why). */
+static const float *wire_pass(const struct shard *cut, int ncut, struct vwire *x,
+			      const char *codec, struct feedback *fb, const float *v, float *out,
+			      const char *name, json_t *const *heads, uint64_t *bytes, char *err)
 {
 	int lossy = blob_codec_lossy(codec);
-	for (int k = 0; k < w->ncut; k++) {
-		size_t off = w->cut[k].off, len = w->cut[k].len;
+	for (int k = 0; k < ncut; k++) {
+		size_t off = cut[k].off, len = cut[k].len;
 		struct blob_meta m;
 		const void *enc;
 		int rc;
@@ -126,8 +126,8 @@ static const float *theta_pass(struct vworker *w, struct vwire *x, const float *
 			       json_t *const *heads, char *err)
 {
 	if (!w->dl[0].copy)
-		return wire_pass(w, x, w->reply_codec, NULL, v, x->v, MSG_PARAMS, heads,
-				 w->reply_bytes, err);
+		return wire_pass(w->cut, w->ncut, x, w->reply_codec, NULL, v, x->v, MSG_PARAMS,
+				 heads, w->reply_bytes, err);
 	memcpy(x->v, v, sizeof(float) * w->n);
 	for (int k = 0; k < w->ncut; k++) {
 		struct delta *d = &w->dl[k];
@@ -170,6 +170,7 @@ int vworker_joined(struct vworker *w, const struct run *run, const struct datase
 	feedback_restart(&w->fb, 0, w->n);
 	rule_half_start(&w->l, w->x, feed_steps(&w->f, j->samples),
 			feed_steps(&w->f, run_budget(run, feed_epoch(&w->f))));
+	rule_half_schedule(&w->l, j->version);
 	w->base = j->version;
 	if (j->window > 0) /* dynamic local updates: as gem-work takes it from the reply */
 		w->l.window = j->window;
@@ -184,8 +185,9 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 	float *p = model_params(t->m), loss;
 	const float *u;
 	json_t *heads[SHARD_MAX] = {0};
+	struct shard frag, *cut = w->cut;
 	double lsum = 0;
-	int k, nb, rc;
+	int k, nb, rc, ncut = w->ncut;
 
 	if ((rc = batcher_resume(&w->f.b, err)) < 0)
 		return rc;
@@ -208,7 +210,13 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 	w->loss = (float)(lsum / (k ? k : 1));
 	u = rule_half_commit(&w->l, p);
 	memcpy(w->x, p, sizeof(float) * w->n);
-	u = u == p ? w->x : u;
+	u = u == p ? w->x : u - w->l.off;
+	/* a fragment is one message of its slice (unsharded); else a message per server's slice */
+	if (w->l.nfrag > 1) {
+		frag = (struct shard){.off = w->l.off, .len = w->l.len};
+		cut = &frag;
+		ncut = 1;
+	}
 	/* gem-work encodes only what it sends: not a diverged step's */
 	if (w->diverged) {
 		w->update = u;
@@ -220,7 +228,7 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 	heads[0] = work_commit_head(w->id, w->base, w->seq, w->got, w->loss, w->l.d->background, 0);
 	for (k = 1; k < w->ncut; k++)
 		heads[k] = heads[0];
-	w->update = wire_pass(w, wire, w->fb.codec, &w->fb, u, w->sent, "update",
+	w->update = wire_pass(cut, ncut, wire, w->fb.codec, &w->fb, u, w->sent, "update",
 			      heads[0] ? heads : NULL, w->commit_bytes, err);
 	json_decref(heads[0]);
 	batcher_free(&w->f.b);
@@ -230,12 +238,16 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 int vworker_reply(struct vworker *w, struct vwire *wire, const float *v, int elastic, int whole,
 		  uint64_t version, json_t *const *heads, char *err)
 {
-	const float *got = elastic ? wire_pass(w, wire, w->reply_codec, NULL, v, wire->v, "elastic",
-					       heads, w->reply_bytes, err)
-				   : theta_pass(w, wire, v, whole, heads, err);
+	struct shard frag = {.off = w->l.off, .len = w->l.len};
+	const float *got = elastic ? wire_pass(w->cut, w->ncut, wire, w->reply_codec, NULL, v,
+					       wire->v, "elastic", heads, w->reply_bytes, err)
+			 : w->l.nfrag > 1 ? wire_pass(&frag, 1, wire, w->reply_codec, NULL, v, wire->v,
+						      MSG_PARAMS, heads, w->reply_bytes, err)
+					  : theta_pass(w, wire, v, whole, heads, err);
 	if (!got)
 		return GEM_EFAIL;
-	rule_half_reply(&w->l, w->x, got, elastic);
+	/* a fragment's θ, at its place in v (off 0 but for fragments) */
+	rule_half_reply(&w->l, w->x, got + w->l.off, elastic);
 	w->base = version;
 	return 0;
 }

@@ -62,13 +62,15 @@ RULE_NOINLINE static int rule_diloco_pass(const float *restrict theta, const flo
 
 static int rule_diloco_round(struct rule *r, const float *in, float *reply, float k, int close)
 {
-	return rule_diloco_pass(rule_theta(r), r->global[0], r->global[1], in, rule_theta_next(r),
-				r->gspare[0], r->gspare[1], reply, r->n, r->c.outer_lr,
-				r->c.outer_momentum, k, close);
+	size_t o = r->off;
+	return rule_diloco_pass(rule_theta(r) + o, r->global[0] + o, r->global[1] + o, in,
+				rule_theta_next(r) + o, r->gspare[0] + o, r->gspare[1] + o, reply,
+				r->len, r->c.outer_lr, r->c.outer_momentum, k, close);
 }
 
 const struct rule_ops rule_diloco_ops = {
-	.desc = {.name = "diloco", .fields = "window outer_lr outer_momentum", .window = 50,
+	.desc = {.name = "diloco", .fields = "window outer_lr outer_momentum fragments mix",
+		 .window = 50,
 		 .sends = RULE_SENDS_OUTER, .rounds = 1},
 	.sent_vec = -1,
 	.nglobal = 2,
@@ -162,10 +164,11 @@ static int rule_async_diloco_apply(struct rule *r, struct rule_worker *w, const 
 				   uint64_t tau, float *reply, struct rule_stats *st)
 {
 	int n = rule_async_diloco_n(r);
+	size_t o = r->off;
 	(void)w, (void)tau, (void)st;
-	return rule_async_diloco_pass(rule_theta(r), r->global[0], r->global[1], in,
-				      rule_theta_next(r), r->gspare[0], r->gspare[1], reply, r->n,
-				      r->c.outer_lr, r->c.outer_momentum, (float)n,
+	return rule_async_diloco_pass(rule_theta(r) + o, r->global[0] + o, r->global[1] + o, in,
+				      rule_theta_next(r) + o, r->gspare[0] + o, r->gspare[1] + o,
+				      reply, r->len, r->c.outer_lr, r->c.outer_momentum, (float)n,
 				      r->ncontrib + 1 >= n);
 }
 
@@ -174,14 +177,15 @@ static void rule_async_diloco_take(struct rule *r)
 {
 	int close = r->ncontrib + 1 >= rule_async_diloco_n(r);
 	if (close)
-		rule_swap(&r->global[0], &r->gspare[0]);
-	rule_swap(&r->global[1], &r->gspare[1]);
+		rule_take_vec(r, &r->global[0], &r->gspare[0]);
+	rule_take_vec(r, &r->global[1], &r->gspare[1]);
 	r->ncontrib = close ? 0 : r->ncontrib + 1;
 }
 
 const struct rule_ops rule_async_diloco_ops = {
 	.desc = {.name = "async-diloco",
-		 .fields = "window outer_lr outer_momentum delayed_nesterov dynamic_local_updates",
+		 .fields = "window outer_lr outer_momentum delayed_nesterov dynamic_local_updates "
+			   "fragments mix",
 		 .window = 50, .sends = RULE_SENDS_OUTER},
 	.sent_vec = -1,
 	.nglobal = 2,

@@ -94,6 +94,10 @@ struct rule {
 	float *scratch;            /* gem: π of the last commit, then 32-bit room for the medians */
 	int target, ncommitted, ncontrib; /* the rules with rounds: see round.c; async-diloco:
 					   * ncontrib counts its open group */
+	/* the slice of θ the commit moves: its fragment (rule_commit_fragment), [0, n) with one;
+	 * the passes read and write the vectors there only, and their spares are taken back
+	 * there (rule_take_vec) */
+	size_t off, len;
 };
 
 /* The passes run on vectors of GCC's vector extension, their lanes in registers: vectors of 4
@@ -190,6 +194,16 @@ static inline void rule_swap(float **a, float **b)
 	float *t = *a;
 	*a = *b;
 	*b = t;
+}
+
+/* Take a commit's spare *b of the rule-wide vector *a: swapped, or when the commit moved one
+ * fragment, its slice copied (the rest of the spare is stale). */
+static inline void rule_take_vec(const struct rule *r, float **a, float **b)
+{
+	if (r->len == r->n)
+		rule_swap(a, b);
+	else
+		memcpy(*a + r->off, *b + r->off, r->len * sizeof(float));
 }
 
 /* The rules with rounds (round.c), called by rule.c for them. */

@@ -17,7 +17,7 @@ static void rule_round_take(struct rule *r)
 {
 	rule_take_theta(r, NULL);
 	for (int i = 0; i < r->ops->nglobal; i++)
-		rule_swap(&r->global[i], &r->gspare[i]);
+		rule_take_vec(r, &r->global[i], &r->gspare[i]);
 	for (int i = 0; i < r->cap; i++)
 		r->w[i].committed = 0;
 	r->ncommitted = r->ncontrib = 0;
@@ -46,7 +46,7 @@ int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, ui
 		rule_round_take(r);
 		return RULE_APPLIED;
 	}
-	rule_swap(&r->global[r->ops->round_sum], &r->gspare[r->ops->round_sum]);
+	rule_take_vec(r, &r->global[r->ops->round_sum], &r->gspare[r->ops->round_sum]);
 	return RULE_PENDING;
 }
 

@@ -81,6 +81,9 @@ static const struct rule_field {
 	 .range = "an integer in [0, 1048576] (0: off)"},
 	{RULE_FIELD(dynamic_local_updates), .type = RULE_F_BOOL, .lo = 0, .hi = 1,
 	 .range = "true or false"},
+	{RULE_FIELD(fragments), .type = RULE_F_INT, .lo = 1, .hi = 1 << 20,
+	 .range = "an integer in [1, 1048576]"},
+	{RULE_FIELD(mix), .type = RULE_F_FLOAT, .lo = 0, .hi = 1, .hi_open = 1, .range = "in [0, 1)"},
 #undef RULE_FIELD
 };
 #define RULE_NFIELDS ((int)(sizeof rule_fields / sizeof *rule_fields))
@@ -107,19 +110,25 @@ const struct rule_desc *rule_describe(const char *name)
 	return i < 0 ? NULL : &rule_all[i]->desc;
 }
 
-/* Whether field f belongs to rule d: every rule's, or one of the words of d->fields. */
-static int rule_field_of(const struct rule_desc *d, const struct rule_field *f)
+/* Whether the field called name belongs to rule d: every rule's, or one of the words of
+ * d->fields. */
+static int rule_uses(const struct rule_desc *d, const char *name)
 {
-	size_t len = strlen(f->name);
+	size_t len = strlen(name);
 	const char *p = d->fields;
-	if (!strcmp(f->name, "lr") || !strcmp(f->name, "momentum") || !strcmp(f->name, "nworkers"))
+	if (!strcmp(name, "lr") || !strcmp(name, "momentum") || !strcmp(name, "nworkers"))
 		return 1;
-	while ((p = strstr(p, f->name))) {
+	while ((p = strstr(p, name))) {
 		if ((p == d->fields || p[-1] == ' ') && (p[len] == ' ' || p[len] == 0))
 			return 1;
 		p += len;
 	}
 	return 0;
+}
+
+static int rule_field_of(const struct rule_desc *d, const struct rule_field *f)
+{
+	return rule_uses(d, f->name);
 }
 
 static double rule_field_get(const struct rule_config *c, const struct rule_field *f)
@@ -204,6 +213,7 @@ int rule_config_default(const char *name, struct rule_config *c, char *err)
 	/* DiLoCo's; gem's proxy over cycles has none of its own (doc/rules.md, "GEM on
 	 * pseudo-gradients") */
 	c->outer_momentum = rule_describe(name)->outer_window ? 0 : 0.9f;
+	c->fragments = 1;
 	c->nworkers = 0;
 	return 0;
 }
@@ -230,6 +240,18 @@ int rule_config_check(const struct rule_config *c, char *err)
 		return gem_errf(err, GEM_EUSAGE,
 				"outer_momentum: rule %s uses it only with a window of inner steps "
 				"(--window H, H > 1)", rule_all[ri]->desc.name);
+	/* the passes of the other rules go over all of θ */
+	if ((c->fragments != 1 || c->mix != 0) && !rule_uses(&rule_all[ri]->desc, "fragments"))
+		return gem_errf(err, GEM_EUSAGE, "%s: rule %s does not use it",
+				c->fragments != 1 ? "fragments" : "mix", rule_all[ri]->desc.name);
+	if (c->fragments > 1 && c->window % c->fragments)
+		return gem_errf(err, GEM_EUSAGE,
+				"fragments: %d does not divide the window of %d inner steps (one "
+				"fragment every H/P steps)", c->fragments, c->window);
+	if (c->fragments > 1 && (c->delayed_nesterov > 1 || c->dynamic_local_updates))
+		return gem_errf(err, GEM_EUSAGE, "fragments: %d fragments do not go with %s",
+				c->fragments, c->dynamic_local_updates ? "dynamic_local_updates"
+								       : "delayed_nesterov");
 	if (rule_all[ri]->desc.rounds && c->nworkers < 1)
 		return gem_errf(err, GEM_EUSAGE,
 				"rule %s needs the number of workers per round: give --workers N "
@@ -268,7 +290,8 @@ int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err)
 			return gem_errf(err, GEM_EUSAGE,
 					"unknown field '%s' (fields: name lr momentum nworkers kappa "
 					"pi_max eps tensor_stats gem_ref state_precision window alpha lambda_dc "
-					"outer_lr outer_momentum delayed_nesterov dynamic_local_updates)",
+					"outer_lr outer_momentum delayed_nesterov dynamic_local_updates "
+					"fragments mix)",
 					key);
 		if (!rule_field_of(&rule_all[ri]->desc, f))
 			return gem_errf(err, GEM_EUSAGE, "%s: not a field of rule %s", key, name);
@@ -395,7 +418,13 @@ static void rule_sent_set(struct rule *r, struct rule_worker *w, struct rule_sna
 
 void rule_take_theta(struct rule *r, struct rule_worker *w)
 {
-	struct rule_snap *old = r->theta, *next = rule_snap_pop(r);
+	struct rule_snap *old = r->theta, *next;
+	/* a fragment moves its slice of θ in place: the rules with fragments keep no θ sent */
+	if (r->len < r->n) {
+		memcpy(old->v + r->off, rule_theta_next(r) + r->off, r->len * sizeof(float));
+		return;
+	}
+	next = rule_snap_pop(r);
 	next->refs = 1;
 	r->theta = next;
 	if (w && r->ops->sent_vec >= 0)
@@ -430,6 +459,9 @@ int rule_create(const struct rule_config *c, const struct layout *l, const float
 	if (at != l->total)
 		return gem_errf(err, GEM_EUSAGE, "layout: tensors hold %zu floats, total says %zu", at,
 				l->total);
+	if ((size_t)c->fragments > l->total)
+		return gem_errf(err, GEM_EUSAGE, "fragments: %d is more than the %zu floats of θ",
+				c->fragments, l->total);
 	if (!(r = calloc(1, sizeof *r)))
 		return gem_errf(err, GEM_ENOMEM, "rule: out of memory");
 	r->c = *c;
@@ -438,6 +470,7 @@ int rule_create(const struct rule_config *c, const struct layout *l, const float
 		r->ops = r->ops->bf16;
 	r->l = *l;
 	r->n = l->total;
+	r->len = r->n;
 	r->target = c->nworkers;
 	if (rule_snap_add(r) < 0 || rule_snap_add(r) < 0)
 		goto nomem;
@@ -690,10 +723,34 @@ static int rule_apply(struct rule *r, struct rule_worker *w, const float *in, ui
 int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_version,
 		uint64_t *version, float *reply, struct rule_stats *st, char *err)
 {
+	return rule_commit_fragment(r, worker, 0, in, base_version, version, reply, st, err);
+}
+
+/* Point the passes at fragment p of the commit or the round at version: its slice of θ. */
+static int rule_fragment_set(struct rule *r, int p, uint64_t version, char *err)
+{
+	int np = r->c.fragments;
+	if (p < 0 || p >= np)
+		return gem_errf(err, GEM_EUSAGE, "%s: fragment %d is not one of the %d of θ",
+				r->ops->desc.name, p, np);
+	/* the rounds go through the fragments in turn, one a version */
+	if (r->ops->desc.rounds && (uint64_t)p != version % (uint64_t)np)
+		return gem_errf(err, GEM_EUSAGE, "%s: the round at version %llu synchronises "
+				"fragment %d, not %d", r->ops->desc.name, (unsigned long long)version,
+				(int)(version % (uint64_t)np), p);
+	layout_slice(r->n, p, np, &r->off, &r->len);
+	return 0;
+}
+
+int rule_commit_fragment(struct rule *r, int worker, int p, const float *in, uint64_t base_version,
+			 uint64_t *version, float *reply, struct rule_stats *st, char *err)
+{
 	struct rule_worker *w = rule_worker(r, worker);
 	uint64_t tau;
 	int rc;
 
+	if ((rc = rule_fragment_set(r, p, *version, err)) < 0)
+		return rc;
 	if (!w)
 		return gem_errf(err, GEM_EUSAGE, "worker %d has not joined", worker);
 	if (base_version > *version)
@@ -729,6 +786,9 @@ int rule_leave(struct rule *r, int worker, uint64_t *version, struct rule_stats 
 		return gem_errf(err, GEM_EUSAGE, "worker %d has not joined", worker);
 	r->nactive--;
 	rule_stats_start(st, 0, *version);
+	if (r->ops->desc.rounds)
+		layout_slice(r->n, (int)(*version % (uint64_t)r->c.fragments), r->c.fragments,
+			     &r->off, &r->len);
 	if (r->ops->desc.rounds && (rc = rule_round_leave(r, w)) == 1) {
 		++*version;
 		if (st)

@@ -81,6 +81,10 @@ struct rule_config {
 	int delayed_nesterov;     /* async-diloco: N, the arrivals per momentum step (0: off) */
 	int dynamic_local_updates; /* async-diloco: 1 gives each worker an H of its own, scaled to
 				    * its speed (rule_dynamic_window), in the reply */
+	int fragments;            /* diloco, async-diloco: P, the fragments of θ synchronised in
+				   * turn, one every H/P inner steps (1: all of θ at once) */
+	float mix;                /* diloco, async-diloco: α, a fragment's reply mixed into the
+				   * worker's x as x ← α·x + (1 − α)·θ (0: replaced) */
 	int nworkers;             /* n, the workers the run is planned for (0: unset); rules with rounds
 				   * wait for n commits, easgd's default α is 0.9/n */
 };
@@ -200,6 +204,13 @@ void rule_sent(struct rule *r, int worker);
  * (may be NULL) receives the commit's statistics. */
 int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_version,
 		uint64_t *version, float *reply, struct rule_stats *st, char *err);
+/* rule_commit of fragment p of P (the config's fragments; doc/rules.md "Streaming fragments"):
+ * in and reply are the fragment's floats, the slice layout_slice(n, p, P) of θ, and the commit
+ * moves θ and the rule's state in that slice only. A rule with rounds synchronises fragment
+ * *version mod P in the round at *version: another p is GEM_EUSAGE, as is p outside [0, P).
+ * rule_commit is fragment 0 of this. */
+int rule_commit_fragment(struct rule *r, int worker, int p, const float *in, uint64_t base_version,
+			 uint64_t *version, float *reply, struct rule_stats *st, char *err);
 /* Worker w leaves: its state is freed; the rules with rounds and easgd continue with those remaining.
  * Returns 1 if the leave completed a pending round (θ, *version and st updated: reply to the waiting
  * workers), 0 if not, GEM_EUSAGE for an unknown worker. */

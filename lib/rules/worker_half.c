@@ -34,6 +34,12 @@ int rule_half_init(struct rule_half *l, const struct rule_config *c, const struc
 		   mine.schedule == LR_CONSTANT && mine.clip == 0 && !rule_half_optimises(l->sends);
 	/* rules without a "window" field keep their descriptor's λ = 1 in c */
 	l->window = c->window > 1 ? c->window : 1;
+	/* P fragments in turn, one every H/P steps: each fragment is synchronised every H */
+	l->nfrag = c->fragments > 1 ? c->fragments : 1;
+	l->mix = c->mix;
+	l->streams = l->sends == RULE_SENDS_OUTER && (l->nfrag > 1 || l->mix > 0);
+	l->window /= l->nfrag;
+	l->len = n;
 	l->x0 = malloc(sizeof(float) * n);
 	l->delta = malloc(sizeof(float) * n);
 	if (l->sends == RULE_SENDS_CYCLE)
@@ -62,6 +68,11 @@ void rule_half_start(struct rule_half *l, const float *x, uint64_t step, uint64_
 {
 	if (!l->plain)
 		optim_restart(&l->opt, step, total);
+	if (l->streams) {
+		/* every fragment's θ as received: x */
+		memcpy(l->x0, x, sizeof(float) * l->n);
+		l->frag = 0;
+	}
 	if (l->sends != RULE_SENDS_CYCLE)
 		return;
 	/* x_w = x_w^init = X_0, momentum from 0 */
@@ -69,9 +80,17 @@ void rule_half_start(struct rule_half *l, const float *x, uint64_t step, uint64_
 	memcpy(l->xg, x, sizeof(float) * l->n);
 }
 
+void rule_half_schedule(struct rule_half *l, uint64_t version)
+{
+	if (l->d->rounds)
+		l->frag = (int)(version % (uint64_t)l->nfrag);
+}
+
 void rule_half_begin(struct rule_half *l, const float *x)
 {
-	if ((l->sends == RULE_SENDS_STEP && l->window > 1) || l->sends == RULE_SENDS_OUTER)
+	/* streaming keeps x0 itself: x moved on from θ (α > 0), and x0 is each fragment's θ */
+	if ((l->sends == RULE_SENDS_STEP && l->window > 1) ||
+	    (l->sends == RULE_SENDS_OUTER && !l->streams))
 		memcpy(l->x0, x, sizeof(float) * l->n);
 }
 
@@ -97,6 +116,20 @@ void rule_half_step(struct rule_half *l, float *x, float *g)
 	}
 }
 
+/* The commit of the fragment due: u[p] = x[p] − x0[p], its slice of delta; the next is due
+ * after it. */
+static const float *rule_half_fragment(struct rule_half *l, const float *x)
+{
+	float *u;
+	l->sent = l->frag;
+	layout_slice(l->n, l->sent, l->nfrag, &l->off, &l->len);
+	u = l->delta + l->off;
+	for (size_t i = 0; i < l->len; i++)
+		u[i] = x[l->off + i] - l->x0[l->off + i];
+	l->frag = (l->frag + 1) % l->nfrag;
+	return u;
+}
+
 const float *rule_half_commit(struct rule_half *l, float *x)
 {
 	size_t n = l->n;
@@ -111,8 +144,11 @@ const float *rule_half_commit(struct rule_half *l, float *x)
 			x[i] = l->x0[i] = l->xg[i] + d;
 		}
 		return l->delta;
-	case RULE_SENDS_STEP:
 	case RULE_SENDS_OUTER:
+		if (l->streams)
+			return rule_half_fragment(l, x);
+		/* fall through */
+	case RULE_SENDS_STEP:
 		if (l->window > 1 || l->sends == RULE_SENDS_OUTER)
 			for (size_t i = 0; i < n; i++)
 				l->delta[i] = x[i] - l->x0[i];
@@ -121,10 +157,26 @@ const float *rule_half_commit(struct rule_half *l, float *x)
 	return l->delta;
 }
 
+/* Streaming DiLoCo's mix of fragment θ[p] = v into x[p]: x0[p] ← v, x[p] ← α·x[p] + (1 − α)·v
+ * (α = 0: x[p] ← v, its bits) over the fragment's l->len floats. */
+static void rule_half_mix(const struct rule_half *l, float *x, float *x0, const float *v)
+{
+	const float a = l->mix, b = 1 - l->mix;
+	memcpy(x0, v, sizeof(float) * l->len);
+	if (a == 0) {
+		memcpy(x, v, sizeof(float) * l->len);
+		return;
+	}
+	for (size_t i = 0; i < l->len; i++)
+		x[i] = a * x[i] + b * v[i];
+}
+
 void rule_half_reply(struct rule_half *l, float *x, const float *v, int elastic)
 {
 	size_t n = l->n;
-	if (l->sends == RULE_SENDS_CYCLE) {
+	if (l->streams) {
+		rule_half_mix(l, x + l->off, l->x0 + l->off, v);
+	} else if (l->sends == RULE_SENDS_CYCLE) {
 		memcpy(l->xg, v, sizeof(float) * n);
 	} else if (elastic) {
 		/* x ← x − d: the worker keeps its own x, pulled towards the center */

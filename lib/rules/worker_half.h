@@ -21,6 +21,14 @@ struct rule_half {
 	float *delta; /* the vector committed */
 	float *xg;    /* dma: X_j, the newest global model received */
 	int plain;    /* the local step is x − lr·∇ (below); else it is opt's */
+	/* streaming (fragments P > 1 or a mix α > 0, diloco's and async-diloco's): x0 holds each
+	 * fragment's θ as last received, and a commit is one fragment's slice of θ */
+	int streams;
+	int nfrag;    /* P */
+	float mix;    /* α */
+	int frag;     /* the fragment of the next commit */
+	int sent;     /* the fragment of the commit computed last (rule_half_commit) */
+	size_t off, len; /* its slice of θ: [0, n) when not streaming */
 	struct optim opt; /* the local optimiser when not plain */
 };
 
@@ -34,15 +42,20 @@ int rule_half_init(struct rule_half *l, const struct rule_config *c, const struc
 void rule_half_free(struct rule_half *l);
 /* x is θ as the server just handed it over at a join: the worker starts (over) from it, its
  * momentum or moments at 0, its schedule at `step` of a cosine that ends at `total` (the steps
- * it has taken in the run, and its budget). */
+ * it has taken in the run, and its budget), its first commit fragment 0. */
 void rule_half_start(struct rule_half *l, const float *x, uint64_t step, uint64_t total);
+/* x was θ at version (a join's): with rounds, whose round at version synchronises fragment
+ * version mod P, the next commit is that fragment; without, a worker starts at 0. */
+void rule_half_schedule(struct rule_half *l, uint64_t version);
 /* Before the first local step of a commit. */
 void rule_half_begin(struct rule_half *l, const float *x);
 /* One local step with gradient g taken at x (x may move; g may be clipped in place). */
 void rule_half_step(struct rule_half *l, float *x, float *g);
-/* The vector to commit after the window (n floats; dma also moves x: x = X_j + Δ). */
+/* The vector to commit after the window (n floats; dma also moves x: x = X_j + Δ). Streaming:
+ * fragment l->sent's l->len floats, u[p] = x[p] − x0[p]; the next commit is the next fragment. */
 const float *rule_half_commit(struct rule_half *l, float *x);
 /* The reply's vector v: θ (x ← θ), easgd's d when elastic (x ← x − d), or for dma X_{j+1}
- * (kept for the next boundary). */
+ * (kept for the next boundary). Streaming: v is fragment l->sent's θ[p], l->len floats:
+ * x0[p] ← θ[p] and x[p] ← α·x[p] + (1 − α)·θ[p]. */
 void rule_half_reply(struct rule_half *l, float *x, const float *v, int elastic);
 #endif

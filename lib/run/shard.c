@@ -6,11 +6,8 @@
 struct shard shard_of(size_t n, int i, int k)
 {
 	struct shard s = {.i = i, .k = k, .off = 0, .len = n};
-	if (k > 0) {
-		/* n < 2^29 (blob.h): the products fit */
-		s.off = n * (size_t)i / (size_t)k;
-		s.len = n * (size_t)(i + 1) / (size_t)k - s.off;
-	}
+	if (k > 0)
+		layout_slice(n, i, k, &s.off, &s.len);
 	return s;
 }
 

@@ -21,7 +21,7 @@
 
 enum {
 	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_STATEPREC, O_WINDOW, O_ALPHA, O_LDC,
-	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM, O_DELAYED, O_DYNLU, O_LABEL,
+	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM, O_DELAYED, O_DYNLU, O_FRAGMENTS, O_MIX, O_LABEL,
 	O_HOLDOUT, O_INIT_FROM,
 };
 
@@ -58,6 +58,8 @@ const struct option run_opts_long[RUN_OPTS_N + 1] = {
 	{.name = "outer-momentum", .has_arg = required_argument, .val = O_OUTER_MOM},
 	{.name = "delayed-nesterov", .has_arg = required_argument, .val = O_DELAYED},
 	{.name = "dynamic-local-updates", .has_arg = no_argument, .val = O_DYNLU},
+	{.name = "fragments", .has_arg = required_argument, .val = O_FRAGMENTS},
+	{.name = "mix", .has_arg = required_argument, .val = O_MIX},
 	{.name = "workers", .has_arg = required_argument, .val = 'n'},
 	{.name = "force", .has_arg = no_argument, .val = 'f'},
 	{0},
@@ -477,7 +479,8 @@ int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
 			return gem_errf(err, GEM_EUSAGE, "--seed: not an integer in [0, 2^63): %s", arg);
 		return 0;
 	case O_KAPPA: case O_PIMAX: case O_EPS: case O_GEMREF: case O_STATEPREC: case O_WINDOW: case O_ALPHA: case O_LDC:
-	case O_OUTER_LR: case O_OUTER_MOM: case O_DELAYED: case O_DYNLU: case 'n':
+	case O_OUTER_LR: case O_OUTER_MOM: case O_DELAYED: case O_DYNLU: case O_FRAGMENTS:
+	case O_MIX: case 'n':
 		if (o->nruleopts == (int)(sizeof o->ruleopts / sizeof *o->ruleopts))
 			return gem_errf(err, GEM_EUSAGE, "too many rule options");
 		o->ruleopts[o->nruleopts].opt = c;
@@ -580,6 +583,16 @@ static int rule_opt_apply(struct rule_config *c, int opt, const char *a, char *e
 		break;
 	case O_DYNLU:
 		c->dynamic_local_updates = 1;
+		break;
+	case O_FRAGMENTS:
+		if (num_long(a, 1, 1 << 20, &v))
+			return gem_errf(err, GEM_EUSAGE,
+					"--fragments: not an integer in [1, 1048576]: %s", a);
+		c->fragments = (int)v;
+		break;
+	case O_MIX:
+		if (num_float(a, 0, 0.999999, &c->mix))
+			return gem_errf(err, GEM_EUSAGE, "--mix: not in [0, 1): %s", a);
 		break;
 	case 'n':
 		if (num_long(a, 1, RUN_MAX_WORKERS, &v))
