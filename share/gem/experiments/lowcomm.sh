@@ -10,9 +10,10 @@
 # Writes OUTDIR/runs.tsv and OUTDIR/table.md. Restartable: a run whose row exists in
 # OUTDIR/rows/ is skipped. Environment: N (workers, default 4), SEEDS (default 1), CELLS (the
 # runs, separated by spaces: "rule:H", or "rule:H:OPTS" with OPTS gem-init options separated
-# by commas; default: sync, diloco at H = 10 and 50, async-diloco at H = 10 with the outer lr
-# of diloco and with 0.7/N, each without and with delayed Nesterov over N arrivals, gem with
-# a window of H = 10 and 50), STEPS (local steps per worker in place of one epoch), SIM=1
+# by commas, where pN is --fragments=N and aX --mix=X (diloco:50:p5,a0.5); default: sync,
+# diloco at H = 10 and 50, async-diloco at H = 10 with the outer lr of diloco and with 0.7/N,
+# each without and with delayed Nesterov over N arrivals, gem with a window of H = 10 and
+# 50), STEPS (local steps per worker in place of one epoch), SIM=1
 # (gem-sim -n N in place of gem-run: N virtual workers in turn on one core, deterministic,
 # its bytes those of the same messages served; the seconds are gem-sim's, its summary line in
 # OUTDIR/runs/NAME.sim), SIM_OPTS (more gem-sim options, its timing: "--stragglers 1:4"),
@@ -97,6 +98,7 @@ cell() {
 	local spec=$1 seed=$2 rule h extra name window
 	IFS=: read -r rule h extra <<<"$spec"
 	extra=${extra//,/ }
+	extra=$(sed -E 's/(^| )p([0-9]+)/\1--fragments=\2/g; s/(^| )a([0-9.]+)/\1--mix=\2/g' <<<"$extra")
 	name=$rule-h$h${extra:+-${extra//--/}}-s$seed
 	name=${name//[= ]/}
 	window=
