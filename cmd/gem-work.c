@@ -65,6 +65,9 @@ static void usage(FILE *f)
 	      "                            raw\n"
 	      "      --retry-for SEC       keep retrying an unreachable server this long;\n"
 	      "                            default 60\n"
+	      "      --round-timeout SEC   wait this long for a reply (--server): a commit of\n"
+	      "                            sync, dma or diloco waits for the round's slowest\n"
+	      "                            worker; 0: no limit; default 1800\n"
 	      "      --checkpoint-every SEC  save the parameters this often (--local); default\n"
 	      "                              60\n"
 	      "      --slowdown F          make each step F times slower (fault injection);\n"
@@ -115,8 +118,8 @@ static void bad_usage(const char *msg, const char *arg)
 	exit(EXIT_USAGE);
 }
 
-enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN, O_LISTEN,
-       O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU,
+enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_ROUND, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN,
+       O_LISTEN, O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU,
        O_NOTOKEN, O_CACERT, O_CODEC, O_CHECK, O_CERT, O_KEY };
 
 static const struct option longopts[] = {
@@ -124,6 +127,7 @@ static const struct option longopts[] = {
 	{"epochs", required_argument, 0, 'e'},      {"steps", required_argument, 0, 't'},
 	{"shard", required_argument, 0, O_SHARD},   {"worker-id", required_argument, 0, O_WID},
 	{"token-file", required_argument, 0, O_TOKEN}, {"retry-for", required_argument, 0, O_RETRY},
+	{"round-timeout", required_argument, 0, O_ROUND},
 	{"checkpoint-every", required_argument, 0, O_CKPT}, {"slowdown", required_argument, 0, O_SLOW},
 	{"die-after", required_argument, 0, O_DIE}, {"threads", required_argument, 0, 'j'},
 	{"rule", required_argument, 0, O_RULE},     {"run", required_argument, 0, O_RUN},
@@ -566,6 +570,10 @@ static int parse_options(int argc, char **argv, struct work_opts *o, struct sgp_
 			if (num_double(optarg, 0, 1e7, &o->t.retry_for))
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
 			break;
+		case O_ROUND:
+			if (num_double(optarg, 0, 1e7, &o->round_timeout))
+				bad_usage("--round-timeout: not a number of seconds: ", optarg);
+			break;
 		case O_CKPT:
 			if (num_double(optarg, 0, 1e7, &o->checkpoint_every))
 				bad_usage("--checkpoint-every: not a number of seconds: ", optarg);
@@ -641,8 +649,10 @@ static int sgp_main(struct work_opts *o, struct sgp_opts *so, const struct cli *
 
 int main(int argc, char **argv)
 {
+	/* the first round waits for every worker's start too (loading the data, on a loaded
+	 * machine): torch.distributed's default timeout, 30 min */
 	struct work_opts o = {.t = {.shard_n = 1, .retry_for = 60, .slowdown = 1},
-			      .checkpoint_every = 60, .worker_id = -1};
+			      .checkpoint_every = 60, .round_timeout = 1800, .worker_id = -1};
 	struct sgp_opts so = {.node = -1, .topology = PUSHSUM_EXP, .peers_per_iter = 1};
 	struct cli c = {.host = "127.0.0.1", .threads = 1};
 	char err[GEM_ERRMAX];

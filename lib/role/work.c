@@ -27,8 +27,6 @@
 #include "wire/httpc.h"
 #include "wire/msg.h"
 
-#define COMMIT_TIMEOUT_MS (600L * 1000) /* a sync round waits for the slowest worker */
-
 void work_slowdown(double step_seconds, double factor)
 {
 	double extra = step_seconds * (factor - 1);
@@ -339,6 +337,10 @@ static void post_one(struct wserver *srv, int c)
 {
 	srv->rc[c] = httpc_post_retry(srv->http[c], "/v1/commit", MSG_CONTENT_TYPE, srv->buf.data,
 				      srv->buf.len, srv->w->o.t.retry_for, &srv->resp[c], srv->err[c]);
+	if (srv->rc[c] == HTTPC_ETRANSPORT && httpc_timed_out(srv->http[c]))
+		snprintf(srv->err[c], GEM_ERRMAX, "server %s: no reply to the commit in %g s (a "
+			 "round waits for its slowest worker: --round-timeout)",
+			 httpc_base_url(srv->http[c]), srv->w->o.round_timeout);
 }
 
 static void *post_main(void *arg)
@@ -557,7 +559,8 @@ static int open_http(struct worker *w, const char *urls, char *err)
 		srv->k = k;
 		blob_codec_init(&srv->codec);
 		for (int c = 0; c < 2 && rc == 0; c++)
-			if (httpc_new(u, token, COMMIT_TIMEOUT_MS, &srv->http[c], err) < 0 ||
+			if (httpc_new(u, token, (long)(w->o.round_timeout * 1000), &srv->http[c],
+				      err) < 0 ||
 			    httpc_set_cacert(srv->http[c], w->o.t.cacert, err) < 0)
 				rc = GEM_EUSAGE;
 	}

@@ -16,6 +16,10 @@ struct work_opts {
 	struct train_opts t; /* the codec: of commits (θ replies: blob_codec_for_theta) */
 	int worker_id;     /* -1: a new id from the server */
 	double checkpoint_every;
+	/* Seconds a request waits for its reply (0: no limit): a commit's reply comes when its
+	 * round closes, which waits for the slowest worker. Past it the commit fails (or, within
+	 * retry_for, is sent again) and the error names gem-work's --round-timeout. */
+	double round_timeout;
 	uint64_t die_after; /* > 0: work_run returns after this many commits, without leaving */
 	int quiet;         /* for the caller: the library prints nothing anyway */
 	/* Called once when the server does not answer the first request (may be NULL): the worker

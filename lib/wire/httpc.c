@@ -31,6 +31,7 @@ struct httpc {
 	struct httpc_resp *cur;
 	int oom;
 	int tls; /* https:// */
+	int timed_out; /* the last request was sent and its timeout passed before the reply */
 	int (*abort)(void *ctx); /* httpc_set_abort */
 	void *abort_ctx;
 	char curl_err[CURL_ERROR_SIZE];
@@ -207,6 +208,11 @@ void httpc_free(struct httpc *c)
 	free(c);
 }
 
+int httpc_timed_out(const struct httpc *c)
+{
+	return c->timed_out;
+}
+
 const char *httpc_base_url(const struct httpc *c)
 {
 	return c->base;
@@ -310,6 +316,13 @@ static int httpc_perform(struct httpc *c, struct httpc_resp *r, char *err)
 	c->oom = 0;
 	cc = curl_easy_perform(c->curl);
 	c->cur = NULL;
+	c->timed_out = 0;
+	if (cc == CURLE_OPERATION_TIMEDOUT) {
+		/* not the connect timeout: the request had gone out */
+		double sent = 0;
+		curl_easy_getinfo(c->curl, CURLINFO_PRETRANSFER_TIME, &sent);
+		c->timed_out = sent > 0;
+	}
 	if (httpc_reserve(r, r->len))
 		return gem_errf(err, GEM_ENOMEM, "%s: out of memory", c->url);
 	r->body[r->len] = 0;

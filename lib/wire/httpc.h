@@ -47,6 +47,9 @@ void httpc_set_timeout(struct httpc *c, long timeout_ms, long connect_timeout_ms
  * and went silent (SIGSTOPped). abort NULL: never. */
 void httpc_set_abort(struct httpc *c, int (*abort)(void *ctx), void *ctx);
 const char *httpc_base_url(const struct httpc *c);
+/* 1 if the last request (a *_retry call's last attempt) was sent and no reply came within the
+ * client's timeout (HTTPC_ETRANSPORT); 0 otherwise, a connect timeout included. */
+int httpc_timed_out(const struct httpc *c);
 
 /* GET/POST base_url + path ("/v1/params?x=1"). 0 on a status < 400; HTTPC_ETRANSPORT or
  * HTTPC_EHTTP (r filled with the error reply) otherwise; GEM_ENOMEM. */
