@@ -27,6 +27,8 @@ struct ps_worker {
 	int diverged; /* left saying its loss was not finite (this session only) */
 	int anew;     /* its record started over for a new worker, not joined since (ps_forget) */
 	uint64_t commits, samples, refused, tau_sum, tau_min, tau_max, last_seq;
+	uint64_t held; /* θ's version + 1 when its commit last_seq was held for a round (0: none
+			* since its join): that commit waits while the version has not moved on */
 	double joined_at, last_contact, loss_sum;
 	uint64_t joined_samples; /* samples at its last join: its rate is of this session */
 	uint64_t target; /* its samples when the session ends, as it said (ps_plan); 0: the budget */
@@ -80,9 +82,11 @@ const char *ps_status_code(int status)
 	case PS_E_NON_FINITE: return "non_finite";
 	case PS_E_NOMEM: return "busy";
 	case PS_E_NON_FINITE_RESULT: return "non_finite_result";
+	case PS_E_RESENT: return "resent";
 	case PS_STALE: return "stale";
 	case PS_DUPLICATE: return "duplicate";
 	case PS_PENDING: return "held";
+	case PS_RESENT: return "resent";
 	}
 	return "ok";
 }
@@ -695,6 +699,7 @@ int ps_join(struct ps *s, int id, const char *codec, float *theta_out, struct ps
 	w->done = 0;
 	w->diverged = 0;
 	w->joined_at = w->last_contact = clock_mono();
+	w->held = 0;
 	w->joined_samples = w->samples;
 	/* it takes H inner steps until its speed is known */
 	w->window = rule_config_of(s->rule)->window;
@@ -755,12 +760,25 @@ void ps_refused(struct ps *s, int worker, const char *reason)
 	log_event(s, "refused", w ? worker : -1, extra);
 }
 
+int ps_held_resend(const struct ps *s, int worker, uint64_t seq)
+{
+	const struct ps_worker *w = worker_get(s, worker);
+	return w && w->active && seq && seq == w->last_seq && w->held == s->prog.version + 1;
+}
+
 /* What is applied of commit c by active worker w: a resend, a commit too stale, or the rule's
  * update (its fragment's, at off in θ). */
 static int commit_decide(struct ps *s, struct ps_worker *w, const struct ps_commit *c, uint64_t tau,
 			 size_t off, float *out, char *err)
 {
 	char extra[96];
+	if (ps_held_resend(s, w->id, c->seq)) {
+		/* sent again while the first is held for its open round: it waits for the round in
+		 * the first one's place, so that the one reply the round makes goes where the
+		 * worker listens now */
+		log_event(s, "resent", w->id, NULL);
+		return PS_RESENT;
+	}
 	if (c->seq && c->seq <= w->last_seq) {
 		/* a commit sent again after a lost reply: answer with θ, apply nothing */
 		log_event(s, "duplicate", w->id, NULL);
@@ -792,11 +810,14 @@ static int commit_decide(struct ps *s, struct ps_worker *w, const struct ps_comm
 static void commit_count(struct ps *s, struct ps_worker *w, const struct ps_commit *c, int status,
 			 uint64_t tau)
 {
-	uint64_t samples = status == PS_DUPLICATE ? 0 : c->samples;
-	if (c->seq && status != PS_DUPLICATE)
+	int again = status == PS_DUPLICATE || status == PS_RESENT;
+	uint64_t samples = again ? 0 : c->samples;
+	if (c->seq && !again)
 		w->last_seq = c->seq;
-	if (status != PS_DUPLICATE)
+	if (!again)
 		w->commits++;
+	if (status == PS_PENDING)
+		w->held = s->prog.version + 1;
 	w->samples += samples; /* the worker's data position, also for a refused stale commit */
 	if (isfinite(c->loss) && samples)
 		w->loss_sum += c->loss;
@@ -853,6 +874,11 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 	commit_count(s, w, c, status, r->tau);
 	r->status = status;
 	r->version = s->prog.version;
+	if (status == PS_RESENT) {
+		/* the window the first one was told */
+		r->window = rule_config_of(s->rule)->dynamic_local_updates ? w->window : 0;
+		return status;
+	}
 	r->window = next_window(s, w);
 	if (status == PS_APPLIED) {
 		r->st = &s->st;

@@ -38,6 +38,8 @@ enum ps_status {
 	PS_PENDING = 1,    /* held for its round (sync, dma): the reply is θ once the round closes */
 	PS_DUPLICATE = 2,  /* a commit sent again (seq already seen): nothing applied; reply θ */
 	PS_STALE = 3,      /* staler than --max-staleness: not applied; reply θ to recompute at */
+	PS_RESENT = 4,     /* the held commit sent again while its round is open: nothing applied;
+			    * it waits for the round in the first one's place, as PS_PENDING */
 	PS_E_STOPPING = -1,
 	PS_E_FULL = -2,
 	PS_E_UNKNOWN = -3, /* no such worker, or not joined */
@@ -46,6 +48,7 @@ enum ps_status {
 	PS_E_NOMEM = -6,
 	PS_E_NON_FINITE_RESULT = -7, /* finite, but applied it would make θ or the rule's state
 				      * non-finite (an overflow): refused, nothing changed */
+	PS_E_RESENT = -8, /* gem-serve: a held commit sent again; the round's reply goes to the resend */
 };
 
 /* The short error code of a refusal ("stopping", "full", ...), for the protocol and the log. */
@@ -144,6 +147,9 @@ int ps_check_update(const struct ps *s, const float *u, char *err);
  * (written in the rule's pass); undefined after a refusal, and after PS_PENDING until
  * ps_reply_held. */
 int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_reply *r, char *err);
+/* 1 if worker's commit seq is held for its round and the round is open: that commit sent again
+ * is PS_RESENT (its update not read, nothing applied). */
+int ps_held_resend(const struct ps *s, int worker, uint64_t seq);
 /* The reply of a commit held for its round (PS_PENDING) once the round has closed: its vector
  * (θ) into out, r->version the round's. */
 void ps_reply_held(const struct ps *s, float *out, struct ps_reply *r);

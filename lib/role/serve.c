@@ -55,6 +55,7 @@ struct slot {
 	struct blob_codec codec;
 	struct msg_buf head; /* a raw reply's first line */
 	struct delta dl;     /* a worker of int8, int4 or topk: the copy of θ it holds */
+	uint64_t hold;       /* under mu: the number of the last of its commits to wait for a round */
 	/* under mu, what serve_memory counts of the buffers under lock: dl's copy, and the
 	 * codec's and the messages' scratch as the last request left them (slot_scratch) */
 	uint64_t copy_bytes, scratch_bytes;
@@ -97,7 +98,7 @@ static unsigned http_status(int st)
 	switch (st) {
 	case PS_E_STOPPING: return 410;
 	case PS_E_FULL: case PS_E_NOMEM: return 503;
-	case PS_E_UNKNOWN: case PS_E_REFUSED: return 409;
+	case PS_E_UNKNOWN: case PS_E_REFUSED: case PS_E_RESENT: return 409;
 	case PS_E_NON_FINITE: case PS_E_NON_FINITE_RESULT: return 400;
 	}
 	return 200;
@@ -594,19 +595,46 @@ static int drop_now(struct server *s)
 	return drop;
 }
 
-/* A held commit (sync, dma) waits, in order, until its round closes; mu held. 0 or 410. */
-static int wait_round(struct server *s, int worker, uint64_t round)
+/* A held commit (sync, dma) waits, in order, until its round closes or a resend of it waits in
+ * its place (w->hold moved on); mu held. 0 the round closed, 1 a resend took its place, -1 the
+ * server stops. */
+static int wait_round(struct server *s, struct slot *w, int worker, uint64_t round)
 {
+	uint64_t me = ++w->hold;
 	ps_waiting(s->ps, worker, 1);
-	while (ps_version(s->ps) == round && !s->stopping)
+	while (ps_version(s->ps) == round && !s->stopping && w->hold == me)
 		pthread_cond_wait(&s->round_cv, &s->mu);
+	if (w->hold != me)
+		return 1; /* the worker's flag is the resend's now */
 	ps_waiting(s->ps, worker, 0);
 	return ps_version(s->ps) == round ? -1 : 0;
 }
 
-/* The core's part of a commit whose update is decoded and checked (c->update): FIFO, apply,
- * wait for the round; *bp gets a reply buffer holding the reply vector (unless the commit
- * fails). */
+/* Wait for the round of a held commit or of its resend (st): a resend takes the wait over, so
+ * that the one reply the round makes (and the worker's copy of θ advanced once) goes to where
+ * the worker listens now. mu held, released on return. */
+static int commit_held(struct server *s, struct ps_commit *c, struct slot *w, int st,
+		       struct ps_reply *r, struct reply_buf *b, char *err)
+{
+	uint64_t round = ps_version(s->ps);
+	int held;
+	fifo_pass(s);
+	if (st == PS_RESENT)
+		pthread_cond_broadcast(&s->round_cv); /* the first one gives way (wait_round) */
+	held = wait_round(s, w, c->worker, round);
+	if (held == 0)
+		ps_reply_held(s->ps, reply_vec(b), r);
+	pthread_mutex_unlock(&s->mu);
+	if (held < 0)
+		return gem_errf(err, PS_E_STOPPING, "the server stopped mid-round");
+	if (held > 0)
+		return gem_errf(err, PS_E_RESENT, "sent again: the round's reply goes to the resend");
+	return st;
+}
+
+/* The core's part of a commit whose update is decoded and checked (c->update; NULL for a resend
+ * of a held commit, ps_held_resend): FIFO, apply, wait for the round; *bp gets a reply buffer
+ * holding the reply vector (unless the commit fails). */
 static int commit_apply(struct server *s, struct ps_commit *c, struct slot *w, struct ps_reply *r,
 			struct reply_buf **bp, double *t_rule, char *err)
 {
@@ -624,17 +652,8 @@ static int commit_apply(struct server *s, struct ps_commit *c, struct slot *w, s
 	*t_rule = clock_mono() - t0;
 	if (r->round_closed)
 		pthread_cond_broadcast(&s->round_cv);
-	if (st == PS_PENDING) {
-		uint64_t round = ps_version(s->ps);
-		fifo_pass(s);
-		if (wait_round(s, c->worker, round) < 0) {
-			pthread_mutex_unlock(&s->mu);
-			return gem_errf(err, PS_E_STOPPING, "the server stopped mid-round");
-		}
-		ps_reply_held(s->ps, reply_vec(b), r);
-		pthread_mutex_unlock(&s->mu);
-		return st;
-	}
+	if (st == PS_PENDING || st == PS_RESENT)
+		return commit_held(s, c, w, st, r, b, err);
 	fifo_leave(s);
 	return st;
 }
@@ -678,7 +697,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	json_t *head;
 	double t0, t1, t_rule = 0;
 	size_t len;
-	int st, rc;
+	int st, rc, resend;
 
 	if (msg_parse(req->body, req->body_len, &m, err) < 0)
 		return refuse(s, -1, req, 400, "bad_message", err);
@@ -689,6 +708,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	}
 	pthread_mutex_lock(&s->mu);
 	w = slot_ref(s, c.worker);
+	resend = ps_held_resend(s->ps, c.worker, c.seq);
 	pthread_mutex_unlock(&s->mu);
 	if (!w) {
 		msg_free(&m);
@@ -700,29 +720,37 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		httpd_add_header(req, "Retry-After", "0");
 		return refuse(s, c.worker, req, 503, "busy", "dropped on purpose (--drop-rate)");
 	}
-	pthread_mutex_lock(&w->lock);
-	t0 = clock_mono();
-	if (commit_decode(s, req, &m, w, c.worker, &c.update) < 0) {
-		pthread_mutex_unlock(&w->lock);
-		slot_put(s, w);
-		msg_free(&m);
-		return 0;
-	}
-	c.checked = 1;
 	c.bytes = req->body_len;
-	t1 = clock_mono();
-	st = commit_apply(s, &c, w, &r, &b, &t_rule, err);
+	t0 = t1 = clock_mono();
+	if (resend) {
+		/* nothing of it is applied: it is not decoded, nor queued behind the first one, which
+		 * holds w->lock while it waits */
+		c.checked = 1;
+		st = commit_apply(s, &c, w, &r, &b, &t_rule, err);
+		pthread_mutex_lock(&w->lock);
+	} else {
+		pthread_mutex_lock(&w->lock);
+		if (commit_decode(s, req, &m, w, c.worker, &c.update) < 0) {
+			pthread_mutex_unlock(&w->lock);
+			slot_put(s, w);
+			msg_free(&m);
+			return 0;
+		}
+		c.checked = 1;
+		t1 = clock_mono();
+		st = commit_apply(s, &c, w, &r, &b, &t_rule, err);
+	}
 	if (st < 0) {
 		if (b)
 			reply_done(b); /* not sent: back to the worker's buffers */
 		pthread_mutex_unlock(&w->lock);
 		slot_put(s, w);
 		msg_free(&m);
-		if (st != PS_E_STOPPING && st != PS_E_UNKNOWN)
+		if (st != PS_E_STOPPING && st != PS_E_UNKNOWN && st != PS_E_RESENT)
 			log_warn("commit refused (%s): %s", ps_status_code(st), err);
 		return httpd_reply_error(req, http_status(st), ps_status_code(st), "%s", err);
 	}
-	head = ps_commit_reply_head(&r, st == PS_APPLIED || st == PS_PENDING);
+	head = ps_commit_reply_head(&r, st == PS_APPLIED || st == PS_PENDING || st == PS_RESENT);
 	t0 = t1 - t0;
 	t1 = clock_mono();
 	/* a resend: the reply to the first one may never have reached the worker's copy */
