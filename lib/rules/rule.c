@@ -126,11 +126,6 @@ static int rule_uses(const struct rule_desc *d, const char *name)
 	return 0;
 }
 
-static int rule_field_of(const struct rule_desc *d, const struct rule_field *f)
-{
-	return rule_uses(d, f->name);
-}
-
 static double rule_field_get(const struct rule_config *c, const struct rule_field *f)
 {
 	const char *p = (const char *)c + f->off;
@@ -293,7 +288,7 @@ int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err)
 					"outer_lr outer_momentum delayed_nesterov dynamic_local_updates "
 					"fragments mix)",
 					key);
-		if (!rule_field_of(&rule_all[ri]->desc, f))
+		if (!rule_uses(&rule_all[ri]->desc, f->name))
 			return gem_errf(err, GEM_EUSAGE, "%s: not a field of rule %s", key, name);
 		if (f->type == RULE_F_BOOL) {
 			if (!json_is_boolean(v))
@@ -338,7 +333,7 @@ json_t *rule_config_to_json(const struct rule_config *c)
 		double v = rule_field_get(c, f);
 		char word[RULE_NAME_MAX];
 		json_t *j;
-		if (ri >= 0 && !rule_field_of(&rule_all[ri]->desc, f))
+		if (ri >= 0 && !rule_uses(&rule_all[ri]->desc, f->name))
 			continue;
 		j = f->type == RULE_F_FLOAT ? json_real(rule_float_decimal((float)v))
 		  : f->type == RULE_F_BOOL  ? json_boolean(v != 0)
