@@ -206,6 +206,13 @@ static void references(struct blob_codec *c, int level)
 		v[i] = i % 24 == 12 ? 1.0f : (float)((i * 7919) % 1000) * 1e-6f;
 	ok(same_as_reference(c, v, 100000, 0.1, "sample fooled"), "a sample that misses the k-th: "
 	   "still the reference's elements");
+	/* the other way: the sample holds only middling ones, and 20,000 elements it misses are
+	 * larger than all of them, so that more than k exceed the key it says a few fewer do */
+	for (size_t i = 0; i < 100000; i++)
+		v[i] = i % 24 == 12 ? 0.5f + (float)(i % 997) * 1e-4f
+		       : i % 5 ? (float)((i * 7919) % 1000) * 1e-6f : 1.0f + (float)((i * 7919) % 1000) * 1e-3f;
+	ok(same_as_reference(c, v, 100000, 0.1, "band fooled"), "more than k above the sample's upper "
+	   "key: still the reference's elements");
 	for (size_t i = 0; i < 5000; i++)
 		v[i] = i % 3 ? (i % 2 ? 1.0f : -1.0f) : 0.5f;
 	ok(same_as_reference(c, v, 5000, 0.3, "ties"), "a mass of equal |x|: the lower indices go");

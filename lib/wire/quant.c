@@ -602,11 +602,13 @@ int quant_int_decode(float *v, const unsigned char *in, size_t nbytes, size_t n,
  * (7 bits a byte, low first, the high bit set on every byte but the last). The k-th largest
  * |x| is found by a radix select on the bits of |x| (which order like the numbers) among
  * candidates: a strided sample of at most TOPK_SAMPLE elements says a key lo that a few more
- * than k elements reach; one pass adds the residual, checks, and gathers the indices and values
- * of those (all of them if fewer than k do: then a second pass); histograms of their keys, 11
- * bits at a time from the top of their range down, each among the keys left in the bucket the
- * k-th falls in, find it. No sort, and one pass over the vector besides the sample's; the
- * candidates and the k sent are moved by AVX2 permutes where the CPU has it. */
+ * than k elements reach and a key hi that a few fewer than k exceed; one pass adds the
+ * residual, checks, and gathers the indices and values of those that reach lo (all of them if
+ * fewer than k do: then a second pass); a vector pass counts those above hi and keeps the keys
+ * of the band [lo, hi] between, where the k-th falls; histograms of those keys, 11 bits at a time
+ * from the top of their range down, each among the keys left in the bucket the k-th falls in,
+ * find it. No sort, and one pass over the vector besides the sample's; the candidates and the
+ * k sent are moved by AVX2 permutes where the CPU has it. */
 #define TOPK_SAMPLE 4096
 #define TOPK_VARINT_MAX 5
 
@@ -635,18 +637,21 @@ static uint32_t topk_bucket(const uint32_t *h, uint32_t nb, size_t k, size_t *ab
 }
 
 /* The k-th largest (1 <= k <= m) of the m keys |x| of x[0..m), all in [lo, lo + span], and in
- * *gt how many exceed it. A radix select on d = key − lo, 11 bits a level from span's highest
- * bit down: spread over the whole range of the keys, the first level's histogram seldom counts
- * one bucket twice in a row (each count would wait on the one before). Each level but the last
- * keeps the keys of the k-th's bucket, in a (m uint32s) for the next. */
+ * *gt how many exceed it; x NULL: of the keys already in a, each less lo. A radix select on
+ * d = key − lo, 11 bits a level (fewer for few keys) from span's highest bit down: spread over
+ * the whole range of the keys, the first level's histogram seldom counts one bucket twice in a
+ * row (each count would wait on the one before). Each level but the last keeps the keys of the
+ * k-th's bucket, in a (m uint32s) for the next. */
 static uint32_t topk_kth(const float *x, uint32_t *a, size_t m, size_t k, uint32_t lo,
 			 uint32_t span, size_t *gt)
 {
 	uint32_t h[1u << 11], d = 0;
 	int hi = span ? 32 - __builtin_clz(span) : 0;
 	*gt = 0;
-	for (int first = 1;; first = 0) {
-		int sh = hi > 11 ? hi - 11 : 0;
+	for (int first = x != NULL;; first = 0) {
+		/* 11 bits a level, fewer for few keys: a level's histogram is cleared and scanned */
+		int bits = m >= 1024 ? 11 : m >= 32 ? 32 - __builtin_clz((uint32_t)m) : 5;
+		int sh = hi > bits ? hi - bits : 0;
 		uint32_t nb = 1u << (hi - sh), b;
 		size_t above, c = 0;
 		memset(h, 0, nb * sizeof *h);
@@ -715,6 +720,20 @@ QUANT_INLINE size_t topk_take_in(uint32_t *restrict idx, float *restrict val, si
 		*eq -= is_eq & take;
 	}
 	return sent;
+}
+
+/* The keys of the candidates val[i..c) (each lo or more) that are hi or less, each less lo, to
+ * a from nb on; *above counts the others. Returns how many a holds then. */
+QUANT_INLINE size_t topk_band_in(uint32_t *restrict a, const float *restrict val, size_t i,
+				 size_t c, uint32_t lo, uint32_t hi, size_t nb, size_t *above)
+{
+	for (; i < c; i++) {
+		uint32_t key = abs_bits(val[i]);
+		a[nb] = key - lo;
+		nb += key <= hi;
+		*above += key > hi;
+	}
+	return nb;
 }
 
 #ifdef QUANT_X86
@@ -807,7 +826,41 @@ topk_take_avx2(uint32_t *restrict idx, float *restrict val, size_t nc, uint32_t 
 	}
 	return topk_take_in(idx, val, c, nc, t, &eq, sent);
 }
+
+/* topk_band_in 8 lanes at a time (keys of finite x compare as signed integers); after
+ * topk_gather, which fills topk_pick */
+QUANT_NOINLINE __attribute__((target("avx2,popcnt"))) static size_t
+topk_band_avx2(uint32_t *restrict a, const float *restrict val, size_t c, uint32_t lo, uint32_t hi,
+	       size_t *above)
+{
+	const __m256i absmask = _mm256_set1_epi32(0x7fffffff), lov = _mm256_set1_epi32((int)lo),
+		      hiv = _mm256_set1_epi32((int)hi);
+	size_t i = 0, nb = 0;
+	for (; i + 8 <= c; i += 8) {
+		__m256i key = _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(val + i)), absmask);
+		unsigned gt = (unsigned)_mm256_movemask_ps(
+			_mm256_castsi256_ps(_mm256_cmpgt_epi32(key, hiv)));
+		unsigned in = ~gt & 0xffu;
+		_mm256_storeu_si256((__m256i *)(void *)(a + nb),
+				    _mm256_permutevar8x32_epi32(_mm256_sub_epi32(key, lov),
+								topk_lanes(in)));
+		nb += (size_t)__builtin_popcount(in);
+		*above += (size_t)__builtin_popcount(gt);
+	}
+	return topk_band_in(a, val, i, c, lo, hi, nb, above);
+}
 #endif
+
+static size_t topk_band(uint32_t *a, const float *val, size_t c, uint32_t lo, uint32_t hi,
+			size_t *above)
+{
+	*above = 0;
+#ifdef QUANT_X86
+	if (quant_avx2())
+		return topk_band_avx2(a, val, c, lo, hi, above);
+#endif
+	return topk_band_in(a, val, 0, c, lo, hi, 0, above);
+}
 
 static size_t topk_gather(uint32_t *idx, float *val, const float *v, float *r, size_t n,
 			  uint32_t lo, uint32_t *top, enum quant_of of)
@@ -834,34 +887,60 @@ static size_t topk_take(uint32_t *idx, float *val, size_t nc, uint32_t t, size_t
 /* The k sent (1 <= k <= n) of x (of v and r) in index order: their indices to idx[0..k) and
  * their x to val[0..k). val: n floats, keys: n uint32s of scratch.
  * A strided sample of at most TOPK_SAMPLE elements says a key lo that a few more than k
- * elements reach; one pass adds, checks and gathers the candidates, those that reach lo (all of
- * them if fewer than k do); the select finds the k-th largest key among them, and the candidates
- * above it and the first of those equal to it go. -1: an x is not finite. */
+ * elements reach, and a key hi that a few fewer than k exceed; one pass adds, checks and gathers
+ * the candidates, those that reach lo (all of them if fewer than k do); the select finds the
+ * k-th largest key among those in [lo, hi] (among all the candidates if it is not there), and
+ * the candidates above it and the first of those equal to it go. -1: an x is not finite. */
 static int topk_select(uint32_t *idx, float *val, uint32_t *keys, const float *v, float *r,
 		       size_t n, size_t k, enum quant_of of)
 {
-	size_t stride = n / TOPK_SAMPLE ? n / TOPK_SAMPLE : 1, s = 0, c, gt;
+	size_t stride = n / TOPK_SAMPLE ? n / TOPK_SAMPLE : 1, s = 0, c, gt, nb = 0, above = 0;
 	double want = (double)k / (double)stride;
-	uint32_t lo = 0, least = UINT32_MAX, top = 0, t;
-	/* the sample's kk-th largest key: about kk·stride elements reach it; the margin, 4 standard
-	 * deviations of the count and 16 more, makes it rare that fewer than k do */
-	size_t kk = (size_t)(want + 4 * sqrt(want)) + 16;
+	uint32_t lo = 0, hi = 0, least = UINT32_MAX, top = 0, t;
+	/* the sample's kk-th and kh-th largest keys: about kk·stride and kh·stride elements reach
+	 * them; the margin, 4 standard deviations of the count and 16 more, makes it rare that
+	 * fewer than k reach lo, or k or more exceed hi */
+	double margin = 4 * sqrt(want) + 16;
+	size_t kk = (size_t)(want + margin), kh = want > margin ? (size_t)(want - margin) : 0;
 	for (size_t i = stride / 2; i < n; i += stride) {
-		uint32_t a = abs_bits(val[s++] = of == OF_ADD ? r[i] + v[i] : topk_x(v, r, i, of));
+		uint32_t a;
+		/* the sample's loads miss the cache (stride·4 bytes apart): asked for ahead */
+		if (i + 16 * stride < n) {
+			__builtin_prefetch(v + i + 16 * stride);
+			if (of != OF_V)
+				__builtin_prefetch(r + i + 16 * stride);
+		}
+		a = abs_bits(val[s++] = of == OF_ADD ? r[i] + v[i] : topk_x(v, r, i, of));
 		least = a < least ? a : least;
 		top = a > top ? a : top;
 	}
-	if (kk < s)
+	if (kk < s) {
 		lo = topk_kth(val, keys, s, kk, least, top - least, &gt);
+		/* hi among the sample's keys that reach lo: kk of them or more */
+		for (size_t i = 0; kh && i < s; i++) {
+			uint32_t a = abs_bits(val[i]);
+			keys[nb] = a - lo;
+			nb += a >= lo;
+		}
+		if (kh)
+			hi = topk_kth(NULL, keys, nb, kh, lo, top - lo, &gt);
+	}
 	c = topk_gather(idx, val, v, r, n, lo, &top, of);
 	if (top >= 0x7f800000u)
 		return -1;
 	if (c < k) { /* x again: r holds it after OF_ADD */
-		lo = 0;
+		lo = hi = 0;
 		c = of == OF_ADD ? topk_gather(idx, val, r, NULL, n, 0, &top, OF_V)
 				   : topk_gather(idx, val, v, r, n, 0, &top, of);
 	}
-	t = topk_kth(val, keys, c, k, lo, top - lo, &gt);
+	if (hi > lo)
+		nb = topk_band(keys, val, c, lo, hi, &above);
+	if (hi > lo && above < k && k - above <= nb) {
+		t = topk_kth(NULL, keys, nb, k - above, lo, hi - lo, &gt);
+		gt += above;
+	} else {
+		t = topk_kth(val, keys, c, k, lo, top - lo, &gt);
+	}
 	topk_take(idx, val, c, t, k - gt);
 	return 0;
 }
