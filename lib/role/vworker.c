@@ -128,7 +128,7 @@ static const float *theta_pass(struct vworker *w, struct vwire *x, const float *
 	if (!w->dl[0].copy)
 		return wire_pass(w->cut, w->ncut, x, w->reply_codec, NULL, v, x->v, MSG_PARAMS,
 				 heads, w->reply_bytes, err);
-	memcpy(x->v, v, sizeof(float) * w->n);
+	/* the slices cover θ: each copy goes to x->v after its delta is encoded from v */
 	for (int k = 0; k < w->ncut; k++) {
 		struct delta *d = &w->dl[k];
 		struct blob_meta m;
@@ -136,7 +136,7 @@ static const float *theta_pass(struct vworker *w, struct vwire *x, const float *
 		const char *name;
 		if (whole)
 			delta_restart(d);
-		if (delta_encode(d, &x->c, x->v + w->cut[k].off, &enc, &m, &name, err) < 0)
+		if (delta_encode(d, &x->c, v + w->cut[k].off, &enc, &m, &name, err) < 0)
 			return NULL;
 		/* the server's header says the CRC of its copy, as gem-serve's reply_encode does */
 		if (heads && heads[k] &&

@@ -39,7 +39,7 @@ void delta_restart(struct delta *d)
 	d->whole = 1;
 }
 
-int delta_encode(struct delta *d, struct blob_codec *c, float *theta, const void **out,
+int delta_encode(struct delta *d, struct blob_codec *c, const float *theta, const void **out,
 		 struct blob_meta *meta, const char **name, char *err)
 {
 	int rc = 1;

@@ -41,7 +41,7 @@ void delta_restart(struct delta *d);
 /* Sender: the blob of the reply θ (n floats, not written) in c, with *name its blob name
  * (MSG_PARAMS or DELTA_BLOB); x̂ updated (a delta: in the encoder's passes, blob_encode_diff).
  * Without a copy, θ whole in blob_codec_for_theta. *out and meta as blob_encode's. */
-int delta_encode(struct delta *d, struct blob_codec *c, float *theta, const void **out,
+int delta_encode(struct delta *d, struct blob_codec *c, const float *theta, const void **out,
 		 struct blob_meta *meta, const char **name, char *err);
 /* Receiver: the decoded blob got (n floats) of a reply, a delta (is_delta) or θ, into the copy,
  * and the copy into v (n floats; may be got). GEM_EFAIL: a delta with no copy to add it to. */
