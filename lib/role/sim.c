@@ -105,18 +105,18 @@ int sim_timing_preset(const char *name, struct sim_opts *o, char *err)
 #define COST_INT8_A 2.5e-9
 #define COST_INT8_B 913e-6
 
-/* The server model's codecs: bytes per parameter on the wire (int8 and int4 with a float32
- * scale per block of 256) and the server's CPU per commit, a·n + b, fitted by
+/* The server model's codecs: the server's CPU per commit, a·n + b, fitted by
  * t/perf/bench-sim-server.sh (int4 not measured: int8's). A codec not listed (zlib,
- * zlib+shuffle, topk) costs as raw; topk's bytes are sim_wire_bytes'. */
+ * zlib+shuffle, topk) costs as raw. Their bytes on the links are those of each message as the
+ * virtual workers encode it. */
 static const struct {
 	const char *name;
-	double bytes, a, b;
+	double a, b;
 } wire_codecs[] = {
-	{.name = "raw", .bytes = 4, .a = COST_RAW_A, .b = COST_RAW_B},
-	{.name = "fp16", .bytes = 2, .a = COST_FP16_A, .b = COST_FP16_B},
-	{.name = "int8", .bytes = 1 + 4.0 / 256, .a = COST_INT8_A, .b = COST_INT8_B},
-	{.name = "int4", .bytes = 0.5 + 4.0 / 256, .a = COST_INT8_A, .b = COST_INT8_B},
+	{.name = "raw", .a = COST_RAW_A, .b = COST_RAW_B},
+	{.name = "fp16", .a = COST_FP16_A, .b = COST_FP16_B},
+	{.name = "int8", .a = COST_INT8_A, .b = COST_INT8_B},
+	{.name = "int4", .a = COST_INT8_A, .b = COST_INT8_B},
 };
 
 static int wire_codec(const char *codec)
@@ -131,15 +131,6 @@ void sim_server_cost(const char *codec, double *a, double *b)
 {
 	*a = wire_codecs[wire_codec(codec)].a;
 	*b = wire_codecs[wire_codec(codec)].b;
-}
-
-double sim_wire_bytes(const char *codec)
-{
-	double f;
-	/* topk:F: about F·n fp16 values and as many index gaps */
-	if (codec && !strncmp(codec, "topk:", 5) && num_double(codec + 5, 0, 1, &f) == 0)
-		return 4 * f;
-	return wire_codecs[wire_codec(codec)].bytes;
 }
 
 /* A whole string as a finite number >= 0. */
@@ -336,7 +327,6 @@ struct sim {
 	 * for how long each has been busy; the staleness of each update, each commit's wait */
 	double link_in[SHARD_MAX], link_out[SHARD_MAX], cpu[SHARD_MAX];
 	double busy_in[SHARD_MAX], busy_out[SHARD_MAX], busy_cpu[SHARD_MAX];
-	double wire_bytes;
 	uint64_t *taus;
 	size_t ntau, tau_cap;
 	double *waits, wait_sum;
@@ -674,21 +664,23 @@ static int cores_commit(struct sim *s, const struct ps_commit *c, const uint64_t
 
 /* ---- the server model: each shard's host a link in, a CPU and a link out, each FIFO ---- */
 
-/* Seconds shard k's slice takes through a link. */
-static double link_time(const struct sim *s, int k)
+/* Seconds a message of bytes takes through a link. */
+static double link_time(const struct sim *s, uint64_t bytes)
 {
-	return s->o->bandwidth > 0 ? (double)s->cut[k].len * s->wire_bytes / s->o->bandwidth : 0;
+	return s->o->bandwidth > 0 ? (double)bytes / s->o->bandwidth : 0;
 }
 
-/* A commit arrives at the servers at t: when the last shard is done with it (*start: when the
- * last one started on it; *wait: the longest it waited in a shard's queues). */
-static double server_take(struct sim *s, double t, double *start, double *wait)
+/* A commit whose slices are bytes[k] (as encoded) arrives at the servers at t: when the last
+ * shard is done with it (*start: when the last one started on it; *wait: the longest it waited
+ * in a shard's queues). */
+static double server_take(struct sim *s, double t, const uint64_t *bytes, double *start,
+			  double *wait)
 {
 	double done = t;
 	*start = t;
 	*wait = 0;
 	for (int k = 0; k < s->ncores; k++) {
-		double x = link_time(s, k), in = t > s->link_in[k] ? t : s->link_in[k];
+		double x = link_time(s, bytes[k]), in = t > s->link_in[k] ? t : s->link_in[k];
 		double at = in + x, st = at > s->cpu[k] ? at : s->cpu[k];
 		double svc = s->o->server_time + s->o->cost_a * (double)s->cut[k].len + s->o->cost_b;
 		s->link_in[k] = at;
@@ -717,12 +709,14 @@ static double server_next(struct sim *s, double t)
 	return s->server_free = t;
 }
 
-/* A reply (θ, or its slices) leaves the servers at t: when it reaches its worker. */
-static double reply_at(struct sim *s, double t)
+/* Worker w's reply (θ, or its slices), encoded (vworker_reply, vworker_joined), leaves the
+ * servers at t: when it reaches w. */
+static double reply_at(struct sim *s, const struct simw *w, double t)
 {
 	double r = t;
 	for (int k = 0; k < s->ncores; k++) {
-		double x = link_time(s, k), out = t > s->link_out[k] ? t : s->link_out[k];
+		double x = link_time(s, w->v.reply_bytes[k]),
+		       out = t > s->link_out[k] ? t : s->link_out[k];
 		s->link_out[k] = out + x;
 		s->busy_out[k] += x;
 		if (s->link_out[k] > r)
@@ -752,7 +746,7 @@ static int release_round(struct sim *s, double t, char *err)
 		cores_sent(s, w, heads);
 		if (rc < 0)
 			return GEM_EFAIL;
-		if (worker_reply(s, w, reply_at(s, t)) < 0)
+		if (worker_reply(s, w, reply_at(s, w, t)) < 0)
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
 	}
 	return 0;
@@ -786,7 +780,8 @@ static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 			      : w->target > j.samples ? w->target - j.samples : 0;
 		ps_set_total(s->ps, ps_progress(s->ps).samples + (uint64_t)s->nw * left);
 	}
-	return worker_reply(s, w, reply_at(s, t)) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory") : 0;
+	return worker_reply(s, w, reply_at(s, w, t)) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory")
+							     : 0;
 }
 
 static int serve_leave(struct sim *s, struct simw *w, int how, double t, char *err)
@@ -817,7 +812,8 @@ static int worker_fails(struct sim *s, struct simw *w, double t, const char *why
 	return push(s, EV_LEAVE, t, w->v.id, 0) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory") : 0;
 }
 
-/* Worker w's commit, started on at t by the servers and done with at tout. */
+/* Worker w's commit (computed: ensure_computed), started on at t by the servers and done with
+ * at tout. */
 static int serve_commit(struct sim *s, struct simw *w, double t, double tout, char *err)
 {
 	struct ps_commit c = {.worker = w->v.id, .idle = -1};
@@ -825,8 +821,6 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 	json_t *heads[SHARD_MAX];
 	int st, rc;
 
-	if ((st = ensure_computed(s, w, err)) < 0)
-		return st;
 	if (w->v.diverged) {
 		/* gem-work stops before it sends: its leave comes instead of the commit */
 		char l[16];
@@ -871,7 +865,7 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 		return GEM_EFAIL;
 	if (r.window > 0) /* as gem-work takes it from the reply */
 		w->v.l.window = r.window;
-	if (worker_reply(s, w, reply_at(s, tout)) < 0)
+	if (worker_reply(s, w, reply_at(s, w, tout)) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	return r.round_closed ? release_round(s, tout, err) : 0;
 }
@@ -880,8 +874,10 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
  * arrival); a commit occupies its links and CPUs (server_take). */
 static int step_event(struct sim *s, const struct event *e, char *err)
 {
+	static const uint64_t unsent[SHARD_MAX];
 	struct simw *w = &s->w[e->worker];
 	double t, tout, wait, *waits;
+	int rc;
 	switch (e->kind) {
 	case EV_DIE:
 		if (e->t > s->vnow)
@@ -900,7 +896,11 @@ static int step_event(struct sim *s, const struct event *e, char *err)
 		s->vnow = t = server_next(s, e->t);
 		return serve_leave(s, w, e->done ? PS_LEFT_DONE : PS_LEFT_PAUSED, t, err);
 	case EV_COMMIT:
-		tout = server_take(s, e->t, &t, &wait);
+		/* the links carry the commit as encoded; one the worker does not send, nothing */
+		if ((rc = ensure_computed(s, w, err)) < 0)
+			return rc;
+		tout = server_take(s, e->t, w->v.diverged || !w->v.update ? unsent : w->v.commit_bytes,
+				   &t, &wait);
 		s->vnow = t;
 		if (!(waits = grow(s->waits, &s->wait_cap, s->nwait + 1, sizeof *waits)))
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -1109,7 +1109,6 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 		/* dma's worker commits in the background and carries on: not modelled yet */
 		return gem_errf(err, GEM_EUSAGE, "rule %s is not simulated (use gem-serve and gem-work)",
 				s->run->rule.name);
-	s->wire_bytes = sim_wire_bytes(s->o->codec);
 	s->nw = s->o->nworkers + s->o->njoins;
 	s->reply = malloc(sizeof(float) * s->n);
 	s->w = calloc((size_t)s->nw, sizeof *s->w);

@@ -43,9 +43,10 @@ struct sim_opts {
 	double latency;           /* seconds a message takes, each way */
 	double server_time;       /* seconds the server spends on one commit */
 	/* The server as a queue (off while cost_a, cost_b and bandwidth are 0): each shard's host
-	 * takes a commit's slice of n_k parameters through its link (FIFO, n_k·bytes/bandwidth
-	 * seconds), then its CPU (FIFO, server_time + cost_a·n_k + cost_b seconds); its reply goes
-	 * out through the link the same way. bytes: sim_wire_bytes(codec). */
+	 * takes a commit's slice of n_k parameters through its link (FIFO, bytes/bandwidth seconds,
+	 * the bytes of the message as the virtual worker encodes it: header and blob), then its CPU
+	 * (FIFO, server_time + cost_a·n_k + cost_b seconds); its reply goes out through the link
+	 * the same way, in the bytes it was encoded to. */
 	double cost_a, cost_b;
 	double bandwidth;         /* bytes/s of each server host's link, each way; 0: no limit */
 	const struct sim_death *deaths;
@@ -108,8 +109,6 @@ int sim_timing_preset(const char *name, struct sim_opts *o, char *err);
 /* The server cost of codec (NULL: raw) fitted on this project's test machine
  * (t/perf/bench-sim-server.sh): *a seconds per parameter, *b seconds per commit. */
 void sim_server_cost(const char *codec, double *a, double *b);
-/* Bytes per parameter of a message in codec (NULL: raw) in the server model. */
-double sim_wire_bytes(const char *codec);
 /* Parse "K:F" (K >= 0 workers, F >= 1 times slower). */
 int sim_parse_stragglers(const char *s, int *k, double *f, char *err);
 /* Parse "W@T" (worker W >= 0 dies at time T >= 0). */
