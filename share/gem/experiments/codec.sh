@@ -21,20 +21,29 @@
 #      the server's link at each of BANDWIDTHS bytes/s (default "12500000 1250000": 100 and 10
 #      Mbit/s) and a step of STEP_TIME seconds (default 0.0026, a cnn batch of 64 on one core): the
 #      virtual time at which the mean training loss of the last 100 updates first reaches each
-#      of TARGETS (default "0.6 0.5 0.45"), and of the end, with the final test loss.
+#      of TARGETS (default "0.6 0.5 0.45"), and of the end, with the final test loss;
+#   4. (PARTS=tbf, as root) the same runs for real: a gem-serve and 4 gem-work --codec C of one
+#      epoch (gem-run) on hosts made of network namespaces whose links tc's tbf limits to each
+#      of TBF_RATES Mbit/s (default "100 10"; linkruns.sh, nshosts.sh), codecs LINK_CODECS,
+#      seed SEEDS' first: the training seconds at which the same training loss (the last 100
+#      updates') first reaches each of TARGETS, and of the end, the final test loss and
+#      accuracy, the bytes on the wire (the log's). A run at a rate of TBF_STOP (default "10")
+#      stops once it has reached every target, and any run once its training seconds pass
+#      TBF_LIMIT (default 1200): its test figures are then the θ's it stopped with.
 #
 # usage: bash codec.sh [OUTDIR]          (default build/experiment-codec)
 #
-# Writes OUTDIR/speed.tsv, OUTDIR/accuracy.tsv, OUTDIR/link.tsv and OUTDIR/table.md.
+# Writes OUTDIR/speed.tsv, OUTDIR/accuracy.tsv, OUTDIR/link.tsv, OUTDIR/tbf.tsv and
+# OUTDIR/table.md.
 # Restartable: a row whose result exists in OUTDIR/rows/ is skipped. Environment: MODEL
 # (default cnn), STEPS (table 1, default 300), REPS (default 3), CODECS (table 1, default "raw
 # fp16 int8 int4 topk:0.01 topk:0.1"), ACC_CODECS (table 2, default "raw int8 int4 topk:0.1"),
 # SEEDS (table 2, default "1 2 3"), RULES (default gem), WORKERS, SIM, WINDOW, EPOCH, PARTS
-# (default "speed accuracy"; also link and table2), LINK_CODECS, BANDWIDTHS, STEP_TIME,
-# TARGETS, DATA (default fashion-mnist; kjv for MODEL=gpt), INIT_OPTS (more gem-init options,
-# e.g. "--optimizer adamw --lr 1e-3" for gpt), GEM_BIN where the gem programs are (default:
-# PATH, then the source tree's bin/). Wall times are the machine's at the time: on a shared
-# machine they are noisy.
+# (default "speed accuracy"; also link, table2 and tbf), LINK_CODECS, BANDWIDTHS, STEP_TIME,
+# TARGETS, TBF_RATES, TBF_STOP, TBF_LIMIT, DATA (default fashion-mnist; kjv for MODEL=gpt),
+# INIT_OPTS (more gem-init options, e.g. "--optimizer adamw --lr 1e-3" for gpt), GEM_BIN
+# where the gem programs are (default: PATH, then the source tree's bin/). Wall times are the
+# machine's at the time: on a shared machine they are noisy.
 # PARTS=table2 makes doc/results.md's tables 2 and 3: table 2 with RULES="gem sgp diloco" served
 # by 4 workers and gem simulated with 16 (WORKERS=16 SIM=1), then table 3.
 set -u
@@ -54,6 +63,7 @@ CODECS=${CODECS:-raw fp16 int8 int4 topk:0.01 topk:0.1} ACC_CODECS=${ACC_CODECS:
 PARTS=${PARTS:-speed accuracy} WORKERS=${WORKERS:-4} SIM=${SIM:-0} WINDOW=${WINDOW:-50} EPOCH=${EPOCH:-60000}
 LINK_CODECS=${LINK_CODECS:-raw int8 int4 topk:0.1} BANDWIDTHS=${BANDWIDTHS:-12500000 1250000}
 STEP_TIME=${STEP_TIME:-0.0026} TARGETS=${TARGETS:-0.6 0.5 0.45}
+TBF_RATES=${TBF_RATES:-100 10} TBF_STOP=${TBF_STOP:-10} TBF_LIMIT=${TBF_LIMIT:-1200}
 
 # workers N SIM: table 2's runs from now on have N workers, served (SIM 0) or simulated (1), each
 # of the same samples in all as 4 workers of one epoch each ($steps: gem-work's and gem-sim's)
@@ -178,7 +188,31 @@ link() {
 	echo "codec: $name: $(cut -f5- "$res" | tr '\t' ' ') ($(date +%T))" >&2
 }
 
+# tbf CODEC RATE: a served gem run, 4 workers of one epoch, on hosts whose links are at RATE
+# Mbit/s (linkruns.sh), stopped at the targets at the rates of TBF_STOP; its row
+tbf() {
+	local codec=$1 rate=$2 seed=${SEEDS%% *} name res stop=0
+	name=tbf-$MODEL-$codec-${rate}mbit-s$seed res=$out/rows/$name.tsv
+	[ -s "$res" ] && return 0
+	case " $TBF_STOP " in *" $rate "*) stop=1 ;; esac
+	echo "codec: $name: start $(date +%T)" >&2
+	lr_run "$out/runs/$name" "$rate" $stop --rule gem --codec "$codec" --model "$MODEL" --data "$DATA" \
+		--epochs 1 --lr 0.05 --momentum 0.9 --batch 64 --seed "$seed" | {
+		printf '%s\t%s\t%s\t%s\t' "$MODEL" "$codec" "$rate" "$seed"
+		cat
+	} >"$res.tmp" && mv "$res.tmp" "$res"
+	echo "codec: $name: $(cut -f5- "$res" | tr '\t' ' ') ($(date +%T); $(uptime | sed 's/.*load/load/'))" >&2
+}
+
 failed=0
+case " $PARTS " in *" tbf "*)
+	. "$here/linkruns.sh"
+	LR_TARGETS=$TARGETS LR_WINDOW=6400 LR_LIMIT=$TBF_LIMIT
+	lr_init codec
+	for r in $TBF_RATES; do
+		for c in $LINK_CODECS; do tbf "$c" "$r" || failed=1; done
+	done ;;
+esac
 case " $PARTS " in *" speed "*)
 	for ((r = 1; r <= REPS; r++)); do
 		for c in $CODECS; do speed "$c" "$r" || failed=1; done
@@ -226,6 +260,12 @@ esac
 		for c in $LINK_CODECS; do cat "$out"/rows/link-*-"$c"-b"$b"-s*.tsv 2>/dev/null; done
 	done
 } >"$out/link.tsv"
+{
+	echo "# model	codec	rate	seed	ended	test_loss	test_acc	wire_bytes	end_seconds	$(echo "$TARGETS" | sed 's/\([^ ]*\)/to_\1/g' | tr ' ' '\t')	last_loss	wall_seconds"
+	for r in $TBF_RATES; do
+		for c in $LINK_CODECS; do cat "$out"/rows/tbf-*-"$c"-"$r"mbit-s*.tsv 2>/dev/null; done
+	done
+} >"$out/tbf.tsv"
 # mean ± sd (sample sd; one value alone) of columns of rows grouped by their first columns
 msd='function ms(s, q, n, f,   m, v) { m = s / n; if (n < 2) return sprintf(f, m)
 	v = (q - n * m * m) / (n - 1); return sprintf(f " ± %.2g", m, v > 0 ? sqrt(v) : 0) }'
@@ -262,6 +302,13 @@ msd='function ms(s, q, n, f,   m, v) { m = s / n; if (n < 2) return sprintf(f, m
 		grep -v '^#' "$out/link.tsv" | awk -F'\t' '{ $3 = $3 * 8 / 1e6; printf "|"; for (i = 1; i <= NF; i++) printf " %s |", $i; printf "\n" }'
 		echo
 	fi
+	if grep -qv '^#' "$out/tbf.tsv"; then
+		echo "| model | codec | link Mbit/s | seed | ended | test loss | test accuracy | MB on the wire | end (s) |$(printf ' training loss %s (s) |' $TARGETS)"
+		echo "|---|---|---|---|---|---|---|---|---|$(printf -- '---|%.0s' $TARGETS)"
+		grep -v '^#' "$out/tbf.tsv" | awk -F'\t' '{ $8 = sprintf("%.1f", $8 / 1e6); printf "|"
+			for (i = 1; i < NF - 1; i++) printf " %s |", $i; printf "\n" }'
+		echo
+	fi
 	echo "Table 1: a gem-serve and one gem-work --codec C of $STEPS steps. Bytes per commit and"
 	echo "per reply: the messages' (header line included); worker encode: the CPU time of the"
 	echo "commit's codec, error feedback and framing; server decode (the commit's decoding and"
@@ -277,6 +324,8 @@ msd='function ms(s, q, n, f,   m, v) { m = s / n; if (n < 2) return sprintf(f, m
 	echo "measurement): gem, 4 workers of one epoch, a step of $STEP_TIME virtual s, the server's link"
 	echo "limited each way; the virtual time at which the mean training loss of the last 100"
 	echo "updates first reaches each target (-: never), the end's, and the final test loss."
+	echo "Table 4 (PARTS=tbf): the same runs served on tbf-limited links, in training seconds"
+	echo "(the server's); ended: ok, targets (stopped at them) or cut (at $TBF_LIMIT s)."
 } >"$out/table.md"
 echo "codec: done in $(($(date +%s) - started)) s: $out/table.md" >&2
 cat "$out/table.md"
