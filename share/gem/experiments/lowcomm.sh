@@ -23,6 +23,18 @@
 # its round, else the workers' leaving ends that round early with the commits in), GEM_BIN
 # where the gem programs are (default: PATH, then the source tree's bin/). Training seconds
 # are the machine's at the time: on a shared machine they are noisy.
+#
+# PARTS (default "runs": the above) with tbf, as root: the cells of TBF_CELLS (default sync,
+# diloco at H = 50 and async-diloco at H = 50 with both remedies, outer lr 0.7/N and delayed
+# Nesterov over N arrivals), seed SEEDS' first, each on hosts made of network namespaces whose
+# links tc's tbf limits to each of TBF_RATES Mbit/s (default "100 10"; linkruns.sh,
+# nshosts.sh): a gem-serve and 4 gem-work (gem-run over the hosts), one epoch each. Per run:
+# the training seconds (the server's) at which the training loss (the mean minibatch loss of
+# the updates within the last 25,600 samples: 100 rounds of sync) first reaches 0.6, 0.55,
+# 0.5 and 0.45 (LR_TARGETS), and of the end, the test loss and accuracy, the bytes. A run at
+# a rate of TBF_STOP (default "10") stops once it has reached every target, and any run once
+# its training seconds pass TBF_LIMIT (default 900): its test figures are the θ's it stopped
+# with. Rows in OUTDIR/tbf/, OUTDIR/tbf.tsv and OUTDIR/tbf.md.
 set -u
 
 out=${1:-build/experiment-lowcomm}
@@ -35,6 +47,8 @@ lr_n=$(awk -v n="$N" 'BEGIN { printf "%g", 0.7 / n }')
 CELLS=${CELLS:-sync:1 diloco:10 diloco:50 async-diloco:10 async-diloco:10:--delayed-nesterov=$N \
 	async-diloco:10:--outer-lr=$lr_n async-diloco:10:--outer-lr=$lr_n,--delayed-nesterov=$N \
 	gem:10 gem:50}
+TBF_CELLS=${TBF_CELLS:-sync:1 diloco:50 async-diloco:50:--outer-lr=$lr_n,--delayed-nesterov=$N}
+PARTS=${PARTS:-runs} TBF_RATES=${TBF_RATES:-100 10} TBF_STOP=${TBF_STOP:-10} TBF_LIMIT=${TBF_LIMIT:-900}
 mkdir -p "$out/runs" "$out/rows" "$out/probes" || exit 1
 started=$(date +%s)
 
@@ -93,16 +107,22 @@ row() {
 		"$run.tsv" >"$out/rows/$name"
 }
 
-# cell SPEC SEED: one run and its probes, each unless done already
-cell() {
-	local spec=$1 seed=$2 rule h extra name window
-	IFS=: read -r rule h extra <<<"$spec"
+# parse SPEC SEED: the cell's rule, h, extra (its gem-init options), window (--window H but
+# for sync) and name
+parse() {
+	IFS=: read -r rule h extra <<<"$1"
 	extra=${extra//,/ }
 	extra=$(sed -E 's/(^| )p([0-9]+)/\1--fragments=\2/g; s/(^| )a([0-9.]+)/\1--mix=\2/g' <<<"$extra")
-	name=$rule-h$h${extra:+-${extra//--/}}-s$seed
+	name=$rule-h$h${extra:+-${extra//--/}}-s$2
 	name=${name//[= ]/}
 	window=
 	[ "$rule" = sync ] || window="--window $h"
+}
+
+# cell SPEC SEED: one run and its probes, each unless done already
+cell() {
+	local rule h extra name window seed=$2
+	parse "$1" "$2"
 	# shellcheck disable=SC2086
 	[ -s "$out/rows/$name" ] || row "$name" "$seed" "$rule" "$h" "$extra" $window $extra
 	# shellcheck disable=SC2086
@@ -110,11 +130,64 @@ cell() {
 	return 0
 }
 
-for seed in $SEEDS; do
-	for spec in $CELLS; do
-		cell "$spec" "$seed"
+# tbf SPEC SEED RATE: the cell's run on hosts whose links are at RATE Mbit/s (linkruns.sh),
+# stopped at the targets at the rates of TBF_STOP; its row in tbf/NAME
+tbf() {
+	local rule h extra name window seed=$2 rate=$3 stop=0
+	parse "$1" "$2"
+	name=$name-${rate}mbit
+	[ -s "$out/tbf/$name" ] && return 0
+	case " $TBF_STOP " in *" $rate "*) stop=1 ;; esac
+	echo "lowcomm: $name: start $(date +%T)" >&2
+	# shellcheck disable=SC2086
+	lr_run "$out/runs/$name" "$rate" $stop --rule "$rule" $window $extra --model cnn \
+		--data fashion-mnist --lr 0.05 --momentum 0.9 --batch 64 --epochs 1 --seed "$seed" | {
+		printf '%s\t%s\t%s\t%s\t%s\t' "$rule" "$h" "${extra:--}" "$seed" "$rate"
+		cat
+	} >"$out/tbf/$name.tmp" && mv "$out/tbf/$name.tmp" "$out/tbf/$name"
+	echo "lowcomm: $name: $(cut -f6- "$out/tbf/$name" | tr '\t' ' ') ($(date +%T); $(uptime | sed 's/.*load/load/'))" >&2
+}
+
+# tbf_table: OUTDIR/tbf.tsv, the rows of tbf/, and OUTDIR/tbf.md, a table of them
+tbf_table() {
+	{
+		printf 'rule\tH\toptions\tseed\trate\tended\ttest_loss\ttest_acc\tbytes\tend_seconds'
+		printf '\tto_%s' $LR_TARGETS
+		printf '\tlast_loss\twall_seconds\n'
+		cat "$out/tbf/"* 2>/dev/null
+	} >"$out/tbf.tsv"
+	{
+		printf '| rule | H | options | link Mbit/s | ended | test loss | test accuracy | MB on the wire | training s |'
+		printf ' training loss %s (s) |' $LR_TARGETS
+		printf '\n|---|---|---|---|---|---|---|---|---|%s\n' "$(printf -- '---|%.0s' $LR_TARGETS)"
+		tail -n +2 "$out/tbf.tsv" | awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %.4f | %.4f | %.1f |", $1, $2,
+			$3 == "-" ? "" : $3, $5, $6, $7, $8, $9 / 1e6
+			for (i = 10; i < NF - 1; i++) printf " %s |", $i; printf "\n" }'
+	} >"$out/tbf.md"
+	cat "$out/tbf.md"
+}
+
+case " $PARTS " in *" runs "*)
+	for seed in $SEEDS; do
+		for spec in $CELLS; do
+			cell "$spec" "$seed"
+		done
+	done ;;
+esac
+case " $PARTS " in *" tbf "*)
+	. "$(dirname "$0")/linkruns.sh"
+	LR_TARGETS=${LR_TARGETS:-0.6 0.55 0.5 0.45} LR_WINDOW=25600 LR_LIMIT=$TBF_LIMIT
+	lr_init lowcomm
+	mkdir -p "$out/tbf" || exit 1
+	for rate in $TBF_RATES; do
+		for spec in $TBF_CELLS; do
+			tbf "$spec" "${SEEDS%% *}" "$rate"
+		done
 	done
-done
+	tbf_table ;;
+esac
+# the tables below are the runs'
+case " $PARTS " in *" runs "*) ;; *) exit 0 ;; esac
 
 head='rule	H	options	seed	status	test_loss	test_acc	bytes	updates	train_seconds'
 { echo "$head"; cat "$out/rows/"*; } >"$out/runs.tsv"
