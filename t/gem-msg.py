@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build a gem protocol message on stdout (tests use it to send good and bad commits).
 
-gem-msg.py [--worker W] [--base V] [--count N] [--value X]
+gem-msg.py [--worker W] [--base V] [--count N] [--value X] [--fragment JSON]
            [--codec raw|zlib|fp16|int8|int4|topk:F] [--nan] [--inf-half] [--bad-crc]
            [--bad-zlib] [--short] [--blob-name NAME] [--bad-scale] [--bad-index] [--seal]
 
@@ -17,6 +17,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--worker", type=int, default=0)
 p.add_argument("--base", type=int, default=0)
 p.add_argument("--seq", type=int, default=0)
+p.add_argument("--fragment", help="the header's fragment (any JSON: refusals are tested)")
 p.add_argument("--count", type=int, required=True)
 p.add_argument("--value", type=float, default=0.0)
 p.add_argument("--codec", default="raw")
@@ -108,6 +109,8 @@ head = {"worker": a.worker, "base": a.base, "loss": 1.0, "samples": 32,
                    "size": len(data), "crc32": crc}]}
 if a.seq:
     head["seq"] = a.seq
+if a.fragment is not None:
+    head["fragment"] = json.loads(a.fragment)
 if a.short:
     data = data[:-4]
 line = json.dumps(head, separators=(",", ":")).encode()

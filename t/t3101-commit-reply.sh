@@ -1,6 +1,7 @@
 #!/bin/bash
 # t3101: a commit's reply tells that commit's own staleness and fate, whatever the server did
-# before it (applied, refused as too stale, sent again after a lost reply).
+# before it (applied, refused as too stale, sent again after a lost reply); a commit of a run
+# with fragments says one of its fragments and carries that slice, its reply that slice of θ.
 . "$(dirname "$0")/test-lib.sh"
 
 # commit WORKER BASE SEQ: POST one commit of small updates; the reply's header line on stdout
@@ -67,5 +68,38 @@ test_expect_success 'a run whose workers left, one of them unfinished, does not 
 	curl -sf -H "Authorization: Bearer secret" -d "{\"worker\":1,\"done\":false}" "$URL/v1/leave" &&
 	wait_exit $SERVER_PID &&
 	grep "\"event\":\"stop\"" run/log.jsonl | grep -q "every worker has left, 1 of 2 finished"
+'
+
+# post FILE: POST FILE to /v1/commit; its HTTP status on stdout, its body in out
+post() {
+	curl -s -o out -w "%{http_code}" -H "Authorization: Bearer secret" --data-binary @"$1" \
+		"$URL/v1/commit"
+}
+# frag_msg FRAGMENT COUNT: a commit of worker 0 at version 0 saying that fragment, in msg
+frag_msg() {
+	python3 "$GEM_SRC/t/gem-msg.py" --worker 0 --base 0 --seq 1 --count "$2" --value 0.001 \
+		--fragment "$1" >msg
+}
+
+test_expect_success 'fragments: one out of [0, P) or not of its slice is refused 400, nothing changes' '
+	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 --rule async-diloco \
+		--window 4 --fragments 2 frun &&
+	start_server frun --token-file token --worker-timeout 0 &&
+	join 0 && curl -sf "$URL/v1/params" | tail -n +2 >before &&
+	for f in 2 -1 "\"1\"" 1.5; do
+		frag_msg "$f" 554 && test "$(post msg)" = 400 && grep -q "bad_field" out &&
+		grep -q "fragment" out || return 1
+	done &&
+	frag_msg 1 1108 && test "$(post msg)" = 400 && grep -q "bad_blob" out &&
+	curl -sf "$URL/v1/params" | tail -n +2 >after && cmp before after &&
+	! grep -v "\"event\"" frun/log.jsonl | grep -q version
+'
+test_expect_success 'fragments: a commit of fragment 1 is applied, its reply that slice of θ' '
+	frag_msg 1 554 && test "$(post msg)" = 200 &&
+	head -1 out | python3 -c "
+import json, sys
+h = json.loads(sys.stdin.readline())
+assert h[\"version\"] == 1 and h[\"blobs\"][0][\"count\"] == 554, h" &&
+	TOKEN=secret stop_server
 '
 test_done

@@ -171,6 +171,20 @@ test_expect_success 'diloco with 2 fragments: twice the rounds, each commit half
 	test "$nd" = 4 && test "$n1" = 2 &&
 	awk -v a="$bd" -v b="$b1" "BEGIN { r = a / b; exit !(r > 0.49 && r < 0.51) }"
 '
+test_expect_success 'served diloco and async-diloco (α 0.5) with 2 fragments: replayed bit for bit' '
+	served real-frag-d diloco 2 8 --window 4 --fragments 2 &&
+	gem-sim -q --replay real-frag-d/log.jsonl new-real-frag-d >/dev/null &&
+	same real-frag-d new-real-frag-d && same_bytes real-frag-d new-real-frag-d &&
+	served real-frag-a async-diloco 2 8 --window 4 --fragments 2 --mix 0.5 &&
+	gem-sim -q --replay real-frag-a/log.jsonl new-real-frag-a >/dev/null &&
+	same real-frag-a new-real-frag-a && same_bytes real-frag-a new-real-frag-a
+'
+test_expect_success 'served with 2 fragments: every commit ends, each about half of θ in bytes' '
+	per_update real-frag-a/log.jsonl >real-frag-a.per && read -r na ba <real-frag-a.per &&
+	per_update frag-1/log.jsonl >frag-1.per && read -r n1 b1 <frag-1.per &&
+	test "$na" = 8 && grep -q "every worker has finished" real-frag-a/log.jsonl &&
+	awk -v a="$ba" -v b="$b1" "BEGIN { r = a / (b / 3); exit !(r > 0.49 && r < 0.51) }"
+'
 test_expect_success 'gem-sim -n 1 equals gem-serve with one gem-work (cnn, dropout)' '
 	served one gem 1 12 &&
 	gem-init -q --rule gem --lr 0.02 --batch 32 --seed 3 sim1 &&

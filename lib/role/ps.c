@@ -321,11 +321,10 @@ static int ps_load(struct ps *s, char *err)
 	struct model *m = NULL;
 	json_t *workers = NULL;
 	int rc;
-	/* gem-serve's commit does not say its fragment on the wire yet, and a fragment of a
-	 * shard's slice is not the workers' fragment of θ */
-	if (s->run.rule.fragments > 1 && (!s->o.fragments || s->o.slice_k > 0))
-		return gem_errf(err, GEM_EUSAGE, "rule.fragments: %d fragments are simulated only, "
-				"unsharded (gem-sim; gem-serve takes 1)", s->run.rule.fragments);
+	/* a fragment of a shard's slice is not the workers' fragment of θ */
+	if (s->run.rule.fragments > 1 && s->o.slice_k > 0)
+		return gem_errf(err, GEM_EUSAGE, "rule.fragments: %d fragments need one server, not "
+				"shards (gem-serve --shard)", s->run.rule.fragments);
 	if ((rc = model_from_json(s->run.model, &m, err)) < 0)
 		return rc;
 	s->layout = *model_layout(m);
@@ -733,21 +732,15 @@ size_t ps_join_bytes(const struct ps *s, int id)
 	return w && w->in_rule ? 0 : rule_join_bytes(s->rule);
 }
 
-/* ps_check_update of the n floats of u, the update's elements from off */
-static int check_slice(const float *u, size_t off, size_t n, char *err)
+int ps_check_update(const float *u, size_t n, char *err)
 {
 	size_t i;
-	if (rule_vec_finite(u + off, n))
+	if (rule_vec_finite(u, n))
 		return PS_APPLIED;
-	for (i = off; i < off + n; i++)
+	for (i = 0; i < n; i++)
 		if (!isfinite(u[i]))
 			break;
 	return gem_errf(err, PS_E_NON_FINITE, "element %zu of the update is %g", i, (double)u[i]);
-}
-
-int ps_check_update(const struct ps *s, const float *u, char *err)
-{
-	return check_slice(u, 0, s->n, err);
 }
 
 void ps_refused(struct ps *s, int worker, const char *reason)
@@ -792,7 +785,7 @@ static int commit_decide(struct ps *s, struct ps_worker *w, const struct ps_comm
 		log_event(s, "refused", w->id, extra);
 		return PS_STALE;
 	}
-	int rc = rule_commit_fragment(s->rule, w->id, c->fragment, c->update + off, c->base,
+	int rc = rule_commit_fragment(s->rule, w->id, c->fragment, c->update, c->base,
 				      &s->prog.version, out ? out + off : NULL, &s->st, err);
 	if (rc == RULE_E_NON_FINITE) {
 		/* the rule took none of the result: θ and its state are as they were */
@@ -861,7 +854,7 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 					    c->fragment, s->run.rule.fragments);
 	}
 	layout_slice(s->n, c->fragment, s->run.rule.fragments, &off, &len);
-	if (!c->checked && (status = check_slice(c->update, off, len, err)) < 0) {
+	if (!c->checked && (status = ps_check_update(c->update, len, err)) < 0) {
 		ps_refused(s, w->id, ps_status_code(status));
 		return r->status = status;
 	}

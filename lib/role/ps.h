@@ -27,8 +27,6 @@ struct ps_opts {
 	int slice_i, slice_k;  /* serve slice i of k of θ (gem-serve --shard I/K, run/shard.h);
 				* k = 0: all of θ */
 	const char *reply_codec; /* gem-serve --codec (NULL: none): in the start event, for a replay */
-	int fragments;         /* the caller commits fragments of θ (gem-sim, a replay): a run with
-				* rule.fragments > 1 may open, unsharded; gem-serve does not yet */
 };
 
 /* What a request came to. The negative ones are refusals (gem-protocol(7) gives each its HTTP
@@ -77,7 +75,8 @@ struct ps_commit {
 	int checked;      /* the caller has already run ps_check_update on it */
 	uint64_t bytes;   /* its message's bytes on the wire, header included (0: none sent) */
 	int fragment;     /* rule.fragments > 1: the fragment p it is (rule_commit_fragment); update
-			   * and the reply hold it at its place in θ, the slice layout_slice(n, p, P) */
+			   * is that slice of θ only, layout_slice(n, p, P), and the reply holds it
+			   * at its place in θ */
 };
 
 /* The answer to a commit or a leave. */
@@ -141,8 +140,8 @@ size_t ps_rule_bytes(const struct ps *s);
 /* What ps_join of worker id (< 0: a new one) would add to ps_rule_bytes: 0 for a worker whose
  * state the rule kept. */
 size_t ps_join_bytes(const struct ps *s, int id);
-/* The check every update gets (all elements finite): PS_APPLIED or PS_E_NON_FINITE. */
-int ps_check_update(const struct ps *s, const float *u, char *err);
+/* The check every update gets, of its n floats (all finite): PS_APPLIED or PS_E_NON_FINITE. */
+int ps_check_update(const float *u, size_t n, char *err);
 /* Apply commit c. out (n floats) receives the reply's vector: θ, or easgd's d when r->elastic
  * (written in the rule's pass); undefined after a refusal, and after PS_PENDING until
  * ps_reply_held. */

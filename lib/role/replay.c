@@ -79,7 +79,7 @@ static int make_newrun(const char *logpath, const char *newrun, char *err)
 /* The log's server started (again): open newrun through the core with the server's options. */
 static int server_start(struct replay *p, const struct run_log_line *l, char *err)
 {
-	struct ps_opts po = {.max_staleness = -1, .fragments = 1};
+	struct ps_opts po = {.max_staleness = -1};
 	const json_t *j = l->json;
 	const char *rule = jget_str_or(j, "rule", NULL);
 	long long v = 0, staleness = -1;
@@ -266,7 +266,7 @@ static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
 	c.base = w->base;
 	c.samples = w->got;
 	c.loss = w->loss;
-	c.update = w->update;
+	c.update = w->update + w->l.off; /* its fragment: all of it but for fragments */
 	c.fragment = w->l.sent;
 	c.bytes = w->commit_bytes[0];
 	p->sum.commits++;

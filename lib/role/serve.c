@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "base/num.h"
 #include "base/rng.h"
+#include "nn/layout.h"
 #include "role/ps.h"
 #include "wire/blob.h"
 #include "wire/delta.h"
@@ -263,13 +264,17 @@ static const char *codec_of(const struct server *s, const char *worker_codec)
  * holds a copy (a worker of int8, int4 or topk, and no --codec) as wire/delta says, a delta or
  * θ whole, with the copy's CRC-32 in head; else the vector in codec. */
 static int reply_encode(struct server *s, struct slot *w, struct reply_buf *b, json_t *head,
-			int elastic, const char *codec, struct msg_blob *blob, char *err)
+			int elastic, int fragment, const char *codec, struct msg_blob *blob, char *err)
 {
 	const char *name = elastic ? "elastic" : MSG_PARAMS;
 	const void *enc = NULL;
+	size_t off = 0, len = s->n;
 	int rc;
-	if (elastic || !w->dl.copy || s->opts.codec)
-		rc = blob_encode(&w->codec, reply_vec(b), s->n, codec, -1, &enc, &blob->meta, err);
+	if (fragment >= 0)
+		layout_slice(s->n, fragment, ps_run(s->ps)->rule.fragments, &off, &len);
+	/* a fragment's θ goes whole: a copy of θ follows no fragment (copy_wanted) */
+	if (elastic || !w->dl.copy || s->opts.codec || fragment >= 0)
+		rc = blob_encode(&w->codec, reply_vec(b) + off, len, codec, -1, &enc, &blob->meta, err);
 	else if ((rc = delta_encode(&w->dl, &w->codec, reply_vec(b), &enc, &blob->meta, &name,
 				    err)) == 0 &&
 		 json_object_set_new(head, DELTA_CRC, json_integer(delta_crc(&w->dl))) < 0)
@@ -280,11 +285,12 @@ static int reply_encode(struct server *s, struct slot *w, struct reply_buf *b, j
 }
 
 /* Send reply_vec(b) as the reply message (header fields + one blob: θ, or easgd's d when
- * elastic), and b with it: libmicrohttpd gives b back. A raw vector goes out from where it is,
- * its first line written just before it; w->lock held. *len: the message's bytes (0 when none
- * went out). */
+ * elastic, or fragment's slice of θ when fragment >= 0), and b with it: libmicrohttpd gives b
+ * back. A raw vector goes out from where it is, its first line written just before it; w->lock
+ * held. *len: the message's bytes (0 when none went out). */
 static int reply_vector(struct server *s, struct httpd_req *req, struct slot *w,
-			struct reply_buf *b, json_t *head, int elastic, const char *codec, size_t *len)
+			struct reply_buf *b, json_t *head, int elastic, int fragment, const char *codec,
+			size_t *len)
 {
 	char err[GEM_ERRMAX];
 	struct msg_blob blob;
@@ -297,7 +303,7 @@ static int reply_vector(struct server *s, struct httpd_req *req, struct slot *w,
 		reply_done(b);
 		return httpd_reply_error(req, 503, "busy", "out of memory");
 	}
-	if (reply_encode(s, w, b, head, elastic, codec, &blob, err) < 0 ||
+	if (reply_encode(s, w, b, head, elastic, fragment, codec, &blob, err) < 0 ||
 	    (enc = blob.data, msg_build_head(&w->head, head, &blob, 1, err)) < 0) {
 		reply_done(b);
 		return httpd_reply_error(req, 500, "encode", "%s", err);
@@ -374,10 +380,11 @@ static void memory_now(struct server *s, struct serve_memory *m)
 	m->peak = s->mem_peak;
 }
 
-/* 1 if worker id (< 0: a new one) committing in codec gets a copy of θ (wire/delta.h) */
+/* 1 if worker id (< 0: a new one) committing in codec gets a copy of θ (wire/delta.h): not
+ * with fragments, whose replies are each a slice */
 static int copy_wanted(const struct server *s, const char *codec)
 {
-	return !s->opts.codec && codec && delta_wanted(codec);
+	return !s->opts.codec && codec && delta_wanted(codec) && ps_run(s->ps)->rule.fragments == 1;
 }
 
 /* PS_E_FULL if joining worker id (< 0: a new one), committing in codec, would take the
@@ -535,11 +542,11 @@ static int h_join(struct httpd_req *req, void *ctx)
 	pthread_mutex_lock(&w->lock);
 	/* its copy of θ starts over from this reply, in the codec it names now */
 	delta_close(&w->dl);
-	if (delta_open(&w->dl, s->opts.codec ? NULL : codec, s->n, err) < 0) {
+	if (delta_open(&w->dl, copy_wanted(s, codec) ? codec : NULL, s->n, err) < 0) {
 		json_decref(head);
 		head = NULL; /* 503 */
 	}
-	rc = reply_vector(s, req, w, b, head, 0, codec_of(s, codec), &len);
+	rc = reply_vector(s, req, w, b, head, 0, -1, codec_of(s, codec), &len);
 	pthread_mutex_lock(&s->mu); /* w->lock, then mu: commit_apply's order */
 	w->scratch_bytes = slot_scratch(w);
 	pthread_mutex_unlock(&w->lock);
@@ -551,10 +558,11 @@ static int h_join(struct httpd_req *req, void *ctx)
 	return rc;
 }
 
-/* The commit message's header into c (update not set); a refusal's detail in err. */
-static int commit_parse(const json_t *h, struct ps_commit *c, char *err)
+/* The commit message's header into c (update not set), for a run of nfrag fragments of θ; a
+ * refusal's detail in err. */
+static int commit_parse(const json_t *h, int nfrag, struct ps_commit *c, char *err)
 {
-	long long worker, base, seq = 0, samples = 0;
+	long long worker, base, seq = 0, samples = 0, fragment = 0;
 	double loss;
 	int rc;
 	memset(c, 0, sizeof *c);
@@ -581,6 +589,9 @@ static int commit_parse(const json_t *h, struct ps_commit *c, char *err)
 	}
 	if (jget_num(h, "idle", 0, 1e9, &c->idle) < 0 || c->idle >= 1e9)
 		return gem_errf(err, -1, "idle: not a number of seconds >= 0");
+	if (jget_int(h, "fragment", 0, nfrag - 1, &fragment) < 0)
+		return gem_errf(err, -1, "fragment: not an integer in [0, %d)", nfrag);
+	c->fragment = (int)fragment;
 	return 0;
 }
 
@@ -668,19 +679,21 @@ static void time_commit(struct server *s, double decode, double rule, double enc
 	pthread_mutex_unlock(&s->tmu);
 }
 
-/* Decode and check the update of m (w->lock held): *u is where it lies in the request (a raw
- * update) or in w's codec buffer; 0, or a refusal sent. */
+/* Decode and check the update of m, fragment's slice of θ (w->lock held): *u is where it lies in
+ * the request (a raw update) or in w's codec buffer; 0, or a refusal sent. */
 static int commit_decode(struct server *s, struct httpd_req *req, const struct msg *m,
-			 struct slot *w, int id, const float **u)
+			 struct slot *w, int id, int fragment, const float **u)
 {
 	char err[GEM_ERRMAX];
 	const struct msg_blob *blob = msg_find(m, "update");
+	size_t off, len;
+	layout_slice(s->n, fragment, ps_run(s->ps)->rule.fragments, &off, &len);
 	if (!blob)
 		return refuse(s, id, req, 400, "bad_message", "no blob named \"update\""), -1;
-	if (blob_decode_view(&w->codec, blob->data, &blob->meta, s->n, u, err) < 0)
+	if (blob_decode_view(&w->codec, blob->data, &blob->meta, len, u, err) < 0)
 		return refuse(s, id, req, 400, "bad_blob", err), -1;
 	/* the decode's CRC pass found it finite, or the check here finds where it is not */
-	if (!w->codec.finite && ps_check_update(s->ps, *u, err) < 0)
+	if (!w->codec.finite && ps_check_update(*u, len, err) < 0)
 		return refuse(s, id, req, 400, "non_finite", err), -1;
 	return 0;
 }
@@ -701,7 +714,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 
 	if (msg_parse(req->body, req->body_len, &m, err) < 0)
 		return refuse(s, -1, req, 400, "bad_message", err);
-	if ((st = commit_parse(m.header, &c, err)) < 0) {
+	if ((st = commit_parse(m.header, ps_run(s->ps)->rule.fragments, &c, err)) < 0) {
 		msg_free(&m);
 		return st == PS_E_UNKNOWN ? refuse(s, -1, req, 409, "unknown_worker", err)
 					  : refuse(s, -1, req, 400, "bad_field", err);
@@ -730,7 +743,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		pthread_mutex_lock(&w->lock);
 	} else {
 		pthread_mutex_lock(&w->lock);
-		if (commit_decode(s, req, &m, w, c.worker, &c.update) < 0) {
+		if (commit_decode(s, req, &m, w, c.worker, c.fragment, &c.update) < 0) {
 			pthread_mutex_unlock(&w->lock);
 			slot_put(s, w);
 			msg_free(&m);
@@ -756,7 +769,9 @@ static int h_commit(struct httpd_req *req, void *ctx)
 	/* a resend: the reply to the first one may never have reached the worker's copy */
 	if (st == PS_DUPLICATE)
 		delta_restart(&w->dl);
+	/* with fragments, the reply is the commit's fragment of θ */
 	rc = reply_vector(s, req, w, b, head, r.elastic,
+			  ps_run(s->ps)->rule.fragments > 1 ? c.fragment : -1,
 			  codec_of(s, msg_find(&m, "update")->meta.codec), &len);
 	pthread_mutex_lock(&s->mu);
 	w->scratch_bytes = slot_scratch(w);

@@ -840,7 +840,7 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 	c.base = w->v.base;
 	c.samples = w->v.got;
 	c.loss = w->v.loss;
-	c.update = w->v.update;
+	c.update = w->v.update + w->v.l.off; /* its fragment: all of it but for fragments */
 	c.fragment = w->v.l.sent;
 	cores_vtime(s, tout);
 	st = cores_commit(s, &c, w->v.commit_bytes, &r, err);
@@ -1088,7 +1088,7 @@ static int workers_setup(struct sim *s, char *err)
 static int sim_setup(struct sim *s, const char *rundir, char *err)
 {
 	/* the simulation ends when its events do: a late joiner finds the server still there */
-	struct ps_opts po = {.max_staleness = -1, .keep_running = 1, .fragments = 1};
+	struct ps_opts po = {.max_staleness = -1, .keep_running = 1};
 	int rc;
 	s->ncores = s->o->shards > 1 ? s->o->shards : 1;
 	for (int k = 0; k < s->ncores; k++) {

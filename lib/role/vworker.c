@@ -225,7 +225,8 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 	}
 	/* every slice's header is the same: gem-work's servers are at one version */
 	w->seq++;
-	heads[0] = work_commit_head(w->id, w->base, w->seq, w->got, w->loss, w->l.d->background, 0);
+	heads[0] = work_commit_head(w->id, w->base, w->seq, w->got, w->loss, w->l.d->background, 0,
+				    w->l.nfrag > 1 ? w->l.sent : -1);
 	for (k = 1; k < w->ncut; k++)
 		heads[k] = heads[0];
 	w->update = wire_pass(cut, ncut, wire, w->fb.codec, &w->fb, u, w->sent, "update",

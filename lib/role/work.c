@@ -150,11 +150,12 @@ static int take_theta(struct wserver *srv, const struct msg *m, const struct msg
 	return 1;
 }
 
-/* Decode the vector named name of server srv's reply resp into v (its slice), once its header
- * names srv's slice (check_slice); header fields into its version. θ comes whole or as a delta
- * (take_theta). 1: the copy of θ is not the server's (err says so), v is undefined. */
+/* Decode the vector named name of server srv's reply resp into v (its slice, or with fragments
+ * the fragment's len floats), once its header names srv's slice (check_slice); header fields
+ * into its version. θ comes whole or as a delta (take_theta); a fragment's θ comes whole. 1: the
+ * copy of θ is not the server's (err says so), v is undefined. */
 static int take_reply(struct wserver *srv, const struct httpc_resp *resp, const char *name,
-		      float *v, int *found, json_t **head, char *err)
+		      float *v, size_t len, int *found, json_t **head, char *err)
 {
 	struct msg m;
 	const struct msg_blob *b;
@@ -172,12 +173,13 @@ static int take_reply(struct wserver *srv, const struct httpc_resp *resp, const 
 		b = msg_find(&m, MSG_PARAMS);
 	if (!b && (found || !strcmp(name, MSG_PARAMS)))
 		b = msg_find(&m, DELTA_BLOB);
-	if (!b) {
+	if (!b || (len != srv->len && strcmp(b->name, MSG_PARAMS))) {
 		msg_free(&m);
-		return gem_errf(err, GEM_EFAIL, "the server's reply has no \"%s\" blob", name);
+		return gem_errf(err, GEM_EFAIL, "the server's reply has no \"%s\" blob",
+				b ? MSG_PARAMS : name);
 	}
-	rc = strcmp(b->name, MSG_PARAMS) && strcmp(b->name, DELTA_BLOB)
-		     ? blob_decode(&srv->codec, b->data, &b->meta, v, srv->len, err)
+	rc = (strcmp(b->name, MSG_PARAMS) && strcmp(b->name, DELTA_BLOB)) || len != srv->len
+		     ? blob_decode(&srv->codec, b->data, &b->meta, v, len, err)
 		     : take_theta(srv, &m, b, v, err);
 	if (rc != 0) {
 		msg_free(&m);
@@ -224,7 +226,8 @@ static int join_server(struct wserver *srv, int id, float *x, json_t **head, cha
 	if (rc < 0)
 		return rc;
 	/* θ whole: the copy is what came, so a CRC that differs is the server's fault */
-	if ((rc = take_reply(srv, &srv->resp[0], MSG_PARAMS, x + srv->off, NULL, head, err)) != 0)
+	if ((rc = take_reply(srv, &srv->resp[0], MSG_PARAMS, x + srv->off, srv->len, NULL, head,
+			     err)) != 0)
 		return rc < 0 ? rc : GEM_EFAIL;
 	feedback_restart(&w->fb, srv->off, srv->len);
 	if (json_is_integer(v = json_object_get(*head, "seq")))
@@ -272,6 +275,7 @@ static void start_local(struct worker *w)
 {
 	rule_half_start(&w->l, model_params(w->t.m), feed_steps(&w->f, w->f.samples),
 			feed_steps(&w->f, run_budget(&w->run, feed_epoch(&w->f))));
+	rule_half_schedule(&w->l, w->version);
 }
 
 /* Leave every server: done (the budget spent), diverged (the loss was not finite, and which it
@@ -297,21 +301,27 @@ static void leave(struct worker *w, int done, int diverged, float loss)
 }
 
 json_t *work_commit_head(int worker, uint64_t base, uint64_t seq, uint64_t samples, float loss,
-			 int background, double idle)
+			 int background, double idle, int fragment)
 {
 	json_t *head = json_pack("{s:i, s:I, s:I, s:I}", "worker", worker, "base", (json_int_t)base,
 				 "seq", (json_int_t)seq, "samples", (json_int_t)samples);
 	if (head && ((isfinite(loss) && json_object_set_new(head, "loss", json_real(loss)) < 0) ||
-		     (background && json_object_set_new(head, "idle", json_real(idle)) < 0))) {
+		     (background && json_object_set_new(head, "idle", json_real(idle)) < 0) ||
+		     (fragment >= 0 &&
+		      json_object_set_new(head, "fragment", json_integer(fragment)) < 0))) {
 		json_decref(head);
 		return NULL;
 	}
 	return head;
 }
 
-/* The commit messages of the vector v: each server's slice into its buf. */
+/* The commit messages of the vector v (with fragments: the fragment's slice, rule_half_commit):
+ * each server's slice, or the one server's fragment, into its buf. */
 static int commit_build(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
+	int frag = w->l.nfrag > 1; /* one server (gem-serve refuses fragments when sharded) */
+	/* error feedback keeps its memory at the fragment's place in θ */
+	const float *at = frag ? v - w->l.off : v;
 	for (int k = 0; k < w->nsrv; k++) {
 		struct wserver *srv = &w->srv[k];
 		struct msg_blob blob = {.name = "update"};
@@ -319,9 +329,10 @@ static int commit_build(struct worker *w, const float *v, float loss, uint64_t s
 		json_t *head;
 		int rc;
 		if (!(head = work_commit_head(w->id, srv->version, ++srv->seq, samples, loss,
-					      w->l.d->background, w->idle)))
+					      w->l.d->background, w->idle, frag ? w->l.sent : -1)))
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
-		rc = feedback_encode(&w->fb, &srv->codec, v, srv->off, srv->len, &enc, &blob.meta, err);
+		rc = feedback_encode(&w->fb, &srv->codec, at, frag ? w->l.off : srv->off,
+				     frag ? w->l.len : srv->len, &enc, &blob.meta, err);
 		blob.data = enc;
 		if (rc == 0)
 			rc = msg_build(&srv->buf, head, &blob, 1, err);
@@ -413,14 +424,24 @@ static void elastic_mix(struct worker *w, const char *kind, float *x, float *v)
 			v[i] = kind[k] == 0 ? x[i] - v[i] : 0;
 }
 
-/* Fold the replies of client c into x as the rule says: θ itself, easgd's d ("elastic") or dma's
- * X_{j+1}, each slice from its server's reply. 1: a server rejoined (its slice is θ now);
- * 2: the run is over; < 0 an error. */
+/* 1 if the reply's vector goes beside x, to fold in (easgd's d, dma's X_{j+1}, a fragment's θ
+ * to mix in), 0 if it is θ into x */
+static int reply_beside(const struct rule_half *l)
+{
+	return l->d->reply_elastic || l->d->sends == RULE_SENDS_CYCLE || l->streams;
+}
+
+/* Fold the replies of client c into x as the rule says: θ itself, easgd's d ("elastic"), dma's
+ * X_{j+1} or a fragment's θ to mix in, each slice from its server's reply. 1: a server rejoined
+ * (its slice is θ now); 2: the run is over; < 0 an error. */
 static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 {
 	float *x = model_params(w->t.m);
-	int elastic = 0, direct = !w->l.d->reply_elastic && w->l.d->sends != RULE_SENDS_CYCLE;
+	int elastic = 0, direct = !reply_beside(&w->l);
+	/* a fragment's θ at its place in v */
 	float *v = direct ? x : w->v;
+	int frag = w->l.nfrag > 1;
+	size_t off = frag ? w->l.off : 0;
 	char kind[SHARD_MAX]; /* 0: θ came, 1: easgd's d came, 2: joined again */
 	int rc, any = 0, over = 0;
 	for (int k = 0; k < w->nsrv; k++) {
@@ -430,7 +451,7 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 		 * with θ; a copy of θ that is not the server's any more starts over from θ */
 		if ((rc = commit_status(srv, c, rejoin, err)) == 0) {
 			rc = take_reply(srv, &srv->resp[c], w->l.d->reply_elastic ? "elastic" : MSG_PARAMS,
-					v + srv->off, &e, NULL, err);
+					v + srv->off + off, frag ? w->l.len : srv->len, &e, NULL, err);
 			if (rc == 0) {
 				kind[k] = (char)e;
 				elastic |= e;
@@ -455,7 +476,7 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 		return 1; /* joined again: x is θ */
 	if (w->nsrv > 1 && elastic)
 		elastic_mix(w, kind, x, v);
-	rule_half_reply(&w->l, x, v, elastic);
+	rule_half_reply(&w->l, x, v + off, elastic);
 	return any;
 }
 
@@ -635,8 +656,7 @@ static int open_run(struct worker *w, const char *url, char *err)
 	run_optim_config(&w->run, UINT64_MAX, &oc);
 	if ((rc = rule_half_init(&w->l, &w->run.rule, model_layout(w->t.m), &oc, err)) < 0)
 		return rc;
-	if ((w->l.d->reply_elastic || w->l.d->sends == RULE_SENDS_CYCLE) &&
-	    !(w->v = malloc(sizeof(float) * w->n)))
+	if (reply_beside(&w->l) && !(w->v = malloc(sizeof(float) * w->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
 	if ((rc = feedback_open(&w->fb, w->o.t.codec, w->l.d, w->n, err)) < 0)
 		return rc;
