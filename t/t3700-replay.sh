@@ -171,6 +171,25 @@ test_expect_success 'diloco with 2 fragments: twice the rounds, each commit half
 	test "$nd" = 4 && test "$n1" = 2 &&
 	awk -v a="$bd" -v b="$b1" "BEGIN { r = a / b; exit !(r > 0.49 && r < 0.51) }"
 '
+# vtime RUN: the virtual time at the end of gem-sim's run RUN (its output in RUN.sim)
+vtime() { awk 'NR == 2 { print $4 }' "$1.sim"; }
+
+test_expect_success 'gem-sim --overlap: 0 is the run without it, bit for bit; 1 replays bit for bit' '
+	for t in 0 1; do
+		gem-init -q --rule diloco --workers 3 --window 4 --fragments 2 --mix 0.5 --overlap $t \
+			--lr 0.02 --batch 32 --seed 3 ov-$t || return 1
+	done &&
+	gem-init -q --rule diloco --workers 3 --window 4 --fragments 2 --mix 0.5 --lr 0.02 \
+		--batch 32 --seed 3 ov-none &&
+	for r in ov-0 ov-1 ov-none; do
+		gem-sim -q -n 3 --steps 8 --bandwidth 1e6 $r >$r.sim || return 1
+	done &&
+	same ov-none ov-0 && ! same ov-0 ov-1 &&
+	gem-sim -q --replay ov-1/log.jsonl new-ov-1 >/dev/null &&
+	same ov-1 new-ov-1 && same_bytes ov-1 new-ov-1 &&
+	echo "$(vtime ov-0) $(vtime ov-1)" &&
+	awk -v a="$(vtime ov-0)" -v b="$(vtime ov-1)" "BEGIN { exit !(b < a) }"
+'
 test_expect_success 'served diloco and async-diloco (α 0.5) with 2 fragments: replayed bit for bit' '
 	served real-frag-d diloco 2 8 --window 4 --fragments 2 &&
 	gem-sim -q --replay real-frag-d/log.jsonl new-real-frag-d >/dev/null &&

@@ -1,7 +1,8 @@
 /* t4013: streaming fragments of diloco and async-diloco (doc/rules.md "Streaming fragments"):
  * the config's checks; the outer step on one fragment's slice, worked by hand, leaving the other
  * untouched; fragments in turn give one whole commit's θ bit for bit (the step is element-wise);
- * the worker's schedule and its mix by α, by hand; a leave closing a fragment's round; a
+ * the worker's schedule and its mix by α, by hand, also with an overlap of T steps; a leave
+ * closing a fragment's round; a
  * checkpoint mid-schedule resumed exactly; a non-finite fragment refused with nothing changed. */
 #include "base/err.h"
 #include "base/rng.h"
@@ -87,6 +88,15 @@ static void config(void)
 		     "\"dynamic_local_updates\": true}", &c, err) == GEM_EUSAGE &&
 		   strstr(err, "dynamic_local_updates"),
 	   "fragments with dynamic local updates are refused: %s", err);
+	ok(from_text("{\"name\": \"diloco\", \"nworkers\": 2, \"window\": 10, \"fragments\": 2, "
+		     "\"overlap\": 5}", &c, err) == GEM_EUSAGE && strstr(err, "overlap"),
+	   "an overlap of H/P steps is refused: %s", err);
+	ok(from_text("{\"name\": \"async-diloco\", \"window\": 10, \"fragments\": 2, "
+		     "\"overlap\": 4}", &c, err) == 0 && c.overlap == 4,
+	   "an overlap T < H/P is taken");
+	j = rule_config_to_json(&c);
+	ok(j && json_integer_value(json_object_get(j, "overlap")) == 4, "and back");
+	json_decref(j);
 	ok(from_text("{\"name\": \"gem\", \"window\": 4, \"fragments\": 2}", &c, err) ==
 			   GEM_EUSAGE && strstr(err, "not a field"),
 	   "fragments are not gem's: %s", err);
@@ -200,6 +210,50 @@ static const float *window(struct rule_half *l, float *x)
 	return rule_half_commit(l, x);
 }
 
+/* worker()'s half: async-diloco, P = 2, H = 4, α = 0.5, an overlap of T steps, over 4 floats
+ * from x, each inner step plain SGD with lr 1 (x − 1 with gradient 1, exact); 0 or an error. */
+static int half_p2(struct rule_half *l, int overlap, const float *x)
+{
+	char err[GEM_ERRMAX];
+	struct rule_config c;
+	struct layout lo = layout_n(4);
+	struct optim_config oc = {.kind = OPTIM_SGD, .lr = 1};
+	int rc;
+	rule_config_default("async-diloco", &c, err);
+	c.window = 4;
+	c.fragments = 2;
+	c.mix = 0.5f;
+	c.overlap = overlap;
+	if ((rc = rule_half_init(l, &c, &lo, &oc, err)) == 0)
+		rule_half_start(l, x, 0, 0);
+	return rc;
+}
+
+/* worker()'s half with an overlap T = 1: each reply is held, and mixed into x as it is after
+ * the first step of the next window. */
+static void overlap(void)
+{
+	struct rule_half l;
+	float x[4] = {0}, r0[2] = {-1, -1}, r1[2] = {-2, -2};
+	const float *u;
+	half_p2(&l, 1, x);
+	u = window(&l, x);
+	rule_half_reply(&l, x, r0, 0);
+	ok(l.sent == 0 && u[0] == -2 && x[0] == -2 && x[1] == -2 && l.holding,
+	   "T = 1: θ[0] = (−1, −1) held, x as trained: (−2, −2, −2, −2)");
+	/* step 1: x = −3; x[0] ← 0.5·(−3) + 0.5·(−1) = −2; step 2: (−3, −3, −4, −4) */
+	u = window(&l, x);
+	ok(l.sent == 1 && u[0] == -4 && u[1] == -4 && x[0] == -3 && x[1] == -3 && x[2] == -4 &&
+		   x[3] == -4 && !l.holding,
+	   "mixed after 1 step (x[0] = −2), then a step: x = (−3, −3, −4, −4), u[1] = (−4, −4)");
+	rule_half_reply(&l, x, r1, 0);
+	/* step 1: (−4, −4, −5, −5); x[1] ← 0.5·(−5) + 0.5·(−2) = −3.5; step 2 */
+	u = window(&l, x);
+	ok(l.sent == 0 && u[0] == -4 && x[0] == -5 && x[2] == -4.5f && x[3] == -4.5f,
+	   "θ[1] mixed after 1 step: x = (−5, −5, −4.5, −4.5), u[0] = x[0] − θ[0] = (−4, −4)");
+	rule_half_free(&l);
+}
+
 /* The worker's half, P = 2, H = 4, α = 0.5, over 4 floats from x = 0, each inner step plain
  * SGD with lr 1 and gradient 1 (x − 1, exact). A commit every H/P = 2 steps. */
 static void worker(void)
@@ -211,13 +265,7 @@ static void worker(void)
 	struct optim_config oc = {.kind = OPTIM_SGD, .lr = 1};
 	float x[4] = {0}, r0[2] = {-1, -1}, r1[2] = {-2, -2};
 	const float *u;
-	rule_config_default("async-diloco", &c, err);
-	c.window = 4;
-	c.fragments = 2;
-	c.mix = 0.5f;
-	ok(rule_half_init(&l, &c, &lo, &oc, err) == 0 && l.window == 2,
-	   "the worker commits every H/P = 2 steps");
-	rule_half_start(&l, x, 0, 0);
+	ok(half_p2(&l, 0, x) == 0 && l.window == 2, "the worker commits every H/P = 2 steps");
 	for (int cyc = 0; cyc < 3; cyc++) {
 		u = window(&l, x);
 		if (cyc == 0) {
@@ -257,6 +305,7 @@ static void worker(void)
 	ok(l.sent == 1 && u[0] == -2 && x[0] == -2 && x[2] == -1 && x[3] == -1,
 	   "diloco joined at version 3: fragment 1 first; α = 0: x[1] ← θ[1]");
 	rule_half_free(&l);
+	overlap();
 }
 
 /* Save in the middle of the schedule (a fragment's round open), load into a new rule, finish

@@ -103,6 +103,17 @@ test_expect_code 2 'gem-serve --shard refuses a run with fragments (they need on
 	gem-serve --listen 127.0.0.1:0 --shard 0/2 frun 2>err; rc=$?; cat err;
 	grep -q "fragments need one server" err && exit $rc
 '
+test_expect_code 2 'gem-serve refuses a run with an overlap (gem-sim only)' '
+	gem-init -q --model tiny.json --data d --rule diloco -n 2 --window 10 --fragments 2 \
+		--overlap 1 orun || exit 9
+	gem-serve --listen 127.0.0.1:0 orun 2>err; rc=$?; cat err;
+	grep -q "overlap" err && exit $rc
+'
+test_expect_code 2 'gem-init --overlap of H/P steps or more is refused' '
+	gem-init -q --model tiny.json --data d --rule diloco -n 2 --window 10 --fragments 2 \
+		--overlap 5 orun2 2>err; rc=$?; cat err;
+	grep -q "overlap" err && test ! -e orun2/run.json && exit $rc
+'
 test_expect_code 2 'gem-init --rule sync without --workers names the option to give' '
 	gem-init -q --model tiny.json --data d --rule sync syncrun 2>err; rc=$?; cat err;
 	grep -q "give --workers N" err && test ! -e syncrun/run.json && exit $rc

@@ -536,11 +536,13 @@ static int summary_add(struct sim *s, float loss, const struct rule_stats *st)
 /* ---- what the workers do between messages ---- */
 
 /* The reply reaches worker w at time tr: it leaves when its budget is spent, else it plans its
- * next commit (local steps, samples, when it is sent) and becomes READY to compute it. */
+ * next commit (local steps, samples, when it is sent) and becomes READY to compute it. With an
+ * overlap T the worker went on from its commit's sending: its first T steps run while the
+ * reply travels, and it waits for the reply only if it has not come by then. */
 static int worker_reply(struct sim *s, struct simw *w, double tr)
 {
 	const struct sim_opts *o = s->o;
-	double d = 0;
+	double d = 0, d_held = -1;
 	uint64_t got = 0;
 	if (w->ended || tr >= w->die_at)
 		return 0; /* it dies first: its death sends the leave */
@@ -555,11 +557,18 @@ static int worker_reply(struct sim *s, struct simw *w, double tr)
 	while (w->nsteps < w->v.l.window && w->planned + got < w->target) {
 		got += shadow_next(w);
 		d += step_time(s, w);
-		w->nsteps++;
+		if (++w->nsteps == w->v.l.overlap)
+			d_held = d;
 	}
 	w->planned += got;
 	w->steps += (uint64_t)w->nsteps;
-	w->send_at = tr + d;
+	if (!w->v.l.holding) {
+		w->send_at = tr + d;
+	} else {
+		/* from its last sending; the reply is mixed in after T steps, or at the commit */
+		double held = d_held >= 0 ? d_held : d;
+		w->send_at = fmax(w->send_at + held, tr) + (d - held);
+	}
 	if (w->send_at > w->die_at)
 		return 0; /* never sent */
 	if (push(s, EV_COMMIT, w->send_at + o->latency, w->v.id, 0) < 0)

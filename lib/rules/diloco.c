@@ -69,7 +69,7 @@ static int rule_diloco_round(struct rule *r, const float *in, float *reply, floa
 }
 
 const struct rule_ops rule_diloco_ops = {
-	.desc = {.name = "diloco", .fields = "window outer_lr outer_momentum fragments mix",
+	.desc = {.name = "diloco", .fields = "window outer_lr outer_momentum fragments mix overlap",
 		 .window = 50,
 		 .sends = RULE_SENDS_OUTER, .rounds = 1},
 	.sent_vec = -1,
@@ -185,7 +185,7 @@ static void rule_async_diloco_take(struct rule *r)
 const struct rule_ops rule_async_diloco_ops = {
 	.desc = {.name = "async-diloco",
 		 .fields = "window outer_lr outer_momentum delayed_nesterov dynamic_local_updates "
-			   "fragments mix",
+			   "fragments mix overlap",
 		 .window = 50, .sends = RULE_SENDS_OUTER},
 	.sent_vec = -1,
 	.nglobal = 2,

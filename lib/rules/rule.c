@@ -84,6 +84,8 @@ static const struct rule_field {
 	{RULE_FIELD(fragments), .type = RULE_F_INT, .lo = 1, .hi = 1 << 20,
 	 .range = "an integer in [1, 1048576]"},
 	{RULE_FIELD(mix), .type = RULE_F_FLOAT, .lo = 0, .hi = 1, .hi_open = 1, .range = "in [0, 1)"},
+	{RULE_FIELD(overlap), .type = RULE_F_INT, .lo = 0, .hi = 1 << 20,
+	 .range = "an integer in [0, 1048576]"},
 #undef RULE_FIELD
 };
 #define RULE_NFIELDS ((int)(sizeof rule_fields / sizeof *rule_fields))
@@ -236,9 +238,16 @@ int rule_config_check(const struct rule_config *c, char *err)
 				"outer_momentum: rule %s uses it only with a window of inner steps "
 				"(--window H, H > 1)", rule_all[ri]->desc.name);
 	/* the passes of the other rules go over all of θ */
-	if ((c->fragments != 1 || c->mix != 0) && !rule_uses(&rule_all[ri]->desc, "fragments"))
+	if ((c->fragments != 1 || c->mix != 0 || c->overlap) &&
+	    !rule_uses(&rule_all[ri]->desc, "fragments"))
 		return gem_errf(err, GEM_EUSAGE, "%s: rule %s does not use it",
-				c->fragments != 1 ? "fragments" : "mix", rule_all[ri]->desc.name);
+				c->fragments != 1 ? "fragments" : c->mix != 0 ? "mix" : "overlap",
+				rule_all[ri]->desc.name);
+	/* the reply is mixed in before the next commit is computed */
+	if (c->overlap && c->overlap >= c->window / c->fragments)
+		return gem_errf(err, GEM_EUSAGE,
+				"overlap: %d inner steps is not less than the H/P = %d between two "
+				"commits", c->overlap, c->window / c->fragments);
 	if (c->fragments > 1 && c->window % c->fragments)
 		return gem_errf(err, GEM_EUSAGE,
 				"fragments: %d does not divide the window of %d inner steps (one "
@@ -286,7 +295,7 @@ int rule_config_from_json(const json_t *obj, struct rule_config *c, char *err)
 					"unknown field '%s' (fields: name lr momentum nworkers kappa "
 					"pi_max eps tensor_stats gem_ref state_precision window alpha lambda_dc "
 					"outer_lr outer_momentum delayed_nesterov dynamic_local_updates "
-					"fragments mix)",
+					"fragments mix overlap)",
 					key);
 		if (!rule_uses(&rule_all[ri]->desc, f->name))
 			return gem_errf(err, GEM_EUSAGE, "%s: not a field of rule %s", key, name);

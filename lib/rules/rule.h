@@ -85,6 +85,8 @@ struct rule_config {
 				   * turn, one every H/P inner steps (1: all of θ at once) */
 	float mix;                /* diloco, async-diloco: α, a fragment's reply mixed into the
 				   * worker's x as x ← α·x + (1 − α)·θ (0: replaced) */
+	int overlap;              /* diloco, async-diloco: T < H/P, the inner steps a worker takes
+				   * after a commit before it mixes the reply in (0: it waits) */
 	int nworkers;             /* n, the workers the run is planned for (0: unset); rules with rounds
 				   * wait for n commits, easgd's default α is 0.9/n */
 };

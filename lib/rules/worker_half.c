@@ -37,14 +37,19 @@ int rule_half_init(struct rule_half *l, const struct rule_config *c, const struc
 	/* P fragments in turn, one every H/P steps: each fragment is synchronised every H */
 	l->nfrag = c->fragments > 1 ? c->fragments : 1;
 	l->mix = c->mix;
-	l->streams = l->sends == RULE_SENDS_OUTER && (l->nfrag > 1 || l->mix > 0);
+	l->overlap = c->overlap;
+	l->streams = l->sends == RULE_SENDS_OUTER && (l->nfrag > 1 || l->mix > 0 || l->overlap > 0);
 	l->window /= l->nfrag;
 	l->len = n;
 	l->x0 = malloc(sizeof(float) * n);
 	l->delta = malloc(sizeof(float) * n);
 	if (l->sends == RULE_SENDS_CYCLE)
 		l->xg = malloc(sizeof(float) * n);
-	if (!l->x0 || !l->delta || (l->sends == RULE_SENDS_CYCLE && !l->xg)) {
+	/* the longest fragment: layout_slice's differ by one float at most */
+	if (l->streams && l->overlap > 0)
+		l->held = malloc(sizeof(float) * (n / (size_t)l->nfrag + 1));
+	if (!l->x0 || !l->delta || (l->sends == RULE_SENDS_CYCLE && !l->xg) ||
+	    (l->streams && l->overlap > 0 && !l->held)) {
 		rule_half_free(l);
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", n);
 	}
@@ -60,6 +65,7 @@ void rule_half_free(struct rule_half *l)
 	free(l->x0);
 	free(l->delta);
 	free(l->xg);
+	free(l->held);
 	optim_free(&l->opt);
 	memset(l, 0, sizeof *l);
 }
@@ -72,6 +78,7 @@ void rule_half_start(struct rule_half *l, const float *x, uint64_t step, uint64_
 		/* every fragment's θ as received: x */
 		memcpy(l->x0, x, sizeof(float) * l->n);
 		l->frag = 0;
+		l->holding = 0;
 	}
 	if (l->sends != RULE_SENDS_CYCLE)
 		return;
@@ -92,6 +99,28 @@ void rule_half_begin(struct rule_half *l, const float *x)
 	if ((l->sends == RULE_SENDS_STEP && l->window > 1) ||
 	    (l->sends == RULE_SENDS_OUTER && !l->streams))
 		memcpy(l->x0, x, sizeof(float) * l->n);
+	l->k = 0;
+}
+
+/* Streaming DiLoCo's mix of fragment θ[p] = v into x[p]: x0[p] ← v, x[p] ← α·x[p] + (1 − α)·v
+ * (α = 0: x[p] ← v, its bits) over the fragment's l->len floats. */
+static void rule_half_mix(const struct rule_half *l, float *x, float *x0, const float *v)
+{
+	const float a = l->mix, b = 1 - l->mix;
+	memcpy(x0, v, sizeof(float) * l->len);
+	if (a == 0) {
+		memcpy(x, v, sizeof(float) * l->len);
+		return;
+	}
+	for (size_t i = 0; i < l->len; i++)
+		x[i] = a * x[i] + b * v[i];
+}
+
+/* Mix the reply held into x (an overlap's, after its T local steps). */
+static void rule_half_unhold(struct rule_half *l, float *x)
+{
+	rule_half_mix(l, x + l->off, l->x0 + l->off, l->held);
+	l->holding = 0;
 }
 
 void rule_half_step(struct rule_half *l, float *x, float *g)
@@ -114,6 +143,8 @@ void rule_half_step(struct rule_half *l, float *x, float *g)
 		for (size_t i = 0; i < n; i++)
 			x[i] -= lr * g[i];
 	}
+	if (l->holding && ++l->k == l->overlap)
+		rule_half_unhold(l, x);
 }
 
 /* The commit of the fragment due: u[p] = x[p] − x0[p], its slice of delta; the next is due
@@ -133,6 +164,8 @@ static const float *rule_half_fragment(struct rule_half *l, const float *x)
 const float *rule_half_commit(struct rule_half *l, float *x)
 {
 	size_t n = l->n;
+	if (l->holding) /* a window shorter than the overlap */
+		rule_half_unhold(l, x);
 	switch (l->sends) {
 	case RULE_SENDS_X:
 		return x;
@@ -157,24 +190,13 @@ const float *rule_half_commit(struct rule_half *l, float *x)
 	return l->delta;
 }
 
-/* Streaming DiLoCo's mix of fragment θ[p] = v into x[p]: x0[p] ← v, x[p] ← α·x[p] + (1 − α)·v
- * (α = 0: x[p] ← v, its bits) over the fragment's l->len floats. */
-static void rule_half_mix(const struct rule_half *l, float *x, float *x0, const float *v)
-{
-	const float a = l->mix, b = 1 - l->mix;
-	memcpy(x0, v, sizeof(float) * l->len);
-	if (a == 0) {
-		memcpy(x, v, sizeof(float) * l->len);
-		return;
-	}
-	for (size_t i = 0; i < l->len; i++)
-		x[i] = a * x[i] + b * v[i];
-}
-
 void rule_half_reply(struct rule_half *l, float *x, const float *v, int elastic)
 {
 	size_t n = l->n;
-	if (l->streams) {
+	if (l->streams && l->overlap > 0) {
+		memcpy(l->held, v, sizeof(float) * l->len);
+		l->holding = 1;
+	} else if (l->streams) {
 		rule_half_mix(l, x + l->off, l->x0 + l->off, v);
 	} else if (l->sends == RULE_SENDS_CYCLE) {
 		memcpy(l->xg, v, sizeof(float) * n);

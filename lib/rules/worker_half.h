@@ -29,6 +29,10 @@ struct rule_half {
 	int frag;     /* the fragment of the next commit */
 	int sent;     /* the fragment of the commit computed last (rule_half_commit) */
 	size_t off, len; /* its slice of θ: [0, n) when not streaming */
+	int overlap;  /* T: a reply is held, and mixed in after T local steps of the next window */
+	float *held;  /* the reply's θ[p] held (len floats) */
+	int holding;  /* held has a reply not mixed in yet */
+	int k;        /* local steps of this window taken with a reply held */
 	struct optim opt; /* the local optimiser when not plain */
 };
 
@@ -47,7 +51,8 @@ void rule_half_start(struct rule_half *l, const float *x, uint64_t step, uint64_
 /* x was θ at version (a join's): with rounds, whose round at version synchronises fragment
  * version mod P, the next commit is that fragment; without, a worker starts at 0. */
 void rule_half_schedule(struct rule_half *l, uint64_t version);
-/* Before the first local step of a commit. */
+/* Before the first local step of a commit. With an overlap T, the reply held is mixed into x
+ * after the T-th step (rule_half_step), or before the commit if the window is shorter. */
 void rule_half_begin(struct rule_half *l, const float *x);
 /* One local step with gradient g taken at x (x may move; g may be clipped in place). */
 void rule_half_step(struct rule_half *l, float *x, float *g);
@@ -56,6 +61,7 @@ void rule_half_step(struct rule_half *l, float *x, float *g);
 const float *rule_half_commit(struct rule_half *l, float *x);
 /* The reply's vector v: θ (x ← θ), easgd's d when elastic (x ← x − d), or for dma X_{j+1}
  * (kept for the next boundary). Streaming: v is fragment l->sent's θ[p], l->len floats:
- * x0[p] ← θ[p] and x[p] ← α·x[p] + (1 − α)·θ[p]. */
+ * x0[p] ← θ[p] and x[p] ← α·x[p] + (1 − α)·θ[p], at once, or with an overlap T held and mixed
+ * in after T local steps of the next window (x[p] as it is then). */
 void rule_half_reply(struct rule_half *l, float *x, const float *v, int elastic);
 #endif

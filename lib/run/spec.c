@@ -22,7 +22,7 @@
 enum {
 	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_STATEPREC, O_WINDOW, O_ALPHA, O_LDC,
 	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM, O_DELAYED, O_DYNLU, O_FRAGMENTS, O_MIX, O_LABEL,
-	O_HOLDOUT, O_INIT_FROM,
+	O_HOLDOUT, O_INIT_FROM, O_OVERLAP,
 };
 
 #define MAX_WARMUP (1ull << 40) /* warm-up steps: at most this */
@@ -60,6 +60,7 @@ const struct option run_opts_long[RUN_OPTS_N + 1] = {
 	{.name = "dynamic-local-updates", .has_arg = no_argument, .val = O_DYNLU},
 	{.name = "fragments", .has_arg = required_argument, .val = O_FRAGMENTS},
 	{.name = "mix", .has_arg = required_argument, .val = O_MIX},
+	{.name = "overlap", .has_arg = required_argument, .val = O_OVERLAP},
 	{.name = "workers", .has_arg = required_argument, .val = 'n'},
 	{.name = "force", .has_arg = no_argument, .val = 'f'},
 	{0},
@@ -480,7 +481,7 @@ int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
 		return 0;
 	case O_KAPPA: case O_PIMAX: case O_EPS: case O_GEMREF: case O_STATEPREC: case O_WINDOW: case O_ALPHA: case O_LDC:
 	case O_OUTER_LR: case O_OUTER_MOM: case O_DELAYED: case O_DYNLU: case O_FRAGMENTS:
-	case O_MIX: case 'n':
+	case O_MIX: case O_OVERLAP: case 'n':
 		if (o->nruleopts == (int)(sizeof o->ruleopts / sizeof *o->ruleopts))
 			return gem_errf(err, GEM_EUSAGE, "too many rule options");
 		o->ruleopts[o->nruleopts].opt = c;
@@ -593,6 +594,12 @@ static int rule_opt_apply(struct rule_config *c, int opt, const char *a, char *e
 	case O_MIX:
 		if (num_float(a, 0, 0.999999, &c->mix))
 			return gem_errf(err, GEM_EUSAGE, "--mix: not in [0, 1): %s", a);
+		break;
+	case O_OVERLAP:
+		if (num_long(a, 0, 1 << 20, &v))
+			return gem_errf(err, GEM_EUSAGE,
+					"--overlap: not an integer in [0, 1048576]: %s", a);
+		c->overlap = (int)v;
 		break;
 	case 'n':
 		if (num_long(a, 1, RUN_MAX_WORKERS, &v))
