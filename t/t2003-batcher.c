@@ -4,6 +4,7 @@
 #include "base/err.h"
 #include "tap.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 enum { N = 1003, DIM = 6, B = 32 };
@@ -140,6 +141,39 @@ int main(void)
 	ok(n2 == n1 && !memcmp(o3, o2, sizeof(int) * (size_t)n2),
 	   "freed and resumed after every batch: epoch 1's order");
 	batcher_free(&c);
+
+	/* A worker's dataset cut to its shard after a batch of epoch 0: the same samples with the
+	 * same labels, in the same orders (the rest of epoch 0, epoch 1 after a free and resume). */
+	{
+		struct dataset own = d;
+		int first[B];
+		own.images = malloc(sizeof images);
+		own.labels = malloc(sizeof labels);
+		memcpy(own.images, images, sizeof images);
+		memcpy(own.labels, labels, sizeof labels);
+		batcher_init(&c, &own, B, 11, 3, 1, 3, 0.f, 1.f, err);
+		batcher_next(&c, x, y);
+		for (int i = 0; i < B; i++)
+			first[i] = sample_of(x + i * DIM);
+		ok(batcher_keep_shard(&c, &own, err) == 0 && own.n == 334 && c.count == 334,
+		   "kept: the dataset holds the shard's 334 samples: %s", err);
+		n2 = epoch_order(&c, o3 + B, &sizes_ok) + B;
+		memcpy(o3, first, sizeof first);
+		ok(sizes_ok && n2 == n1 && !memcmp(o3, o1, sizeof(int) * (size_t)n1),
+		   "kept: the rest of epoch 0 as before, labels with their samples");
+		batcher_free(&c);
+		ok(batcher_resume(&c, err) == 0, "kept: resumed: %s", err);
+		n2 = epoch_order(&c, o3, &sizes_ok);
+		ok(sizes_ok && n2 == n1 && !memcmp(o3, o2, sizeof(int) * (size_t)n2),
+		   "kept: epoch 1 as before");
+		batcher_free(&c);
+		dataset_free(&own);
+		own = d;
+		batcher_init(&c, &own, B, 11, 3, 0, 1, 0.f, 1.f, err);
+		ok(batcher_keep_shard(&c, &own, err) == 0 && own.images == images && own.n == N,
+		   "a shard of the whole set keeps the dataset as it is");
+		batcher_free(&c);
+	}
 
 	/* Partial last batch: 334 samples = 10×32 + 14. */
 	ok(b.count == 334, "shard 1 of 3 has 334 samples");

@@ -706,16 +706,19 @@ static int batcher_init_text(struct batcher *b, const struct dataset *d, int sha
 	return 0;
 }
 
-/* The index arrays of b, whose count is set: its shard (of images: its part of the one
- * permutation of all samples, fixed by seed alone, so that it can be made again) and room for
- * an epoch's order. -1: out of memory (nothing allocated). */
-static int batcher_alloc(struct batcher *b)
+/* b->shard, of images: its part of the one permutation of all samples, fixed by seed alone so
+ * that it can be made again; or, once d holds that part alone, d's samples in order. -1: out of
+ * memory. */
+static int shard_fill(struct batcher *b)
 {
 	const struct dataset *d = b->d;
 	uint32_t *perm;
 	struct rng r;
-	if (d->text)
-		return (b->order = malloc(b->count * sizeof *b->order)) ? 0 : -1;
+	if (b->kept) {
+		for (size_t k = 0; k < b->count; k++)
+			b->shard[k] = (uint32_t)k;
+		return 0;
+	}
 	if (!(perm = malloc((size_t)d->n * sizeof *perm)))
 		return -1;
 	for (int i = 0; i < d->n; i++)
@@ -723,13 +726,21 @@ static int batcher_alloc(struct batcher *b)
 	/* One permutation for all workers (seed only), cut into shard_n contiguous parts. */
 	rng_seed(&r, b->seed, RNG_SHARD);
 	rng_shuffle(&r, perm, (size_t)d->n);
+	memcpy(b->shard, perm + (size_t)d->n * (size_t)b->shard_i / (size_t)b->shard_n,
+	       b->count * sizeof *perm);
+	free(perm);
+	return 0;
+}
+
+/* The index arrays of b, whose count is set: its shard (shard_fill) and room for an epoch's
+ * order. -1: out of memory (nothing allocated). */
+static int batcher_alloc(struct batcher *b)
+{
+	if (b->d->text)
+		return (b->order = malloc(b->count * sizeof *b->order)) ? 0 : -1;
 	b->shard = malloc(b->count * sizeof *b->shard);
 	b->order = malloc(b->count * sizeof *b->order);
-	if (b->shard && b->order)
-		memcpy(b->shard, perm + (size_t)d->n * (size_t)b->shard_i / (size_t)b->shard_n,
-		       b->count * sizeof *perm);
-	free(perm);
-	if (!b->shard || !b->order) {
+	if (!b->shard || !b->order || shard_fill(b) < 0) {
 		batcher_free(b);
 		return -1;
 	}
@@ -772,6 +783,44 @@ int batcher_resume(struct batcher *b, char *err)
 		return 0;
 	if (batcher_alloc(b) < 0)
 		return gem_errf(err, GEM_ENOMEM, "batcher: out of memory");
+	shuffle_epoch(b);
+	return 0;
+}
+
+int batcher_keep_shard(struct batcher *b, struct dataset *d, char *err)
+{
+	size_t row = (size_t)d->dim * (d->images ? 1 : sizeof(float));
+	uint8_t *from = d->images ? d->images : (uint8_t *)d->xf, *x;
+	uint16_t *y;
+	int rc;
+	if (d->text || b->kept || b->count == (size_t)d->n)
+		return 0;
+	if ((rc = batcher_resume(b, err)) < 0)
+		return rc;
+	x = malloc(b->count * row);
+	y = malloc(b->count * sizeof *y);
+	if (!x || !y) {
+		free(x);
+		free(y);
+		return gem_errf(err, GEM_ENOMEM, "batcher: out of memory for the shard's %zu samples",
+				b->count);
+	}
+	for (size_t k = 0; k < b->count; k++) {
+		memcpy(x + k * row, from + (size_t)b->shard[k] * row, row);
+		y[k] = d->labels[b->shard[k]];
+	}
+	free(from);
+	free(d->labels);
+	if (d->images)
+		d->images = x;
+	else
+		d->xf = (float *)x;
+	d->labels = y;
+	d->n = (int)b->count;
+	b->kept = 1;
+	/* the shuffle moves positions whatever they hold: the epoch's order of the new indices is
+	 * the old one's, sample for sample */
+	shard_fill(b);
 	shuffle_epoch(b);
 	return 0;
 }

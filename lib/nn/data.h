@@ -60,6 +60,7 @@ struct batcher {
 	uint32_t *order; /* the shard shuffled for the current epoch (a text: window offsets) */
 	size_t count;    /* samples in the shard (a text: windows per epoch) */
 	size_t lo, hi;   /* a text: the worker's slice of its bytes */
+	int kept;        /* d holds this shard's samples alone, in its order (batcher_keep_shard) */
 	long epoch;      /* current epoch, from 0 */
 	size_t pos;      /* next sample of the epoch's order */
 	float lut[256];  /* pixel byte → (byte/255 − mean)/std, of the mean and std of all values */
@@ -137,6 +138,11 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
 int batcher_next(struct batcher *b, float *x, uint16_t *y);
 /* Continue at sample pos of epoch's order, as a run checkpointed there would. */
 void batcher_seek(struct batcher *b, long epoch, size_t pos);
+/* Keep of d, b's dataset, only b's shard: its samples, in the shard's order, the others freed,
+ * so that a process that trains on one shard of many holds that part alone. b's batches stay
+ * the samples they were (b then indexes d's count samples); d serves no other batcher after.
+ * Of a text or of a shard that is the whole set nothing changes. GEM_ENOMEM. */
+int batcher_keep_shard(struct batcher *b, struct dataset *d, char *err);
 /* Release the index arrays (about 8 bytes a sample of the shard). Where the batcher stands
  * stays (count, epoch, pos): batcher_resume makes them again, so that a worker that waits long
  * between its batches (one of gem-sim's thousands) need not hold them while it waits. */

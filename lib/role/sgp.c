@@ -179,7 +179,8 @@ static int prepare(struct sgp_node *s, struct loop *l, struct sgp_status *st, ch
 	st->shard_n = s->o.t.shard_set ? s->o.t.shard_n : nn;
 	st->iters = s->iters = count_iters(s, st->shard_n);
 	if ((rc = connect_peers(s, err)) < 0 ||
-	    (rc = feed_open(&l->feed, &s->run, &s->ds, id, st->shard_i, st->shard_n, err)) < 0)
+	    (rc = feed_open(&l->feed, &s->run, &s->ds, id, st->shard_i, st->shard_n, err)) < 0 ||
+	    (rc = batcher_keep_shard(&l->feed.b, &s->ds, err)) < 0) /* a node reads its shard alone */
 		return rc;
 	/* the local optimiser: the run's (momentum SGD with Nesterov, as SGP's paper, or AdamW),
 	 * its cosine ending at the run's budget of the node's shard */

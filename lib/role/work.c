@@ -677,6 +677,9 @@ static int open_join(struct worker *w, char *err)
 	if ((rc = feed_open(&w->f, &w->run, &w->ds, w->id, w->shard_i, w->shard_n, err)) < 0)
 		return rc;
 	w->feed_open = 1;
+	/* a worker reads no other samples than its shard's: it holds no others */
+	if ((rc = batcher_keep_shard(&w->f.b, &w->ds, err)) < 0)
+		return rc;
 	feed_seek(&w->f, w->done_samples);
 	start_local(w);
 	w->target = w->o.t.steps ? UINT64_MAX
