@@ -374,7 +374,8 @@ static void memory_now(struct server *s, struct serve_memory *m)
 		for (int i = 0; i < SLOT_REPLIES; i++)
 			m->buffers += w->rb[i] ? reply_buf_bytes(s) : 0;
 	}
-	m->total = m->rule + m->copies + m->buffers;
+	m->bodies = s->http ? httpd_body_bytes(s->http) : 0;
+	m->total = m->rule + m->copies + m->buffers + m->bodies;
 	if (m->total > s->mem_peak)
 		s->mem_peak = m->total;
 	m->peak = s->mem_peak;
@@ -398,7 +399,10 @@ static int memory_check(struct server *s, int id, const char *codec, char *err)
 	if (!s->opts.max_memory)
 		return 0;
 	memory_now(s, &m);
-	need = ps_join_bytes(s->ps, id) + (w ? 0 : reply_buf_bytes(s)) +
+	/* a worker without a slot gets a reply buffer, and its connection one for its commits'
+	 * bodies, an uncompressed update's at most */
+	need = ps_join_bytes(s->ps, id) +
+	       (w ? 0 : reply_buf_bytes(s) + httpd_body_room(reply_buf_bytes(s))) +
 	       (copy_wanted(s, codec) && !(w && w->copy_bytes) ? (uint64_t)s->n * sizeof(float) : 0);
 	if (!need || m.total + need <= s->opts.max_memory)
 		return 0;
@@ -410,6 +414,24 @@ static int memory_check(struct server *s, int id, const char *codec, char *err)
 				"server's --max-memory is %s (%s in use)", id, a, b, c);
 	return gem_errf(err, PS_E_FULL, "joining a new worker needs %s more of rule state; the "
 			"server's --max-memory is %s (%s in use)", a, b, c);
+}
+
+/* GEM_EUSAGE if what the server starts with (θ's buffers, and the rule state of the workers of
+ * the checkpoint it resumes) is past --max-memory: refused before it serves rather than
+ * refusing every join after. */
+static int memory_start_check(struct server *s, char *err)
+{
+	struct serve_memory m;
+	char a[32], b[32], c[32];
+	if (!s->opts.max_memory)
+		return 0;
+	memory_now(s, &m);
+	if (m.total <= s->opts.max_memory)
+		return 0;
+	return gem_errf(err, GEM_EUSAGE, "the run's state takes %s (%s of rule state, its checkpoint's "
+			"workers' with it), past --max-memory %s: give more",
+			num_size_text(a, sizeof a, m.total), num_size_text(b, sizeof b, m.rule),
+			num_size_text(c, sizeof c, s->opts.max_memory));
 }
 
 void serve_memory(struct server *s, struct serve_memory *m)
@@ -430,10 +452,11 @@ static json_t *get_health(void *ctx)
 	memory_now(s, &m);
 	pthread_mutex_unlock(&s->mu);
 	if (j)
-		json_object_set_new(j, "memory", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "rule",
-							   (json_int_t)m.rule, "copies",
+		json_object_set_new(j, "memory", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+							   "rule", (json_int_t)m.rule, "copies",
 							   (json_int_t)m.copies, "buffers",
-							   (json_int_t)m.buffers, "total",
+							   (json_int_t)m.buffers, "bodies",
+							   (json_int_t)m.bodies, "total",
 							   (json_int_t)m.total, "peak",
 							   (json_int_t)m.peak, "max",
 							   (json_int_t)s->opts.max_memory));
@@ -985,7 +1008,8 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 		goto fail;
 	}
 	s->n = ps_nparams(s->ps);
-	if (o->codec && (rc = blob_codec_check(o->codec, err)) < 0)
+	if ((o->codec && (rc = blob_codec_check(o->codec, err)) < 0) ||
+	    (rc = memory_start_check(s, err)) < 0)
 		goto fail;
 	if ((rc = start_http(s, o, err)) < 0)
 		goto fail;

@@ -44,6 +44,7 @@ struct serve_memory {
 	uint64_t rule;    /* the rule's state: θ's buffers, GEM's m_w and s_w (rule_state_bytes) */
 	uint64_t copies;  /* the copies x̂ of θ kept for workers answered in deltas (wire/delta.h) */
 	uint64_t buffers; /* the workers' reply buffers, and their codecs' and messages' scratch */
+	uint64_t bodies;  /* the request bodies its connections hold, coming in or kept for the next */
 	uint64_t total, peak; /* their sum now, and the largest it has been */
 };
 

@@ -71,6 +71,7 @@ struct httpd {
 	struct httpd_conn *conns;
 	unsigned nlive, max_conns, timeout_s;
 	uint64_t tick;
+	size_t held; /* the bytes of every connection's body buffer */
 };
 
 enum httpd_state {
@@ -259,11 +260,21 @@ static void httpd_notify_conn(void *cls, struct MHD_Connection *mc, void **socke
 	} else if (code == MHD_CONNECTION_NOTIFY_CLOSED && hc) {
 		pthread_mutex_lock(&d->lock);
 		httpd_unlink(d, hc);
+		d->held -= hc->cap;
 		pthread_mutex_unlock(&d->lock);
 		free(hc->buf);
 		free(hc);
 		*socket_context = NULL;
 	}
+}
+
+/* hc's body buffer is now cap bytes (0: freed), in d->held. */
+static void httpd_held(struct httpd_conn *hc, size_t cap)
+{
+	pthread_mutex_lock(&hc->d->lock);
+	hc->d->held += cap - hc->cap;
+	pthread_mutex_unlock(&hc->d->lock);
+	hc->cap = cap;
 }
 
 static void httpd_request_done(void *cls, struct MHD_Connection *mc, void **req_cls,
@@ -283,7 +294,7 @@ static void httpd_request_done(void *cls, struct MHD_Connection *mc, void **req_
 	if (hc->cap > HTTPD_KEEP_BUF) {
 		free(hc->buf);
 		hc->buf = NULL;
-		hc->cap = 0;
+		httpd_held(hc, 0);
 	}
 	hc->len = 0;
 	*req_cls = NULL;
@@ -443,18 +454,24 @@ static const struct httpd_route *httpd_route_find(struct httpd_conn *hc, const c
 	return NULL;
 }
 
+size_t httpd_body_room(size_t len)
+{
+	size_t cap = 4096;
+	while (cap < len + 1)
+		cap = cap > SIZE_MAX / 2 ? len + 1 : cap * 2;
+	return cap;
+}
+
 static int httpd_reserve(struct httpd_conn *hc, size_t need)
 {
-	size_t cap = hc->cap ? hc->cap : 4096;
+	size_t cap = httpd_body_room(need);
 	unsigned char *p;
 	if (need + 1 <= hc->cap)
 		return 0;
-	while (cap < need + 1)
-		cap = cap > SIZE_MAX / 2 ? need + 1 : cap * 2;
 	if (!(p = realloc(hc->buf, cap)))
 		return GEM_ENOMEM;
 	hc->buf = p;
-	hc->cap = cap;
+	httpd_held(hc, cap);
 	return 0;
 }
 
@@ -968,4 +985,13 @@ int httpd_listen_parse(const char *arg, char *host, size_t cap, int *port)
 		snprintf(host, cap, "%.*s", (int)hl, arg);
 	*port = (int)p;
 	return 0;
+}
+
+size_t httpd_body_bytes(struct httpd *d)
+{
+	size_t n;
+	pthread_mutex_lock(&d->lock);
+	n = d->held;
+	pthread_mutex_unlock(&d->lock);
+	return n;
 }

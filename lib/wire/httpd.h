@@ -70,6 +70,12 @@ int httpd_url(const struct httpd *d, const char *scheme, const char *host, char 
  * on the caller's conditions must be released first (or this waits for them). NULL is a no-op. */
 void httpd_stop(struct httpd *d);
 
+/* The bytes every open connection holds for request bodies: a body coming in or handled, or
+ * the buffer a connection keeps for its next one (up to 16 MiB). */
+size_t httpd_body_bytes(struct httpd *d);
+/* The buffer a connection takes for a body of len bytes. */
+size_t httpd_body_room(size_t len);
+
 /* 1 if host is a loopback address or "localhost" (127.0.0.0/8, ::1), else 0. */
 int httpd_is_loopback(const char *host);
 
