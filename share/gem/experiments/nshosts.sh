@@ -1,5 +1,6 @@
 # nshosts.sh: hosts made of network namespaces, for the experiment scripts that need real
-# links (sgp-links.sh, scale-hosts.sh); sourced, not run, as root.
+# links (sgp-links.sh, scale-hosts.sh, and codec.sh's and lowcomm.sh's PARTS=tbf through
+# linkruns.sh); sourced, not run, as root.
 #
 # Hosts NS_P-h0 .. NS_P-hN, one network namespace each, on a bridge in a namespace of its own
 # (NS_P-br), addresses NS_NET.(10 + i) inside them only, names h0 .. hN in each host's
