@@ -303,7 +303,7 @@ struct sim {
 	struct heap ready;
 	uint64_t ready_seq;
 	uint64_t seq;
-	double server_free, vnow, t0, last_progress;
+	double server_free, vnow, t0, last_progress, last_flush;
 	int ndone;
 	int total_set;            /* the progress's total, known once a worker has joined */
 	struct sim_summary sum;
@@ -1154,6 +1154,18 @@ static void sim_free(struct sim *s)
 	free(s);
 }
 
+/* Push the logs to their files once every `period` seconds of wall time, so that a long run can
+ * be followed with tail -f as a served one can (gem-serve flushes its log as often). */
+static void logs_flush(struct sim *s, double period)
+{
+	double now = clock_mono();
+	if (now - s->last_flush < period)
+		return;
+	for (int k = 0; k < s->ncores; k++)
+		fflush(ps_log(s->core[k]));
+	s->last_flush = now;
+}
+
 int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *sum, char *err)
 {
 	struct sim *s;
@@ -1168,7 +1180,7 @@ int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *su
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->work_cv, NULL);
 	pthread_cond_init(&s->done_cv, NULL);
-	s->t0 = s->last_progress = clock_mono();
+	s->t0 = s->last_progress = s->last_flush = clock_mono();
 	if ((rc = sim_setup(s, rundir, err)) < 0)
 		goto out;
 	while (s->q.n > 0 && !(o->stop && *o->stop)) {
@@ -1177,6 +1189,7 @@ int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *su
 			goto out;
 		if (o->progress && clock_mono() - s->last_progress >= 0.05)
 			sim_progress(s);
+		logs_flush(s, 1.0);
 	}
 	if (o->progress)
 		sim_progress(s); /* where it ended: the caller decides whether to show it */
