@@ -13,7 +13,12 @@
 # by commas, where pN is --fragments=N and aX --mix=X (diloco:50:p5,a0.5); default: sync,
 # diloco at H = 10 and 50, async-diloco at H = 10 with the outer lr of diloco and with 0.7/N,
 # each without and with delayed Nesterov over N arrivals, gem with a window of H = 10 and
-# 50), STEPS (local steps per worker in place of one epoch), SIM=1
+# 50; "sgp:1" is Stochastic Gradient Push: gem-run's N nodes on disjoint shards, no server, each
+# node N epochs of its shard, so that the samples in all are those of N workers of one epoch;
+# its OPTS go to gem-run, e.g. --work-opt=--overlap; its row is gem-eval's average of the
+# nodes' parameters, its bytes every node's pushes, each counted once, headers included, and
+# its seconds the slowest node's at its last iteration), STEPS (local steps per worker, or
+# iterations per SGP node, in place of one epoch), SIM=1
 # (gem-sim -n N in place of gem-run: N virtual workers in turn on one core, deterministic,
 # its bytes those of the same messages served; the seconds are gem-sim's, its summary line in
 # OUTDIR/runs/NAME.sim), SIM_OPTS (more gem-sim options, its timing: "--stragglers 1:4"),
@@ -52,18 +57,24 @@ PARTS=${PARTS:-runs} TBF_RATES=${TBF_RATES:-100 10} TBF_STOP=${TBF_STOP:-10} TBF
 mkdir -p "$out/runs" "$out/rows" "$out/probes" || exit 1
 started=$(date +%s)
 
-# bytes RUN: the bytes on the wire of RUN's log (update lines and the stop event)
+# bytes RUN: the bytes on the wire of RUN's log (update lines and the stop event); of an SGP
+# run, its nodes' logs' pushes out (a push is in its receiver's bytes_in too)
 bytes() {
-	sed -n 's/.*"bytes_in":\([0-9]*\),"bytes_out":\([0-9]*\).*/\1 \2/p' "$1/log.jsonl" |
-		awk '{ s += $1 + $2 } END { printf "%.0f", s }'
+	if [ -e "$1/node-0.jsonl" ]; then
+		cat "$1"/node-*.jsonl | sed -n 's/.*"bytes_out":\([0-9]*\).*/0 \1/p'
+	else
+		sed -n 's/.*"bytes_in":\([0-9]*\),"bytes_out":\([0-9]*\).*/\1 \2/p' "$1/log.jsonl"
+	fi | awk '{ s += $1 + $2 } END { printf "%.0f", s }'
 }
 
 # train RUN SEED RULE [gem-init options]: one run, gem-eval's table of its θ on stdout; with
 # SIM=1, gem-sim's options (SIM_OPTS and any in $sim_extra) too
 train() {
-	local run=$1 seed=$2 rule=$3
+	local run=$1 seed=$2 rule=$3 epochs=1
 	shift 3
-	set -- --rule "$rule" "$@" --lr 0.05 --momentum 0.9 --batch 64 --epochs 1 --seed "$seed" \
+	# an SGP node's epoch is one of its shard: 1/N of a worker's
+	[ "$rule" = sgp ] && epochs=$N
+	set -- --rule "$rule" "$@" --lr 0.05 --momentum 0.9 --batch 64 --epochs "$epochs" --seed "$seed" \
 		${STEPS:+--steps "$STEPS"}
 	if [ "$SIM" = 1 ]; then
 		# shellcheck disable=SC2086
@@ -89,9 +100,18 @@ probe() {
 	done >"$out/probes/$name.tmp" && mv "$out/probes/$name.tmp" "$out/probes/$name"
 }
 
+# sgp_seconds RUN: the training seconds of an SGP run: its slowest node's at its last
+# iteration, from the node's start
+sgp_seconds() {
+	local log
+	for log in "$1"/node-*.jsonl; do
+		sed -n '/"event"/d; s/.*"elapsed":\([0-9.]*\),.*/\1/p' "$log" | tail -1
+	done | awk '$1 > m { m = $1 } END { printf "%.3f", m }'
+}
+
 # row NAME SEED RULE H EXTRA [gem-init options]: one run; its row in rows/NAME
 row() {
-	local name=$1 seed=$2 rule=$3 h=$4 extra=$5 run=$out/runs/$1 status
+	local name=$1 seed=$2 rule=$3 h=$4 extra=$5 run=$out/runs/$1 status pick='NR == 2' secs=
 	shift 5
 	echo "lowcomm: $name" >&2
 	rm -rf "$run"
@@ -102,8 +122,12 @@ row() {
 			"$status" "$(bytes "$run")" >"$out/rows/$name"
 		return 0
 	fi
-	awk -v r="$rule" -v h="$h" -v x="${extra:--}" -v s="$seed" -v b="$(bytes "$run")" \
-		'NR == 2 { printf "%s\t%s\t%s\t%s\tok\t%s\t%s\t%s\t%s\t%s\n", r, h, x, s, $4, $5, b, $2, $1 }' \
+	# gem-eval's line of θ; of an SGP run (gem-eval --nodes), that of the average of the nodes'
+	# parameters, its seconds from the nodes' logs
+	# shellcheck disable=SC2016
+	[ "$rule" = sgp ] && pick='$1 == "average"' secs=$(sgp_seconds "$run")
+	awk -v r="$rule" -v h="$h" -v x="${extra:--}" -v s="$seed" -v b="$(bytes "$run")" -v t="$secs" "$pick"' {
+		printf "%s\t%s\t%s\t%s\tok\t%s\t%s\t%s\t%s\t%s\n", r, h, x, s, $4, $5, b, $2, t == "" ? $1 : t }' \
 		"$run.tsv" >"$out/rows/$name"
 }
 
@@ -116,13 +140,17 @@ parse() {
 	name=$rule-h$h${extra:+-${extra//--/}}-s$2
 	name=${name//[= ]/}
 	window=
-	[ "$rule" = sync ] || window="--window $h"
+	[ "$rule" = sync ] || [ "$rule" = sgp ] || window="--window $h"
 }
 
 # cell SPEC SEED: one run and its probes, each unless done already
 cell() {
 	local rule h extra name window seed=$2
 	parse "$1" "$2"
+	if [ "$SIM" = 1 ] && [ "$rule" = sgp ]; then
+		echo "lowcomm: $name: skipped: gem-sim does not simulate sgp (run it without SIM=1)" >&2
+		return 0
+	fi
 	# shellcheck disable=SC2086
 	[ -s "$out/rows/$name" ] || row "$name" "$seed" "$rule" "$h" "$extra" $window $extra
 	# shellcheck disable=SC2086
