@@ -1,8 +1,8 @@
 /* t4013: streaming fragments of diloco and async-diloco (doc/rules.md "Streaming fragments"):
  * the config's checks; the outer step on one fragment's slice, worked by hand, leaving the other
  * untouched; fragments in turn give one whole commit's θ bit for bit (the step is element-wise);
- * the worker's schedule and its mix by α, by hand, also with an overlap of T steps; a leave
- * closing a fragment's round; a
+ * the worker's schedule and its mix by α, by hand, also with an overlap of T steps, whose
+ * replies taken late (gem-work's) give the held ones' x; a leave closing a fragment's round; a
  * checkpoint mid-schedule resumed exactly; a non-finite fragment refused with nothing changed. */
 #include "base/err.h"
 #include "base/rng.h"
@@ -254,6 +254,74 @@ static void overlap(void)
 	rule_half_free(&l);
 }
 
+/* One window of l's steps on x as gem-work takes it with an overlap: the reply v of the commit
+ * in flight (NULL: none) comes once the T-th step is taken (rule_half_due), or before the
+ * commit if the window is shorter; steps steps, each with gradient 1; the commit. */
+static const float *late_window(struct rule_half *l, float *x, const float *v, int steps)
+{
+	float g[4];
+	rule_half_begin(l, x);
+	for (int k = 0; k < steps; k++) {
+		for (int i = 0; i < 4; i++)
+			g[i] = 1;
+		rule_half_step(l, x, g);
+		if (v && rule_half_due(l)) {
+			rule_half_reply(l, x, v, 0);
+			v = NULL;
+		}
+	}
+	if (v)
+		rule_half_reply(l, x, v, 0);
+	return rule_half_commit(l, x);
+}
+
+/* gem-work's overlap: each reply taken after the T-th step of the next window (or before a
+ * shorter window's commit) gives gem-sim's x and commits, where the reply was held, bit for
+ * bit; T = 1 and T = 2 over H/P = 3 steps, and a last window of 1 step. */
+static void overlap_late(void)
+{
+	struct rule_half held, late;
+	float xh[4] = {0}, xl[4] = {0}, r[4][2] = {{-1, -1}, {-2, -3}, {0.5f, -4}, {-6, 1}};
+	const float *uh, *ul;
+	int same = 1, due = 1;
+	for (int t = 1; t <= 2; t++) {
+		char err[GEM_ERRMAX];
+		struct rule_config c;
+		struct layout lo = layout_n(4);
+		struct optim_config oc = {.kind = OPTIM_SGD, .lr = 1};
+		rule_config_default("async-diloco", &c, err);
+		c.window = 6;
+		c.fragments = 2;
+		c.mix = 0.5f;
+		c.overlap = t;
+		rule_half_init(&held, &c, &lo, &oc, err);
+		rule_half_init(&late, &c, &lo, &oc, err);
+		memset(xh, 0, sizeof xh);
+		memset(xl, 0, sizeof xl);
+		rule_half_start(&held, xh, 0, 0);
+		rule_half_start(&late, xl, 0, 0);
+		for (int cyc = 0; cyc < 4; cyc++) {
+			int steps = cyc == 3 ? 1 : 3;
+			/* gem-sim: the last commit's reply, held, and the window */
+			if (cyc)
+				rule_half_reply(&held, xh, r[cyc - 1], 0);
+			held.window = steps;
+			uh = window(&held, xh);
+			ul = late_window(&late, xl, cyc ? r[cyc - 1] : NULL, steps);
+			same &= held.sent == late.sent && held.len == late.len &&
+				!memcmp(uh, ul, sizeof(float) * held.len) && !memcmp(xh, xl, sizeof xh);
+		}
+		/* after a commit nothing is due until T steps are taken */
+		due &= !rule_half_due(&late);
+		rule_half_free(&held);
+		rule_half_free(&late);
+	}
+	ok(same && due, "the replies taken late, after the T-th step: gem-sim's x and commits, "
+	   "bit for bit (T = 1, 2; H/P = 3; a last window of 1 step)");
+	ok(xh[0] != xh[2], "(and the fragments moved apart: x = (%g, %g, %g, %g))", (double)xh[0],
+	   (double)xh[1], (double)xh[2], (double)xh[3]);
+}
+
 /* The worker's half, P = 2, H = 4, α = 0.5, over 4 floats from x = 0, each inner step plain
  * SGD with lr 1 and gradient 1 (x − 1, exact). A commit every H/P = 2 steps. */
 static void worker(void)
@@ -306,6 +374,7 @@ static void worker(void)
 	   "diloco joined at version 3: fragment 1 first; α = 0: x[1] ← θ[1]");
 	rule_half_free(&l);
 	overlap();
+	overlap_late();
 }
 
 /* Save in the middle of the schedule (a fragment's round open), load into a new rule, finish

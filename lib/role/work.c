@@ -59,7 +59,12 @@ struct wserver {
 	pthread_t thread;
 };
 
-/* A background commit (dma's delta of the last boundary), in flight on a thread of its own. */
+/* A background commit (dma's delta of the last boundary, or a fragment's commit with an
+ * overlap), in flight on a thread of its own. While busy the thread owns each server's buf (the
+ * message it sends), http[1], resp[1], rc[1] and err[1], and reads w->o and w->nsrv; the
+ * training thread owns all the rest (x, the worker half's optimiser and buffers, the feed and
+ * its batcher, w->v, the clients [0] that leave uses) and touches the thread's only after
+ * bg_wait has joined it. */
 struct bg_post {
 	struct worker *w;
 	pthread_t thread;
@@ -84,10 +89,10 @@ struct worker {
 	size_t n;
 	float *v;            /* a reply's vector when it is not θ for x (easgd's d, dma's X_{j+1}) */
 	struct bg_post post;
-	double idle;         /* background commits: seconds blocked waiting for a round's reply */
-	double commit_s;     /* foreground commits: seconds in commit(), CPU seconds in */
-	double encode_s;     /* commit_build, and their bytes each way */
-	uint64_t commit_sent, commit_received;
+	double idle;         /* background commits: seconds blocked waiting for a reply */
+	double commit_s;     /* seconds the training thread spent in commits (background ones: */
+	double encode_s;     /* building, waiting and the fold); CPU seconds in commit_build */
+	uint64_t commit_sent, commit_received; /* the commits' messages' bytes, each way */
 	int id;
 	uint64_t version;    /* server 0's */
 	uint64_t done_samples, done_commits; /* the server's count of this worker's work at join */
@@ -499,12 +504,22 @@ static int commit(struct worker *w, const float *v, float loss, uint64_t samples
 	return rc;
 }
 
-/* ---- background commits: dma, delayed model averaging (doc/rules.md) ----
+/* ---- background commits: dma, delayed model averaging, and the overlap (doc/rules.md) ----
  *
  * At each boundary the worker commits the vector rule_half_commit gives (dma: its cycle's
- * delta) and carries on; the commit's round trip (the server holds it until the round is in)
- * overlaps the next window. The worker blocks, and counts idle time, only if the reply has not
- * come back by the next boundary; the reply then goes to rule_half_reply. */
+ * delta; with an overlap T: a fragment) and carries on; the commit's round trip (the server
+ * holds it until the round is in) overlaps the next window. The worker blocks, and counts idle
+ * time, only if the reply has not come back when it is due: dma's at the next boundary, an
+ * overlap's after the T-th inner step of the next window (rule_half_due), where gem-sim mixes
+ * it in; the reply then goes to rule_half_reply. A second thread rather than curl's multi
+ * interface: the post and its retries (httpc_post_retry) stay one blocking call, and the
+ * transfer goes on while a step computes, with nothing to pump between steps. */
+
+/* 1 if the worker's commits go out in the background */
+static int commits_behind(const struct worker *w)
+{
+	return w->l.d->background || w->l.overlap > 0;
+}
 
 static void *bg_post_run(void *arg)
 {
@@ -516,11 +531,14 @@ static void *bg_post_run(void *arg)
 /* Send v in the background: the message is built here, the thread only posts it. */
 static int bg_send(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
+	double t = clock_mono(), cpu = clock_thread();
 	sigset_t all, old;
 	int rc;
 
 	if ((rc = commit_build(w, v, loss, samples, err)) < 0)
 		return rc;
+	w->encode_s += clock_thread() - cpu;
+	w->commit_s += clock_mono() - t;
 	/* signals are for the caller's thread, which polls the flag they set */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -542,7 +560,12 @@ static int bg_wait(struct worker *w, int rejoin, char *err)
 	pthread_join(w->post.thread, NULL);
 	w->post.busy = 0;
 	w->idle += clock_mono() - t;
+	for (int k = 0; k < w->nsrv; k++) {
+		w->commit_sent += w->srv[k].buf.len;
+		w->commit_received += w->srv[k].resp[1].len;
+	}
 	rc = fold_replies(w, 1, rejoin, err);
+	w->commit_s += clock_mono() - t;
 	return rc;
 }
 
@@ -728,12 +751,15 @@ const struct work_info *work_info(const struct worker *w)
 }
 
 /* One window of local steps from x (one step for most rules): every step trainer_step, the
- * rule's local step after it. *got is the samples taken; 1: a loss was not finite. */
+ * rule's local step after it, and with an overlap the reply of the commit in flight waited for
+ * and mixed in after the T-th (a server that forgot the worker: joined again, and the window
+ * goes on from θ). *got is the samples taken. 0; 1: a loss was not finite; 2: the run is over;
+ * < 0 the commit in flight failed (err says why). */
 static int train_window(struct worker *w, struct work_result *r, uint64_t *got, char *err)
 {
 	float *x = model_params(w->t.m), loss;
 	double lsum = 0;
-	int n;
+	int n, rc;
 
 	*got = 0;
 	rule_half_begin(&w->l, x);
@@ -743,6 +769,12 @@ static int train_window(struct worker *w, struct work_result *r, uint64_t *got, 
 			return 1;
 		}
 		rule_half_step(&w->l, x, model_grads(w->t.m));
+		if (w->post.busy && rule_half_due(&w->l)) {
+			log_debug("worker %d: %d inner step%s taken with the commit in flight; its "
+				  "reply is due", w->id, w->l.overlap, GEM_S(w->l.overlap));
+			if ((rc = bg_wait(w, 1, err)) != 0 && rc != 1)
+				return rc;
+		}
 		lsum += loss;
 		*got += (uint64_t)n;
 		r->steps++;
@@ -763,12 +795,14 @@ static int finish(struct worker *w, prog_stop_flag *stop, struct work_result *r,
 	r->target = w->target;
 	stopped |= r->unfinished;
 	if (w->post.busy) {
-		/* Interrupted, leave first: the round then completes without us even if every
-		 * worker was interrupted at once. */
+		/* dma interrupted leaves first: the round then completes without us even if every
+		 * worker was interrupted at once. An overlap's commit is one the worker without it
+		 * would have seen answered before it left: its reply first, then the leave, which
+		 * would otherwise race the commit to the server and have it refused. */
 		char e[GEM_ERRMAX];
 		double before = w->idle;
 		int c;
-		if (failed || stopped) {
+		if ((failed || stopped) && w->l.d->background) {
 			leave(w, 0, r->end == WORK_DIVERGED, r->loss);
 			left = 1;
 		}
@@ -785,6 +819,18 @@ static int finish(struct worker *w, prog_stop_flag *stop, struct work_result *r,
 	return rc;
 }
 
+/* Where the session stands, into r: since t0, and the commits' figures so far. */
+static void figures(const struct worker *w, struct work_result *r, double t0)
+{
+	r->version = w->version;
+	r->idle = w->idle;
+	r->commit_seconds = w->commit_s;
+	r->encode_seconds = w->encode_s;
+	r->commit_sent = w->commit_sent;
+	r->commit_received = w->commit_received;
+	r->seconds = clock_mono() - t0;
+}
+
 int work_run(struct worker *w, prog_stop_flag *stop, work_progress_fn progress, void *ctx,
 	     struct work_result *r, char *err)
 {
@@ -796,16 +842,18 @@ int work_run(struct worker *w, prog_stop_flag *stop, work_progress_fn progress, 
 	r->version = w->version;
 	while (!(stop && *stop) && r->samples < w->target && (!w->o.t.steps || r->steps < w->o.t.steps)) {
 		uint64_t got;
-		double step_start = clock_mono();
-		if (train_window(w, r, &got, err)) {
+		double step_start = clock_mono(), idle = w->idle;
+		if ((c = train_window(w, r, &got, err)) == 1) {
 			r->end = WORK_DIVERGED;
 			break;
 		}
-		if (w->o.t.slowdown > 1)
-			work_slowdown(clock_mono() - step_start, w->o.t.slowdown);
-		c = w->l.d->background ? bg_boundary(w, r->loss, got, err)
-				       : commit(w, rule_half_commit(&w->l, model_params(w->t.m)), r->loss,
-						got, err);
+		/* the steps' time, not the overlap's wait for a reply */
+		if (c == 0 && w->o.t.slowdown > 1)
+			work_slowdown(clock_mono() - step_start - (w->idle - idle), w->o.t.slowdown);
+		if (c == 0)
+			c = commits_behind(w) ? bg_boundary(w, r->loss, got, err)
+					      : commit(w, rule_half_commit(&w->l, model_params(w->t.m)),
+						       r->loss, got, err);
 		if (c < 0) {
 			rc = job_failure(c);
 			break;
@@ -816,13 +864,7 @@ int work_run(struct worker *w, prog_stop_flag *stop, work_progress_fn progress, 
 		}
 		r->samples += got;
 		r->commits++;
-		r->version = w->version;
-		r->idle = w->idle;
-		r->commit_seconds = w->commit_s;
-		r->encode_seconds = w->encode_s;
-		r->commit_sent = w->commit_sent;
-		r->commit_received = w->commit_received;
-		r->seconds = clock_mono() - t0;
+		figures(w, r, t0);
 		if (w->o.die_after && r->commits >= w->o.die_after) {
 			/* fault injection: stop as a crash would, without a word to the server */
 			r->end = WORK_DIE_AFTER;
@@ -834,9 +876,7 @@ int work_run(struct worker *w, prog_stop_flag *stop, work_progress_fn progress, 
 	if (r->end == WORK_BUDGET && stop && *stop)
 		r->end = WORK_STOPPED;
 	rc = finish(w, stop, r, rc, err);
-	r->version = w->version;
-	r->idle = w->idle;
-	r->seconds = clock_mono() - t0;
+	figures(w, r, t0);
 	return rc < 0 ? job_failure(rc) : 0;
 }
 

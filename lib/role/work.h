@@ -1,9 +1,10 @@
 /* work: a worker of a gem-serve run as an object. work_open joins the server (token, GET
  * /v1/run, model and data, POST /v1/join); work_run trains: every step is trainer_step (the
  * worker's feed continues where the server saw it stop) and the rule's worker half is
- * rules/worker_half (window, what is committed, what the reply does, dma's cycle, whose
- * commits go out on a thread of their own); work_close frees it. Nothing here prints (but log warnings),
- * installs a signal handler or exits: the caller's handler sets *stop, which work_run polls. */
+ * rules/worker_half (window, what is committed, what the reply does, dma's cycle); dma's commits
+ * and those of an overlap go out on a thread of their own while the next window trains;
+ * work_close frees it. Nothing here prints (but log warnings), installs a signal handler or
+ * exits: the caller's handler sets *stop, which work_run polls. */
 #ifndef GEM_WORK_H
 #define GEM_WORK_H
 #include <jansson.h>
@@ -56,10 +57,11 @@ struct work_result {
 	uint64_t version;  /* θ's version last received */
 	float loss;        /* mean loss of the last window (WORK_DIVERGED: the step's) */
 	double seconds;    /* since work_run began */
-	double idle;       /* background commits: seconds blocked waiting for a round's reply */
+	double idle;       /* background commits (dma, an overlap): seconds blocked waiting for a
+			    * reply */
 	double idle_last;  /* of which at the end, waiting for the last round */
-	double commit_seconds; /* spent in this session's commits (not background ones): encode,
-				* round trip, decode of the reply */
+	double commit_seconds; /* spent in this session's commits by the training thread: encode,
+				* round trip (background ones: the wait for it), decode of the reply */
 	double encode_seconds; /* CPU seconds encoding the commits (the codec, error feedback, framing) */
 	uint64_t commit_sent, commit_received; /* their messages' bytes, each way */
 	int unfinished;    /* the budget (--epochs, --steps, the run's) was not spent: the worker

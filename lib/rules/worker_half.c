@@ -143,8 +143,13 @@ void rule_half_step(struct rule_half *l, float *x, float *g)
 		for (size_t i = 0; i < n; i++)
 			x[i] -= lr * g[i];
 	}
-	if (l->holding && ++l->k == l->overlap)
+	if (++l->k == l->overlap && l->holding)
 		rule_half_unhold(l, x);
+}
+
+int rule_half_due(const struct rule_half *l)
+{
+	return l->streams && l->overlap > 0 && l->k == l->overlap;
 }
 
 /* The commit of the fragment due: u[p] = x[p] − x0[p], its slice of delta; the next is due
@@ -166,6 +171,8 @@ const float *rule_half_commit(struct rule_half *l, float *x)
 	size_t n = l->n;
 	if (l->holding) /* a window shorter than the overlap */
 		rule_half_unhold(l, x);
+	/* the overlap's T steps count from this commit: its reply is held until then */
+	l->k = 0;
 	switch (l->sends) {
 	case RULE_SENDS_X:
 		return x;
@@ -193,7 +200,7 @@ const float *rule_half_commit(struct rule_half *l, float *x)
 void rule_half_reply(struct rule_half *l, float *x, const float *v, int elastic)
 {
 	size_t n = l->n;
-	if (l->streams && l->overlap > 0) {
+	if (l->streams && l->overlap > 0 && l->k < l->overlap) {
 		memcpy(l->held, v, sizeof(float) * l->len);
 		l->holding = 1;
 	} else if (l->streams) {

@@ -32,7 +32,7 @@ struct rule_half {
 	int overlap;  /* T: a reply is held, and mixed in after T local steps of the next window */
 	float *held;  /* the reply's θ[p] held (len floats) */
 	int holding;  /* held has a reply not mixed in yet */
-	int k;        /* local steps of this window taken with a reply held */
+	int k;        /* local steps taken since the last commit (rule_half_begin: of this window) */
 	struct optim opt; /* the local optimiser when not plain */
 };
 
@@ -56,12 +56,17 @@ void rule_half_schedule(struct rule_half *l, uint64_t version);
 void rule_half_begin(struct rule_half *l, const float *x);
 /* One local step with gradient g taken at x (x may move; g may be clipped in place). */
 void rule_half_step(struct rule_half *l, float *x, float *g);
+/* 1 when the worker has just taken the overlap's T-th local step since its commit: a reply held
+ * was mixed in there, and one still in flight (gem-work's) is to be waited for there. */
+int rule_half_due(const struct rule_half *l);
 /* The vector to commit after the window (n floats; dma also moves x: x = X_j + Δ). Streaming:
  * fragment l->sent's l->len floats, u[p] = x[p] − x0[p]; the next commit is the next fragment. */
 const float *rule_half_commit(struct rule_half *l, float *x);
 /* The reply's vector v: θ (x ← θ), easgd's d when elastic (x ← x − d), or for dma X_{j+1}
  * (kept for the next boundary). Streaming: v is fragment l->sent's θ[p], l->len floats:
  * x0[p] ← θ[p] and x[p] ← α·x[p] + (1 − α)·θ[p], at once, or with an overlap T held and mixed
- * in after T local steps of the next window (x[p] as it is then). */
+ * in after T local steps of the next window (x[p] as it is then); a reply that comes once
+ * those T steps are taken (rule_half_due: gem-work's, in flight while it trained) is mixed in
+ * at once, into the same x[p]. */
 void rule_half_reply(struct rule_half *l, float *x, const float *v, int elastic);
 #endif
