@@ -88,6 +88,11 @@ static void config(void)
 		     "\"dynamic_local_updates\": true}", &c, err) == GEM_EUSAGE &&
 		   strstr(err, "dynamic_local_updates"),
 	   "fragments with dynamic local updates are refused: %s", err);
+	ok(from_text("{\"name\": \"async-diloco\", \"window\": 10, \"overlap\": 2, "
+		     "\"dynamic_local_updates\": true}", &c, err) == GEM_EUSAGE &&
+		   strstr(err, "dynamic_local_updates"),
+	   "an overlap with dynamic local updates is refused (the reply telling H comes T steps "
+	   "into that window): %s", err);
 	ok(from_text("{\"name\": \"diloco\", \"nworkers\": 2, \"window\": 10, \"fragments\": 2, "
 		     "\"overlap\": 5}", &c, err) == GEM_EUSAGE && strstr(err, "overlap"),
 	   "an overlap of H/P steps is refused: %s", err);

@@ -103,11 +103,10 @@ test_expect_code 2 'gem-serve --shard refuses a run with fragments (they need on
 	gem-serve --listen 127.0.0.1:0 --shard 0/2 frun 2>err; rc=$?; cat err;
 	grep -q "fragments need one server" err && exit $rc
 '
-test_expect_code 2 'gem-serve refuses a run with an overlap (gem-sim only)' '
-	gem-init -q --model tiny.json --data d --rule diloco -n 2 --window 10 --fragments 2 \
-		--overlap 1 orun || exit 9
-	gem-serve --listen 127.0.0.1:0 orun 2>err; rc=$?; cat err;
-	grep -q "overlap" err && exit $rc
+test_expect_code 2 'gem-init --overlap with --dynamic-local-updates is refused' '
+	gem-init -q --model tiny.json --data d --rule async-diloco -n 2 --window 10 --overlap 1 \
+		--dynamic-local-updates orun 2>err; rc=$?; cat err;
+	grep -q "dynamic_local_updates" err && test ! -e orun/run.json && exit $rc
 '
 test_expect_code 2 'gem-init --overlap of H/P steps or more is refused' '
 	gem-init -q --model tiny.json --data d --rule diloco -n 2 --window 10 --fragments 2 \

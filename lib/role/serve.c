@@ -1000,13 +1000,6 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	clock_cond_init(&s->stop_cv);
 	if ((rc = ps_open(rundir, &po, &s->ps, err)) < 0)
 		goto fail;
-	/* gem-work takes each reply before its next inner step: no steps with a commit in flight */
-	if (ps_run(s->ps)->rule.overlap > 0) {
-		rc = gem_errf(err, GEM_EUSAGE, "rule.overlap: %d inner steps with a commit in flight "
-			      "are simulated only (gem-sim); gem-serve and gem-work take 0",
-			      ps_run(s->ps)->rule.overlap);
-		goto fail;
-	}
 	s->n = ps_nparams(s->ps);
 	if ((o->codec && (rc = blob_codec_check(o->codec, err)) < 0) ||
 	    (rc = memory_start_check(s, err)) < 0)

@@ -252,6 +252,10 @@ int rule_config_check(const struct rule_config *c, char *err)
 		return gem_errf(err, GEM_EUSAGE,
 				"fragments: %d does not divide the window of %d inner steps (one "
 				"fragment every H/P steps)", c->fragments, c->window);
+	/* the reply that tells the worker its H comes T steps into the window it is for */
+	if (c->overlap && c->dynamic_local_updates)
+		return gem_errf(err, GEM_EUSAGE, "overlap: %d inner steps with a commit in flight "
+				"do not go with dynamic_local_updates", c->overlap);
 	if (c->fragments > 1 && (c->delayed_nesterov > 1 || c->dynamic_local_updates))
 		return gem_errf(err, GEM_EUSAGE, "fragments: %d fragments do not go with %s",
 				c->fragments, c->dynamic_local_updates ? "dynamic_local_updates"
