@@ -220,6 +220,38 @@ test_expect_success 'served with 2 fragments: every commit ends, each about half
 	test "$na" = 8 && grep -q "every worker has finished" real-frag-a/log.jsonl &&
 	awk -v a="$ba" -v b="$b1" "BEGIN { r = a / (b / 3); exit !(r > 0.49 && r < 0.51) }"
 '
+test_expect_success 'served diloco, 2 fragments, α 0.5, --overlap 1: replayed bit for bit, gem-sim'"'"'s run' '
+	served real-ov diloco 2 8 --window 4 --fragments 2 --mix 0.5 --overlap 1 &&
+	grep -q "\"overlap\": 1" real-ov/run.json &&
+	gem-sim -q --replay real-ov/log.jsonl new-real-ov >/dev/null &&
+	same real-ov new-real-ov && same_bytes real-ov new-real-ov &&
+	# two workers: a round'"'"'s sum is the same in either order, so the run is gem-sim'"'"'s own
+	for t in 0 1; do
+		gem-init -q --rule diloco --workers 2 --window 4 --fragments 2 --mix 0.5 --overlap $t \
+			--lr 0.02 --batch 32 --seed 3 sim-ov-$t &&
+		gem-sim -q -n 2 --steps 8 sim-ov-$t >/dev/null || return 1
+	done &&
+	same real-ov sim-ov-1 && ! same real-ov sim-ov-0
+'
+test_expect_success 'the same when the reply is slow: the worker trains on to its T-th step and waits' '
+	gem-init -q --rule diloco --workers 2 --window 4 --fragments 2 --mix 0.5 --overlap 1 \
+		--lr 0.02 --batch 32 --seed 3 real-ov-slow &&
+	start_server real-ov-slow &&
+	{ GEM_LOG=debug gem-work --server "$URL" --steps 8 2>real-ov-slow/work1.err & } &&
+	p1=$! && test_bg $p1 &&
+	# alone, its first round cannot close: it takes its next T steps with the commit in flight
+	wait_until "grep -q \"1 inner step taken with the commit in flight\" real-ov-slow/work1.err" 60 &&
+	# and the server stopped a moment while the second worker comes and the rounds go on
+	kill -STOP $SERVER_PID &&
+	{ gem-work -q --server "$URL" --steps 8 2>real-ov-slow/work2.err & } &&
+	p2=$! && test_bg $p2 &&
+	sleep 1 && kill -CONT $SERVER_PID &&
+	wait_exit $p1 120 && wait_exit $p2 120 && wait_exit $SERVER_PID 30 &&
+	test $(grep -vc "\"event\"" real-ov-slow/log.jsonl) = 4 &&
+	same real-ov real-ov-slow &&
+	gem-sim -q --replay real-ov-slow/log.jsonl new-real-ov-slow >/dev/null &&
+	same real-ov-slow new-real-ov-slow && same_bytes real-ov-slow new-real-ov-slow
+'
 test_expect_success 'gem-sim -n 1 equals gem-serve with one gem-work (cnn, dropout)' '
 	served one gem 1 12 &&
 	gem-init -q --rule gem --lr 0.02 --batch 32 --seed 3 sim1 &&
