@@ -1,5 +1,6 @@
-/* t2002: IDX files, plain and gzip'd, load right; truncated, corrupt, wrong-magic, garbage,
- * empty and mismatched files are errors that name the file; datasets are found by name. */
+/* t2002: IDX files, plain and gzip'd (also larger than the reader's chunk, and in two
+ * members), load right; truncated, corrupt, wrong-magic, garbage, empty and mismatched files
+ * are errors that name the file; datasets are found by name. */
 #include "nn/data.h"
 #include "base/err.h"
 #include "tap.h"
@@ -60,6 +61,107 @@ static int bad_images(const void *buf, size_t len, int gz, char *err, const char
 	rc = dataset_load(bad_dir, "train", &d, err);
 	dataset_free(&d);
 	return rc < 0 && strstr(err, "/bad/train-images-idx3-ubyte:") && strstr(err, want);
+}
+
+/* The n bytes at src as one gzip member, deflated at level (0: stored, its size known to the
+ * byte); *len its size. Caller frees. */
+static unsigned char *gz_member(const unsigned char *src, size_t n, int level, size_t *len)
+{
+	z_stream z = {0};
+	unsigned char *out = malloc(n + n / 8 + 1024);
+	deflateInit2(&z, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+	z.next_in = (unsigned char *)src;
+	z.avail_in = (unsigned)n;
+	z.next_out = out;
+	z.avail_out = (unsigned)(n + n / 8 + 1024);
+	deflate(&z, Z_FINISH);
+	*len = z.total_out;
+	deflateEnd(&z);
+	return out;
+}
+
+/* Whether the directory big (its labels there), its train images the n bytes at a then the m
+ * at b, loads with pixels pix (n_pix bytes); err gets the error. */
+static int loads_as(const char *big, const void *a, size_t n, const void *b, size_t m,
+		    const unsigned char *pix, size_t n_pix, char *err)
+{
+	char path[600];
+	struct dataset d;
+	FILE *f;
+	int same;
+	snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", big);
+	f = fopen(path, "wb");
+	fwrite(a, 1, n, f);
+	if (m)
+		fwrite(b, 1, m, f);
+	fclose(f);
+	err[0] = 0;
+	same = dataset_load(big, "train", &d, err) == 0 && (size_t)d.n * (size_t)d.dim == n_pix &&
+	       !memcmp(d.images, pix, n_pix);
+	dataset_free(&d);
+	return same;
+}
+
+/* A gzip'd file is inflated as it is read, a chunk at a time (lib/nn/samples.c: 256 KiB): one
+ * larger than a chunk, and two members whose boundary falls on each side of a chunk's end, load
+ * as the plain file; a trailer that lies about the size is refused. */
+static void big_gzip(void)
+{
+	enum { BN = 600, BR = 28, BC = 28, CHUNK = 1 << 18 };
+	uint32_t dims[3] = {BN, BR, BC}, ldims[1] = {BN};
+	unsigned char *pix = malloc(BN * BR * BC), lab[BN], *img, *lbl, *m1, *m2;
+	size_t ilen, llen, l1, l2, cut;
+	char err[GEM_ERRMAX], big[600];
+	uint32_t r = 1;
+	int all = 1;
+	for (int i = 0; i < BN * BR * BC; i++) /* noise: it deflates to more than a chunk */
+		pix[i] = (unsigned char)((r = r * 1103515245u + 12345u) >> 24);
+	for (int i = 0; i < BN; i++)
+		lab[i] = (unsigned char)(i % 10);
+	img = make_idx(0x803, 3, dims, pix, BN * BR * BC, &ilen);
+	lbl = make_idx(0x801, 1, ldims, lab, BN, &llen);
+	snprintf(big, sizeof big, "%s/big", dir);
+	mkdir(big, 0755);
+	put("big/train-labels-idx1-ubyte", lbl, llen, 0);
+	m1 = gz_member(img, ilen, 6, &l1);
+	ok(l1 > CHUNK && loads_as(big, m1, l1, NULL, 0, pix, BN * BR * BC, err),
+	   "a gzip'd file of %zu bytes (more than a chunk) loads: %s", l1, err);
+	m1[l1 - 1] ^= 1; /* ISIZE's high byte: 16 MiB more than the stream holds */
+	ok(!loads_as(big, m1, l1, NULL, 0, pix, BN * BR * BC, err) && strstr(err, "gzip"),
+	   "a trailer claiming more bytes than inflate: %s", err);
+	m1[l1 - 4] ^= 1; /* ... and less */
+	m1[l1 - 1] ^= 1;
+	ok(!loads_as(big, m1, l1, NULL, 0, pix, BN * BR * BC, err) && strstr(err, "gzip"),
+	   "a trailer claiming fewer: %s", err);
+	free(m1);
+	/* a stored first member ends where the header, 5 bytes a stored block and the trailer say:
+	 * cut the file so that it ends 2, 1 bytes before a chunk's end, at it, 1 byte after */
+	for (long end = CHUNK - 2; end <= CHUNK + 1; end++) {
+		cut = (size_t)end;
+		for (int k = 0; k < 8; k++) { /* the size converges in a step or two */
+			m1 = gz_member(img, cut, 0, &l1);
+			if (l1 == (size_t)end)
+				break;
+			cut += (size_t)end - l1;
+			free(m1);
+			m1 = NULL;
+		}
+		if (!m1) {
+			all = 0;
+			diag("no stored member of %ld bytes", end);
+			continue;
+		}
+		m2 = gz_member(img + cut, ilen - cut, 6, &l2);
+		all &= loads_as(big, m1, l1, m2, l2, pix, BN * BR * BC, err);
+		if (err[0])
+			diag("members of %zu and %zu bytes: %s", l1, l2, err);
+		free(m1);
+		free(m2);
+	}
+	ok(all, "two gzip members, the first ending 2 and 1 bytes before a chunk's end, at it, after");
+	free(pix);
+	free(img);
+	free(lbl);
 }
 
 static void *slurp(const char *path, size_t *len)
@@ -181,6 +283,8 @@ int main(void)
 	ok(!bad_images(img, ilen, 0, err, "") && !err[0], "the same directory with good images "
 	   "loads: %s", err);
 	free(gz);
+
+	big_gzip();
 
 	/* Mismatched counts: 49 labels for 50 images. */
 	free(lbl);

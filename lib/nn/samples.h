@@ -48,8 +48,9 @@ int samples_set_y(struct samples *s, struct elem e, const uint8_t *data, const c
 void samples_count_classes(struct samples *s);
 
 /* Read a whole file into *buf (malloc'ed, a NUL byte after the data): plain, or gzip'd (known
- * by its magic bytes, whatever its name) and inflated; more than max bytes of data is an error,
- * so that neither a large file nor a small gzip bomb allocates beyond max. */
+ * by its magic bytes, whatever its name) and inflated, as it is read when it is a regular file;
+ * more than max bytes of data is an error, so that neither a large file nor a small gzip bomb
+ * allocates beyond max. */
 int samples_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, char *err);
 /* Inflate the gzip stream (one member or several) of n bytes at src, as samples_read_file does;
  * what names it in an error. */
