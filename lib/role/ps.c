@@ -56,6 +56,7 @@ struct ps {
 	FILE *log;
 	struct ps_worker *w[PS_MAX_WORKERS];
 	int nslots, nactive, ndone, nknown, ndiverged;
+	int fresh; /* every id below it has been had (a record, never freed before ps_close) */
 	const char *stop_why;
 	char stop_buf[128]; /* a stop reason made up here */
 	int failed;
@@ -635,13 +636,17 @@ static int worker_enter_rule(struct ps *s, struct ps_worker *w, char *err)
  * the worker, gone or left with the rule's state of it released, that was heard from longest
  * ago (*reused set: its record is to start over), so that an open server does not run out of
  * ids however many workers come and go. -1 when every id is held. */
-static int new_worker_id(const struct ps *s, int *reused)
+static int new_worker_id(struct ps *s, int *reused)
 {
 	int id = -1;
+	/* the ids had are all those below fresh, and some above (a worker that came back under its
+	 * id): a join passes each id once, not every id ever given */
+	while (s->fresh < PS_MAX_WORKERS && s->w[s->fresh])
+		s->fresh++;
+	if (s->fresh < PS_MAX_WORKERS)
+		return s->fresh;
 	for (int i = 0; i < PS_MAX_WORKERS; i++) {
 		const struct ps_worker *w = s->w[i];
-		if (!w)
-			return i;
 		if (!w->active && !w->in_rule && (id < 0 || w->last_contact < s->w[id]->last_contact))
 			id = i;
 	}
