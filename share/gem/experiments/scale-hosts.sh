@@ -9,11 +9,13 @@
 #
 # Writes OUTDIR/results.tsv, one row per run:
 #   rule rate workers steps seconds failed commits tau_mean tau_p50 tau_p99 tau_max
-#   rss0_mb rss1_mb test_acc status
+#   rss0_mb rss1_mb join_first join_last test_acc status
 # seconds: gem-run's wall time; failed: workers gem-run reported failed; commits, tau_*: the
 # updates in shard 0's log and their staleness (every shard applies every commit; sync logs
 # one update per round);
 # rssI_mb: the peak resident memory of shard I's gem-serve (VmHWM, read every half second);
+# join_first, join_last: seconds from shard 0's start to its first worker's join and to the
+# last worker's first join;
 # test_acc: gem-eval's at the end. The runs stay in OUTDIR/runs/NAME/, gem-run's output in
 # OUTDIR/runs/NAME.tsv and .err. Restartable: a run whose row exists is skipped.
 #
@@ -75,6 +77,17 @@ taus() {
 		             t[int(0.99 * (n - 1)) + 1], t[n] }'
 }
 
+# joins LOG: seconds from the server's start to the first join, and to the last first join of
+# a worker (a worker's later joins, after it was declared gone, not counted)
+joins() {
+	awk 'function at() { match($0, /"time":[0-9.]+/); return substr($0, RSTART + 7, RLENGTH - 7) }
+	/"event":"start"/ && t0 == "" { t0 = at() }
+	/"event":"join"/ { match($0, /"worker":[0-9]+/); w = substr($0, RSTART + 9, RLENGTH - 9)
+		if (!(w in seen)) { seen[w]; last = at(); if (first == "") first = last } }
+	END { if (first == "" || t0 == "") { printf "-\t-"; exit }
+	      printf "%.1f\t%.1f", first - t0, last - t0 }' "$1"
+}
+
 # one RULE RATE: one run, its row.
 one() {
 	local rule=$1 rate=$2 name run t0 rc rpid tt failed acc status r0 r1
@@ -102,9 +115,9 @@ one() {
 	r1=$(awk '$1 == "h1" { v = $2 } END { printf "%.1f", v / 1024 }' "$run.rss")
 	status=ok
 	[ "$rc" = 0 ] || { status=failed; tail -3 "$run.err" >&2; }
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rule" "$rate" "$nw" "$steps" "$tt" \
-		"$failed" "$(taus "$run/shard-0-of-2/log.jsonl")" "$r0" "$r1" "${acc:--}" "$status" \
-		>"$out/rows/$name.tsv"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rule" "$rate" "$nw" "$steps" \
+		"$tt" "$failed" "$(taus "$run/shard-0-of-2/log.jsonl")" "$r0" "$r1" \
+		"$(joins "$run/shard-0-of-2/log.jsonl")" "${acc:--}" "$status" >"$out/rows/$name.tsv"
 	cat "$out/rows/$name.tsv" >&2
 }
 
@@ -114,7 +127,7 @@ for rate in ${RATES:-1000 100}; do
 	done
 done
 {
-	printf '# rule\trate\tworkers\tsteps\tseconds\tfailed\tcommits\ttau_mean\ttau_p50\ttau_p99\ttau_max\trss0_mb\trss1_mb\ttest_acc\tstatus\n'
+	printf '# rule\trate\tworkers\tsteps\tseconds\tfailed\tcommits\ttau_mean\ttau_p50\ttau_p99\ttau_max\trss0_mb\trss1_mb\tjoin_first\tjoin_last\ttest_acc\tstatus\n'
 	cat "$out"/rows/*.tsv 2>/dev/null
 } >"$out/results.tsv"
 cat "$out/results.tsv"
