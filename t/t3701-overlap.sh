@@ -31,7 +31,8 @@ test_expect_success 'a worker stopped (SIGTERM) while its commit is in flight: r
 	wait_until "grep -q \"with the commit in flight\" w0.err" 60 &&
 	kill -TERM $p0 &&
 	{ wait_exit $p0 60; test $? = 143; } &&
-	grep -q "\"event\":\"leave\"" stop/log.jsonl &&
+	# the server writes its log out every 0.2 s
+	wait_until "grep -q \"\\\"event\\\":\\\"leave\\\"\" stop/log.jsonl" 30 &&
 	# the slow one finishes alone
 	wait_exit $p1 120 && wait_exit $SERVER_PID 30 &&
 	! grep -q "refused" stop/serve.err &&
