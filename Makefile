@@ -42,8 +42,7 @@ LIB_SRC  = $(wildcard lib/*/*.c)
 LIB_OBJ  = $(LIB_SRC:%.c=$(O)/%.o)
 LIBGEM   = $(O)/libgem.a
 CMD_C    = $(wildcard cmd/gem-*.c)
-CMD_SH   = $(wildcard cmd/gem-*.sh)
-PROGS    = $(CMD_C:cmd/%.c=$(BIN)/%) $(CMD_SH:cmd/%.sh=$(BIN)/%)
+PROGS    = $(CMD_C:cmd/%.c=$(BIN)/%)
 T_C      = $(wildcard t/t[0-9]*.c)
 T_PROGS  = $(T_C:t/%.c=$(O)/t/%.t)
 T_SH     = $(wildcard t/t[0-9]*.sh)
@@ -81,10 +80,6 @@ $(LIBGEM): $(LIB_OBJ)
 $(BIN)/%: $(O)/cmd/%.o $(LIBGEM)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBGEM) $(LIBS)
-
-$(BIN)/%: cmd/%.sh
-	@mkdir -p $(dir $@)
-	sed 's/@GEM_VERSION@/$(VERSION)/' $< > $@ && chmod +x $@
 
 $(O)/t/%.t: $(O)/t/%.o $(LIBGEM)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBGEM) $(LIBS)

@@ -61,8 +61,8 @@ static int make_dirs(const char *dir, char *err)
 static const char *const run_leaves[] = {
 	RUN_LOG, RUN_PARAMS, RUN_PARAMS_PREV, RUN_LOCAL_STATE, RUN_RULE_STATE, RUN_LOCAL_STATE_PREV,
 	RUN_RULE_STATE_PREV, RUN_SERVER_URL, RUN_PEERS,
-	RUN_PEERS ".tmp", RUN_SERVE_ERR, "serve-*.err", "serve.out", "node-*.gem", "node-*.jsonl", "node-*.url",
-	"node-*.log", "worker-*.log", "token", "tls-cert.pem", "tls-key.pem", "openssl.err",
+	RUN_PEERS_TMP, RUN_SERVE_ERR, "serve-*.err", "serve-*.url", "serve.out", "node-*.gem", "node-*.jsonl", "node-*.url",
+	"node-*.log", "worker-*.log", RUN_TOKEN, RUN_TLS_CERT, RUN_TLS_KEY, RUN_OPENSSL_ERR,
 };
 
 static int remove_run_files(const char *dir, char *err);
@@ -494,6 +494,49 @@ int run_params_save(const struct run *r, const float *theta, size_t n, const str
 	int rc = keep_previous(r, RUN_PARAMS, RUN_PARAMS_PREV, err);
 	run_file(r, RUN_PARAMS, path, sizeof path);
 	return rc < 0 ? rc : params_write(path, theta, n, p, err);
+}
+
+int run_params_progress(const char *dir, struct run_progress *p, char *err)
+{
+	char path[PATH_MAX + 16];
+	struct msg_buf b = {0};
+	struct msg m;
+	int rc;
+	dir_file(dir, RUN_PARAMS, path, sizeof path);
+	if ((rc = msg_read_file(path, (size_t)1 << 40, &b, &m, err)) == 0) {
+		run_progress_of(m.header, p);
+		msg_free(&m);
+	}
+	msg_buf_free(&b);
+	return rc;
+}
+
+/* What SGP nodes and gem-run's handshake leave: their URLs first. */
+static const char *const node_leaves[] = {"node-*.url", "node-*.gem", "node-*.jsonl", "node-*.log",
+					  RUN_PEERS, RUN_PEERS_TMP};
+
+int run_node_files_remove(const char *dir, int urls_only, char *err)
+{
+	char path[PATH_MAX + 256];
+	struct dirent *e;
+	size_t n = urls_only ? 1 : sizeof node_leaves / sizeof *node_leaves;
+	DIR *d = opendir(dir);
+	if (!d)
+		return gem_errf(err, GEM_EFAIL, "%s: %s", dir, strerror(errno));
+	while ((e = readdir(d)))
+		for (size_t i = 0; i < n; i++)
+			if (!fnmatch(node_leaves[i], e->d_name, FNM_PERIOD)) {
+				dir_file(dir, e->d_name, path, sizeof path);
+				if (unlink(path) < 0 && errno != ENOENT) {
+					gem_errf(err, GEM_EFAIL, "%s: cannot remove: %s", path,
+						 strerror(errno));
+					closedir(d);
+					return GEM_EFAIL;
+				}
+				break;
+			}
+	closedir(d);
+	return 0;
 }
 
 void run_progress_of(const json_t *h, struct run_progress *p)

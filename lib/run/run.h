@@ -37,8 +37,18 @@
 #define RUN_NODE_PARAMS "node-%d.gem"     /* SGP node I's de-biased parameters */
 #define RUN_NODE_LOG    "node-%d.jsonl"   /* SGP node I's log */
 #define RUN_PEERS       "peers"           /* gem-run's SGP peer list */
+#define RUN_PEERS_TMP   "peers.tmp"       /* ... while it is written (renamed to RUN_PEERS) */
+#define RUN_NODE_URL    "node-%d.url"     /* gem-run's SGP node I's URL, during the handshake */
+#define RUN_NODE_MSG    "node-%d.log"     /* gem-run's SGP node I's messages */
 #define RUN_SERVE_ERR   "serve.err"       /* gem-run's server's messages */
+#define RUN_SHARD_ERR   "serve-%d.err"    /* gem-run's shard I's server's messages */
+#define RUN_SHARD_URL   "serve-%d.url"    /* gem-run --shard-hosts: shard I's server's URL */
 #define RUN_WORKER_LOG  "worker-%d.log"   /* gem-run's worker I's messages */
+#define RUN_TOKEN       "token"           /* gem-run's bearer token for a run on the network */
+#define RUN_TLS_CERT    "tls-cert.pem"    /* gem-run's certificate for the run (--tls) */
+#define RUN_TLS_KEY     "tls-key.pem"     /* ... and its key */
+#define RUN_OPENSSL_ERR "openssl.err"     /* what openssl said making them */
+#define RUN_HOST_MARKER ".gem-run-marker-%d" /* gem-run PID's test of a host that shares RUNDIR */
 /* A sharded run (gem-serve --shard I/K): shard I's server keeps its own params.gem (its slice of
  * θ), rule-state.gem, log.jsonl, server.url and .lock in this subdirectory of RUNDIR. */
 #define RUN_SHARD_DIR   "shard-%d-of-%d"
@@ -150,6 +160,11 @@ int run_lock_node(struct run *r, int i, char *err);
 
 /* The progress recorded in a params message's header (missing fields are 0). */
 void run_progress_of(const json_t *header, struct run_progress *p);
+/* The progress of θ in dir's params.gem (a run's, or a shard's directory), θ not decoded. */
+int run_params_progress(const char *dir, struct run_progress *p, char *err);
+/* Remove the files SGP nodes and gem-run's handshake leave in dir (RUN_NODE_*, the peer
+ * list), or with urls_only the nodes' URLs alone (the handshake's, once the nodes ended). */
+int run_node_files_remove(const char *dir, int urls_only, char *err);
 
 /* θ to RUNDIR/params.gem atomically, with its progress (the one it replaces becomes
  * RUN_PARAMS_PREV). */

@@ -1,0 +1,57 @@
+/* launch: how gem-run starts gem's programs, here or on another host: a growing argument
+ * vector, fork/exec with the standard streams on given descriptors, a word quoted for a shell,
+ * and the two small replaceable helpers of a remote start: the ssh command line (the user's ssh
+ * words, then gem-run's options) and the watchdog a remote command runs under. It starts and
+ * returns; its caller waits, reads the signals and prints. */
+#ifndef GEM_LAUNCH_H
+#define GEM_LAUNCH_H
+#include <stdio.h>
+#include <sys/types.h>
+
+/* A NULL-terminated argument vector that grows; zero it to start. Its strings are its own. */
+struct argv {
+	char **v;
+	int n, cap;
+};
+int argv_push(struct argv *a, const char *s);
+int argv_pushf(struct argv *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Every string of the NULL-terminated v (NULL: none). */
+int argv_pushv(struct argv *a, char *const *v);
+void argv_free(struct argv *a);
+
+/* The standard streams of a child: a descriptor each, or LAUNCH_NULL (/dev/null) or
+ * LAUNCH_KEEP (gem-run's own). The child's umask, when umask_set. */
+#define LAUNCH_NULL (-1)
+#define LAUNCH_KEEP (-2)
+struct launch_io {
+	int in, out, err;
+	int umask_set;
+	mode_t umask;
+};
+/* Start argv[0] (found in PATH) with io. The child has no signal blocked and the default
+ * action for each, and is sent SIGTERM when gem-run dies, even by SIGKILL, which runs no
+ * handler (PR_SET_PDEATHSIG): nothing it started outlives it. Descriptors gem-run opens are
+ * close-on-exec (so the end of a pipe it holds never leaks into a child). 0 and *pid, or
+ * GEM_EFAIL when the program cannot be started (err names it). */
+int launch_spawn(char *const argv[], const struct launch_io *io, pid_t *pid, char *err);
+
+/* s as one word of a POSIX shell's command line: as it is when it holds only characters
+ * no shell treats specially, else in single quotes. */
+void launch_quote(FILE *f, const char *s);
+
+/* The command line a remote host's shell runs for argv (its words quoted), under the
+ * watchdog: the command is stopped (SIGTERM) when its standard input closes, that is when its
+ * ssh ends; with token, the first line of that input is handed on to the command's standard
+ * input (a bearer token never on a command line). The watchdog first says "LAUNCH_REMOTE_START
+ * on HOST" on stderr, which tells a connection sshd dropped before the command ran from a
+ * command that failed. malloc'ed; NULL when out of memory. */
+#define LAUNCH_REMOTE_START "gem-run: remote start"
+char *launch_remote_cmd(int token, char *const argv[]);
+
+/* The ssh command that runs cmd (a shell's command line) on host: ssh_words split as a shell
+ * splits them ("ssh -J gw -p 2222"; no command substitution), then BatchMode, a connect
+ * timeout of connect_timeout seconds and keep-alives (15 s, 4 missed: the host is gone), the
+ * host and cmd. GEM_EUSAGE when ssh_words has no word or cannot be split. */
+int launch_ssh_argv(const char *ssh_words, int connect_timeout, const char *host, const char *cmd,
+		    struct argv *out, char *err);
+#endif
