@@ -256,51 +256,9 @@ static void parse(int argc, char **argv)
 		die_usage("no RUNDIR given");
 }
 
-/* ---- children: started here or over ssh, looked after by one loop ---- */
+/* ---- children: started here or over ssh, looked after by one loop (role/launch) ---- */
 
-/* A child: a program here, or one on another host under its ssh. */
-struct child {
-	pid_t pid;          /* 0: not running (ended, or waiting to be tried again) */
-	int status;         /* as a shell has it: the exit status, 128 + a signal; -1: not ended */
-	const char *host;   /* NULL: here */
-	char *cmd;          /* remote: the command line the host runs */
-	int token;          /* remote: the token first on its standard input */
-	int in;             /* remote: our end of its standard input; -1: closed */
-	int out;            /* our end of its stdout when its first line is wanted; -1: none */
-	char outfile[PATH_MAX + 32], errfile[PATH_MAX + 32]; /* remote: stdout, stderr (appended) */
-	char line[1024];    /* its first line, once whole */
-	size_t len;
-	int got_line;
-	off_t err_start;    /* remote: errfile's size when this try began */
-	int tries;          /* remote: connections dropped before the command started */
-	double retry_at;    /* remote: when to try again; 0: not waiting */
-	double term_at;     /* remote: stdin closed; SIGTERM to its ssh then, if still there */
-};
-
-static struct child **kids;
-static int nkids, kids_cap;
-static int sigfd = -1;
-static char *token_line; /* the run's token, for the remote programs' standard input */
-
-static struct child *child_new(void)
-{
-	struct child *c = calloc(1, sizeof *c);
-	if (!c)
-		oom();
-	if (nkids == kids_cap) {
-		kids_cap = kids_cap ? 2 * kids_cap : 32;
-		if (!(kids = realloc(kids, (size_t)kids_cap * sizeof *kids)))
-			oom();
-	}
-	*c = (struct child){.status = -1, .in = -1, .out = -1};
-	kids[nkids++] = c;
-	return c;
-}
-
-static int running(const struct child *c)
-{
-	return c->status < 0;
-}
+static struct launch_set S = {.sigfd = -1};
 
 static int open_append(const char *path)
 {
@@ -321,239 +279,62 @@ static void pipe_cloexec(int fds[2])
 	}
 }
 
-/* Start c here: argv with its streams io; want_line: stdout into a pipe gem-run reads. */
-static void start_here(struct child *c, char *const argv[], struct launch_io io, int want_line)
+/* Start argv here with io (launch_here); exits when it cannot be started. */
+static struct launch_child *here(char *const argv[], struct launch_io io, const char *outfile)
 {
 	char err[GEM_ERRMAX];
-	int p[2] = {-1, -1};
-	if (want_line) {
-		pipe_cloexec(p);
-		io.out = p[1];
-	}
-	if (launch_spawn(argv, &io, &c->pid, err) < 0) {
+	struct launch_child *c;
+	if (launch_here(&S, argv, io, outfile, &c, err) < 0) {
 		fprintf(stderr, "gem-run: %s\n", err);
 		exit(EXIT_JOB);
 	}
-	if (want_line) {
-		close(p[1]);
-		c->out = p[0];
-		fcntl(c->out, F_SETFL, O_NONBLOCK);
-	}
+	return c;
 }
 
-/* (Re)start remote c: its ssh, with a pipe on its standard input (the token first). */
-static void start_remote(struct child *c)
+/* Start argv on host under ssh (launch_remote); exits when it cannot be started. */
+static struct launch_child *remote(const char *host, int token, const char *outfile,
+				   const char *errfile, char *const argv[])
 {
 	char err[GEM_ERRMAX];
-	struct argv a = {0};
-	struct stat st;
-	int in[2], out[2], efd;
-	if (launch_ssh_argv(C.ssh, C.ssh_timeout, c->host, c->cmd, &a, err) < 0) {
+	struct launch_child *c;
+	if (launch_remote(&S, host, token, outfile, errfile, argv, &c, err) < 0) {
 		fprintf(stderr, "gem-run: %s\n", err);
-		exit(EXIT_USAGE);
+		exit(EXIT_JOB);
 	}
-	c->err_start = stat(c->errfile, &st) == 0 ? st.st_size : 0;
-	pipe_cloexec(in);
-	efd = open_append(c->errfile);
-	pipe_cloexec(out);
-	start_here(c, a.v, (struct launch_io){.in = in[0], .out = out[1], .err = efd}, 0);
-	close(in[0]);
-	close(out[1]);
-	close(efd);
-	c->out = out[0];
-	c->len = 0;
-	c->got_line = 0;
-	fcntl(c->out, F_SETFL, O_NONBLOCK);
-	c->in = in[1];
-	if (c->token && token_line) {
-		size_t len = strlen(token_line);
-		/* a line in an empty pipe: it does not block */
-		if (write(c->in, token_line, len) != (ssize_t)len || write(c->in, "\n", 1) != 1)
-			fprintf(stderr, "gem-run: cannot hand the token to %s\n", c->host);
-	}
-	argv_free(&a);
-}
-
-/* Start argv on host under ssh: stdout appended to outfile (NULL: errfile), stderr to
- * errfile; its first line is kept (a URL). */
-static struct child *remote(const char *host, int token, const char *outfile, const char *errfile,
-			    char *const argv[])
-{
-	struct child *c = child_new();
-	c->host = host;
-	c->token = token;
-	if (!(c->cmd = launch_remote_cmd(token, argv)))
-		oom();
-	snprintf(c->outfile, sizeof c->outfile, "%s", outfile ? outfile : errfile);
-	snprintf(c->errfile, sizeof c->errfile, "%s", errfile);
-	start_remote(c);
 	return c;
-}
-
-/* Start argv here with io; with outfile (NULL: io's stdout), stdout goes through gem-run,
- * which keeps its first line (a URL) and appends it to outfile ("": nowhere). */
-static struct child *here(char *const argv[], struct launch_io io, const char *outfile)
-{
-	struct child *c = child_new();
-	if (outfile)
-		snprintf(c->outfile, sizeof c->outfile, "%s", outfile);
-	start_here(c, argv, io, outfile != NULL);
-	return c;
-}
-
-/* Read what c's stdout holds now: its first line kept, all of it appended to its outfile;
- * closed at its end. */
-static void read_out(struct child *c)
-{
-	char buf[4096];
-	ssize_t got;
-	while ((got = read(c->out, buf, sizeof buf)) > 0) {
-		if (c->outfile[0]) {
-			int fd = open_append(c->outfile);
-			if (write(fd, buf, (size_t)got) != got)
-				fprintf(stderr, "gem-run: %s: %s\n", c->outfile, strerror(errno));
-			close(fd);
-		}
-		for (ssize_t i = 0; i < got && !c->got_line; i++) {
-			if (buf[i] == '\n')
-				c->got_line = 1;
-			else if (c->len + 1 < sizeof c->line)
-				c->line[c->len++] = buf[i];
-			c->line[c->len] = 0;
-		}
-	}
-	if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-		close(c->out);
-		c->out = -1;
-	}
-}
-
-/* 1 when remote c's ssh failed before the command started on its host (sshd dropped the
- * connection: too many at once), from what ssh said on this try. */
-static int dropped(const struct child *c)
-{
-	char *text = NULL;
-	size_t len;
-	int rc = 0;
-	if (fs_read_all(c->errfile, (void **)&text, &len, (size_t)64 << 20, NULL) < 0)
-		return 0;
-	if ((size_t)c->err_start <= len) {
-		const char *t = text + c->err_start;
-		rc = !strstr(t, LAUNCH_REMOTE_START) &&
-		     (strstr(t, "kex_exchange_identification") || strstr(t, "Connection reset by") ||
-		      strstr(t, "Connection closed by"));
-	}
-	free(text);
-	return rc;
-}
-
-static int stopping; /* gem-run is stopping what it started: no try again */
-
-/* Every child that ended: its status; a remote one dropped before it started is tried again
- * (up to 6 times, backing off). */
-static void reap(void)
-{
-	for (int i = 0; i < nkids; i++) {
-		struct child *c = kids[i];
-		int st;
-		if (c->pid <= 0 || waitpid(c->pid, &st, WNOHANG) != c->pid)
-			continue;
-		c->pid = 0;
-		c->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-		if (c->out >= 0)
-			read_out(c);
-		if (c->in >= 0)
-			close(c->in);
-		c->in = -1;
-		c->term_at = 0;
-		if (c->host && c->status == 255 && c->tries < 6 && !stopping && dropped(c)) {
-			c->retry_at = clock_mono() + ((200 << c->tries) + rand() % 300) / 1000.0;
-			c->tries++;
-			c->status = -1;
-		}
-	}
 }
 
 static void on_signal(int sig) __attribute__((noreturn));
 
-/* What is due at now: a try again, a SIGTERM to an ssh that did not end; the next deadline
- * after now (or until). */
-static double due(double now, double until)
-{
-	for (int i = 0; i < nkids; i++) {
-		struct child *c = kids[i];
-		if (c->retry_at > 0 && now >= c->retry_at) {
-			c->retry_at = 0;
-			if (stopping)
-				c->status = 143;
-			else
-				start_remote(c);
-		}
-		if (c->term_at > 0 && now >= c->term_at) {
-			c->term_at = 0;
-			if (c->pid > 0)
-				kill(c->pid, SIGTERM);
-		}
-		if (c->retry_at > 0 && c->retry_at < until)
-			until = c->retry_at;
-		if (c->term_at > 0 && c->term_at < until)
-			until = c->term_at;
-	}
-	return until;
-}
-
-/* Look after the children until something happens (a child ends, a line comes, a signal) or
- * until (clock_mono's) passes; SIGINT, SIGTERM and SIGHUP stop the run (on_signal). */
+/* Look after the children until something happens or until passes; SIGINT, SIGTERM and SIGHUP
+ * stop the run (on_signal), but while it is stopping. */
 static void pump(double until)
 {
-	struct pollfd *fds = calloc((size_t)nkids + 1, sizeof *fds);
-	struct child **who = calloc((size_t)nkids + 1, sizeof *who);
-	double now = clock_mono(), next = due(now, until);
-	int n = 1, ms;
-	if (!fds || !who)
-		oom();
-	fds[0] = (struct pollfd){.fd = sigfd, .events = POLLIN};
-	for (int i = 0; i < nkids; i++)
-		if (kids[i]->out >= 0) {
-			who[n] = kids[i];
-			fds[n++] = (struct pollfd){.fd = kids[i]->out, .events = POLLIN};
-		}
-	ms = next <= now ? 0 : next - now > 3600 ? 3600000 : (int)((next - now) * 1000) + 1;
-	if (poll(fds, (nfds_t)n, ms) > 0) {
-		for (int i = 1; i < n; i++)
-			if (fds[i].revents)
-				read_out(who[i]);
-		if (fds[0].revents) {
-			struct signalfd_siginfo si;
-			while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si)
-				if (si.ssi_signo != SIGCHLD && !stopping) {
-					free(fds);
-					free(who);
-					on_signal((int)si.ssi_signo);
-				}
-			reap();
-		}
+	char err[GEM_ERRMAX];
+	int sig = launch_pump(&S, until, err);
+	if (sig < 0) {
+		fprintf(stderr, "gem-run: %s\n", err);
+		exit(EXIT_JOB);
 	}
-	free(fds);
-	free(who);
-	due(clock_mono(), until);
+	if (sig > 0 && !S.stopping)
+		on_signal(sig);
 }
 
 /* Wait for c to end (looking after the others meanwhile): its status. */
-static int wait_child(struct child *c)
+static int wait_child(struct launch_child *c)
 {
-	while (running(c))
+	while (launch_running(c))
 		pump(clock_mono() + 3600);
 	return c->status;
 }
 
 /* Wait up to secs for c to end: 1 if it did. */
-static int wait_child_for(struct child *c, double secs)
+static int wait_child_for(struct launch_child *c, double secs)
 {
 	double until = clock_mono() + secs;
-	while (running(c) && clock_mono() < until)
+	while (launch_running(c) && clock_mono() < until)
 		pump(until);
-	return !running(c);
+	return !launch_running(c);
 }
 
 /* Pause secs (the children looked after meanwhile). */
@@ -564,36 +345,22 @@ static void pause_for(double secs)
 		pump(until);
 }
 
-/* Ask c to stop: SIGTERM here; over ssh its standard input closed, which stops the command on
- * its host (the watchdog), and SIGTERM to its ssh if it has not ended within 10 s. */
-static void stop_child(struct child *c)
-{
-	if (c->retry_at > 0) {
-		c->retry_at = 0;
-		c->status = 143;
-	}
-	if (c->pid <= 0)
-		return;
-	if (!c->host) {
-		kill(c->pid, SIGTERM);
-	} else if (c->in >= 0) {
-		close(c->in);
-		c->in = -1;
-		c->term_at = clock_mono() + 10;
-	}
-}
-
 /* Block the signals gem-run waits for, to read them from sigfd. */
 static void signals_init(void)
 {
+	static const int stops[] = {SIGINT, SIGTERM, SIGHUP};
 	sigset_t s;
 	sigemptyset(&s);
 	sigaddset(&s, SIGCHLD);
-	sigaddset(&s, SIGINT);
-	sigaddset(&s, SIGTERM);
-	sigaddset(&s, SIGHUP);
+	/* one ignored when gem-run started (SIGINT in a background job) stays ignored: blocked,
+	 * it would be queued instead */
+	for (int i = 0; i < 3; i++) {
+		struct sigaction old;
+		if (sigaction(stops[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaddset(&s, stops[i]);
+	}
 	if (sigprocmask(SIG_BLOCK, &s, NULL) < 0 ||
-	    (sigfd = signalfd(-1, &s, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
+	    (S.sigfd = signalfd(-1, &s, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
 		fprintf(stderr, "gem-run: signalfd: %s\n", strerror(errno));
 		exit(EXIT_JOB);
 	}
@@ -742,11 +509,11 @@ static void put_tail(const char *text, int n)
 /* ---- the other hosts: every connection and every copy goes through rsh ---- */
 
 /* Start cmd (a shell's command line) on host over the ssh command, with these streams. */
-static struct child *rsh(const char *host, const char *cmd, int in, int out, int err)
+static struct launch_child *rsh(const char *host, const char *cmd, int in, int out, int err)
 {
 	char e[GEM_ERRMAX];
 	struct argv a = {0};
-	struct child *c;
+	struct launch_child *c;
 	if (launch_ssh_argv(C.ssh, C.ssh_timeout, host, cmd, &a, e) < 0) {
 		fprintf(stderr, "gem-run: %s\n", e);
 		exit(EXIT_USAGE);
@@ -814,7 +581,7 @@ static void stagger(int i)
 static int preflight(const char *prog, const char *name, const struct argv *hosts)
 {
 	struct argv hs = {0};
-	struct child **c;
+	struct launch_child **c;
 	int *errs, bad = 0;
 	char *cmd = shell_cmd("command -v %s >/dev/null || exit 4\n"
 			      "[ -z %s ] || ! command -v getent >/dev/null || getent hosts %s >/dev/null || exit 3",
@@ -928,7 +695,7 @@ static int hosts_apart(const struct argv *hosts, struct argv *out)
 static int copy(const char *host, int to, const struct argv *names, int quiet)
 {
 	struct argv tar = {0};
-	struct child *a, *b;
+	struct launch_child *a, *b;
 	char *cmd, *list = NULL;
 	size_t len = 0;
 	int p[2];
@@ -1019,7 +786,7 @@ static void make_cert(const struct argv *names)
 }
 
 /* A fresh bearer token (24 random bytes in base64) in RUNDIR/token (mode 0600) and in
- * token_line; exits when it cannot be made. */
+ * the set of children (S.token); exits when it cannot be made. */
 static void make_token(void)
 {
 	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -1041,7 +808,7 @@ static void make_token(void)
 		fprintf(stderr, "gem-run: %s: %s\n", rpath(RUN_TOKEN), strerror(errno));
 		exit(EXIT_JOB);
 	}
-	if (!(token_line = strdup(text)))
+	if (!(S.token = strdup(text)))
 		oom();
 }
 
@@ -1156,7 +923,7 @@ static void slot_failed(const char *what, int i, int status, const char *log)
 
 /* ---- a served run ---- */
 
-static struct child *servers[64];
+static struct launch_child *servers[64];
 static const char *serve_errs[64];
 static int nservers, served; /* served: a server started, so it checkpoints when stopped */
 static struct argv copy_shard_hosts, copy_hosts;
@@ -1171,15 +938,15 @@ static void cleanup(void)
 	static int done;
 	if (done)
 		return;
-	done = stopping = 1;
+	done = S.stopping = 1;
 	for (int k = 0; k < nservers; k++) {
-		stop_child(servers[k]);
+		launch_stop(servers[k]);
 		wait_child_for(servers[k], 11);
 	}
-	for (int i = 0; i < nkids; i++)
-		stop_child(kids[i]);
-	for (int i = 0; i < nkids; i++)
-		wait_child(kids[i]);
+	for (int i = 0; i < S.n; i++)
+		launch_stop(S.kids[i]);
+	for (int i = 0; i < S.n; i++)
+		wait_child(S.kids[i]);
 	if (C.sgp && C.rundir)
 		run_node_files_remove(C.rundir, 1, NULL); /* the handshake's, as gem-serve its url */
 }
@@ -1410,10 +1177,10 @@ static void served_prepare(void)
 
 /* Wait for c's first line (its URL) for up to secs: 1 when it came, 0 when c ended first (or
  * the time passed: then c is still running). */
-static int wait_line(struct child *c, double secs)
+static int wait_line(struct launch_child *c, double secs)
 {
 	double until = clock_mono() + secs;
-	while (!c->got_line && (running(c) || c->retry_at > 0 || c->out >= 0) && clock_mono() < until)
+	while (!c->got_line && (launch_running(c) || c->retry_at > 0 || c->out >= 0) && clock_mono() < until)
 		pump(until);
 	return c->got_line;
 }
@@ -1455,7 +1222,7 @@ static void start_remote_server(int k, char *urls, size_t cap)
 	served = 1;
 	argv_free(&a);
 	if (!wait_line(servers[k], 60)) {
-		if (!running(servers[k]))
+		if (!launch_running(servers[k]))
 			serve_failed(servers[k]->status, errf);
 		fprintf(stderr, "gem-run: gem-serve did not start on %s\n", h);
 		exit(EXIT_JOB);
@@ -1493,7 +1260,7 @@ static void start_local_server(int k, char *urls, size_t cap)
 	argv_free(&a);
 	/* it prints its URL once it listens (and has written server.url) */
 	if (!wait_line(servers[k], 30)) {
-		if (!running(servers[k]))
+		if (!launch_running(servers[k]))
 			serve_failed(wait_child(servers[k]), errf);
 		fputs("gem-run: gem-serve did not start\n", stderr);
 		exit(EXIT_JOB);
@@ -1502,7 +1269,7 @@ static void start_local_server(int k, char *urls, size_t cap)
 	url_on(urls, cap, servers[k]->line, C.hosts ? server_host : NULL);
 }
 
-static struct child *workers[RUN_MAX_WORKERS];
+static struct launch_child *workers[RUN_MAX_WORKERS];
 
 /* Worker i, over ssh on its slot's host (the token on its standard input) or here. */
 static void start_worker(int i, const char *urls)
@@ -1568,7 +1335,7 @@ static int watch_workers(const char *urls)
 	for (;;) {
 		int left = 0;
 		for (int i = 0; i < C.workers; i++)
-			left += running(workers[i]);
+			left += launch_running(workers[i]);
 		if (!left)
 			break;
 		/* the next line is due every seconds after the last */
@@ -1593,7 +1360,7 @@ static void stop_servers(int failed, int *bad_status, const char **bad_err)
 	for (int k = 0; k < nservers; k++) {
 		int alone = !failed && wait_child_for(servers[k], 10);
 		if (!alone)
-			stop_child(servers[k]);
+			launch_stop(servers[k]);
 		wait_child(servers[k]);
 		if (alone && servers[k]->status != 0 && !*bad_err) {
 			*bad_status = servers[k]->status;
@@ -1789,7 +1556,7 @@ static void sgp_peers(void)
 	}
 	for (int i = 0; i < C.workers; i++) {
 		if (!wait_line(workers[i], 60)) {
-			stop_child(workers[i]);
+			launch_stop(workers[i]);
 			slot_failed("node", i, wait_child(workers[i]), rpath(RUN_NODE_MSG, i));
 			exit(EXIT_JOB);
 		}
@@ -1914,6 +1681,8 @@ static void settle(void)
 	if (to && *to)
 		num_long(to, 1, 86400, &t);
 	C.ssh_timeout = (int)t;
+	S.ssh = C.ssh;
+	S.ssh_timeout = C.ssh_timeout;
 	if (C.steps) {
 		uint64_t s;
 		if (strspn(C.steps, "0123456789") != strlen(C.steps) || C.steps[0] == '0' ||

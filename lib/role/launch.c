@@ -3,16 +3,21 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <wordexp.h>
 
+#include "base/clock.h"
 #include "base/err.h"
+#include "base/fsutil.h"
 
 int argv_push(struct argv *a, const char *s)
 {
@@ -84,9 +89,9 @@ static int child_setup(const struct launch_io *io, pid_t parent)
 {
 	sigset_t none;
 	sigemptyset(&none);
-	for (int s = 1; s < NSIG; s++)
-		if (s != SIGKILL && s != SIGSTOP)
-			signal(s, SIG_DFL);
+	/* gem-run's own: it blocks the signals it reads and ignores SIGPIPE; a signal ignored
+	 * when gem-run started (SIGINT in a background job) stays ignored, as a shell has it */
+	signal(SIGPIPE, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	/* gem-run gone (even killed outright): its children go too; and if it went before
 	 * this line, at once */
@@ -215,4 +220,277 @@ int launch_ssh_argv(const char *ssh_words, int connect_timeout, const char *host
 	    argv_push(out, host) < 0 || argv_push(out, cmd) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	return 0;
+}
+
+/* ---- a set of children ---- */
+
+static struct launch_child *child_new(struct launch_set *s)
+{
+	struct launch_child *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	if (s->n == s->cap) {
+		int cap = s->cap ? 2 * s->cap : 32;
+		struct launch_child **k = realloc(s->kids, (size_t)cap * sizeof *k);
+		if (!k) {
+			free(c);
+			return NULL;
+		}
+		s->kids = k;
+		s->cap = cap;
+	}
+	*c = (struct launch_child){.status = -1, .in = -1, .out = -1};
+	s->kids[s->n++] = c;
+	return c;
+}
+
+int launch_running(const struct launch_child *c)
+{
+	return c->status < 0;
+}
+
+/* Start c here: argv with its streams io; want_line: stdout into a pipe the loop reads. */
+static int start_here(struct launch_child *c, char *const argv[], struct launch_io io, int want_line,
+		      char *err)
+{
+	int p[2] = {-1, -1};
+	if (want_line) {
+		if (pipe2(p, O_CLOEXEC) < 0)
+			return gem_errf(err, GEM_EFAIL, "pipe: %s", strerror(errno));
+		io.out = p[1];
+	}
+	if (launch_spawn(argv, &io, &c->pid, err) < 0) {
+		if (want_line) {
+			close(p[0]);
+			close(p[1]);
+		}
+		return GEM_EFAIL;
+	}
+	if (want_line) {
+		close(p[1]);
+		c->out = p[0];
+		fcntl(c->out, F_SETFL, O_NONBLOCK);
+	}
+	return 0;
+}
+
+/* (Re)start remote c: its ssh, with a pipe on its standard input (the token first). */
+static int start_remote(struct launch_set *s, struct launch_child *c, char *err)
+{
+	struct argv a = {0};
+	struct stat st;
+	int in[2], efd, rc;
+	if ((rc = launch_ssh_argv(s->ssh, s->ssh_timeout, c->host, c->cmd, &a, err)) < 0)
+		return rc;
+	c->err_start = stat(c->errfile, &st) == 0 ? st.st_size : 0;
+	if ((efd = open(c->errfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) < 0) {
+		argv_free(&a);
+		return gem_errf(err, GEM_EFAIL, "%s: %s", c->errfile, strerror(errno));
+	}
+	if (pipe2(in, O_CLOEXEC) < 0) {
+		close(efd);
+		argv_free(&a);
+		return gem_errf(err, GEM_EFAIL, "pipe: %s", strerror(errno));
+	}
+	c->len = 0;
+	c->got_line = 0;
+	rc = start_here(c, a.v, (struct launch_io){.in = in[0], .err = efd}, 1, err);
+	close(in[0]);
+	close(efd);
+	argv_free(&a);
+	if (rc < 0) {
+		close(in[1]);
+		return rc;
+	}
+	c->in = in[1];
+	if (c->token && s->token) {
+		size_t len = strlen(s->token);
+		/* a line in an empty pipe: it does not block */
+		if (write(c->in, s->token, len) != (ssize_t)len || write(c->in, "\n", 1) != 1)
+			return gem_errf(err, GEM_EFAIL, "cannot hand the token to %s", c->host);
+	}
+	return 0;
+}
+
+int launch_here(struct launch_set *s, char *const argv[], struct launch_io io, const char *outfile,
+		struct launch_child **out, char *err)
+{
+	struct launch_child *c = child_new(s);
+	if (!c)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	if (outfile)
+		snprintf(c->outfile, sizeof c->outfile, "%s", outfile);
+	*out = c;
+	if (start_here(c, argv, io, outfile != NULL, err) < 0) {
+		c->status = 127;
+		return GEM_EFAIL;
+	}
+	return 0;
+}
+
+int launch_remote(struct launch_set *s, const char *host, int token, const char *outfile,
+		  const char *errfile, char *const argv[], struct launch_child **out, char *err)
+{
+	struct launch_child *c = child_new(s);
+	if (!c || !(c->cmd = launch_remote_cmd(token, argv)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	c->host = host;
+	c->token = token;
+	snprintf(c->outfile, sizeof c->outfile, "%s", outfile ? outfile : errfile);
+	snprintf(c->errfile, sizeof c->errfile, "%s", errfile);
+	*out = c;
+	if (start_remote(s, c, err) < 0) {
+		c->status = 255;
+		return GEM_EFAIL;
+	}
+	return 0;
+}
+
+/* Read what c's stdout holds now: its first line kept, all of it appended to its outfile;
+ * closed at its end. */
+static void read_out(struct launch_child *c)
+{
+	char buf[4096];
+	ssize_t got;
+	while ((got = read(c->out, buf, sizeof buf)) > 0) {
+		int fd;
+		/* best effort: the line is what the caller waits for */
+		if (c->outfile[0] && (fd = open(c->outfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) >= 0) {
+			if (write(fd, buf, (size_t)got) != got)
+				c->outfile[0] = 0;
+			close(fd);
+		}
+		for (ssize_t i = 0; i < got && !c->got_line; i++) {
+			if (buf[i] == '\n')
+				c->got_line = 1;
+			else if (c->len + 1 < sizeof c->line)
+				c->line[c->len++] = buf[i];
+			c->line[c->len] = 0;
+		}
+	}
+	if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+		close(c->out);
+		c->out = -1;
+	}
+}
+
+/* 1 when remote c's ssh failed before the command started on its host (sshd dropped the
+ * connection: too many at once), from what ssh said on this try. */
+static int dropped(const struct launch_child *c)
+{
+	char *text = NULL;
+	size_t len;
+	int rc = 0;
+	if (fs_read_all(c->errfile, (void **)&text, &len, (size_t)64 << 20, NULL) < 0)
+		return 0;
+	if ((size_t)c->err_start <= len) {
+		const char *t = text + c->err_start;
+		rc = !strstr(t, LAUNCH_REMOTE_START) &&
+		     (strstr(t, "kex_exchange_identification") || strstr(t, "Connection reset by") ||
+		      strstr(t, "Connection closed by"));
+	}
+	free(text);
+	return rc;
+}
+
+/* Every child that ended: its status; a remote one dropped before it started waits to be tried
+ * again. */
+static void reap(struct launch_set *s)
+{
+	for (int i = 0; i < s->n; i++) {
+		struct launch_child *c = s->kids[i];
+		int st;
+		if (c->pid <= 0 || waitpid(c->pid, &st, WNOHANG) != c->pid)
+			continue;
+		c->pid = 0;
+		c->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		if (c->out >= 0)
+			read_out(c);
+		if (c->in >= 0)
+			close(c->in);
+		c->in = -1;
+		c->term_at = 0;
+		if (c->host && c->status == 255 && c->tries < 6 && !s->stopping && dropped(c)) {
+			c->retry_at = clock_mono() + ((200 << c->tries) + rand() % 300) / 1000.0;
+			c->tries++;
+			c->status = -1;
+		}
+	}
+}
+
+/* What is due at now: a try again, a SIGTERM to an ssh that did not end; the next deadline
+ * after now (or until). */
+static double due(struct launch_set *s, double now, double until)
+{
+	for (int i = 0; i < s->n; i++) {
+		struct launch_child *c = s->kids[i];
+		if (c->retry_at > 0 && now >= c->retry_at) {
+			c->retry_at = 0;
+			if (s->stopping || start_remote(s, c, NULL) < 0)
+				c->status = s->stopping ? 143 : 255;
+		}
+		if (c->term_at > 0 && now >= c->term_at) {
+			c->term_at = 0;
+			if (c->pid > 0)
+				kill(c->pid, SIGTERM);
+		}
+		if (c->retry_at > 0 && c->retry_at < until)
+			until = c->retry_at;
+		if (c->term_at > 0 && c->term_at < until)
+			until = c->term_at;
+	}
+	return until;
+}
+
+int launch_pump(struct launch_set *s, double until, char *err)
+{
+	struct pollfd *fds = calloc((size_t)s->n + 1, sizeof *fds);
+	struct launch_child **who = calloc((size_t)s->n + 1, sizeof *who);
+	double now = clock_mono(), next = due(s, now, until);
+	int n = 1, ms, sig = 0;
+	if (!fds || !who) {
+		free(fds);
+		free(who);
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
+	fds[0] = (struct pollfd){.fd = s->sigfd, .events = POLLIN};
+	for (int i = 0; i < s->n; i++)
+		if (s->kids[i]->out >= 0) {
+			who[n] = s->kids[i];
+			fds[n++] = (struct pollfd){.fd = s->kids[i]->out, .events = POLLIN};
+		}
+	ms = next <= now ? 0 : next - now > 3600 ? 3600000 : (int)((next - now) * 1000) + 1;
+	if (poll(fds, (nfds_t)n, ms) > 0) {
+		for (int i = 1; i < n; i++)
+			if (fds[i].revents)
+				read_out(who[i]);
+		if (fds[0].revents) {
+			struct signalfd_siginfo si;
+			while (read(s->sigfd, &si, sizeof si) == (ssize_t)sizeof si)
+				if (si.ssi_signo != SIGCHLD && !sig)
+					sig = (int)si.ssi_signo;
+			reap(s);
+		}
+	}
+	free(fds);
+	free(who);
+	due(s, clock_mono(), until);
+	return sig;
+}
+
+void launch_stop(struct launch_child *c)
+{
+	if (c->retry_at > 0) {
+		c->retry_at = 0;
+		c->status = 143;
+	}
+	if (c->pid <= 0)
+		return;
+	if (!c->host) {
+		kill(c->pid, SIGTERM);
+	} else if (c->in >= 0) {
+		close(c->in);
+		c->in = -1;
+		c->term_at = clock_mono() + 10;
+	}
 }

@@ -29,7 +29,7 @@ struct launch_io {
 	mode_t umask;
 };
 /* Start argv[0] (found in PATH) with io. The child has no signal blocked and the default
- * action for each, and is sent SIGTERM when gem-run dies, even by SIGKILL, which runs no
+ * action for SIGPIPE (the others as the caller had them), and is sent SIGTERM when gem-run dies, even by SIGKILL, which runs no
  * handler (PR_SET_PDEATHSIG): nothing it started outlives it. Descriptors gem-run opens are
  * close-on-exec (so the end of a pipe it holds never leaks into a child). 0 and *pid, or
  * GEM_EFAIL when the program cannot be started (err names it). */
@@ -55,3 +55,58 @@ char *launch_remote_cmd(int token, char *const argv[]);
 int launch_ssh_argv(const char *ssh_words, int connect_timeout, const char *host, const char *cmd,
 		    struct argv *out, char *err);
 #endif
+
+/* ---- a set of children, looked after by one loop ---- */
+
+/* A child: a program here, or one on another host under its ssh. */
+struct launch_child {
+	pid_t pid;          /* 0: not running (ended, or waiting to be tried again) */
+	int status;         /* as a shell has it: the exit status, 128 + a signal; -1: not ended */
+	const char *host;   /* NULL: here */
+	char *cmd;          /* remote: the command line the host runs */
+	int token;          /* remote: the set's token first on its standard input */
+	int in;             /* remote: our end of its standard input; -1: closed */
+	int out;            /* our end of its stdout when its first line is wanted; -1: none */
+	char outfile[4096 + 64], errfile[4096 + 64]; /* where stdout goes ("": nowhere); remote: stderr */
+	char line[1024];    /* its first line, once whole */
+	size_t len;
+	int got_line;
+	off_t err_start;    /* remote: errfile's size when this try began */
+	int tries;          /* remote: connections dropped before the command started */
+	double retry_at;    /* remote: when to try again; 0: not waiting */
+	double term_at;     /* remote: stdin closed; SIGTERM to its ssh then, if still there */
+};
+
+/* The children, and what the loop needs: the caller's signalfd (SIGCHLD and the signals that
+ * stop the caller, blocked), the ssh command and its timeout, the bearer token. Zero it, then
+ * set those. */
+struct launch_set {
+	struct launch_child **kids;
+	int n, cap;
+	int sigfd;
+	const char *ssh;
+	int ssh_timeout;
+	const char *token;
+	int stopping; /* the caller stops its children: none is tried again */
+};
+
+/* 1 while c has not ended (or waits to be tried again). */
+int launch_running(const struct launch_child *c);
+/* Start argv here with io; with outfile (NULL: io's stdout), stdout goes through a pipe the
+ * loop reads: c->line gets its first line (a URL), outfile ("": nowhere) all of it. */
+int launch_here(struct launch_set *s, char *const argv[], struct launch_io io, const char *outfile,
+		struct launch_child **c, char *err);
+/* Start argv on host under ssh and the watchdog (launch_remote_cmd), with the set's token first
+ * on its standard input when token: stdout appended to outfile (NULL: errfile), stderr to
+ * errfile; c->line its first line. A connection sshd drops before the command starts (ssh's
+ * exit status 255, no LAUNCH_REMOTE_START, and ssh's words for it on this try) is tried again,
+ * up to 6 times, backing off from 0.2 s. */
+int launch_remote(struct launch_set *s, const char *host, int token, const char *outfile,
+		  const char *errfile, char *const argv[], struct launch_child **c, char *err);
+/* Look after the children until something happens (a child ends, a line comes, a signal) or
+ * until (clock_mono's) passes: 0, the number of a signal other than SIGCHLD that came (the
+ * caller's to act on), or < 0. */
+int launch_pump(struct launch_set *s, double until, char *err);
+/* Ask c to stop: SIGTERM here; over ssh its standard input closed, which stops the command on
+ * its host (the watchdog), and SIGTERM to its ssh if it has not ended within 10 s. */
+void launch_stop(struct launch_child *c);
