@@ -205,10 +205,14 @@ static void bad_option(int c, char **argv)
 static int take_own(int c, const char *arg)
 {
 	switch (c) {
-	case 'n': C.workers = -1; C.workers_set = 1;
-		  { long v; if (!num_long(arg, 1, RUN_MAX_WORKERS, &v)) C.workers = (int)v; }
-		  if (C.workers < 0) die_usage("-n: not a positive integer: %s", arg);
-		  return 1;
+	case 'n': { long v;
+		  if (num_long(arg, 1, LONG_MAX, &v) < 0)
+			  die_usage("-n: not a positive integer: %s", arg);
+		  if (v > RUN_MAX_WORKERS)
+			  die_usage("-n: at most %d workers: %s", RUN_MAX_WORKERS, arg);
+		  C.workers = (int)v;
+		  C.workers_set = 1;
+		  return 1; }
 	case 't': C.steps = arg; return 1;
 	case O_HOSTS: C.hosts = arg; return 1;
 	case 'l': C.listen = arg; return 1;
@@ -1751,8 +1755,6 @@ int main(int argc, char **argv)
 	path_init();
 	signals_init();
 	atexit(cleanup);
-	if (C.sgp && C.workers > RUN_MAX_WORKERS)
-		die_usage("-n: not a positive integer: %d", C.workers);
 	if (tls_on || C.hosts)
 		server_host = this_host();
 	return C.sgp ? sgp_run() : served_run();

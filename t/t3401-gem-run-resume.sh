@@ -5,7 +5,8 @@
 # diverges says so instead of advising a resume. A budget in steps (gem-run --steps) is the run's,
 # in run.json: a run interrupted (Ctrl-C) or whose workers died, then resumed as gem-run advises,
 # or with no --steps, ends at the version of the run left alone; a --steps given with --resume
-# replaces the stored one.
+# replaces the stored one. A resume starts no worker the run was not made for, and without -n
+# it starts those it was made for.
 . "$(dirname "$0")/test-lib.sh"
 
 TINY="--model tiny.json --data data --batch 32 --lr 0.1 --seed 3"
@@ -130,6 +131,25 @@ test_expect_success '--resume --steps S: an explicit budget wins, is stored, and
 	test "$(gem-serve --check whole)" = "complete 100" &&
 	{ gem-run --resume -n 2 whole >out 2>err; test $? = 0; } &&
 	test "$(cat err)" = "gem-run: whole is complete (version 100)"
+'
+
+test_expect_success '--resume with more workers than the run was made for: refused, nothing started' '
+	{ gem-run -q -n 1 $TINY --serve-opt=--max-updates=5 one 2>err; test $? = 1; } &&
+	cp one/log.jsonl log.before &&
+	{ gem-run --resume -n 2 one >out 2>err; test $? = 2; } && cat err &&
+	grep -q "^gem-run: one: a run of 1 worker (gem-init --workers), .*resume with -n 1 or fewer" err &&
+	test ! -s out && cmp log.before one/log.jsonl
+'
+
+test_expect_success '--resume with a gem-init option: --steps is named as the way to extend a run' '
+	{ gem-run --resume -e 2 one >out 2>err; test $? = 2; } && cat err &&
+	grep -q "^gem-run: --resume takes no gem-init options (--epochs is one).*--resume --steps S" err &&
+	cmp log.before one/log.jsonl
+'
+
+test_expect_success '--resume without -n: the workers the run was made for' '
+	gem-run -q --resume one >one.tsv && cat one.tsv && test "$(grep -c "\"event\":\"join\"" one/log.jsonl)" = 2 &&
+	awk "NR == 2 && \$2 == 63 { ok = 1 } END { exit !ok }" one.tsv
 '
 
 test_expect_success 'gem-serve --steps: a bad budget is refused (exit 2)' '
