@@ -928,7 +928,7 @@ static void slot_failed(const char *what, int i, int status, const char *log)
 /* ---- a served run ---- */
 
 static struct launch_child *servers[64];
-static const char *serve_errs[64];
+static char *serve_errs[64]; /* their messages' files */
 static int nservers, served; /* served: a server started, so it checkpoints when stopped */
 static struct argv copy_shard_hosts, copy_hosts;
 static const char *server_host;
@@ -1222,7 +1222,8 @@ static void start_remote_server(int k, char *urls, size_t cap)
 		if ((fd = open(i ? errf : out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) >= 0)
 			close(fd);
 	servers[nservers] = remote(h, 1, out, errf, a.v);
-	serve_errs[nservers++] = errf;
+	if (!(serve_errs[nservers++] = strdup(errf)))
+		oom();
 	served = 1;
 	argv_free(&a);
 	if (!wait_line(servers[k], 60)) {
@@ -1258,7 +1259,8 @@ static void start_local_server(int k, char *urls, size_t cap)
 	if (argv_pushv(&a, C.serve.v) < 0 || argv_push(&a, C.rundir) < 0)
 		oom();
 	servers[nservers] = here(a.v, (struct launch_io){.in = LAUNCH_NULL, .err = e}, "");
-	serve_errs[nservers++] = errf;
+	if (!(serve_errs[nservers++] = strdup(errf)))
+		oom();
 	served = 1;
 	close(e);
 	argv_free(&a);
