@@ -45,7 +45,7 @@ static const char usage_line[] =
 static void usage(FILE *f)
 {
 	fprintf(f, "%s\n", usage_line);
-	fputs("Make a run with gem-init in RUNDIR, start gem-serve on a free port, start N\n"
+	fputs("Make a run in RUNDIR as gem-init does, start gem-serve on a free port, start N\n"
 	      "gem-work workers (locally, or over ssh on the hosts of --hosts), wait for them,\n"
 	      "evaluate the result with gem-eval, stop the server and print gem-eval's TSV.\n"
 	      "With --rule sgp there is no server: N gem-work nodes of Stochastic Gradient Push\n"
