@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -789,31 +788,16 @@ static void make_cert(const struct argv *names)
 	argv_free(&seen);
 }
 
-/* A fresh bearer token (24 random bytes in base64) in RUNDIR/token (mode 0600) and in
- * the set of children (S.token); exits when it cannot be made. */
+/* A fresh bearer token in RUNDIR/token (fs_make_token) and in the set of children (S.token),
+ * which hands it to the remote programs on their standard input; exits when it cannot. */
 static void make_token(void)
 {
-	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	unsigned char raw[24];
-	char text[34];
-	int fd, k = 0;
-	if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
-		fprintf(stderr, "gem-run: getrandom: %s\n", strerror(errno));
+	char err[GEM_ERRMAX], *t;
+	if (fs_make_token(rpath(RUN_TOKEN), &t, err) < 0) {
+		fprintf(stderr, "gem-run: %s\n", err);
 		exit(EXIT_JOB);
 	}
-	for (int i = 0; i < 24; i += 3) {
-		unsigned v = (unsigned)raw[i] << 16 | (unsigned)raw[i + 1] << 8 | raw[i + 2];
-		for (int j = 3; j >= 0; j--)
-			text[k++] = b64[(v >> (6 * j)) & 63];
-	}
-	text[k] = 0;
-	fd = open(rpath(RUN_TOKEN), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0 || fchmod(fd, 0600) < 0 || dprintf(fd, "%s\n", text) != k + 1 || close(fd) < 0) {
-		fprintf(stderr, "gem-run: %s: %s\n", rpath(RUN_TOKEN), strerror(errno));
-		exit(EXIT_JOB);
-	}
-	if (!(S.token = strdup(text)))
-		oom();
+	S.token = t;
 }
 
 /* Make the run as gem-init would, with its options and --workers N (in this process: gem-run is

@@ -1,4 +1,5 @@
-/* t2001: atomic writes replace a file whole or not at all; whole-file reads respect max. */
+/* t2001: atomic writes replace a file whole or not at all; whole-file reads respect max; a
+ * fresh token is private and new each time. */
 #include "base/err.h"
 #include "base/fsutil.h"
 #include "tap.h"
@@ -92,6 +93,27 @@ int main(void)
 
 	unlink(path);
 	rmdir(sub);
+
+	/* a token: made 0600 (even over a file that was not), read back the same, another each time */
+	{
+		char *t1 = NULL, *t2 = NULL, *back = NULL;
+		snprintf(path, sizeof path, "%s/token", dir);
+		fs_write_atomic(path, "old\n", 4, err);
+		chmod(path, 0644);
+		int rc = fs_make_token(path, &t1, err);
+		ok(rc == 0 && t1 && strlen(t1) == 32 &&
+			   strspn(t1, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") == 32,
+		   "a token of 32 base64 characters: %s", rc == 0 ? t1 : err);
+		rc = stat(path, &st);
+		ok(rc == 0 && (st.st_mode & 0777) == 0600, "its file is 0600: %o", (unsigned)(st.st_mode & 0777));
+		ok(fs_read_token(path, &back, err) == 0 && t1 && !strcmp(back, t1), "read back the same");
+		ok(fs_make_token(path, &t2, err) == 0 && t1 && t2 && strcmp(t1, t2), "another the next time");
+		fs_free_secret(t1);
+		fs_free_secret(t2);
+		fs_free_secret(back);
+		unlink(path);
+	}
+
 	snprintf(path, sizeof path, "%s/f", dir);
 	unlink(path);
 	rmdir(dir);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -212,6 +213,33 @@ int fs_read_token(const char *file, char **token, char *err)
 	if (!*token)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	return 0;
+}
+
+int fs_make_token(const char *file, char **token, char *err)
+{
+	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	unsigned char raw[24];
+	char text[34];
+	int fd, k = 0, rc = 0;
+	if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+		return gem_errf(err, GEM_EFAIL, "getrandom: %s", strerror(errno));
+	for (int i = 0; i < 24; i += 3) {
+		unsigned v = (unsigned)raw[i] << 16 | (unsigned)raw[i + 1] << 8 | raw[i + 2];
+		for (int j = 3; j >= 0; j--)
+			text[k++] = b64[(v >> (6 * j)) & 63];
+	}
+	text[k++] = '\n';
+	explicit_bzero(raw, sizeof raw);
+	/* 0600 before a byte is in it, and so again if it was there */
+	fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || fchmod(fd, 0600) < 0 || write(fd, text, (size_t)k) != k)
+		rc = gem_errf(err, GEM_EFAIL, "%s: %s", file, strerror(errno));
+	if (fd >= 0 && close(fd) < 0 && rc == 0)
+		rc = gem_errf(err, GEM_EFAIL, "%s: %s", file, strerror(errno));
+	if (rc == 0 && !(*token = strndup(text, (size_t)k - 1)))
+		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
+	explicit_bzero(text, sizeof text);
+	return rc;
 }
 
 int fs_read_pem(const char *file, char **pem, char *err)

@@ -20,6 +20,9 @@ int fs_read_all(const char *path, void **buf, size_t *len, size_t max, char *err
 /* Read a secret (a bearer token): the first line of file, without its newline, into *token
  * (malloc'ed); an empty first line or an unreadable file is GEM_EUSAGE. */
 int fs_read_token(const char *file, char **token, char *err);
+/* Make a fresh secret: 24 random bytes in base64 (32 characters) on the first line of file
+ * (mode 0600, replaced), and in *token (malloc'ed: fs_free_secret). */
+int fs_make_token(const char *file, char **token, char *err);
 /* Read a PEM file (a certificate chain, a private key) into *pem (malloc'ed, a C string; free a
  * key with fs_free_secret); an unreadable file, one over 1 MiB or one with no "-----BEGIN " line
  * is GEM_EUSAGE. */
