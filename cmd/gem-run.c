@@ -995,22 +995,30 @@ static void push_token(struct argv *a)
 			oom();
 }
 
+/* gem-serve [--check] and the options of server k here: where it listens, its token and
+ * certificate, its shard. */
+static void serve_argv(struct argv *a, int check, int k)
+{
+	push(a, "gem-serve");
+	if (check)
+		push(a, "--check");
+	push(a, "--listen");
+	push(a, C.listen);
+	if (public_)
+		push(a, "--public");
+	push_token(a);
+	if (tls_on && argv_pushv(a, (char *[]){"--tls-cert", (char *)rpath(RUN_TLS_CERT), "--tls-key",
+					      (char *)rpath(RUN_TLS_KEY), NULL}) < 0)
+		oom();
+	if (C.shards != 1 && (argv_push(a, "--shard") < 0 || argv_pushf(a, "%d/%d", k, C.shards) < 0))
+		oom();
+}
+
 /* Before anything is made: what a server or a worker would refuse, the run to resume. */
 static void served_checks(void)
 {
 	struct argv a = {0};
-	push(&a, "gem-serve");
-	push(&a, "--check");
-	push(&a, "--listen");
-	push(&a, C.listen);
-	if (public_)
-		push(&a, "--public");
-	push_token(&a);
-	if (tls_on && argv_pushv(&a, (char *[]){"--tls-cert", (char *)rpath(RUN_TLS_CERT), "--tls-key",
-					       (char *)rpath(RUN_TLS_KEY), NULL}) < 0)
-		oom();
-	if (C.shards != 1 && (argv_push(&a, "--shard") < 0 || argv_pushf(&a, "0/%d", C.shards) < 0))
-		oom();
+	serve_argv(&a, 1, 0);
 	check_prog("gem-serve", &a, &C.serve);
 	push(&a, "gem-work");
 	push(&a, "--check");
@@ -1229,17 +1237,7 @@ static void start_local_server(int k, char *urls, size_t cap)
 		fprintf(stderr, "gem-run: %s: %s\n", errf, strerror(errno));
 		exit(EXIT_JOB);
 	}
-	push(&a, "gem-serve");
-	push(&a, "--listen");
-	push(&a, C.listen);
-	if (public_)
-		push(&a, "--public");
-	push_token(&a);
-	if (tls_on && argv_pushv(&a, (char *[]){"--tls-cert", (char *)rpath(RUN_TLS_CERT), "--tls-key",
-					       (char *)rpath(RUN_TLS_KEY), NULL}) < 0)
-		oom();
-	if (C.shards != 1 && (argv_push(&a, "--shard") < 0 || argv_pushf(&a, "%d/%d", k, C.shards) < 0))
-		oom();
+	serve_argv(&a, 0, k);
 	if (argv_pushv(&a, C.serve.v) < 0 || argv_push(&a, C.rundir) < 0)
 		oom();
 	servers[nservers] = here(a.v, (struct launch_io){.in = LAUNCH_NULL, .err = e}, "");
