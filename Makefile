@@ -131,7 +131,7 @@ demo: deps
 	$(MAKE) all
 	GEM_SHARE_DIR=$(CURDIR)/share/gem PATH=$(abspath $(BIN)):$$PATH sh share/gem/examples/demo.sh
 
-# The figures of README.md and doc/results.md, from a real run (a few minutes on 2 cores).
+# The figures of README.md and doc/results/gem-ref.md, from a real run (a few minutes on 2 cores).
 figures: all
 	GEM_SHARE_DIR=$(CURDIR)/share/gem PATH=$(abspath $(BIN)):$$PATH sh share/gem/figures.sh
 

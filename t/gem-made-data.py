@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write learnable data sets in the formats of gem-data(5), with the standard library only, and
-a model spec that fits each: what t5800 trains on (doc/results.md, "Users' own data").
+a model spec that fits each: what t5800 trains on (doc/results/data-formats.md).
 
 gem-made-data.py FORMAT DIR: FORMAT is
   csv    DIR/t.csv: 8 features (on scales from 0.01 to 1000), a column "label" of 4 classes

@@ -17,7 +17,7 @@
 #define EVAL_CHUNK 500
 /* A text is evaluated on EVAL_TEXT_BATCHES batches of EVAL_TEXT_BATCH windows of its bytes at
  * offsets drawn from seed EVAL_TEXT_SEED's stream RNG_EVAL_SUBSET: the same for every run and
- * every call, and those of doc/results.md's gpt-kjv (seed 1). */
+ * every call, and those of doc/results/gpt-kjv.md (seed 1). */
 #define EVAL_TEXT_BATCHES 20
 #define EVAL_TEXT_BATCH 32
 #define EVAL_TEXT_SEED 1

@@ -1,5 +1,5 @@
 #!/bin/sh
-# figures.sh: regenerate the figures of README.md and doc/results.md from real runs (make
+# figures.sh: regenerate the figures of README.md and doc/results/gem-ref.md from real runs (make
 # figures). The GEM paper's CNN is trained on Fashion-MNIST by gem-run with 8 asynchronous
 # workers at lr 0.1, one epoch each, once under rule gem and once under downpour; then
 #   OUTDIR/loss.png  the training loss of both runs (moving average), gem-plot-data loss

@@ -44,7 +44,7 @@
 # INIT_OPTS (more gem-init options, e.g. "--optimizer adamw --lr 1e-3" for gpt), GEM_BIN
 # where the gem programs are (default: PATH, then the source tree's bin/). Wall times are the
 # machine's at the time: on a shared machine they are noisy.
-# PARTS=table2 makes doc/results.md's tables 2 and 3: table 2 with RULES="gem sgp diloco" served
+# PARTS=table2 makes doc/results/codec.md's tables 2 and 3: table 2 with RULES="gem sgp diloco" served
 # by 4 workers and gem simulated with 16 (WORKERS=16 SIM=1), then table 3.
 set -u
 

@@ -22,7 +22,7 @@
 # when every node had started (loaded the data and listened), as a server's from its first
 # join.
 # Writes OUTDIR/runs.tsv, OUTDIR/summary.tsv (mean and sd over the seeds), OUTDIR/summary.md
-# (the tables of doc/results.md) and the figures OUTDIR/acc-slow1.png, acc-slow4.png (test accuracy
+# (the tables of doc/results/time-to-acc.md) and the figures OUTDIR/acc-slow1.png, acc-slow4.png (test accuracy
 # against time, seed 1; their data in OUTDIR/curves/). Restartable: a run
 # whose row exists is skipped. Defaults: RULES="gem downpour dynsgd easgd dcasgd sync dma sgp
 # overlap-sgp", NS="4 8 16", SEEDS="1 2 3", SLOW="1 4".
