@@ -249,12 +249,13 @@ int main(void)
 		ok(parse_text(head, body, 8) == 0, "two raw blobs back to back");
 	}
 
-	/* A few hundred random mutations of a valid message: no crash, and anything accepted
-	 * either fails to decode or decodes to a vector of the right size. */
+	/* A few hundred random mutations of a valid message: no crash, every refusal says why,
+	 * and anything accepted either fails to decode (saying why) or decodes to θ itself: the
+	 * CRC-32 guards the body, and a header that still parses names the same blob. */
 	{
 		size_t len;
 		char *mut;
-		int accepted = 0, decoded = 0;
+		int accepted = 0, decoded = 0, silent = 0, changed = 0;
 		msg_encode_params(&b, &c, h = json_pack("{s:i}", "version", 1), theta, 300, NULL, -1, err);
 		json_decref(h);
 		len = b.len;
@@ -283,17 +284,25 @@ int main(void)
 				l = len + 1 + rng_below(&r, 15);
 				memset(mut + len, 'z', l - len);
 			}
+			err[0] = 0;
 			rc = msg_parse(mut, l, &m, err);
 			if (rc == 0) {
 				accepted++;
 				msg_free(&m);
 				memset(back, 0, sizeof back);
-				if (msg_decode_params(mut, l, &c2, NULL, back, 300, err) == 0)
+				err[0] = 0;
+				if (msg_decode_params(mut, l, &c2, NULL, back, 300, err) == 0) {
 					decoded++;
-			}
+					changed += memcmp(back, theta, 300 * sizeof *back) != 0;
+				} else
+					silent += !err[0];
+			} else
+				silent += !err[0];
 		}
 		free(mut);
-		ok(1, "600 mutations survived: %d parsed, %d decoded", accepted, decoded);
+		ok(silent == 0 && changed == 0 && accepted < 600,
+		   "600 mutations: %d parsed, %d decoded, every one decoded θ (%d not), every refusal "
+		   "with a message (%d without)", accepted, decoded, changed, silent);
 	}
 
 	/* A file's header is sealed: every flip of one bit of its first line (padding and newline

@@ -234,12 +234,17 @@ int main(void)
 	ok(rc == HTTPC_EHTTP && r.status == 500 && strstr(err, "internal"),
 	   "handler without a reply: 500 (%s)", err);
 
+	snprintf(url, sizeof url, "http://127.0.0.1:%d/", httpd_port(d));
+	httpd_stop(d);
+	/* A new connection: c's kept-alive one must not be what answers (or fails). */
+	httpc_free(anon);
+	rc = httpc_new(url, NULL, 10000, &anon, err);
+	ok(rc == 0 && httpc_get(anon, "/v1/ping", &r, err) == HTTPC_ETRANSPORT,
+	   "server stopped: its port refuses a new connection (%s)", err);
 	httpc_resp_free(&r);
 	httpc_free(c);
 	httpc_free(anon);
 	httpc_free(wrong);
 	httpc_free(shorter);
-	httpd_stop(d);
-	ok(1, "server stopped");
 	return done_testing();
 }

@@ -5,12 +5,16 @@
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 . "$(dirname "$0")/test-lib.sh" >/dev/null
 
+# A run that cannot be made or a server that does not start is the product failing: a
+# failed test, with what gem-init or gem-serve said.
 make_tiny_data data >/dev/null 2>&1 &&
-gem-init -q --model tiny.json --data data run &&
+gem-init -q --model tiny.json --data data run 2>init.err &&
 head -c 24 /dev/urandom | base64 >token &&
-start_server run --keep-running --token-file token >/dev/null || {
-	echo "1..0 # SKIP the server did not start"
-	exit 0
+start_server run --keep-running --token-file token >/dev/null 2>start.err || {
+	echo "not ok 1 - a run is made and its server starts"
+	cat init.err start.err run/serve.err 2>/dev/null | tail -10 | sed 's/^/# /'
+	echo "1..1"
+	exit 1
 }
 GEM_TOKEN=$(cat token) python3 "$GEM_SRC/t/hostile-client.py" "$URL"
 rc=$?
