@@ -15,7 +15,7 @@
 
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
-static int gate_open, waiting, slow_done;
+static int gate_open, waiting, slow_in, slow_done;
 static char url[64];
 
 static double now(void)
@@ -58,6 +58,7 @@ static int on_ping(struct httpd_req *req, void *ctx)
 static int on_slow(struct httpd_req *req, void *ctx)
 {
 	(void)ctx;
+	__atomic_store_n(&slow_in, 1, __ATOMIC_SEQ_CST);
 	usleep(300 * 1000);
 	__atomic_store_n(&slow_done, 1, __ATOMIC_SEQ_CST);
 	return httpd_reply_bytes(req, 200, "text/plain", "slow\n", 5, 0);
@@ -173,7 +174,9 @@ int main(void)
 
 	/* httpd_stop while a request is in its handler: the handler finishes and the reply goes out. */
 	pthread_create(&slow.th, NULL, waiter_run, &slow);
-	usleep(100 * 1000);
+	for (t0 = now(); !__atomic_load_n(&slow_in, __ATOMIC_SEQ_CST) && now() - t0 < 10;)
+		usleep(1000);
+	ok(__atomic_load_n(&slow_in, __ATOMIC_SEQ_CST), "the slow request is in its handler");
 	t0 = now();
 	httpd_stop(d);
 	dt = now() - t0;

@@ -16,9 +16,15 @@ gem-work -q --server "$URL" --steps 400 --retry-for 30 --slowdown 200 2>worker.e
 worker=$!
 test_bg $worker
 
+# saved_version FILE: the version in a checkpoint file's header line
+saved_version() {
+	head -1 "$1" | sed -n 's/.*"version":\([0-9]*\).*/\1/p'
+}
+
 test_expect_success 'kill -9 of the server mid-run leaves a consistent checkpoint' '
 	wait_until "[ \"\$(health_version)\" -ge 60 ] 2>/dev/null" 20 &&
-	sleep 0.5 &&
+	# a checkpoint past version 0 (one every 0.2 s) is on disk
+	wait_until "[ \"\$(saved_version run/params.gem)\" -ge 1 ] 2>/dev/null" 20 &&
 	kill -9 $SERVER_PID && { wait_exit $SERVER_PID; true; } &&
 	saved=$(head -1 run/params.gem | sed -n "s/.*\"version\":\([0-9]*\).*/\1/p") &&
 	echo "checkpoint at $saved" && test "$saved" -ge 1 && test "$saved" -lt 400 &&
@@ -29,6 +35,7 @@ test_expect_success 'kill -9 of the server mid-run leaves a consistent checkpoin
 '
 
 test_expect_success 'restarted on the same port, the run goes on and the worker finishes' '
+	# not a wait for a state: the server stays down a second, which the worker retries through
 	sleep 1 &&
 	{ gem-serve --listen 127.0.0.1:$port --checkpoint-every 0.2 run >/dev/null 2>serve2.err &
 	  SERVER_PID=$!; } &&

@@ -53,7 +53,10 @@ test_expect_success 'a dma worker interrupted mid-cycle leaves; the other finish
 	{ gem-work -q --server "$URL" --slowdown 20 2>w0.err & p0=$!; } &&
 	{ gem-work -q --server "$URL" 2>w1.err & p1=$!; } &&
 	test_when_finished "stop_if_running $p0 $p1 $SERVER_PID" &&
-	wait_for_joins run3 2 && sleep 0.5 && kill -TERM $p0 &&
+	# a round applied: worker 0 is in a later cycle, mid-way (its steps are 20 times slower)
+	wait_for_joins run3 2 &&
+	wait_until "[ \"\$(grep -vc \"\\\"event\\\"\" run3/log.jsonl)\" -ge 1 ]" 30 &&
+	kill -TERM $p0 &&
 	{ wait_exit $p0 30; test $? = 143; } &&
 	wait_exit $p1 60 && cat w0.err w1.err &&
 	wait_exit $SERVER_PID 30 &&

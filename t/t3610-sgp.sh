@@ -193,7 +193,8 @@ test_expect_success 'a node told to stop while its peer is gone stops at once an
 	done &&
 	# node 1 dies: node 0 retries its pushes to it (for --retry-for 120 s) until told to stop
 	kill -9 $NODE_PID_1 &&
-	sleep 1 &&
+	# node 0 is stuck on it: its version no longer moves
+	wait_stalled "health_version \$(cat run0/n0.url)" &&
 	kill -TERM $NODE_PID_0 &&
 	{ wait_exit $NODE_PID_0 20; rc=$?; } ; cat run0/n0.err; test $rc = 143 &&
 	grep -q "interrupted" run0/n0.err &&

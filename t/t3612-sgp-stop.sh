@@ -42,7 +42,8 @@ test_expect_success 'a node told to stop while its peer is SIGSTOPped stops at o
 	wait_until "test \"\$(grep -vc event run0/node-1.jsonl 2>/dev/null)\" -ge 3" &&
 	# node 1 stops answering: node 0 waits on a push (its timeout: 600 s) until told to stop
 	kill -STOP $NODE_PID_1 &&
-	sleep 1 &&
+	# node 0 is stuck on it: its version no longer moves
+	wait_stalled "health_version \$(cat run0/n0.url)" &&
 	kill -TERM $NODE_PID_0 &&
 	{ wait_exit $NODE_PID_0 30; rc=$?; } ; cat run0/n0.err; test $rc = 143 &&
 	head -1 run0/node-0.gem | python3 -c "

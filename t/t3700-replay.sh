@@ -245,7 +245,9 @@ test_expect_success 'the same when the reply is slow: the worker trains on to it
 	kill -STOP $SERVER_PID &&
 	{ gem-work -q --server "$URL" --steps 8 2>real-ov-slow/work2.err & } &&
 	p2=$! && test_bg $p2 &&
-	sleep 1 && kill -CONT $SERVER_PID &&
+	# the second worker has come: connected, its request queued in the stopped server
+	wait_connected $p2 ${URL##*:} &&
+	kill -CONT $SERVER_PID &&
 	wait_exit $p1 120 && wait_exit $p2 120 && wait_exit $SERVER_PID 30 &&
 	test $(grep -vc "\"event\"" real-ov-slow/log.jsonl) = 4 &&
 	same real-ov real-ov-slow &&

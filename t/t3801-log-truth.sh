@@ -121,12 +121,14 @@ PY
 test_expect_success 'a server with no worker for a while: that time is not training time' '
 	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 idle &&
 	start_server idle &&
+	# the idle time under test, not a wait for a state (elapsed_check asserts it was >= 1 s)
 	sleep 1.2 &&
 	gem-work -q --server "$URL" --steps 10 &&
 	wait_exit $SERVER_PID &&
 	elapsed_check idle 0 &&
 	e1=$(head -1 idle/params.gem | sed -n "s/.*\"elapsed\":\([0-9.e+-]*\).*/\1/p") &&
 	start_server idle &&
+	# the idle time under test, not a wait for a state (elapsed_check asserts it was >= 1 s)
 	sleep 1.2 &&
 	gem-work -q --server "$URL" --steps 10 &&
 	wait_exit $SERVER_PID &&

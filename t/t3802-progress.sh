@@ -95,9 +95,9 @@ test_expect_success 'the slowest worker is the one with the fewest samples/s sin
 	w0=$! &&
 	{ gem-work -q --server "$URL" --worker-id 1 --slowdown 200 & } &&
 	w1=$! &&
-	# a rate is measured after a second joined: both must have been in for longer
-	wait_for_joins slow 2 && sleep 1.5 &&
-	curl -s "$URL/v1/stats" >stats.json &&
+	# a rate is measured a second after a join: wait until the stats name the slowest
+	wait_for_joins slow 2 &&
+	wait_until "curl -s \"\$URL/v1/stats\" >stats.json && grep -q \"\\\"slowest\\\":1,\" stats.json" 30 &&
 	stop_server &&
 	{ wait $w0; wait $w1; true; } &&
 	sed -n "s/.*\"progress\":{\(.*\)/\1/p" stats.json &&

@@ -119,7 +119,8 @@ test_expect_success 'kill -9 of one shard: it resumes from its checkpoint, the o
 	{ gem-work -q --server crash --steps 300 --retry-for 30 --slowdown 100 2>crash.work.err &
 	  worker=$!; } && test_bg $worker &&
 	wait_until "[ \"\$(health_version $u1)\" -ge 40 ] 2>/dev/null" 20 &&
-	sleep 0.5 &&
+	# a checkpoint of shard 1 past version 0 (one every 0.2 s) is on disk
+	wait_until "head -1 crash/shard-1-of-2/params.gem | grep -q \"\\\"version\\\":[1-9]\"" 20 &&
 	kill -9 $s1 && { wait_exit $s1; true; } &&
 	# the checkpoint is the newer of its two files (a kill between them leaves rule-state.gem,
 	# which holds θ, newer than params.gem)

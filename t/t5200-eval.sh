@@ -144,7 +144,7 @@ test_expect_success 'GET /v1/health?wait=SEC is a long poll: a stop answers it; 
 	v=$(health_version) &&
 	curl -s --max-time 20 "$URL/v1/health?wait=30&version=$((v + 1))" | grep -q "\"version\":$v," &&
 	{ curl -s "$URL/v1/health?wait=30&version=$v" >lp.json & } && cpid=$! && test_bg $cpid &&
-	sleep 0.5 &&
+	wait_connected $cpid ${URL##*:} &&
 	stop_server &&
 	wait $cpid &&
 	grep -q "\"stopping\":true" lp.json
@@ -157,6 +157,7 @@ test_expect_success 'a stopping server waits for the next poll of a follower tha
 	test_when_finished "stop_if_running $SERVER_PID" &&
 	curl -sf "$URL/v1/health?wait=0" >/dev/null &&
 	curl -s -X POST "$URL/v1/stop" >/dev/null &&
+	# the wait under test: a second on, the server still waits for that poll (5 s at most)
 	sleep 1 &&
 	curl -sf "$URL/v1/health" | grep -q "\"stopping\":true" &&
 	kill -0 $SERVER_PID &&
@@ -171,7 +172,8 @@ test_expect_success '--follow URL with a long interval sees a stop between two p
 	test_when_finished "stop_if_running $SERVER_PID" &&
 	{ gem-eval --follow "$URL" --interval 30 --retry-for 1 >fl.tsv 2>fl.err & } &&
 	fpid=$! && test_bg $fpid &&
-	wait_until "test -s fl.tsv" && sleep 0.5 &&
+	# its first row, then its long poll on the server
+	wait_until "test -s fl.tsv" && wait_connected $fpid ${URL##*:} &&
 	stop_server &&
 	wait_exit $fpid 20 &&
 	test "$(data_lines fl.tsv)" = 1
@@ -185,6 +187,7 @@ test_expect_success '--follow of a server without long polls pauses by itself' '
 	{ gem-eval --follow "$FAKE_URL" --interval 1 --retry-for 1 \
 		>ff.tsv 2>ff.err & } &&
 	gpid=$! && test_bg $gpid &&
+	# three seconds of polls at --interval 1 are counted: a duration, not a wait for a state
 	wait_until "test -s ff.tsv" && sleep 3 &&
 	echo "$(cat polls) polls" && test "$(cat polls)" -le 8 &&
 	kill $FAKE_PID && { wait_exit $gpid 20; test $? = 1; } &&

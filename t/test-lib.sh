@@ -188,6 +188,39 @@ wait_until() {
 	done
 }
 
+# tcp_connected PID PORT: PID has an established TCP connection to port PORT (from
+# /proc/net/tcp{,6} and PID's descriptors: no ss or netstat needed). A client that has
+# connected has sent its request too, which a stopped server's kernel queues unread.
+tcp_connected() {
+	_inodes=$(ls -l "/proc/$1/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p' | tr '\n' ' ')
+	[ -n "$_inodes" ] || return 1
+	awk -v port="$(printf '%04X' "$2")" -v inodes=" $_inodes" '
+		$4 == "01" && substr($3, index($3, ":") + 1) == port && index(inodes, " " $10 " ") { f = 1 }
+		END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# wait_connected PID PORT [SECONDS]: wait (default 20 s) until tcp_connected PID PORT.
+wait_connected() {
+	wait_until "tcp_connected $1 $2" "${3:-20}"
+}
+
+# wait_stalled 'COMMAND' [HOLD] [SECONDS]: wait (default 20 s) until COMMAND prints the same
+# non-empty output for HOLD seconds (default 0.5): a process that has stopped making progress,
+# for example a node whose peer is gone. HOLD must be far longer than one step of it.
+wait_stalled() {
+	_last= _since=$(date +%s.%N) _t0=$_since
+	while :; do
+		_now=$(date +%s.%N) _cur=$(eval "$1")
+		if [ -z "$_cur" ] || [ "$_cur" != "$_last" ]; then
+			_last=$_cur _since=$_now
+		elif awk -v a="$_since" -v b="$_now" -v h="${2:-0.5}" 'BEGIN { exit !(b - a >= h) }'; then
+			return 0
+		fi
+		awk -v a="$_t0" -v b="$_now" -v t="${3:-20}" 'BEGIN { exit !(b - a > t) }' && return 1
+		sleep 0.02
+	done
+}
+
 # wait_for_joins RUNDIR N: wait (30 s at most) until N workers have joined RUNDIR's server.
 wait_for_joins() {
 	i=0
