@@ -4,7 +4,8 @@
 # registered first, a failing cleanup fails the test), -i stops at the first failing test and
 # leaves its trash directory, -v sends the commands' output to stderr, GEM_TEST_OPTS, the
 # options through t/run-test and prove. The checks are also run against copies of the library
-# with test_when_finished or -i broken, and must fail there.
+# with test_when_finished or -i broken, and must fail there. And t/README's index names every
+# test file.
 . "$(dirname "$0")/test-lib.sh"
 
 # the scripts here take no options from our caller
@@ -216,6 +217,20 @@ test_expect_success 'prove --exec t/run-test ... :: -i -v passes them too' '
 	cat p.out p.err &&
 	grep -q "^not ok 2 - two fails" p.out && ! grep -q "^ok 3" p.out &&
 	grep -q "^output of two$" p.err
+'
+
+# t/README's families are the index of the suite: a test file it does not name is one a reader
+# cannot find. An entry is "tNNNN  what it shows", or a range "tAAAA-tBBBB  ...".
+test_expect_success 't/README names every test file' '
+	sed -n "/^The families/,/^Real hosts/p" "$GEM_SRC/t/README" |
+		grep -o "t[0-9]\{4\}\(-t[0-9]\{4\}\)\{0,1\}  " | tr -d " t" >index &&
+	test -s index &&
+	for f in "$GEM_SRC"/t/t[0-9]*.c "$GEM_SRC"/t/t[0-9]*.sh "$GEM_SRC"/t/hosts/t[0-9]*.sh; do
+		n=$(basename "$f" | cut -c2-5) &&
+		awk -F- -v n=$n "{ b = NF > 1 ? \$2 : \$1 } \$1 + 0 <= n + 0 && n + 0 <= b + 0 { f = 1 }
+			END { exit !f }" index ||
+			{ echo "t/README does not name t$n ($f)"; return 1; }
+	done
 '
 
 test_done
