@@ -121,7 +121,7 @@ test_expect_success 'a raised budget: the server waits for each worker that spen
 	# worker 0 has left (its leave in the log, written out every 0.2 s), and the server,
 	# still waiting for worker 1, answers
 	wait_until "grep -q \"\\\"event\\\":\\\"leave\\\"\" raised/log.jsonl" 30 &&
-	curl -sf "$URL/v1/health" >/dev/null && kill -0 $SERVER_PID &&
+	curl -sf --max-time 10 "$URL/v1/health" >/dev/null && kill -0 $SERVER_PID &&
 	gem-work -q --server "$URL" --worker-id 1 &&
 	wait_exit $SERVER_PID && test "$(end_version raised | tail -1)" = 100
 '

@@ -86,7 +86,7 @@ test_expect_success 'a malformed hello is a 400 and stops nothing' '
 	printf "{\"node\":0}" >h && answered /v1/hello h 400 bad_field &&
 	printf "{\"node\":0,\"hash\":\"0123\",\"nodes\":3}" >h && answered /v1/hello h 400 bad_field &&
 	printf "[1]" >h && answered /v1/hello h 400 bad_json &&
-	curl -sf "$u/v1/health" >/dev/null && kill -0 $pid
+	curl -sf --max-time 10 "$u/v1/health" >/dev/null && kill -0 $pid
 '
 
 test_expect_success 'a weight beyond the run'"'"'s mass, or not positive: 400' '
