@@ -28,15 +28,19 @@
 # end, the central updates, the CPU seconds of gem-sim and gem-eval (GNU time: user + system).
 # The table (OUTDIR/runs.tsv, OUTDIR/table.md) adds the virtual time at which the training loss
 # in bits per byte (the mean of the minibatch losses of the updates within the last WINDOW
-# samples, default 3,200: 100 worker steps) first reaches each of TARGETS ("-": never).
+# samples, default 3,200: 100 worker steps) first reaches each of two targets ("-": never):
+# TARGETS_N for runs of N workers, else TARGETS (chosen from sync's curves: 3.5 and 3.4 at 4
+# workers, 3.9 and 3.8 at 8, whose sync ends higher at the same tokens).
 #
-# Environment: MODEL (default gpt-small), DATA (kjv), WORKERS ("4 8"), CONDS (all six), RULES
-# (all seven), SEEDS ("1"), CELLS (in place of the grid: "RULE:N:COND" separated by spaces),
-# STEPS_TOTAL (800), H (20), FRAGMENTS (2), OVERLAP (5), STEP_TIME, TARGETS ("3.5 3.4"),
-# WINDOW, PARTS ("runs table figures"), FIGDIR (default OUTDIR/figures), GEM_BIN (where the gem
-# programs are). Restartable: a cell whose row exists is skipped. Two instances on the same
-# OUTDIR share the cells (each claims a cell by making OUTDIR/lock/NAME); run them under
-# nice -n 19 on a shared machine: the figures do not depend on it.
+# Environment: MODEL (default gpt-small.json beside this script: the gpt's sibling, 2 blocks of
+# width 64 over windows of 64 bytes, 137,216 parameters, a tenth of its cost per step), DATA
+# (kjv), WORKERS ("4 8"), CONDS (all six), RULES (all seven), SEEDS ("1"), CELLS (in place of
+# the grid: "RULE:N:COND" separated by spaces), STEPS_TOTAL (800), H (20), FRAGMENTS (2),
+# OVERLAP (5), STEP_TIME, TARGETS ("3.5 3.4"), TARGETS_8 ("3.9 3.8"), WINDOW, PARTS ("runs table
+# figures"), FIGDIR (default OUTDIR/figures), GEM_BIN (where the gem programs are). Restartable:
+# a cell whose row exists is skipped. Two instances on the same OUTDIR share the cells (each
+# claims a cell by making OUTDIR/lock/NAME); run them under nice -n 19 on a shared machine: the
+# figures do not depend on it.
 set -u
 
 out=${1:-build/experiment-lm-rules}
@@ -44,11 +48,12 @@ out=${1:-build/experiment-lm-rules}
 for p in gem-sim gem-eval gem-plot-data; do
 	command -v $p >/dev/null 2>&1 || { echo "lm-rules: $p not found (set GEM_BIN)" >&2; exit 1; }
 done
-MODEL=${MODEL:-gpt-small} DATA=${DATA:-kjv} WORKERS=${WORKERS:-4 8} SEEDS=${SEEDS:-1}
+MODEL=${MODEL:-$_here/gpt-small.json} DATA=${DATA:-kjv} WORKERS=${WORKERS:-4 8} SEEDS=${SEEDS:-1}
 CONDS=${CONDS:-equal strag bw100 bw10 bw100+int8 bw10+int8}
 RULES=${RULES:-sync gem gem-w diloco adiloco adiloco-dyn sdiloco}
 STEPS_TOTAL=${STEPS_TOTAL:-800} H=${H:-20} FRAGMENTS=${FRAGMENTS:-2} OVERLAP=${OVERLAP:-5}
-STEP_TIME=${STEP_TIME:-0.035} TARGETS=${TARGETS:-3.5 3.4} WINDOW=${WINDOW:-3200}
+STEP_TIME=${STEP_TIME:-0.035} TARGETS=${TARGETS:-3.5 3.4} TARGETS_8=${TARGETS_8:-3.9 3.8}
+WINDOW=${WINDOW:-3200}
 PARTS=${PARTS:-runs table figures} FIGDIR=${FIGDIR:-$out/figures} CELLS=${CELLS:-}
 mkdir -p "$out/runs" "$out/rows" "$out/lock" || exit 1
 
@@ -123,11 +128,15 @@ cell() {
 	echo "lm-rules: $name: $(cut -f5- "$out/rows/$name" | tr '\t' ' ') ($(date +%T))" >&2
 }
 
-# to_targets LOG: the virtual time at which the training loss over the last WINDOW samples, in
-# bits per byte, first reaches each of TARGETS ("-": never)
+# targets N: the two targets of runs with N workers: TARGETS_N, else TARGETS
+targets() { local v=TARGETS_$1; echo "${!v:-$TARGETS}"; }
+
+# to_targets LOG N: the virtual time at which the training loss over the last WINDOW samples, in
+# bits per byte, first reaches each of N workers' two targets ("-": never)
 to_targets() {
+	printf '\t%s' "$(targets "$2")"
 	sed -n '/"event"/d; s/.*"vtime":\([0-9.e+-]*\),.*"loss":\([-0-9.eE+naif]*\),"samples":\([0-9]*\).*/\1 \2 \3/p' "$1" |
-		awk -v targets="$TARGETS" -v w="$WINDOW" '
+		awk -v targets="$(targets "$2")" -v w="$WINDOW" '
 		BEGIN { nt = split(targets, tg, " ") }
 		{ t[NR] = $1; l[NR] = $2; s[NR] = $3
 		  # the updates within the last w samples: from the first j whose samples exceed s - w
@@ -162,19 +171,18 @@ case " $PARTS " in *" table "*)
 	# runs.tsv: every row, with its times to the targets
 	{
 		printf 'rule\tworkers\tcondition\tseed\tstatus\ttest_bpb\ttest_acc\tbytes\tvtime\tupdates\tcpu_s'
-		printf '\tto_%s' $TARGETS
-		printf '\n'
+		printf '\ttargets\tto_first\tto_second\n'
 		for r in "$out"/rows/*; do
 			[ -s "$r" ] || continue
-			printf '%s%s\n' "$(cat "$r")" "$(to_targets "$out/runs/$(basename "$r")/log.jsonl")"
+			printf '%s%s\n' "$(cat "$r")" "$(to_targets "$out/runs/$(basename "$r")/log.jsonl" "$(cut -f2 "$r")")"
 		done
 	} >"$out/runs.tsv"
 	# table.md: per cell (rule, workers, condition), over its seeds: the mean (± sd with more
 	# than one) of the held-out bits per byte, the times to the targets (seeds that reached
 	# them; "-": none did), MB on the wire and CPU seconds (means)
 	{
-		printf '| workers | condition | rule | seeds | held-out bits per byte | virtual s to %s | virtual s to %s | virtual s at the end | MB on the wire | CPU s |\n' $TARGETS
-		echo "|---|---|---|---|---|---|---|---|---|---|"
+		printf '| workers | condition | rule | seeds | held-out bits per byte | targets | virtual s to the first | to the second | virtual s at the end | MB on the wire | CPU s |\n'
+		echo "|---|---|---|---|---|---|---|---|---|---|---|"
 		tail -n +2 "$out/runs.tsv" | sort -t"$(printf '\t')" -k2,2n -k3,3 -s | awk -F'\t' -v rules="$RULES" -v conds="$CONDS" '
 			function ms(s, q, n) { return n > 1 ? sprintf("%.3f ± %.3f", s / n, sqrt((q - s * s / n) / (n - 1))) : n ? sprintf("%.3f", s) : "-" }
 			function mt(s, n, m) { return n ? sprintf("%.1f%s", s / n, n < m ? " (" n " of " m ")" : "") : "-" }
@@ -184,10 +192,11 @@ case " $PARTS " in *" table "*)
 			  seeds[k] = seeds[k] (seeds[k] == "" ? "" : ",") $4
 			  if ($5 == "ok") { ok[k]++; b[k] += $6; b2[k] += $6 * $6 } else st[k] = $5
 			  mb[k] += $8 / 1e6; cpu[k] += $11; vt[k] += $9
-			  if ($12 != "-") { t1[k] += $12; n1[k]++ } if ($13 != "-") { t2[k] += $13; n2[k]++ } }
+			  tg[k] = $12; sub(" ", " / ", tg[k])
+			  if ($13 != "-") { t1[k] += $13; n1[k]++ } if ($14 != "-") { t2[k] += $14; n2[k]++ } }
 			END { for (i = 1; i <= nk; i++) { k = key[i]; split(k, f, "|")
-				printf "%s\t| %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.0f |\n", k, f[1], f[4], f[5], seeds[k],
-					ok[k] ? ms(b[k], b2[k], ok[k]) (ok[k] < runs[k] ? " (" st[k] ")" : "") : st[k],
+				printf "%s\t| %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.0f |\n", k, f[1], f[4], f[5], seeds[k],
+					ok[k] ? ms(b[k], b2[k], ok[k]) (ok[k] < runs[k] ? " (" st[k] ")" : "") : st[k], tg[k],
 					mt(t1[k], n1[k], runs[k]), mt(t2[k], n2[k], runs[k]), vt[k] / runs[k], mb[k] / runs[k],
 					cpu[k] / runs[k] } }' | sort -t'|' -k1,1n -k2,2 -k3,3 | cut -f2-
 	} >"$out/table.md"
@@ -195,23 +204,40 @@ case " $PARTS " in *" table "*)
 esac
 
 case " $PARTS " in *" figures "*)
-	# per workers and condition with seed 1 of every rule: training bits per byte against
-	# virtual seconds and against bytes on the wire (gem-plot-data's gnuplot scripts)
+	# per workers and condition, seed 1 of every rule: the training loss in bits per byte against
+	# virtual seconds and against bytes on the wire. gem-plot-data's loss view of each run, its
+	# moving average over about WINDOW samples (the updates of a rule with a window carry H
+	# steps each: one --smooth for all would flatten them), drawn together by gnuplot
 	command -v gnuplot >/dev/null 2>&1 || { echo "lm-rules: gnuplot not found: no figures" >&2; exit 0; }
-	mkdir -p "$FIGDIR" || exit 1
+	mkdir -p "$FIGDIR" "$out/plot" || exit 1
 	for n in $WORKERS; do
 		for cond in $CONDS; do
-			c=${cond/+/-} logs=()
-			for rule in $RULES; do
-				l=$out/runs/$rule-n$n-$c-s1/log.jsonl
-				[ -s "$l" ] && [ -s "$out/rows/$rule-n$n-$c-s1" ] && logs+=("$l")
-			done
-			[ ${#logs[@]} -gt 1 ] || continue
+			c=${cond/+/-}
 			for x in seconds bytes; do
-				gem-plot-data -q --smooth 25 --output "$FIGDIR/n$n-$c-$x.png" loss --x "$x" "${logs[@]}" |
-					sed "s|set title .*|set title \"$MODEL on $DATA, $n workers, $cond: training bits per byte against $x\"|" |
-					if [ "$x" = bytes ]; then sed 's|^plot |set logscale x\nplot |'; else cat; fi |
-					gnuplot || echo "lm-rules: n$n-$c-$x.png failed" >&2
+				plots=
+				for rule in $RULES; do
+					l=$out/runs/$rule-n$n-$c-s1/log.jsonl d=$out/plot/$rule-n$n-$c-s1-$x.tsv
+					[ -s "$l" ] && [ -s "$out/rows/$rule-n$n-$c-s1" ] || continue
+					k=$(sed -n '/"event"/d; s/.*"samples":\([0-9]*\).*/\1/p' "$l" |
+						awk -v w="$WINDOW" '{ n++; s = $1 } END { k = n ? int(w * n / s + 0.5) : 1; print k < 1 ? 1 : k }')
+					gem-plot-data -q --smooth "$k" loss --x "$x" "$l" >"$d" || continue
+					plots="$plots${plots:+, }'$d' using 1:(\$4/log(2)) with lines lw 2 title '$rule'"
+				done
+				[ -n "$plots" ] || continue
+				{
+					echo "set terminal pngcairo size 1024,640 noenhanced"
+					echo "set output '$FIGDIR/n$n-$c-$x.png'"
+					echo "set key below; set grid"
+					echo "set title '$(basename "$MODEL" .json) on $DATA, $n workers, $cond: training loss over the last $WINDOW windows'"
+					echo "set ylabel 'training bits per byte'; set yrange [3:6]"
+					if [ $x = bytes ]; then echo "set xlabel 'bytes on the wire'; set logscale x"
+					else
+						echo "set xlabel 'virtual seconds'"
+						# on a slow link sync's seconds are 20 times the others'
+						case $cond in bw*) echo "set logscale x" ;; esac
+					fi
+					echo "plot $plots"
+				} | gnuplot || echo "lm-rules: n$n-$c-$x.png failed" >&2
 			done
 		done
 	done ;;
