@@ -147,7 +147,7 @@ experiment-lowcomm: all
 
 # Which rule for a language model: gpt-small on kjv in gem-sim, every rule with 4 and 8 workers,
 # equal, with a straggler, on 100 and 10 Mbit/s links with and without int8 (virtual time: load
-# does not change the figures; the full grid at one seed is about 90 CPU-minutes; two instances
+# does not change the figures; the full grid at one seed is about 35 CPU-minutes; two instances
 # on the same OUT share the cells: see share/gem/experiments/lm-rules.sh)
 experiment-lm-rules: all
 	GEM_BIN=$(abspath $(BIN)) bash share/gem/experiments/lm-rules.sh $(or $(OUT),build/experiment-lm-rules)
