@@ -61,7 +61,7 @@ else
 T_RUN    = $(T_PROGS) $(T_SH)
 endif
 
-.PHONY: all check check-layers check-hosts test bench install deps deps-hosts demo clean figures experiment experiment-real experiment-lowcomm experiment-scale-hosts fuzz fuzzers
+.PHONY: all check check-layers check-hosts test bench install deps deps-hosts demo clean figures experiment experiment-real experiment-lowcomm experiment-lm-rules experiment-scale-hosts fuzz fuzzers
 .SECONDARY:
 all: $(PROGS)
 
@@ -144,6 +144,13 @@ experiment: all
 # (its default cells, one seed: 6 to 10 minutes on this machine; SEEDS="1 2 3" for three)
 experiment-lowcomm: all
 	GEM_BIN=$(abspath $(BIN)) bash share/gem/experiments/lowcomm.sh $(or $(OUT),build/experiment-lowcomm)
+
+# Which rule for a language model: gpt-small on kjv in gem-sim, every rule with 4 and 8 workers,
+# equal, with a straggler, on 100 and 10 Mbit/s links with and without int8 (virtual time: load
+# does not change the figures; the full grid at one seed is about 35 CPU-minutes; two instances
+# on the same OUT share the cells: see share/gem/experiments/lm-rules.sh)
+experiment-lm-rules: all
+	GEM_BIN=$(abspath $(BIN)) bash share/gem/experiments/lm-rules.sh $(or $(OUT),build/experiment-lm-rules)
 
 # gem past one host: 8 namespace hosts with tbf-limited links, 2 shards, 200 workers, gem and
 # sync (as root; see share/gem/experiments/scale-hosts.sh)
