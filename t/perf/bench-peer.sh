@@ -6,7 +6,8 @@
 # batch and step: forward and backward, no optimiser update), one after the other, and their
 # ratio (above 1: gem is faster). One thread: per second of CPU time on both sides; two: per
 # second of wall-clock time, which other jobs on a shared machine slow down.
-# BENCH_PEER_SECS seconds per figure (default 2); BENCH_PEER_MODELS the models (default all).
+# BENCH_PEER_SECS seconds per figure (default 2); BENCH_PEER_MODELS the models (default all);
+# BENCH_PEER_THREADS the thread counts (default 1 2).
 src=${GEM_SRC:-.}
 perf=$(dirname "$0")
 secs=${BENCH_PEER_SECS:-2}
@@ -23,7 +24,7 @@ status=0
 for m in $models; do
 	spec=$src/share/gem/models/$m.json
 	[ -f "$spec" ] || spec=$tmp/$m.json
-	for t in 1 2; do
+	for t in ${BENCH_PEER_THREADS:-1 2}; do
 		targ=$t
 		[ $t = 1 ] && targ= # one thread: bench-train's CPU-time figures
 		GEM_SRC=$src "$train" "$secs" "$spec" $targ >"$tmp/gem" 2>"$tmp/err" || { cat "$tmp/err" >&2; status=1; }
