@@ -108,7 +108,7 @@ test: $(PROGS) $(T_PROGS) $(PERF)
 	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) $(TEST_ENV) prove -j2 --timer --comments --exec $(CURDIR)/t/run-test $(T_RUN)
 
 bench: $(PROGS) $(PERF)
-	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) GEM_BENCH_LAST=$(abspath $(O))/bench-last.tsv sh t/perf/run $(O)/perf
+	GEM_BIN=$(abspath $(BIN)) GEM_SRC=$(CURDIR) GEM_PERF=$(abspath $(O))/perf GEM_BENCH_LAST=$(abspath $(O))/bench-last.tsv sh t/perf/run $(O)/perf
 
 deps:
 	sh share/gem/install-deps.sh

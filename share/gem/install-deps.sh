@@ -6,7 +6,7 @@
 set -e
 pkgs="build-essential libcurl4-openssl-dev libjansson-dev zlib1g-dev libdeflate-dev libblis-dev libmicrohttpd-dev
 pkg-config gnuplot-nox dataset-fashion-mnist bible-kjv perl curl python3 groff-base man-db procps
-hostname findutils openssl time"
+hostname findutils openssl time python3-torch python3-numpy"
 # sh install-deps.sh fuzz: also what make fuzz needs (clang with libFuzzer); not make check
 [ "${1:-}" = fuzz ] && pkgs="$pkgs clang libclang-rt-dev"
 # sh install-deps.sh hosts: also what make check-hosts needs (real sshd, ssh, Slurm with munge,

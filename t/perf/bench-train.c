@@ -13,9 +13,10 @@
  * with AVX-512) and the ratio to the same figure in $GEM_BENCH_LAST (a TSV this program
  * rewrites; make bench keeps it in build/rel/bench-last.tsv).
  * Usage: bench-train [CPU seconds per model figure, default 2 [model [threads]]]: with a model
- * name (mlp, cnn, resnet, gpt), only that model's figures, for a profiler (the last-run file is then
+ * name (mlp, cnn, resnet, gpt) or a spec file's path (with a '/'), only that model's figures, for a profiler (the last-run file is then
  * left alone); with threads T given, the kernels run on T threads (nn/layers.h) and the rates
- * are per second of wall-clock time, which other jobs on a shared machine slow down. */
+ * are per second of wall-clock time, which other jobs on a shared machine slow down, and libgomp's
+ * idle threads sleep as gem-work's do (OMP_WAIT_POLICY=passive unless the environment sets it). */
 #include <blis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,11 +324,18 @@ static void bench_matmul(const char *what, int M, int N, int K, int ta, int tb, 
 
 static int bench_model(const char *name, double secs, double peak, struct rng *r)
 {
-	char path[4096], err[GEM_ERRMAX];
+	char path[4096], err[GEM_ERRMAX], label[40];
 	const char *src = getenv("GEM_SRC");
 	struct model *m;
 	json_t *spec;
-	snprintf(path, sizeof path, "%s/share/gem/models/%s.json", src ? src : ".", name);
+	if (strchr(name, '/')) { /* a spec file's path: the figures named after the file */
+		snprintf(path, sizeof path, "%s", name);
+		const char *base = strrchr(name, '/') + 1;
+		snprintf(label, sizeof label, "%.*s", (int)strcspn(base, ".") % 40, base);
+		name = label;
+	} else {
+		snprintf(path, sizeof path, "%s/share/gem/models/%s.json", src ? src : ".", name);
+	}
 	if (model_from_file(path, &spec, &m, err) < 0) {
 		fprintf(stderr, "bench-train: %s\n", err);
 		return -1;
@@ -393,6 +401,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: bench-train [seconds [model [threads 1..64]]]\n");
 		return 2;
 	}
+	/* as gem-work and gem-eval run their threads (OMP_WAIT_POLICY=passive unless set), so that
+	 * the figures are the programs' */
+	if (argc > 3)
+		prog_threads_passive(threads, argv);
 	prog_blas_init();
 	rng_seed(&r, 42, 0);
 	if (argc >= 3) {
