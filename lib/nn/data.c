@@ -29,6 +29,60 @@ static int is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* DATA_MODEL_PREFIX's train=N,test=M[,positions=T]: 0, or -1 when loc is not that exactly. */
+static int model_loc(const char *loc, uint64_t *train, uint64_t *test, int *positions)
+{
+	static const char *const keys[] = {"train=", "test=", "positions="};
+	uint64_t v[3] = {0, 0, 0};
+	const char *p = loc + strlen(DATA_MODEL_PREFIX);
+	if (strncmp(loc, DATA_MODEL_PREFIX, strlen(DATA_MODEL_PREFIX)))
+		return -1;
+	for (int k = 0; k < 3; k++) {
+		if (strncmp(p, keys[k], strlen(keys[k])))
+			return -1;
+		p += strlen(keys[k]);
+		if (*p < '0' || *p > '9')
+			return -1;
+		while (*p >= '0' && *p <= '9') {
+			if (v[k] > (uint64_t)INT32_MAX)
+				return -1;
+			v[k] = v[k] * 10 + (uint64_t)(*p++ - '0');
+		}
+		if (!*p && k > 0)
+			break;
+		if (*p != ',' || k == 2)
+			return -1;
+		p++;
+	}
+	if (v[0] < 1 || v[0] > (uint64_t)INT32_MAX || v[1] > (uint64_t)INT32_MAX || v[2] > 65536 ||
+	    (v[2] && v[0] < v[2] + 2))
+		return -1;
+	*train = v[0];
+	*test = v[1];
+	*positions = (int)v[2];
+	return 0;
+}
+
+/* The split of an external model's samples that loc describes, into out (no memory held). */
+static int model_open(const char *loc, int test, struct dataset *out, char *err)
+{
+	uint64_t train, ntest;
+	int positions;
+	if (model_loc(loc, &train, &ntest, &positions) < 0)
+		return gem_errf(err, GEM_EUSAGE, "%s: not %strain=N,test=M[,positions=T]", loc, DATA_MODEL_PREFIX);
+	memset(out, 0, sizeof *out);
+	out->external = 1;
+	out->rows = out->cols = 1;
+	if (positions) {
+		out->len = test ? ntest : train;
+		out->seq = out->cols = positions;
+		out->n = out->len > (size_t)positions ? (int)((out->len - 1) / (size_t)positions) : 0;
+	} else {
+		out->n = (int)(test ? ntest : train);
+	}
+	return 0;
+}
+
 /* The formats of data given by their files' paths. After the prefix come the paths, then (an
  * .npz) the names of arrays inside, all separated by commas: a comma is never part of a path. */
 static const struct spec_format {
@@ -67,7 +121,7 @@ static const struct spec_format *spec_format(const char *loc)
 
 int dataset_is_spec(const char *loc)
 {
-	return spec_format(loc) != NULL;
+	return spec_format(loc) != NULL || !strncmp(loc, DATA_MODEL_PREFIX, strlen(DATA_MODEL_PREFIX));
 }
 
 /* Cut the spec loc at its commas into sp: 0, or -1 when loc is not a spec, a part is empty, or
@@ -184,6 +238,10 @@ int dataset_present(const char *loc)
 {
 	struct spec sp;
 	char path[PATH_MAX];
+	uint64_t a, b;
+	int t;
+	if (model_loc(loc, &a, &b, &t) == 0)
+		return 1;
 	if (!spec_format(loc))
 		return access(loc, R_OK) == 0;
 	if (spec_cut(loc, &sp) < 0)
@@ -203,6 +261,15 @@ int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
 		return gem_errf(err, GEM_EUSAGE, "dataset: empty name");
 	if (spec_format(name_or_dir))
 		return resolve_spec(name_or_dir, dir, cap, err);
+	if (!strncmp(name_or_dir, DATA_MODEL_PREFIX, strlen(DATA_MODEL_PREFIX))) {
+		struct dataset d;
+		if (model_open(name_or_dir, 0, &d, err) < 0)
+			return GEM_EUSAGE;
+		if (strlen(name_or_dir) >= cap)
+			return gem_errf(err, GEM_EUSAGE, "%s: too long", name_or_dir);
+		snprintf(dir, cap, "%s", name_or_dir);
+		return 0;
+	}
 	if (!strncmp(name_or_dir, DATA_TEXT_PREFIX, strlen(DATA_TEXT_PREFIX))) {
 		const char *file = name_or_dir + strlen(DATA_TEXT_PREFIX);
 		if (!is_file(file))
@@ -432,10 +499,12 @@ int dataset_open(const struct data_source *src, const char *split, struct datase
 	struct samples s;
 	int test, rc;
 	memset(out, 0, sizeof *out);
-	if (!spec_format(src->loc) && text_path(src->loc, path, sizeof path))
-		return text_load(path, split, out, err);
 	if ((test = split_is_test(split, err)) < 0)
 		return test;
+	if (!strncmp(src->loc, DATA_MODEL_PREFIX, strlen(DATA_MODEL_PREFIX)))
+		return model_open(src->loc, test, out, err);
+	if (!spec_format(src->loc) && text_path(src->loc, path, sizeof path))
+		return text_load(path, split, out, err);
 	rc = load_samples(src->loc, src->label, test && !(src->holdout > 0), &s, err);
 	if (rc == 1)
 		return no_test_split(src->loc, err);
@@ -464,7 +533,7 @@ int dataset_count(const struct data_source *src, const char *split, uint64_t *n,
 	int rc, test;
 	if ((test = split_is_test(split, err)) < 0)
 		return test;
-	if (spec_format(src->loc) || src->holdout > 0 || text_path(src->loc, images, sizeof images)) {
+	if (dataset_is_spec(src->loc) || src->holdout > 0 || text_path(src->loc, images, sizeof images)) {
 		if ((rc = dataset_open(src, split, &d, err)) == 0)
 			*n = d.text ? d.len : (uint64_t)d.n;
 		dataset_free(&d);
@@ -678,11 +747,17 @@ static uint64_t splitmix64(uint64_t z)
 
 /* order = shard shuffled by an rng seeded from (seed, stream, epoch) alone, so any epoch's
  * order can be recomputed without replaying the ones before it. */
+/* Whether d's samples are a text's windows: its bytes', or an external model's text's. */
+static int windowed(const struct dataset *d)
+{
+	return d->text || (d->external && d->seq);
+}
+
 static void shuffle_epoch(struct batcher *b)
 {
 	struct rng r;
 	rng_seed(&r, splitmix64(b->seed ^ splitmix64((uint64_t)b->epoch)), b->stream);
-	if (b->d->text) { /* a text: the epoch's windows at offsets drawn with replacement */
+	if (windowed(b->d)) { /* a text: the epoch's windows at offsets drawn with replacement */
 		uint32_t span = (uint32_t)(b->hi - b->lo - (size_t)b->d->seq);
 		for (size_t k = 0; k < b->count; k++)
 			b->order[k] = (uint32_t)b->lo + rng_below(&r, span);
@@ -736,7 +811,7 @@ static int shard_fill(struct batcher *b)
  * order. -1: out of memory (nothing allocated). */
 static int batcher_alloc(struct batcher *b)
 {
-	if (b->d->text)
+	if (windowed(b->d))
 		return (b->order = malloc(b->count * sizeof *b->order)) ? 0 : -1;
 	b->shard = malloc(b->count * sizeof *b->shard);
 	b->order = malloc(b->count * sizeof *b->order);
@@ -758,7 +833,7 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
 		return gem_errf(err, GEM_EUSAGE, "batcher: shard %d of %d", shard_i, shard_n);
 	*b = (struct batcher){.d = d, .batch = batch, .seed = seed, .stream = stream, .shard_i = shard_i,
 			      .shard_n = shard_n};
-	if (d->text) {
+	if (windowed(d)) {
 		if ((rc = batcher_init_text(b, d, shard_i, shard_n, err)) < 0)
 			return rc;
 	} else {
@@ -793,7 +868,7 @@ int batcher_keep_shard(struct batcher *b, struct dataset *d, char *err)
 	uint8_t *from = d->images ? d->images : (uint8_t *)d->xf, *x;
 	uint16_t *y;
 	int rc;
-	if (d->text || b->kept || b->count == (size_t)d->n)
+	if (d->text || d->external || b->kept || b->count == (size_t)d->n)
 		return 0;
 	if ((rc = batcher_resume(b, err)) < 0)
 		return rc;
@@ -825,16 +900,33 @@ int batcher_keep_shard(struct batcher *b, struct dataset *d, char *err)
 	return 0;
 }
 
-int batcher_next(struct batcher *b, float *x, uint16_t *y)
+/* The next batch's size, a new epoch begun when the last one is over. */
+static size_t next_batch(struct batcher *b)
 {
-	struct norm nm;
-	size_t k;
 	if (b->pos >= b->count) {
 		b->epoch++;
 		b->pos = 0;
 		shuffle_epoch(b);
 	}
-	k = b->count - b->pos < (size_t)b->batch ? b->count - b->pos : (size_t)b->batch;
+	return b->count - b->pos < (size_t)b->batch ? b->count - b->pos : (size_t)b->batch;
+}
+
+int batcher_next_index(struct batcher *b, uint64_t *idx)
+{
+	size_t k = next_batch(b);
+	for (size_t i = 0; i < k; i++)
+		idx[i] = b->order[b->pos + i];
+	b->pos += k;
+	return (int)k;
+}
+
+int batcher_next(struct batcher *b, float *x, uint16_t *y)
+{
+	struct norm nm;
+	size_t k;
+	if (b->d->external)
+		return 0;
+	k = next_batch(b);
 	if (b->d->text) {
 		size_t seq = (size_t)b->d->seq;
 		for (size_t i = 0; i < k; i++)

@@ -26,6 +26,10 @@
 #define DATA_NPY_PREFIX   "npy:"
 #define DATA_NPZ_PREFIX   "npz:"
 #define DATA_CIFAR_PREFIX "cifar:"
+/* The samples of an external model (nn/exec.h, gem-exec(7)), which holds them itself and is
+ * named them by index: "model:train=N,test=M", or of a language model's text (N and M tokens,
+ * windows of T) "model:train=N,test=M,positions=T". gem-init writes it; nobody reads them. */
+#define DATA_MODEL_PREFIX "model:"
 
 /* A dataset: images and their labels, or a text's bytes (a file read as it is, or inflated
  * when gzip'd). A text's sample is a window of seq
@@ -44,6 +48,8 @@ struct dataset {
 	 * values, given to batcher_init and dataset_fill): an input is x·scale + shift, x the
 	 * stored byte or float */
 	float *gscale, *gshift;
+	int external;    /* an external model's own samples (DATA_MODEL_PREFIX): n (a text's: len and
+			  * seq) alone are set, no values and no labels */
 	int seq;         /* a text: bytes per window (0 until dataset_window) */
 	uint8_t *text;   /* a text: the split's bytes (NULL: images) */
 	size_t len;      /* ... how many */
@@ -136,6 +142,10 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
  * how many. The last batch of an epoch may be partial; the call after it starts the next
  * epoch. */
 int batcher_next(struct batcher *b, float *x, uint16_t *y);
+/* The indices of the next batch, as batcher_next would fill it, into idx (batch of them): a
+ * sample's index in the split, a text's window offset. Returns how many. An external model's
+ * samples are drawn only this way. */
+int batcher_next_index(struct batcher *b, uint64_t *idx);
 /* Continue at sample pos of epoch's order, as a run checkpointed there would. */
 void batcher_seek(struct batcher *b, long epoch, size_t pos);
 /* Keep of d, b's dataset, only b's shard: its samples, in the shard's order, the others freed,

@@ -26,6 +26,11 @@ struct model {
 	float *g[2 * (LAYER_MAX_DEPTH + 1)]; /* gradient ping-pong per depth, the largest activation */
 	float *dcol;   /* conv2d backward scratch */
 	float *scratch; /* the sequence layers' matmul scratch */
+	/* an external model: its record, its θ and gradient's memory, its child (NULL until the
+	 * first request) */
+	struct exec_info *ext;
+	struct exec_shm shm;
+	struct exec_child *child;
 };
 
 /* The type named name in layer_all, or NULL. */
@@ -291,6 +296,173 @@ static int params_fit(size_t n, char *err)
 	return 0;
 }
 
+/* m's shape as an external model's record says, θ and the gradient in its shared memory. */
+static int ext_shape(struct model *m, char *err)
+{
+	const struct exec_info *e = m->ext;
+	int rc;
+	snprintf(m->name, sizeof m->name, "%s", e->name);
+	m->layout = e->layout;
+	m->classes = e->classes;
+	m->labels = e->positions ? e->positions : 1;
+	m->input = (struct shape){1, 1, 1, 0, 0};
+	if ((rc = params_fit(m->layout.total, err)) < 0)
+		return rc;
+	if (!m->shm.theta && (rc = exec_shm_size(&m->shm, m->layout.total, err)) < 0)
+		return rc;
+	m->theta = m->shm.theta;
+	m->grad = m->shm.grad;
+	return 0;
+}
+
+static struct model *ext_new(char *err)
+{
+	struct model *m = calloc(1, sizeof *m);
+	if (m && !(m->ext = calloc(1, sizeof *m->ext))) {
+		free(m);
+		m = NULL;
+	}
+	if (!m)
+		gem_errf(err, GEM_ENOMEM, "out of memory");
+	else
+		m->shm.fd = -1;
+	return m;
+}
+
+static int ext_from_json(const json_t *spec, struct model **out, char *err)
+{
+	struct model *m = ext_new(err);
+	int rc;
+	if (!m)
+		return GEM_ENOMEM;
+	if ((rc = exec_info_from_json(spec, m->ext, err)) < 0 || (rc = exec_shm_create(&m->shm, err)) < 0 ||
+	    (rc = ext_shape(m, err)) < 0) {
+		model_free(m);
+		return rc;
+	}
+	*out = m;
+	return 0;
+}
+
+int model_from_exec(const char *cmd, double timeout, json_t **spec, struct model **out, char *err)
+{
+	struct model *m = ext_new(err);
+	int rc;
+	*out = NULL;
+	*spec = NULL;
+	if (!m)
+		return GEM_ENOMEM;
+	if (!*cmd || strlen(cmd) >= sizeof m->ext->cmd) {
+		model_free(m);
+		return gem_errf(err, GEM_EUSAGE, "--model %s: a command of 1 to %d bytes", EXEC_PREFIX,
+				(int)sizeof m->ext->cmd - 1);
+	}
+	snprintf(m->ext->cmd, sizeof m->ext->cmd, "%s", cmd);
+	m->ext->timeout = timeout;
+	if ((rc = exec_shm_create(&m->shm, err)) < 0 || (rc = exec_start(m->ext, &m->shm, &m->child, err)) < 0 ||
+	    (rc = ext_shape(m, err)) < 0) {
+		model_free(m);
+		return rc;
+	}
+	if (!(*spec = exec_info_to_json(m->ext))) {
+		model_free(m);
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
+	*out = m;
+	return 0;
+}
+
+const struct exec_info *model_exec_info(const struct model *m)
+{
+	return m->ext;
+}
+
+/* The child of an external model, started at its first request. */
+static int ext_child(struct model *m, char *err)
+{
+	int rc;
+	if (m->child)
+		return 0;
+	if ((rc = exec_shm_reserve(&m->shm, m->cap > 0 ? m->cap : 1, err)) < 0)
+		return rc;
+	return exec_start(m->ext, &m->shm, &m->child, err);
+}
+
+int model_init(struct model *m, uint64_t seed, char *err)
+{
+	int rc;
+	if (!m->ext) {
+		model_init_params(m, seed);
+		return 0;
+	}
+	if ((rc = ext_child(m, err)) < 0 || (rc = exec_init(m->child, seed, err)) < 0)
+		return rc;
+	for (size_t i = 0; i < m->layout.total; i++)
+		if (!isfinite(m->theta[i]))
+			return gem_errf(err, GEM_EUSAGE, "%s: request init: θ₀[%zu] is not finite",
+					exec_label(m->child), i);
+	return 0;
+}
+
+int model_train_ext(struct model *m, const uint64_t *idx, const struct exec_batch *b, float *loss, char *err)
+{
+	int rc;
+	if (!m->ext || b->n < 1 || b->n > m->cap)
+		return gem_errf(err, GEM_EUSAGE, "model_train_ext: a batch of %d", b->n);
+	if ((rc = ext_child(m, err)) < 0)
+		return rc;
+	memcpy(m->shm.index, idx, sizeof *idx * (size_t)b->n);
+	if ((rc = exec_grad(m->child, b, loss, err)) < 0)
+		return rc;
+	/* one pass, vectorised: the sum of 0·g is NaN exactly when some g is not finite */
+	float z = 0;
+	for (size_t i = 0; i < m->layout.total; i++)
+		z += 0.0f * m->grad[i];
+	if (z != 0.0f || !isfinite(z)) {
+		size_t i = 0;
+		while (i < m->layout.total && isfinite(m->grad[i]))
+			i++;
+		return gem_errf(err, GEM_EUSAGE, "%s: request grad (worker %d, position %llu): the "
+				"gradient's element %zu is not finite", exec_label(m->child), b->worker,
+				(unsigned long long)b->position, i);
+	}
+	return 0;
+}
+
+int model_eval_ext(struct model *m, double *loss, uint64_t *count, long long *correct, char *err)
+{
+	int rc;
+	if (!m->ext)
+		return gem_errf(err, GEM_EUSAGE, "model_eval_ext: not an external model");
+	if ((rc = ext_child(m, err)) < 0)
+		return rc;
+	return exec_eval(m->child, loss, count, correct, err);
+}
+
+const float *model_predict_ext(struct model *m, const uint16_t *tokens, int n, char *err)
+{
+	if (!m->ext || n < 1 || n > m->labels) {
+		gem_errf(err, GEM_EUSAGE, "predict: %d tokens for a window of %d", n, m->labels);
+		return NULL;
+	}
+	if (ext_child(m, err) < 0 || exec_shm_reserve(&m->shm, n, err) < 0 ||
+	    (m->shm.cap > m->cap && exec_remap(m->child, &m->shm, err) < 0))
+		return NULL;
+	if (m->shm.cap > m->cap)
+		m->cap = m->shm.cap;
+	for (int i = 0; i < n; i++)
+		m->shm.index[i] = tokens[i];
+	if (exec_predict(m->child, n, err) < 0)
+		return NULL;
+	for (int k = 0; k < m->classes; k++)
+		if (isnan(m->grad[k])) {
+			gem_errf(err, GEM_EUSAGE, "%s: request predict: log-probability %d is NaN",
+				 exec_label(m->child), k);
+			return NULL;
+		}
+	return m->grad;
+}
+
 int model_from_json(const json_t *spec, struct model **out, char *err)
 {
 	static const char *const keys[] = {"name", "description", "input", "classes", "layers"};
@@ -302,6 +474,8 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 	*out = NULL;
 	if (!json_is_object(spec))
 		return gem_errf(err, GEM_EUSAGE, "model spec: must be a JSON object");
+	if (json_object_get(spec, "exec"))
+		return ext_from_json(spec, out, err);
 	json_object_foreach((json_t *)spec, key, v) {
 		size_t i = 0;
 		while (i < sizeof keys / sizeof *keys && strcmp(key, keys[i]))
@@ -428,8 +602,14 @@ void model_free(struct model *m)
 	free_buffers(m);
 	free_kids(m->l, m->nlayers);
 	free(m->l);
-	free(m->theta);
-	free(m->grad);
+	if (m->ext) {
+		exec_stop(m->child);
+		exec_shm_close(&m->shm);
+		free(m->ext);
+	} else {
+		free(m->theta);
+		free(m->grad);
+	}
 	free(m);
 }
 
@@ -470,6 +650,18 @@ int model_labels(const struct model *m)
 
 int model_fits(const struct model *m, const struct dataset *d, char *err)
 {
+	if (m->ext || d->external) {
+		if (!m->ext)
+			return gem_errf(err, GEM_EUSAGE, "the data is an external model's own (%s), the model "
+					"gem's", DATA_MODEL_PREFIX);
+		if (!d->external)
+			return gem_errf(err, GEM_EUSAGE, "an external model trains on its own data, not on gem's "
+					"(gem-exec(7))");
+		if (d->seq != m->ext->positions)
+			return gem_errf(err, GEM_EUSAGE, "the data's windows (%d) are not the external model's (%d)",
+					d->seq, m->ext->positions);
+		return 0;
+	}
 	if (d->text && (!m->vocab || m->labels == 1))
 		return gem_errf(err, GEM_EUSAGE,
 				"the data is a text, the model (%zu inputs, %d classes) not a sequence model (an "
@@ -526,6 +718,8 @@ static void init_chain(const struct layer *l, int n, const struct layout *lo, fl
 void model_init_params(struct model *m, uint64_t seed)
 {
 	struct rng r;
+	if (m->ext)
+		return;
 	rng_seed(&r, seed, RNG_MODEL_INIT);
 	init_chain(m->l, m->nlayers, &m->layout, m->theta, &r);
 }
@@ -556,6 +750,14 @@ int model_reserve(struct model *m, int batch, char *err)
 		return gem_errf(err, GEM_EUSAGE, "batch size %d: must be positive", batch);
 	if (batch <= m->cap)
 		return 0;
+	if (m->ext) {
+		int rc = exec_shm_reserve(&m->shm, batch, err);
+		if (rc == 0 && m->child)
+			rc = exec_remap(m->child, &m->shm, err);
+		if (rc == 0)
+			m->cap = batch;
+		return rc;
+	}
 	free_buffers(m);
 	if (m->input.image && m->input.c > 1)
 		fail |= !(m->xin = layer_falloc(B * shape_size(m->input), sizeof(float)));
@@ -616,7 +818,7 @@ static const float *forward(struct model *m, const float *x, const uint16_t *y, 
 float model_train_step(struct model *m, const float *x, const uint16_t *y, int n, struct rng *r)
 {
 	double loss = 0;
-	if (n < 1 || n > m->cap || !r)
+	if (n < 1 || n > m->cap || !r || m->ext)
 		return NAN;
 	forward(m, x, y, n, r, &loss);
 	/* from the loss down to the lowest layer with parameters */
@@ -632,7 +834,7 @@ double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n,
 {
 	double loss = 0;
 	long right = 0;
-	if (n < 1 || n > m->cap)
+	if (n < 1 || n > m->cap || m->ext)
 		return NAN;
 	const float *logp = forward(m, x, y, n, NULL, &loss);
 	for (long b = 0; b < (long)n * m->labels; b++) {
@@ -654,7 +856,7 @@ double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n,
 const float *model_predict(struct model *m, const float *x, int n)
 {
 	double loss;
-	if (n < 1 || n > m->cap)
+	if (n < 1 || n > m->cap || m->ext)
 		return NULL;
 	return forward(m, x, NULL, n, NULL, &loss);
 }

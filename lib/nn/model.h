@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "nn/data.h"
+#include "nn/exec.h"
 #include "nn/layout.h"
 #include "base/rng.h"
 
@@ -56,6 +57,12 @@ struct model;
 #define MODEL_MAX_PARAMS ((size_t)1 << 31)
 #define MODEL_MAX_CLASSES 65536 /* a spec's "classes": labels are uint16 */
 
+/* A spec {"exec": CMD, ...} is an external model (nn/exec.h, gem-exec(7)): a program that
+ * computes losses and gradients on its own data, which it is named by index. Its record in the
+ * spec (layout, classes, data's sizes) is all that model_from_json reads: the child is started
+ * at the first request (model_init, model_train_ext, model_eval_ext, model_predict_ext), so that
+ * a server or a tool that only needs the layout never runs it. */
+
 /* Build a model from a spec; GEM_EUSAGE with the offending field named (e.g.
  * `layers[3]: unknown type "conv3d"`, `layers[0].kernel: missing`) on a bad spec, and with its
  * size named when θ and its gradient exceed MODEL_MAX_PARAMS or the machine's memory: checked
@@ -64,6 +71,11 @@ int model_from_json(const json_t *spec, struct model **out, char *err);
 /* Read a spec file and build it; *spec_out (if non-NULL) gets the parsed spec (caller decrefs). */
 int model_from_file(const char *path, json_t **spec_out, struct model **out, char *err);
 void model_free(struct model *m);
+/* Start CMD (an external model: gem-exec(7)) and build the model it says it is; *spec gets
+ * the spec that records it (run.json's model: model_from_json builds the same model). */
+int model_from_exec(const char *cmd, double timeout, json_t **spec, struct model **out, char *err);
+/* Whether m is an external model; its record (NULL: a built-in model). */
+const struct exec_info *model_exec_info(const struct model *m);
 
 /* The spec's "name", or "" when it has none. */
 const char *model_name(const struct model *m);
@@ -92,6 +104,8 @@ int model_fits(const struct model *m, const struct dataset *d, char *err);
  * dense and conv2d as PyTorch does by default, weights and biases U(−1/√fan_in, 1/√fan_in)
  * (kaiming-uniform with a = √5 for weights); the sequence layers as gem-model(5) says. */
 void model_init_params(struct model *m, uint64_t seed);
+/* The same for every model: an external one is asked for its θ₀ (its failure in err). */
+int model_init(struct model *m, uint64_t seed, char *err);
 /* Allocate activations for up to `batch` samples; a later call with a smaller batch is free. */
 int model_reserve(struct model *m, int batch, char *err);
 /* The batch size reserved so far (0 before model_reserve). */
@@ -112,4 +126,14 @@ double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n,
  * positions 0..t of its window, whatever follows t), valid until the next pass; NULL if n is
  * out of range. */
 const float *model_predict(struct model *m, const float *x, int n);
+
+/* An external model's training step: the gradient of the mean loss over the batch b of the
+ * samples idx (b->n of them, within model_reserved) into model_grads, the loss into *loss. */
+int model_train_ext(struct model *m, const uint64_t *idx, const struct exec_batch *b, float *loss, char *err);
+/* An external model's evaluation of θ on its own test split: the sum of the losses over count
+ * predictions, and the right ones (-1: not a classifier). */
+int model_eval_ext(struct model *m, double *loss, uint64_t *count, long long *correct, char *err);
+/* An external language model's log-probabilities of the token after the n tokens (n <= its
+ * positions): model_classes floats, valid until the next request. */
+const float *model_predict_ext(struct model *m, const uint16_t *tokens, int n, char *err);
 #endif

@@ -86,6 +86,18 @@ int eval_run(struct eval_buf *b, struct model *m, const struct dataset *d, float
 		return GEM_EUSAGE;
 	memset(res, 0, sizeof *res);
 	res->classes = classes;
+	if (model_exec_info(m)) {
+		/* its own test split, all of it, as the child scores it (no classes tallied) */
+		uint64_t count;
+		long long right;
+		int rc = model_eval_ext(m, &loss, &count, &right, err);
+		if (rc < 0)
+			return rc;
+		res->n = (long)count;
+		res->loss = loss / (double)count;
+		res->accuracy = right >= 0 ? (double)right / (double)count : NAN;
+		return 0;
+	}
 	if (d->text) {
 		if (d->n < 1 || b->chunk != EVAL_TEXT_BATCH)
 			return gem_errf(err, GEM_EUSAGE, "the text has no window to evaluate");

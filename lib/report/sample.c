@@ -16,6 +16,17 @@ static int check_model(const struct model *m, const struct sample_opts *o, char 
 	int t = model_labels(m), top = 0;
 	struct dataset d = {.n = 1, .rows = 1, .cols = t, .dim = t, .seq = t,
 			    .text = (uint8_t *)o->prompt, .len = o->prompt_len};
+	if (model_exec_info(m)) {
+		/* an external language model: its window, and the prompt's bytes among its tokens */
+		for (size_t i = 0; i < o->prompt_len; i++)
+			if (o->prompt[i] >= model_classes(m))
+				return gem_errf(err, GEM_EUSAGE, "the prompt: byte %d is beyond the model's %d tokens",
+						o->prompt[i], model_classes(m));
+		return t < 2 || model_classes(m) > 256
+			       ? gem_errf(err, GEM_EUSAGE, "the external model is not a language model of bytes "
+						   "(positions, at most 256 classes: gem-exec(7)): nothing to sample")
+			       : 0;
+	}
 	if (t < 2 || (size_t)t != model_input_size(m))
 		return gem_errf(err, GEM_EUSAGE, "the model is not a sequence model (an embedding first, a "
 				"loss at every position: gem-model(5)): nothing to sample");
@@ -73,20 +84,37 @@ static int draw(const float *logp, int k, const struct sample_opts *o, struct rn
 /* Generate into out with m loaded (reserved for one sample): each byte from the model's row at
  * the last position of the context, the last t bytes of prompt + out (positions after a
  * shorter context hold 0: attention is causal, they change nothing before them). */
-static void generate(struct model *m, const struct sample_opts *o, float *x, double *p, int *idx,
-		     uint8_t *out)
+static int generate(struct model *m, const struct sample_opts *o, float *x, double *p, int *idx,
+		    uint8_t *out, char *err)
 {
-	int t = model_labels(m), k = model_classes(m);
+	int t = model_labels(m), k = model_classes(m), ext = model_exec_info(m) != NULL;
+	uint16_t *tok = ext ? malloc(sizeof *tok * (size_t)t) : NULL;
 	struct rng r;
+	if (ext && !tok)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	rng_seed(&r, o->seed, RNG_SAMPLE);
 	for (long i = 0; i < o->bytes; i++) {
 		size_t have = o->prompt_len + (size_t)i, len = have < (size_t)t ? have : (size_t)t;
+		const float *row;
 		for (size_t j = 0; j < (size_t)t; j++) {
 			size_t at = have - len + j; /* in prompt + out */
 			x[j] = j >= len ? 0.0f : at < o->prompt_len ? o->prompt[at] : out[at - o->prompt_len];
 		}
-		out[i] = (uint8_t)draw(model_predict(m, x, 1) + (len - 1) * (size_t)k, k, o, &r, p, idx);
+		if (ext) {
+			/* an external model is asked about the context alone, not the padding after it */
+			for (size_t j = 0; j < len; j++)
+				tok[j] = (uint16_t)x[j];
+			if (!(row = model_predict_ext(m, tok, (int)len, err))) {
+				free(tok);
+				return GEM_EFAIL;
+			}
+		} else {
+			row = model_predict(m, x, 1) + (len - 1) * (size_t)k;
+		}
+		out[i] = (uint8_t)draw(row, k, o, &r, p, idx);
 	}
+	free(tok);
+	return 0;
 }
 
 int sample_run(const struct run *r, const struct sample_opts *o, uint8_t *out, char *err)
@@ -108,13 +136,15 @@ int sample_run(const struct run *r, const struct sample_opts *o, uint8_t *out, c
 		model_free(m);
 		return rc;
 	}
-	x = layer_falloc(model_input_size(m), sizeof *x); /* the first layer's operand: padded */
+	/* the first layer's operand: padded; an external model's context */
+	x = layer_falloc(model_input_size(m) > (size_t)model_labels(m) ? model_input_size(m)
+									 : (size_t)model_labels(m), sizeof *x);
 	p = malloc(sizeof *p * (size_t)model_classes(m));
 	idx = malloc(sizeof *idx * (size_t)model_classes(m));
 	if (!x || !p || !idx)
 		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
 	else
-		generate(m, o, x, p, idx, out);
+		rc = generate(m, o, x, p, idx, out, err);
 	free(x);
 	free(p);
 	free(idx);

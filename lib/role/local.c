@@ -163,7 +163,10 @@ int local_run(struct local *l, prog_stop_flag *stop, local_progress_fn progress,
 		       l->o.t.steps ? l->p.samples + l->o.t.steps * (uint64_t)l->run.train.batch : l->target, t0);
 	while (!(stop && *stop) && l->p.samples < l->target && (!l->o.t.steps || r->steps < l->o.t.steps)) {
 		double step_start = clock_mono(), now;
-		if (trainer_step(&l->t, &l->f, &r->loss, &n, err) < 0) {
+		int rc = trainer_step(&l->t, &l->f, &r->loss, &n, err);
+		if (rc < 0) /* the model failed: nothing saved past the last checkpoint */
+			return rc;
+		if (rc) {
 			r->end = LOCAL_DIVERGED;
 			break;
 		}

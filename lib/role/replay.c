@@ -243,8 +243,20 @@ static int do_leave(struct replay *p, int id, int how, const json_t *j, int gone
 	return 0;
 }
 
-/* Worker id computes its next commit of n samples and sends it; the core must decide `want`. */
-static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
+/* Whether a loss is the one the log wrote, to the digits it writes (RUN_LOG_LOSS_FORMAT). */
+static int same_loss(double logged, float loss)
+{
+	char a[32], b[32];
+	snprintf(a, sizeof a, RUN_LOG_LOSS_FORMAT, logged);
+	snprintf(b, sizeof b, RUN_LOG_LOSS_FORMAT, (double)loss);
+	return !strcmp(a, b);
+}
+
+/* Worker id computes its next commit of n samples and sends it; the core must decide `want`.
+ * logged: the loss the log has for it (NAN: none), which the replay's must be bit for bit: a
+ * model that computes something else for the same batch (an external one that is not
+ * deterministic, gem-exec(7)) is found at its first commit. */
+static int do_commit(struct replay *p, int id, uint64_t n, int want, double logged, char *err)
 {
 	struct vworker *w = p->w[id];
 	struct ps_commit c = {.worker = id, .idle = -1};
@@ -263,6 +275,11 @@ static int do_commit(struct replay *p, int id, uint64_t n, int want, char *err)
 	if (!w->update)
 		return gem_errf(err, GEM_EFAIL, "worker %d's update cannot be encoded in %s (not "
 				"finite), the log says it was sent", id, w->fb.codec);
+	if (!isnan(logged) && !same_loss(logged, w->loss))
+		return gem_errf(err, GEM_EFAIL, "worker %d's commit has the loss %.9g here, %g in the log: "
+				"the replay went another way than the run (a model that is not deterministic, or "
+				"a log that does not say all the run did)",
+				id, (double)w->loss, logged);
 	c.base = w->base;
 	c.samples = w->got;
 	c.loss = w->loss;
@@ -300,9 +317,9 @@ static int do_event(struct replay *p, const struct run_log_line *l, char *err)
 	long long n = jget_int_or(j, "n", 1, (long long)1 << 40, 0);
 	int id = l->u.worker;
 	if (!strcmp(ev, "held"))
-		return do_commit(p, id, (uint64_t)n, PS_PENDING, err);
+		return do_commit(p, id, (uint64_t)n, PS_PENDING, NAN, err);
 	if (!strcmp(ev, "refused") && reason && !strcmp(reason, "stale"))
-		return do_commit(p, id, (uint64_t)n, PS_STALE, err);
+		return do_commit(p, id, (uint64_t)n, PS_STALE, NAN, err);
 	if (!strcmp(ev, "refused")) {
 		/* refused before the core saw an update (a bad message, a dropped one): told as such */
 		ps_refused(p->ps, id, reason ? reason : "refused");
@@ -348,7 +365,7 @@ static int replay_line(struct replay *p, const struct run_log_line *l, char *err
 		ps_set_vtime(p->ps, u->time - p->t0);
 	if (!l->event && u->by_leave)
 		return 0; /* a round a leave closed: the leave that follows closes it here */
-	rc = l->event ? do_event(p, l, err) : do_commit(p, u->worker, u->n, PS_APPLIED, err);
+	rc = l->event ? do_event(p, l, err) : do_commit(p, u->worker, u->n, PS_APPLIED, u->loss, err);
 	if (rc < 0)
 		return rc;
 	if ((!l->event || l->has_version) && u->version != ps_version(p->ps))

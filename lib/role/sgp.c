@@ -299,9 +299,9 @@ static int iterate(struct sgp_node *s, struct loop *l, char *err)
 	struct mixed mx;
 	int nb, rc;
 	pushsum_debias(l->x, l->w, z, s->n);
-	if ((rc = trainer_step(&s->tr, &l->feed, &l->loss, &nb, err)) < 0) {
+	if ((rc = trainer_step(&s->tr, &l->feed, &l->loss, &nb, err)) != 0) {
 		gem_errprefix(err, "iteration %llu: ", (unsigned long long)l->iter);
-		return rc;
+		return rc < 0 ? rc : GEM_EFAIL;
 	}
 	/* the local momentum step on z, then back to the numerator x = w·z (as the authors' code
 	 * does): a step on x itself would move z by lr/w, up to ten times the run's lr when

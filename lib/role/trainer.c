@@ -55,7 +55,8 @@ int trainer_open(struct trainer *t, const struct run *run, char *err)
 	/* the batch is the first layer's gemm operand: padded (nn/layer_ops.h) */
 	t->x = layer_falloc((size_t)t->batch * model_input_size(t->m), sizeof *t->x);
 	t->y = malloc((size_t)t->batch * (size_t)model_labels(t->m) * sizeof *t->y); /* a text's: one per position */
-	if (!t->x || !t->y) {
+	t->idx = malloc((size_t)t->batch * sizeof *t->idx);
+	if (!t->x || !t->y || !t->idx) {
 		trainer_close(t);
 		return gem_errf(err, GEM_ENOMEM, "out of memory for a batch of %d", run->train.batch);
 	}
@@ -67,6 +68,7 @@ void trainer_close(struct trainer *t)
 	model_free(t->m);
 	free(t->x);
 	free(t->y);
+	free(t->idx);
 	memset(t, 0, sizeof *t);
 }
 
@@ -80,14 +82,24 @@ int trainer_step(struct trainer *t, struct feed *f, float *loss, int *n, char *e
 	struct rng drop;
 	/* dropout is a function of who trains and where in its data it stands: a resumed run, a
 	 * replayed one and gem-sim draw what the original drew */
-	rng_seed(&drop, f->seed ^ ((uint64_t)(f->who + 1) << 40), RNG_DROPOUT + f->samples);
-	*n = batcher_next(&f->b, t->x, t->y);
-	*loss = model_train_step(t->m, t->x, t->y, *n, &drop);
+	if (model_exec_info(t->m)) {
+		/* the child draws its dropout from the same four numbers (gem-exec(7)) */
+		struct exec_batch b = {.worker = f->who, .part_i = f->b.shard_i, .part_n = f->b.shard_n,
+				       .position = f->samples, .seed = f->seed};
+		int rc;
+		b.n = *n = batcher_next_index(&f->b, t->idx);
+		if ((rc = model_train_ext(t->m, t->idx, &b, loss, err)) < 0)
+			return rc;
+	} else {
+		rng_seed(&drop, f->seed ^ ((uint64_t)(f->who + 1) << 40), RNG_DROPOUT + f->samples);
+		*n = batcher_next(&f->b, t->x, t->y);
+		*loss = model_train_step(t->m, t->x, t->y, *n, &drop);
+	}
 	f->samples += (uint64_t)*n;
 	if (trainer_diverged(*loss, model_classes(t->m))) {
 		char l[16];
-		return gem_errf(err, GEM_EFAIL, "the loss is %s: diverged",
-				num_format(l, sizeof l, "%g", (double)*loss));
+		gem_errf(err, GEM_EFAIL, "the loss is %s: diverged", num_format(l, sizeof l, "%g", (double)*loss));
+		return 1;
 	}
 	return 0;
 }

@@ -46,6 +46,7 @@ struct trainer {
 	int batch;
 	float *x;
 	uint16_t *y;     /* batch × model_labels */
+	uint64_t *idx;   /* an external model's: the batch's sample indices */
 };
 
 /* The feed of `who` over shard shard_i of shard_n of ds (run's seed, batch and normalisation),
@@ -72,10 +73,12 @@ void trainer_close(struct trainer *t);
 #define TRAINER_DIVERGED 100
 int trainer_diverged(double loss, int classes);
 
-/* One step at the model's current θ: the next batch of f, dropout drawn from stream
+/* One step at the model's current θ: the next batch of f (an external model is named its
+ * samples' indices, and who asks: gem-exec(7)), dropout drawn from stream
  * RNG_DROPOUT + f's position of the run's seed mixed with f's trainer, forward, backward (the
  * gradient of the mean loss in model_grads(t->m)). *loss gets the mean loss, *n the batch's
- * samples (f advances by n). Returns 0, or GEM_EFAIL when the loss says the parameters have
- * diverged (trainer_diverged; err says so). */
+ * samples (f advances by n). Returns 0; 1 when the loss says the parameters have diverged
+ * (trainer_diverged; err says so); < 0 when the model failed (an external model's child: err
+ * names it and the request), which is no divergence. */
 int trainer_step(struct trainer *t, struct feed *f, float *loss, int *n, char *err);
 #endif

@@ -196,7 +196,9 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 	w->got = 0;
 	w->diverged = 0;
 	for (k = 0; steps ? k < steps : w->got < samples; k++) {
-		if (trainer_step(t, &w->f, &loss, &nb, err) < 0) {
+		if ((rc = trainer_step(t, &w->f, &loss, &nb, err)) < 0)
+			return rc;
+		if (rc) {
 			w->diverged = 1;
 			lsum += loss;
 			k++;

@@ -764,7 +764,9 @@ static int train_window(struct worker *w, struct work_result *r, uint64_t *got, 
 	*got = 0;
 	rule_half_begin(&w->l, x);
 	for (int k = 0; k < w->l.window && r->samples + *got < w->target; k++) {
-		if (trainer_step(&w->t, &w->f, &loss, &n, err) < 0) {
+		if ((rc = trainer_step(&w->t, &w->f, &loss, &n, err)) < 0)
+			return rc;
+		if (rc) {
 			r->loss = loss;
 			return 1;
 		}

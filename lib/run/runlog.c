@@ -45,7 +45,7 @@ void run_log_update(FILE *f, const struct run_log_update *u)
 	fprintf(f, "\"version\":%llu,\"worker\":%d,\"tau\":%llu,", (unsigned long long)u->version,
 		u->worker, (unsigned long long)u->tau);
 	if (isfinite(u->loss))
-		fprintf(f, "\"loss\":%.6g,", u->loss);
+		fprintf(f, "\"loss\":" RUN_LOG_LOSS_FORMAT ",", u->loss);
 	else
 		fputs("\"loss\":null,", f);
 	fprintf(f, "\"samples\":%llu", (unsigned long long)u->samples);

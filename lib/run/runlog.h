@@ -21,6 +21,9 @@ struct run_log_gossip {
 };
 
 /* An update line's fields, as the writer takes them and the reader finds them. */
+/* How an update's loss is written: what a replay compares its own with. */
+#define RUN_LOG_LOSS_FORMAT "%.6g"
+
 struct run_log_update {
 	double time;      /* wall clock (s since the epoch); the reader: NAN when the line has none */
 	double elapsed;   /* training seconds; the reader: NAN when the line has vtime instead */

@@ -22,7 +22,7 @@
 enum {
 	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_STATEPREC, O_WINDOW, O_ALPHA, O_LDC,
 	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM, O_DELAYED, O_DYNLU, O_FRAGMENTS, O_MIX, O_LABEL,
-	O_HOLDOUT, O_INIT_FROM, O_OVERLAP,
+	O_HOLDOUT, O_INIT_FROM, O_OVERLAP, O_EXEC_TIMEOUT,
 };
 
 #define MAX_WARMUP (1ull << 40) /* warm-up steps: at most this */
@@ -34,6 +34,7 @@ const struct option run_opts_long[RUN_OPTS_N + 1] = {
 	{.name = "label", .has_arg = required_argument, .val = O_LABEL},
 	{.name = "holdout", .has_arg = required_argument, .val = O_HOLDOUT},
 	{.name = "init-from", .has_arg = required_argument, .val = O_INIT_FROM},
+	{.name = "exec-timeout", .has_arg = required_argument, .val = O_EXEC_TIMEOUT},
 	{.name = "rule", .has_arg = required_argument, .val = 'r'},
 	{.name = "lr", .has_arg = required_argument, .val = O_LR},
 	{.name = "momentum", .has_arg = required_argument, .val = O_MOM},
@@ -373,8 +374,7 @@ static int make_with(const char *dir, struct run_spec *spec, struct model *m, co
 		json_decref(runjson);
 		return rc;
 	}
-	model_init_params(m, spec->train.seed);
-	if (init && (rc = init_from(m, init, err)) < 0) {
+	if ((init ? (rc = init_from(m, init, err)) : (rc = model_init(m, spec->train.seed, err))) < 0) {
 		json_decref(runjson);
 		return rc;
 	}
@@ -411,6 +411,7 @@ void run_opts_init(struct run_opts *o)
 	o->model = "cnn";
 	o->data = "fashion-mnist";
 	o->rule = "gem";
+	o->exec_timeout = EXEC_TIMEOUT_DEFAULT;
 	o->train = (struct run_train_spec){.lr = 0.05, .momentum = 0.9, .batch = 64, .epochs = 1,
 					   .seed = 1};
 }
@@ -464,7 +465,12 @@ int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
 	case O_OPTIM: case O_SCHED: case O_WARMUP: case O_CLIP:
 		return optim_opt_take(&o->train, c, arg, err);
 	case 'm': o->model = arg; return 0;
-	case 'd': o->data = arg; return 0;
+	case 'd': o->data = arg; o->data_set = 1; return 0;
+	case O_EXEC_TIMEOUT:
+		if (num_double(arg, 0.001, EXEC_TIMEOUT_MAX, &o->exec_timeout))
+			return gem_errf(err, GEM_EUSAGE, "--exec-timeout: not a number of seconds in [0.001, %g]: %s",
+					EXEC_TIMEOUT_MAX, arg);
+		return 0;
 	case O_LABEL: o->label = arg; return 0;
 	case O_INIT_FROM: o->init_from = arg; return 0;
 	case O_HOLDOUT:
@@ -814,6 +820,33 @@ static int optim_of_opts(struct run_opts *o, char *err)
 	return 0;
 }
 
+/* The model of an external model's run (gem-exec(7)) and its data: the child's own, which
+ * its record names (DATA_MODEL_PREFIX), its budget's samples the child's. */
+static int exec_of_opts(struct run_opts *o, struct run_spec *s, struct model **m, char *err)
+{
+	const struct exec_info *e;
+	int rc;
+	o->usage = 1;
+	if (o->data_set || o->label || o->holdout > 0)
+		return gem_errf(err, GEM_EUSAGE, "--%s: an external model brings its own data and its test "
+				"split (gem-exec(7))", o->data_set ? "data" : o->label ? "label" : "holdout");
+	o->usage = 0;
+	if ((rc = model_from_exec(o->model + strlen(EXEC_PREFIX), o->exec_timeout, &s->model, m, err)) < 0)
+		return rc;
+	e = model_exec_info(*m);
+	snprintf(s->model_name, sizeof s->model_name, "%s", e->name);
+	snprintf(s->data_name, sizeof s->data_name, "%strain=%llu,test=%llu", DATA_MODEL_PREFIX,
+		 (unsigned long long)e->train, (unsigned long long)e->test);
+	if (e->positions)
+		snprintf(s->data_name + strlen(s->data_name), sizeof s->data_name - strlen(s->data_name),
+			 ",positions=%d", e->positions);
+	snprintf(s->data_dir, sizeof s->data_dir, "%s", s->data_name);
+	s->mean = 0;
+	s->std = 1;
+	o->nsamples = e->positions ? (int)((e->train - 1) / (uint64_t)e->positions) : (int)e->train;
+	return 0;
+}
+
 int run_make_new(const char *dir, struct run_opts *o, struct run_spec *spec, char *err)
 {
 	char path[4096];
@@ -827,6 +860,14 @@ int run_make_new(const char *dir, struct run_opts *o, struct run_spec *spec, cha
 	 * the data gives the budget of its cosine */
 	if ((rc = optim_of_opts(o, err)) < 0 || (rc = rule_of_opts(o, &spec->rule, err)) < 0)
 		return rc;
+	if (!strncmp(o->model, EXEC_PREFIX, strlen(EXEC_PREFIX))) {
+		if ((rc = exec_of_opts(o, spec, &m, err)) == 0 && (rc = optim_of_opts(o, err)) == 0) {
+			spec->train = o->train;
+			rc = make_with(dir, spec, m, o->init_from, o->force ? RUN_MAKE_FORCE : 0, err);
+		}
+		model_free(m);
+		return rc;
+	}
 	if (resolve_model(o->model, path, sizeof path, err) < 0 ||
 	    model_from_file(path, &spec->model, &m, err) < 0)
 		return GEM_EUSAGE;

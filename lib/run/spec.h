@@ -76,6 +76,8 @@ int run_make(const char *dir, struct run_spec *spec, int flags, char *err);
 struct run_opts {
 	const char *model;      /* a built-in model's name (share/gem/models/NAME.json) or a file */
 	const char *data;       /* a dataset's name or directory (dataset_resolve) */
+	int data_set;           /* --data was given (an external model refuses it) */
+	double exec_timeout;    /* --exec-timeout: seconds an external model's request may take */
 	const char *label;      /* --label: a CSV table's label column */
 	double holdout;         /* --holdout */
 	const char *init_from;  /* --init-from: θ₀ from this safetensors file */
@@ -96,7 +98,7 @@ struct run_opts {
 /* The options' getopt_long table (the short letters: RUN_OPTS_SHORT), and how many. */
 extern const struct option run_opts_long[];
 #define RUN_OPTS_SHORT "m:d:r:b:e:s:n:f"
-#define RUN_OPTS_N 34
+#define RUN_OPTS_N 35
 
 void run_opts_init(struct run_opts *o);
 /* Option c (a val of run_opts_long) with its argument into o: 0, 1 when c is no option of a
