@@ -396,14 +396,25 @@ static int spawn(struct exec_child *c, const char *cmd, int shm_fd, char *err)
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
 	sigset_t none, all;
-	char *argv[] = {"sh", "-c", (char *)cmd, NULL};
+	char *argv[] = {"sh", "-c", NULL, NULL}, *line;
 	size_t nenv = 0;
 	char **envp;
 
+	/* a simple command replaces the shell (its pid the program's, its signal its own); a
+	 * pipeline or a list stays the shell's */
+	if (!(line = malloc(strlen(cmd) + 6)))
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	size_t first = strcspn(cmd, " \t");
+	int simple = !strpbrk(cmd, ";&|()<>`$\n") && !memchr(cmd, '=', first); /* no VAR=x first */
+	sprintf(line, "%s%s", simple ? "exec " : "", cmd);
+	argv[2] = line;
+
 	while (environ[nenv])
 		nenv++;
-	if (!(envp = calloc(nenv + 2, sizeof *envp)))
+	if (!(envp = calloc(nenv + 2, sizeof *envp))) {
+		free(line);
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	}
 	memcpy(envp, environ, nenv * sizeof *envp);
 	envp[nenv] = "GEM_EXEC_PROTOCOL=1";
 	if (pipe2(pin, O_CLOEXEC) < 0 || pipe2(pout, O_CLOEXEC) < 0 || pipe2(perr, O_CLOEXEC) < 0) {
@@ -443,6 +454,7 @@ out:
 			close(perr[i]);
 	}
 	free(envp);
+	free(line);
 	return rc ? gem_errf(err, GEM_EFAIL, "cannot start /bin/sh -c '%.200s': %s", cmd, strerror(e)) : 0;
 }
 

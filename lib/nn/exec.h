@@ -17,7 +17,7 @@
 #define EXEC_LINE_MAX 65536          /* a request or reply line, its newline included */
 #define EXEC_TIMEOUT_DEFAULT 60.0    /* seconds a request may take */
 #define EXEC_TIMEOUT_MAX 86400.0
-#define EXEC_START_TIMEOUT 60.0      /* seconds the hello may take at least: the program starts */
+#define EXEC_START_TIMEOUT 120.0     /* seconds the hello may take at least: the program starts */
 #define EXEC_CMD_MAX 1024
 #define EXEC_MAX_COUNT ((uint64_t)INT32_MAX) /* train, test: samples or tokens */
 #define EXEC_MAX_POSITIONS 65536
