@@ -30,6 +30,7 @@
 #include "base/log.h"
 #include "base/num.h"
 #include "base/prog.h"
+#include "nn/exec.h"
 #include "role/launch.h"
 #include "role/progress.h"
 #include "run/run.h"
@@ -670,6 +671,50 @@ static int check_data_hosts(const struct argv *hosts)
 	return bad ? -1 : 0;
 }
 
+/* An external model's program (--model exec:CMD, gem-exec(7)) runs on every host where a
+ * worker does: CMD's program (its first word after any VAR=value) must be a command there and
+ * each absolute path in it must exist, or every worker there would fail at its first step.
+ * Names each host and word that lacks it; 0 or -1. */
+static int check_exec_hosts(const struct argv *hosts)
+{
+	char err[GEM_ERRMAX], line[EXEC_CMD_MAX], *save = NULL;
+	struct argv hs = {0}, words = {0};
+	const char *cmd;
+	struct run r;
+	int bad = 0, prog = -1;
+	if (run_open(C.rundir, &r, err) < 0) {
+		fprintf(stderr, "gem-run: %s\n", err);
+		return -1;
+	}
+	cmd = json_string_value(json_object_get(r.model, "exec"));
+	snprintf(line, sizeof line, "%s", cmd ? cmd : "");
+	run_close(&r);
+	for (char *w = strtok_r(line, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
+		if (prog < 0 && !strchr(w, '='))
+			prog = words.n;
+		if (words.n == prog || w[0] == '/')
+			push(&words, w);
+	}
+	if (prog < 0)
+		return 0;
+	distinct(hosts, &hs);
+	for (int i = 0; i < hs.n; i++)
+		for (int j = 0; j < words.n; j++) {
+			char *test = shell_cmd(j == prog ? "command -v %s >/dev/null" : "test -e %s", words.v[j]);
+			if (rsh_wait(hs.v[i], test) != 0) {
+				fprintf(stderr, "gem-run: %s: %s %s, which the run's model runs (--model exec:%s,"
+					" gem-exec(7)): every worker there would fail; install it or put it at the"
+					" same path there\n", hs.v[i], j == prog ? "no command" : "no file",
+					words.v[j], cmd);
+				bad = 1;
+			}
+			free(test);
+		}
+	argv_free(&hs);
+	argv_free(&words);
+	return bad ? -1 : 0;
+}
+
 /* The distinct hosts that do not see RUNDIR at its absolute path (a marker made there is not
  * found), into out: they get copies of the run's files. */
 static int hosts_apart(const struct argv *hosts, struct argv *out)
@@ -1137,7 +1182,7 @@ static void served_prepare(void)
 		exit(EXIT_JOB);
 	if (!C.resume)
 		init_run();
-	if (C.hosts && check_data_hosts(&C.slots) < 0)
+	if (C.hosts && (check_data_hosts(&C.slots) < 0 || check_exec_hosts(&C.slots) < 0))
 		exit(EXIT_JOB);
 	if (!realpath(C.rundir, rrun)) {
 		fprintf(stderr, "gem-run: %s: %s\n", C.rundir, strerror(errno));
@@ -1479,7 +1524,7 @@ static void sgp_prepare(void)
 	if (C.hosts && preflight("gem-work", NULL, &C.slots) < 0)
 		exit(EXIT_JOB);
 	init_run();
-	if (C.hosts && check_data_hosts(&C.slots) < 0)
+	if (C.hosts && (check_data_hosts(&C.slots) < 0 || check_exec_hosts(&C.slots) < 0))
 		exit(EXIT_JOB);
 	if (run_node_files_remove(C.rundir, 0, err) < 0 || !realpath(C.rundir, rrun)) {
 		fprintf(stderr, "gem-run: %s\n", rrun[0] ? err : strerror(errno));

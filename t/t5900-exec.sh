@@ -109,4 +109,13 @@ assert float(r[3]) < math.log(8), r" &&
 	python3 -c "assert max(open(\"sample.bin\",\"rb\").read()) < 8"
 '
 
+test_expect_success 'gem-run --hosts: the model'"'"'s program is checked on every host first' '
+	make_fake_ssh fakebin && mkdir -p farbin &&
+	printf "#!/bin/sh\ncase \" \$* \" in *\" far test -e \"*) exit 1 ;;\nesac\nexec \"%s/fakebin/ssh\" \"\$@\"\n" "$PWD" >farbin/ssh &&
+	chmod +x farbin/ssh && printf "near\nfar\n" >hosts &&
+	{ PATH="$PWD/farbin:$PATH" gem-run -q --hosts hosts -n 2 -m "exec:$CHILD" -b 16 far 2>err; test $? = 1; } &&
+	cat err && grep -q "^gem-run: far: no file $GEM_SRC/t/exec-numpy.py, which the run.s model runs" err &&
+	! grep -q "near:" err && test ! -e far/log.jsonl && test ! -e far/server.url
+'
+
 test_done
