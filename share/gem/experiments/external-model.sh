@@ -5,7 +5,7 @@
 #   cnn: the GEM paper's CNN on Fashion-MNIST, rule gem, 4 workers, one epoch each, batch 64
 #   gpt: the byte-level GPT on kjv, rule diloco, 4 workers, H = 20, STEPS inner steps each,
 #        AdamW as doc/results/ has it
-# SEEDS (default "1 2 3") and STEPS (default 100). Restartable: a cell whose eval.tsv exists is
+# SEEDS (default "1 2 3"), STEPS (default 100), NETS (default "cnn gpt", or one of them). Restartable: a cell whose eval.tsv exists is
 # kept. Prints TSV: net, model, seed, version, test_loss, test_acc (gpt: bits per byte).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -30,12 +30,14 @@ cell() { # cell NET MODEL SEED gem-sim-options...
 
 echo "# net	model	seed	version	test_loss	test_acc"
 for seed in $seeds; do
+	[ "${NETS:-cnn gpt}" != gpt ] || break
 	cell cnn gem "$seed" -m cnn --rule gem -e 1
 	cell cnn torch "$seed" -m "exec:$py $share/examples/torch/cnn.py" --rule gem -e 1
 done
 gpt_opts="--rule diloco --window 20 -b 32 --steps $steps --optimizer adamw --lr 1e-3 --warmup 20
 	--clip 1 --weight-decay 0.1"
 for seed in $seeds; do
+	[ "${NETS:-cnn gpt}" != cnn ] || break
 	# shellcheck disable=SC2086
 	cell gpt gem "$seed" -m gpt -d kjv $gpt_opts
 	# shellcheck disable=SC2086
