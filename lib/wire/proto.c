@@ -251,8 +251,9 @@ json_t *proto_leave_to_json(const struct proto_leave *l)
 		rc = put(o, "diverged", json_true());
 	/* JSON has no number for a loss that is not finite: "nan", "inf" or "-inf" */
 	if (rc == 0 && l->how == PROTO_LEFT_DIVERGED)
-		rc = put(o, "loss", isfinite(l->loss) ? json_real(l->loss)
-						      : json_string(num_json(buf, sizeof buf, l->loss)));
+		rc = put(o, "loss", isfinite(l->loss)
+					    ? json_real(l->loss)
+					    : json_string(num_format(buf, sizeof buf, "%g", l->loss)));
 	return done(o, rc);
 }
 
