@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "nn/layer_ops.h"
 #include "base/err.h"
 #include "wire/msg.h"
 #include "base/rng.h"
@@ -25,12 +24,11 @@
 
 int eval_buf_init(struct eval_buf *b, struct model *m, char *err)
 {
-	size_t dim = model_input_size(m), labels = (size_t)model_labels(m);
+	size_t labels = (size_t)model_labels(m);
 	memset(b, 0, sizeof *b);
 	/* a sequence model's activations are T rows per sample: a training batch's worth */
 	b->chunk = labels > 1 ? EVAL_TEXT_BATCH : EVAL_CHUNK;
-	/* the first layer's gemm operand: padded (nn/layer_ops.h) */
-	b->x = layer_falloc((size_t)b->chunk * dim, sizeof *b->x);
+	b->x = model_input_alloc(m, b->chunk);
 	b->y = malloc((size_t)b->chunk * labels * sizeof *b->y);
 	b->pred = malloc((size_t)b->chunk * labels * sizeof *b->pred);
 	if (!b->x || !b->y || !b->pred) {

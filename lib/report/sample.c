@@ -6,7 +6,6 @@
 
 #include "base/err.h"
 #include "base/rng.h"
-#include "nn/layer_ops.h"
 #include "nn/model.h"
 
 /* What generation needs of the model: a sequence model whose every output can be fed back
@@ -108,7 +107,7 @@ int sample_run(const struct run *r, const struct sample_opts *o, uint8_t *out, c
 		model_free(m);
 		return rc;
 	}
-	x = layer_falloc(model_input_size(m), sizeof *x); /* the first layer's operand: padded */
+	x = model_input_alloc(m, 1);
 	p = malloc(sizeof *p * (size_t)model_classes(m));
 	idx = malloc(sizeof *idx * (size_t)model_classes(m));
 	if (!x || !p || !idx)

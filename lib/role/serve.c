@@ -866,6 +866,7 @@ static void server_free(struct server *s)
 	for (int i = 0; i < PS_MAX_WORKERS; i++)
 		slot_drop(s, i); /* the server has stopped: no request holds one */
 	ps_close(s->ps);
+	reply_get_close(&s->get);
 	run_ckpt_free(&s->ck);
 	pthread_mutex_destroy(&s->ckmu);
 	pthread_mutex_destroy(&s->mu);
@@ -896,7 +897,11 @@ static int start_http(struct server *s, const struct serve_opts *o, char *err)
 	const char *host = o->host ? o->host : "127.0.0.1";
 	int rc;
 
-	s->get = (struct reply_get){ps_run(s->ps)->json, s->n, get_health, get_params, s};
+	s->get.run = ps_run(s->ps)->json;
+	s->get.n = s->n;
+	s->get.health = get_health;
+	s->get.params = get_params;
+	s->get.ctx = s;
 	reply_get_routes(&s->get, r);
 	for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
 		r[REPLY_GET_ROUTES + i] = (struct httpd_route){routes[i].method, routes[i].path,
@@ -1020,16 +1025,16 @@ const char *serve_wait(struct server *s, prog_stop_flag *sigflag)
 /* A follower (gem-eval --follow) that was evaluating when the run stopped polls again soon:
  * wait for that poll (SERVE_FOLLOWER_WAIT s at most) so that it hears "stopping" rather than
  * finds the port closed. One that is waiting on the server (a long poll) hears it now. */
-static void follower_wait(void)
+static void follower_wait(const struct server *s)
 {
 	struct reply_followers f0, f;
 	double t0 = clock_mono();
-	reply_followers(&f0);
+	reply_followers(&s->get, &f0);
 	if (f0.inflight > 0 || f0.since_last < 0 || f0.since_last > SERVE_FOLLOWER_RECENT)
 		return;
 	do {
 		usleep(20000);
-		reply_followers(&f);
+		reply_followers(&s->get, &f);
 	} while (f.polls == f0.polls && clock_mono() - t0 < SERVE_FOLLOWER_WAIT);
 	/* let the poll's reply go out: httpd_stop waits for requests in flight */
 }
@@ -1050,7 +1055,7 @@ int serve_close(struct server *s, const char *reason, char *err)
 		pthread_mutex_lock(&s->mu);
 	}
 	pthread_mutex_unlock(&s->mu);
-	follower_wait();
+	follower_wait(s);
 	httpd_stop(s->http);
 	rc = serve_checkpoint(s, NULL, err);
 	pthread_mutex_lock(&s->mu);

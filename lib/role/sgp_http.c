@@ -332,7 +332,11 @@ int sgp_http_start(struct sgp_node *s, char *err)
 	const char *host = s->o.host ? s->o.host : "127.0.0.1";
 	char *cert = NULL, *key = NULL;
 	int rc;
-	s->get = (struct reply_get){s->run.json, s->n, get_health, get_params, s};
+	s->get.run = s->run.json;
+	s->get.n = s->n;
+	s->get.health = get_health;
+	s->get.params = get_params;
+	s->get.ctx = s;
 	reply_get_routes(&s->get, r);
 	r[REPLY_GET_ROUTES] = (struct httpd_route){"POST", "/v1/hello", h_hello, s, 1,
 						   HTTPD_JSON_BODY};

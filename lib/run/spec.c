@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "base/fsutil.h"
 #include "base/jget.h"
 #include "base/num.h"
 #include "base/prog.h"
@@ -691,7 +692,7 @@ static int resolve_model(const char *arg, char *path, size_t cap, char *err)
 		if (prog_share_path(rel, path, cap) == 0)
 			return 0;
 	}
-	if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
+	if (fs_is_dir(arg))
 		return gem_errf(err, GEM_EUSAGE, "--model %s: a directory, not a model spec (a JSON file, "
 				"see gem-model(5)) nor a built-in model", arg);
 	if (stat(arg, &st) == 0) {

@@ -3,6 +3,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/fsutil.h"
+#include "base/grow.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -55,17 +56,8 @@ int httpc_global_init(char *err)
 
 static int httpc_reserve(struct httpc_resp *r, size_t need)
 {
-	size_t cap = r->cap ? r->cap : 4096;
-	char *p;
-	if (need + 1 <= r->cap)
-		return 0;
-	while (cap < need + 1)
-		cap = cap > SIZE_MAX / 2 ? need + 1 : cap * 2;
-	if (!(p = realloc(r->body, cap)))
-		return GEM_ENOMEM;
-	r->body = p;
-	r->cap = cap;
-	return 0;
+	/* room for a terminating NUL */
+	return need == SIZE_MAX ? GEM_ENOMEM : grow_array(&r->body, &r->cap, need + 1, 1, 4096);
 }
 
 static size_t httpc_write(char *data, size_t size, size_t nmemb, void *cls)

@@ -302,6 +302,16 @@ json_t *proto_health_to_json(const struct proto_health *h)
 	return done(o, proto_slice_add(o, &h->slice));
 }
 
+int proto_health_peek(const json_t *o, uint64_t *version, int *stopping)
+{
+	json_t *v = json_object_get(o, "version");
+	*stopping = json_is_true(json_object_get(o, "stopping"));
+	if (!json_is_integer(v))
+		return 0;
+	*version = (uint64_t)json_integer_value(v);
+	return 1;
+}
+
 int proto_health_from_json(const json_t *o, int max_k, struct proto_health *h, char *err)
 {
 	long long v;

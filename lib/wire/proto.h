@@ -121,6 +121,9 @@ struct proto_health {
 	struct proto_slice slice;
 };
 json_t *proto_health_to_json(const struct proto_health *h);
+/* What a health's fields (gem-serve's or an SGP node's) say of the run's end: stopping, and the
+ * version when it has one (returns 1; 0 without). */
+int proto_health_peek(const json_t *o, uint64_t *version, int *stopping);
 /* GEM_EFAIL when version is missing (not a gem server's health). */
 int proto_health_from_json(const json_t *o, int max_k, struct proto_health *h, char *err);
 /* gem-serve's "memory" member of its health: the bytes of its state. */
