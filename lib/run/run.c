@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "run/spec.h"
 #include "wire/msg.h"
+#include "wire/proto.h"
 
 static int lock_dir(const char *dir, int *fd, char *err);
 
@@ -541,13 +542,10 @@ int run_node_files_remove(const char *dir, int urls_only, char *err)
 
 void run_progress_of(const json_t *h, struct run_progress *p)
 {
-	long long v;
-	memset(p, 0, sizeof *p);
-	if (jget_int(h, "version", 0, LLONG_MAX, &v) == JGET_OK)
-		p->version = (uint64_t)v;
-	if (jget_int(h, "samples", 0, LLONG_MAX, &v) == JGET_OK)
-		p->samples = (uint64_t)v;
-	jget_num(h, "elapsed", -HUGE_VAL, HUGE_VAL, &p->elapsed);
+	struct proto_params pp = {0};
+	proto_params_from_json(h, &pp);
+	*p = (struct run_progress){.version = pp.version, .samples = pp.samples,
+				   .elapsed = pp.elapsed};
 }
 
 int run_params_load(const struct run *r, const char *path, float *theta, size_t n,

@@ -4,6 +4,7 @@
 #include "base/err.h"
 #include "base/fsutil.h"
 #include "base/grow.h"
+#include "wire/proto.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -259,10 +260,8 @@ static int httpc_http_error(struct httpc *c, struct httpc_resp *r, char *err)
 {
 	json_t *j = r->len ? json_loadb(r->body, r->len, 0, NULL) : NULL;
 	const char *e = NULL, *d = NULL;
-	if (j && json_is_object(j)) {
-		e = json_string_value(json_object_get(j, "error"));
-		d = json_string_value(json_object_get(j, "detail"));
-	}
+	if (j && json_is_object(j))
+		proto_error_from_json(j, &e, &d);
 	if (e)
 		gem_errf(err, HTTPC_EHTTP, "%s: %ld %s%s%s", c->url, r->status, e, d ? ": " : "", d ? d : "");
 	else

@@ -348,6 +348,16 @@ json_t *proto_params_to_json(const struct proto_params *p)
 	return done(o, rc);
 }
 
+void proto_params_from_json(const json_t *head, struct proto_params *p)
+{
+	long long v;
+	if (jget_int(head, "version", 0, INT64_MAX, &v) == JGET_OK)
+		p->version = (uint64_t)v;
+	if (jget_int(head, "samples", 0, INT64_MAX, &v) == JGET_OK)
+		p->samples = (uint64_t)v;
+	jget_num(head, "elapsed", -HUGE_VAL, HUGE_VAL, &p->elapsed);
+}
+
 static json_t *worker_stats_to_json(const struct proto_worker_stats *w)
 {
 	json_t *o = json_pack("{s:i, s:b, s:b, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:f, s:f}", "worker",
@@ -425,6 +435,17 @@ int proto_stats_from_json(const json_t *o, struct proto_stats *s, char *err)
 	s->progress.line = jget_str_or(p, "line", NULL);
 	s->progress.loss = num_or(p, "loss", NAN);
 	return 0;
+}
+
+json_t *proto_error_to_json(const char *error, const char *detail)
+{
+	return json_pack("{s:s, s:s}", "error", error, "detail", detail);
+}
+
+void proto_error_from_json(const json_t *o, const char **error, const char **detail)
+{
+	*error = jget_str_or(o, "error", NULL);
+	*detail = jget_str_or(o, "detail", NULL);
 }
 
 const char *proto_error_code(const json_t *o)

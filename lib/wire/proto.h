@@ -143,6 +143,9 @@ struct proto_params {
 	double w;
 };
 json_t *proto_params_to_json(const struct proto_params *p);
+/* version, samples and elapsed of a params header (gem-serve's, an SGP node's, or a params.gem
+ * file's) into p; each left as it was when missing or out of range. */
+void proto_params_from_json(const json_t *head, struct proto_params *p);
 
 /* GET /v1/stats: the server, each worker, and the progress. */
 struct proto_worker_stats {
@@ -180,7 +183,10 @@ int proto_commit_us_add(json_t *stats, const struct proto_commit_us *t);
  * point into o). GEM_EFAIL when version is missing. */
 int proto_stats_from_json(const json_t *o, struct proto_stats *s, char *err);
 
-/* A 4xx/5xx reply's body {"error": code, "detail": text}: the code (NULL if there is none). */
+/* A 4xx/5xx reply's body {"error": code, "detail": text}. proto_error_from_json: the code and
+ * the detail (NULL each when missing; they point into o). proto_error_code: the code alone. */
+json_t *proto_error_to_json(const char *error, const char *detail);
+void proto_error_from_json(const json_t *o, const char **error, const char **detail);
 const char *proto_error_code(const json_t *o);
 
 /* ---- SGP: node to node ---- */
