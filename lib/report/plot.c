@@ -341,29 +341,27 @@ static int run_label(const char *dir, struct plot_log *lg, char *out, size_t cap
 	char path[PATH_MAX + 16], shard[32] = "";
 	const char *base = strrchr(dir, '/');
 	json_error_t jerr;
-	json_t *root, *rule;
+	json_t *root;
 	const char *name = lg->rule[0] ? lg->rule : NULL;
 	int si, sk;
-	char tail;
 	if (run_dir_file(dir, RUN_JSON, path, sizeof path) < 0)
 		return -1;
 	base = base ? base + 1 : dir;
-	if (!file_exists(path) && sscanf(base, "shard-%d-of-%d%c", &si, &sk, &tail) == 2) {
+	if (!file_exists(path) && run_shard_dir_parse(base, &si, &sk) == 0) {
 		/* a shard's log: run.json is the run's, one directory up */
 		snprintf(shard, sizeof shard, ", shard %d/%d", si, sk);
 		if (snprintf(path, sizeof path, "%.*s%s", (int)(base - dir), dir, RUN_JSON) >=
 		    (int)sizeof path)
 			return -1;
 	}
+	/* read leniently: a label needs the rule and the model alone, of a run.json that may be
+	 * partial */
 	root = json_load_file(path, 0, &jerr);
 	if (!root)
 		return -1;
-	lg->text = spec_is_text(json_object_get(root, "model"));
-	rule = json_object_get(root, "rule");
-	if (json_is_object(rule))
-		rule = json_object_get(rule, "name");
-	if (!name && json_is_string(rule))
-		name = json_string_value(rule);
+	lg->text = spec_is_text(run_spec_model(root));
+	if (!name)
+		name = run_spec_rule_name(root);
 	if (name && !strcmp(name, "local"))
 		snprintf(out, cap, "local");
 	else if (name && lg->node >= 0)

@@ -222,8 +222,7 @@ static void workers_restore(struct ps *s, const json_t *workers)
 /* The run shards its data (run.json "shard"): each worker sees its part of the training set. */
 static int shards_data(const struct ps *s)
 {
-	return json_is_true(json_object_get(s->run.json, "shard")) ||
-	       json_is_true(json_object_get(json_object_get(s->run.json, "train"), "shard"));
+	return s->run.shard_data;
 }
 
 /* One worker's budget of samples: the run's epochs or steps of the training set (when the run

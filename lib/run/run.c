@@ -20,7 +20,7 @@
 #include "base/fsutil.h"
 #include "base/jget.h"
 #include "base/log.h"
-#include "run/spec.h"
+#include "run/runjson.h"
 #include "wire/msg.h"
 #include "wire/proto.h"
 
@@ -201,6 +201,7 @@ static int parse_run(struct run *r, char *err)
 					      .schedule = spec.train.schedule, .clip = (float)spec.train.clip,
 					      .steps = spec.train.steps};
 		r->rule = spec.rule;
+		r->shard_data = spec.shard_data;
 	}
 	run_spec_free(&spec);
 	return rc;
@@ -930,6 +931,15 @@ int run_set_shard(struct run *r, int i, int k, size_t n, char *err)
 	return rc;
 }
 
+int run_shard_dir_parse(const char *name, int *i, int *k)
+{
+	char tail;
+	return sscanf(name, "shard-%d-of-%d%c", i, k, &tail) == 2 && *i >= 0 && *k >= 1 &&
+			       *k <= SHARD_MAX && *i < *k
+		       ? 0
+		       : -1;
+}
+
 int run_shards(const char *dir, char *err)
 {
 	struct dirent *e;
@@ -938,9 +948,7 @@ int run_shards(const char *dir, char *err)
 	if (!d)
 		return gem_errf(err, GEM_EUSAGE, "%s: %s", dir, strerror(errno));
 	while ((e = readdir(d))) {
-		char tail;
-		if (sscanf(e->d_name, "shard-%d-of-%d%c", &i, &kk, &tail) != 2 || i != 0 || kk < 1 ||
-		    kk > SHARD_MAX)
+		if (run_shard_dir_parse(e->d_name, &i, &kk) < 0 || i != 0)
 			continue;
 		if (k && kk != k) {
 			closedir(d);
