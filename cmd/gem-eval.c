@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fsutil.h"
 #include "base/clock.h"
 #include "base/num.h"
 #include "base/prog.h"
@@ -125,12 +126,6 @@ static const char *loss_key(const struct evaluator *e, int train)
 	if (is_text(e))
 		return train ? "train_bpb" : "test_bpb";
 	return train ? "train_loss" : "test_loss";
-}
-
-static int is_dir(const char *p)
-{
-	struct stat st;
-	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static int is_url(const char *s)
@@ -370,7 +365,7 @@ static int nodes_parse(struct nodes *nd, const char *list, char *err)
 		if (len >= sizeof item)
 			return gem_errf(err, GEM_EUSAGE, "--nodes: an entry is too long");
 		snprintf(item, sizeof item, "%.*s", (int)len, p);
-		if (len && !is_url(item) && is_dir(item)) {
+		if (len && !is_url(item) && fs_is_dir(item)) {
 			int before = nd->k;
 			for (int i = 0;; i++) {
 				char f[PATH_MAX + 32];
@@ -499,7 +494,7 @@ static int is_sgp_run(const char *dir)
 	char f[PATH_MAX + 32];
 	struct stat st;
 	snprintf(f, sizeof f, "%s/" RUN_NODE_PARAMS, dir, 0);
-	return is_dir(dir) && stat(f, &st) == 0;
+	return fs_is_dir(dir) && stat(f, &st) == 0;
 }
 
 /* What an argument names: a server's URL, a RUNDIR, or a PARAMS_FILE of rundir. */
@@ -513,7 +508,7 @@ static void target_of(const char *arg, const char *run_opt, struct target *t)
 	memset(t, 0, sizeof *t);
 	if (is_url(arg)) {
 		t->url = arg;
-	} else if (is_dir(arg)) {
+	} else if (fs_is_dir(arg)) {
 		t->rundir = run_opt ? run_opt : arg;
 	} else {
 		const char *slash = strrchr(arg, '/');

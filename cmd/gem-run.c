@@ -26,7 +26,6 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/fsutil.h"
-#include "base/jget.h"
 #include "base/log.h"
 #include "base/num.h"
 #include "base/prog.h"
@@ -37,6 +36,7 @@
 #include "run/runlog.h"
 #include "run/spec.h"
 #include "wire/httpc.h"
+#include "wire/proto.h"
 
 static const char usage_line[] =
 	"usage: gem-run -n N [--steps S] [--hosts FILE] [--resume] [options] RUNDIR\n"
@@ -1338,9 +1338,8 @@ static int show_progress(struct httpc **h, const char *urls)
 {
 	char url[1024], err[GEM_ERRMAX], text[1200], out[1400];
 	struct httpc_resp r = {0};
+	struct proto_stats st;
 	json_t *j = NULL;
-	const char *line = NULL;
-	long long active = 0;
 	int rc = -1;
 	if (!*h) {
 		snprintf(url, sizeof url, "%.*s", (int)strcspn(urls, ","), urls);
@@ -1349,9 +1348,9 @@ static int show_progress(struct httpc **h, const char *urls)
 			return -1;
 	}
 	if (httpc_get(*h, "/v1/stats", &r, err) == 0 && (j = json_loadb(r.body, r.len, 0, NULL)) &&
-	    jget_str(json_object_get(j, "progress"), "line", 1000, &line) == JGET_OK) {
-		jget_int(j, "active", 0, LLONG_MAX, &active);
-		snprintf(text, sizeof text, "%s  %lld worker%s", line, active, GEM_S(active));
+	    proto_stats_from_json(j, &st, err) == 0 && st.progress.line) {
+		snprintf(text, sizeof text, "%.1000s  %d worker%s", st.progress.line, st.active,
+			 GEM_S(st.active));
 		fputs(progress_show_text(&C.show, "gem-run", text, out, sizeof out), stderr);
 		rc = 0;
 	}

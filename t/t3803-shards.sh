@@ -85,7 +85,7 @@ test_expect_success 'a worker refuses servers given out of shard order' '
 	wait_for_file order/shard-0-of-2/server.url 20 && wait_for_file order/shard-1-of-2/server.url 20 &&
 	u0=$(cat order/shard-0-of-2/server.url) && u1=$(cat order/shard-1-of-2/server.url) &&
 	{ gem-work -q --server "$u1,$u0" --steps 1 --retry-for 2 2>err; test $? = 1; } &&
-	grep -q "does not serve shard 0/2" err &&
+	grep -q "serves shard 1/2 of θ (offset [0-9]*, length [0-9]*), not 0/2" err &&
 	kill $p0 $p1
 '
 
@@ -102,7 +102,7 @@ test_expect_success 'gem-eval URL0,URL1: the whole θ of the shards in order; on
 	grep -q "^7	" eu &&
 	curl -sf -X POST "$u0/v1/checkpoint" >/dev/null && curl -sf -X POST "$u1/v1/checkpoint" >/dev/null &&
 	gem-eval urls | tail -1 | cut -f2-5 >ed && cmp eu ed &&
-	{ gem-eval "$u1,$u0" 2>err; test $? = 2; } && grep -q "serves shard 1/2, not 0/2" err &&
+	{ gem-eval "$u1,$u0" 2>err; test $? = 2; } && grep -q "serves shard 1/2 of θ (offset [0-9]*, length [0-9]*), not 0/2" err &&
 	{ gem-eval "$u0" 2>err; test $? = 2; } && grep -q "serves shard 0/2 of a sharded run" err &&
 	{ gem-eval --follow "$u1" 2>err; test $? = 2; } && grep -q "serves shard 1/2 of a sharded run" err &&
 	{ gem-eval "$u0," 2>err; test $? = 2; } && grep -q "empty URL" err

@@ -23,7 +23,7 @@ test_expect_success 'setup: a run served by 2 shards' '
 test_expect_success 'one shard'"'"'s URL alone: refused, saying to give both' '
 	{ gem-work -q --server "$u0" --steps 2 --retry-for 5 2>err; test $? = 1; } &&
 	cat err &&
-	grep -q "serves slice 0 of 2 of θ: give all 2 URLs" err
+	grep -q "serves shard 0/2 of a sharded run: give all 2 URLs" err
 '
 
 test_expect_success 'proxies that swap the shards after the health check: the worker stops' '
@@ -66,7 +66,7 @@ test_expect_success 'proxies that swap the shards after the health check: the wo
 	p0=http://127.0.0.1:$(cat p0.out) p1=http://127.0.0.1:$(cat p1.out) &&
 	{ gem-work -q --server "$p0,$p1" --steps 4 --retry-for 5 2>err; test $? = 1; } &&
 	cat err &&
-	grep -q "answered with slice 1/2 of θ (offset 554, length 554), not 0/2 (offset 0, length 554)" err &&
+	grep -q "serves shard 1/2 of θ (offset 554, length 554), not 0/2 (offset 0, length 554)" err &&
 	for u in "$u0" "$u1"; do
 		curl -sf "$u/v1/health" | grep -q "\"version\": *0," || return 1
 	done

@@ -11,6 +11,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+int fs_is_dir(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 static int write_full(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;

@@ -7,6 +7,8 @@
 #include <sys/uio.h>
 
 /* Replace path with len bytes of buf atomically (mode 0644); the temporary goes on failure. */
+/* 1 if path names a directory (or a link to one), 0 if not or it cannot be seen. */
+int fs_is_dir(const char *path);
 int fs_write_atomic(const char *path, const void *buf, size_t len, char *err);
 /* Same with the concatenation of n buffers (a message header and its blobs, unconcatenated). */
 int fs_write_atomicv(const char *path, const struct iovec *iov, int n, char *err);

@@ -1,6 +1,7 @@
 #include "base/prog.h"
 
 #include "base/err.h"
+#include "base/fsutil.h"
 
 #include <blis.h>
 #include <cpuid.h>
@@ -14,12 +15,6 @@
 int prog_exit(int rc)
 {
 	return rc == 0 ? 0 : rc == GEM_EUSAGE ? EXIT_USAGE : EXIT_JOB;
-}
-
-static int is_dir(const char *p)
-{
-	struct stat st;
-	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static int try_base(const char *base, const char *rel, char *out, size_t cap)
@@ -47,7 +42,7 @@ int prog_share_path(const char *rel, char *out, size_t cap)
 			static const char *ups[] = {"/../share/gem", "/../../../share/gem"};
 			for (size_t i = 0; i < sizeof ups / sizeof *ups; i++) {
 				snprintf(base, sizeof base, "%s%s", exe, ups[i]);
-				if (is_dir(base) && try_base(base, rel, out, cap) == 0)
+				if (fs_is_dir(base) && try_base(base, rel, out, cap) == 0)
 					return 0;
 			}
 		}

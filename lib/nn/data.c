@@ -5,6 +5,7 @@
 #include "nn/npy.h"
 #include "nn/npz.h"
 #include "nn/samples.h"
+#include "base/fsutil.h"
 #include "base/err.h"
 #include "base/rng.h"
 
@@ -16,12 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int is_dir(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 static int is_file(const char *path)
 {
@@ -83,23 +78,6 @@ static int model_open(const char *loc, int test, struct dataset *out, char *err)
 	return 0;
 }
 
-/* The formats of data given by their files' paths. After the prefix come the paths, then (an
- * .npz) the names of arrays inside, all separated by commas: a comma is never part of a path. */
-static const struct spec_format {
-	const char *pre;
-	int paths;        /* how many */
-	int dir;          /* the path is a directory's */
-	int names_max;    /* array names after the path: none, or pairs of features and labels */
-	const char *form; /* what follows the prefix, for errors */
-} spec_formats[] = {
-	{.pre = DATA_CSV_PREFIX, .paths = 1, .form = "FILE"},
-	{.pre = DATA_NPY_PREFIX, .paths = 2, .form = "FEATURES,LABELS, two .npy files"},
-	{.pre = DATA_NPZ_PREFIX, .paths = 1, .names_max = 4,
-	 .form = "FILE, FILE,FEATURES,LABELS or FILE,FEATURES,LABELS,TEST_FEATURES,TEST_LABELS (an "
-		 ".npz file, then names of its arrays)"},
-	{.pre = DATA_CIFAR_PREFIX, .paths = 1, .dir = 1, .form = "DIR"},
-};
-
 #define SPEC_MAX_PARTS 5 /* npz:FILE,FEATURES,LABELS,TEST_FEATURES,TEST_LABELS */
 
 /* A spec cut at its commas: its format, its parts (the paths, then the names) inside it. */
@@ -108,6 +86,32 @@ struct spec {
 	int n;
 	const char *part[SPEC_MAX_PARTS];
 	size_t len[SPEC_MAX_PARTS];
+};
+
+/* The loaders of the formats, below: split test (1) or train (0) of the spec sp (loc as given,
+ * for errors; x its first path) into s; 0, or 1 (s empty) when the data has no such split. */
+typedef int spec_loader(const struct spec *sp, const char *loc, const char *label, int test,
+			const char *x, struct samples *s, char *err);
+static spec_loader load_csv, load_npy, load_npz, load_cifar;
+
+/* The formats of data given by their files' paths. After the prefix come the paths, then (an
+ * .npz) the names of arrays inside, all separated by commas: a comma is never part of a path. */
+static const struct spec_format {
+	const char *pre;
+	int paths;        /* how many */
+	int dir;          /* the path is a directory's */
+	int names_max;    /* array names after the path: none, or pairs of features and labels */
+	const char *form; /* what follows the prefix, for errors */
+	spec_loader *load;
+} spec_formats[] = {
+	{.pre = DATA_CSV_PREFIX, .paths = 1, .form = "FILE", .load = load_csv},
+	{.pre = DATA_NPY_PREFIX, .paths = 2, .form = "FEATURES,LABELS, two .npy files",
+	 .load = load_npy},
+	{.pre = DATA_NPZ_PREFIX, .paths = 1, .names_max = 4,
+	 .form = "FILE, FILE,FEATURES,LABELS or FILE,FEATURES,LABELS,TEST_FEATURES,TEST_LABELS (an "
+		 ".npz file, then names of its arrays)",
+	 .load = load_npz},
+	{.pre = DATA_CIFAR_PREFIX, .paths = 1, .dir = 1, .form = "DIR", .load = load_cifar},
 };
 
 /* The format whose prefix loc starts with, or NULL. */
@@ -219,7 +223,7 @@ static int resolve_spec(const char *name, char *out, size_t cap, char *err)
 			return gem_errf(err, GEM_EUSAGE, "--data %s: part %d is too long", name, i + 1);
 		if (i >= sp.f->paths)
 			part = path; /* an array's name, as it is */
-		else if (sp.f->dir ? !is_dir(path) : !is_file(path))
+		else if (sp.f->dir ? !fs_is_dir(path) : !is_file(path))
 			return gem_errf(err, GEM_EUSAGE, "--data %s: %s: %s%s", name, path,
 					access(path, F_OK) ? "no such file or directory"
 					: sp.f->dir	   ? "not a directory"
@@ -284,7 +288,7 @@ int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
 	if (!strcmp(name_or_dir, ".") || !strcmp(name_or_dir, ".."))
 		return gem_errf(err, GEM_EUSAGE, "dataset: \"%s\" is not a dataset name (give a path such "
 				"as ./DIR)", name_or_dir);
-	if (is_dir(name_or_dir)) {
+	if (fs_is_dir(name_or_dir)) {
 		if (strlen(name_or_dir) >= cap)
 			return gem_errf(err, GEM_EUSAGE, "%s: path too long", name_or_dir);
 		snprintf(dir, cap, "%s", name_or_dir);
@@ -300,13 +304,13 @@ int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
 		if (!len)
 			continue;
 		snprintf(cand, sizeof cand, "%.*s/%s", (int)len, p, name_or_dir);
-		if (is_dir(cand))
+		if (fs_is_dir(cand))
 			goto found;
 		if (lk < sizeof looked)
 			lk += (size_t)snprintf(looked + lk, sizeof looked - lk, "%s, ", cand);
 	}
 	snprintf(cand, sizeof cand, "%s/%s", DATA_DIR_DEFAULT, name_or_dir);
-	if (is_dir(cand))
+	if (fs_is_dir(cand))
 		goto found;
 	return gem_errf(err, GEM_EUSAGE,
 			"dataset '%s' not found (looked in %s%s; set GEM_DATA_PATH or give a "
@@ -384,33 +388,59 @@ int dataset_window(struct dataset *d, int seq, char *err)
 
 /* Split "train" or "test" of the dataset at loc (an IDX directory or a spec) into s: 0, or 1
  * (s empty) when the dataset has no test split. */
+static int load_npz(const struct spec *sp, const char *loc, const char *label, int test,
+		    const char *x, struct samples *s, char *err)
+{
+	char name[2][PATH_MAX];
+	(void)loc, (void)label;
+	/* the split's names, when given: parts 1, 2 or 3, 4 */
+	return npz_load(x, test ? "test" : "train",
+			spec_part(sp, 1 + 2 * test, name[0], sizeof name[0]),
+			spec_part(sp, 2 + 2 * test, name[1], sizeof name[1]), s, err);
+}
+
+static int load_cifar(const struct spec *sp, const char *loc, const char *label, int test,
+		      const char *x, struct samples *s, char *err)
+{
+	(void)sp, (void)loc, (void)label;
+	return cifar_load(x, test ? "test" : "train", s, err);
+}
+
+/* a table or a pair of arrays is one split */
+static int load_csv(const struct spec *sp, const char *loc, const char *label, int test,
+		    const char *x, struct samples *s, char *err)
+{
+	(void)sp;
+	if (test)
+		return 1;
+	if (!label || !*label)
+		return gem_errf(err, GEM_EUSAGE, "%s: a CSV table needs its label column named "
+				"(--label COLUMN)", loc);
+	return csv_load(x, label, s, err);
+}
+
+static int load_npy(const struct spec *sp, const char *loc, const char *label, int test,
+		    const char *x, struct samples *s, char *err)
+{
+	char y[PATH_MAX];
+	(void)label;
+	if (test)
+		return 1;
+	if (!spec_part(sp, 1, y, sizeof y))
+		return gem_errf(err, GEM_EUSAGE, "%s: not %s%s", loc, sp->f->pre, sp->f->form);
+	return npy_load(x, y, s, err);
+}
+
 static int load_samples(const char *loc, const char *label, int test, struct samples *s, char *err)
 {
-	const char *split = test ? "test" : "train", *pre;
-	char x[PATH_MAX], y[PATH_MAX], name[2][PATH_MAX];
+	char x[PATH_MAX];
 	struct spec sp;
 	memset(s, 0, sizeof *s);
 	if (!spec_format(loc))
-		return idx_dir_load(loc, split, s, err);
+		return idx_dir_load(loc, test ? "test" : "train", s, err);
 	if (spec_cut(loc, &sp) < 0 || !spec_part(&sp, 0, x, sizeof x))
 		return gem_errf(err, GEM_EUSAGE, "%s: not %s%s", loc, sp.f->pre, sp.f->form);
-	pre = sp.f->pre;
-	if (!strcmp(pre, DATA_NPZ_PREFIX)) /* the split's names, when given: parts 1, 2 or 3, 4 */
-		return npz_load(x, split, spec_part(&sp, 1 + 2 * test, name[0], sizeof name[0]),
-				spec_part(&sp, 2 + 2 * test, name[1], sizeof name[1]), s, err);
-	if (!strcmp(pre, DATA_CIFAR_PREFIX))
-		return cifar_load(x, split, s, err);
-	if (test) /* a table or a pair of arrays is one split */
-		return 1;
-	if (!strcmp(pre, DATA_CSV_PREFIX)) {
-		if (!label || !*label)
-			return gem_errf(err, GEM_EUSAGE, "%s: a CSV table needs its label column named "
-					"(--label COLUMN)", loc);
-		return csv_load(x, label, s, err);
-	}
-	if (!spec_part(&sp, 1, y, sizeof y))
-		return gem_errf(err, GEM_EUSAGE, "%s: not %s%s", loc, pre, sp.f->form);
-	return npy_load(x, y, s, err);
+	return sp.f->load(&sp, loc, label, test, x, s, err);
 }
 
 /* Keep of s the samples of split test (1) or train (0) of a holdout of fraction f drawn from

@@ -643,6 +643,11 @@ size_t model_input_size(const struct model *m)
 	return shape_size(m->input);
 }
 
+float *model_input_alloc(const struct model *m, size_t rows)
+{
+	return layer_falloc(rows * model_input_size(m), sizeof(float));
+}
+
 int model_labels(const struct model *m)
 {
 	return m->labels;

@@ -89,6 +89,9 @@ float *model_params(struct model *m);
 float *model_grads(struct model *m);
 /* Floats per input sample, e.g. 784. */
 size_t model_input_size(const struct model *m);
+/* Room for rows input samples (rows × model_input_size floats), as the first layer's gemm
+ * operand must be: padded and aligned (layer_falloc); free()d. NULL when out of memory. */
+float *model_input_alloc(const struct model *m, size_t rows);
 /* Number of classes (outputs of the last layer). */
 int model_classes(const struct model *m);
 /* Labels per sample: the positions the loss is taken at (T for a sequence model, else 1). */

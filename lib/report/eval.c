@@ -13,21 +13,22 @@
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "nn/layer_ops.h"
 #include "base/err.h"
 #include "wire/msg.h"
 #include "base/rng.h"
+#include "run/shard.h"
+#include "run/srvset.h"
+#include "wire/proto.h"
 
 /* ---- evaluation ---- */
 
 int eval_buf_init(struct eval_buf *b, struct model *m, char *err)
 {
-	size_t dim = model_input_size(m), labels = (size_t)model_labels(m);
+	size_t labels = (size_t)model_labels(m);
 	memset(b, 0, sizeof *b);
 	/* a sequence model's activations are T rows per sample: a training batch's worth */
 	b->chunk = labels > 1 ? EVAL_TEXT_BATCH : EVAL_CHUNK;
-	/* the first layer's gemm operand: padded (nn/layer_ops.h) */
-	b->x = layer_falloc((size_t)b->chunk * dim, sizeof *b->x);
+	b->x = model_input_alloc(m, b->chunk);
 	b->y = malloc((size_t)b->chunk * labels * sizeof *b->y);
 	b->pred = malloc((size_t)b->chunk * labels * sizeof *b->pred);
 	if (!b->x || !b->y || !b->pred) {
@@ -456,38 +457,20 @@ void eval_sleep(double s)
 		;
 }
 
-/* What GET /v1/health says. */
-struct health {
-	uint64_t version;
-	int stopping;
-	int shard_i, shard_k; /* its "theta_shard": shard i of k; k = 0: the whole of θ */
-};
-
 /* The health in r->resp. */
-static int health_parse(struct eval_remote *r, struct health *h, char *err)
+static int health_parse(struct eval_remote *r, struct proto_health *h, char *err)
 {
-	json_t *j = json_loadb(r->resp.body, r->resp.len, 0, NULL), *v = json_object_get(j, "version");
-	json_t *t = json_object_get(j, "theta_shard");
-	if (!json_is_integer(v) || json_integer_value(v) < 0) {
-		json_decref(j);
-		return gem_errf(err, GEM_EFAIL, "%s/v1/health: not a gem server's health (no version)",
-				httpc_base_url(r->http));
-	}
-	h->version = (uint64_t)json_integer_value(v);
-	h->stopping = json_is_true(json_object_get(j, "stopping"));
-	h->shard_i = h->shard_k = 0;
-	if (json_array_size(t) >= 2 && json_integer_value(json_array_get(t, 1)) > 0 &&
-	    json_integer_value(json_array_get(t, 1)) <= SHARD_MAX) {
-		h->shard_k = (int)json_integer_value(json_array_get(t, 1));
-		h->shard_i = (int)json_integer_value(json_array_get(t, 0));
-	}
+	json_t *j = json_loadb(r->resp.body, r->resp.len, 0, NULL);
+	int rc = proto_health_from_json(j, SHARD_MAX, h, err);
 	json_decref(j);
-	return 0;
+	if (rc < 0)
+		gem_errprefix(err, "%s/v1/health: ", httpc_base_url(r->http));
+	return rc < 0 ? GEM_EFAIL : 0;
 }
 
 /* GET /v1/health once as a follower; wait > 0: a long poll, answered when the server starts
  * stopping or after wait seconds (gem-protocol(7)), so that the stop is seen while connected. */
-static int health(struct eval_remote *r, double wait, struct health *h, char *err)
+static int health(struct eval_remote *r, double wait, struct proto_health *h, char *err)
 {
 	char path[64];
 	int rc;
@@ -498,50 +481,10 @@ static int health(struct eval_remote *r, double wait, struct health *h, char *er
 	return rc < 0 ? rc : health_parse(r, h, err);
 }
 
-/* Is the server the slice of θ wanted (shard i of k; k = 0: the whole)? GEM_EUSAGE if not. */
-static int health_is_shard(struct eval_remote *r, const struct health *h, int i, int k, char *err)
-{
-	const char *url = httpc_base_url(r->http);
-	if (h->shard_k == k && (k == 0 || h->shard_i == i))
-		return 0;
-	if (k == 0)
-		return gem_errf(err, GEM_EUSAGE,
-				"%s serves shard %d/%d of a sharded run: give every shard's URL, "
-				"comma-separated, shard 0's first (or the run directory)",
-				url, h->shard_i, h->shard_k);
-	if (h->shard_k == 0)
-		return gem_errf(err, GEM_EUSAGE, "%s serves the whole of θ, not shard %d/%d", url, i, k);
-	return gem_errf(err, GEM_EUSAGE, "%s serves shard %d/%d, not %d/%d (the URLs go in shard order)",
-			url, h->shard_i, h->shard_k, i, k);
-}
-
-#define EVAL_URL_MAX 1024
-
-/* Split urls into out[0..k) (SHARD_MAX entries): k, or GEM_EUSAGE (an empty item, more than
- * SHARD_MAX, one too long). */
-static int eval_urls_split(const char *urls, char (*out)[EVAL_URL_MAX], char *err)
-{
-	int k = 0;
-	for (const char *u = urls;; k++) {
-		size_t len = strcspn(u, ",");
-		if (k == SHARD_MAX)
-			return gem_errf(err, GEM_EUSAGE, "%s: more than %d servers", urls, SHARD_MAX);
-		if (!len)
-			return gem_errf(err, GEM_EUSAGE, "%s: an empty URL in the list", urls);
-		if (len >= EVAL_URL_MAX)
-			return gem_errf(err, GEM_EUSAGE, "a URL of %zu bytes is too long", len);
-		memcpy(out[k], u, len);
-		out[k][len] = 0;
-		if (!u[len])
-			return k + 1;
-		u += len + 1;
-	}
-}
-
 int eval_remote_open_run(const char *urls, double retry_for, const char *cacert, struct run *run,
 			 char *err)
 {
-	char first[EVAL_URL_MAX];
+	char first[SRVSET_URL_MAX];
 	struct eval_remote r;
 	size_t len = strcspn(urls, ",");
 	int rc;
@@ -560,24 +503,23 @@ int eval_remote_open_run(const char *urls, double retry_for, const char *cacert,
 int eval_remote_theta(const char *urls, double retry_for, const char *cacert, float *theta, size_t n,
 		      struct run_progress *p, char *err)
 {
-	char (*u)[EVAL_URL_MAX] = malloc(SHARD_MAX * sizeof *u);
+	struct srvset *set = malloc(sizeof *set);
 	struct eval_remote r;
-	int k = u ? eval_urls_split(urls, u, err) : gem_errf(err, GEM_ENOMEM, "out of memory");
-	int rc = k < 0 ? k : 0;
+	int rc = set ? srvset_parse(set, urls, err) : gem_errf(err, GEM_ENOMEM, "out of memory");
 
-	for (int i = 0; i < k && rc == 0; i++) {
-		struct shard s = shard_of(n, i, k > 1 ? k : 0);
+	if (rc == 0)
+		srvset_layout(set, n);
+	for (int i = 0; rc == 0 && i < set->n; i++) {
 		struct run_progress q;
-		struct health h;
-		if ((rc = eval_remote_open(&r, u[i], retry_for, cacert, err)) == 0 &&
+		if ((rc = eval_remote_open(&r, set->url[i], retry_for, cacert, err)) == 0 &&
 		    (rc = get_small(&r, "/v1/health", 0, 1, err)) == 0 &&
-		    (rc = health_parse(&r, &h, err)) == 0 &&
-		    (rc = health_is_shard(&r, &h, i, k > 1 ? k : 0, err)) == 0 &&
-		    (rc = eval_remote_params(&r, theta + s.off, s.len, &q, err)) == 0)
+		    (rc = srvset_check_health(set, i, r.resp.body, r.resp.len, NULL, err)) == 0 &&
+		    (rc = eval_remote_params(&r, theta + set->slice[i].off, set->slice[i].len, &q,
+					     err)) == 0)
 			run_progress_merge(p, &q, i == 0);
 		eval_remote_close(&r);
 	}
-	free(u);
+	free(set);
 	return rc;
 }
 
@@ -594,7 +536,8 @@ struct follower {
 	char away_why[GEM_ERRMAX];
 	int local;         /* a local training was seen on the run (no server) */
 	struct stat ckpt;  /* RUNDIR/params.gem when last loaded (local) */
-	int shard_i, shard_k; /* the slice of θ the server must hold (k = 0: the whole) */
+	const struct srvset *set; /* the run's servers: this one must hold slice k of them */
+	int k;
 	double poll_at;       /* when the next poll is due (clock_mono; 0: now): its health request
 			       * waits on the server until then (a long poll) */
 	const int *run_stopping; /* a shard's: another shard of the run said it was stopping */
@@ -685,7 +628,7 @@ static int follow_local_poll(struct follower *w, char *err)
 static int follow_poll(struct follower *w, char *err)
 {
 	struct run_progress p;
-	struct health h;
+	struct proto_health h;
 	double t0, pace;
 	int rc;
 
@@ -705,7 +648,7 @@ static int follow_poll(struct follower *w, char *err)
 	if (rc == 0 && pace > 0.1 && !h.stopping && clock_mono() - t0 < pace / 2)
 		w->no_long_poll = 1;
 	if (rc == 0) {
-		if ((rc = health_is_shard(&w->r, &h, w->shard_i, w->shard_k, err)) < 0)
+		if ((rc = srvset_check_at(w->set, w->k, w->url, &h.slice, 1, err)) < 0)
 			return rc;
 		w->connected = 1;
 		w->stopping |= h.stopping;
@@ -845,8 +788,9 @@ static int shard_got(void *ctx, const struct run_progress *p, char *err)
  * gets the whole θ once every shard has been seen, and again whenever the slowest shard's
  * version moves, with the merged progress (run_progress_merge). Ends when every shard has
  * ended, with the final checkpoints of a RUNDIR. */
-static int follow_shards(const struct eval_follow *f, int k, char (*urls)[EVAL_URL_MAX], char *err)
+static int follow_shards(const struct eval_follow *f, struct srvset *set, int urls, char *err)
 {
+	int k = set->n;
 	struct shards {
 		struct follower w[SHARD_MAX];
 		struct eval_follow fk[SHARD_MAX];
@@ -867,15 +811,16 @@ static int follow_shards(const struct eval_follow *f, int k, char (*urls)[EVAL_U
 	if (!sh)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	w = sh->w, fk = sh->fk, cx = sh->cx, dirs = sh->dirs, done = sh->done, newsp = &sh->news;
+	srvset_layout(set, f->n);
 	for (int i = 0; i < k; i++) {
-		struct shard s = shard_of(f->n, i, k);
+		struct shard s = set->slice[i];
 		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
 		if (!urls && run_dir_file(f->rundir, name, dirs[i], sizeof dirs[i]) < 0) {
 			free(sh);
 			return gem_errf(err, GEM_EUSAGE, "%s: path too long", f->rundir);
 		}
 		fk[i] = *f;
-		fk[i].url = urls ? urls[i] : NULL;
+		fk[i].url = urls ? set->url[i] : NULL;
 		fk[i].rundir = urls ? NULL : dirs[i];
 		fk[i].theta = f->theta + s.off;
 		fk[i].n = s.len;
@@ -884,11 +829,11 @@ static int follow_shards(const struct eval_follow *f, int k, char (*urls)[EVAL_U
 		fk[i].ctx = &cx[i];
 		w[i].f = &fk[i];
 		w[i].away_since = -1;
-		w[i].shard_i = i;
-		w[i].shard_k = k;
+		w[i].set = set;
+		w[i].k = i;
 		w[i].run_stopping = &sh->stopping;
 		blob_codec_init(&w[i].r.codec);
-		if (urls && (rc = follower_connect(&w[i], urls[i], err)) < 0) {
+		if (urls && (rc = follower_connect(&w[i], set->url[i], err)) < 0) {
 			k = i + 1;
 			goto out;
 		}
@@ -948,24 +893,31 @@ out:
 
 int eval_follow_run(const struct eval_follow *f, char *err)
 {
+	struct srvset *set = calloc(1, sizeof *set);
 	struct follower w;
 	double wait;
 	int rc;
 
-	if (f->rundir && !f->url && (rc = run_shards(f->rundir, err)) != 0)
-		return rc < 0 ? rc : follow_shards(f, rc, NULL, err);
-	if (f->url && strchr(f->url, ',')) {
-		char (*urls)[EVAL_URL_MAX] = malloc(SHARD_MAX * sizeof *urls);
-		if (!urls)
-			return gem_errf(err, GEM_ENOMEM, "out of memory");
-		rc = eval_urls_split(f->url, urls, err);
-		if (rc > 0)
-			rc = follow_shards(f, rc, urls, err);
-		free(urls);
+	if (!set)
+		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	/* the servers: a RUNDIR's K shards, a list of K URLs, or one server */
+	if (f->rundir && !f->url && (rc = run_shards(f->rundir, err)) != 0) {
+		set->n = rc;
+		rc = rc < 0 ? rc : follow_shards(f, set, 0, err);
+		free(set);
 		return rc;
 	}
+	if (f->url && strchr(f->url, ',')) {
+		if ((rc = srvset_parse(set, f->url, err)) == 0)
+			rc = follow_shards(f, set, 1, err);
+		free(set);
+		return rc;
+	}
+	set->n = 1;
+	srvset_layout(set, f->n);
 	memset(&w, 0, sizeof w);
 	w.f = f;
+	w.set = set;
 	w.away_since = -1;
 	blob_codec_init(&w.r.codec);
 	if (f->url && (rc = follower_connect(&w, f->url, err)) < 0)
@@ -978,5 +930,6 @@ int eval_follow_run(const struct eval_follow *f, char *err)
 		rc = follow_local(&w, err); /* the last checkpoint, if new */
 out:
 	eval_remote_close(&w.r);
+	free(set);
 	return rc;
 }

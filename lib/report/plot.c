@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 
 #include "base/err.h"
+#include "base/fsutil.h"
+#include "base/grow.h"
 #include "base/jget.h"
 #include "base/log.h"
 #include "base/num.h"
@@ -83,19 +85,7 @@ int plot_x_parse(const char *s, enum plot_x *out)
 /* Grow *p (of *cap elements of size sz) to hold at least need elements. */
 static int grow(void *p, size_t *cap, size_t need, size_t sz)
 {
-	void **pp = p;
-	size_t c = *cap ? *cap : 64;
-	void *q;
-	if (need <= *cap)
-		return 0;
-	while (c < need)
-		c *= 2;
-	q = realloc(*pp, c * sz);
-	if (!q)
-		return -1;
-	*pp = q;
-	*cap = c;
-	return 0;
+	return grow_array(p, cap, need, sz, 64);
 }
 
 struct reader {
@@ -325,12 +315,6 @@ static int take_line(struct reader *r, const struct run_log_line *l)
 	return rc > 0 ? 0 : rc;
 }
 
-static int is_dir(const char *p)
-{
-	struct stat st;
-	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 static int file_exists(const char *p)
 {
 	struct stat st;
@@ -357,29 +341,27 @@ static int run_label(const char *dir, struct plot_log *lg, char *out, size_t cap
 	char path[PATH_MAX + 16], shard[32] = "";
 	const char *base = strrchr(dir, '/');
 	json_error_t jerr;
-	json_t *root, *rule;
+	json_t *root;
 	const char *name = lg->rule[0] ? lg->rule : NULL;
 	int si, sk;
-	char tail;
 	if (run_dir_file(dir, RUN_JSON, path, sizeof path) < 0)
 		return -1;
 	base = base ? base + 1 : dir;
-	if (!file_exists(path) && sscanf(base, "shard-%d-of-%d%c", &si, &sk, &tail) == 2) {
+	if (!file_exists(path) && run_shard_dir_parse(base, &si, &sk) == 0) {
 		/* a shard's log: run.json is the run's, one directory up */
 		snprintf(shard, sizeof shard, ", shard %d/%d", si, sk);
 		if (snprintf(path, sizeof path, "%.*s%s", (int)(base - dir), dir, RUN_JSON) >=
 		    (int)sizeof path)
 			return -1;
 	}
+	/* read leniently: a label needs the rule and the model alone, of a run.json that may be
+	 * partial */
 	root = json_load_file(path, 0, &jerr);
 	if (!root)
 		return -1;
-	lg->text = spec_is_text(json_object_get(root, "model"));
-	rule = json_object_get(root, "rule");
-	if (json_is_object(rule))
-		rule = json_object_get(rule, "name");
-	if (!name && json_is_string(rule))
-		name = json_string_value(rule);
+	lg->text = spec_is_text(run_spec_model(root));
+	if (!name)
+		name = run_spec_rule_name(root);
 	if (name && !strcmp(name, "local"))
 		snprintf(out, cap, "local");
 	else if (name && lg->node >= 0)
@@ -402,7 +384,7 @@ int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err)
 	p[0] = 0;
 	*paths = NULL;
 	*n = 0;
-	if (is_dir(arg) && run_dir_file(arg, RUN_LOG, p, sizeof p) == 0 && !file_exists(p)) {
+	if (fs_is_dir(arg) && run_dir_file(arg, RUN_LOG, p, sizeof p) == 0 && !file_exists(p)) {
 		/* no log.jsonl: an SGP run's node logs, node-0.jsonl, node-1.jsonl, ... */
 		for (int i = 0; i < INT32_MAX; i++) {
 			snprintf(name, sizeof name, RUN_NODE_LOG, i);
@@ -413,7 +395,7 @@ int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err)
 			k++;
 		}
 	}
-	if (k == 0 && is_dir(arg) && !file_exists(p) && (ns = run_shards(arg, err)) > 0) {
+	if (k == 0 && fs_is_dir(arg) && !file_exists(p) && (ns = run_shards(arg, err)) > 0) {
 		/* no log.jsonl: a sharded run's, one per shard (shard-I-of-K/log.jsonl) */
 		for (int i = 0; i < ns; i++) {
 			snprintf(name, sizeof name, RUN_SHARD_DIR "/" RUN_LOG, i, ns);
@@ -470,7 +452,7 @@ int plot_log_read(const char *arg, const struct plot_opts *o, long quiet_upto,
 		dir[0] = 0;
 	} else {
 		const char *slash;
-		if (is_dir(arg)) {
+		if (fs_is_dir(arg)) {
 			if (run_dir_file(arg, RUN_LOG, lg->path, sizeof lg->path) < 0)
 				return gem_errf(err, GEM_EUSAGE, "%s: path too long", arg);
 			snprintf(dir, sizeof dir, "%s", arg);

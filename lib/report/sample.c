@@ -6,7 +6,6 @@
 
 #include "base/err.h"
 #include "base/rng.h"
-#include "nn/layer_ops.h"
 #include "nn/model.h"
 
 /* What generation needs of the model: a sequence model whose every output can be fed back
@@ -136,9 +135,9 @@ int sample_run(const struct run *r, const struct sample_opts *o, uint8_t *out, c
 		model_free(m);
 		return rc;
 	}
-	/* the first layer's operand: padded; an external model's context */
-	x = layer_falloc(model_input_size(m) > (size_t)model_labels(m) ? model_input_size(m)
-									 : (size_t)model_labels(m), sizeof *x);
+	/* one sample's input; an external model's context, its window of token ids (its input
+	 * is one value a sample) */
+	x = model_input_alloc(m, model_exec_info(m) ? model_labels(m) : 1);
 	p = malloc(sizeof *p * (size_t)model_classes(m));
 	idx = malloc(sizeof *idx * (size_t)model_classes(m));
 	if (!x || !p || !idx)

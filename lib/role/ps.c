@@ -222,8 +222,7 @@ static void workers_restore(struct ps *s, const json_t *workers)
 /* The run shards its data (run.json "shard"): each worker sees its part of the training set. */
 static int shards_data(const struct ps *s)
 {
-	return json_is_true(json_object_get(s->run.json, "shard")) ||
-	       json_is_true(json_object_get(json_object_get(s->run.json, "train"), "shard"));
+	return s->run.shard_data;
 }
 
 /* One worker's budget of samples: the run's epochs or steps of the training set (when the run
@@ -913,36 +912,25 @@ void ps_sent(struct ps *s, uint64_t bytes)
 
 json_t *ps_commit_reply_head(const struct ps_reply *r, int applied)
 {
-	json_t *head = json_pack("{s:I, s:I, s:b}", "version", (json_int_t)r->version, "tau",
-				 (json_int_t)r->tau, "applied", applied);
-	if (head && r->window > 0 &&
-	    json_object_set_new(head, "window", json_integer(r->window)) < 0) {
-		json_decref(head);
-		return NULL;
-	}
-	return head;
+	struct proto_commit_reply h = {.version = r->version, .tau = r->tau, .applied = applied,
+				       .window = r->window};
+	return proto_commit_reply_to_json(&h);
 }
 
 int ps_reply_sliced(const struct ps *s, json_t *head)
 {
-	json_t *slice = head ? ps_theta_shard(s) : NULL;
-	if (!head)
-		return -1;
-	return slice ? json_object_set_new(head, "theta_shard", slice) : 0;
+	struct proto_slice sl;
+	ps_slice(s, &sl);
+	return proto_slice_add(head, &sl);
 }
 
 json_t *ps_join_reply_head(const struct ps_joined *j)
 {
-	json_t *head = json_pack("{s:i, s:I, s:I, s:I, s:I}", "worker", j->worker, "version",
-				 (json_int_t)j->version, "seq", (json_int_t)j->seq, "commits",
-				 (json_int_t)j->commits, "samples", (json_int_t)j->samples);
-	if (head && ((j->shard_n > 0 && json_object_set_new(head, "shard",
-							     json_pack("[i,i]", j->shard_i, j->shard_n)) < 0) ||
-		     (j->window > 0 && json_object_set_new(head, "window", json_integer(j->window)) < 0))) {
-		json_decref(head);
-		return NULL;
-	}
-	return head;
+	struct proto_join_reply h = {.worker = j->worker, .version = j->version, .seq = j->seq,
+				     .commits = j->commits, .samples = j->samples,
+				     .shard_i = j->shard_i, .shard_n = j->shard_n,
+				     .window = j->window};
+	return proto_join_reply_to_json(&h);
 }
 
 int ps_leave(struct ps *s, int worker, int how, float loss, int gone, struct ps_reply *r,
@@ -983,36 +971,30 @@ void ps_liveness(struct ps *s, void (*gone)(void *ctx, int worker, double silent
 
 json_t *ps_health_json(const struct ps *s)
 {
-	json_t *j = json_pack("{s:I, s:i, s:b}", "version", (json_int_t)s->prog.version, "workers",
-			      s->nactive, "stopping", s->stop_why != NULL);
-	/* a shard says which: a worker checks it got the servers in order */
-	if (j && s->run.shard.k > 0)
-		json_object_set_new(j, "theta_shard", ps_theta_shard(s));
-	return j;
+	struct proto_health h = {.version = s->prog.version, .workers = s->nactive,
+				 .stopping = s->stop_why != NULL};
+	ps_slice(s, &h.slice);
+	return proto_health_to_json(&h);
 }
 
-json_t *ps_theta_shard(const struct ps *s)
+void ps_slice(const struct ps *s, struct proto_slice *out)
 {
 	const struct shard *sh = &s->run.shard;
-	return sh->k > 0 ? json_pack("[i,i,I,I]", sh->i, sh->k, (json_int_t)sh->off, (json_int_t)sh->len)
-			 : NULL;
+	*out = (struct proto_slice){.i = sh->i, .k = sh->k, .off = sh->off, .len = sh->len};
 }
 
-static json_t *worker_stats(const struct ps_worker *w, double now)
+static void worker_stats(const struct ps_worker *w, double now, struct proto_worker_stats *st)
 {
 	/* a worker that has left worked from its join to its last contact */
 	double alive = (w->active ? now : w->last_contact) - w->joined_at;
 	double c = w->commits ? (double)w->commits : 1;
-	json_t *j = json_pack("{s:i, s:b, s:b, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:f, s:f}", "worker",
-			      w->id, "active", w->active, "done", w->done, "commits",
-			      (json_int_t)w->commits, "samples", (json_int_t)w->samples, "refused",
-			      (json_int_t)w->refused, "tau_mean", (double)w->tau_sum / c, "tau_min",
-			      (json_int_t)(w->commits ? w->tau_min : 0), "tau_max", (json_int_t)w->tau_max,
-			      "samples_per_s", alive > 0 ? (double)w->samples / alive : 0.0, "loss_mean",
-			      w->loss_sum / c, "since_contact", now - w->last_contact);
-	if (j)
-		json_object_set_new(j, "idle", json_real(w->idle));
-	return j;
+	*st = (struct proto_worker_stats){
+		.worker = w->id, .active = w->active, .done = w->done, .commits = w->commits,
+		.samples = w->samples, .refused = w->refused, .tau_mean = (double)w->tau_sum / c,
+		.tau_min = w->commits ? w->tau_min : 0, .tau_max = w->tau_max,
+		.samples_per_s = alive > 0 ? (double)w->samples / alive : 0.0,
+		.loss_mean = w->loss_sum / c, .since_contact = now - w->last_contact,
+		.idle = w->idle};
 }
 
 void ps_now(const struct ps *s, struct ps_now *st)
@@ -1042,33 +1024,31 @@ void ps_now(const struct ps *s, struct ps_now *st)
 	}
 }
 
-/* ps_now as JSON, with its line in words. */
-static json_t *status_json(const struct ps *s)
-{
-	struct ps_now st;
-	char line[256];
-	json_t *j;
-	ps_now(s, &st);
-	progress_line(&st.p, line, sizeof line);
-	j = json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:i, s:f, s:s}", "samples", (json_int_t)st.p.samples,
-		      "total", (json_int_t)st.p.total, "fraction", st.p.fraction, "updates_per_s",
-		      st.p.updates_per_s, "samples_per_s", st.p.samples_per_s, "eta", st.p.eta,
-		      "slowest", st.slowest, "slowest_samples_per_s", st.slowest_rate, "line", line);
-	if (j)
-		json_object_set_new(j, "loss", isfinite(st.p.loss) ? json_real(st.p.loss) : json_null());
-	return j;
-}
-
 json_t *ps_stats_json(const struct ps *s)
 {
 	double now = clock_mono(), up = now - s->started;
-	json_t *ws = json_array();
+	struct proto_worker_stats *ws = calloc((size_t)s->nslots + 1, sizeof *ws);
+	struct proto_stats st = {.version = s->prog.version, .samples = s->prog.samples,
+				 .uptime = up, .elapsed = elapsed_of(s),
+				 .updates_per_s = up > 0 ? (double)s->applied_since_start / up : 0.0,
+				 .rule = s->run.rule.name, .active = s->nactive, .workers = ws};
+	struct ps_now pn;
+	char line[256];
+	json_t *j;
+	if (!ws)
+		return NULL;
 	for (int i = 0; i < s->nslots; i++)
 		if (s->w[i])
-			json_array_append_new(ws, worker_stats(s->w[i], now));
-	return json_pack("{s:I, s:I, s:f, s:f, s:f, s:s, s:i, s:o, s:o}", "version",
-			 (json_int_t)s->prog.version, "samples", (json_int_t)s->prog.samples, "uptime", up,
-			 "elapsed", elapsed_of(s), "updates_per_s",
-			 up > 0 ? (double)s->applied_since_start / up : 0.0, "rule", s->run.rule.name,
-			 "active", s->nactive, "workers", ws, "progress", status_json(s));
+			worker_stats(s->w[i], now, &ws[st.nworkers++]);
+	/* ps_now, with its line in words */
+	ps_now(s, &pn);
+	progress_line(&pn.p, line, sizeof line);
+	st.progress = (struct proto_progress){
+		.samples = pn.p.samples, .total = pn.p.total, .fraction = pn.p.fraction,
+		.updates_per_s = pn.p.updates_per_s, .samples_per_s = pn.p.samples_per_s,
+		.eta = pn.p.eta, .slowest = pn.slowest, .slowest_samples_per_s = pn.slowest_rate,
+		.line = line, .loss = pn.p.loss};
+	j = proto_stats_to_json(&st);
+	free(ws);
+	return j;
 }

@@ -14,6 +14,7 @@
 #include "role/progress.h"
 #include "rules/rule.h"
 #include "run/run.h"
+#include "wire/proto.h"
 
 #define PS_MAX_WORKERS RUN_MAX_WORKERS /* ids in [0, PS_MAX_WORKERS) */
 
@@ -166,7 +167,8 @@ json_t *ps_join_reply_head(const struct ps_joined *j);
 int ps_reply_sliced(const struct ps *s, json_t *head);
 /* How a worker left: to come back, having spent its budget, or having diverged (its loss was not
  * finite: it will not come back, and the run fails once every worker has left). */
-enum { PS_LEFT_PAUSED = 0, PS_LEFT_DONE = 1, PS_LEFT_DIVERGED = 2 };
+enum { PS_LEFT_PAUSED = PROTO_LEFT_PAUSED, PS_LEFT_DONE = PROTO_LEFT_DONE,
+       PS_LEFT_DIVERGED = PROTO_LEFT_DIVERGED }; /* the protocol's leave */
 /* Worker `worker` leaves (how: PS_LEFT_*; loss: the loss a diverged worker saw, NaN if it did
  * not say) or, with gone, was declared gone. */
 int ps_leave(struct ps *s, int worker, int how, float loss, int gone, struct ps_reply *r,
@@ -208,7 +210,7 @@ void ps_set_total(struct ps *s, uint64_t total);
  * "progress" is ps_now's. */
 json_t *ps_health_json(const struct ps *s);
 json_t *ps_stats_json(const struct ps *s);
-/* The slice of θ a shard serves, as every reply of a sharded server names it: [I, K, offset,
- * length] (a new reference); NULL when the server holds the whole of θ. */
-json_t *ps_theta_shard(const struct ps *s);
+/* The slice of θ a shard serves, as every reply of a sharded server names it (k = 0: the server
+ * holds the whole of θ). */
+void ps_slice(const struct ps *s, struct proto_slice *out);
 #endif

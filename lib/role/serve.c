@@ -277,7 +277,7 @@ static int reply_encode(struct server *s, struct slot *w, struct reply_buf *b, j
 		rc = blob_encode(&w->codec, reply_vec(b) + off, len, codec, -1, &enc, &blob->meta, err);
 	else if ((rc = delta_encode(&w->dl, &w->codec, reply_vec(b), &enc, &blob->meta, &name,
 				    err)) == 0 &&
-		 json_object_set_new(head, DELTA_CRC, json_integer(delta_crc(&w->dl))) < 0)
+		 proto_crc_add(head, delta_crc(&w->dl)) < 0)
 		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
 	snprintf(blob->name, sizeof blob->name, "%s", name);
 	blob->data = enc;
@@ -451,15 +451,10 @@ static json_t *get_health(void *ctx)
 	j = ps_health_json(s->ps);
 	memory_now(s, &m);
 	pthread_mutex_unlock(&s->mu);
-	if (j)
-		json_object_set_new(j, "memory", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-							   "rule", (json_int_t)m.rule, "copies",
-							   (json_int_t)m.copies, "buffers",
-							   (json_int_t)m.buffers, "bodies",
-							   (json_int_t)m.bodies, "total",
-							   (json_int_t)m.total, "peak",
-							   (json_int_t)m.peak, "max",
-							   (json_int_t)s->opts.max_memory));
+	proto_memory_add(j, &(struct proto_memory){.rule = m.rule, .copies = m.copies,
+						   .buffers = m.buffers, .bodies = m.bodies,
+						   .total = m.total, .peak = m.peak,
+						   .max = s->opts.max_memory});
 	return j;
 }
 
@@ -468,50 +463,34 @@ static json_t *get_params(void *ctx, float *theta)
 {
 	struct server *s = ctx;
 	struct run_progress p;
+	struct proto_params h = {.model = ps_run(s->ps)->model_name, .node = -1};
 	pthread_mutex_lock(&s->mu);
 	ps_copy_theta(s->ps, theta);
 	p = ps_progress(s->ps);
 	pthread_mutex_unlock(&s->mu);
-	return json_pack("{s:I, s:I, s:f, s:s, s:o*}", "version", (json_int_t)p.version, "samples",
-			 (json_int_t)p.samples, "elapsed", p.elapsed, "model", ps_run(s->ps)->model_name,
-			 "theta_shard", ps_theta_shard(s->ps));
+	h.version = p.version;
+	h.samples = p.samples;
+	h.elapsed = p.elapsed;
+	ps_slice(s->ps, &h.slice);
+	return proto_params_to_json(&h);
 }
 
-/* POST /v1/join's body: {"worker": ID, "codec": NAME, "steps": S or "epochs": E}, each optional;
- * plan[0], plan[1]: the steps and epochs (0: not said). */
-static int join_parse(struct httpd_req *req, int *id, const char **codec, uint64_t plan[2],
-		      json_t **body)
+/* POST /v1/join's body (proto_join; an empty one says nothing): the codec BLOB_CODEC_DEFAULT
+ * when not said. */
+static int join_parse(struct httpd_req *req, struct proto_join *j, json_t **body)
 {
+	char err[GEM_ERRMAX];
 	json_error_t je;
-	json_t *v;
-	long long n[2] = {0, 0};
-	*id = -1;
-	*codec = BLOB_CODEC_DEFAULT;
+	int rc;
 	*body = NULL;
-	plan[0] = plan[1] = 0;
-	if (!req->body_len)
-		return 0;
-	*body = json_loadb((const char *)req->body, req->body_len, 0, &je);
-	if (!json_is_object(*body))
+	if (req->body_len &&
+	    !json_is_object(*body = json_loadb((const char *)req->body, req->body_len, 0, &je)))
 		return httpd_reply_error(req, 400, "bad_json", "join: %s", je.text), -1;
-	v = json_object_get(*body, "worker");
-	if (v && (!json_is_integer(v) || json_integer_value(v) < 0 ||
-		  json_integer_value(v) >= PS_MAX_WORKERS))
-		return httpd_reply_error(req, 400, "bad_field", "worker: an integer in [0, %d)",
-					 PS_MAX_WORKERS), -1;
-	if (v)
-		*id = (int)json_integer_value(v);
-	v = json_object_get(*body, "codec");
-	if (v && (!json_is_string(v) || !blob_codec_known(json_string_value(v))))
-		return httpd_reply_error(req, 400, "bad_codec", "unknown codec"), -1;
-	if (v)
-		*codec = json_string_value(v);
-	if (jget_int(*body, "steps", 1, 1LL << 40, &n[0]) < 0 ||
-	    jget_int(*body, "epochs", 1, RUN_MAX_EPOCHS, &n[1]) < 0 || (n[0] && n[1]))
-		return httpd_reply_error(req, 400, "bad_field", "steps: an integer in [1, 2^40], or "
-					 "epochs: one in [1, %d], not both", RUN_MAX_EPOCHS), -1;
-	plan[0] = (uint64_t)n[0];
-	plan[1] = (uint64_t)n[1];
+	if ((rc = proto_join_from_json(*body, PS_MAX_WORKERS, RUN_MAX_EPOCHS, j, err)) < 0)
+		return httpd_reply_error(req, 400, rc == GEM_EFAIL ? "bad_codec" : "bad_field", "%s",
+					 err), -1;
+	if (!j->codec)
+		j->codec = BLOB_CODEC_DEFAULT;
 	return 0;
 }
 
@@ -521,18 +500,20 @@ static int h_join(struct httpd_req *req, void *ctx)
 	char err[GEM_ERRMAX];
 	struct ps_joined j;
 	struct serve_memory mem;
+	struct proto_join in;
 	const char *codec;
 	json_t *body, *head;
 	struct slot *w = NULL;
 	struct reply_buf *b = NULL;
-	uint64_t plan[2];
 	size_t len;
 	int id, st, rc;
 
-	if (join_parse(req, &id, &codec, plan, &body) < 0) {
+	if (join_parse(req, &in, &body) < 0) {
 		json_decref(body);
 		return 0;
 	}
+	id = in.worker;
+	codec = in.codec;
 	/* the θ the rule records as sent (GEM's s_w) is the θ the worker gets: taken in the same
 	 * critical section as the join, before any later commit moves it */
 	pthread_mutex_lock(&s->mu);
@@ -546,7 +527,7 @@ static int h_join(struct httpd_req *req, void *ctx)
 		st = gem_errf(err, PS_E_NOMEM, "out of memory, or replies to worker %d still going out",
 			      j.worker);
 	if (st == PS_APPLIED) {
-		ps_plan(s->ps, j.worker, plan[0], plan[1]);
+		ps_plan(s->ps, j.worker, in.steps, in.epochs);
 		w->copy_bytes = copy_wanted(s, codec) ? (uint64_t)s->n * sizeof(float) : 0;
 		memory_now(s, &mem);
 	}
@@ -582,39 +563,17 @@ static int h_join(struct httpd_req *req, void *ctx)
 }
 
 /* The commit message's header into c (update not set), for a run of nfrag fragments of θ; a
- * refusal's detail in err. */
+ * refusal's detail in err: PS_E_UNKNOWN (no worker id), or another negative (bad_field). */
 static int commit_parse(const json_t *h, int nfrag, struct ps_commit *c, char *err)
 {
-	long long worker, base, seq = 0, samples = 0, fragment = 0;
-	double loss;
-	int rc;
+	struct proto_commit pc;
+	int rc = proto_commit_from_json(h, PS_MAX_WORKERS, nfrag, &pc, err);
 	memset(c, 0, sizeof *c);
-	c->loss = NAN;
-	c->idle = -1;
-	if (jget_int(h, "worker", 0, PS_MAX_WORKERS - 1, &worker) != JGET_OK)
-		return gem_errf(err, PS_E_UNKNOWN, "join first (POST /v1/join)");
-	c->worker = (int)worker;
-	if (jget_int(h, "base", 0, INT64_MAX, &base) != JGET_OK)
-		return gem_errf(err, -1, "base: missing or not an integer >= 0");
-	c->base = (uint64_t)base;
-	if (jget_int(h, "seq", 0, INT64_MAX, &seq) < 0)
-		return gem_errf(err, -1, "seq: not an integer >= 0");
-	c->seq = (uint64_t)seq;
-	/* more samples than any dataset holds would wrap the counters */
-	if (jget_int(h, "samples", 0, 1LL << 40, &samples) < 0)
-		return gem_errf(err, -1, "samples: not an integer in [0, 2^40]");
-	c->samples = (uint64_t)samples;
-	if (!json_is_null(json_object_get(h, "loss"))) {
-		if ((rc = jget_num(h, "loss", -3.4e38, 3.4e38, &loss)) < 0)
-			return gem_errf(err, -1, "loss: not a finite number");
-		if (rc == JGET_OK)
-			c->loss = (float)loss;
-	}
-	if (jget_num(h, "idle", 0, 1e9, &c->idle) < 0 || c->idle >= 1e9)
-		return gem_errf(err, -1, "idle: not a number of seconds >= 0");
-	if (jget_int(h, "fragment", 0, nfrag - 1, &fragment) < 0)
-		return gem_errf(err, -1, "fragment: not an integer in [0, %d)", nfrag);
-	c->fragment = (int)fragment;
+	if (rc < 0)
+		return rc == PROTO_E_WORKER ? PS_E_UNKNOWN : -1;
+	*c = (struct ps_commit){.worker = pc.worker, .base = pc.base, .seq = pc.seq,
+				.samples = pc.samples, .loss = pc.loss, .idle = pc.idle,
+				.fragment = pc.fragment};
 	return 0;
 }
 
@@ -813,62 +772,47 @@ static int h_leave(struct httpd_req *req, void *ctx)
 	struct server *s = ctx;
 	char err[GEM_ERRMAX];
 	json_error_t je;
-	json_t *body = json_loadb((const char *)req->body, req->body_len, 0, &je), *v, *dv, *lv;
+	json_t *body = json_loadb((const char *)req->body, req->body_len, 0, &je);
+	struct proto_leave l;
 	struct ps_reply r;
-	long long id;
-	double loss = NAN;
-	int how, st;
+	int id, st;
 
 	if (!json_is_object(body)) {
 		json_decref(body);
 		return httpd_reply_error(req, 400, "bad_json", "leave: %s", je.text);
 	}
-	v = json_object_get(body, "done");
-	dv = json_object_get(body, "diverged");
-	lv = json_object_get(body, "loss");
-	how = json_is_true(dv) ? PS_LEFT_DIVERGED : json_is_true(v) ? PS_LEFT_DONE : PS_LEFT_PAUSED;
-	if (jget_int(body, "worker", 0, PS_MAX_WORKERS - 1, &id) != JGET_OK ||
-	    (v && !json_is_boolean(v)) || (dv && !json_is_boolean(dv)) ||
-	    (json_is_true(v) && json_is_true(dv)) ||
-	    (lv && (!json_is_true(dv) || jget_num_nonfinite(body, "loss", &loss) != JGET_OK))) {
-		json_decref(body);
-		return httpd_reply_error(req, 400, "bad_field",
-					 "want {\"worker\": an integer in [0, %d), \"done\": a boolean, "
-					 "\"diverged\": a boolean, not both true, \"loss\" (diverged): a "
-					 "number, \"nan\", \"inf\" or \"-inf\"}",
-					 PS_MAX_WORKERS);
-	}
+	st = proto_leave_from_json(body, PS_MAX_WORKERS, &l, err);
 	json_decref(body);
+	if (st < 0)
+		return httpd_reply_error(req, 400, "bad_field", "%s", err);
+	id = l.worker;
 	fifo_enter(s);
-	st = ps_leave(s->ps, (int)id, how, (float)loss, 0, &r, err);
+	st = ps_leave(s->ps, id, l.how, (float)l.loss, 0, &r, err);
 	if (st >= 0)
-		slot_drop(s, (int)id);
+		slot_drop(s, id);
 	if (r.round_closed)
 		pthread_cond_broadcast(&s->round_cv);
 	fifo_leave(s);
 	if (st < 0)
 		return httpd_reply_error(req, http_status(st), ps_status_code(st), "%s", err);
-	return reply_json_new(req, json_pack("{s:i, s:I}", "worker", (int)id, "version",
-					     (json_int_t)r.version));
+	return reply_json_new(req, proto_left_to_json(id, r.version));
 }
 
 static int h_stats(struct httpd_req *req, void *ctx)
 {
 	struct server *s = ctx;
-	json_t *j, *timing;
+	struct proto_commit_us t;
+	json_t *j;
 	double n;
 	pthread_mutex_lock(&s->mu);
 	j = ps_stats_json(s->ps);
 	pthread_mutex_unlock(&s->mu);
 	pthread_mutex_lock(&s->tmu);
 	n = s->t_commits ? (double)s->t_commits : 1;
-	timing = json_pack("{s:I, s:f, s:f, s:f}", "commits", (json_int_t)s->t_commits, "decode",
-			   1e6 * s->t_decode / n, "rule", 1e6 * s->t_rule / n, "encode", 1e6 * s->t_encode / n);
+	t = (struct proto_commit_us){.commits = s->t_commits, .decode = 1e6 * s->t_decode / n,
+				     .rule = 1e6 * s->t_rule / n, .encode = 1e6 * s->t_encode / n};
 	pthread_mutex_unlock(&s->tmu);
-	if (j)
-		json_object_set_new(j, "commit_us", timing);
-	else
-		json_decref(timing);
+	proto_commit_us_add(j, &t);
 	return reply_json_new(req, j);
 }
 
@@ -898,7 +842,7 @@ static int h_checkpoint(struct httpd_req *req, void *ctx)
 	int rc = serve_checkpoint(s, &version, err);
 	if (rc < 0)
 		return httpd_reply_error(req, 500, "checkpoint", "%s", err);
-	return reply_json_new(req, json_pack("{s:I}", "version", (json_int_t)version));
+	return reply_json_new(req, proto_checkpointed_to_json(version));
 }
 
 static int h_stop(struct httpd_req *req, void *ctx)
@@ -910,7 +854,7 @@ static int h_stop(struct httpd_req *req, void *ctx)
 	version = ps_version(s->ps);
 	pthread_cond_broadcast(&s->stop_cv);
 	pthread_mutex_unlock(&s->mu);
-	return reply_json_new(req, json_pack("{s:b, s:I}", "stopping", 1, "version", (json_int_t)version));
+	return reply_json_new(req, proto_stopping_to_json(version));
 }
 
 /* ---- life cycle ---- */
@@ -922,6 +866,7 @@ static void server_free(struct server *s)
 	for (int i = 0; i < PS_MAX_WORKERS; i++)
 		slot_drop(s, i); /* the server has stopped: no request holds one */
 	ps_close(s->ps);
+	reply_get_close(&s->get);
 	run_ckpt_free(&s->ck);
 	pthread_mutex_destroy(&s->ckmu);
 	pthread_mutex_destroy(&s->mu);
@@ -952,7 +897,11 @@ static int start_http(struct server *s, const struct serve_opts *o, char *err)
 	const char *host = o->host ? o->host : "127.0.0.1";
 	int rc;
 
-	s->get = (struct reply_get){ps_run(s->ps)->json, s->n, get_health, get_params, s};
+	s->get.run = ps_run(s->ps)->json;
+	s->get.n = s->n;
+	s->get.health = get_health;
+	s->get.params = get_params;
+	s->get.ctx = s;
 	reply_get_routes(&s->get, r);
 	for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
 		r[REPLY_GET_ROUTES + i] = (struct httpd_route){routes[i].method, routes[i].path,
@@ -1076,16 +1025,16 @@ const char *serve_wait(struct server *s, prog_stop_flag *sigflag)
 /* A follower (gem-eval --follow) that was evaluating when the run stopped polls again soon:
  * wait for that poll (SERVE_FOLLOWER_WAIT s at most) so that it hears "stopping" rather than
  * finds the port closed. One that is waiting on the server (a long poll) hears it now. */
-static void follower_wait(void)
+static void follower_wait(const struct server *s)
 {
 	struct reply_followers f0, f;
 	double t0 = clock_mono();
-	reply_followers(&f0);
+	reply_followers(&s->get, &f0);
 	if (f0.inflight > 0 || f0.since_last < 0 || f0.since_last > SERVE_FOLLOWER_RECENT)
 		return;
 	do {
 		usleep(20000);
-		reply_followers(&f);
+		reply_followers(&s->get, &f);
 	} while (f.polls == f0.polls && clock_mono() - t0 < SERVE_FOLLOWER_WAIT);
 	/* let the poll's reply go out: httpd_stop waits for requests in flight */
 }
@@ -1106,7 +1055,7 @@ int serve_close(struct server *s, const char *reason, char *err)
 		pthread_mutex_lock(&s->mu);
 	}
 	pthread_mutex_unlock(&s->mu);
-	follower_wait();
+	follower_wait(s);
 	httpd_stop(s->http);
 	rc = serve_checkpoint(s, NULL, err);
 	pthread_mutex_lock(&s->mu);

@@ -551,6 +551,7 @@ void sgp_node_close(struct sgp_node *s)
 	s->closed = 1;
 	pthread_mutex_unlock(&s->mu);
 	httpd_stop(s->httpd);
+	reply_get_close(&s->get);
 	for (int p = 0; s->http && p < s->nn; p++)
 		httpc_free(s->http[p]);
 	free(s->http);

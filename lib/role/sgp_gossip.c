@@ -9,16 +9,15 @@
 #include <time.h>
 
 #include "base/clock.h"
-#include "base/jget.h"
 #include "base/log.h"
 
-json_t *sgp_hello_body(const struct sgp_node *s)
+void sgp_hello_of(const struct sgp_node *s, struct proto_hello *h)
 {
-	char hash[17];
-	snprintf(hash, sizeof hash, "%016llx", (unsigned long long)s->hash);
-	return json_pack("{s:i, s:i, s:s, s:i, s:I, s:b, s:s}", "node", s->id, "nodes", s->nn,
-			 "topology", pushsum_topology_name(s->o.topology), "peers_per_iter", s->mper,
-			 "iters", (json_int_t)s->iters, "overlap", s->o.overlap, "hash", hash);
+	*h = (struct proto_hello){.node = s->id, .nodes = s->nn,
+				  .topology = pushsum_topology_name(s->o.topology),
+				  .peers_per_iter = s->mper, .iters = (long long)s->iters,
+				  .overlap = s->o.overlap};
+	snprintf(h->hash, sizeof h->hash, "%016llx", (unsigned long long)s->hash);
 }
 
 static const char *const refusal_names[SGP_REFUSE_N] = {
@@ -126,7 +125,8 @@ static int post_sliced(struct sgp_node *s, int p, const char *path, const char *
 static int refused_as(const struct httpc_resp *resp, enum sgp_refusal r)
 {
 	json_t *j = json_loadb(resp->body, resp->len, 0, NULL);
-	int is = !strcmp(jget_str_or(j, "error", ""), sgp_refusal_name(r));
+	const char *code = proto_error_code(j);
+	int is = code && !strcmp(code, sgp_refusal_name(r));
 	json_decref(j);
 	return is;
 }
@@ -158,7 +158,7 @@ static int encode_share(struct sgp_node *s, struct blob_codec *c, struct msg_buf
 {
 	struct msg_blob blob = {.name = "x"};
 	const void *enc = NULL;
-	json_t *head = json_pack("{s:i, s:I, s:f}", "node", s->id, "iter", (json_int_t)iter, "w", w);
+	json_t *head = proto_push_to_json(&(struct proto_push){.node = s->id, .iter = iter, .w = w});
 	int rc = head ? blob_encode_feedback(c, x, s->resid, s->n, s->codec_name, -1, &enc, &blob.meta,
 					     err)
 		      : gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -235,17 +235,20 @@ void sgp_sender_stop(struct sgp_node *s, pthread_t t)
 
 void sgp_bye_all(struct sgp_node *s)
 {
-	char err[GEM_ERRMAX], body[48];
+	char err[GEM_ERRMAX];
 	struct httpc_resp resp = {0};
-	int len = snprintf(body, sizeof body, "{\"node\":%d}", s->id);
-	for (int p = 0; p < s->nn; p++) {
+	json_t *j = proto_bye_to_json(s->id);
+	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	for (int p = 0; body && p < s->nn; p++) {
 		if (p == s->id || s->gone[p])
 			continue;
 		httpc_set_timeout(s->http[p], 5000, 2000);
-		if (httpc_post(s->http[p], "/v1/bye", "application/json", body, (size_t)len, &resp,
+		if (httpc_post(s->http[p], "/v1/bye", "application/json", body, strlen(body), &resp,
 			       err) < 0)
 			log_debug("bye to node %d: %s", p, err);
 	}
+	free(body);
 	httpc_resp_free(&resp);
 }
 
@@ -275,8 +278,12 @@ static int hello_one(struct sgp_node *s, int p, const char *text, struct httpc_r
 
 int sgp_hello_all(struct sgp_node *s, char *err)
 {
-	json_t *body = sgp_hello_body(s);
-	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	struct proto_hello h;
+	json_t *body;
+	char *text;
+	sgp_hello_of(s, &h);
+	body = proto_hello_to_json(&h);
+	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	struct httpc_resp resp = {0};
 	int rc = 0;
 	json_decref(body);

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "base/fsutil.h"
-#include "base/jget.h"
 
 const char *sgp_rule_name(const struct sgp_node *s)
 {
@@ -20,27 +19,27 @@ const char *sgp_rule_name(const struct sgp_node *s)
 static json_t *get_health(void *ctx)
 {
 	struct sgp_node *s = ctx;
-	json_t *j;
+	struct proto_node_health h;
 	pthread_mutex_lock(&s->mu);
-	j = json_pack("{s:s, s:i, s:i, s:I, s:f, s:b, s:b}", "rule", sgp_rule_name(s), "node", s->id,
-		      "nodes", s->nn, "version", (json_int_t)s->pub_iter, "w", s->pub_w, "ready",
-		      s->ready, "stopping", s->closed);
+	h = (struct proto_node_health){.rule = sgp_rule_name(s), .node = s->id, .nodes = s->nn,
+				       .version = s->pub_iter, .w = s->pub_w, .ready = s->ready,
+				       .stopping = s->closed};
 	pthread_mutex_unlock(&s->mu);
-	return j;
+	return proto_node_health_to_json(&h);
 }
 
 /* GET /v1/params: z, the node's de-biased parameters, as at the end of its last iteration. */
 static json_t *get_params(void *ctx, float *theta)
 {
 	struct sgp_node *s = ctx;
-	json_t *head;
+	struct proto_params h;
 	pthread_mutex_lock(&s->mu);
 	memcpy(theta, s->zpub, sizeof *theta * s->n);
-	head = json_pack("{s:I, s:I, s:f, s:s, s:i, s:i, s:f}", "version", (json_int_t)s->pub_iter,
-			 "samples", (json_int_t)s->pub_samples, "elapsed", s->pub_elapsed, "model",
-			 s->run.model_name, "node", s->id, "nodes", s->nn, "w", s->pub_w);
+	h = (struct proto_params){.version = s->pub_iter, .samples = s->pub_samples,
+				  .elapsed = s->pub_elapsed, .model = s->run.model_name,
+				  .node = s->id, .nodes = s->nn, .w = s->pub_w};
 	pthread_mutex_unlock(&s->mu);
-	return head;
+	return proto_params_to_json(&h);
 }
 
 /* Set answer a (status, and for an error its name and detail); returns the status. */
@@ -69,59 +68,31 @@ static unsigned refuse(struct sgp_node *s, struct sgp_answer *a, enum sgp_refusa
 	return answer(a, status, error ? error : sgp_refusal_name(r), "%s", detail);
 }
 
-/* Why hello j is not one a node sends (sgp_hello_body's members, of their types, from another
- * node), in why; empty if it is. Such a hello is a bad request, not a peer that disagrees. */
-static void hello_malformed(const struct sgp_node *s, const json_t *j, char *why, size_t len)
-{
-	json_t *v = json_object_get(j, "node");
-	const char *hash = jget_str_or(j, "hash", "");
-	*why = 0;
-	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->nn ||
-	    json_integer_value(v) == s->id)
-		snprintf(why, len, "hello: want \"node\", another node's index (of %d; this is %d)",
-			 s->nn, s->id);
-	else if (strlen(hash) != 16 || strspn(hash, "0123456789abcdef") != 16)
-		snprintf(why, len, "hello: want \"hash\", 16 hexadecimal digits");
-	else if (!json_is_integer(json_object_get(j, "nodes")) ||
-		 !json_is_string(json_object_get(j, "topology")) ||
-		 !json_is_integer(json_object_get(j, "peers_per_iter")) ||
-		 !json_is_integer(json_object_get(j, "iters")) ||
-		 !json_is_boolean(json_object_get(j, "overlap")))
-		snprintf(why, len, "hello: want \"nodes\", \"topology\", \"peers_per_iter\", "
-			 "\"iters\" and \"overlap\" as a node sends them");
-}
-
-/* Under ready (the fields are fixed): why a peer's well-formed hello j does not agree with this
+/* Under ready (the fields are fixed): why a peer's well-formed hello h does not agree with this
  * node's, in why; empty if it agrees. */
-static void hello_check(const struct sgp_node *s, const json_t *j, const char *client, char *why,
-			size_t len)
+static void hello_check(const struct sgp_node *s, const struct proto_hello *h, const char *client,
+			char *why, size_t len)
 {
-	json_t *mine = sgp_hello_body(s);
-	int from = (int)json_integer_value(json_object_get(j, "node"));
+	struct proto_hello mine;
+	sgp_hello_of(s, &mine);
 	*why = 0;
-	if (!json_equal(json_object_get(j, "hash"), json_object_get(mine, "hash")) ||
-	    !json_equal(json_object_get(j, "nodes"), json_object_get(mine, "nodes")))
+	if (strcmp(h->hash, mine.hash) || h->nodes != mine.nodes)
 		snprintf(why, len,
 			 "node %d (%s) has another topology: %lld nodes, %s, %lld peers per iteration, "
 			 "peer list hash %s; this node %d has %d nodes, %s, %d peers per iteration, hash "
 			 "%s (every node needs the same --peers list, in the same order, and the same "
 			 "--topology and --peers-per-iter)",
-			 from, client, json_integer_value(json_object_get(j, "nodes")),
-			 jget_str_or(j, "topology", "?"),
-			 json_integer_value(json_object_get(j, "peers_per_iter")),
-			 jget_str_or(j, "hash", "?"), s->id, s->nn,
-			 pushsum_topology_name(s->o.topology), s->mper, jget_str_or(mine, "hash", "?"));
-	else if (!json_equal(json_object_get(j, "iters"), json_object_get(mine, "iters")))
+			 h->node, client, h->nodes, h->topology, h->peers_per_iter, h->hash, s->id,
+			 s->nn, pushsum_topology_name(s->o.topology), s->mper, mine.hash);
+	else if (h->iters != mine.iters)
 		snprintf(why, len,
 			 "node %d runs %lld iterations, this node %d runs %llu (give every node the "
 			 "same --epochs, --steps and --shard)",
-			 from, json_integer_value(json_object_get(j, "iters")), s->id,
-			 (unsigned long long)s->iters);
-	else if (!json_equal(json_object_get(j, "overlap"), json_object_get(mine, "overlap")))
-		snprintf(why, len, "node %d %s --overlap and this node %d %s", from,
-			 json_is_true(json_object_get(j, "overlap")) ? "runs with" : "runs without",
-			 s->id, s->o.overlap ? "with" : "without");
-	json_decref(mine);
+			 h->node, h->iters, s->id, (unsigned long long)s->iters);
+	else if (h->overlap != mine.overlap)
+		snprintf(why, len, "node %d %s --overlap and this node %d %s", h->node,
+			 h->overlap ? "runs with" : "runs without", s->id,
+			 s->o.overlap ? "with" : "without");
 }
 
 /* 503 (with Retry-After): the node has no peer list yet. */
@@ -135,6 +106,7 @@ unsigned sgp_hello_take(struct sgp_node *s, const void *body, size_t len, const 
 {
 	json_error_t je;
 	json_t *j = json_loadb(body, len, 0, &je);
+	struct proto_hello h;
 	char why[GEM_ERRMAX];
 	int from, ready;
 
@@ -150,13 +122,13 @@ unsigned sgp_hello_take(struct sgp_node *s, const void *body, size_t len, const 
 		json_decref(j);
 		return not_ready(a);
 	}
-	hello_malformed(s, j, why, sizeof why);
-	if (*why) {
+	/* a hello no node sends is a bad request, not a peer that disagrees */
+	if (proto_hello_from_json(j, s->nn, s->id, &h, why, sizeof why) < 0) {
 		json_decref(j);
 		return refuse(s, a, SGP_REFUSE_BAD, 400, "bad_field", why);
 	}
-	hello_check(s, j, client, why, sizeof why);
-	from = (int)json_integer_value(json_object_get(j, "node"));
+	hello_check(s, &h, client, why, sizeof why);
+	from = h.node;
 	json_decref(j);
 	pthread_mutex_lock(&s->mu);
 	if (*why && !s->mismatch)
@@ -234,7 +206,7 @@ unsigned sgp_push_take(struct sgp_node *s, const void *body, size_t len, struct 
 	char err[GEM_ERRMAX];
 	struct msg m;
 	struct inmsg *in;
-	json_t *jn, *ji, *jw;
+	struct proto_push p;
 	int rc, ready, closed, id, nn;
 	enum sgp_refusal why;
 
@@ -247,13 +219,7 @@ unsigned sgp_push_take(struct sgp_node *s, const void *body, size_t len, struct 
 		msg_free(&m);
 		return closed ? answer(a, 410, "finished", "node %d has finished", id) : not_ready(a);
 	}
-	jn = json_object_get(m.header, "node");
-	ji = json_object_get(m.header, "iter");
-	jw = json_object_get(m.header, "w");
-	if (!json_is_integer(jn) || json_integer_value(jn) < 0 || json_integer_value(jn) >= nn ||
-	    json_integer_value(jn) == id || !json_is_integer(ji) || json_integer_value(ji) < 0 ||
-	    !json_is_number(jw) || !(json_number_value(jw) > 0) ||
-	    !(json_number_value(jw) <= nn)) {
+	if (proto_push_from_json(m.header, nn, id, &p) < 0) {
 		msg_free(&m);
 		snprintf(err, sizeof err, "push: want node (another node's index), iter >= 0 and "
 			 "0 < w <= %d (the run's whole mass)", nn);
@@ -261,8 +227,7 @@ unsigned sgp_push_take(struct sgp_node *s, const void *body, size_t len, struct 
 	}
 	/* checked before the blob is decoded, and taken after (a push sent twice at once) */
 	pthread_mutex_lock(&s->mu);
-	why = push_admit(s, (int)json_integer_value(jn), (uint64_t)json_integer_value(ji), 0, err,
-			 sizeof err);
+	why = push_admit(s, p.node, p.iter, 0, err, sizeof err);
 	pthread_mutex_unlock(&s->mu);
 	if (why != SGP_REFUSE_N) {
 		msg_free(&m);
@@ -273,9 +238,9 @@ unsigned sgp_push_take(struct sgp_node *s, const void *body, size_t len, struct 
 		return answer(a, 503, "busy", "out of memory");
 	}
 	rc = decode_share(&m, in, s->n, err);
-	in->from = (int)json_integer_value(jn);
-	in->iter = (uint64_t)json_integer_value(ji);
-	in->w = json_number_value(jw);
+	in->from = p.node;
+	in->iter = p.iter;
+	in->w = p.w;
 	msg_free(&m);
 	pthread_mutex_lock(&s->mu);
 	if (rc == 0 && !s->closed &&
@@ -306,7 +271,7 @@ static int reply_answer(struct sgp_node *s, struct httpd_req *req, const struct 
 			httpd_add_header(req, "Retry-After", "0");
 		return httpd_reply_error(req, a->status, a->error, "%s", a->detail);
 	}
-	j = hello ? json_pack("{s:b, s:i}", "ok", 1, "node", s->id) : json_pack("{s:b}", "ok", 1);
+	j = proto_ok_to_json(hello ? s->id : -1);
 	rc = httpd_reply_json(req, 200, j);
 	json_decref(j);
 	return rc;
@@ -336,9 +301,8 @@ static int h_bye(struct httpd_req *req, void *ctx)
 	struct sgp_node *s = ctx;
 	struct sgp_answer a;
 	json_t *j = json_loadb((const char *)req->body, req->body_len, 0, NULL);
-	json_t *v = json_object_get(j, "node");
-	json_int_t from = json_is_integer(v) ? json_integer_value(v) : -1;
-	int ok = json_is_object(j) && json_is_integer(v);
+	long long from = -1;
+	int ok = proto_bye_from_json(j, &from) == 0;
 	json_decref(j);
 	pthread_mutex_lock(&s->mu);
 	if (!s->ready) {
@@ -357,7 +321,8 @@ static int h_bye(struct httpd_req *req, void *ctx)
 	}
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
-	return httpd_reply_bytes(req, 200, "application/json", "{\"ok\":true}\n", 12, 0);
+	answer(&a, 200, NULL, "%s", "");
+	return reply_answer(s, req, &a, 0);
 }
 
 int sgp_http_start(struct sgp_node *s, char *err)
@@ -367,7 +332,11 @@ int sgp_http_start(struct sgp_node *s, char *err)
 	const char *host = s->o.host ? s->o.host : "127.0.0.1";
 	char *cert = NULL, *key = NULL;
 	int rc;
-	s->get = (struct reply_get){s->run.json, s->n, get_health, get_params, s};
+	s->get.run = s->run.json;
+	s->get.n = s->n;
+	s->get.health = get_health;
+	s->get.params = get_params;
+	s->get.ctx = s;
 	reply_get_routes(&s->get, r);
 	r[REPLY_GET_ROUTES] = (struct httpd_route){"POST", "/v1/hello", h_hello, s, 1,
 						   HTTPD_JSON_BODY};

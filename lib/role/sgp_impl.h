@@ -19,6 +19,7 @@
 #include "wire/httpc.h"
 #include "wire/httpd.h"
 #include "wire/msg.h"
+#include "wire/proto.h"
 #include "wire/reply.h"
 
 #define SGP_POLL_MS 50
@@ -135,8 +136,8 @@ const char *sgp_rule_name(const struct sgp_node *s);
 /* sgp_gossip.c */
 /* The name of a refusal in the log and in a reply's "error". */
 const char *sgp_refusal_name(enum sgp_refusal r);
-/* The hello this node sends and checks peers' against (a new reference). */
-json_t *sgp_hello_body(const struct sgp_node *s);
+/* The hello this node sends and checks peers' against (its topology points into s). */
+void sgp_hello_of(const struct sgp_node *s, struct proto_hello *h);
 /* A free message (x of n floats), or NULL when out of memory. */
 struct inmsg *sgp_msg_new(struct sgp_node *s);
 /* Under mu: put m back on the free list. */

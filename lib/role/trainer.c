@@ -7,7 +7,6 @@
 #include "base/err.h"
 #include "base/num.h"
 #include "base/rng.h"
-#include "nn/layer_ops.h"
 
 int feed_open(struct feed *f, const struct run *run, const struct dataset *ds, int who, int shard_i,
 	      int shard_n, char *err)
@@ -52,8 +51,7 @@ int trainer_open(struct trainer *t, const struct run *run, char *err)
 		trainer_close(t);
 		return rc;
 	}
-	/* the batch is the first layer's gemm operand: padded (nn/layer_ops.h) */
-	t->x = layer_falloc((size_t)t->batch * model_input_size(t->m), sizeof *t->x);
+	t->x = model_input_alloc(t->m, (size_t)t->batch);
 	t->y = malloc((size_t)t->batch * (size_t)model_labels(t->m) * sizeof *t->y); /* a text's: one per position */
 	t->idx = malloc((size_t)t->batch * sizeof *t->idx);
 	if (!t->x || !t->y || !t->idx) {

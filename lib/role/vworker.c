@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "base/err.h"
-#include "role/work.h"
+#include "wire/proto.h"
 
 int vwire_open(struct vwire *x, size_t n, char *err)
 {
@@ -140,7 +140,7 @@ static const float *theta_pass(struct vworker *w, struct vwire *x, const float *
 			return NULL;
 		/* the server's header says the CRC of its copy, as gem-serve's reply_encode does */
 		if (heads && heads[k] &&
-		    json_object_set_new(heads[k], DELTA_CRC, json_integer(delta_crc(d))) < 0)
+		    proto_crc_add(heads[k], delta_crc(d)) < 0)
 			return NULL;
 		w->reply_bytes[k] = msg_bytes(x, heads ? heads[k] : NULL, name, enc, &m);
 		memcpy(x->v + w->cut[k].off, d->copy, sizeof(float) * d->n);
@@ -227,8 +227,9 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 	}
 	/* every slice's header is the same: gem-work's servers are at one version */
 	w->seq++;
-	heads[0] = work_commit_head(w->id, w->base, w->seq, w->got, w->loss, w->l.d->background, 0,
-				    w->l.nfrag > 1 ? w->l.sent : -1);
+	heads[0] = proto_commit_to_json(&(struct proto_commit){
+		.worker = w->id, .base = w->base, .seq = w->seq, .samples = w->got, .loss = w->loss,
+		.idle = w->l.d->background ? 0 : -1, .fragment = w->l.nfrag > 1 ? w->l.sent : -1});
 	for (k = 1; k < w->ncut; k++)
 		heads[k] = heads[0];
 	w->update = wire_pass(cut, ncut, wire, w->fb.codec, &w->fb, u, w->sent, "update",

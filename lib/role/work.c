@@ -22,10 +22,12 @@
 #include "rules/rule.h"
 #include "run/run.h"
 #include "run/shard.h"
+#include "run/srvset.h"
 #include "wire/blob.h"
 #include "wire/delta.h"
 #include "wire/httpc.h"
 #include "wire/msg.h"
+#include "wire/proto.h"
 
 void work_slowdown(double step_seconds, double factor)
 {
@@ -52,7 +54,7 @@ struct wserver {
 	struct blob_codec codec; /* this server's encoding and decoding */
 	struct delta dl;         /* int8, int4, topk: the copy of the slice the server keeps too */
 	uint64_t deltas;         /* replies that came as deltas */
-	uint32_t crc;            /* the last DELTA_CRC the server sent */
+	uint32_t crc;            /* the last copy_crc32 the server sent */
 	uint64_t version, seq;
 	int rc[2];               /* the last post's result, per client */
 	char err[2][GEM_ERRMAX];
@@ -75,6 +77,7 @@ struct bg_post {
 struct worker {
 	struct work_opts o;
 	struct work_info info;
+	struct srvset set;   /* the servers' URLs and slices */
 	struct wserver *srv; /* the servers: one, or K, slice k of θ on srv[k] */
 	int nsrv;
 	struct httpc *http;  /* server 0's main client (GET /v1/run) */
@@ -106,48 +109,20 @@ static int job_failure(int rc)
 	return rc == GEM_ENOMEM ? rc : GEM_EFAIL;
 }
 
-/* Whether header head of server srv's reply names the slice of θ srv is (gem-protocol(7): every
- * reply of a sharded server does), or, for a worker given one server, no slice: GEM_EUSAGE for
- * one URL of a sharded run, GEM_EFAIL for a server that is another slice (servers given in
- * another order, or swapped by proxies on the way). */
-static int check_slice(const struct wserver *srv, const json_t *head, char *err)
-{
-	json_t *t = json_object_get(head, "theta_shard");
-	const char *url = httpc_base_url(srv->http[0]);
-	long long v[4];
-	for (int i = 0; i < 4; i++)
-		v[i] = json_integer_value(json_array_get(t, (size_t)i));
-	if (srv->w->nsrv == 1 && !t)
-		return 0;
-	if (srv->w->nsrv == 1)
-		return gem_errf(err, GEM_EUSAGE, "%s serves slice %lld of %lld of θ: give all %lld URLs, "
-				"comma-separated, shard 0's first", url, v[0], v[1], v[1]);
-	if (json_array_size(t) != 4)
-		return gem_errf(err, GEM_EFAIL, "%s answered without naming its slice of θ, not as "
-				"shard %d/%d (gem-serve --shard %d/%d)", url, srv->k, srv->w->nsrv, srv->k,
-				srv->w->nsrv);
-	if (v[0] != srv->k || v[1] != srv->w->nsrv || (size_t)v[2] != srv->off || (size_t)v[3] != srv->len)
-		return gem_errf(err, GEM_EFAIL, "%s answered with slice %lld/%lld of θ (offset %lld, "
-				"length %lld), not %d/%d (offset %zu, length %zu)", url, v[0], v[1],
-				v[2], v[3], srv->k, srv->w->nsrv, srv->off, srv->len);
-	return 0;
-}
-
 /* θ of server srv's reply m, blob b (θ whole, or a delta from the copy), into the copy and v; 1
- * if the copy is no longer the server's (its DELTA_CRC differs). */
-static int take_theta(struct wserver *srv, const struct msg *m, const struct msg_blob *b, float *v,
-		      char *err)
+ * if the copy is no longer the server's (its copy_crc32 differs). */
+static int take_theta(struct wserver *srv, const struct proto_vec *h, const struct msg_blob *b,
+		      float *v, char *err)
 {
 	int is_delta = !strcmp(b->name, DELTA_BLOB), rc;
 	const float *got;
-	json_t *jv = json_object_get(m->header, DELTA_CRC);
 	if ((rc = blob_decode_view(&srv->codec, b->data, &b->meta, srv->len, &got, err)) < 0 ||
 	    (rc = delta_take(&srv->dl, is_delta, got, v, err)) < 0)
 		return rc;
 	srv->deltas += (uint64_t)is_delta;
-	if (!srv->dl.copy || !json_is_integer(jv))
+	if (!srv->dl.copy || !h->has_crc)
 		return 0;
-	srv->crc = (uint32_t)json_integer_value(jv);
+	srv->crc = h->copy_crc32;
 	if (srv->crc == delta_crc(&srv->dl))
 		return 0;
 	gem_errf(err, GEM_EFAIL, "the copy of θ is not the server's (CRC-32 %08x, the server's %08x)",
@@ -156,7 +131,7 @@ static int take_theta(struct wserver *srv, const struct msg *m, const struct msg
 }
 
 /* Decode the vector named name of server srv's reply resp into v (its slice, or with fragments
- * the fragment's len floats), once its header names srv's slice (check_slice); header fields
+ * the fragment's len floats), once its header names srv's slice (srvset_check); header fields
  * into its version. θ comes whole or as a delta (take_theta); a fragment's θ comes whole. 1: the
  * copy of θ is not the server's (err says so), v is undefined. */
 static int take_reply(struct wserver *srv, const struct httpc_resp *resp, const char *name,
@@ -164,11 +139,12 @@ static int take_reply(struct wserver *srv, const struct httpc_resp *resp, const 
 {
 	struct msg m;
 	const struct msg_blob *b;
-	json_t *jv;
+	struct proto_vec h;
 	int rc;
 	if ((rc = msg_parse(resp->body, resp->len, &m, err)) < 0)
 		return rc;
-	if ((rc = check_slice(srv, m.header, err)) < 0) {
+	if ((rc = proto_vec_from_json(m.header, &h, err)) < 0 ||
+	    (rc = srvset_check(&srv->w->set, srv->k, &h.slice, 0, err)) < 0) {
 		msg_free(&m);
 		return rc;
 	}
@@ -185,43 +161,36 @@ static int take_reply(struct wserver *srv, const struct httpc_resp *resp, const 
 	}
 	rc = (strcmp(b->name, MSG_PARAMS) && strcmp(b->name, DELTA_BLOB)) || len != srv->len
 		     ? blob_decode(&srv->codec, b->data, &b->meta, v, len, err)
-		     : take_theta(srv, &m, b, v, err);
+		     : take_theta(srv, &h, b, v, err);
 	if (rc != 0) {
 		msg_free(&m);
 		return rc;
 	}
-	if (json_is_integer(jv = json_object_get(m.header, "version")))
-		srv->version = (uint64_t)json_integer_value(jv);
+	if (h.has_version)
+		srv->version = h.version;
 	if (srv->k == 0)
 		srv->w->version = srv->version;
 	/* dynamic local updates: the inner steps to take next, at most the run's H */
-	if (srv->k == 0 && json_is_integer(jv = json_object_get(m.header, "window")) &&
-	    json_integer_value(jv) >= 1 && json_integer_value(jv) <= srv->w->run.rule.window)
-		srv->w->l.window = (int)json_integer_value(jv);
+	if (srv->k == 0 && h.window >= 1 && h.window <= srv->w->run.rule.window)
+		srv->w->l.window = h.window;
 	if (head)
 		*head = json_incref(m.header);
 	msg_free(&m);
 	return 0;
 }
 
-/* Join server srv (again) as worker id (< 0: a new id, server 0 only): its slice of θ into x; the
- * header of its reply in *head. */
-static int join_server(struct wserver *srv, int id, float *x, json_t **head, char *err)
+/* Join server srv (again) as worker id (< 0: a new id, server 0 only): its slice of θ into x;
+ * what its reply says in *r. */
+static int join_server(struct wserver *srv, int id, float *x, struct proto_join_reply *r,
+		       char *err)
 {
 	struct worker *w = srv->w;
-	json_t *body = json_pack("{s:s}", "codec", w->fb.codec), *v;
-	char *text;
+	/* what this session trains, for the server's progress */
+	struct proto_join j = {.worker = id, .codec = w->fb.codec, .steps = w->o.t.steps,
+			       .epochs = (uint64_t)w->o.t.epochs};
+	json_t *body = proto_join_to_json(&j), *head = NULL;
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	int rc;
-	if (id >= 0)
-		json_object_set_new(body, "worker", json_integer(id));
-	/* what this session trains, for the server's progress (which takes up to 2^40 steps) */
-	if (w->o.t.steps)
-		json_object_set_new(body, "steps", json_integer(w->o.t.steps < (1ULL << 40)
-									? (json_int_t)w->o.t.steps
-									: (json_int_t)1 << 40));
-	if (w->o.t.epochs)
-		json_object_set_new(body, "epochs", json_integer(w->o.t.epochs));
-	text = json_dumps(body, JSON_COMPACT);
 	json_decref(body);
 	if (!text)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
@@ -231,45 +200,39 @@ static int join_server(struct wserver *srv, int id, float *x, json_t **head, cha
 	if (rc < 0)
 		return rc;
 	/* θ whole: the copy is what came, so a CRC that differs is the server's fault */
-	if ((rc = take_reply(srv, &srv->resp[0], MSG_PARAMS, x + srv->off, srv->len, NULL, head,
+	if ((rc = take_reply(srv, &srv->resp[0], MSG_PARAMS, x + srv->off, srv->len, NULL, &head,
 			     err)) != 0)
 		return rc < 0 ? rc : GEM_EFAIL;
 	feedback_restart(&w->fb, srv->off, srv->len);
-	if (json_is_integer(v = json_object_get(*head, "seq")))
-		srv->seq = (uint64_t)json_integer_value(v);
-	return 0;
+	rc = proto_join_reply_from_json(head, RUN_MAX_WORKERS, r, err);
+	json_decref(head);
+	if (rc == 0)
+		srv->seq = r->seq;
+	return rc;
 }
 
 /* Join (again) every server: θ into x, where the rule's worker half starts (over). Server 0 gives
  * the worker its id, which the other servers take too. */
 static int join(struct worker *w, char *err)
 {
-	json_t *head = NULL, *v;
+	struct proto_join_reply r;
 	float *x = model_params(w->t.m);
 	int rc;
 	for (int k = 0; k < w->nsrv; k++) {
-		if ((rc = join_server(&w->srv[k], w->id, x, &head, err)) < 0) {
-			json_decref(head);
+		if ((rc = join_server(&w->srv[k], w->id, x, &r, err)) < 0) {
 			if (w->nsrv > 1)
 				gem_errprefix(err, "shard %d: ", k);
 			return rc;
 		}
-		if (k) {
-			json_decref(head);
+		if (k)
 			continue;
+		w->id = r.worker;
+		w->done_samples = r.samples;
+		w->done_commits = r.commits;
+		if (!w->o.t.shard_set && r.shard_n > 0) {
+			w->shard_i = r.shard_i;
+			w->shard_n = r.shard_n;
 		}
-		w->id = (int)json_integer_value(json_object_get(head, "worker"));
-		if (json_is_integer(v = json_object_get(head, "samples")))
-			w->done_samples = (uint64_t)json_integer_value(v);
-		if (json_is_integer(v = json_object_get(head, "commits")))
-			w->done_commits = (uint64_t)json_integer_value(v);
-		v = json_object_get(head, "shard");
-		if (!w->o.t.shard_set && json_is_array(v)) {
-			w->shard_i = (int)json_integer_value(json_array_get(v, 0));
-			w->shard_n = (int)json_integer_value(json_array_get(v, 1));
-		}
-		json_decref(head);
-		head = NULL;
 	}
 	return 0;
 }
@@ -287,37 +250,29 @@ static void start_local(struct worker *w)
  * was: the run fails once every worker has left), or neither (to come back). */
 static void leave(struct worker *w, int done, int diverged, float loss)
 {
-	char body[128], err[GEM_ERRMAX], lbuf[24];
-	int n = diverged ? snprintf(body, sizeof body,
-				    "{\"worker\":%d,\"done\":false,\"diverged\":true,\"loss\":%s}",
-				    w->id, num_json(lbuf, sizeof lbuf, loss))
-			 : snprintf(body, sizeof body, "{\"worker\":%d,\"done\":%s}", w->id,
-				    done ? "true" : "false");
+	char err[GEM_ERRMAX];
+	struct proto_leave l = {.worker = w->id, .loss = loss,
+				.how = diverged ? PROTO_LEFT_DIVERGED
+				       : done	? PROTO_LEFT_DONE
+						: PROTO_LEFT_PAUSED};
+	json_t *j = proto_leave_to_json(&l);
+	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!body) {
+		log_debug("leave: out of memory");
+		return;
+	}
 	for (int k = 0; k < w->nsrv; k++) {
 		struct wserver *srv = &w->srv[k];
 		if (srv->dl.copy)
 			log_debug("shard %d: %llu replies as deltas; the copy's CRC-32 %08x, the "
 				  "server's last %08x", k, (unsigned long long)srv->deltas,
 				  delta_crc(&srv->dl), srv->crc);
-		if (httpc_post_retry(srv->http[0], "/v1/leave", "application/json", body, (size_t)n, 5,
-				     &srv->resp[0], err) < 0)
+		if (httpc_post_retry(srv->http[0], "/v1/leave", "application/json", body, strlen(body),
+				     5, &srv->resp[0], err) < 0)
 			log_debug("leave: %s", err);
 	}
-}
-
-json_t *work_commit_head(int worker, uint64_t base, uint64_t seq, uint64_t samples, float loss,
-			 int background, double idle, int fragment)
-{
-	json_t *head = json_pack("{s:i, s:I, s:I, s:I}", "worker", worker, "base", (json_int_t)base,
-				 "seq", (json_int_t)seq, "samples", (json_int_t)samples);
-	if (head && ((isfinite(loss) && json_object_set_new(head, "loss", json_real(loss)) < 0) ||
-		     (background && json_object_set_new(head, "idle", json_real(idle)) < 0) ||
-		     (fragment >= 0 &&
-		      json_object_set_new(head, "fragment", json_integer(fragment)) < 0))) {
-		json_decref(head);
-		return NULL;
-	}
-	return head;
+	free(body);
 }
 
 /* The commit messages of the vector v (with fragments: the fragment's slice, rule_half_commit):
@@ -333,8 +288,11 @@ static int commit_build(struct worker *w, const float *v, float loss, uint64_t s
 		const void *enc;
 		json_t *head;
 		int rc;
-		if (!(head = work_commit_head(w->id, srv->version, ++srv->seq, samples, loss,
-					      w->l.d->background, w->idle, frag ? w->l.sent : -1)))
+		struct proto_commit c = {.worker = w->id, .base = srv->version, .seq = ++srv->seq,
+					 .samples = samples, .loss = loss,
+					 .idle = w->l.d->background ? w->idle : -1,
+					 .fragment = frag ? w->l.sent : -1};
+		if (!(head = proto_commit_to_json(&c)))
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
 		rc = feedback_encode(&w->fb, &srv->codec, at, frag ? w->l.off : srv->off,
 				     frag ? w->l.len : srv->len, &enc, &blob.meta, err);
@@ -392,11 +350,10 @@ static void post_all(struct worker *w, int c)
 static int rejoin_server(struct wserver *srv, char *err)
 {
 	struct worker *w = srv->w;
-	json_t *head = NULL;
+	struct proto_join_reply r;
 	int rc;
 	log_warn("worker %d: %s; joining again", w->id, err);
-	rc = join_server(srv, w->id, model_params(w->t.m), &head, err);
-	json_decref(head);
+	rc = join_server(srv, w->id, model_params(w->t.m), &r, err);
 	if (rc < 0)
 		return srv->resp[0].status == 410 ? 2 : rc;
 	start_local(w);
@@ -580,67 +537,51 @@ static int bg_boundary(struct worker *w, float loss, uint64_t samples, char *err
 }
 
 /* The token, and every server's two clients (the main thread's, the background commit's):
- * urls is one URL, or the K servers' in slice order, comma-separated. */
+ * urls is one URL, or the K servers' in slice order, comma-separated (srvset). */
 static int open_http(struct worker *w, const char *urls, char *err)
 {
-	char *token = NULL, *list = strdup(urls), *save = NULL, *u;
-	int rc = 0, k = 0;
-	if (!list || !(w->srv = calloc(SHARD_MAX, sizeof *w->srv))) {
-		free(list);
+	char *token = NULL;
+	int rc = 0;
+	if (!(w->srv = calloc(SHARD_MAX, sizeof *w->srv)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	}
-	if (w->o.t.token_file && fs_read_token(w->o.t.token_file, &token, err) < 0) {
-		free(list);
+	if ((rc = srvset_parse(&w->set, urls, err)) < 0)
+		return rc;
+	if (w->o.t.token_file && fs_read_token(w->o.t.token_file, &token, err) < 0)
 		return GEM_EUSAGE;
-	}
-	for (u = strtok_r(list, ",", &save); u && rc == 0; u = strtok_r(NULL, ",", &save), k++) {
+	for (int k = 0; k < w->set.n && rc == 0; k++) {
 		struct wserver *srv = &w->srv[k];
-		if (k == SHARD_MAX) {
-			rc = gem_errf(err, GEM_EUSAGE, "more than %d servers", SHARD_MAX);
-			break;
-		}
 		srv->w = w;
 		srv->k = k;
 		blob_codec_init(&srv->codec);
 		for (int c = 0; c < 2 && rc == 0; c++)
-			if (httpc_new(u, token, (long)(w->o.round_timeout * 1000), &srv->http[c],
-				      err) < 0 ||
+			if (httpc_new(w->set.url[k], token, (long)(w->o.round_timeout * 1000),
+				      &srv->http[c], err) < 0 ||
 			    httpc_set_cacert(srv->http[c], w->o.t.cacert, err) < 0)
 				rc = GEM_EUSAGE;
 	}
-	w->nsrv = k;
-	if (rc == 0 && !k)
-		rc = gem_errf(err, GEM_EUSAGE, "no server URL");
+	w->nsrv = w->set.n;
 	w->http = w->srv[0].http[0];
-	free(list);
 	fs_free_secret(token);
 	return rc;
 }
 
 /* The servers' slices of θ's n elements: with K > 1, each server must serve the slice of its
- * place in the list (GET /v1/health's "theta_shard"). */
+ * place in the list (its GET /v1/health, srvset_check_health). */
 static int open_servers(struct worker *w, char *err)
 {
+	srvset_layout(&w->set, w->n);
 	for (int k = 0; k < w->nsrv; k++) {
 		struct wserver *srv = &w->srv[k];
-		struct shard s = shard_of(w->n, k, w->nsrv > 1 ? w->nsrv : 0);
-		json_t *h, *t;
-		int rc, ok;
-		srv->off = s.off;
-		srv->len = s.len;
+		int rc;
+		srv->off = w->set.slice[k].off;
+		srv->len = w->set.slice[k].len;
 		if (w->nsrv == 1)
 			break;
 		if ((rc = httpc_get_retry(srv->http[0], "/v1/health", w->o.t.retry_for, &srv->resp[0],
-					  err)) < 0)
+					  err)) < 0 ||
+		    (rc = srvset_check_health(&w->set, k, srv->resp[0].body, srv->resp[0].len, NULL,
+					      err)) < 0)
 			return rc;
-		h = json_loadb(srv->resp[0].body, srv->resp[0].len, 0, NULL);
-		t = json_object_get(h, "theta_shard");
-		ok = json_integer_value(json_array_get(t, 0)) == k &&
-		     json_integer_value(json_array_get(t, 1)) == w->nsrv;
-		json_decref(h);
-		if (!ok)
-			return gem_errf(err, GEM_EUSAGE, "server %d of %d does not serve shard %d/%d of θ "
-					"(gem-serve --shard %d/%d)", k + 1, w->nsrv, k, w->nsrv, k, w->nsrv);
 	}
 	return 0;
 }

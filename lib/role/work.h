@@ -75,13 +75,6 @@ struct worker;
 
 /* Sleep so that a step that took step_seconds takes factor times as long. */
 void work_slowdown(double step_seconds, double factor);
-/* The header of a commit message (gem-protocol(7)): the worker, the version its update was
- * computed from, its commit number, samples and loss (NaN: none), and with background (dma)
- * the seconds it has waited, with fragment >= 0 the fragment of θ it is (a new reference; NULL:
- * out of memory). gem-work sends it, gem-sim and a replay measure their commits with it. */
-json_t *work_commit_head(int worker, uint64_t base, uint64_t seq, uint64_t samples, float loss,
-			 int background, double idle, int fragment);
-
 /* Join the gem-serve at url. GEM_EUSAGE: the token file, the CA file or the URL is bad (a CA
  * file with an http:// URL too); GEM_EFAIL: the server
  * could not be reached or refused, the run or its data could not be loaded. */

@@ -33,9 +33,10 @@ RULE_NOINLINE static int rule_dcasgd_pass(const float *restrict theta, const flo
 	return rule_finite(&acc, 4, tail);
 }
 
-static int rule_dcasgd_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-			      float *reply, struct rule_stats *st)
+static int rule_dcasgd_commit(struct rule *r, const struct rule_span *sp, struct rule_worker *w,
+		const float *in, uint64_t tau, float *reply, struct rule_stats *st)
 {
+	(void)sp; /* θ whole: a rule without fragments */
 	(void)tau, (void)st;
 	return rule_dcasgd_pass(rule_theta(r), w->vec[0], in, rule_theta_next(r), reply, r->n,
 				r->c.lambda_dc / r->c.lr);

@@ -60,12 +60,13 @@ RULE_NOINLINE static int rule_diloco_pass(const float *restrict theta, const flo
 	return rule_finite(&acc, 4, tail);
 }
 
-static int rule_diloco_round(struct rule *r, const float *in, float *reply, float k, int close)
+static int rule_diloco_round(struct rule *r, const struct rule_span *sp, const float *in,
+			     float *reply, float k, int close)
 {
-	size_t o = r->off;
+	size_t o = sp->off;
 	return rule_diloco_pass(rule_theta(r) + o, r->global[0] + o, r->global[1] + o, in,
 				rule_theta_next(r) + o, r->gspare[0] + o, r->gspare[1] + o, reply,
-				r->len, r->c.outer_lr, r->c.outer_momentum, k, close);
+				sp->len, r->c.outer_lr, r->c.outer_momentum, k, close);
 }
 
 const struct rule_ops rule_diloco_ops = {
@@ -160,25 +161,26 @@ RULE_NOINLINE static int rule_async_diloco_pass(const float *restrict theta,
 	return rule_finite(&acc, 4, tail);
 }
 
-static int rule_async_diloco_apply(struct rule *r, struct rule_worker *w, const float *in,
-				   uint64_t tau, float *reply, struct rule_stats *st)
+static int rule_async_diloco_apply(struct rule *r, const struct rule_span *sp,
+				   struct rule_worker *w, const float *in, uint64_t tau, float *reply,
+				   struct rule_stats *st)
 {
 	int n = rule_async_diloco_n(r);
-	size_t o = r->off;
+	size_t o = sp->off;
 	(void)w, (void)tau, (void)st;
 	return rule_async_diloco_pass(rule_theta(r) + o, r->global[0] + o, r->global[1] + o, in,
 				      rule_theta_next(r) + o, r->gspare[0] + o, r->gspare[1] + o,
-				      reply, r->len, r->c.outer_lr, r->c.outer_momentum, (float)n,
+				      reply, sp->len, r->c.outer_lr, r->c.outer_momentum, (float)n,
 				      r->ncontrib + 1 >= n);
 }
 
 /* The pass was taken: a′ always, v′ when it closed the group. */
-static void rule_async_diloco_take(struct rule *r)
+static void rule_async_diloco_take(struct rule *r, const struct rule_span *sp)
 {
 	int close = r->ncontrib + 1 >= rule_async_diloco_n(r);
 	if (close)
-		rule_take_vec(r, &r->global[0], &r->gspare[0]);
-	rule_take_vec(r, &r->global[1], &r->gspare[1]);
+		rule_take_vec(r, sp, &r->global[0], &r->gspare[0]);
+	rule_take_vec(r, sp, &r->global[1], &r->gspare[1]);
 	r->ncontrib = close ? 0 : r->ncontrib + 1;
 }
 

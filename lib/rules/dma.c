@@ -53,8 +53,10 @@ RULE_NOINLINE static int rule_dma_pass(const float *restrict theta, const float 
 	return rule_finite(&acc, 4, tail);
 }
 
-static int rule_dma_round(struct rule *r, const float *in, float *reply, float k, int close)
+static int rule_dma_round(struct rule *r, const struct rule_span *sp, const float *in, float *reply,
+			  float k, int close)
 {
+	(void)sp; /* θ whole: a rule without fragments */
 	return rule_dma_pass(rule_theta(r), r->global[0], in, rule_theta_next(r), r->gspare[0],
 			     reply, r->n, k, close);
 }

@@ -4,9 +4,10 @@
 
 #include "rules/impl.h"
 
-static int rule_downpour_commit(struct rule *r, struct rule_worker *w, const float *in,
-				uint64_t tau, float *reply, struct rule_stats *st)
+static int rule_downpour_commit(struct rule *r, const struct rule_span *sp, struct rule_worker *w,
+		const float *in, uint64_t tau, float *reply, struct rule_stats *st)
 {
+	(void)sp; /* θ whole: a rule without fragments */
 	(void)w, (void)tau, (void)st;
 	return rule_add_div(rule_theta(r), in, 1, rule_theta_next(r), reply, r->n);
 }

@@ -37,9 +37,10 @@ static float rule_easgd_alpha(const struct rule *r)
 	return r->c.alpha > 0 ? r->c.alpha : 0.9f / (float)n;
 }
 
-static int rule_easgd_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-			     float *reply, struct rule_stats *st)
+static int rule_easgd_commit(struct rule *r, const struct rule_span *sp, struct rule_worker *w,
+		const float *in, uint64_t tau, float *reply, struct rule_stats *st)
 {
+	(void)sp; /* θ whole: a rule without fragments */
 	(void)w, (void)tau, (void)st;
 	return rule_easgd_pass(rule_theta(r), in, rule_theta_next(r), reply, r->n,
 			       rule_easgd_alpha(r));

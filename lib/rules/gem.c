@@ -450,9 +450,10 @@ static void rule_gem_fill(struct rule_tensor_stats *t, const double sums[5], siz
 	t->pi_median = 0;
 }
 
-static int rule_gem_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-			   float *reply, struct rule_stats *st)
+static int rule_gem_commit(struct rule *r, const struct rule_span *sp, struct rule_worker *w,
+		const float *in, uint64_t tau, float *reply, struct rule_stats *st)
 {
+	(void)sp; /* θ whole: a rule without fragments */
 	const int half = r->ops->bf16_state;
 	const struct rule_gem_io o = {
 		.theta = rule_theta(r), .m = half ? NULL : w->vec[0], .s = half ? NULL : w->vec[1],

@@ -22,6 +22,13 @@
  * function is inlined: the passes over θ are kept out of line. */
 #define RULE_NOINLINE __attribute__((noinline))
 
+/* The slice of θ one call (a commit, a leave) moves: its fragment (rule_commit_fragment), [0, n)
+ * without fragments. The passes read and write the vectors there only, and their spares are
+ * taken back there (rule_take_vec). */
+struct rule_span {
+	size_t off, len;
+};
+
 /* A buffer of θ: θ now, the θ last sent to some workers, or free. */
 struct rule_snap {
 	float *v;
@@ -61,11 +68,11 @@ struct rule_ops {
 	 * the reply (θ′, or easgd's d) into reply unless it is NULL, the statistics into st
 	 * unless NULL. Returns 1 if all it wrote is finite, else 0 (rule_commit then takes none
 	 * of it). */
-	int (*pass)(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-		    float *reply, struct rule_stats *st);
+	int (*pass)(struct rule *r, const struct rule_span *sp, struct rule_worker *w,
+		    const float *in, uint64_t tau, float *reply, struct rule_stats *st);
 	/* Rules without rounds that keep global vectors: take what the pass wrote into r->gspare
 	 * once rule_commit takes the commit (NULL: none) */
-	void (*take)(struct rule *r);
+	void (*take)(struct rule *r, const struct rule_span *sp);
 	/* Rounds (round.c): the global vector that sums the round's updates, and the round's pass
 	 * over k contributions with in (NULL: the sum alone, when a leave closes the round). Its
 	 * sum s = sum + in goes to the sum's spare; with close, the round is applied instead: θ′
@@ -73,7 +80,8 @@ struct rule_ops {
 	 * r->gspare, and the sum's spare zeroed. Either way 1 if what closing the round now would
 	 * write (s included) is finite. */
 	int round_sum;
-	int (*round_pass)(struct rule *r, const float *in, float *reply, float k, int close);
+	int (*round_pass)(struct rule *r, const struct rule_span *sp, const float *in, float *reply,
+			  float k, int close);
 };
 
 struct rule {
@@ -94,10 +102,6 @@ struct rule {
 	float *scratch;            /* gem: π of the last commit, then 32-bit room for the medians */
 	int target, ncommitted, ncontrib; /* the rules with rounds: see round.c; async-diloco:
 					   * ncontrib counts its open group */
-	/* the slice of θ the commit moves: its fragment (rule_commit_fragment), [0, n) with one;
-	 * the passes read and write the vectors there only, and their spares are taken back
-	 * there (rule_take_vec) */
-	size_t off, len;
 };
 
 /* The passes run on vectors of GCC's vector extension, their lanes in registers: vectors of 4
@@ -186,7 +190,7 @@ static inline float *rule_theta_next(const struct rule *r)
 
 /* Take the θ′ of a commit that was written into rule_theta_next: θ is now θ′; the committing
  * worker w's sent vector (unless w is NULL) θ′, or θ before (ops->sent_before). */
-void rule_take_theta(struct rule *r, struct rule_worker *w);
+void rule_take_theta(struct rule *r, const struct rule_span *sp, struct rule_worker *w);
 
 /* Swap two vectors: a commit's spare and the one it replaces. */
 static inline void rule_swap(float **a, float **b)
@@ -198,20 +202,21 @@ static inline void rule_swap(float **a, float **b)
 
 /* Take a commit's spare *b of the rule-wide vector *a: swapped, or when the commit moved one
  * fragment, its slice copied (the rest of the spare is stale). */
-static inline void rule_take_vec(const struct rule *r, float **a, float **b)
+static inline void rule_take_vec(const struct rule *r, const struct rule_span *sp, float **a,
+				 float **b)
 {
-	if (r->len == r->n)
+	if (sp->len == r->n)
 		rule_swap(a, b);
 	else
-		memcpy(*a + r->off, *b + r->off, r->len * sizeof(float));
+		memcpy(*a + sp->off, *b + sp->off, sp->len * sizeof(float));
 }
 
 /* The rules with rounds (round.c), called by rule.c for them. */
-int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-		      float *reply, char *err);
+int rule_round_commit(struct rule *r, const struct rule_span *sp, struct rule_worker *w,
+		      const float *in, uint64_t tau, float *reply, char *err);
 int rule_round_join(struct rule *r, char *err);
 /* w leaves its round; 1 if that closed the round (θ moved), else 0. */
-int rule_round_leave(struct rule *r, struct rule_worker *w);
+int rule_round_leave(struct rule *r, const struct rule_span *sp, struct rule_worker *w);
 
 extern const struct rule_ops rule_gem_ops, rule_downpour_ops, rule_dynsgd_ops, rule_easgd_ops,
 	rule_dcasgd_ops, rule_sync_ops, rule_dma_ops, rule_diloco_ops, rule_async_diloco_ops;

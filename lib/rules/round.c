@@ -13,18 +13,18 @@
 #include "rules/impl.h"
 
 /* The round just closed was applied into the spares: take them, and start the next round. */
-static void rule_round_take(struct rule *r)
+static void rule_round_take(struct rule *r, const struct rule_span *sp)
 {
-	rule_take_theta(r, NULL);
+	rule_take_theta(r, sp, NULL);
 	for (int i = 0; i < r->ops->nglobal; i++)
-		rule_take_vec(r, &r->global[i], &r->gspare[i]);
+		rule_take_vec(r, sp, &r->global[i], &r->gspare[i]);
 	for (int i = 0; i < r->cap; i++)
 		r->w[i].committed = 0;
 	r->ncommitted = r->ncontrib = 0;
 }
 
-int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-		      float *reply, char *err)
+int rule_round_commit(struct rule *r, const struct rule_span *sp, struct rule_worker *w,
+		      const float *in, uint64_t tau, float *reply, char *err)
 {
 	int close = r->ncommitted + 1 >= r->target;
 	if (w->committed)
@@ -37,16 +37,16 @@ int rule_round_commit(struct rule *r, struct rule_worker *w, const float *in, ui
 				r->ops->desc.name, (int)(w - r->w), (unsigned long long)tau);
 	/* a commit that leaves the round open checks the round closed now with it, so that a
 	 * leave can close it later with the same sum and θ */
-	if (!r->ops->round_pass(r, in, close ? reply : NULL, (float)(r->ncontrib + 1), close))
+	if (!r->ops->round_pass(r, sp, in, close ? reply : NULL, (float)(r->ncontrib + 1), close))
 		return RULE_E_NON_FINITE;
 	w->committed = 1;
 	r->ncommitted++;
 	r->ncontrib++;
 	if (close) {
-		rule_round_take(r);
+		rule_round_take(r, sp);
 		return RULE_APPLIED;
 	}
-	rule_take_vec(r, &r->global[r->ops->round_sum], &r->gspare[r->ops->round_sum]);
+	rule_take_vec(r, sp, &r->global[r->ops->round_sum], &r->gspare[r->ops->round_sum]);
 	return RULE_PENDING;
 }
 
@@ -61,7 +61,7 @@ int rule_round_join(struct rule *r, char *err)
 	return 0;
 }
 
-int rule_round_leave(struct rule *r, struct rule_worker *w)
+int rule_round_leave(struct rule *r, const struct rule_span *sp, struct rule_worker *w)
 {
 	if (w->committed)
 		r->ncommitted--;
@@ -70,7 +70,7 @@ int rule_round_leave(struct rule *r, struct rule_worker *w)
 	if (r->ncontrib == 0 || r->ncommitted < r->target)
 		return 0;
 	/* finite: the round's last commit checked this very close (the same sum, k and θ) */
-	r->ops->round_pass(r, NULL, NULL, (float)r->ncontrib, 1);
-	rule_round_take(r);
+	r->ops->round_pass(r, sp, NULL, NULL, (float)r->ncontrib, 1);
+	rule_round_take(r, sp);
 	return 1;
 }

@@ -424,12 +424,12 @@ static void rule_sent_set(struct rule *r, struct rule_worker *w, struct rule_sna
 	w->vec[r->ops->sent_vec] = s->v;
 }
 
-void rule_take_theta(struct rule *r, struct rule_worker *w)
+void rule_take_theta(struct rule *r, const struct rule_span *sp, struct rule_worker *w)
 {
 	struct rule_snap *old = r->theta, *next;
 	/* a fragment moves its slice of θ in place: the rules with fragments keep no θ sent */
-	if (r->len < r->n) {
-		memcpy(old->v + r->off, rule_theta_next(r) + r->off, r->len * sizeof(float));
+	if (sp->len < r->n) {
+		memcpy(old->v + sp->off, rule_theta_next(r) + sp->off, sp->len * sizeof(float));
 		return;
 	}
 	next = rule_snap_pop(r);
@@ -478,7 +478,6 @@ int rule_create(const struct rule_config *c, const struct layout *l, const float
 		r->ops = r->ops->bf16;
 	r->l = *l;
 	r->n = l->total;
-	r->len = r->n;
 	r->target = c->nworkers;
 	if (rule_snap_add(r) < 0 || rule_snap_add(r) < 0)
 		goto nomem;
@@ -714,17 +713,17 @@ static void rule_stats_start(struct rule_stats *st, uint64_t tau, uint64_t versi
 }
 
 /* A commit of a rule without rounds: its pass, then θ′ and w's new vectors taken. */
-static int rule_apply(struct rule *r, struct rule_worker *w, const float *in, uint64_t tau,
-		      float *reply, struct rule_stats *st)
+static int rule_apply(struct rule *r, const struct rule_span *sp, struct rule_worker *w,
+		      const float *in, uint64_t tau, float *reply, struct rule_stats *st)
 {
-	if (!r->ops->pass(r, w, in, tau, reply, st))
+	if (!r->ops->pass(r, sp, w, in, tau, reply, st))
 		return RULE_E_NON_FINITE;
 	for (int i = 0; i < r->ops->nvec; i++)
 		if (i != r->ops->sent_vec)
 			rule_swap(&w->vec[i], &r->spare[i]);
 	if (r->ops->take)
-		r->ops->take(r);
-	rule_take_theta(r, w);
+		r->ops->take(r, sp);
+	rule_take_theta(r, sp, w);
 	return RULE_APPLIED;
 }
 
@@ -734,8 +733,9 @@ int rule_commit(struct rule *r, int worker, const float *in, uint64_t base_versi
 	return rule_commit_fragment(r, worker, 0, in, base_version, version, reply, st, err);
 }
 
-/* Point the passes at fragment p of the commit or the round at version: its slice of θ. */
-static int rule_fragment_set(struct rule *r, int p, uint64_t version, char *err)
+/* The slice of θ of fragment p of the commit or the round at version, into sp. */
+static int rule_fragment_set(const struct rule *r, int p, uint64_t version, struct rule_span *sp,
+			     char *err)
 {
 	int np = r->c.fragments;
 	if (p < 0 || p >= np)
@@ -746,7 +746,7 @@ static int rule_fragment_set(struct rule *r, int p, uint64_t version, char *err)
 		return gem_errf(err, GEM_EUSAGE, "%s: the round at version %llu synchronises "
 				"fragment %d, not %d", r->ops->desc.name, (unsigned long long)version,
 				(int)(version % (uint64_t)np), p);
-	layout_slice(r->n, p, np, &r->off, &r->len);
+	layout_slice(r->n, p, np, &sp->off, &sp->len);
 	return 0;
 }
 
@@ -754,10 +754,11 @@ int rule_commit_fragment(struct rule *r, int worker, int p, const float *in, uin
 			 uint64_t *version, float *reply, struct rule_stats *st, char *err)
 {
 	struct rule_worker *w = rule_worker(r, worker);
+	struct rule_span sp;
 	uint64_t tau;
 	int rc;
 
-	if ((rc = rule_fragment_set(r, p, *version, err)) < 0)
+	if ((rc = rule_fragment_set(r, p, *version, &sp, err)) < 0)
 		return rc;
 	if (!w)
 		return gem_errf(err, GEM_EUSAGE, "worker %d has not joined", worker);
@@ -769,8 +770,8 @@ int rule_commit_fragment(struct rule *r, int worker, int p, const float *in, uin
 				r->ops->desc.name);
 	tau = *version - base_version;
 	rule_stats_start(st, tau, *version);
-	rc = r->ops->desc.rounds ? rule_round_commit(r, w, in, tau, reply, err)
-				 : rule_apply(r, w, in, tau, reply, st);
+	rc = r->ops->desc.rounds ? rule_round_commit(r, &sp, w, in, tau, reply, err)
+				 : rule_apply(r, &sp, w, in, tau, reply, st);
 	if (rc == RULE_E_NON_FINITE) {
 		rule_stats_start(st, tau, *version);
 		return gem_errf(err, RULE_E_NON_FINITE,
@@ -788,16 +789,18 @@ int rule_commit_fragment(struct rule *r, int worker, int p, const float *in, uin
 int rule_leave(struct rule *r, int worker, uint64_t *version, struct rule_stats *st, char *err)
 {
 	struct rule_worker *w = rule_worker(r, worker);
+	struct rule_span sp = {0, r->n};
 	int rc = 0;
 
 	if (!w)
 		return gem_errf(err, GEM_EUSAGE, "worker %d has not joined", worker);
 	r->nactive--;
 	rule_stats_start(st, 0, *version);
+	/* a leave closes the open round: the fragment of its version */
 	if (r->ops->desc.rounds)
 		layout_slice(r->n, (int)(*version % (uint64_t)r->c.fragments), r->c.fragments,
-			     &r->off, &r->len);
-	if (r->ops->desc.rounds && (rc = rule_round_leave(r, w)) == 1) {
+			     &sp.off, &sp.len);
+	if (r->ops->desc.rounds && (rc = rule_round_leave(r, &sp, w)) == 1) {
 		++*version;
 		if (st)
 			st->version = *version;

@@ -48,8 +48,10 @@ RULE_NOINLINE static int rule_sync_pass(const float *restrict theta, const float
 	return rule_finite(&acc, 4, tail);
 }
 
-static int rule_sync_round(struct rule *r, const float *in, float *reply, float k, int close)
+static int rule_sync_round(struct rule *r, const struct rule_span *sp, const float *in,
+			   float *reply, float k, int close)
 {
+	(void)sp; /* θ whole: a rule without fragments */
 	return rule_sync_pass(rule_theta(r), r->global[0], r->global[1], in, rule_theta_next(r),
 			      r->gspare[0], r->gspare[1], reply, r->n, r->c.momentum, k, close);
 }

@@ -20,8 +20,9 @@
 #include "base/fsutil.h"
 #include "base/jget.h"
 #include "base/log.h"
-#include "run/spec.h"
+#include "run/runjson.h"
 #include "wire/msg.h"
+#include "wire/proto.h"
 
 static int lock_dir(const char *dir, int *fd, char *err);
 
@@ -200,6 +201,7 @@ static int parse_run(struct run *r, char *err)
 					      .schedule = spec.train.schedule, .clip = (float)spec.train.clip,
 					      .steps = spec.train.steps};
 		r->rule = spec.rule;
+		r->shard_data = spec.shard_data;
 	}
 	run_spec_free(&spec);
 	return rc;
@@ -541,13 +543,10 @@ int run_node_files_remove(const char *dir, int urls_only, char *err)
 
 void run_progress_of(const json_t *h, struct run_progress *p)
 {
-	long long v;
-	memset(p, 0, sizeof *p);
-	if (jget_int(h, "version", 0, LLONG_MAX, &v) == JGET_OK)
-		p->version = (uint64_t)v;
-	if (jget_int(h, "samples", 0, LLONG_MAX, &v) == JGET_OK)
-		p->samples = (uint64_t)v;
-	jget_num(h, "elapsed", -HUGE_VAL, HUGE_VAL, &p->elapsed);
+	struct proto_params pp = {0};
+	proto_params_from_json(h, &pp);
+	*p = (struct run_progress){.version = pp.version, .samples = pp.samples,
+				   .elapsed = pp.elapsed};
 }
 
 int run_params_load(const struct run *r, const char *path, float *theta, size_t n,
@@ -932,6 +931,15 @@ int run_set_shard(struct run *r, int i, int k, size_t n, char *err)
 	return rc;
 }
 
+int run_shard_dir_parse(const char *name, int *i, int *k)
+{
+	char tail;
+	return sscanf(name, "shard-%d-of-%d%c", i, k, &tail) == 2 && *i >= 0 && *k >= 1 &&
+			       *k <= SHARD_MAX && *i < *k
+		       ? 0
+		       : -1;
+}
+
 int run_shards(const char *dir, char *err)
 {
 	struct dirent *e;
@@ -940,9 +948,7 @@ int run_shards(const char *dir, char *err)
 	if (!d)
 		return gem_errf(err, GEM_EUSAGE, "%s: %s", dir, strerror(errno));
 	while ((e = readdir(d))) {
-		char tail;
-		if (sscanf(e->d_name, "shard-%d-of-%d%c", &i, &kk, &tail) != 2 || i != 0 || kk < 1 ||
-		    kk > SHARD_MAX)
+		if (run_shard_dir_parse(e->d_name, &i, &kk) < 0 || i != 0)
 			continue;
 		if (k && kk != k) {
 			closedir(d);

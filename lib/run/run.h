@@ -11,12 +11,9 @@
 #include "nn/data.h"
 #include "nn/optim.h"
 #include "rules/rule.h"
+#include "run/runjson.h"
 #include "run/shard.h"
 
-#define RUN_FORMAT 1
-#define RUN_MAX_BATCH 65536       /* run.json "train": batch in [1, RUN_MAX_BATCH] */
-#define RUN_MAX_EPOCHS (1 << 20)  /* epochs in [1, RUN_MAX_EPOCHS] */
-#define RUN_MAX_STEPS (1ull << 40) /* a budget in steps: in [1, RUN_MAX_STEPS] */
 /* Worker ids are in [0, RUN_MAX_WORKERS) and gem-init --workers at most this: room for gem-sim's
  * ten thousand virtual workers and their late joiners. */
 #define RUN_MAX_WORKERS 16384
@@ -85,6 +82,7 @@ struct run {
 	int lock_fd;
 	char fdir[PATH_MAX];     /* where the server's files are: RUNDIR, or its shard's directory */
 	struct shard shard;      /* k = 0: not sharded */
+	int shard_data;          /* the workers split the training set (run.json "shard") */
 };
 
 /* The optimiser of r's local steps: its run.json "train" as given, the cosine ending at step
@@ -140,6 +138,8 @@ int run_set_shard(struct run *r, int i, int k, size_t n, char *err);
 /* K of the sharded run in dir (its shard-0-of-K directory), 0 if it is not sharded, < 0 if it
  * holds shards of two different K. */
 int run_shards(const char *dir, char *err);
+/* 0 and shard i of k when name is a shard's directory's (RUN_SHARD_DIR), else -1. */
+int run_shard_dir_parse(const char *name, int *i, int *k);
 /* θ of the run: params.gem, or for a sharded run every shard's slice end to end (its progress
  * then is the slowest shard's version and samples and the longest elapsed time). */
 int run_params_load_merged(const struct run *r, float *theta, size_t n, struct run_progress *p,

@@ -16,7 +16,6 @@
 #include "wire/blob.h"
 
 #define DELTA_BLOB "delta"     /* a reply blob added to the copy; "params" (θ) replaces it */
-#define DELTA_CRC "copy_crc32" /* the reply header's field: the CRC-32 of the sender's copy */
 /* θ or a copy as large as this in magnitude goes whole: below it θ − x̂ and every codec's
  * scale are finite. */
 #define DELTA_BOUND 0x1p125f
@@ -46,6 +45,7 @@ int delta_encode(struct delta *d, struct blob_codec *c, const float *theta, cons
 /* Receiver: the decoded blob got (n floats) of a reply, a delta (is_delta) or θ, into the copy,
  * and the copy into v (n floats; may be got). GEM_EFAIL: a delta with no copy to add it to. */
 int delta_take(struct delta *d, int is_delta, const float *got, float *v, char *err);
-/* The CRC-32 of the copy (crc32_f32's; 0 without one), as DELTA_CRC carries it. */
+/* The CRC-32 of the copy (crc32_f32's; 0 without one), as a reply's copy_crc32 carries it
+ * (proto_crc_add). */
 uint32_t delta_crc(const struct delta *d);
 #endif

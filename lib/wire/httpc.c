@@ -3,6 +3,8 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/fsutil.h"
+#include "base/grow.h"
+#include "wire/proto.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -55,17 +57,8 @@ int httpc_global_init(char *err)
 
 static int httpc_reserve(struct httpc_resp *r, size_t need)
 {
-	size_t cap = r->cap ? r->cap : 4096;
-	char *p;
-	if (need + 1 <= r->cap)
-		return 0;
-	while (cap < need + 1)
-		cap = cap > SIZE_MAX / 2 ? need + 1 : cap * 2;
-	if (!(p = realloc(r->body, cap)))
-		return GEM_ENOMEM;
-	r->body = p;
-	r->cap = cap;
-	return 0;
+	/* room for a terminating NUL */
+	return need == SIZE_MAX ? GEM_ENOMEM : grow_array(&r->body, &r->cap, need + 1, 1, 4096);
 }
 
 static size_t httpc_write(char *data, size_t size, size_t nmemb, void *cls)
@@ -267,10 +260,8 @@ static int httpc_http_error(struct httpc *c, struct httpc_resp *r, char *err)
 {
 	json_t *j = r->len ? json_loadb(r->body, r->len, 0, NULL) : NULL;
 	const char *e = NULL, *d = NULL;
-	if (j && json_is_object(j)) {
-		e = json_string_value(json_object_get(j, "error"));
-		d = json_string_value(json_object_get(j, "detail"));
-	}
+	if (j && json_is_object(j))
+		proto_error_from_json(j, &e, &d);
 	if (e)
 		gem_errf(err, HTTPC_EHTTP, "%s: %ld %s%s%s", c->url, r->status, e, d ? ": " : "", d ? d : "");
 	else

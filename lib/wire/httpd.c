@@ -5,6 +5,7 @@
 #include "base/fsutil.h"
 #include "base/log.h"
 #include "base/num.h"
+#include "wire/proto.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -391,7 +392,7 @@ static int httpd_verror(struct httpd_conn *hc, unsigned status, const char *erro
 	int rc = GEM_ENOMEM;
 	vsnprintf(raw, sizeof raw, fmt, ap);
 	httpd_ascii(detail, sizeof detail, raw);
-	if ((j = json_pack("{s:s, s:s}", "error", error, "detail", detail))) {
+	if ((j = proto_error_to_json(error, detail))) {
 		rc = httpd_reply_json_conn(hc, status, j);
 		json_decref(j);
 	}

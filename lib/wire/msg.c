@@ -1,6 +1,7 @@
 #include "wire/msg.h"
 #include "base/err.h"
 #include "base/fsutil.h"
+#include "base/grow.h"
 #include "base/jget.h"
 #include "base/log.h"
 #include "wire/crc.h"
@@ -17,18 +18,7 @@ void msg_buf_free(struct msg_buf *b)
 
 static int buf_reserve(struct msg_buf *b, size_t n)
 {
-	size_t cap = b->cap ? b->cap : 4096;
-	char *p;
-	if (n <= b->cap && b->data)
-		return 0;
-	while (cap < n)
-		cap = cap > SIZE_MAX / 2 ? n : cap * 2;
-	p = realloc(b->data, cap);
-	if (!p)
-		return -1;
-	b->data = p;
-	b->cap = cap;
-	return 0;
+	return grow_array(&b->data, &b->cap, n, 1, 4096);
 }
 
 static int check_blob(const struct msg_blob *bl, int i, char *err)

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "wire/msg.h"
+#include "wire/proto.h"
 
 /* 400 unless codec (from ?codec=, may be NULL) is one a sender can encode with; 0 if fine. */
 static int reply_check_codec(struct httpd_req *req, const char *codec)
@@ -24,54 +25,39 @@ static int reply_check_codec(struct httpd_req *req, const char *codec)
 	return 0;
 }
 
-/* Codecs kept from one GET /v1/params to the next (a compressor and its buffers are worth
- * keeping), shared by every server of the process; a request that finds them all in use makes
- * its own. */
-#define REPLY_CODECS 4
-static pthread_mutex_t codec_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct blob_codec codec_pool[REPLY_CODECS];
-static int codec_busy[REPLY_CODECS];
-
-/* A codec for one request: from the pool (*slot its index), or a fresh one (*slot −1). */
-static void codec_take(struct blob_codec *own, struct blob_codec **c, int *slot)
+/* A codec for one request: from g's (*slot its index), or a fresh one (*slot −1). */
+static void codec_take(struct reply_get *g, struct blob_codec *own, struct blob_codec **c,
+		       int *slot)
 {
-	pthread_mutex_lock(&codec_mu);
-	for (*slot = 0; *slot < REPLY_CODECS && codec_busy[*slot]; ++*slot)
-		;
-	if (*slot < REPLY_CODECS)
-		codec_busy[*slot] = 1;
-	pthread_mutex_unlock(&codec_mu);
-	if (*slot < REPLY_CODECS) {
-		*c = &codec_pool[*slot];
-		return;
-	}
+	for (*slot = 0; *slot < REPLY_CODECS; ++*slot)
+		if (!atomic_exchange(&g->codec_busy[*slot], 1)) {
+			*c = &g->codec[*slot];
+			return;
+		}
 	*slot = -1;
 	blob_codec_init(own);
 	*c = own;
 }
 
-static void codec_give(struct blob_codec *c, int slot)
+static void codec_give(struct reply_get *g, struct blob_codec *c, int slot)
 {
-	if (slot < 0) {
+	if (slot < 0)
 		blob_codec_free(c);
-		return;
-	}
-	pthread_mutex_lock(&codec_mu);
-	codec_busy[slot] = 0;
-	pthread_mutex_unlock(&codec_mu);
+	else
+		atomic_store(&g->codec_busy[slot], 0);
 }
 
 /* Encode θ (n floats, the caller's copy) with codec under header head and reply 200 with the
  * message, or 500 when encoding fails. */
-static int reply_params(struct httpd_req *req, json_t *head, const float *theta, size_t n,
-			const char *codec)
+static int reply_params(struct reply_get *g, struct httpd_req *req, json_t *head,
+			const float *theta, size_t n, const char *codec)
 {
 	char err[GEM_ERRMAX];
 	struct blob_codec own, *c;
 	struct msg_buf b = {0};
 	int rc, slot;
 
-	codec_take(&own, &c, &slot);
+	codec_take(g, &own, &c, &slot);
 	rc = msg_encode_params(&b, c, head, theta, n, codec, -1, err);
 	if (rc == 0) {
 		/* the buffer goes to libmicrohttpd, which frees it once sent */
@@ -80,17 +66,10 @@ static int reply_params(struct httpd_req *req, json_t *head, const float *theta,
 	} else {
 		rc = httpd_reply_error(req, 500, "encode", "%s", err);
 	}
-	codec_give(c, slot);
+	codec_give(g, c, slot);
 	msg_buf_free(&b);
 	return rc;
 }
-
-/* Followers' polls (GET /v1/health with ?wait) in the process: how many so far, how many being
- * answered (long polls past REPLY_HEALTH_WAITERS of them do not wait), when the last began
- * (clock_mono, in ms; -1: none) */
-static atomic_ulong follow_polls;
-static atomic_int follow_inflight;
-static atomic_llong follow_last_ms = -1;
 
 /* ?wait=SEC (0 <= SEC, at most REPLY_HEALTH_WAIT_MAX is waited; *have_w: it was given) and
  * ?version=V (decimal) of a long poll: 0, or -1 after a 400. */
@@ -129,7 +108,7 @@ static int health_args(struct httpd_req *req, int *have_w, double *wait, int *ha
  * seconds have passed, so that a client polling from outside is connected when a run stops. */
 static int get_health(struct httpd_req *req, void *ctx)
 {
-	const struct reply_get *g = ctx;
+	struct reply_get *g = ctx;
 	json_t *j, *fields;
 	double wait, t0 = clock_mono();
 	unsigned long long v = 0;
@@ -138,24 +117,24 @@ static int get_health(struct httpd_req *req, void *ctx)
 	if (health_args(req, &follower, &wait, &have_v, &v) < 0)
 		return 0;
 	if (follower) {
-		atomic_store(&follow_last_ms, (long long)(t0 * 1000));
-		atomic_fetch_add(&follow_polls, 1);
+		atomic_store(&g->follow_last_ms, (long long)(t0 * 1000));
+		atomic_fetch_add(&g->follow_polls, 1);
 		/* a long poll holds a connection's thread: past REPLY_HEALTH_WAITERS, none waits */
-		if (atomic_fetch_add(&follow_inflight, 1) >= REPLY_HEALTH_WAITERS)
+		if (atomic_fetch_add(&g->follow_inflight, 1) >= REPLY_HEALTH_WAITERS)
 			wait = 0;
 	}
 	for (;;) {
-		json_t *jv;
+		uint64_t version;
+		int stopping, known;
 		if (!(fields = g->health(g->ctx)))
 			break;
-		jv = json_object_get(fields, "version");
-		if (clock_mono() - t0 >= wait || json_is_true(json_object_get(fields, "stopping")) ||
-		    (have_v && (!json_is_integer(jv) || (unsigned long long)json_integer_value(jv) != v)))
+		known = proto_health_peek(fields, &version, &stopping);
+		if (clock_mono() - t0 >= wait || stopping || (have_v && (!known || version != v)))
 			break;
 		json_decref(fields);
 		nanosleep(&(struct timespec){0, REPLY_HEALTH_POLL_NS}, NULL);
 	}
-	j = json_pack("{s:b}", "ok", 1);
+	j = proto_ok_to_json(-1);
 	if (!j || !fields || json_object_update(j, fields) < 0)
 		rc = httpd_reply_error(req, 503, "busy", "out of memory");
 	else
@@ -163,15 +142,15 @@ static int get_health(struct httpd_req *req, void *ctx)
 	json_decref(fields);
 	json_decref(j);
 	if (follower)
-		atomic_fetch_sub(&follow_inflight, 1);
+		atomic_fetch_sub(&g->follow_inflight, 1);
 	return rc;
 }
 
-void reply_followers(struct reply_followers *f)
+void reply_followers(const struct reply_get *g, struct reply_followers *f)
 {
-	long long last = atomic_load(&follow_last_ms);
-	f->polls = atomic_load(&follow_polls);
-	f->inflight = atomic_load(&follow_inflight);
+	long long last = atomic_load(&g->follow_last_ms);
+	f->polls = atomic_load(&g->follow_polls);
+	f->inflight = atomic_load(&g->follow_inflight);
 	f->since_last = last < 0 ? -1 : clock_mono() - (double)last / 1000;
 }
 
@@ -186,7 +165,7 @@ static int get_run(struct httpd_req *req, void *ctx)
  * '+' as a space, and no codec name has one: "zlib shuffle" is zlib+shuffle (as is %2B). */
 static int get_params(struct httpd_req *req, void *ctx)
 {
-	const struct reply_get *g = ctx;
+	struct reply_get *g = ctx;
 	const char *q = httpd_query(req, "codec");
 	char name[64], *codec = NULL;
 	float *copy;
@@ -204,7 +183,7 @@ static int get_params(struct httpd_req *req, void *ctx)
 	if (!(copy = malloc(sizeof *copy * g->n)))
 		return httpd_reply_error(req, 503, "busy", "out of memory");
 	if ((head = g->params(g->ctx, copy)))
-		rc = reply_params(req, head, copy, g->n, codec);
+		rc = reply_params(g, req, head, copy, g->n, codec);
 	else
 		rc = httpd_reply_error(req, 503, "busy", "out of memory");
 	free(copy);
@@ -212,10 +191,17 @@ static int get_params(struct httpd_req *req, void *ctx)
 	return rc;
 }
 
-void reply_get_routes(const struct reply_get *g, struct httpd_route r[REPLY_GET_ROUTES])
+void reply_get_routes(struct reply_get *g, struct httpd_route r[REPLY_GET_ROUTES])
 {
-	void *ctx = (void *)g; /* the handlers only read it */
+	void *ctx = g; /* the handlers read its data and count in its state */
+	atomic_store(&g->follow_last_ms, -1);
 	r[0] = (struct httpd_route){"GET", "/v1/health", get_health, ctx, 0, 0};
 	r[1] = (struct httpd_route){"GET", "/v1/run", get_run, ctx, 0, 0};
 	r[2] = (struct httpd_route){"GET", "/v1/params", get_params, ctx, 0, 0};
+}
+
+void reply_get_close(struct reply_get *g)
+{
+	for (int i = 0; i < REPLY_CODECS; i++)
+		blob_codec_free(&g->codec[i]);
 }
