@@ -75,20 +75,37 @@ test_expect_success 'diloco with 4 fragments (fragment 0, 277 floats): the same'
 	rejoin frag 277 0
 '
 
+# descendants PID: every process below PID
+descendants() {
+	for _c in $(ps -o pid= --ppid "$1"); do
+		echo $_c
+		descendants $_c
+	done
+}
+
 test_expect_success 'a worker SIGKILLed while held and restarted beside gem-run: the run completes' '
 	gem-init -q --model tiny.json --data data --rule sync --workers 2 --batch 32 run &&
-	{ gem-run -q --resume -n 1 --steps 6 --work-opt=--slowdown=3000 run >run.tsv 2>run.err &
-	  runpid=$!; } &&
+	{ gem-run -q --resume -n 1 --steps 6 run >run.tsv 2>run.err & runpid=$!; } &&
 	test_bg $runpid &&
-	wait_for_file run/server.url 30 &&
+	wait_for_joins run 1 &&
+	w0=$(for p in $(descendants $runpid); do
+		ps -o args= -p $p | grep -q "^[^ ]*gem-work " && echo $p; done | head -1) &&
+	echo "gem-run'"'"'s worker: $w0" && test -n "$w0" &&
+	kill -STOP $w0 &&
+	test_when_finished "kill -CONT $w0 2>/dev/null; true" &&
 	{ gem-work -q --server run --worker-id 1 2>w1.err & w1=$!; } &&
 	test_bg $w1 &&
 	wait_until "grep -q \"\\\"event\\\":\\\"held\\\".*\\\"worker\\\":1\" run/log.jsonl" 60 &&
 	kill -9 $w1 && { wait $w1; true; } &&
-	gem-work -q --server run --worker-id 1 2>w1b.err &&
+	{ gem-work -q --server run --worker-id 1 2>w1b.err & w1b=$!; } &&
+	test_bg $w1b &&
+	wait_for_joins run 3 &&
+	kill -CONT $w0 &&
+	wait_exit $w1b 120 &&
 	wait_exit $runpid 120 &&
 	cat run.tsv &&
 	grep -q "^[0-9]" run.tsv &&
+	grep "\"event\":\"join\",.*\"worker\":1," run/log.jsonl | tail -1 | grep -q "\"rejoin\":true" &&
 	grep -q "\"event\":\"end\".*complete" run/log.jsonl
 '
 
