@@ -53,9 +53,10 @@ static void usage(FILE *f)
 	      "                              per worker, in place of its epochs; stored in\n"
 	      "                              run.json, where a resume finds it\n"
 	      "      --keep-running          don't stop when every worker has finished\n"
-	      "      --codec NAME            codec of parameter replies: raw, zlib,\n"
-	      "                              zlib+shuffle, fp16 (lossy); default: the codec\n"
-	      "                              of the worker's commit\n"
+	      "      --codec NAME            codec of parameter replies, θ whole: raw, zlib,\n"
+	      "                              zlib+shuffle or fp16 (lossy; not int8, int4,\n"
+	      "                              topk:F); default: the codec of the worker's\n"
+	      "                              commit\n"
 	      "      --worker-timeout SEC    a worker silent this long is gone; 0: never;\n"
 	      "                              default 60\n"
 	      "      --idle-timeout SEC      no commit this long: checkpoint and exit 1; 0:\n"
@@ -233,6 +234,11 @@ static int parse_options(int argc, char **argv, struct serve_opts *o, struct cli
 		case O_CODEC:
 			if (blob_codec_check(optarg, err) < 0)
 				bad_usage("--codec: ", err);
+			/* every reply is θ whole in it: int8, int4 and topk are made for increments,
+			 * and θ itself in them would lose most of what it is */
+			if (strcmp(blob_codec_for_theta(optarg), optarg))
+				bad_usage("--codec: a codec for θ itself (raw, zlib, zlib+shuffle or fp16), "
+					  "not one for increments: ", optarg);
 			o->codec = optarg;
 			break;
 		case O_WTO:

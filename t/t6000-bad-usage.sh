@@ -58,6 +58,8 @@ open(\"d/t10k-labels-idx1-ubyte\",\"wb\").write(struct.pack(\">II\",0x801,10)+by
 
 test_expect_success 'a truncated dataset file is an error naming the file' '
 	gem-init -q --model tiny.json --data d --force run &&
+	cp d/t10k-images-idx3-ubyte whole &&
+	test_when_finished "mv whole d/t10k-images-idx3-ubyte" &&
 	head -c 1000 d/t10k-images-idx3-ubyte >d/t && mv d/t d/t10k-images-idx3-ubyte &&
 	! gem-eval run 2>err && grep -q t10k-images err
 '

@@ -18,6 +18,17 @@ static const struct {
 	{.code = 0x0E, .e = {.kind = 'f', .size = 8, .big = 1}},
 };
 
+/* The element of IDX type code, into *e; 0 for a code IDX does not have. */
+static int idx_elem(unsigned code, struct elem *e)
+{
+	for (size_t i = 0; i < sizeof idx_types / sizeof *idx_types; i++)
+		if (idx_types[i].code == code) {
+			*e = idx_types[i].e;
+			return 1;
+		}
+	return 0;
+}
+
 int idx_parse(const uint8_t *buf, size_t len, const char *what, struct idx_array *a, char *err)
 {
 	size_t i, hdr, count = 1;
@@ -60,11 +71,36 @@ int idx_parse(const uint8_t *buf, size_t len, const char *what, struct idx_array
 	return 0;
 }
 
+/* The bytes an IDX file of header head (n bytes so far) needs (samples_need_fn): 0 until its
+ * header is in, or when it is no IDX header (idx_parse says why). */
+static size_t idx_need(const uint8_t *head, size_t n)
+{
+	size_t hdr, need;
+	struct idx_array a;
+	char err[GEM_ERRMAX];
+	if (n < 4 || n < (hdr = 4 + 4 * (size_t)head[3]))
+		return 0;
+	if (idx_parse(head, hdr, "", &a, err) == 0)
+		return hdr; /* no dimension but the header */
+	/* idx_parse refuses a header whose data is not there: its product, computed here */
+	if (head[0] || head[1] || head[3] < 1 || head[3] > 4 || !idx_elem(head[2], &a.e))
+		return 0;
+	need = (size_t)a.e.size;
+	for (int d = 0; d < head[3]; d++) {
+		const uint8_t *q = head + 4 + 4 * d;
+		size_t dim = (size_t)q[0] << 24 | (size_t)q[1] << 16 | (size_t)q[2] << 8 | q[3];
+		if (!dim || dim > SAMPLES_MAX_BYTES / need)
+			return 0;
+		need *= dim;
+	}
+	return need > SAMPLES_MAX_BYTES - hdr ? 0 : hdr + need;
+}
+
 /* Read and parse one IDX file; *buf holds it (the caller frees). */
 static int read_idx(const char *path, uint8_t **buf, struct idx_array *a, char *err)
 {
 	size_t len;
-	int rc = samples_read_file(path, SAMPLES_MAX_BYTES, buf, &len, err);
+	int rc = samples_read_file_need(path, SAMPLES_MAX_BYTES, idx_need, buf, &len, err);
 	if (rc < 0)
 		return rc;
 	if ((rc = idx_parse(*buf, len, path, a, err)) < 0) {

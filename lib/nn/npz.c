@@ -104,9 +104,10 @@ static int read_end(struct npz *z, uint64_t *count, uint64_t *cd_size, char *err
 	*cd_size = le32(e + 12);
 	z->cd_offset = le32(e + 16);
 	if (*count == 0xFFFF || *cd_size == 0xFFFFFFFFu || z->cd_offset == 0xFFFFFFFFu) {
-		const uint8_t *l = e - LOC64_SIZE, *r;
+		const uint8_t *l, *r;
 		uint64_t at;
-		if (end_at < LOC64_SIZE || le32(l) != SIG_LOC64)
+		/* a pointer is formed only to what lies inside the file */
+		if (end_at < LOC64_SIZE || le32(l = e - LOC64_SIZE) != SIG_LOC64)
 			return gem_errf(err, GEM_EFAIL, "%s: zip64 sizes but no zip64 locator", z->what);
 		at = le64(l + 8);
 		if (at > end_at - LOC64_SIZE || end_at - LOC64_SIZE - at < END64_SIZE ||
@@ -149,6 +150,14 @@ static int read_entry(struct npz *z, int i, const uint8_t **p, const uint8_t *en
 	if (zip64_extra(c + CENTRAL_SIZE + nlen, xlen, &m->usize, &m->csize, &m->offset) < 0)
 		return gem_errf(err, GEM_EFAIL, "%s: %.*s: damaged zip64 field", z->what, (int)nlen,
 				m->name);
+	/* a member lies before the central directory, which lies in the file (read_end): an
+	 * offset or a size of 32 bits, or of 64 from a zip64 field, is checked here once, before
+	 * anything is computed from it */
+	if (m->offset > z->cd_offset || m->csize > z->cd_offset - m->offset)
+		return gem_errf(err, GEM_EFAIL, "%s: %.*s: %llu bytes at offset %llu lie outside the "
+				"file's %llu bytes of members", z->what, (int)nlen, m->name,
+				(unsigned long long)m->csize, (unsigned long long)m->offset,
+				(unsigned long long)z->cd_offset);
 	if (le16(c + 8) & 1)
 		return gem_errf(err, GEM_EFAIL, "%s: %.*s is encrypted", z->what, (int)nlen, m->name);
 	*p = c + CENTRAL_SIZE + nlen + xlen + clen;
@@ -200,9 +209,11 @@ int npz_find(const struct npz *z, const char *name)
 /* Where member m's data starts, after its local header; checks that header. */
 static int data_start(const struct npz *z, const struct npz_member *m, uint64_t *at, char *err)
 {
-	const uint8_t *l = z->buf + m->offset;
+	const uint8_t *l;
 	uint64_t skip;
-	if (m->offset > z->cd_offset || z->cd_offset - m->offset < LOCAL_SIZE || le32(l) != SIG_LOCAL)
+	/* the offset is checked before a pointer is formed from it */
+	if (m->offset > z->cd_offset || z->cd_offset - m->offset < LOCAL_SIZE ||
+	    le32(l = z->buf + m->offset) != SIG_LOCAL)
 		return gem_errf(err, GEM_EFAIL, "%s: %.*s: no local header at offset %llu", z->what,
 				(int)m->name_len, m->name, (unsigned long long)m->offset);
 	skip = LOCAL_SIZE + (uint64_t)le16(l + 26) + le16(l + 28);

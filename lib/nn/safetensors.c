@@ -1,12 +1,15 @@
 #include "nn/safetensors.h"
 #include "base/err.h"
 #include "base/jget.h"
-#include "base/fsutil.h"
 #include "nn/elem.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define SHAPE_MAX 8 /* dimensions kept of a file's tensor (a layout's have at most 4) */
 
@@ -302,15 +305,87 @@ out:
 	return rc;
 }
 
+/* The widest element a file's tensor may have (F64): what l's θ can take in a file. */
+#define ELEM_MAX 8
+
+/* Read all of fd (path) into *buf, n bytes already in it, refusing a file of more than max: the
+ * buffer grows as bytes come (a pipe, a device says no size), never past max + 1. */
+static int read_rest(int fd, const char *path, uint8_t **buf, size_t n, size_t max, size_t *len,
+		     char *err)
+{
+	size_t cap = n + 65536 < max + 1 ? n + 65536 : max + 1;
+	uint8_t *q;
+	for (;;) {
+		ssize_t r;
+		if (n == cap) {
+			if (cap > max)
+				return gem_errf(err, GEM_EUSAGE, "%s: more than %zu bytes, the most a "
+						"safetensors file of this model's parameters can be",
+						path, max);
+			cap = cap > (max + 1) / 2 ? max + 1 : 2 * cap;
+			if (!(q = realloc(*buf, cap)))
+				return gem_errf(err, GEM_ENOMEM, "%s: out of memory", path);
+			*buf = q;
+		}
+		if ((r = read(fd, *buf + n, cap - n)) < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	*len = n;
+	return 0;
+}
+
 int safetensors_load(const char *path, const struct layout *l, float *theta, json_t **meta,
 		     char *err)
 {
-	void *buf;
-	size_t len;
-	int rc = fs_read_all(path, &buf, &len, SIZE_MAX / 2, err);
-	if (rc < 0)
+	uint8_t *buf;
+	uint64_t hlen = 0;
+	size_t n = 0, len = 0, max;
+	struct stat st;
+	int fd = open(path, O_RDONLY), rc;
+	if (fd < 0)
+		return gem_errf(err, GEM_EFAIL, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || S_ISDIR(st.st_mode)) {
+		rc = gem_errf(err, GEM_EFAIL, "%s: %s", path,
+			      S_ISDIR(st.st_mode) ? "is a directory" : strerror(errno));
+		close(fd);
 		return rc;
-	rc = safetensors_parse(buf, len, path, l, theta, meta, err);
+	}
+	if (!(buf = malloc(65536))) {
+		close(fd);
+		return gem_errf(err, GEM_ENOMEM, "%s: out of memory", path);
+	}
+	/* the model's size is known before the file is read: its 8-byte header length first,
+	 * then no more than a header that long and l's θ in the widest dtype (a device such as
+	 * /dev/zero, or a file of another size, is refused before it is read to its end) */
+	while (n < 8) {
+		ssize_t r = read(fd, buf + n, 8 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	for (size_t b = 0; b < n; b++)
+		hlen |= (uint64_t)buf[b] << (8 * b);
+	max = 8 + (size_t)hlen + ELEM_MAX * l->total;
+	if (n < 8 || hlen > SAFETENSORS_HEADER_MAX || hlen < 2)
+		rc = gem_errf(err, GEM_EFAIL, "%s: not a safetensors file (%s %llu bytes)", path,
+			      n < 8 ? "it has" : "a header of",
+			      (unsigned long long)(n < 8 ? n : hlen));
+	else if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max)
+		rc = gem_errf(err, GEM_EUSAGE, "%s: %llu bytes, more than a safetensors file of this "
+			      "model's %zu parameters can be (%zu)", path,
+			      (unsigned long long)st.st_size, l->total, max);
+	else
+		rc = read_rest(fd, path, &buf, n, max, &len, err);
+	close(fd);
+	if (rc == 0)
+		rc = safetensors_parse(buf, len, path, l, theta, meta, err);
 	free(buf);
 	return rc;
 }

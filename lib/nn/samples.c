@@ -189,20 +189,41 @@ static size_t gz_hint(const uint8_t tail[4], size_t n, size_t max)
 	return n >= 18 && isize <= max && isize / GZ_RATIO <= n ? isize : 0;
 }
 
+/* The output a format's header is read from before a trailer's size is trusted (need). */
+#define GZ_HEAD ((size_t)1 << 16)
+
 /* Inflate the gzip stream (one member or several) of s into *buf and *len, as
- * samples_gunzip. */
-static int gz_inflate(struct gz_src *s, size_t hint, size_t max, uint8_t **buf, size_t *len,
-		      char *err)
+ * samples_gunzip. With need, the trailer's size (hint) is trusted only up to what the header
+ * inflated first says the data needs: a trailer that lies big reserves no more than that. */
+static int gz_inflate(struct gz_src *s, size_t hint, samples_need_fn need, size_t max,
+		      uint8_t **buf, size_t *len, char *err)
 {
 	const char *what = s->what;
 	z_stream z = {0};
-	size_t cap = 0, got = 0;
+	size_t cap = 0, got = 0, first = need && hint > GZ_HEAD ? GZ_HEAD : hint;
 	uint8_t *out = NULL, *nb;
 	int zr, rc = 0;
 	if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
 		return gem_errf(err, GEM_ENOMEM, "%s: out of memory (zlib)", what);
 	for (;;) {
-		if (got + 1 >= cap && (rc = gz_grow(&out, &cap, hint, max, what, err)) < 0)
+		if (first < hint && (got >= GZ_HEAD || need(out, got))) {
+			/* the header is in: the trailer's size, or less if the header needs less */
+			size_t want = need(out, got);
+			first = hint;
+			if (want && want < hint)
+				hint = want;
+			if (want && hint + 1 > cap) {
+				if (!(nb = realloc(out, hint + 1))) {
+					rc = gem_errf(err, GEM_ENOMEM, "%s: out of memory (%zu bytes)",
+						      what, hint + 1);
+					break;
+				}
+				advise_huge(nb, hint + 1);
+				out = nb;
+				cap = hint + 1;
+			}
+		}
+		if (got + 1 >= cap && (rc = gz_grow(&out, &cap, first, max, what, err)) < 0)
 			break;
 		if (!z.avail_in && !s->eof && (rc = gz_refill(s, &z, err)) < 0)
 			break;
@@ -245,8 +266,8 @@ static int gz_inflate(struct gz_src *s, size_t hint, size_t max, uint8_t **buf, 
 }
 
 /* samples_read_file of the gzip'd regular file fd of size bytes. */
-static int gunzip_file(int fd, size_t size, size_t max, uint8_t **buf, size_t *len,
-		       const char *path, char *err)
+static int gunzip_file(int fd, size_t size, samples_need_fn need, size_t max, uint8_t **buf,
+		       size_t *len, const char *path, char *err)
 {
 	struct gz_src s = {.fd = fd, .what = path};
 	uint8_t tail[4];
@@ -256,12 +277,18 @@ static int gunzip_file(int fd, size_t size, size_t max, uint8_t **buf, size_t *l
 		hint = gz_hint(tail, size, max);
 	if (!(s.chunk = malloc(GZ_CHUNK)))
 		return gem_errf(err, GEM_ENOMEM, "%s: out of memory", path);
-	rc = gz_inflate(&s, hint, max, buf, len, err);
+	rc = gz_inflate(&s, hint, need, max, buf, len, err);
 	free(s.chunk);
 	return rc;
 }
 
 int samples_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, char *err)
+{
+	return samples_read_file_need(path, max, NULL, buf, len, err);
+}
+
+int samples_read_file_need(const char *path, size_t max, samples_need_fn need, uint8_t **buf,
+			   size_t *len, char *err)
 {
 	struct stat st;
 	uint8_t magic[2];
@@ -274,7 +301,7 @@ int samples_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, 
 	if ((fd = open(path, O_RDONLY)) >= 0) {
 		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, magic, 2, 0) == 2 &&
 		    magic[0] == 0x1f && magic[1] == 0x8b) {
-			rc = gunzip_file(fd, (size_t)st.st_size, max, buf, len, path, err);
+			rc = gunzip_file(fd, (size_t)st.st_size, need, max, buf, len, path, err);
 			close(fd);
 			return rc;
 		}
@@ -283,7 +310,8 @@ int samples_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, 
 	if ((rc = fs_read_all(path, &raw, &n, max, err)) < 0)
 		return rc;
 	if (n >= 2 && ((uint8_t *)raw)[0] == 0x1f && ((uint8_t *)raw)[1] == 0x8b) {
-		rc = samples_gunzip(raw, n, max, buf, len, path, err);
+		struct gz_src s = {.mem = raw, .n = n, .fd = -1, .what = path};
+		rc = gz_inflate(&s, gz_hint((uint8_t *)raw + n - 4, n, max), need, max, buf, len, err);
 		free(raw);
 		return rc;
 	}
@@ -298,5 +326,5 @@ int samples_gunzip(const uint8_t *src, size_t n, size_t max, uint8_t **buf, size
 	struct gz_src s = {.mem = src, .n = n, .fd = -1, .what = what};
 	*buf = NULL;
 	*len = 0;
-	return gz_inflate(&s, n >= 4 ? gz_hint(src + n - 4, n, max) : 0, max, buf, len, err);
+	return gz_inflate(&s, n >= 4 ? gz_hint(src + n - 4, n, max) : 0, NULL, max, buf, len, err);
 }

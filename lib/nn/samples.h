@@ -52,6 +52,13 @@ void samples_count_classes(struct samples *s);
  * more than max bytes of data is an error, so that neither a large file nor a small gzip bomb
  * allocates beyond max. */
 int samples_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, char *err);
+/* The bytes in all a file needs whose first n bytes are head, as its header says; 0: the
+ * header is not all there yet, or says nothing. */
+typedef size_t (*samples_need_fn)(const uint8_t *head, size_t n);
+/* samples_read_file, a gzip trailer's size (the first size of the output) trusted only up to
+ * what need says of the header inflated first (NULL: as samples_read_file). */
+int samples_read_file_need(const char *path, size_t max, samples_need_fn need, uint8_t **buf,
+			   size_t *len, char *err);
 /* Inflate the gzip stream (one member or several) of n bytes at src, as samples_read_file does;
  * what names it in an error. */
 int samples_gunzip(const uint8_t *src, size_t n, size_t max, uint8_t **buf, size_t *len,

@@ -29,6 +29,8 @@ struct ps_worker {
 	uint64_t commits, samples, refused, tau_sum, tau_min, tau_max, last_seq;
 	uint64_t held; /* θ's version + 1 when its commit last_seq was held for a round (0: none
 			* since its join): that commit waits while the version has not moved on */
+	uint64_t session; /* its joins so far: a held commit waits for its round only while its
+			   * session lasts (ps_session) */
 	double joined_at, last_contact, loss_sum;
 	uint64_t joined_samples; /* samples at its last join: its rate is of this session */
 	uint64_t target; /* its samples when the session ends, as it said (ps_plan); 0: the budget */
@@ -84,6 +86,7 @@ const char *ps_status_code(int status)
 	case PS_E_NOMEM: return "busy";
 	case PS_E_NON_FINITE_RESULT: return "non_finite_result";
 	case PS_E_RESENT: return "resent";
+	case PS_E_REJOINED: return "rejoined";
 	case PS_STALE: return "stale";
 	case PS_DUPLICATE: return "duplicate";
 	case PS_PENDING: return "held";
@@ -702,7 +705,13 @@ int ps_join(struct ps *s, int id, const char *codec, float *theta_out, struct ps
 	w->done = 0;
 	w->diverged = 0;
 	w->joined_at = w->last_contact = clock_mono();
+	/* a new session: a commit of the old one held for its round waits no more (ps_session);
+	 * it is answered PS_E_REJOINED, its update staying in the round as a leaving worker's
+	 * does, and the round goes on with the workers it has, this one in a new seat
+	 * (worker_enter_rule) */
 	w->held = 0;
+	w->waiting = 0;
+	w->session++;
 	w->joined_samples = w->samples;
 	/* it takes H inner steps until its speed is known */
 	w->window = rule_config_of(s->rule)->window;
@@ -755,6 +764,12 @@ void ps_refused(struct ps *s, int worker, const char *reason)
 		w->refused++;
 	snprintf(extra, sizeof extra, "\"reason\":\"%s\"", reason);
 	log_event(s, "refused", w ? worker : -1, extra);
+}
+
+uint64_t ps_session(const struct ps *s, int worker)
+{
+	const struct ps_worker *w = worker_get(s, worker);
+	return w ? w->session : 0;
 }
 
 int ps_held_resend(const struct ps *s, int worker, uint64_t seq)

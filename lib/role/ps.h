@@ -48,6 +48,8 @@ enum ps_status {
 	PS_E_NON_FINITE_RESULT = -7, /* finite, but applied it would make θ or the rule's state
 				      * non-finite (an overflow): refused, nothing changed */
 	PS_E_RESENT = -8, /* gem-serve: a held commit sent again; the round's reply goes to the resend */
+	PS_E_REJOINED = -9, /* gem-serve: a held commit whose worker joined again meanwhile: its
+			     * session is over (its update stays in the round), no reply */
 };
 
 /* The short error code of a refusal ("stopping", "full", ...), for the protocol and the log. */
@@ -147,6 +149,10 @@ int ps_check_update(const float *u, size_t n, char *err);
  * (written in the rule's pass); undefined after a refusal, and after PS_PENDING until
  * ps_reply_held. */
 int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_reply *r, char *err);
+/* Worker's session: its joins so far (0: unknown). A commit held for its round waits only while
+ * the session it came in lasts: a join under its id (a restarted worker, or one that gave up
+ * waiting) ends it, and the held commit is answered PS_E_REJOINED. */
+uint64_t ps_session(const struct ps *s, int worker);
 /* 1 if worker's commit seq is held for its round and the round is open: that commit sent again
  * is PS_RESENT (its update not read, nothing applied). */
 int ps_held_resend(const struct ps *s, int worker, uint64_t seq);

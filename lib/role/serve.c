@@ -99,7 +99,7 @@ static unsigned http_status(int st)
 	switch (st) {
 	case PS_E_STOPPING: return 410;
 	case PS_E_FULL: case PS_E_NOMEM: return 503;
-	case PS_E_UNKNOWN: case PS_E_REFUSED: case PS_E_RESENT: return 409;
+	case PS_E_UNKNOWN: case PS_E_REFUSED: case PS_E_RESENT: case PS_E_REJOINED: return 409;
 	case PS_E_NON_FINITE: case PS_E_NON_FINITE_RESULT: return 400;
 	}
 	return 200;
@@ -527,6 +527,9 @@ static int h_join(struct httpd_req *req, void *ctx)
 		st = gem_errf(err, PS_E_NOMEM, "out of memory, or replies to worker %d still going out",
 			      j.worker);
 	if (st == PS_APPLIED) {
+		/* a commit of the worker's old session held for its round gives way (wait_round),
+		 * and a round the old session's leave closed answers its waiters */
+		pthread_cond_broadcast(&s->round_cv);
 		ps_plan(s->ps, j.worker, in.steps, in.epochs);
 		w->copy_bytes = copy_wanted(s, codec) ? (uint64_t)s->n * sizeof(float) : 0;
 		memory_now(s, &mem);
@@ -588,15 +591,20 @@ static int drop_now(struct server *s)
 	return drop;
 }
 
-/* A held commit (sync, dma) waits, in order, until its round closes or a resend of it waits in
- * its place (w->hold moved on); mu held. 0 the round closed, 1 a resend took its place, -1 the
- * server stops. */
-static int wait_round(struct server *s, struct slot *w, int worker, uint64_t round)
+/* A held commit (sync, dma) waits, in order, until its round closes, a resend of it waits in
+ * its place (w->hold moved on), or its worker joins again (a new session: the waiter holds
+ * w->lock, which the join needs); mu held. 0 the round closed, 1 a resend took its place, 2 the
+ * worker joined again, -1 the server stops. */
+static int wait_round(struct server *s, struct slot *w, int worker, uint64_t round,
+		      uint64_t session)
 {
 	uint64_t me = ++w->hold;
 	ps_waiting(s->ps, worker, 1);
-	while (ps_version(s->ps) == round && !s->stopping && w->hold == me)
+	while (ps_version(s->ps) == round && !s->stopping && w->hold == me &&
+	       ps_session(s->ps, worker) == session)
 		pthread_cond_wait(&s->round_cv, &s->mu);
+	if (ps_session(s->ps, worker) != session)
+		return 2; /* the new session's flags are not this one's to clear */
 	if (w->hold != me)
 		return 1; /* the worker's flag is the resend's now */
 	ps_waiting(s->ps, worker, 0);
@@ -609,17 +617,20 @@ static int wait_round(struct server *s, struct slot *w, int worker, uint64_t rou
 static int commit_held(struct server *s, struct ps_commit *c, struct slot *w, int st,
 		       struct ps_reply *r, struct reply_buf *b, char *err)
 {
-	uint64_t round = ps_version(s->ps);
+	uint64_t round = ps_version(s->ps), session = ps_session(s->ps, c->worker);
 	int held;
 	fifo_pass(s);
 	if (st == PS_RESENT)
 		pthread_cond_broadcast(&s->round_cv); /* the first one gives way (wait_round) */
-	held = wait_round(s, w, c->worker, round);
+	held = wait_round(s, w, c->worker, round, session);
 	if (held == 0)
 		ps_reply_held(s->ps, reply_vec(b), r);
 	pthread_mutex_unlock(&s->mu);
 	if (held < 0)
 		return gem_errf(err, PS_E_STOPPING, "the server stopped mid-round");
+	if (held == 2)
+		return gem_errf(err, PS_E_REJOINED, "worker %d joined again: this commit's session is "
+				"over (its update stays in the round)", c->worker);
 	if (held > 0)
 		return gem_errf(err, PS_E_RESENT, "sent again: the round's reply goes to the resend");
 	return st;
@@ -741,7 +752,8 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		pthread_mutex_unlock(&w->lock);
 		slot_put(s, w);
 		msg_free(&m);
-		if (st != PS_E_STOPPING && st != PS_E_UNKNOWN && st != PS_E_RESENT)
+		if (st != PS_E_STOPPING && st != PS_E_UNKNOWN && st != PS_E_RESENT &&
+		    st != PS_E_REJOINED)
 			log_warn("commit refused (%s): %s", ps_status_code(st), err);
 		return httpd_reply_error(req, http_status(st), ps_status_code(st), "%s", err);
 	}

@@ -483,7 +483,6 @@ static int data_of_opts(struct run_opts *o, const struct model *m, const char *m
 {
 	char abs[PATH_MAX];
 	struct dataset ds;
-	uint64_t ntest;
 	int rc;
 	if (strlen(o->data) >= sizeof s->data_name)
 		return gem_errf(err, GEM_EUSAGE, "--data: a name of at most %zu bytes", sizeof s->data_name - 1);
@@ -513,17 +512,30 @@ static int data_of_opts(struct run_opts *o, const struct model *m, const char *m
 	}
 	o->nsamples = ds.n;
 	dataset_stats(&ds, &s->mean, &s->std);
+	if (!(s->std >= 1e-30)) {
+		/* run.json's data.std would be out of range: say what it means for the data */
+		rc = gem_errf(err, GEM_EUSAGE, "--data %s: the training data is constant (every %s "
+			      "the same, a standard deviation of 0): nothing to learn from", o->data,
+			      ds.text ? "byte" : "value");
+		dataset_free(&ds);
+		return rc;
+	}
 	rc = ds.text ? 0 : norm_of_data(&ds, s, err);
 	dataset_free(&ds);
 	if (rc < 0)
 		return rc;
-	/* gem-eval and the end of every gem-run evaluate on the test split: a run without one
-	 * would fail only then */
-	if ((rc = dataset_count(&src, "test", &ntest, err)) < 0) {
+	/* gem-eval and the end of every gem-run evaluate on the test split: a run without one, or
+	 * with one that does not fit the model (its width, its labels), would fail only then */
+	if ((rc = dataset_open(&src, "test", &ds, err)) < 0) {
 		gem_errprefix(err, "--data %s: ", o->data);
 		return rc;
 	}
-	return 0;
+	if (run_data_fit(m, &ds, err) < 0) {
+		gem_errprefix(err, "%s: the test split: ", model_path);
+		rc = GEM_EUSAGE;
+	}
+	dataset_free(&ds);
+	return rc;
 }
 
 /* The optimiser o asks for, checked: AdamW without a momentum (it sets the rule's to 0 too),
