@@ -26,6 +26,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/fsutil.h"
+#include "base/jget.h"
 #include "base/log.h"
 #include "base/num.h"
 #include "base/prog.h"
@@ -677,17 +678,18 @@ static int check_data_hosts(const struct argv *hosts)
  * Names each host and word that lacks it; 0 or -1. */
 static int check_exec_hosts(const struct argv *hosts)
 {
-	char err[GEM_ERRMAX], line[EXEC_CMD_MAX], *save = NULL;
+	char err[GEM_ERRMAX], line[EXEC_CMD_MAX], cmd[EXEC_CMD_MAX], *save = NULL;
 	struct argv hs = {0}, words = {0};
-	const char *cmd;
 	struct run r;
 	int bad = 0, prog = -1;
 	if (run_open(C.rundir, &r, err) < 0) {
 		fprintf(stderr, "gem-run: %s\n", err);
 		return -1;
 	}
-	cmd = json_string_value(json_object_get(r.model, "exec"));
-	snprintf(line, sizeof line, "%s", cmd ? cmd : "");
+	/* run.json's, copied before the run is closed */
+	if (jget_strcpy(r.model, "exec", cmd, sizeof cmd) != JGET_OK)
+		cmd[0] = 0;
+	snprintf(line, sizeof line, "%s", cmd);
 	run_close(&r);
 	for (char *w = strtok_r(line, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
 		if (prog < 0 && !strchr(w, '='))
