@@ -168,7 +168,7 @@ static int other_event(struct reader *r, const char *ev, const json_t *o, int64_
 	struct plot_log *lg = r->lg;
 	if (worker >= 0 && (!strcmp(ev, "join") || !strcmp(ev, "held")) && add_worker(lg, worker) < 0)
 		return -1;
-	if (!strcmp(ev, "held")) {
+	if (!strcmp(ev, "held") && worker >= 0) { /* a held event without its worker: ignored */
 		long long n = 0;
 		if (grow(&lg->held, &lg->hcap, lg->nheld + 1, sizeof *lg->held) < 0)
 			return -1;
