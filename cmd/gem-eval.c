@@ -36,8 +36,8 @@ static void usage(FILE *f)
 	fputs("Evaluate parameters on the run's test set; print TSV under a '#' header line:\n"
 	      "elapsed seconds, version (central updates), samples seen, test loss, test\n"
 	      "accuracy, then train_loss (--train-subset), acc_0 ... acc_<C-1> (--per-class),\n"
-	      "and bytes: the bytes on the wire up to that version (from the run's log; nan\n"
-	      "for a URL). A text run's losses are in bits per byte (test_bpb, train_bpb) and\n"
+	      "and bytes: the bytes on the wire up to that version (from the run's log; 0\n"
+	      "without one; nan for a URL). A text run's losses are in bits per byte (test_bpb, train_bpb) and\n"
 	      "its accuracy is of the next byte, over 20 fixed batches of 32 windows of each\n"
 	      "split.\n"
 	      "Several runs make one table, the run (as named) in a first column. An SGP\n"
@@ -46,7 +46,9 @@ static void usage(FILE *f)
 	      "\n"
 	      "      --run RUNDIR        the run a PARAMS_FILE belongs to (default: the file's\n"
 	      "                          directory)\n"
-	      "  -d, --data NAME|DIR     evaluate on this dataset instead of the run's\n"
+	      "  -d, --data NAME|DIR|SPEC  evaluate on this dataset's test split instead of\n"
+	      "                          the run's (all of it when it has none; never the\n"
+	      "                          run's --holdout); said on stderr\n"
 	      "      --train-subset N    add train_loss: the loss on N training samples, fixed\n"
 	      "                          by the run's seed\n"
 	      "  -c, --per-class         add acc_0 ... acc_<C-1>: the test accuracy per class\n"
@@ -229,23 +231,34 @@ static void logs_close(struct evaluator *e)
 	e->nlogs = 0;
 }
 
-/* The run's logs (RUNDIR's, or each shard's of a sharded run) for the bytes column; none for
- * a run whose logs cannot be read (its bytes are then NaN). */
+/* The run's logs (RUNDIR's, or each shard's of a sharded run) for the bytes column. A log not
+ * there is a server that never ran (a run not trained yet, made with --init-from, or trained
+ * by gem-work --local): no bytes. None for a run whose logs cannot be read (its bytes are
+ * then NaN). */
 static void logs_open(struct evaluator *e, const char *rundir)
 {
-	char err[GEM_ERRMAX], path[PATH_MAX + 64];
-	int k = run_shards(rundir, err);
+	char err[GEM_ERRMAX], name[64], path[PATH_MAX + 64];
+	int k = run_shards(rundir, err), ok = 1;
 	if (k < 0 || !(e->logs = calloc(k ? (size_t)k : 1, sizeof *e->logs)))
 		return;
-	for (e->nlogs = 0; e->nlogs < (k ? k : 1); e->nlogs++) {
+	e->nlogs = 0;
+	for (int i = 0; ok && i < (k ? k : 1); i++) {
 		if (k)
-			snprintf(path, sizeof path, "%s/" RUN_SHARD_DIR "/" RUN_LOG, rundir, e->nlogs, k);
+			snprintf(name, sizeof name, RUN_SHARD_DIR "/" RUN_LOG, i, k);
 		else
-			snprintf(path, sizeof path, "%s/" RUN_LOG, rundir);
-		if (run_log_bytes_open(&e->logs[e->nlogs], path, err) < 0)
-			break;
+			snprintf(name, sizeof name, RUN_LOG);
+		if (run_dir_file(rundir, name, path, sizeof path) < 0) {
+			snprintf(err, sizeof err, "%s: path too long", rundir);
+			ok = 0;
+		} else if (access(path, F_OK) < 0 && errno == ENOENT) {
+			continue;
+		} else if (run_log_bytes_open(&e->logs[e->nlogs], path, err) < 0) {
+			ok = 0;
+		} else {
+			e->nlogs++;
+		}
 	}
-	if (e->nlogs < (k ? k : 1)) {
+	if (!ok) {
 		log_info("no bytes on the wire: %s", err);
 		logs_close(e);
 	}
@@ -309,19 +322,25 @@ static int evaluator_init(struct evaluator *e, const struct run *run, const char
 	if (data) {
 		if ((rc = dataset_resolve(data, dir, sizeof dir, err)) < 0)
 			return GEM_EUSAGE;
-	} else {
-		snprintf(dir, sizeof dir, "%s", run->data_dir);
 	}
 	e->mean = run->mean;
 	e->std = run->std;
 	/* data that does not fit the model is refused (GEM_EUSAGE) as gem-init refuses it */
 	if ((rc = model_from_json(run->model, &e->m, err)) < 0 ||
 	    (rc = eval_buf_init(&e->buf, e->m, err)) < 0 ||
-	    (rc = run_data_load(run, dir, "test", &e->test, err)) < 0)
+	    (rc = run_data_load(run, data ? dir : NULL, "test", &e->test, err)) < 0)
 		return rc;
 	e->res.classes = model_classes(e->m);
+	/* other data than the run's: which of its samples are scored, in words (no holdout of the
+	 * run's is drawn from it) */
+	if (data && e->test.whole)
+		log_info("-d %s: all its %d samples are scored (it has no test split%s)", dir, e->test.n,
+			 run->holdout > 0 ? "; the run's --holdout is drawn from the run's data only" : "");
+	else if (data)
+		log_info("-d %s: its test split is scored (%d %s)", dir, e->test.n,
+			 e->test.text ? "windows" : "samples");
 	if (e->train_subset) {
-		if ((rc = run_data_load(run, dir, "train", &full, err)) < 0)
+		if ((rc = run_data_load(run, data ? dir : NULL, "train", &full, err)) < 0)
 			return rc;
 		rc = eval_subset(&full, e->train_subset, run->train.seed, &e->train, err);
 		dataset_free(&full);

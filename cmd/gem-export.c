@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include "base/fsutil.h"
 #include "base/log.h"
 #include "base/prog.h"
+#include "nn/data.h"
 #include "report/export.h"
 #include "run/run.h"
 
@@ -27,6 +29,10 @@ static void usage(FILE *f)
 	      "                          per tensor, stored, without metadata\n"
 	      "      --params FILE       export this parameter file of the run instead (a saved\n"
 	      "                          copy of params.gem, an SGP node's node-I.gem)\n"
+	      "      --held-out          print instead the held-out samples of a run made with\n"
+	      "                          --holdout: their indices among the training samples,\n"
+	      "                          from 0, one a line (a CSV table's data rows, an\n"
+	      "                          array's first axis)\n"
 	      "  -o, --output FILE       write FILE (atomically) instead of standard output\n"
 	      "  -q, --quiet             no informational messages on stderr\n"
 	      "  -h, --help              show this help\n"
@@ -34,11 +40,11 @@ static void usage(FILE *f)
 	      f);
 }
 
-enum { O_FORMAT = 256, O_PARAMS };
+enum { O_FORMAT = 256, O_PARAMS, O_HELD_OUT };
 
 static const struct option longopts[] = {
 	{"format", required_argument, 0, O_FORMAT}, {"params", required_argument, 0, O_PARAMS},
-	{"output", required_argument, 0, 'o'},
+	{"output", required_argument, 0, 'o'},      {"held-out", no_argument, 0, O_HELD_OUT},
 	{"quiet", no_argument, 0, 'q'},             {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},
 };
@@ -58,6 +64,36 @@ static int write_stdout(const struct export_file *x)
 	return fflush(stdout) == 0 && !ferror(stdout) ? 0 : -1;
 }
 
+/* --held-out: the indices of the run's held-out training samples, one a line. */
+static int held_out(const struct run *r, const char *output)
+{
+	char err[GEM_ERRMAX];
+	struct data_source src;
+	uint32_t *rows;
+	size_t k;
+	int rc;
+	FILE *f = stdout;
+	run_data_source(r, NULL, &src);
+	if ((rc = dataset_holdout_rows(&src, &rows, &k, err)) < 0) {
+		fprintf(stderr, "gem-export: %s: %s\n", r->dir, err);
+		return prog_exit(rc);
+	}
+	if (output && !(f = fopen(output, "w"))) {
+		fprintf(stderr, "gem-export: %s: %s\n", output, strerror(errno));
+		free(rows);
+		return EXIT_JOB;
+	}
+	for (size_t i = 0; i < k; i++)
+		fprintf(f, "%u\n", rows[i]);
+	free(rows);
+	if (fflush(f) != 0 || ferror(f) || (output && fclose(f) != 0)) {
+		fprintf(stderr, "gem-export: %s: write error\n", output ? output : "standard output");
+		return EXIT_JOB;
+	}
+	log_info("%zu held-out samples of %s", k, src.loc);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	enum export_format format = EXPORT_SAFETENSORS;
@@ -65,7 +101,7 @@ int main(int argc, char **argv)
 	char err[GEM_ERRMAX];
 	struct export_file x;
 	struct run r;
-	int c, rc;
+	int c, rc, rows = 0;
 
 	if (log_init("gem-export", err) < 0) {
 		fprintf(stderr, "gem-export: %s\n", err);
@@ -82,6 +118,7 @@ int main(int argc, char **argv)
 				return bad_usage("--format wants safetensors or npz, not ", optarg);
 			break;
 		case O_PARAMS: params = optarg; break;
+		case O_HELD_OUT: rows = 1; break;
 		case 'o': output = optarg; break;
 		case 'q': log_quiet(); break;
 		case 'h': usage(stdout); return 0;
@@ -92,6 +129,17 @@ int main(int argc, char **argv)
 	if (optind != argc - 1)
 		return bad_usage(optind == argc ? "which run?" : "one run at a time: ",
 				 optind == argc ? "" : argv[optind + 1]);
+	if (rows && (params || format != EXPORT_SAFETENSORS))
+		return bad_usage("--held-out: not with --params or --format", "");
+	if (rows) {
+		if ((rc = run_open(argv[optind], &r, err)) < 0) {
+			fprintf(stderr, "gem-export: %s\n", err);
+			return prog_exit(rc);
+		}
+		rc = held_out(&r, output);
+		run_close(&r);
+		return rc;
+	}
 	if (!output && isatty(1))
 		return bad_usage("not writing binary data to a terminal: redirect standard output ",
 				 "(gem-export RUNDIR > model.safetensors) or give -o FILE");

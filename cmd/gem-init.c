@@ -69,12 +69,13 @@ static void usage(FILE *f)
 	      "      --alpha X           easgd: α; default 0.9/workers\n"
 	      "      --lambda-dc X       dcasgd: λ; default 0.04\n"
 	      "      --outer-lr X        diloco, async-diloco: the outer Nesterov step's rate;\n"
-	      "                          default 0.7\n"
+	      "                          default 0.7 (async-diloco with --workers N: 0.7/N)\n"
 	      "      --outer-momentum X  diloco, async-diloco: the outer momentum; default 0.9;\n"
 	      "                          gem with --window H > 1: its proxy's momentum over\n"
 	      "                          cycles; default 0\n"
 	      "      --delayed-nesterov N  async-diloco: a momentum step with the mean of every\n"
-	      "                          N commits, plain steps between; default 0 (off)\n"
+	      "                          N commits, plain steps between; default: --workers\n"
+	      "                          (0, off, without it or with --fragments)\n"
 	      "      --dynamic-local-updates  async-diloco: each worker's H scaled to its speed\n"
 	      "                          (the fastest takes --window steps), told in the reply\n"
 	      "      --fragments P       diloco, async-diloco: θ in P slices synchronised in\n"
@@ -87,13 +88,19 @@ static void usage(FILE *f)
 	      "                          after a commit before its reply is mixed in;\n"
 	      "                          default 0 (it waits; gem-sim only for T > 0)\n"
 	      "  -n, --workers N         workers the run expects (sync, dma and diloco wait for\n"
-	      "                          that many; easgd's α; gem-serve ends the run once\n"
-	      "                          they came); default 1\n"
+	      "                          that many; easgd's α; async-diloco's outer lr and\n"
+	      "                          delayed Nesterov; gem-serve ends the run once they\n"
+	      "                          came); default 1\n"
 	      "  -f, --force             replace an existing run (not one in use) and remove\n"
 	      "                          its files\n"
 	      "  -q, --quiet             print nothing on success\n"
 	      "  -h, --help              show this help\n"
-	      "  -V, --version           show the version\n",
+	      "  -V, --version           show the version\n"
+	      "\n"
+	      "The training defaults (momentum SGD, lr 0.05, batch 64, one epoch) are the GEM\n"
+	      "paper's cnn recipe, for every model: a model spec carries no training options.\n"
+	      "The built-in resnet and gpt were measured with others (gem-model(5)). run.json\n"
+	      "records every value used.\n",
 	      f);
 }
 

@@ -356,7 +356,7 @@ static const char *pi_col(char *buf, size_t cap, double v)
 
 /* The run's line of TSV, and (but with -q) what its workers did; a divergence is said always.
  * Rates and shares are of the virtual time. */
-static void report(const struct sim_summary *sum, int quiet)
+static void report(const struct sim_summary *sum, const char *rundir, int quiet)
 {
 	char loss[32], pi[3][32];
 	double vt = sum->vtime > 0 ? sum->vtime : 1;
@@ -381,9 +381,17 @@ static void report(const struct sim_summary *sum, int quiet)
 			(unsigned long long)sum->updates, sum->vtime, sum->seconds,
 			(double)sum->updates / (sum->seconds > 0 ? sum->seconds : 1),
 			(unsigned long long)sum->bytes_in, (unsigned long long)sum->bytes_out);
-	if (sum->diverged)
-		fprintf(stderr, "gem-sim: warning: the run diverged (%d worker%s' loss did); a lower --lr "
-				"may help\n", sum->diverged, GEM_S(sum->diverged));
+	if (sum->diverged) {
+		/* the options that matter are the rule's: an outer step's too */
+		char err[GEM_ERRMAX];
+		struct run r;
+		const char *what = "a lower --lr";
+		if (run_open(rundir, &r, err) == 0)
+			what = rule_step_options(&r.rule);
+		fprintf(stderr, "gem-sim: warning: the run diverged (%d worker%s' loss did); %s may "
+				"help\n", sum->diverged, GEM_S(sum->diverged), what);
+		run_close(&r);
+	}
 }
 
 /* The simulation of rundir, and its summary: the exit status. */
@@ -408,7 +416,7 @@ static int simulate(const char *rundir, struct sim_opts *o, struct progress_show
 		fprintf(stderr, "gem-sim: %s\n", err);
 		return prog_exit(rc);
 	}
-	report(&sum, quiet);
+	report(&sum, rundir, quiet);
 	if (stop_signal) {
 		/* the virtual workers' state (their x, data positions, the event queue) is not
 		 * saved: say so rather than let a second run pass for a resumed one */

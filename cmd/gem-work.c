@@ -480,6 +480,8 @@ static int run_sgp_node(const struct sgp_opts *so, int quiet)
 /* What the command line says beyond the worker's and the SGP node's options. */
 struct cli {
 	const char *local, *server, *rule;
+	const char *later; /* "--local" or "--server" given before other options: its RUNDIR (or
+			    * URL) is the word left after them */
 	char host[256]; /* --listen's */
 	int listen_set, sgp_only, threads, no_token, check;
 };
@@ -538,8 +540,18 @@ static int parse_options(int argc, char **argv, struct work_opts *o, struct sgp_
 	int opt;
 	while ((opt = getopt_long(argc, argv, "L:S:e:t:j:qhV", longopts, NULL)) != -1) {
 		switch (opt) {
-		case 'L': c->local = optarg; break;
-		case 'S': c->server = optarg; break;
+		case 'L':
+		case 'S':
+			/* --local -t 5 RUNDIR: the next word is an option, not the run; it is read as
+			 * one, and the run is the word left at the end (a directory whose name
+			 * starts with '-' is given as ./-dir) */
+			if (optarg[0] == '-' && optarg[1]) {
+				c->later = opt == 'L' ? "--local" : "--server";
+				optind--;
+				optarg = (char *)"";
+			}
+			*(opt == 'L' ? &c->local : &c->server) = optarg;
+			break;
 		case 'e':
 			if (num_long(optarg, 1, 1 << 20, &v))
 				bad_usage("--epochs: not a positive integer: ", optarg);
@@ -668,8 +680,16 @@ int main(int argc, char **argv)
 	if (c.threads > 1)
 		log_debug("%d threads, OMP_WAIT_POLICY=%s", c.threads,
 			  getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
+	if (c.later && optind < argc) {
+		*(c.local ? &c.local : &c.server) = argv[optind++];
+		c.later = NULL;
+	}
+	if (c.later)
+		bad_usage(!strcmp(c.later, "--local") ? "--local: which RUNDIR?"
+						      : "--server: which URL or RUNDIR?", NULL);
 	if (optind != argc)
-		bad_usage("unexpected argument: ", argv[optind]);
+		bad_usage("unexpected argument (the options' values follow them: --local RUNDIR, "
+			  "--steps S, ...): ", argv[optind]);
 	if (o.t.epochs && o.t.steps)
 		bad_usage("give --epochs or --steps, not both", NULL);
 	if (o.t.codec && c.local)

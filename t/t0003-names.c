@@ -20,6 +20,11 @@ int main(void)
 	ok(gem_edit_distance("", "abc") == 3 && gem_edit_distance("abc", "") == 3, "to and from empty");
 	ok(gem_edit_distance("SYNC", "sync") == 0, "letter case is ignored");
 	ok(gem_edit_distance("downpour", "downpour") == 0, "a name is 0 edits from itself");
+	{
+		static const char *const models[] = {"cnn", "gpt", "mlp", "resnet"};
+		g = gem_closest_name("mpl", models, 4);
+		ok(g && !strcmp(g, "mlp"), "mpl: mlp, not gpt (%s)", g ? g : "none");
+	}
 
 	g = gem_closest_name("downpoor", rules, n);
 	ok(g && !strcmp(g, "downpour"), "downpoor: downpour (%s)", g ? g : "none");

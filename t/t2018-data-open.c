@@ -32,8 +32,13 @@ static void test_comma(void)
 	   "npy: a path with a comma last: %s", err);
 	ok(bad(dataset_resolve("npz:x,2.npy", loc, sizeof loc, err), err, "npz: takes FILE", "ln -s"),
 	   "npz: a path with a comma: %s", err);
-	ok(bad(dataset_resolve("csv:x,2.npy", loc, sizeof loc, err), err, "csv: takes FILE", "ln -s"),
-	   "csv: a path with a comma: %s", err);
+	/* two parts are a training and a test table: the first is not there, and the two
+	 * joined are a file, so the hint says why */
+	ok(bad(dataset_resolve("csv:x,2.npy", loc, sizeof loc, err), err, "x: no such file",
+	       "cannot hold", "ln -s"), "csv: a path with a comma: %s", err);
+	ok(bad(dataset_resolve("csv:x,2.npy,y_i8.npy", loc, sizeof loc, err), err,
+	       "csv: takes FILE or TRAIN_FILE,TEST_FILE", "ln -s"),
+	   "csv: a path with a comma, three parts: %s", err);
 	ok(bad(dataset_resolve("npy:x,y_i8.npy", loc, sizeof loc, err), err, "x: no such file") &&
 		   !strstr(err, "ln -s"), "a missing file, no comma in a path: no hint: %s", err);
 	ok(chdir("d,1") == 0, "into d,1/");

@@ -430,4 +430,36 @@ sys.exit(0 if b\"writing the output\" not in p.stderr and p.returncode == -13 el
 "
 '
 
+# Run C (rule diloco, 4 workers): a round is one update line, of the worker whose commit
+# closed it; the other three commits are "held" events. Two rounds, closed by workers 3 and 2;
+# worker 1 left in the second round, which a leave closed.
+mkdir -p runC
+cat >runC/run.json <<'JSON'
+{"rule": {"name": "diloco", "nworkers": 4}, "model_name": "tiny"}
+JSON
+cat >runC/log.jsonl <<'LOG'
+{"event":"start","time":100,"rule":"diloco","model":"tiny","tensors":["0.weight"],"version":0}
+{"event":"join","time":100,"worker":0,"version":0}
+{"event":"join","time":100,"worker":1,"version":0}
+{"event":"join","time":100,"worker":2,"version":0}
+{"event":"join","time":100,"worker":3,"version":0}
+{"event":"held","time":101,"worker":0,"version":0,"n":640}
+{"event":"held","time":101,"worker":1,"version":0,"n":640}
+{"event":"held","time":101,"worker":2,"version":0,"n":640}
+{"time":102,"elapsed":10.0,"version":1,"worker":3,"tau":0,"loss":1.5,"samples":2560,"n":640}
+{"event":"held","time":103,"worker":0,"version":1,"n":640}
+{"event":"held","time":103,"worker":3,"version":1,"n":320}
+{"time":104,"elapsed":20.0,"version":2,"worker":2,"tau":0,"loss":1.0,"samples":4160,"n":640}
+{"event":"held","time":105,"worker":0,"version":2,"n":640}
+{"time":106,"elapsed":25.0,"version":3,"worker":1,"tau":0,"loss":null,"samples":4800,"by":"leave"}
+LOG
+
+test_expect_success 'a rule with rounds: every worker counted and listed, not only the closers' '
+	gem-plot-data loss runC >out 2>err && cat err && grep -q "^# run: diloco, 4 workers$" out &&
+	gem-plot-data workers runC >out 2>err && cat err out &&
+	printf "0\t3\t1920\tnan\tnan\tnan\t128\n1\t1\t640\tnan\tnan\tnan\tnan\n" >want &&
+	printf "2\t2\t1280\t0.0000\t0\t1\t128\n3\t2\t960\t0.0000\t0\t1.5\t96\n" >>want &&
+	data out >got && diff want got
+'
+
 test_done

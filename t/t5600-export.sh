@@ -127,4 +127,38 @@ test_expect_success 'bad usage exits 2; a run without θ exits 1' '
 	test ! -s x
 '
 
+# The PyTorch example of gem-export(1): the npz file into a torch.nn.Sequential with NumPy and
+# PyTorch alone (Debian's python3-torch and python3-numpy; no safetensors package), and the
+# module's loss and accuracy on the run's test set are gem-eval's. Skipped where they are missing.
+torch_py=
+for p in python3 /usr/bin/python3; do
+	if "$p" -c "import numpy, torch" 2>/dev/null; then torch_py=$p; break; fi
+done
+if [ -z "$torch_py" ]; then
+	echo "# skip the PyTorch example: no python3 with numpy and torch"
+else
+	test_expect_success 'gem-export(1): the npz into PyTorch without safetensors; gem-eval'"'"'s figures' '
+		grep -q "^arrays = np.load(\"model.npz\")$" "$GEM_SRC/man/man1/gem-export.1" &&
+		gem-export --format npz -o model.npz run && gem-eval run >ev &&
+		"$torch_py" - "$(tail -1 ev | cut -f4)" "$(tail -1 ev | cut -f5)" <<-\PY
+		import gzip, json, struct, sys
+		import numpy as np, torch
+		net = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(),
+		                          torch.nn.Linear(16, 4), torch.nn.LogSoftmax(dim=1))
+		arrays = np.load("model.npz")
+		net.load_state_dict({k: torch.from_numpy(arrays[k]) for k in arrays.files})
+		norm = json.load(open("run/run.json"))["data"]["norm"]
+		with gzip.open("data/t10k-images-idx3-ubyte.gz") as f:
+		    x = np.frombuffer(f.read()[16:], np.uint8).reshape(-1, 64).astype(np.float32)
+		y = np.frombuffer(open("data/t10k-labels-idx1-ubyte", "rb").read()[8:], np.uint8)
+		x = (x * norm["scale"] - norm["mean"][0]) / norm["std"][0]
+		out = net(torch.from_numpy(x))
+		loss = torch.nn.functional.nll_loss(out, torch.from_numpy(y.astype(np.int64))).item()
+		acc = (out.argmax(1).numpy() == y).mean()
+		print("torch", loss, acc, "gem-eval", sys.argv[1:])
+		assert abs(loss - float(sys.argv[1])) < 1e-4 and abs(acc - float(sys.argv[2])) < 1e-3
+		PY
+	'
+fi
+
 test_done

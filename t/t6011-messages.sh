@@ -70,4 +70,37 @@ test_expect_success 'one exit status per kind: a run in use, data that does not 
 	{ gem-work -q --local fits 2>err; test $? = 2; } && cat err && grep -q "does not fit the model" err
 '
 
+test_expect_success 'gem-work --local -t 5 RUNDIR: options in any order; a word left over named' '
+	gem-work -q --local -t 2 run && gem-work -q -t 2 --local run && gem-work -q --local run -t 2 &&
+	test "$(python3 "$GEM_SRC/t/gem-theta.py" run | wc -c)" -gt 0 &&
+	{ gem-work -q --local -t 2 2>err; test $? = 2; } && grep -q "^gem-work: --local: which RUNDIR?$" err &&
+	{ gem-work -q --local run 5 2>err; test $? = 2; } && cat err &&
+	grep -q "^gem-work: unexpected argument (the options.* values follow them: --local RUNDIR, --steps S, ...): 5$" err
+'
+
+test_expect_success 'gem-init --model mpl: did you mean mlp (one swap), not gpt' '
+	{ gem-init -q --model mpl r-mpl 2>err; test $? = 2; } && cat err &&
+	grep -q "unknown model \"mpl\" (did you mean mlp?)" err
+'
+
+test_expect_success '--data FILE without its format: the prefix its name suggests' '
+	printf "a,label\n1,0\n2,1\n" >t.csv && : >x.npy && : >d.npz && : >notes.dat &&
+	{ gem-init -q --model tiny.json --data t.csv r-csv 2>err; test $? = 2; } && cat err &&
+	grep -q "t.csv: a file, not a dataset directory; did you mean --data csv:t.csv --label COLUMN?" err &&
+	{ gem-init -q --model tiny.json --data ./x.npy r-npy 2>err; test $? = 2; } && cat err &&
+	grep -q "did you mean --data npy:./x.npy,LABELS.npy?" err &&
+	{ gem-init -q --model tiny.json --data "$PWD/d.npz" r-npz 2>err; test $? = 2; } &&
+	grep -q "did you mean --data npz:$PWD/d.npz?" err &&
+	{ gem-init -q --model tiny.json --data notes.dat r-dat 2>err; test $? = 2; } && cat err &&
+	grep -q "notes.dat: a file, not a dataset directory: name its format, --data csv:FILE" err &&
+	test ! -e r-csv && test ! -e r-dat
+'
+
+test_expect_success 'gem-eval of a run without a log: bytes 0, nothing on stderr, no //' '
+	gem-init -q --model tiny.json --data data nolog &&
+	gem-eval nolog/ >out 2>err && cat out err && test ! -s err &&
+	tail -1 out | awk -F"\t" "{ exit !(\$6 == \"0\") }" &&
+	gem-eval --json nolog/ >out 2>err && test ! -s err && grep -q "\"bytes\":0}" out
+'
+
 test_done

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -84,6 +85,7 @@ static int model_open(const char *loc, int test, struct dataset *out, char *err)
 struct spec {
 	const struct spec_format *f;
 	int n;
+	int paths; /* of the n parts, the paths (the training split's, then the test split's) */
 	const char *part[SPEC_MAX_PARTS];
 	size_t len[SPEC_MAX_PARTS];
 };
@@ -98,14 +100,17 @@ static spec_loader load_csv, load_npy, load_npz, load_cifar;
  * .npz) the names of arrays inside, all separated by commas: a comma is never part of a path. */
 static const struct spec_format {
 	const char *pre;
-	int paths;        /* how many */
+	int paths;        /* how many, of the training split */
+	int test_paths;   /* how many more may follow, of the test split (0: none) */
 	int dir;          /* the path is a directory's */
 	int names_max;    /* array names after the path: none, or pairs of features and labels */
 	const char *form; /* what follows the prefix, for errors */
 	spec_loader *load;
 } spec_formats[] = {
-	{.pre = DATA_CSV_PREFIX, .paths = 1, .form = "FILE", .load = load_csv},
-	{.pre = DATA_NPY_PREFIX, .paths = 2, .form = "FEATURES,LABELS, two .npy files",
+	{.pre = DATA_CSV_PREFIX, .paths = 1, .test_paths = 1,
+	 .form = "FILE or TRAIN_FILE,TEST_FILE (CSV tables of the same columns)", .load = load_csv},
+	{.pre = DATA_NPY_PREFIX, .paths = 2, .test_paths = 2,
+	 .form = "FEATURES,LABELS or FEATURES,LABELS,TEST_FEATURES,TEST_LABELS (.npy files)",
 	 .load = load_npy},
 	{.pre = DATA_NPZ_PREFIX, .paths = 1, .names_max = 4,
 	 .form = "FILE, FILE,FEATURES,LABELS or FILE,FEATURES,LABELS,TEST_FEATURES,TEST_LABELS (an "
@@ -147,6 +152,11 @@ static int spec_cut(const char *loc, struct spec *sp)
 			break;
 	}
 	names = sp->n - sp->f->paths;
+	sp->paths = sp->f->paths;
+	if (sp->f->test_paths && names == sp->f->test_paths) { /* the test split's files */
+		sp->paths = sp->n;
+		names = 0;
+	}
 	return names < 0 || names > sp->f->names_max || names % 2 ? -1 : 0;
 }
 
@@ -221,7 +231,7 @@ static int resolve_spec(const char *name, char *out, size_t cap, char *err)
 		const char *part = abs;
 		if (!spec_part(&sp, i, path, sizeof path))
 			return gem_errf(err, GEM_EUSAGE, "--data %s: part %d is too long", name, i + 1);
-		if (i >= sp.f->paths)
+		if (i >= sp.paths)
 			part = path; /* an array's name, as it is */
 		else if (sp.f->dir ? !fs_is_dir(path) : !is_file(path))
 			return gem_errf(err, GEM_EUSAGE, "--data %s: %s: %s%s", name, path,
@@ -250,10 +260,33 @@ int dataset_present(const char *loc)
 		return access(loc, R_OK) == 0;
 	if (spec_cut(loc, &sp) < 0)
 		return 0;
-	for (int i = 0; i < sp.f->paths; i++)
+	for (int i = 0; i < sp.paths; i++)
 		if (!spec_part(&sp, i, path, sizeof path) || access(path, R_OK) < 0)
 			return 0;
 	return 1;
+}
+
+/* A file given without its format's prefix: which prefix, by its name's ending. */
+static int file_without_format(const char *file, char *err)
+{
+	static const char *const ends[][2] = {
+		{".csv", DATA_CSV_PREFIX "%s --label COLUMN"}, {".csv.gz", DATA_CSV_PREFIX "%s --label COLUMN"},
+		{".npz", DATA_NPZ_PREFIX "%s"},		    {".npy", DATA_NPY_PREFIX "%s,LABELS.npy"},
+		{".npy.gz", DATA_NPY_PREFIX "%s,LABELS.npy"}, {".txt", DATA_TEXT_PREFIX "%s"},
+	};
+	size_t len = strlen(file);
+	char hint[PATH_MAX + 64];
+	for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
+		size_t e = strlen(ends[i][0]);
+		if (len > e && !strcasecmp(file + len - e, ends[i][0])) {
+			snprintf(hint, sizeof hint, ends[i][1], file);
+			return gem_errf(err, GEM_EUSAGE, "%s: a file, not a dataset directory; did you mean "
+					"--data %s? (gem-data(5))", file, hint);
+		}
+	}
+	return gem_errf(err, GEM_EUSAGE, "%s: a file, not a dataset directory: name its format, "
+			"--data csv:FILE, npy:FEATURES,LABELS, npz:FILE, cifar:DIR or text:FILE "
+			"(gem-data(5))", file);
 }
 
 int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
@@ -294,6 +327,8 @@ int dataset_resolve(const char *name_or_dir, char *dir, size_t cap, char *err)
 		snprintf(dir, cap, "%s", name_or_dir);
 		return 0;
 	}
+	if (is_file(name_or_dir))
+		return file_without_format(name_or_dir, err);
 	if (strchr(name_or_dir, '/'))
 		return gem_errf(err, GEM_EUSAGE, "%s: not a directory", name_or_dir);
 	/* $GEM_DATA_PATH entries (empty ones skipped), then the system directory. */
@@ -410,9 +445,12 @@ static int load_cifar(const struct spec *sp, const char *loc, const char *label,
 static int load_csv(const struct spec *sp, const char *loc, const char *label, int test,
 		    const char *x, struct samples *s, char *err)
 {
-	(void)sp;
-	if (test)
+	char t[PATH_MAX];
+	/* the test split's table, when given, follows the training split's */
+	if (test && sp->paths == sp->f->paths)
 		return 1;
+	if (test && !(x = spec_part(sp, sp->f->paths, t, sizeof t)))
+		return gem_errf(err, GEM_EUSAGE, "%s: not %s%s", loc, sp->f->pre, sp->f->form);
 	if (!label || !*label)
 		return gem_errf(err, GEM_EUSAGE, "%s: a CSV table needs its label column named "
 				"(--label COLUMN)", loc);
@@ -422,11 +460,13 @@ static int load_csv(const struct spec *sp, const char *loc, const char *label, i
 static int load_npy(const struct spec *sp, const char *loc, const char *label, int test,
 		    const char *x, struct samples *s, char *err)
 {
-	char y[PATH_MAX];
+	char y[PATH_MAX], t[PATH_MAX];
 	(void)label;
-	if (test)
+	/* the test split's pair, when given, follows the training split's */
+	if (test && sp->paths == sp->f->paths)
 		return 1;
-	if (!spec_part(sp, 1, y, sizeof y))
+	if ((test && !(x = spec_part(sp, sp->f->paths, t, sizeof t))) ||
+	    !spec_part(sp, test ? sp->f->paths + 1 : 1, y, sizeof y))
 		return gem_errf(err, GEM_EUSAGE, "%s: not %s%s", loc, sp->f->pre, sp->f->form);
 	return npy_load(x, y, s, err);
 }
@@ -446,36 +486,49 @@ static int load_samples(const char *loc, const char *label, int test, struct sam
 /* Keep of s the samples of split test (1) or train (0) of a holdout of fraction f drawn from
  * seed: the test split is the first ⌈n·f⌉ of a permutation, train the others, each in the
  * file's order. */
-static int holdout_split(struct samples *s, int test, double f, uint64_t seed, const char *loc,
-			 char *err)
+/* take[i] = 1 for the n samples' held-out ones (a holdout of fraction f drawn from seed: the
+ * first ⌈n·f⌉ of a permutation), 0 for the others. */
+static int holdout_take(size_t n, double f, uint64_t seed, uint8_t *take, const char *loc, char *err)
 {
-	size_t n = s->n, k = (size_t)ceil((double)n * f), m = 0;
-	size_t row = s->dim * (s->type == SAMPLES_U8 ? 1 : sizeof(float));
+	size_t k = (size_t)ceil((double)n * f);
 	uint32_t *perm;
-	uint8_t *take;
 	struct rng r;
 	if (k >= n)
 		return gem_errf(err, GEM_EUSAGE, "%s: %zu samples: too few to hold out %g of them and "
 				"train on the rest", loc, n, f);
-	perm = malloc(n * sizeof *perm);
-	take = calloc(n, 1);
-	if (!perm || !take) {
-		free(perm);
-		free(take);
+	if (!(perm = malloc(n * sizeof *perm)))
 		return gem_errf(err, GEM_ENOMEM, "%s: out of memory", loc);
-	}
 	for (size_t i = 0; i < n; i++)
 		perm[i] = (uint32_t)i;
 	rng_seed(&r, seed, RNG_HOLDOUT);
 	rng_shuffle(&r, perm, n);
+	memset(take, 0, n);
 	for (size_t i = 0; i < k; i++)
 		take[perm[i]] = 1;
+	free(perm);
+	return 0;
+}
+
+/* Keep of s the samples of split test (1) or train (0) of a holdout of fraction f drawn from
+ * seed (holdout_take), each in the file's order. */
+static int holdout_split(struct samples *s, int test, double f, uint64_t seed, const char *loc,
+			 char *err)
+{
+	size_t n = s->n, m = 0;
+	size_t row = s->dim * (s->type == SAMPLES_U8 ? 1 : sizeof(float));
+	uint8_t *take;
+	int rc;
+	if (!(take = calloc(n ? n : 1, 1)))
+		return gem_errf(err, GEM_ENOMEM, "%s: out of memory", loc);
+	if ((rc = holdout_take(n, f, seed, take, loc, err)) < 0) {
+		free(take);
+		return rc;
+	}
 	for (size_t i = 0; i < n; i++)
 		if (take[i] == test) {
 			memmove((uint8_t *)s->x + m * row, (uint8_t *)s->x + i * row, row);
 			s->y[m++] = s->y[i];
 		}
-	free(perm);
 	free(take);
 	s->n = m;
 	samples_count_classes(s);
@@ -536,6 +589,10 @@ int dataset_open(const struct data_source *src, const char *split, struct datase
 	if (!spec_format(src->loc) && text_path(src->loc, path, sizeof path))
 		return text_load(path, split, out, err);
 	rc = load_samples(src->loc, src->label, test && !(src->holdout > 0), &s, err);
+	if (rc == 1 && src->whole) {
+		rc = load_samples(src->loc, src->label, 0, &s, err);
+		out->whole = 1;
+	}
 	if (rc == 1)
 		return no_test_split(src->loc, err);
 	if (rc < 0)
@@ -546,6 +603,34 @@ int dataset_open(const struct data_source *src, const char *split, struct datase
 	}
 	from_samples(&s, out);
 	return 0;
+}
+
+int dataset_holdout_rows(const struct data_source *src, uint32_t **rows, size_t *k, char *err)
+{
+	struct samples s;
+	size_t n;
+	uint8_t *take;
+	int rc;
+	*rows = NULL;
+	*k = 0;
+	if (!(src->holdout > 0))
+		return gem_errf(err, GEM_EUSAGE, "%s: no samples held out (the run was made without "
+				"--holdout)", src->loc);
+	if ((rc = load_samples(src->loc, src->label, 0, &s, err)) < 0)
+		return rc;
+	n = s.n;
+	samples_free(&s);
+	if (!(take = calloc(n ? n : 1, 1)))
+		return gem_errf(err, GEM_ENOMEM, "%s: out of memory", src->loc);
+	if ((rc = holdout_take(n, src->holdout, src->seed, take, src->loc, err)) == 0) {
+		if (!(*rows = malloc(n * sizeof **rows + 1)))
+			rc = gem_errf(err, GEM_ENOMEM, "%s: out of memory", src->loc);
+		for (size_t i = 0; *rows && i < n; i++)
+			if (take[i])
+				(*rows)[(*k)++] = (uint32_t)i;
+	}
+	free(take);
+	return rc;
 }
 
 int dataset_load(const char *dir, const char *split, struct dataset *out, char *err)

@@ -19,7 +19,8 @@
 #define DATA_KJV "kjv"
 /* A text's last 1/DATA_TEXT_HOLD_OUT (its bytes from ⌊len·9/10⌋ on) is split "test". */
 #define DATA_TEXT_HOLD_OUT 10
-/* The formats of files given by their paths (gem-data(5)): "csv:FILE", "npy:FEATURES,LABELS",
+/* The formats of files given by their paths (gem-data(5)): "csv:FILE[,TEST_FILE]",
+ * "npy:FEATURES,LABELS[,TEST_FEATURES,TEST_LABELS]",
  * "npz:FILE[,FEATURES,LABELS[,TEST_FEATURES,TEST_LABELS]]" (the arrays' names, else the
  * conventional ones of nn/npz.h), "cifar:DIR". */
 #define DATA_CSV_PREFIX   "csv:"
@@ -53,6 +54,8 @@ struct dataset {
 	int seq;         /* a text: bytes per window (0 until dataset_window) */
 	uint8_t *text;   /* a text: the split's bytes (NULL: images) */
 	size_t len;      /* ... how many */
+	int whole;       /* split "test" asked of a data set without one, with data_source.whole:
+			  * all its samples */
 };
 
 /* Batches of one worker's shard: epoch e visits the shard in an order fixed by (seed, stream,
@@ -79,6 +82,8 @@ struct data_source {
 	const char *label; /* csv: the label column's name */
 	double holdout;    /* in (0, 1): that fraction of the training samples is split "test"; 0 none */
 	uint64_t seed;     /* of the holdout's draw (stream RNG_HOLDOUT) */
+	int whole;         /* without holdout: split "test" of a data set that has none is all its
+			    * samples (gem-eval -d: the data given is scored), not an error */
 };
 #define DATA_HOLDOUT_MIN 1e-6
 #define DATA_HOLDOUT_MAX 0.9
@@ -100,6 +105,10 @@ int dataset_is_spec(const char *loc);
  * "train" is the training samples not held out, "test" those held out; without, a dataset with
  * no test split is an error (GEM_EUSAGE) that says to give --holdout. */
 int dataset_open(const struct data_source *src, const char *split, struct dataset *out, char *err);
+/* The held-out samples of src (src->holdout > 0, else GEM_EUSAGE): their indices among the
+ * training samples, from 0, in the file's order (a CSV table's data rows, an array's first
+ * axis), into *rows (malloc'd, *k of them). */
+int dataset_holdout_rows(const struct data_source *src, uint32_t **rows, size_t *k, char *err);
 /* dataset_open of the dataset dir as it is (no holdout). */
 int dataset_load(const char *dir, const char *split, struct dataset *out, char *err);
 /* Cut a loaded text into windows of seq bytes (the model's positions): sets seq, rows, cols,

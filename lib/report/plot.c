@@ -158,9 +158,24 @@ static void start_event(struct reader *r, const json_t *o)
 }
 
 /* The events the views need: start (tensor names, the rule), stop, sgp (an SGP node's log). */
-static void other_event(struct reader *r, const char *ev, const json_t *o)
+static int add_worker(struct plot_log *lg, int64_t w);
+
+/* An event line; -1 only when out of memory. A worker that joined or had a commit held by a
+ * round (diloco, sync: the update line names only the worker that closed it) is one of the
+ * run's workers. */
+static int other_event(struct reader *r, const char *ev, const json_t *o, int64_t worker)
 {
 	struct plot_log *lg = r->lg;
+	if (worker >= 0 && (!strcmp(ev, "join") || !strcmp(ev, "held")) && add_worker(lg, worker) < 0)
+		return -1;
+	if (!strcmp(ev, "held") && worker >= 0) { /* a held event without its worker: ignored */
+		long long n = 0;
+		if (grow(&lg->held, &lg->hcap, lg->nheld + 1, sizeof *lg->held) < 0)
+			return -1;
+		jget_integral(o, "n", 0, LLONG_MAX, &n);
+		/* an event's time is wall-clock in a served run: the round's update gives its t */
+		lg->held[lg->nheld++] = (struct plot_held){.t = NAN, .worker = worker, .n = (uint64_t)n};
+	}
 	if (!strcmp(ev, "start")) {
 		const char *rule;
 		start_event(r, o);
@@ -176,6 +191,7 @@ static void other_event(struct reader *r, const char *ev, const json_t *o)
 		if (jget_integral(o, "iters", 1, LLONG_MAX, &v) == JGET_OK)
 			lg->iters = (uint64_t)v;
 	}
+	return 0;
 }
 
 /* Grow the tensor names to n, "tensorN" beyond those the start event gave. */
@@ -281,6 +297,8 @@ static int keep_update(struct plot_log *lg, const struct plot_update *u, int wit
 	if (grow(&lg->u, &lg->ucap, lg->n + 1, sizeof *lg->u) < 0 || add_worker(lg, u->worker) < 0)
 		return -1;
 	lg->u[lg->n++] = *u;
+	for (; lg->held_open < lg->nheld; lg->held_open++)
+		lg->held[lg->held_open].t = u->t;
 	if (with_pi) {
 		/* pi_version grows with npi; its capacity is tracked by the row count itself. */
 		uint64_t *pv = realloc(lg->pi_version, (lg->npi + 1) * sizeof *pv);
@@ -297,16 +315,15 @@ static int take_line(struct reader *r, const struct run_log_line *l)
 {
 	struct plot_update u = {.t = l->u.vtime >= 0 ? l->u.vtime : l->u.elapsed, .loss = l->u.loss,
 				.version = l->u.version, .samples = l->u.samples,
-				.worker = l->u.worker, .tau = (int64_t)l->u.tau};
+				.worker = l->u.worker, .tau = (int64_t)l->u.tau,
+				.has_n = l->u.has_n, .n = l->u.n, .by_leave = l->u.by_leave};
 	json_t *pi;
 	int rc, with_pi;
 
 	r->bytes += run_log_line_bytes(l);
 	u.bytes = r->bytes;
-	if (l->event) {
-		other_event(r, l->event, l->json);
-		return 0;
-	}
+	if (l->event)
+		return other_event(r, l->event, l->json, l->u.worker);
 	pi = json_object_get(l->json, "pi");
 	with_pi = r->want_pi && pi;
 	rc = with_pi ? line_pi(r, pi) : 0;
@@ -502,6 +519,7 @@ void plot_log_free(struct plot_log *lg)
 	free(lg->tensors);
 	free(lg->u);
 	free(lg->workers);
+	free(lg->held);
 	free(lg->pi);
 	free(lg->pi_version);
 	memset(lg, 0, sizeof *lg);
@@ -1011,7 +1029,7 @@ static int view_throughput(struct writer *w, char *err)
 static int view_workers(struct writer *w, char *err)
 {
 	struct acc {
-		uint64_t commits, samples, nloss;
+		uint64_t commits, samples, nloss, ntau;
 		double tau, loss, t_first, t_last;
 		int64_t maxtau;
 	};
@@ -1024,15 +1042,35 @@ static int view_workers(struct writer *w, char *err)
 			free(a);
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
 		}
+		/* a round's held commits first: each is its worker's, with its own samples */
+		for (size_t i = 0; i < lg->nheld; i++) {
+			const struct plot_held *h = &lg->held[i];
+			struct acc *x = &a[worker_index(lg, h->worker)];
+			if (isnan(h->t))
+				continue; /* its round has not closed */
+			if (!x->commits++ || h->t < x->t_first)
+				x->t_first = h->t;
+			if (h->t > x->t_last)
+				x->t_last = h->t;
+			x->samples += h->n;
+		}
 		for (size_t i = 0; i < lg->n; i++) {
 			const struct plot_update *u = &lg->u[i];
 			struct acc *x = &a[worker_index(lg, u->worker)];
 			uint64_t prev = i ? lg->u[i - 1].samples : 0;
-			if (!x->commits++)
+			if (u->by_leave)
+				continue; /* a round a leave closed: no commit of the worker's */
+			if (!x->commits++ || u->t < x->t_first)
 				x->t_first = u->t;
-			x->t_last = u->t;
-			if ((i || u->version == 1) && u->samples >= prev)
+			if (u->t > x->t_last)
+				x->t_last = u->t;
+			/* its own samples when the server logged them (not the round's), else the
+			 * growth of the total (a log of an earlier gem) */
+			if (u->has_n)
+				x->samples += u->n;
+			else if ((i || u->version == 1) && u->samples >= prev)
 				x->samples += u->samples - prev;
+			x->ntau++;
 			x->tau += (double)u->tau;
 			if (u->tau > x->maxtau)
 				x->maxtau = u->tau;
@@ -1045,8 +1083,11 @@ static int view_workers(struct writer *w, char *err)
 			cell_i(w, lg->workers[k]);
 			cell_u(w, a[k].commits);
 			cell_u(w, a[k].samples);
-			cell_num(w, "%.4f", a[k].tau / (double)a[k].commits);
-			cell_i(w, a[k].maxtau);
+			cell_num(w, "%.4f", a[k].ntau ? a[k].tau / (double)a[k].ntau : NAN);
+			if (a[k].ntau)
+				cell_i(w, a[k].maxtau);
+			else
+				cell_g(w, NAN);
 			cell_g(w, a[k].nloss ? a[k].loss / (double)a[k].nloss : NAN);
 			cell_g(w, a[k].t_last > a[k].t_first
 					  ? (double)a[k].samples / (a[k].t_last - a[k].t_first)

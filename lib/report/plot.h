@@ -30,6 +30,16 @@ struct plot_update {
 	uint64_t bytes;    /* a server's bytes on the wire so far (0 in logs that count none) */
 	int64_t worker;
 	int64_t tau;
+	int has_n;         /* a server's commit: n is the worker's own samples */
+	uint64_t n;
+	int by_leave;      /* a round closed by a worker's leave: no commit of its own */
+};
+
+/* A commit a round held until its last worker's ("held" event: no update of its own). */
+struct plot_held {
+	double t;          /* the time of the update that closed its round (NaN: none yet) */
+	int64_t worker;
+	uint64_t n;        /* its samples (0: not logged) */
 };
 
 /* One run's log, read whole. */
@@ -39,8 +49,12 @@ struct plot_log {
 				    * beside the log: its start event's rule, else run.json's), else path */
 	struct plot_update *u;
 	size_t n;
-	int64_t *workers;       /* distinct worker ids, ascending */
+	int64_t *workers;       /* distinct worker ids, ascending: of the updates, joins and held
+				 * commits (a round's workers, not only those whose commit closed it) */
 	size_t nworkers;
+	struct plot_held *held; /* the commits rounds held */
+	size_t nheld, hcap;
+	size_t held_open;       /* held[held_open..nheld) wait for their round's update */
 	char **tensors;         /* names from the start event ("tensor0", ... if none) */
 	size_t ntensors;
 	float *pi;              /* npi rows of ntensors values of the chosen statistic */

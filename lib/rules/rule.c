@@ -206,13 +206,35 @@ int rule_config_default(const char *name, struct rule_config *c, char *err)
 	c->window = rule_describe(name)->window;
 	c->alpha = 0;
 	c->lambda_dc = 0.04f; /* Zheng et al. 2017, DC-ASGD-c */
-	c->outer_lr = 0.7f;   /* Douillard et al. 2023 */
+	c->outer_lr = RULE_OUTER_LR;
 	/* DiLoCo's; gem's proxy over cycles has none of its own (doc/rules.md, "GEM on
 	 * pseudo-gradients") */
 	c->outer_momentum = rule_describe(name)->outer_window ? 0 : 0.9f;
 	c->fragments = 1;
 	c->nworkers = 0;
 	return 0;
+}
+
+void rule_config_workers(struct rule_config *c, int outer_lr_given, int delayed_given)
+{
+	int ri = rule_index(c->name);
+	if (ri < 0 || c->nworkers < 2 || !rule_uses(&rule_all[ri]->desc, "delayed_nesterov"))
+		return;
+	if (!outer_lr_given)
+		c->outer_lr = RULE_OUTER_LR / (float)c->nworkers;
+	if (!delayed_given && c->fragments == 1)
+		c->delayed_nesterov = c->nworkers;
+}
+
+const char *rule_step_options(const struct rule_config *c)
+{
+	int ri = rule_index(c->name);
+	if (ri >= 0 && rule_uses(&rule_all[ri]->desc, "delayed_nesterov"))
+		return "a lower --lr or --outer-lr (at most 0.7/N for N workers), and "
+		       "--delayed-nesterov N (both gem-init's defaults with --workers N)";
+	if (ri >= 0 && rule_uses(&rule_all[ri]->desc, "outer_lr"))
+		return "a lower --lr or --outer-lr";
+	return "a lower --lr";
 }
 
 enum rule_sends rule_sends_of(const struct rule_config *c)

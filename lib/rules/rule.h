@@ -154,8 +154,18 @@ int rule_vec_finite(const float *v, size_t n);
  * RULE_SENDS_OUTER for a rule with outer_window and a window > 1. */
 enum rule_sends rule_sends_of(const struct rule_config *c);
 
+#define RULE_OUTER_LR 0.7f /* Douillard et al. 2023: DiLoCo's outer rate */
 /* Fill *c with the defaults of the named rule; an unknown name is GEM_EUSAGE listing RULE_NAMES. */
 int rule_config_default(const char *name, struct rule_config *c, char *err);
+/* The defaults of *c that depend on its number of workers N = c->nworkers (> 1), for the fields
+ * not given (outer_lr_given, delayed_given): a rule with delayed Nesterov (async-diloco), whose
+ * every commit is an outer step of its own, takes the outer rate divided by N and delayed
+ * Nesterov over N arrivals (without --fragments, which does not go with it), the setting
+ * doc/results.md measured to match sync where DiLoCo's 0.7 diverged. Others: unchanged. */
+void rule_config_workers(struct rule_config *c, int outer_lr_given, int delayed_given);
+/* The options that scale a step of rule c, as words for a divergence's message ("a lower
+ * --lr"): its outer step's too ("--outer-lr", "--delayed-nesterov") for a rule with one. */
+const char *rule_step_options(const struct rule_config *c);
 /* The RULE_GEM_REF_* of a name in RULE_GEM_REFS ("commit", "pull"); -1 for any other. */
 int rule_gem_ref_parse(const char *name);
 /* The RULE_STATE_* of a name in RULE_STATE_PRECISIONS ("f32", "bf16"); -1 for any other. */

@@ -328,8 +328,11 @@ int run_data_load(const struct run *r, const char *dir, const char *split, struc
 
 void run_data_source(const struct run *r, const char *dir, struct data_source *src)
 {
+	/* other data is the user's to score: its own test split, else all of it; the run's
+	 * holdout is a draw from the run's data, not from another's */
 	*src = (struct data_source){.loc = dir ? dir : r->data_dir, .label = r->data_label,
-				    .holdout = r->holdout, .seed = r->train.seed};
+				    .holdout = dir ? 0 : r->holdout, .seed = r->train.seed,
+				    .whole = dir != NULL};
 }
 
 void run_close(struct run *r)

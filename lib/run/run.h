@@ -122,14 +122,16 @@ void run_close(struct run *r);
 struct model;
 /* Check ds against model m (model_fits), a text cut first into windows of m's positions. */
 int run_data_fit(const struct model *m, struct dataset *ds, char *err);
-/* Split "train" or "test" of the run's data (of dir instead when dir is non-NULL), checked
+/* Split "train" or "test" of the run's data (of dir instead when dir is non-NULL: without the
+ * run's holdout, its own test split, or all its samples when it has none), checked
  * against the run's model with model_fits and normalised as run.json says: every program
  * where a run meets its data loads it here, so a model spec that does not fit its data (from a
  * lying server) is refused. */
 int run_data_load(const struct run *r, const char *dir, const char *split, struct dataset *ds,
 		  char *err);
 struct data_source;
-/* The run's data as dataset_open reads it (of dir instead when dir is non-NULL); borrows r. */
+/* The run's data as dataset_open reads it (of dir instead when dir is non-NULL, as
+ * run_data_load says); borrows r. */
 void run_data_source(const struct run *r, const char *dir, struct data_source *src);
 /* Make r the run of shard i of k of θ's n elements: its files are in RUNDIR/shard-I-of-K/
  * (made if missing), and a shard that has no params.gem yet starts from its slice of

@@ -13,6 +13,8 @@
 #include "base/jget.h"
 #include "base/log.h"
 #include "base/num.h"
+#include "rules/rule.h"
+#include "run/run.h"
 
 /* ---- writing ---- */
 
@@ -561,6 +563,24 @@ static int log_end(const char *dir, struct run_end *e, char *err)
 	return 0;
 }
 
+/* The options that scale a step of the rule of the run in dir (a shard's directory: the run's,
+ * one up), for the message of a divergence (rule_step_options); "a lower --lr" when its
+ * run.json cannot be read. */
+static const char *step_options(const char *dir)
+{
+	const char *out = "a lower --lr";
+	char path[PATH_MAX + 32];
+	struct rule_config c;
+	json_t *j = NULL;
+	for (int up = 0; up < 2 && !j; up++)
+		if ((size_t)snprintf(path, sizeof path, "%s/%s" RUN_JSON, dir, up ? "../" : "") < sizeof path)
+			j = json_load_file(path, 0, NULL);
+	if (j && rule_config_from_json(json_object_get(j, "rule"), &c, NULL) == 0)
+		out = rule_step_options(&c);
+	json_decref(j);
+	return out;
+}
+
 int run_end_read(const char *dir, struct run_end *e, char *err)
 {
 	char name[64], sub[PATH_MAX + 16], loss[16];
@@ -586,7 +606,8 @@ int run_end_read(const char *dir, struct run_end *e, char *err)
 	}
 	if (rc == 0 && e->how == RUN_DIVERGED)
 		rc = gem_errf(err, GEM_EUSAGE, "%s: diverged at version %llu (loss %s); resuming will not "
-				"help: make the run again with a lower --lr", dir,
-				(unsigned long long)e->version, num_format(loss, sizeof loss, "%g", e->loss));
+				"help: make the run again with %s", dir,
+				(unsigned long long)e->version, num_format(loss, sizeof loss, "%g", e->loss),
+				step_options(dir));
 	return rc;
 }

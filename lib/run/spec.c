@@ -369,9 +369,15 @@ static int rule_of_opts(struct run_opts *o, struct rule_config *rc, char *err)
 	}
 	rc->lr = (float)o->train.lr;
 	rc->momentum = (float)o->train.momentum;
-	for (int i = 0; i < o->nruleopts; i++)
+	int outer_lr_given = 0, delayed_given = 0;
+	for (int i = 0; i < o->nruleopts; i++) {
 		if (rule_opt_apply(rc, o->ruleopts[i].opt, o->ruleopts[i].arg, err) < 0)
 			return o->usage = 1, GEM_EUSAGE;
+		outer_lr_given |= o->ruleopts[i].opt == O_OUTER_LR;
+		delayed_given |= o->ruleopts[i].opt == O_DELAYED;
+	}
+	/* what --workers N implies (async-diloco's outer step), stored in run.json as given */
+	rule_config_workers(rc, outer_lr_given, delayed_given);
 	if ((rcode = rule_config_check(rc, err)) < 0)
 		return GEM_EUSAGE;
 	if (!(rulejson = rule_config_to_json(rc)))

@@ -49,9 +49,12 @@ for p in gem-init gem-run gem-sim gem-eval; do
 done
 N=${N:-4} SEEDS=${SEEDS:-1} SIM=${SIM:-0} STEPS=${STEPS:-} SIM_OPTS=${SIM_OPTS:-} PROBES=${PROBES:-}
 lr_n=$(awk -v n="$N" 'BEGIN { printf "%g", 0.7 / n }')
-CELLS=${CELLS:-sync:1 diloco:10 diloco:50 async-diloco:10 async-diloco:10:--delayed-nesterov=$N \
-	async-diloco:10:--outer-lr=$lr_n async-diloco:10:--outer-lr=$lr_n,--delayed-nesterov=$N \
-	gem:10 gem:50}
+# every async-diloco cell names its outer lr and delayed Nesterov: with -n N gem-init's defaults
+# are the last cell's (0.7/N, N), and these cells compare them with DiLoCo's 0.7 and without
+CELLS=${CELLS:-sync:1 diloco:10 diloco:50 async-diloco:10:--outer-lr=0.7,--delayed-nesterov=0 \
+	async-diloco:10:--outer-lr=0.7,--delayed-nesterov=$N \
+	async-diloco:10:--outer-lr=$lr_n,--delayed-nesterov=0 \
+	async-diloco:10:--outer-lr=$lr_n,--delayed-nesterov=$N gem:10 gem:50}
 TBF_CELLS=${TBF_CELLS:-sync:1 diloco:50 async-diloco:50:--outer-lr=$lr_n,--delayed-nesterov=$N}
 PARTS=${PARTS:-runs} TBF_RATES=${TBF_RATES:-100 10} TBF_STOP=${TBF_STOP:-10} TBF_LIMIT=${TBF_LIMIT:-900}
 mkdir -p "$out/runs" "$out/rows" "$out/probes" || exit 1
