@@ -112,10 +112,11 @@ struct evaluator {
 	double bytes;      /* of the row: the logs' bytes up to its version, or NaN */
 };
 
-/* A text's losses are shown in bits per byte ("test_bpb"), others' as they are. */
+/* A text's losses are shown in bits per byte ("test_bpb"), others' as they are; an external
+ * language model's text is its own (windows, no bytes here). */
 static int is_text(const struct evaluator *e)
 {
-	return e->test.text != NULL;
+	return e->test.text != NULL || (e->test.external && e->test.seq > 0);
 }
 
 static double shown_loss(const struct evaluator *e, double loss)

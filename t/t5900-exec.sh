@@ -103,7 +103,7 @@ test_expect_success 'a language model: trained on its text, scored, sampled' '
 	python3 -c "
 import math
 r = [l.split() for l in open(\"text.tsv\") if not l.startswith(\"#\")][0]
-assert float(r[3]) < math.log(8), r" &&
+assert float(r[3]) < 3, r" &&   # bits per byte: 3 is a uniform guess among 8
 	gem-sample --prompt "$(printf "\\001\\002")" --bytes 20 text >sample.bin &&
 	test $(wc -c <sample.bin) = 22 &&
 	python3 -c "assert max(open(\"sample.bin\",\"rb\").read()) < 8"

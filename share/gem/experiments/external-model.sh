@@ -6,7 +6,8 @@
 #   gpt: the byte-level GPT on kjv, rule diloco, 4 workers, H = 20, STEPS inner steps each,
 #        AdamW as doc/results/ has it
 # SEEDS (default "1 2 3"), STEPS (default 100), NETS (default "cnn gpt", or one of them). Restartable: a cell whose eval.tsv exists is
-# kept. Prints TSV: net, model, seed, version, test_loss, test_acc (gpt: bits per byte).
+# kept. Prints TSV: net, model, seed, version, test_loss, test_acc (gpt: bits per byte, as
+# gem-eval gives a text's).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 out=${1:-build/external-model}
@@ -25,7 +26,7 @@ cell() { # cell NET MODEL SEED gem-sim-options...
 		gem-eval "$dir" >"$dir/eval.tsv"
 	fi
 	awk -v n="$net" -v m="$model" -v s="$seed" '!/^#/ {
-		l = $4; if (n == "gpt") l = $4 / log(2); print n "\t" m "\t" s "\t" $2 "\t" l "\t" $5 }' "$dir/eval.tsv"
+		print n "\t" m "\t" s "\t" $2 "\t" $4 "\t" $5 }' "$dir/eval.tsv"
 }
 
 echo "# net	model	seed	version	test_loss	test_acc"
