@@ -6,8 +6,9 @@
 # is one script. Examples that read a run/ find one made for them: served with gem (π in its
 # log), SGP with --nodes, and saved/params-1000.gem. Skipped, with the reason printed: what
 # needs ssh, Slurm or other hosts (t3400 and t5300 run gem-run --hosts, ssh.sh and slurm.sh
-# with fakes), fixed ports (:7470), gem-eval following a server while it trains, and make
-# (make demo, make check and make install install packages or programs).
+# with fakes), fixed ports (:7470), gem-eval following a server while it trains, make (make
+# demo, make check and make install install packages or programs), and an external model's
+# program, the user's (t5900 and t5901 run gem's own children).
 . "$(dirname "$0")/test-lib.sh"
 
 test_expect_success 'setup: tiny models, data and runs in place of the real ones' '
@@ -39,6 +40,7 @@ skips = [
     (r'^make\b', 'runs make: installs packages or programs'),
     (r'"input": \[1, 28, 28\]', 'a spec for 28x28 images (the tiny dataset is 8x8)'),
     (r'-d kjv|--data kjv', 'trains the gpt on kjv: minutes, and kjv is not replaced'),
+    (r'exec:|import torch|gem_exec', 'an external model: a program of the user (t5900, t5901 run them)'),
 ]
 def skipped(text):
     return next((w for p, w in skips if re.search(p, text, re.M)), '-')
