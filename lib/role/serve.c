@@ -483,8 +483,10 @@ static int join_parse(struct httpd_req *req, struct proto_join *j, json_t **body
 	json_error_t je;
 	int rc;
 	*body = NULL;
-	if (req->body_len &&
-	    !json_is_object(*body = json_loadb((const char *)req->body, req->body_len, 0, &je)))
+	/* parsed before json_is_object, a macro that evaluates its argument twice */
+	if (req->body_len)
+		*body = json_loadb((const char *)req->body, req->body_len, 0, &je);
+	if (req->body_len && !json_is_object(*body))
 		return httpd_reply_error(req, 400, "bad_json", "join: %s", je.text), -1;
 	if ((rc = proto_join_from_json(*body, PS_MAX_WORKERS, RUN_MAX_EPOCHS, j, err)) < 0)
 		return httpd_reply_error(req, 400, rc == GEM_EFAIL ? "bad_codec" : "bad_field", "%s",
