@@ -16,9 +16,9 @@ fails() {
 	grep -qE "$_msg" err
 }
 
-# asan: the programs are built with AddressSanitizer (which reserves terabytes of address space:
-# no ulimit -v for it)
-asan() { ldd "$GEM_BIN/gem-init" 2>/dev/null | grep -q libasan; }
+# asan: the programs are built with AddressSanitizer or ThreadSanitizer (which reserve terabytes
+# of address space: no ulimit -v for them)
+asan() { ldd "$GEM_BIN/gem-init" 2>/dev/null | grep -Eq 'lib(asan|tsan)'; }
 
 test_expect_success 'setup' '
 	make_tiny_data data
