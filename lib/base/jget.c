@@ -1,4 +1,5 @@
 #include "base/jget.h"
+#include "base/err.h"
 #include "base/num.h"
 
 #include <math.h>
@@ -112,4 +113,21 @@ const char *jget_why(int rc)
 {
 	return rc == JGET_MISSING ? "missing" : rc == JGET_TYPE ? "of the wrong type"
 	       : rc == JGET_RANGE ? "out of range" : "ok";
+}
+
+int jget_only(const json_t *o, const char *const *keys, size_t n, const char *what, char *err)
+{
+	const char *key;
+	json_t *v;
+	json_object_foreach((json_t *)o, key, v) {
+		size_t i = 0;
+		while (i < n && strcmp(key, keys[i]))
+			i++;
+		if (i == n) {
+			gem_err_unknown(err, GEM_EUSAGE, what, key, keys, n);
+			gem_errprefix(err, "%.64s: ", key);
+			return GEM_EUSAGE;
+		}
+	}
+	return 0;
 }

@@ -38,6 +38,10 @@ int jget_bool(const json_t *o, const char *key, int *out);
 long long jget_int_or(const json_t *o, const char *key, long long lo, long long hi, long long def);
 const char *jget_str_or(const json_t *o, const char *key, const char *def);
 
+/* 0 when every member of o is one of keys[0..n); else GEM_EUSAGE, err saying "KEY: unknown
+ * field of WHAT" with a guess (gem_err_unknown): a spec's fields are refused, not ignored. */
+int jget_only(const json_t *o, const char *const *keys, size_t n, const char *what, char *err);
+
 /* A getter's result in words for a message: "missing", "of the wrong type", "out of range". */
 const char *jget_why(int rc);
 #endif

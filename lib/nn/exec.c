@@ -196,20 +196,10 @@ int exec_info_from_json(const json_t *spec, struct exec_info *info, char *err)
 {
 	static const char *const keys[] = {"exec", "timeout", "name", "classes", "tensors", "train", "test",
 					   "positions"};
-	const char *key;
-	json_t *v;
 	int rc;
 	memset(info, 0, sizeof *info);
-	json_object_foreach((json_t *)spec, key, v) {
-		size_t i = 0;
-		while (i < sizeof keys / sizeof *keys && strcmp(key, keys[i]))
-			i++;
-		if (i == sizeof keys / sizeof *keys) {
-			gem_err_unknown(err, GEM_EUSAGE, "field of an external model", key, keys, i);
-			gem_errprefix(err, "%.64s: ", key);
-			return GEM_EUSAGE;
-		}
-	}
+	if ((rc = jget_only(spec, keys, sizeof keys / sizeof *keys, "field of an external model", err)) < 0)
+		return rc;
 	if ((rc = jget_strcpy(spec, "exec", info->cmd, sizeof info->cmd)) != JGET_OK || !info->cmd[0])
 		return gem_errf(err, GEM_EUSAGE, "exec: %s (the command: a string of 1 to %d bytes)",
 				rc ? jget_why(rc) : "empty", EXEC_CMD_MAX - 1);

@@ -467,7 +467,6 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 {
 	static const char *const keys[] = {"name", "description", "input", "classes", "layers"};
 	struct model *m;
-	const char *key;
 	json_t *v, *layers, *cl;
 	int rc;
 
@@ -476,16 +475,8 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 		return gem_errf(err, GEM_EUSAGE, "model spec: must be a JSON object");
 	if (json_object_get(spec, "exec"))
 		return ext_from_json(spec, out, err);
-	json_object_foreach((json_t *)spec, key, v) {
-		size_t i = 0;
-		while (i < sizeof keys / sizeof *keys && strcmp(key, keys[i]))
-			i++;
-		if (i == sizeof keys / sizeof *keys) {
-			gem_err_unknown(err, GEM_EUSAGE, "field of a model spec", key, keys, i);
-			gem_errprefix(err, "%.64s: ", key);
-			return GEM_EUSAGE;
-		}
-	}
+	if ((rc = jget_only(spec, keys, sizeof keys / sizeof *keys, "field of a model spec", err)) < 0)
+		return rc;
 	if (!(m = calloc(1, sizeof *m)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	if ((v = json_object_get(spec, "name"))) {
