@@ -17,15 +17,12 @@ help_shorts() {
 }
 
 # source_letters PROG: the short letters PROG's source parses, one per line: the optstring
-# of getopt_long (cmd/PROG.c), or the -x|--long) patterns of cmd/PROG.sh.
+# of getopt_long in cmd/PROG.c (every program is C).
 source_letters() {
-	if [ -f "$GEM_SRC/cmd/$1.c" ]; then
-		{ sed -n 's/.*getopt_long([^"]*"\([^"]*\)".*/\1/p' "$GEM_SRC/cmd/$1.c"
-		  sed -n 's/.*shortopts\[\] = "\([^"]*\)".*/\1/p' "$GEM_SRC/cmd/$1.c"; } |
-			tr -d ':\n' | fold -w1 | sed 's/^/-/'
-	else
-		sed -n 's/^[[:space:]]*\(-[a-zA-Z]\)|--[a-z-]*).*/\1/p' "$GEM_SRC/cmd/$1.sh"
-	fi | sort -u
+	test -f "$GEM_SRC/cmd/$1.c" &&
+	{ sed -n 's/.*getopt_long([^"]*"\([^"]*\)".*/\1/p' "$GEM_SRC/cmd/$1.c"
+	  sed -n 's/.*shortopts\[\] = "\([^"]*\)".*/\1/p' "$GEM_SRC/cmd/$1.c"; } |
+		tr -d ':\n' | fold -w1 | sed 's/^/-/' | sort -u
 }
 
 test_expect_success 'every program lists its short options' '
