@@ -324,10 +324,10 @@ static int evaluator_init(struct evaluator *e, const struct run *run, const char
 		if ((rc = dataset_resolve(data, dir, sizeof dir, err)) < 0)
 			return GEM_EUSAGE;
 	}
-	e->mean = run->mean;
-	e->std = run->std;
+	e->mean = (float)run->spec.mean;
+	e->std = (float)run->spec.std;
 	/* data that does not fit the model is refused (GEM_EUSAGE) as gem-init refuses it */
-	if ((rc = model_from_json(run->model, &e->m, err)) < 0 ||
+	if ((rc = model_from_json(run->spec.model, &e->m, err)) < 0 ||
 	    (rc = eval_buf_init(&e->buf, e->m, err)) < 0 ||
 	    (rc = run_data_load(run, data ? dir : NULL, "test", &e->test, err)) < 0)
 		return rc;
@@ -336,14 +336,15 @@ static int evaluator_init(struct evaluator *e, const struct run *run, const char
 	 * run's is drawn from it) */
 	if (data && e->test.whole)
 		log_info("-d %s: all its %d samples are scored (it has no test split%s)", dir, e->test.n,
-			 run->holdout > 0 ? "; the run's --holdout is drawn from the run's data only" : "");
+			 run->spec.holdout > 0
+				 ? "; the run's --holdout is drawn from the run's data only" : "");
 	else if (data)
 		log_info("-d %s: its test split is scored (%d %s)", dir, e->test.n,
 			 e->test.text ? "windows" : "samples");
 	if (e->train_subset) {
 		if ((rc = run_data_load(run, data ? dir : NULL, "train", &full, err)) < 0)
 			return rc;
-		rc = eval_subset(&full, e->train_subset, run->train.seed, &e->train, err);
+		rc = eval_subset(&full, e->train_subset, run->spec.train.seed, &e->train, err);
 		dataset_free(&full);
 		if (rc < 0)
 			return GEM_EFAIL;

@@ -687,7 +687,7 @@ static int check_exec_hosts(const struct argv *hosts)
 		return -1;
 	}
 	/* run.json's, copied before the run is closed */
-	if (jget_strcpy(r.model, "exec", cmd, sizeof cmd) != JGET_OK)
+	if (jget_strcpy(r.spec.model, "exec", cmd, sizeof cmd) != JGET_OK)
 		cmd[0] = 0;
 	snprintf(line, sizeof line, "%s", cmd);
 	run_close(&r);
@@ -888,7 +888,7 @@ static int run_state(uint64_t *version)
 	int rc, rebudget = 0;
 	if ((rc = run_open(C.rundir, &r, err)) == 0) {
 		if (C.steps && num_u64(C.steps, &steps) == 0)
-			rebudget = steps != r.train.steps;
+			rebudget = steps != r.spec.train.steps;
 		run_close(&r);
 		rc = run_end_read(C.rundir, &e, err);
 	}
@@ -1105,15 +1105,16 @@ static void resume_checks(void)
 		fprintf(stderr, "gem-run: %s\n", err);
 		exit(EXIT_USAGE);
 	}
-	if (r.rule.nworkers > 0 && !C.workers_set)
-		C.workers = r.rule.nworkers;
+	int planned = r.spec.rule.nworkers;
+	if (planned > 0 && !C.workers_set)
+		C.workers = planned;
 	/* the server ends the run once the workers it was made for are done: one more would
 	 * find it gone, and the run said complete without it */
-	if (r.rule.nworkers > 0 && C.workers > r.rule.nworkers) {
+	if (planned > 0 && C.workers > planned) {
 		fprintf(stderr, "gem-run: %s: a run of %d worker%s (gem-init --workers), which its server "
 			"waits for alone: --resume -n %d would start %d it does not; resume with -n %d or "
-			"fewer, or make a run of %d\n", C.rundir, r.rule.nworkers, GEM_S(r.rule.nworkers),
-			C.workers, C.workers - r.rule.nworkers, r.rule.nworkers, C.workers);
+			"fewer, or make a run of %d\n", C.rundir, planned, GEM_S(planned),
+			C.workers, C.workers - planned, planned, C.workers);
 		run_close(&r);
 		exit(EXIT_USAGE);
 	}

@@ -176,7 +176,7 @@ static int check_run(const char *dir, uint64_t steps)
 	if (run_dir_file(dir, RUN_JSON, path, sizeof path) < 0 || access(path, F_OK) < 0)
 		return 0;
 	if ((rc = run_open(dir, &r, err)) == 0) {
-		rebudget = steps && steps != r.train.steps;
+		rebudget = steps && steps != r.spec.train.steps;
 		run_close(&r);
 		rc = run_end_read(dir, &e, err);
 	}

@@ -387,7 +387,7 @@ static void report(const struct sim_summary *sum, const char *rundir, int quiet)
 		struct run r;
 		const char *what = "a lower --lr";
 		if (run_open(rundir, &r, err) == 0)
-			what = rule_step_options(&r.rule);
+			what = rule_step_options(&r.spec.rule);
 		fprintf(stderr, "gem-sim: warning: the run diverged (%d worker%s' loss did); %s may "
 				"help\n", sum->diverged, GEM_S(sum->diverged), what);
 		run_close(&r);

@@ -24,8 +24,8 @@ int main(void)
 	for (int i = 0; i < 300; i++)
 		v[i] = (float)i / 300 - 0.4f;
 	memset(&run, 0, sizeof run);
-	run.train.lr = 0.1f;
-	ok(rule_config_default("gem", &run.rule, err) == 0, "gem's defaults");
+	run.spec.train.lr = 0.1f;
+	ok(rule_config_default("gem", &run.spec.rule, err) == 0, "gem's defaults");
 
 	snprintf(name, sizeof name, "int8");
 	ok(feedback_open(&f, name, rule_describe("gem"), 300, err) == 0, "feedback in int8");

@@ -62,7 +62,7 @@ static int theta0_is(const char *dir, uint64_t seed)
 	struct run_progress p;
 	float *theta;
 	int same = 0;
-	if (run_open(dir, &r, err) < 0 || model_from_json(r.model, &m, err) < 0)
+	if (run_open(dir, &r, err) < 0 || model_from_json(r.spec.model, &m, err) < 0)
 		return 0;
 	theta = malloc(sizeof *theta * model_nparams(m));
 	model_init_params(m, seed);

@@ -36,7 +36,7 @@ static void same_theta(const char *run, const char *file, const char *title)
 	int rc;
 	snprintf(path, sizeof path, "%s/%s", dir, run);
 	rc = run_open(path, &r, err);
-	if (rc == 0 && (rc = model_from_json(r.model, &m, err)) == 0) {
+	if (rc == 0 && (rc = model_from_json(r.spec.model, &m, err)) == 0) {
 		n = model_nparams(m);
 		a = malloc(n * sizeof *a);
 		b = malloc(n * sizeof *b);

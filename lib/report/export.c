@@ -15,14 +15,19 @@
  * table's features; one for all values in a run made before). */
 static char *norm_json(const struct run *r)
 {
+	const struct run_spec *sp = &r->spec;
 	json_t *mean = json_array(), *std = json_array();
-	json_t *o = json_pack("{s:f, s:o, s:o}", "scale", r->norm_groups ? r->norm_scale : 1.0 / 255,
-			      "mean", mean, "std", std);
+	json_t *o = json_pack("{s:f, s:o, s:o}", "scale",
+			      sp->norm_groups ? sp->norm_scale : 1.0 / 255, "mean", mean, "std", std);
 	char *s = NULL;
 	int ok = o != NULL;
-	for (int g = 0; ok && g < (r->norm_groups ? r->norm_groups : 1); g++)
-		ok = !json_array_append_new(mean, json_real(r->norm_groups ? r->norm_mean[g] : r->mean)) &&
-		     !json_array_append_new(std, json_real(r->norm_groups ? r->norm_std[g] : r->std));
+	/* a run made before normalises all values with one mean and std, as floats (the
+	 * batcher's) */
+	for (int g = 0; ok && g < (sp->norm_groups ? sp->norm_groups : 1); g++)
+		ok = !json_array_append_new(mean, json_real(sp->norm_groups ? sp->norm_mean[g]
+									 : (float)sp->mean)) &&
+		     !json_array_append_new(std, json_real(sp->norm_groups ? sp->norm_std[g]
+									   : (float)sp->std));
 	if (ok)
 		s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
@@ -34,12 +39,12 @@ static int build_safetensors(const struct run *r, const struct run_progress *p, 
 		      struct export_file *x, char *err)
 {
 	char version[32], samples[32];
-	char *spec = json_dumps(r->model, JSON_COMPACT), *norm = norm_json(r);
+	char *spec = json_dumps(r->spec.model, JSON_COMPACT), *norm = norm_json(r);
 	struct safetensors_meta meta[] = {
 		{.key = "format", .value = "pt"}, /* what loaders of PyTorch weights look for */
 		{.key = "gem.model", .value = spec},
-		{.key = "gem.model_name", .value = r->model_name},
-		{.key = "gem.data", .value = r->data_name},
+		{.key = "gem.model_name", .value = r->spec.model_name},
+		{.key = "gem.data", .value = r->spec.data_name},
 		{.key = "gem.normalisation", .value = norm},
 		{.key = "gem.theta_version", .value = version},
 		{.key = "gem.samples", .value = samples},
@@ -89,7 +94,7 @@ int export_run(const struct run *r, const char *params, enum export_format f,
 	if (!params && run_file(r, node0, path, sizeof path) == 0 && access(path, F_OK) == 0)
 		return gem_errf(err, GEM_EUSAGE, "%s: an SGP run: its params.gem is only the starting "
 				"point; name a node's parameters (--params %s)", r->dir, path);
-	if ((rc = model_from_json(r->model, &m, err)) < 0) {
+	if ((rc = model_from_json(r->spec.model, &m, err)) < 0) {
 		gem_errprefix(err, "%s: model: ", r->dir);
 		return rc;
 	}

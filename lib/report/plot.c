@@ -355,30 +355,16 @@ static int spec_is_text(const json_t *spec)
  * "gem, 4 workers", "local", "sgp, node 2"; -1 when dir has no run.json or no rule is known. */
 static int run_label(const char *dir, struct plot_log *lg, char *out, size_t cap)
 {
-	char path[PATH_MAX + 16], shard[32] = "";
-	const char *base = strrchr(dir, '/');
-	json_error_t jerr;
-	json_t *root;
-	const char *name = lg->rule[0] ? lg->rule : NULL;
-	int si, sk;
-	if (run_dir_file(dir, RUN_JSON, path, sizeof path) < 0)
+	char err[GEM_ERRMAX], shard[32] = "";
+	struct run_peek pk;
+	const char *name;
+	/* read leniently: a label needs the rule and the model alone */
+	if (run_peek(dir, &pk, err) < 0)
 		return -1;
-	base = base ? base + 1 : dir;
-	if (!file_exists(path) && run_shard_dir_parse(base, &si, &sk) == 0) {
-		/* a shard's log: run.json is the run's, one directory up */
-		snprintf(shard, sizeof shard, ", shard %d/%d", si, sk);
-		if (snprintf(path, sizeof path, "%.*s%s", (int)(base - dir), dir, RUN_JSON) >=
-		    (int)sizeof path)
-			return -1;
-	}
-	/* read leniently: a label needs the rule and the model alone, of a run.json that may be
-	 * partial */
-	root = json_load_file(path, 0, &jerr);
-	if (!root)
-		return -1;
-	lg->text = spec_is_text(run_spec_model(root));
-	if (!name)
-		name = run_spec_rule_name(root);
+	if (pk.shard_k) /* a shard's log */
+		snprintf(shard, sizeof shard, ", shard %d/%d", pk.shard_i, pk.shard_k);
+	lg->text = spec_is_text(pk.model);
+	name = lg->rule[0] ? lg->rule : pk.rule;
 	if (name && !strcmp(name, "local"))
 		snprintf(out, cap, "local");
 	else if (name && lg->node >= 0)
@@ -387,8 +373,8 @@ static int run_label(const char *dir, struct plot_log *lg, char *out, size_t cap
 		snprintf(out, cap, "%s, %zu worker%s%s", name, lg->nworkers,
 			 lg->nworkers == 1 ? "" : "s", shard);
 	else
-		log_debug("%s: no rule name, labelling the run by its log", path);
-	json_decref(root);
+		log_debug("%s: its run.json names no rule, labelling the run by its log", dir);
+	run_peek_free(&pk);
 	return name ? 0 : -1;
 }
 

@@ -128,7 +128,7 @@ int sample_run(const struct run *r, const struct sample_opts *o, uint8_t *out, c
 	    o->top_k < 0)
 		return gem_errf(err, GEM_EUSAGE, "sample: an empty prompt, or bytes, temperature or top-k "
 				"out of range");
-	if ((rc = model_from_json(r->model, &m, err)) < 0)
+	if ((rc = model_from_json(r->spec.model, &m, err)) < 0)
 		return rc;
 	if ((rc = check_model(m, o, err)) < 0 || (rc = model_reserve(m, 1, err)) < 0 ||
 	    (rc = run_params_load_merged(r, model_params(m), model_nparams(m), &pr, err)) < 0) {

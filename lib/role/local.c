@@ -117,8 +117,8 @@ int local_open(const char *rundir, const struct local_opts *o, struct local **ou
 	l->target = o->t.steps ? UINT64_MAX
 		    : o->t.epochs ? l->p.samples + (uint64_t)o->t.epochs * epoch
 				  : run_budget(&l->run, epoch);
-	l->info = (struct local_info){.epochs = l->run.train.epochs, .steps = l->run.train.steps,
-				      .epoch = epoch,
+	l->info = (struct local_info){.epochs = l->run.spec.train.epochs,
+				      .steps = l->run.spec.train.steps, .epoch = epoch,
 				      .version = l->p.version, .samples = l->p.samples,
 				      .spent = l->p.samples >= l->target};
 	*out = l;
@@ -160,7 +160,9 @@ int local_run(struct local *l, prog_stop_flag *stop, local_progress_fn progress,
 	}
 	run_log_start(l->log, &l->run, "local", NULL, l->p.version, model_layout(l->t.m));
 	progress_start(&l->meter, l->p.version, l->p.samples,
-		       l->o.t.steps ? l->p.samples + l->o.t.steps * (uint64_t)l->run.train.batch : l->target, t0);
+		       l->o.t.steps
+			       ? l->p.samples + l->o.t.steps * (uint64_t)l->run.spec.train.batch
+			       : l->target, t0);
 	while (!(stop && *stop) && l->p.samples < l->target && (!l->o.t.steps || r->steps < l->o.t.steps)) {
 		double step_start = clock_mono(), now;
 		int rc = trainer_step(&l->t, &l->f, &r->loss, &n, err);

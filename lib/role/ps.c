@@ -225,7 +225,7 @@ static void workers_restore(struct ps *s, const json_t *workers)
 /* The run shards its data (run.json "shard"): each worker sees its part of the training set. */
 static int shards_data(const struct ps *s)
 {
-	return s->run.shard_data;
+	return s->run.spec.shard_data;
 }
 
 /* One worker's budget of samples: the run's epochs or steps of the training set (when the run
@@ -235,14 +235,14 @@ static void budget_of(struct ps *s)
 {
 	char err[GEM_ERRMAX];
 	struct data_source src;
-	uint64_t n, nw = s->run.rule.nworkers > 0 ? (uint64_t)s->run.rule.nworkers : 1;
+	uint64_t n, nw = s->run.spec.rule.nworkers > 0 ? (uint64_t)s->run.spec.rule.nworkers : 1;
 	run_data_source(&s->run, NULL, &src);
 	if (dataset_count(&src, "train", &n, err) < 0) {
 		log_debug("no total for the progress: %s", err);
 		return;
 	}
 	s->nsamples = n;
-	s->budget = shards_data(s) && s->run.train.steps ? run_budget(&s->run, n / nw) * nw
+	s->budget = shards_data(s) && s->run.spec.train.steps ? run_budget(&s->run, n / nw) * nw
 							   : run_budget(&s->run, n);
 }
 
@@ -257,7 +257,7 @@ static int spent(const struct ps *s, const struct ps_worker *w)
 /* One worker's part of the run's budget of samples; 0: unknown. */
 static uint64_t each_budget(const struct ps *s)
 {
-	uint64_t nw = s->run.rule.nworkers > 0 ? (uint64_t)s->run.rule.nworkers : 1;
+	uint64_t nw = s->run.spec.rule.nworkers > 0 ? (uint64_t)s->run.spec.rule.nworkers : 1;
 	return shards_data(s) ? s->budget / nw : s->budget;
 }
 
@@ -279,7 +279,7 @@ static void budget_raised(struct ps *s, uint64_t old)
  * spends its budget, or trains what it said it would (ps_plan); 0: unknown. */
 static uint64_t ps_total(const struct ps *s)
 {
-	int n = s->run.rule.nworkers > s->nknown ? s->run.rule.nworkers : s->nknown;
+	int n = s->run.spec.rule.nworkers > s->nknown ? s->run.spec.rule.nworkers : s->nknown;
 	uint64_t each = shards_data(s) ? s->budget / (uint64_t)n : s->budget;
 	uint64_t t = shards_data(s) ? s->budget : s->budget * (uint64_t)n;
 	if (s->total)
@@ -300,11 +300,11 @@ static void meter_update(struct ps *s, float loss)
 void ps_plan(struct ps *s, int worker, uint64_t steps, uint64_t epochs)
 {
 	struct ps_worker *w = worker_get(s, worker);
-	int n = s->run.rule.nworkers > s->nknown ? s->run.rule.nworkers : s->nknown;
+	int n = s->run.spec.rule.nworkers > s->nknown ? s->run.spec.rule.nworkers : s->nknown;
 	uint64_t epoch = s->nsamples / (shards_data(s) ? (uint64_t)n : 1);
 	if (!w)
 		return;
-	w->target = steps    ? w->samples + steps * (uint64_t)s->run.train.batch
+	w->target = steps    ? w->samples + steps * (uint64_t)s->run.spec.train.batch
 		    : epochs ? w->samples + epochs * epoch
 			     : 0;
 	progress_set_total(&s->meter, ps_total(s));
@@ -325,10 +325,10 @@ static int ps_load(struct ps *s, char *err)
 	json_t *workers = NULL;
 	int rc;
 	/* a fragment of a shard's slice is not the workers' fragment of θ */
-	if (s->run.rule.fragments > 1 && s->o.slice_k > 0)
+	if (s->run.spec.rule.fragments > 1 && s->o.slice_k > 0)
 		return gem_errf(err, GEM_EUSAGE, "rule.fragments: %d fragments need one server, not "
-				"shards (gem-serve --shard)", s->run.rule.fragments);
-	if ((rc = model_from_json(s->run.model, &m, err)) < 0)
+				"shards (gem-serve --shard)", s->run.spec.rule.fragments);
+	if ((rc = model_from_json(s->run.spec.model, &m, err)) < 0)
 		return rc;
 	s->layout = *model_layout(m);
 	s->n = model_nparams(m);
@@ -464,14 +464,15 @@ void ps_log_start(struct ps *s, const char *url)
 		json_object_set_new(o, "shard", json_pack("{s:i, s:i, s:I, s:I}", "i", s->run.shard.i, "k",
 							  s->run.shard.k, "offset", (json_int_t)s->run.shard.off,
 							  "count", (json_int_t)s->run.shard.len));
-	run_log_start_x(s->log, &s->run, s->run.rule.name, url, s->prog.version, &s->layout, o);
+	run_log_start_x(s->log, &s->run, s->run.spec.rule.name, url, s->prog.version, &s->layout,
+			o);
 	json_decref(o);
 }
 
 /* Every worker the run expects has come and spent the run's budget. */
 static int budgets_spent(const struct ps *s)
 {
-	if (s->nknown == 0 || s->nknown < s->run.rule.nworkers)
+	if (s->nknown == 0 || s->nknown < s->run.spec.rule.nworkers)
 		return 0;
 	for (int i = 0; i < s->nslots; i++)
 		if (s->w[i] && !spent(s, s->w[i]))
@@ -585,8 +586,9 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 	 * joined does not end it, nor does one done before a resumed run's unfinished one came
 	 * back; a dead one does not hold it up (past --worker-timeout); one that diverged will
 	 * not come back to a better θ, so it fails the run */
-	if (s->nactive == 0 && s->ndone + s->ndiverged > 0 && s->nknown >= s->run.rule.nworkers &&
-	    !s->o.keep_running && (s->ndiverged > 0 || !awaited(s))) {
+	if (s->nactive == 0 && s->ndone + s->ndiverged > 0 &&
+	    s->nknown >= s->run.spec.rule.nworkers && !s->o.keep_running &&
+	    (s->ndiverged > 0 || !awaited(s))) {
 		if (s->ndiverged > 0) {
 			snprintf(s->stop_buf, sizeof s->stop_buf,
 				 "every worker has left, %d diverged (a loss that was not finite), "
@@ -608,7 +610,7 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 static void worker_shard(const struct ps *s, struct ps_worker *w)
 {
 	if (shards_data(s)) {
-		int n = s->run.rule.nworkers > 0 ? s->run.rule.nworkers : 1;
+		int n = s->run.spec.rule.nworkers > 0 ? s->run.spec.rule.nworkers : 1;
 		w->shard_i = w->id % n;
 		w->shard_n = n;
 	}
@@ -867,12 +869,12 @@ int ps_commit(struct ps *s, const struct ps_commit *c, float *out, struct ps_rep
 		w->idle = c->idle;
 	if (s->stop_why)
 		return r->status = gem_errf(err, PS_E_STOPPING, "the server is stopping");
-	if (c->fragment < 0 || c->fragment >= s->run.rule.fragments) {
+	if (c->fragment < 0 || c->fragment >= s->run.spec.rule.fragments) {
 		ps_refused(s, w->id, ps_status_code(PS_E_REFUSED));
 		return r->status = gem_errf(err, PS_E_REFUSED, "fragment %d is not one of the %d of θ",
-					    c->fragment, s->run.rule.fragments);
+					    c->fragment, s->run.spec.rule.fragments);
 	}
-	layout_slice(s->n, c->fragment, s->run.rule.fragments, &off, &len);
+	layout_slice(s->n, c->fragment, s->run.spec.rule.fragments, &off, &len);
 	if (!c->checked && (status = ps_check_update(c->update, len, err)) < 0) {
 		ps_refused(s, w->id, ps_status_code(status));
 		return r->status = status;
@@ -1046,7 +1048,8 @@ json_t *ps_stats_json(const struct ps *s)
 	struct proto_stats st = {.version = s->prog.version, .samples = s->prog.samples,
 				 .uptime = up, .elapsed = elapsed_of(s),
 				 .updates_per_s = up > 0 ? (double)s->applied_since_start / up : 0.0,
-				 .rule = s->run.rule.name, .active = s->nactive, .workers = ws};
+				 .rule = s->run.spec.rule.name, .active = s->nactive,
+				 .workers = ws};
 	struct ps_now pn;
 	char line[256];
 	json_t *j;

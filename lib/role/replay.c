@@ -56,23 +56,17 @@ static int log_codec(const json_t *j, const char *key, char *out, char *err)
 /* newrun as the log's run was made: its run.json, θ₀ from its seed. */
 static int make_newrun(const char *logpath, const char *newrun, char *err)
 {
-	char copy[PATH_MAX], from[PATH_MAX + 16];
-	struct run_spec spec;
-	json_error_t je;
-	json_t *runjson;
+	char copy[PATH_MAX];
+	struct run r;
 	int rc;
 
 	snprintf(copy, sizeof copy, "%s", logpath);
-	run_dir_file(dirname(copy), RUN_JSON, from, sizeof from);
-	if (!(runjson = json_load_file(from, 0, &je)))
-		return gem_errf(err, GEM_EUSAGE, "%s: %s (the log's run, to make %s from)", from, je.text,
-				newrun);
-	if ((rc = run_spec_from_json(runjson, &spec, err)) < 0)
-		gem_errprefix(err, "%s: ", from);
-	else
-		rc = run_make(newrun, &spec, 0, err);
-	run_spec_free(&spec);
-	json_decref(runjson);
+	if ((rc = run_open(dirname(copy), &r, err)) < 0) {
+		gem_errprefix(err, "the log's run, to make %s from: ", newrun);
+		return rc;
+	}
+	rc = run_make(newrun, &r.spec, 0, err);
+	run_close(&r);
 	return rc;
 }
 

@@ -271,7 +271,7 @@ static int reply_encode(struct server *s, struct slot *w, struct reply_buf *b, j
 	size_t off = 0, len = s->n;
 	int rc;
 	if (fragment >= 0)
-		layout_slice(s->n, fragment, ps_run(s->ps)->rule.fragments, &off, &len);
+		layout_slice(s->n, fragment, ps_run(s->ps)->spec.rule.fragments, &off, &len);
 	/* a fragment's θ goes whole: a copy of θ follows no fragment (copy_wanted) */
 	if (elastic || !w->dl.copy || s->opts.codec || fragment >= 0)
 		rc = blob_encode(&w->codec, reply_vec(b) + off, len, codec, -1, &enc, &blob->meta, err);
@@ -385,7 +385,8 @@ static void memory_now(struct server *s, struct serve_memory *m)
  * with fragments, whose replies are each a slice */
 static int copy_wanted(const struct server *s, const char *codec)
 {
-	return !s->opts.codec && codec && delta_wanted(codec) && ps_run(s->ps)->rule.fragments == 1;
+	return !s->opts.codec && codec && delta_wanted(codec) &&
+	       ps_run(s->ps)->spec.rule.fragments == 1;
 }
 
 /* PS_E_FULL if joining worker id (< 0: a new one), committing in codec, would take the
@@ -463,7 +464,7 @@ static json_t *get_params(void *ctx, float *theta)
 {
 	struct server *s = ctx;
 	struct run_progress p;
-	struct proto_params h = {.model = ps_run(s->ps)->model_name, .node = -1};
+	struct proto_params h = {.model = ps_run(s->ps)->spec.model_name, .node = -1};
 	pthread_mutex_lock(&s->mu);
 	ps_copy_theta(s->ps, theta);
 	p = ps_progress(s->ps);
@@ -682,7 +683,7 @@ static int commit_decode(struct server *s, struct httpd_req *req, const struct m
 	char err[GEM_ERRMAX];
 	const struct msg_blob *blob = msg_find(m, "update");
 	size_t off, len;
-	layout_slice(s->n, fragment, ps_run(s->ps)->rule.fragments, &off, &len);
+	layout_slice(s->n, fragment, ps_run(s->ps)->spec.rule.fragments, &off, &len);
 	if (!blob)
 		return refuse(s, id, req, 400, "bad_message", "no blob named \"update\""), -1;
 	if (blob_decode_view(&w->codec, blob->data, &blob->meta, len, u, err) < 0)
@@ -709,7 +710,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 
 	if (msg_parse(req->body, req->body_len, &m, err) < 0)
 		return refuse(s, -1, req, 400, "bad_message", err);
-	if ((st = commit_parse(m.header, ps_run(s->ps)->rule.fragments, &c, err)) < 0) {
+	if ((st = commit_parse(m.header, ps_run(s->ps)->spec.rule.fragments, &c, err)) < 0) {
 		msg_free(&m);
 		return st == PS_E_UNKNOWN ? refuse(s, -1, req, 409, "unknown_worker", err)
 					  : refuse(s, -1, req, 400, "bad_field", err);
@@ -767,7 +768,7 @@ static int h_commit(struct httpd_req *req, void *ctx)
 		delta_restart(&w->dl);
 	/* with fragments, the reply is the commit's fragment of θ */
 	rc = reply_vector(s, req, w, b, head, r.elastic,
-			  ps_run(s->ps)->rule.fragments > 1 ? c.fragment : -1,
+			  ps_run(s->ps)->spec.rule.fragments > 1 ? c.fragment : -1,
 			  codec_of(s, msg_find(&m, "update")->meta.codec), &len);
 	pthread_mutex_lock(&s->mu);
 	w->scratch_bytes = slot_scratch(w);
@@ -975,7 +976,7 @@ int serve_open(const char *rundir, const struct serve_opts *o, struct server **o
 	}
 	ps_log_start(s->ps, s->url);
 	s->last_checkpoint = clock_mono();
-	rng_seed(&s->drop_rng, ps_run(s->ps)->train.seed, RNG_DROP_RATE);
+	rng_seed(&s->drop_rng, ps_run(s->ps)->spec.train.seed, RNG_DROP_RATE);
 	*out = s;
 	return 0;
 fail:

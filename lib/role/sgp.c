@@ -107,12 +107,12 @@ static int find_self(const struct sgp_node *s, char **peers, int nn, int *id, ch
 static uint64_t count_iters(const struct sgp_node *s, int shard_n)
 {
 	uint64_t shard = ((uint64_t)s->ds.n + (uint64_t)shard_n - 1) / (uint64_t)shard_n;
-	uint64_t batch = (uint64_t)s->run.train.batch, per_epoch = (shard + batch - 1) / batch;
+	uint64_t batch = (uint64_t)s->run.spec.train.batch, per_epoch = (shard + batch - 1) / batch;
 	if (s->o.t.steps)
 		return s->o.t.steps;
-	if (s->run.train.steps && !s->o.t.epochs)
-		return s->run.train.steps;
-	return per_epoch * (uint64_t)(s->o.t.epochs ? s->o.t.epochs : s->run.train.epochs);
+	if (s->run.spec.train.steps && !s->o.t.epochs)
+		return s->run.spec.train.steps;
+	return per_epoch * (uint64_t)(s->o.t.epochs ? s->o.t.epochs : s->run.spec.train.epochs);
 }
 
 /* httpc's abort hook: a node that is stopping gives up its requests at once, even to a peer

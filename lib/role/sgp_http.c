@@ -36,7 +36,7 @@ static json_t *get_params(void *ctx, float *theta)
 	pthread_mutex_lock(&s->mu);
 	memcpy(theta, s->zpub, sizeof *theta * s->n);
 	h = (struct proto_params){.version = s->pub_iter, .samples = s->pub_samples,
-				  .elapsed = s->pub_elapsed, .model = s->run.model_name,
+				  .elapsed = s->pub_elapsed, .model = s->run.spec.model_name,
 				  .node = s->id, .nodes = s->nn, .w = s->pub_w};
 	pthread_mutex_unlock(&s->mu);
 	return proto_params_to_json(&h);

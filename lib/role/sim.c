@@ -785,7 +785,7 @@ static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 	w->joined = 1;
 	if (!s->total_set++) {
 		/* every worker spends what is left of a budget like this one's, from where θ stands */
-		uint64_t left = s->o->steps ? s->o->steps * (uint64_t)s->run->train.batch
+		uint64_t left = s->o->steps ? s->o->steps * (uint64_t)s->run->spec.train.batch
 			      : w->target > j.samples ? w->target - j.samples : 0;
 		ps_set_total(s->ps, ps_progress(s->ps).samples + (uint64_t)s->nw * left);
 	}
@@ -1068,7 +1068,7 @@ static int workers_setup(struct sim *s, char *err)
 		w->start_at = i < o->nworkers ? 0 : joins[i - o->nworkers];
 		w->die_at = INFINITY;
 		w->slow = i < o->stragglers ? o->straggler_factor : 1;
-		rng_seed(&w->timing, s->run->train.seed, RNG_SIM_TIMING + (uint64_t)i);
+		rng_seed(&w->timing, s->run->spec.train.seed, RNG_SIM_TIMING + (uint64_t)i);
 		if (o->speed_spread > 0) /* the worker's speed: its timing stream's first draw */
 			w->slow *= exp(o->speed_spread * rng_normal(&w->timing));
 	}
@@ -1114,10 +1114,10 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 	if (ps_version(s->ps) > 0)
 		log_warn("%s is at version %llu already: the simulated workers train a full budget from "
 			 "there (a simulation is not resumed)", rundir, (unsigned long long)ps_version(s->ps));
-	if (rule_describe(s->run->rule.name)->background)
+	if (rule_describe(s->run->spec.rule.name)->background)
 		/* dma's worker commits in the background and carries on: not modelled yet */
 		return gem_errf(err, GEM_EUSAGE, "rule %s is not simulated (use gem-serve and gem-work)",
-				s->run->rule.name);
+				s->run->spec.rule.name);
 	s->nw = s->o->nworkers + s->o->njoins;
 	s->reply = malloc(sizeof(float) * s->n);
 	s->w = calloc((size_t)s->nw, sizeof *s->w);

@@ -12,10 +12,11 @@ int feed_open(struct feed *f, const struct run *run, const struct dataset *ds, i
 	      int shard_n, char *err)
 {
 	memset(f, 0, sizeof *f);
-	f->seed = run->train.seed;
+	f->seed = run->spec.train.seed;
 	f->who = who;
-	return batcher_init(&f->b, ds, run->train.batch, run->train.seed, RNG_BATCH_ORDER(who), shard_i,
-			    shard_n, run->mean, run->std, err);
+	return batcher_init(&f->b, ds, run->spec.train.batch, run->spec.train.seed,
+			    RNG_BATCH_ORDER(who), shard_i, shard_n, (float)run->spec.mean,
+			    (float)run->spec.std, err);
 }
 
 void feed_seek(struct feed *f, uint64_t samples)
@@ -45,8 +46,8 @@ int trainer_open(struct trainer *t, const struct run *run, char *err)
 {
 	int rc;
 	memset(t, 0, sizeof *t);
-	t->batch = run->train.batch;
-	if ((rc = model_from_json(run->model, &t->m, err)) < 0 ||
+	t->batch = run->spec.train.batch;
+	if ((rc = model_from_json(run->spec.model, &t->m, err)) < 0 ||
 	    (rc = model_reserve(t->m, t->batch, err)) < 0) {
 		trainer_close(t);
 		return rc;
@@ -56,7 +57,8 @@ int trainer_open(struct trainer *t, const struct run *run, char *err)
 	t->idx = malloc((size_t)t->batch * sizeof *t->idx);
 	if (!t->x || !t->y || !t->idx) {
 		trainer_close(t);
-		return gem_errf(err, GEM_ENOMEM, "out of memory for a batch of %d", run->train.batch);
+		return gem_errf(err, GEM_ENOMEM, "out of memory for a batch of %d",
+				run->spec.train.batch);
 	}
 	return 0;
 }

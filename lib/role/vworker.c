@@ -33,7 +33,7 @@ int vworker_open(struct vworker *w, int id, const struct run *run, const struct 
 		return gem_errf(err, GEM_ENOMEM, "out of memory for worker %d", id);
 	/* the cosine's end is the feed's budget, known at each join (vworker_joined) */
 	run_optim_config(run, UINT64_MAX, &oc);
-	if ((rc = rule_half_init(&w->l, &run->rule, lo, &oc, err)) < 0 ||
+	if ((rc = rule_half_init(&w->l, &run->spec.rule, lo, &oc, err)) < 0 ||
 	    (rc = vworker_codec(w, run, NULL, NULL, NULL, 0, err)) < 0) {
 		vworker_close(w);
 		return rc;
@@ -60,7 +60,7 @@ int vworker_codec(struct vworker *w, const struct run *run, const char *codec,
 {
 	int rc;
 	feedback_close(&w->fb);
-	if ((rc = feedback_open(&w->fb, codec, rule_describe(run->rule.name), w->n, err)) < 0)
+	if ((rc = feedback_open(&w->fb, codec, rule_describe(run->spec.rule.name), w->n, err)) < 0)
 		return rc;
 	free(w->reply_codec);
 	w->reply_codec = strdup(reply_codec ? reply_codec : blob_codec_for_theta(w->fb.codec));

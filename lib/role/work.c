@@ -171,7 +171,7 @@ static int take_reply(struct wserver *srv, const struct httpc_resp *resp, const 
 	if (srv->k == 0)
 		srv->w->version = srv->version;
 	/* dynamic local updates: the inner steps to take next, at most the run's H */
-	if (srv->k == 0 && h.window >= 1 && h.window <= srv->w->run.rule.window)
+	if (srv->k == 0 && h.window >= 1 && h.window <= srv->w->run.spec.rule.window)
 		srv->w->l.window = h.window;
 	if (head)
 		*head = json_incref(m.header);
@@ -618,7 +618,7 @@ static int open_run(struct worker *w, const char *url, char *err)
 	 * server averages models and keeps no momentum of its own); AdamW's every rule's. The
 	 * cosine's end is the feed's budget, known once joined (start_local). */
 	run_optim_config(&w->run, UINT64_MAX, &oc);
-	if ((rc = rule_half_init(&w->l, &w->run.rule, model_layout(w->t.m), &oc, err)) < 0)
+	if ((rc = rule_half_init(&w->l, &w->run.spec.rule, model_layout(w->t.m), &oc, err)) < 0)
 		return rc;
 	if (reply_beside(&w->l) && !(w->v = malloc(sizeof(float) * w->n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory for the worker's %zu floats", w->n);
@@ -649,7 +649,7 @@ static int open_join(struct worker *w, char *err)
 	w->target = w->o.t.steps ? UINT64_MAX
 		    : w->o.t.epochs ? w->done_samples + (uint64_t)w->o.t.epochs * feed_epoch(&w->f)
 				  : run_budget(&w->run, feed_epoch(&w->f));
-	w->info = (struct work_info){.worker = w->id, .rule = w->run.rule.name,
+	w->info = (struct work_info){.worker = w->id, .rule = w->run.spec.rule.name,
 				     .epoch = feed_epoch(&w->f), .shard_n = w->shard_n,
 				     .background = w->l.d->background};
 	return 0;

@@ -173,37 +173,12 @@ int run_create(const char *dir, json_t *runjson, const float *theta, size_t n, i
 	return rc;
 }
 
-/* r's fields from its run.json (r->json): the spec's, narrowed where a run uses floats. */
+/* r->spec from its run.json (r->json), and where its data is on this host. */
 static int parse_run(struct run *r, char *err)
 {
-	struct run_spec spec;
-	int rc = run_spec_from_json(r->json, &spec, err);
-	if (rc == 0) {
-		r->model = json_object_get(r->json, "model");
-		snprintf(r->model_name, sizeof r->model_name, "%s", spec.model_name);
-		snprintf(r->data_name, sizeof r->data_name, "%s", spec.data_name);
-		snprintf(r->data_dir, sizeof r->data_dir, "%s", spec.data_dir);
-		snprintf(r->data_label, sizeof r->data_label, "%s", spec.data_label);
-		r->holdout = spec.holdout;
-		r->mean = (float)spec.mean;
-		r->std = (float)spec.std;
-		r->norm_groups = spec.norm_groups;
-		r->norm_mean = spec.norm_mean;
-		r->norm_std = spec.norm_std;
-		r->norm_scale = spec.norm_scale;
-		spec.norm_mean = spec.norm_std = NULL;
-		r->train = (struct run_train){.lr = (float)spec.train.lr,
-					      .momentum = (float)spec.train.momentum,
-					      .weight_decay = (float)spec.train.weight_decay,
-					      .nesterov = spec.train.nesterov, .batch = spec.train.batch,
-					      .epochs = spec.train.epochs, .seed = spec.train.seed,
-					      .optimizer = spec.train.optimizer, .warmup = spec.train.warmup,
-					      .schedule = spec.train.schedule, .clip = (float)spec.train.clip,
-					      .steps = spec.train.steps};
-		r->rule = spec.rule;
-		r->shard_data = spec.shard_data;
-	}
-	run_spec_free(&spec);
+	int rc = run_spec_from_json(r->json, &r->spec, err);
+	if (rc == 0)
+		snprintf(r->data_dir, sizeof r->data_dir, "%s", r->spec.data_dir);
 	return rc;
 }
 
@@ -212,8 +187,8 @@ static int parse_run(struct run *r, char *err)
 static void find_data(struct run *r)
 {
 	char other[PATH_MAX];
-	if (!dataset_present(r->data_dir) && !dataset_is_spec(r->data_name) &&
-	    dataset_resolve(r->data_name, other, sizeof other, NULL) == 0)
+	if (!dataset_present(r->data_dir) && !dataset_is_spec(r->spec.data_name) &&
+	    dataset_resolve(r->spec.data_name, other, sizeof other, NULL) == 0)
 		snprintf(r->data_dir, sizeof r->data_dir, "%s", other);
 }
 
@@ -260,13 +235,13 @@ int run_from_json(json_t *json, struct run *r, char *err)
 
 uint64_t run_budget(const struct run *r, uint64_t epoch)
 {
-	uint64_t batch = (uint64_t)r->train.batch, per_epoch;
-	if (!r->train.steps)
-		return (uint64_t)r->train.epochs * epoch;
+	uint64_t batch = (uint64_t)r->spec.train.batch, per_epoch;
+	if (!r->spec.train.steps)
+		return (uint64_t)r->spec.train.epochs * epoch;
 	if (!epoch)
 		return 0;
 	per_epoch = (epoch + batch - 1) / batch;
-	return r->train.steps / per_epoch * epoch + r->train.steps % per_epoch * batch;
+	return r->spec.train.steps / per_epoch * epoch + r->spec.train.steps % per_epoch * batch;
 }
 
 int run_set_steps(struct run *r, uint64_t steps, char *err)
@@ -276,25 +251,27 @@ int run_set_steps(struct run *r, uint64_t steps, char *err)
 	if (steps < 1 || steps > RUN_MAX_STEPS)
 		return gem_errf(err, GEM_EUSAGE, "--steps: not an integer in [1, 2^40]: %llu",
 				(unsigned long long)steps);
-	if (r->train.schedule == LR_COSINE && steps <= r->train.warmup)
+	if (r->spec.train.schedule == LR_COSINE && steps <= r->spec.train.warmup)
 		return gem_errf(err, GEM_EUSAGE, "--steps %llu: the cosine needs a longer budget than its "
 				"warm-up of %llu steps", (unsigned long long)steps,
-				(unsigned long long)r->train.warmup);
-	if (r->train.steps == steps)
+				(unsigned long long)r->spec.train.warmup);
+	if (r->spec.train.steps == steps)
 		return 0;
 	if (!json_is_object(train) || json_object_set_new(train, "steps", json_integer((json_int_t)steps)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	r->train.steps = steps;
+	r->spec.train.steps = steps;
 	dir_file(r->dir, RUN_JSON, path, sizeof path);
 	return write_run_json(path, r->json, err);
 }
 
 void run_optim_config(const struct run *r, uint64_t total, struct optim_config *c)
 {
-	const struct run_train *t = &r->train;
-	*c = (struct optim_config){.kind = t->optimizer, .lr = t->lr, .weight_decay = t->weight_decay,
-				   .momentum = t->momentum, .nesterov = t->nesterov, .warmup = t->warmup,
-				   .schedule = t->schedule, .total_steps = total, .clip = t->clip};
+	const struct run_train_spec *t = &r->spec.train;
+	*c = (struct optim_config){.kind = t->optimizer, .lr = (float)t->lr,
+				   .weight_decay = (float)t->weight_decay,
+				   .momentum = (float)t->momentum, .nesterov = t->nesterov,
+				   .warmup = t->warmup, .schedule = t->schedule,
+				   .total_steps = total, .clip = (float)t->clip};
 }
 
 int run_data_fit(const struct model *m, struct dataset *ds, char *err)
@@ -313,14 +290,15 @@ int run_data_load(const struct run *r, const char *dir, const char *split, struc
 	struct model *m;
 	int rc;
 	memset(ds, 0, sizeof *ds);
-	if ((rc = model_from_json(r->model, &m, err)) < 0)
+	if ((rc = model_from_json(r->spec.model, &m, err)) < 0)
 		return rc;
 	struct data_source src;
 	run_data_source(r, dir, &src);
 	if ((rc = dataset_open(&src, split, ds, err)) == 0 &&
 	    ((rc = run_data_fit(m, ds, err)) < 0 ||
-	     (r->norm_groups && !ds->text &&
-	      (rc = dataset_set_norm(ds, r->norm_groups, r->norm_mean, r->norm_std, err)) < 0)))
+	     (r->spec.norm_groups && !ds->text &&
+	      (rc = dataset_set_norm(ds, r->spec.norm_groups, r->spec.norm_mean, r->spec.norm_std,
+				     err)) < 0)))
 		dataset_free(ds);
 	model_free(m);
 	return rc;
@@ -330,9 +308,9 @@ void run_data_source(const struct run *r, const char *dir, struct data_source *s
 {
 	/* other data is the user's to score: its own test split, else all of it; the run's
 	 * holdout is a draw from the run's data, not from another's */
-	*src = (struct data_source){.loc = dir ? dir : r->data_dir, .label = r->data_label,
-				    .holdout = dir ? 0 : r->holdout, .seed = r->train.seed,
-				    .whole = dir != NULL};
+	*src = (struct data_source){.loc = dir ? dir : r->data_dir, .label = r->spec.data_label,
+				    .holdout = dir ? 0 : r->spec.holdout,
+				    .seed = r->spec.train.seed, .whole = dir != NULL};
 }
 
 void run_close(struct run *r)
@@ -342,10 +320,7 @@ void run_close(struct run *r)
 	r->lock_fd = -1;
 	json_decref(r->json);
 	r->json = NULL;
-	r->model = NULL;
-	free(r->norm_mean);
-	free(r->norm_std);
-	r->norm_mean = r->norm_std = NULL;
+	run_spec_free(&r->spec);
 }
 
 int run_file(const struct run *r, const char *name, char *out, size_t cap)
@@ -848,7 +823,7 @@ int run_ckpt_load(const struct run *r, const struct layout *l, struct rule **rul
 		rc = got = state_find(r, RUN_RULE_STATE, RUN_RULE_STATE_PREV, STATE_RULE_BLOB, theta, n,
 				      p, &b, &m, err);
 	if (rc >= 0)
-		rc = rule_create(&r->rule, l, theta, rule, err);
+		rc = rule_create(&r->spec.rule, l, theta, rule, err);
 	free(theta);
 	if (rc == 0 && got > 0) {
 		if ((rc = rule_state_restore(&m, *rule, n, RUN_RULE_STATE, err)) == 0) {
@@ -941,6 +916,33 @@ int run_shard_dir_parse(const char *name, int *i, int *k)
 			       *k <= SHARD_MAX && *i < *k
 		       ? 0
 		       : -1;
+}
+
+int run_peek(const char *dir, struct run_peek *p, char *err)
+{
+	char path[PATH_MAX + 16];
+	const char *base = strrchr(dir, '/');
+	struct stat st;
+	json_error_t je;
+	memset(p, 0, sizeof *p);
+	if (dir_file(dir, RUN_JSON, path, sizeof path) < 0)
+		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
+	base = base ? base + 1 : dir;
+	if (!(stat(path, &st) == 0 && S_ISREG(st.st_mode)) &&
+	    run_shard_dir_parse(base, &p->shard_i, &p->shard_k) == 0 &&
+	    snprintf(path, sizeof path, "%.*s%s", (int)(base - dir), dir, RUN_JSON) >= (int)sizeof path)
+		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
+	if (!(p->json = json_load_file(path, 0, &je)))
+		return gem_errf(err, GEM_EUSAGE, "%s: %s", path, je.text);
+	p->rule = run_spec_rule_name(p->json);
+	p->model = run_spec_model(p->json);
+	return 0;
+}
+
+void run_peek_free(struct run_peek *p)
+{
+	json_decref(p->json);
+	memset(p, 0, sizeof *p);
 }
 
 int run_shards(const char *dir, char *err)

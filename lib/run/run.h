@@ -50,43 +50,19 @@
  * θ), rule-state.gem, log.jsonl, server.url and .lock in this subdirectory of RUNDIR. */
 #define RUN_SHARD_DIR   "shard-%d-of-%d"
 
-/* The hyper-parameters of local training, as recorded in run.json "train". */
-struct run_train {
-	float lr, momentum, weight_decay;
-	int nesterov;
-	int batch;
-	int epochs; /* the run's budget: epochs per worker (unless steps) */
-	uint64_t steps; /* the run's budget in local steps per worker instead; 0: epochs */
-	uint64_t seed;
-	enum optim_kind optimizer;
-	uint64_t warmup;
-	enum lr_shape schedule;
-	float clip;
-};
-
 struct run {
 	char dir[PATH_MAX];
-	json_t *json;        /* run.json, owned */
-	json_t *model;       /* the model spec, borrowed from json */
-	char model_name[64];
-	char data_name[256];
-	char data_dir[PATH_MAX]; /* resolved on open: the recorded dir, else the name again */
-	char data_label[256];    /* run.json data.label, data.holdout */
-	double holdout;
-	float mean, std;         /* normalisation, from the training set at init: of all values, */
-	int norm_groups;         /* ... or by group (0: none, a run made before) */
-	double *norm_mean, *norm_std;
-	double norm_scale;
-	struct run_train train;
-	struct rule_config rule;
+	json_t *json;            /* run.json, owned */
+	struct run_spec spec;    /* what run.json records, read and checked (runjson.h) */
+	char data_dir[PATH_MAX]; /* where the data is on this host: spec.data_dir, else the
+				  * dataset found again by spec.data_name (run_open) */
 	int lock_fd;
 	char fdir[PATH_MAX];     /* where the server's files are: RUNDIR, or its shard's directory */
 	struct shard shard;      /* k = 0: not sharded */
-	int shard_data;          /* the workers split the training set (run.json "shard") */
 };
 
-/* The optimiser of r's local steps: its run.json "train" as given, the cosine ending at step
- * total (a trainer's budget in steps). */
+/* The optimiser of r's local steps: its run.json "train" as given (narrowed to floats), the
+ * cosine ending at step total (a trainer's budget in steps). */
 void run_optim_config(const struct run *r, uint64_t total, struct optim_config *c);
 
 /* One worker's budget in samples, of data whose epoch is epoch samples: those of the run's
@@ -142,6 +118,19 @@ int run_set_shard(struct run *r, int i, int k, size_t n, char *err);
 int run_shards(const char *dir, char *err);
 /* 0 and shard i of k when name is a shard's directory's (RUN_SHARD_DIR), else -1. */
 int run_shard_dir_parse(const char *name, int *i, int *k);
+/* What a reader of a run's log wants of its run.json (gem-plot-data's label: the rule and the
+ * model), read leniently: any JSON object, of a run.json that may be partial. */
+struct run_peek {
+	json_t *json;         /* run.json, owned (run_peek_free) */
+	const char *rule;     /* its rule's name (run_spec_rule_name), NULL when it has none */
+	const json_t *model;  /* its model spec, NULL when it has none */
+	int shard_i, shard_k; /* dir is shard i of k's directory, its run.json the run's one up;
+			       * k = 0: dir is the run's */
+};
+/* The run.json of the run in dir, or of the run whose shard's directory dir is; -1 when there
+ * is none or it is no JSON (err says which). */
+int run_peek(const char *dir, struct run_peek *p, char *err);
+void run_peek_free(struct run_peek *p);
 /* θ of the run: params.gem, or for a sharded run every shard's slice end to end (its progress
  * then is the slowest shard's version and samples and the longest elapsed time). */
 int run_params_load_merged(const struct run *r, float *theta, size_t n, struct run_progress *p,

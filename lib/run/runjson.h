@@ -1,7 +1,8 @@
 /* runjson: run.json, both ways. struct run_spec is what run.json records (gem-protocol(7)):
- * run_spec_to_json writes it, run_spec_from_json reads and checks it, and run_open (run.c)
- * reads run.json through it alone. Below run.c and above nothing of run/: the maker of a run
- * (spec.c) and the run directory (run.c) both use it. */
+ * run_spec_to_json writes it, run_spec_from_json reads and checks it, and run.c, the one reader
+ * of the file, reads it through these alone (run_open; run_peek, leniently, its rule and model).
+ * Below run.c and above nothing of run/: the maker of a run (spec.c) and the run directory
+ * (run.c) both use it. */
 #ifndef GEM_RUNJSON_H
 #define GEM_RUNJSON_H
 #include <jansson.h>

@@ -107,7 +107,7 @@ void run_log_start_x(FILE *f, const struct run *r, const char *rule, const char 
 	for (int i = 0; i < l->ntensors; i++)
 		json_array_append_new(names, json_string(l->t[i].name));
 	ev = json_pack("{s:s, s:f, s:I, s:s, s:s, s:o}", "event", "start", "time", clock_wall(), "version", (json_int_t)version, "rule",
-		       rule, "model", r->model_name, "tensors", names);
+		       rule, "model", r->spec.model_name, "tensors", names);
 	if (ev && url)
 		json_object_set_new(ev, "url", json_string(url));
 	if (ev && more)
@@ -569,15 +569,13 @@ static int log_end(const char *dir, struct run_end *e, char *err)
 static const char *step_options(const char *dir)
 {
 	const char *out = "a lower --lr";
-	char path[PATH_MAX + 32];
+	char err[GEM_ERRMAX];
+	struct run_peek pk;
 	struct rule_config c;
-	json_t *j = NULL;
-	for (int up = 0; up < 2 && !j; up++)
-		if ((size_t)snprintf(path, sizeof path, "%s/%s" RUN_JSON, dir, up ? "../" : "") < sizeof path)
-			j = json_load_file(path, 0, NULL);
-	if (j && rule_config_from_json(json_object_get(j, "rule"), &c, NULL) == 0)
+	if (run_peek(dir, &pk, err) == 0 &&
+	    rule_config_from_json(json_object_get(pk.json, "rule"), &c, NULL) == 0)
 		out = rule_step_options(&c);
-	json_decref(j);
+	run_peek_free(&pk);
 	return out;
 }
 

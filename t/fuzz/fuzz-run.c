@@ -34,13 +34,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	run_spec_free(&s);
 	if (run_from_json(j, &r, err) == 0) {
-		if (r.train.batch < 1 || r.train.batch > RUN_MAX_BATCH || r.train.epochs < 1 ||
-		    !isfinite(r.train.lr) || !(r.train.lr > 0) || !isfinite(r.std) || !(r.std > 0) ||
-		    rule_config_check(&r.rule, err) < 0 || !(r.holdout == 0 || (r.holdout >= DATA_HOLDOUT_MIN &&
-		    r.holdout <= DATA_HOLDOUT_MAX)) || (r.norm_groups > 0) != (r.norm_mean != NULL))
+		const struct run_spec *rs = &r.spec;
+		if (rs->train.batch < 1 || rs->train.batch > RUN_MAX_BATCH || rs->train.epochs < 1 ||
+		    !isfinite((float)rs->train.lr) || !((float)rs->train.lr > 0) ||
+		    !isfinite((float)rs->std) || !((float)rs->std > 0) ||
+		    rule_config_check(&rs->rule, err) < 0 ||
+		    !(rs->holdout == 0 || (rs->holdout >= DATA_HOLDOUT_MIN &&
+					   rs->holdout <= DATA_HOLDOUT_MAX)) ||
+		    (rs->norm_groups > 0) != (rs->norm_mean != NULL))
 			abort();
-		for (int g = 0; g < r.norm_groups; g++)
-			if (!isfinite(r.norm_mean[g]) || !(r.norm_std[g] > 0) || !isfinite(r.norm_std[g]))
+		for (int g = 0; g < rs->norm_groups; g++)
+			if (!isfinite(rs->norm_mean[g]) || !(rs->norm_std[g] > 0) ||
+			    !isfinite(rs->norm_std[g]))
 				abort();
 		dataset_present(r.data_dir); /* the paths of a FORMAT:PATH,PATH, split */
 		run_close(&r);
