@@ -1,6 +1,7 @@
 /* rules/impl.h: what rule.c shares with the rules/<name>.c files (not part of libgem's
  * interface). doc/rules.md gives the math of each rule.
- * rule.c keeps the workers, versions, configs and checkpoints; a rule file only computes.
+ * rule.c keeps the workers and versions, rule_config.c the configs, rule_state.c the
+ * checkpoints; a rule file only computes.
  *
  * A commit is one pass per rule: it writes θ′ and every state vector it changes into spare
  * buffers, ORs the finiteness of what it wrote, and the new buffers are taken only if all of it
@@ -220,4 +221,14 @@ int rule_round_leave(struct rule *r, const struct rule_span *sp, struct rule_wor
 
 extern const struct rule_ops rule_gem_ops, rule_downpour_ops, rule_dynsgd_ops, rule_easgd_ops,
 	rule_dcasgd_ops, rule_sync_ops, rule_dma_ops, rule_diloco_ops, rule_async_diloco_ops;
+/* Every rule (rule_config.c), and the index there of the one called name (-1: none). */
+extern const struct rule_ops *const rule_all[];
+int rule_index(const char *name);
+/* rule.c's workers and buffers of θ, which a checkpoint restores (rule_state.c): the free
+ * buffer a commit writes θ′ into, taken; worker w's sent vector is now s; make room for
+ * worker id with its vectors (zero); free what worker w holds. */
+struct rule_snap *rule_snap_pop(struct rule *r);
+void rule_sent_set(struct rule *r, struct rule_worker *w, struct rule_snap *s);
+int rule_worker_add(struct rule *r, int worker, char *err);
+void rule_worker_free(struct rule *r, struct rule_worker *w);
 #endif
