@@ -1,5 +1,6 @@
 /* t2003: batches: shards are disjoint and cover the data, orders are reproducible per
  * (seed, stream, epoch), seek recovers a position, the last batch of an epoch is partial. */
+#include "nn/batcher.h"
 #include "nn/data.h"
 #include "base/err.h"
 #include "tap.h"

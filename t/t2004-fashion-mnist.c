@@ -1,4 +1,5 @@
 /* t2004: the real Fashion-MNIST loads with the expected sizes, labels and statistics. */
+#include "nn/batcher.h"
 #include "nn/data.h"
 #include "base/err.h"
 #include "tap.h"

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "nn/batcher.h"
 #include "nn/data.h"
 #include "tap.h"
 

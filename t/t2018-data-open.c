@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "nn/batcher.h"
 #include "nn/data.h"
 #include "data-test.h"
 

@@ -1,10 +1,8 @@
 /* data: classification datasets (a directory of IDX files, the MNIST family's; or, by a format
  * prefix, a CSV table, NumPy arrays, an .npz archive, CIFAR's binary batches: gem-data(5)) and
- * texts (any file of bytes, for a language model), and the batches training and evaluation
- * read from them: normalised float inputs, sharded across workers, in an order per epoch that
- * a resumed run can recompute from (epoch, pos): a shuffle of the samples, or windows of a
- * text at offsets drawn at random. A dataset without a test split can hold out a fraction of
- * its training samples as one, drawn from the run's seed. */
+ * texts (any file of bytes, for a language model), and their samples as normalised float
+ * inputs (a worker's batches of them: nn/batcher.h). A dataset without a test split can hold
+ * out a fraction of its training samples as one, drawn from the run's seed. */
 #ifndef GEM_DATA_H
 #define GEM_DATA_H
 #include <stddef.h>
@@ -56,24 +54,6 @@ struct dataset {
 	size_t len;      /* ... how many */
 	int whole;       /* split "test" asked of a data set without one, with data_source.whole:
 			  * all its samples */
-};
-
-/* Batches of one worker's shard: epoch e visits the shard in an order fixed by (seed, stream,
- * e). Read epoch and pos (samples of this epoch already returned) to checkpoint; seek back. */
-struct batcher {
-	const struct dataset *d;
-	int batch;
-	uint64_t seed, stream;
-	int shard_i, shard_n;
-	uint32_t *shard; /* this worker's sample indices, in their fixed (unshuffled) order */
-	uint32_t *order; /* the shard shuffled for the current epoch (a text: window offsets) */
-	size_t count;    /* samples in the shard (a text: windows per epoch) */
-	size_t lo, hi;   /* a text: the worker's slice of its bytes */
-	int kept;        /* d holds this shard's samples alone, in its order (batcher_keep_shard) */
-	long epoch;      /* current epoch, from 0 */
-	size_t pos;      /* next sample of the epoch's order */
-	float lut[256];  /* pixel byte → (byte/255 − mean)/std, of the mean and std of all values */
-	float scale, shift; /* float features: x·scale + shift, of the same */
 };
 
 /* Where a dataset is and how it is split, as run.json records it. */
@@ -138,35 +118,4 @@ void dataset_fill(const struct dataset *d, const uint32_t *idx, size_t start, si
 /* The window of a windowed text at byte offset off (off + seq < len) into x (seq byte values)
  * and y (the seq bytes after each; y may be NULL). */
 void dataset_fill_window(const struct dataset *d, size_t off, float *x, uint16_t *y);
-
-/* Worker shard_i of shard_n gets a disjoint, near-equal part of a permutation fixed by seed
- * (the parts cover the dataset); inputs become (pixel/255 − mean)/std, or those of d's groups
- * when it has them (dataset_set_norm). Starts at epoch 0. Of a
- * windowed text, the worker's part is the shard_i-th of shard_n slices of its bytes; an epoch
- * is count = (slice − 1)/seq windows at offsets drawn uniformly, with replacement, from every
- * offset whose window and next byte lie in the slice (a stream fixed by seed, stream, epoch). */
-int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t seed,
-		 uint64_t stream, int shard_i, int shard_n, float mean, float std, char *err);
-/* Fill up to batch samples into x (batch × dim) and y (batch × seq labels for a text); return
- * how many. The last batch of an epoch may be partial; the call after it starts the next
- * epoch. */
-int batcher_next(struct batcher *b, float *x, uint16_t *y);
-/* The indices of the next batch, as batcher_next would fill it, into idx (batch of them): a
- * sample's index in the split, a text's window offset. Returns how many. An external model's
- * samples are drawn only this way. */
-int batcher_next_index(struct batcher *b, uint64_t *idx);
-/* Continue at sample pos of epoch's order, as a run checkpointed there would. */
-void batcher_seek(struct batcher *b, long epoch, size_t pos);
-/* Keep of d, b's dataset, only b's shard: its samples, in the shard's order, the others freed,
- * so that a process that trains on one shard of many holds that part alone. b's batches stay
- * the samples they were (b then indexes d's count samples); d serves no other batcher after.
- * Of a text or of a shard that is the whole set nothing changes. GEM_ENOMEM. */
-int batcher_keep_shard(struct batcher *b, struct dataset *d, char *err);
-/* Release the index arrays (about 8 bytes a sample of the shard). Where the batcher stands
- * stays (count, epoch, pos): batcher_resume makes them again, so that a worker that waits long
- * between its batches (one of gem-sim's thousands) need not hold them while it waits. */
-void batcher_free(struct batcher *b);
-/* After batcher_free: the index arrays again, as they were (0 at once when b holds them);
- * GEM_ENOMEM. batcher_next and batcher_seek need them. */
-int batcher_resume(struct batcher *b, char *err);
 #endif

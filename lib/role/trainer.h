@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "nn/batcher.h"
 #include "nn/data.h"
 #include "nn/model.h"
 #include "run/run.h"

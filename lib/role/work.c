@@ -14,6 +14,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/num.h"
+#include "nn/batcher.h"
 #include "nn/data.h"
 #include "nn/model.h"
 #include "role/feedback.h"

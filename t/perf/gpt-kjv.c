@@ -16,6 +16,7 @@
 
 #include "base/err.h"
 #include "base/rng.h"
+#include "nn/batcher.h"
 #include "nn/data.h"
 #include "nn/layer_ops.h"
 #include "nn/layers.h"
