@@ -736,6 +736,49 @@ static int eval_follow_main(struct evaluator *e, const char *follow, const char 
 	return rc;
 }
 
+/* The options' combinations checked (bad_usage exits); the SGP nodes to evaluate, if any: given
+ * by --nodes, or a lone SGP RUNDIR's (taken from argv). */
+static const char *check_usage(const struct evaluator *e, const char *nodes_opt,
+			       const char *run_opt, const char *cacert, int follow, int argc,
+			       char **argv)
+{
+	/* a lone SGP RUNDIR: its params.gem is θ₀, its nodes hold the training */
+	if (!nodes_opt && !follow && optind == argc - 1 && !run_opt && is_sgp_run(argv[optind])) {
+		if (e->per_class || e->train_subset)
+			bad_usage("an SGP run: its nodes are evaluated (--nodes), without --per-class "
+				  "or --train-subset: ", argv[optind]);
+		log_info("%s: an SGP run: evaluating its nodes (--nodes %s)", argv[optind],
+			 argv[optind]);
+		nodes_opt = argv[optind++];
+	}
+	if (nodes_opt) {
+		if (follow || e->per_class || e->train_subset)
+			bad_usage("--nodes: not with --follow, --per-class or --train-subset", "");
+		if (cacert)
+			bad_usage("--cacert: not with --nodes (SGP nodes speak plain HTTP)", "");
+		if (optind != argc)
+			bad_usage("--nodes: no other parameters to evaluate: ", argv[optind]);
+	} else if (follow && optind != argc - 1) {
+		bad_usage(optind == argc ? "--follow: which URL or RUNDIR?" : "--follow: one URL or RUNDIR, "
+			  "not also ", optind == argc ? "" : argv[optind + 1]);
+	} else if (!follow && optind == argc) {
+		bad_usage("nothing to evaluate", "");
+	}
+	if (cacert && !follow && !nodes_opt) {
+		for (int i = optind; i < argc; i++)
+			if (!is_url(argv[i]))
+				bad_usage("--cacert: only with a server's URL (or --follow): ", argv[i]);
+	}
+	if (run_opt && !nodes_opt) {
+		if (follow)
+			bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate", "");
+		for (int i = optind; i < argc; i++)
+			if (is_url(argv[i]))
+				bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate: ", argv[i]);
+	}
+	return nodes_opt;
+}
+
 int main(int argc, char **argv)
 {
 	const char *run_opt = NULL, *data = NULL, *nodes_opt = NULL;
@@ -789,40 +832,7 @@ int main(int argc, char **argv)
 	if (threads > 1)
 		log_debug("%d threads, OMP_WAIT_POLICY=%s", (int)threads,
 			  getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
-	/* a lone SGP RUNDIR: its params.gem is θ₀, its nodes hold the training */
-	if (!nodes_opt && !follow && optind == argc - 1 && !run_opt && is_sgp_run(argv[optind])) {
-		if (e.per_class || e.train_subset)
-			bad_usage("an SGP run: its nodes are evaluated (--nodes), without --per-class "
-				  "or --train-subset: ", argv[optind]);
-		log_info("%s: an SGP run: evaluating its nodes (--nodes %s)", argv[optind],
-			 argv[optind]);
-		nodes_opt = argv[optind++];
-	}
-	if (nodes_opt) {
-		if (follow || e.per_class || e.train_subset)
-			bad_usage("--nodes: not with --follow, --per-class or --train-subset", "");
-		if (cacert)
-			bad_usage("--cacert: not with --nodes (SGP nodes speak plain HTTP)", "");
-		if (optind != argc)
-			bad_usage("--nodes: no other parameters to evaluate: ", argv[optind]);
-	} else if (follow && optind != argc - 1) {
-		bad_usage(optind == argc ? "--follow: which URL or RUNDIR?" : "--follow: one URL or RUNDIR, "
-			  "not also ", optind == argc ? "" : argv[optind + 1]);
-	} else if (!follow && optind == argc) {
-		bad_usage("nothing to evaluate", "");
-	}
-	if (cacert && !follow && !nodes_opt) {
-		for (int i = optind; i < argc; i++)
-			if (!is_url(argv[i]))
-				bad_usage("--cacert: only with a server's URL (or --follow): ", argv[i]);
-	}
-	if (run_opt && !nodes_opt) {
-		if (follow)
-			bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate", "");
-		for (int i = optind; i < argc; i++)
-			if (is_url(argv[i]))
-				bad_usage("--run: only with a PARAMS_FILE or a RUNDIR to evaluate: ", argv[i]);
-	}
+	nodes_opt = check_usage(&e, nodes_opt, run_opt, cacert, follow, argc, argv);
 	prog_blas_init();
 	layers_set_threads((int)threads);
 
