@@ -152,7 +152,7 @@ experiment-lowcomm: all
 experiment-lm-rules: all
 	GEM_BIN=$(abspath $(BIN)) bash share/gem/experiments/lm-rules.sh $(or $(OUT),build/experiment-lm-rules)
 
-# gem past one host: 8 namespace hosts with tbf-limited links, 2 shards, 200 workers, gem and
+# gem past one host: 8 namespace hosts with tbf-limited links, 2 slices, 200 workers, gem and
 # sync (as root; see share/gem/experiments/scale-hosts.sh)
 experiment-scale-hosts: all
 	GEM_BIN=$(abspath $(BIN)) bash share/gem/experiments/scale-hosts.sh $(or $(OUT),build/scale-hosts)

@@ -41,8 +41,8 @@ static void usage(FILE *f)
 	      "(test_bpb, train_bpb) and its accuracy is of the next byte, over 20 fixed\n"
 	      "batches of 32 windows of each split.\n"
 	      "Several runs make one table, the run (as named) in a first column. An SGP\n"
-	      "RUNDIR has its nodes evaluated (--nodes). A sharded run's servers are one\n"
-	      "URL argument: URL1,URL2,... (gem-serve --shard I/K, shard 0's first).\n"
+	      "RUNDIR has its nodes evaluated (--nodes). A sliced run's servers are one\n"
+	      "URL argument: URL1,URL2,... (gem-serve --slice I/K, slice 0's first).\n"
 	      "\n"
 	      "      --run RUNDIR        the run a PARAMS_FILE belongs to (default: the file's\n"
 	      "                          directory)\n"
@@ -55,8 +55,8 @@ static void usage(FILE *f)
 	      "      --json              print JSON lines (one object per evaluation)\n"
 	      "  -F, --follow            follow the one URL or RUNDIR as it trains: poll a live\n"
 	      "                          server (RUNDIR: the one in its server.url, every\n"
-	      "                          shard's of a sharded run, or the checkpoints of a\n"
-	      "                          local training; URL1,URL2,...: a sharded run's\n"
+	      "                          slice's of a sliced run, or the checkpoints of a\n"
+	      "                          local training; URL1,URL2,...: a sliced run's\n"
 	      "                          servers; a RUNDIR not made yet is waited for,\n"
 	      "                          --retry-for); print a line per new version until\n"
 	      "                          the run ends\n"
@@ -106,7 +106,7 @@ struct evaluator {
 	int diverged;      /* an evaluation's loss said its parameters diverged: exit 1 */
 	const char *warned; /* the run a divergence was last said of */
 	int header_text;    /* the header printed is a text's (bits per byte) */
-	struct run_log_bytes *logs; /* the logs of the run's servers (one per shard); NULL: no
+	struct run_log_bytes *logs; /* the logs of the run's servers (one per slice); NULL: no
 				     * log (a URL): bytes NaN */
 	int nlogs;
 	double bytes;      /* of the row: the logs' bytes up to its version, or NaN */
@@ -232,20 +232,20 @@ static void logs_close(struct evaluator *e)
 	e->nlogs = 0;
 }
 
-/* The run's logs (RUNDIR's, or each shard's of a sharded run) for the bytes column. A log not
+/* The run's logs (RUNDIR's, or each slice's of a sliced run) for the bytes column. A log not
  * there is a server that never ran (a run not trained yet, made with --init-from, or trained
  * by gem-work --local): no bytes. None for a run whose logs cannot be read (its bytes are
  * then NaN). */
 static void logs_open(struct evaluator *e, const char *rundir)
 {
 	char err[GEM_ERRMAX], name[64], path[PATH_MAX + 64];
-	int k = run_shards(rundir, err), ok = 1;
+	int k = run_slices(rundir, err), ok = 1;
 	if (k < 0 || !(e->logs = calloc(k ? (size_t)k : 1, sizeof *e->logs)))
 		return;
 	e->nlogs = 0;
 	for (int i = 0; ok && i < (k ? k : 1); i++) {
 		if (k)
-			snprintf(name, sizeof name, RUN_SHARD_DIR "/" RUN_LOG, i, k);
+			snprintf(name, sizeof name, RUN_SLICE_DIR "/" RUN_LOG, i, k);
 		else
 			snprintf(name, sizeof name, RUN_LOG);
 		if (run_dir_file(rundir, name, path, sizeof path) < 0) {
@@ -578,7 +578,7 @@ static int eval_target(struct evaluator *e, const char *arg, const char *run_opt
 			c = eval_remote_theta(t.url, retry_for, cacert, model_params(e->m),
 					      model_nparams(e->m), &p, err);
 		else
-			/* a sharded run's θ: its shards' slices end to end (the merged view) */
+			/* a sliced run's θ: its servers' slices end to end (the merged view) */
 			c = t.params ? run_params_load(&run, t.params, model_params(e->m),
 						       model_nparams(e->m), &p, err)
 				     : run_params_load_merged(&run, model_params(e->m), model_nparams(e->m),

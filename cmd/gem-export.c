@@ -20,7 +20,7 @@ static const char usage_line[] = "usage: gem-export [options] RUNDIR";
 static void usage(FILE *f)
 {
 	fprintf(f, "%s\n", usage_line);
-	fputs("Write the run's parameters θ (a sharded run's slices merged) on standard output:\n"
+	fputs("Write the run's parameters θ (a sliced run's slices merged) on standard output:\n"
 	      "a safetensors file whose tensors are named and shaped as the model's layers\n"
 	      "(\"0.weight\", \"0.bias\", ...), with the model spec and the input normalisation in\n"
 	      "its metadata.\n"

@@ -80,7 +80,7 @@ static void usage(FILE *f)
 	      "                          (the fastest takes --window steps), told in the reply\n"
 	      "      --fragments P       diloco, async-diloco: θ in P slices synchronised in\n"
 	      "                          turn, one every H/P inner steps (P divides H);\n"
-	      "                          default 1 (gem-serve: not with --shard)\n"
+	      "                          default 1 (gem-serve: not with --slice)\n"
 	      "      --mix X             diloco, async-diloco: a fragment's θ mixed into the\n"
 	      "                          worker's as x = X·x + (1 − X)·θ, X in [0, 1);\n"
 	      "                          default 0 (replaced)\n"

@@ -24,7 +24,7 @@ static void usage(FILE *f)
 	fprintf(f, "%s\n", usage_line);
 	fputs("Print one VIEW of runs' logs as gnuplot data (TSV: a header line, '# run:'\n"
 	      "comment lines, one block per run), CSV, JSON lines, or a gnuplot script. LOG is\n"
-	      "a log.jsonl, a RUNDIR (an SGP run's: its node logs; a sharded run's: its shards'\n"
+	      "a log.jsonl, a RUNDIR (an SGP run's: its node logs; a sliced run's: its slices'\n"
 	      "logs), or - (stdin, the default).\n"
 	      "  loss        version, samples, loss, moving average, per central update\n"
 	      "  pi          a pi statistic per tensor over updates (gnuplot matrix nonuniform)\n"
@@ -141,7 +141,7 @@ static int logs_read(struct logs *L, const struct plot_opts *o, size_t *bad, cha
 }
 
 /* The LOG arguments' files are there: each a log file, or a RUNDIR holding its log.jsonl (an
- * SGP run's node logs and a sharded run's shard logs are files of their own). */
+ * SGP run's node logs and a sliced run's slice logs are files of their own). */
 static int logs_there(const struct logs *L)
 {
 	char log[PATH_MAX];

@@ -50,7 +50,7 @@ static void usage(FILE *f)
 	      "gem-work workers (locally, or over ssh on the hosts of --hosts), wait for them,\n"
 	      "evaluate the result with gem-eval, stop the server and print gem-eval's TSV.\n"
 	      "With --rule sgp there is no server: N gem-work nodes of Stochastic Gradient Push\n"
-	      "train on disjoint shards, wired to each other on free ports, and gem-eval\n"
+	      "train on disjoint parts, wired to each other on free ports, and gem-eval\n"
 	      "--nodes evaluates each node and their average.\n"
 	      "\n"
 	      "  -n, --workers N     number of workers; default 4, or with --hosts the slots\n"
@@ -78,18 +78,18 @@ static void usage(FILE *f)
 	      "                      --work-opt=--overlap, --work-opt=--topology=ring\n"
 	      "      --serve-opt OPT pass OPT to gem-serve (repeatable), e.g.\n"
 	      "                      --serve-opt=--max-updates=100\n"
-	      "      --shards K      serve θ with K gem-serve processes, one shard each\n"
-	      "                      (--shard I/K, on this host); the workers commit to all of\n"
+	      "      --slices K      serve θ with K gem-serve processes, one slice each\n"
+	      "                      (--slice I/K, on this host); the workers commit to all of\n"
 	      "                      them. Default 1\n"
-	      "      --shard-hosts FILE\n"
-	      "                      start shard I over ssh on the I-th host of FILE (one\n"
+	      "      --slice-hosts FILE\n"
+	      "                      start slice I over ssh on the I-th host of FILE (one\n"
 	      "                      per line, taken in turn), listening on every address\n"
 	      "                      behind the run's token; a host that does not share\n"
-	      "                      RUNDIR gets a copy of the run and gives its shard\n"
-	      "                      directory back at the end. Needs --shards 2 or more\n"
+	      "                      RUNDIR gets a copy of the run and gives its slice\n"
+	      "                      directory back at the end. Needs --slices 2 or more\n"
 	      "      --codec C       every gem-work's --codec (raw, zlib, zlib+shuffle, fp16,\n"
 	      "                      int8, int4, topk:F); default raw\n"
-	      "      --ssh CMD       the ssh command for --hosts and --shard-hosts, its words\n"
+	      "      --ssh CMD       the ssh command for --hosts and --slice-hosts, its words\n"
 	      "                      split as a shell would (e.g. \"ssh -J gateway -p 2222\");\n"
 	      "                      default $GEM_SSH, else ssh\n"
 	      "  -r, --rule sgp      train with SGP nodes instead of a server (other rules go\n"
@@ -108,7 +108,7 @@ static void usage(FILE *f)
  * name from its table (run/spec.h), so that gem-run knows which take a value */
 static const char shortopts[] = "n:t:l:r:qhV";
 
-enum { O_HOSTS = 256, O_RESUME, O_TLS, O_NO_TLS, O_WORK_OPT, O_SERVE_OPT, O_SHARDS, O_SHARD_HOSTS,
+enum { O_HOSTS = 256, O_RESUME, O_TLS, O_NO_TLS, O_WORK_OPT, O_SERVE_OPT, O_SLICES, O_SLICE_HOSTS,
        O_CODEC, O_SSH, O_INIT = 1024 };
 
 static const struct option own_opts[] = {
@@ -116,8 +116,8 @@ static const struct option own_opts[] = {
 	{"hosts", required_argument, 0, O_HOSTS},  {"listen", required_argument, 0, 'l'},
 	{"resume", no_argument, 0, O_RESUME},       {"tls", no_argument, 0, O_TLS},
 	{"no-tls", no_argument, 0, O_NO_TLS},       {"work-opt", required_argument, 0, O_WORK_OPT},
-	{"serve-opt", required_argument, 0, O_SERVE_OPT}, {"shards", required_argument, 0, O_SHARDS},
-	{"shard-hosts", required_argument, 0, O_SHARD_HOSTS},
+	{"serve-opt", required_argument, 0, O_SERVE_OPT}, {"slices", required_argument, 0, O_SLICES},
+	{"slice-hosts", required_argument, 0, O_SLICE_HOSTS},
 	{"codec", required_argument, 0, O_CODEC},   {"ssh", required_argument, 0, O_SSH},
 	{"rule", required_argument, 0, 'r'},        {"quiet", no_argument, 0, 'q'},
 	{"help", no_argument, 0, 'h'},              {"version", no_argument, 0, 'V'},
@@ -126,13 +126,13 @@ static const struct option own_opts[] = {
 
 /* What the command line asks for. */
 static struct cfg {
-	int workers, workers_set, resume, tls, quiet, sgp, shards;
-	const char *steps, *hosts, *listen, *shard_hosts, *ssh, *rundir;
+	int workers, workers_set, resume, tls, quiet, sgp, slices;
+	const char *steps, *hosts, *listen, *slice_hosts, *ssh, *rundir;
 	struct argv init, work, serve;          /* options for gem-init, gem-work, gem-serve */
-	struct argv slots, shosts;              /* a host per worker slot; per shard in turn */
+	struct argv slots, shosts;              /* a host per worker slot; per slice in turn */
 	struct progress_show show;
 	int ssh_timeout;
-} C = {.workers = 4, .tls = -1, .shards = 1};
+} C = {.workers = 4, .tls = -1, .slices = 1};
 
 static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die_usage(const char *fmt, ...)
@@ -222,12 +222,12 @@ static int take_own(int c, const char *arg)
 	case O_NO_TLS: C.tls = 0; return 1;
 	case O_WORK_OPT: push(&C.work, arg); return 1;
 	case O_SERVE_OPT: push(&C.serve, arg); return 1;
-	case O_SHARDS: { long v;
+	case O_SLICES: { long v;
 		  if (strspn(arg, "0123456789") != strlen(arg) || arg[0] == '0' ||
 		      num_long(arg, 1, 64, &v) < 0)
-			  die_usage("--shards: not an integer in [1, 64]: %s", arg);
-		  C.shards = (int)v; return 1; }
-	case O_SHARD_HOSTS: C.shard_hosts = arg; return 1;
+			  die_usage("--slices: not an integer in [1, 64]: %s", arg);
+		  C.slices = (int)v; return 1; }
+	case O_SLICE_HOSTS: C.slice_hosts = arg; return 1;
 	case O_CODEC: if (argv_pushf(&C.work, "--codec=%s", arg) < 0) oom(); return 1;
 	case O_SSH: C.ssh = arg; return 1;
 	case 'r': if (!strcmp(arg, "sgp")) C.sgp = 1; else take_init('r', arg); return 1;
@@ -915,14 +915,14 @@ static const char *version_text(const char *dir, char *buf, size_t cap)
 static void checkpointed(const char *what)
 {
 	char v[32];
-	if (C.shards == 1) {
+	if (C.slices == 1) {
 		fprintf(stderr, "gem-run: %s; the server checkpointed at version %s\n", what,
 			version_text(C.rundir, v, sizeof v));
 	} else {
-		fprintf(stderr, "gem-run: %s; the shards checkpointed at versions ", what);
-		for (int k = 0; k < C.shards; k++)
+		fprintf(stderr, "gem-run: %s; the slices checkpointed at versions ", what);
+		for (int k = 0; k < C.slices; k++)
 			fprintf(stderr, "%s%s", k ? ", " : "",
-				version_text(rpath(RUN_SHARD_DIR, k, C.shards), v, sizeof v));
+				version_text(rpath(RUN_SLICE_DIR, k, C.slices), v, sizeof v));
 		fputc('\n', stderr);
 	}
 	fprintf(stderr, "gem-run: gem-run --resume -n %d", C.workers);
@@ -930,10 +930,10 @@ static void checkpointed(const char *what)
 		fprintf(stderr, " --steps %s", C.steps);
 	if (C.hosts)
 		fprintf(stderr, " --hosts %s", C.hosts);
-	if (C.shards != 1)
-		fprintf(stderr, " --shards %d", C.shards);
-	if (C.shard_hosts)
-		fprintf(stderr, " --shard-hosts %s", C.shard_hosts);
+	if (C.slices != 1)
+		fprintf(stderr, " --slices %d", C.slices);
+	if (C.slice_hosts)
+		fprintf(stderr, " --slice-hosts %s", C.slice_hosts);
 	fprintf(stderr, " %s continues the run\n", C.rundir);
 }
 
@@ -961,7 +961,7 @@ static void slot_failed(const char *what, int i, int status, const char *log)
 static struct launch_child *servers[64];
 static char *serve_errs[64]; /* their messages' files */
 static int nservers, served; /* served: a server started, so it checkpoints when stopped */
-static struct argv copy_shard_hosts, copy_hosts;
+static struct argv copy_slice_hosts, copy_hosts;
 static const char *server_host;
 static int public_, tls_on;
 
@@ -986,21 +986,21 @@ static void cleanup(void)
 		run_node_files_remove(C.rundir, 1, NULL); /* the handshake's, as gem-serve its url */
 }
 
-/* Each shard's directory back from a host that does not share RUNDIR (its server stopped). */
-static void copy_shards_back(void)
+/* Each slice's directory back from a host that does not share RUNDIR (its server stopped). */
+static void copy_slices_back(void)
 {
-	for (int k = 0; k < C.shards && copy_shard_hosts.n; k++) {
+	for (int k = 0; k < C.slices && copy_slice_hosts.n; k++) {
 		const char *h = C.shosts.v[k % C.shosts.n];
 		struct argv names = {0};
 		int apart = 0;
-		for (int j = 0; j < copy_shard_hosts.n; j++)
-			apart |= !strcmp(copy_shard_hosts.v[j], h);
+		for (int j = 0; j < copy_slice_hosts.n; j++)
+			apart |= !strcmp(copy_slice_hosts.v[j], h);
 		if (!apart)
 			continue;
-		if (argv_pushf(&names, RUN_SHARD_DIR, k, C.shards) < 0)
+		if (argv_pushf(&names, RUN_SLICE_DIR, k, C.slices) < 0)
 			oom();
 		if (copy(h, 0, &names, 0) < 0)
-			fprintf(stderr, "gem-run: cannot copy shard %d back from %s\n", k, h);
+			fprintf(stderr, "gem-run: cannot copy slice %d back from %s\n", k, h);
 		argv_free(&names);
 	}
 }
@@ -1013,7 +1013,7 @@ static void on_signal(int sig)
 	fprintf(stderr, "gem-run: %s; stopping\n", how);
 	cleanup();
 	if (served && !C.sgp) {
-		copy_shards_back();
+		copy_slices_back();
 		checkpointed(how);
 	}
 	exit(sig == SIGINT ? 130 : sig == SIGTERM ? 143 : 129);
@@ -1037,13 +1037,13 @@ static void serve_failed(int status, const char *errf)
 /* The options a server or worker here gets for the token and TLS. */
 static void push_token(struct argv *a)
 {
-	if (C.hosts || C.shard_hosts || public_)
+	if (C.hosts || C.slice_hosts || public_)
 		if (argv_push(a, "--token-file") < 0 || argv_push(a, rpath(RUN_TOKEN)) < 0)
 			oom();
 }
 
 /* gem-serve [--check] and the options of server k here: where it listens, its token and
- * certificate, its shard. */
+ * certificate, its slice. */
 static void serve_argv(struct argv *a, int check, int k)
 {
 	push(a, "gem-serve");
@@ -1057,7 +1057,7 @@ static void serve_argv(struct argv *a, int check, int k)
 	if (tls_on && argv_pushv(a, (char *[]){"--tls-cert", (char *)rpath(RUN_TLS_CERT), "--tls-key",
 					      (char *)rpath(RUN_TLS_KEY), NULL}) < 0)
 		oom();
-	if (C.shards != 1 && (argv_push(a, "--shard") < 0 || argv_pushf(a, "%d/%d", k, C.shards) < 0))
+	if (C.slices != 1 && (argv_push(a, "--slice") < 0 || argv_pushf(a, "%d/%d", k, C.slices) < 0))
 		oom();
 }
 
@@ -1121,27 +1121,27 @@ static void resume_checks(void)
 	run_close(&r);
 }
 
-/* --shard-hosts: the run (run.json, params.gem, the token, the certificate and its key, and
- * with --resume the shards' directories) to every shard host that does not share RUNDIR, at
- * the same path; those hosts give their shards back at the end (copy_shards_back). */
-static void copy_shards_out(void)
+/* --slice-hosts: the run (run.json, params.gem, the token, the certificate and its key, and
+ * with --resume the slices' directories) to every slice host that does not share RUNDIR, at
+ * the same path; those hosts give their slices back at the end (copy_slices_back). */
+static void copy_slices_out(void)
 {
-	if (hosts_apart(&C.shosts, &copy_shard_hosts) < 0)
+	if (hosts_apart(&C.shosts, &copy_slice_hosts) < 0)
 		exit(EXIT_JOB);
-	for (int i = 0; i < copy_shard_hosts.n; i++) {
-		const char *h = copy_shard_hosts.v[i];
+	for (int i = 0; i < copy_slice_hosts.n; i++) {
+		const char *h = copy_slice_hosts.v[i];
 		struct argv files = {0}, stale = {0};
 		char *cmd = NULL;
 		if (argv_pushv(&files, (char *[]){RUN_JSON, RUN_PARAMS, RUN_TOKEN, NULL}) < 0 ||
 		    (tls_on && argv_pushv(&files, (char *[]){RUN_TLS_CERT, RUN_TLS_KEY, NULL}) < 0))
 			oom();
-		for (int k = 0; k < C.shards; k++) {
+		for (int k = 0; k < C.slices; k++) {
 			char name[64];
 			struct stat st;
 			if (strcmp(C.shosts.v[k % C.shosts.n], h))
 				continue;
-			snprintf(name, sizeof name, RUN_SHARD_DIR, k, C.shards);
-			/* a new run's shard must not resume what an earlier run left on that host */
+			snprintf(name, sizeof name, RUN_SLICE_DIR, k, C.slices);
+			/* a new run's slice must not resume what an earlier run left on that host */
 			push(&stale, rrpath(name));
 			if (stat(rpath("%s", name), &st) == 0 && S_ISDIR(st.st_mode))
 				push(&files, name);
@@ -1192,7 +1192,7 @@ static void served_prepare(void)
 		exit(EXIT_JOB);
 	}
 	if (tls_on) {
-		/* for this host's name and the shards' hosts; workers trust it alone */
+		/* for this host's name and the slices' hosts; workers trust it alone */
 		struct argv names = {0};
 		push(&names, server_host);
 		if (argv_pushv(&names, C.shosts.v) < 0)
@@ -1213,10 +1213,10 @@ static void served_prepare(void)
 			argv_free(&cert);
 		}
 	}
-	if (C.hosts || C.shard_hosts || public_)
+	if (C.hosts || C.slice_hosts || public_)
 		make_token();
 	if (C.shosts.n)
-		copy_shards_out();
+		copy_slices_out();
 }
 
 /* Wait for c's first line (its URL) for up to secs: 1 when it came, 0 when c ended first (or
@@ -1242,12 +1242,12 @@ static void url_on(char *urls, size_t cap, const char *url, const char *host)
 		snprintf(urls + len, cap - len, "%s%s", len ? "," : "", url);
 }
 
-/* Shard k's server over ssh on its host of --shard-hosts: it listens on every address (the
+/* Slice k's server over ssh on its host of --slice-hosts: it listens on every address (the
  * port of --listen) behind the run's token and prints its URL into RUNDIR/serve-K.url. */
 static void start_remote_server(int k, char *urls, size_t cap)
 {
 	const char *h = C.shosts.v[k % C.shosts.n], *port = strrchr(C.listen, ':');
-	const char *out = rpath(RUN_SHARD_URL, k), *errf = rpath(RUN_SHARD_ERR, k);
+	const char *out = rpath(RUN_SLICE_URL, k), *errf = rpath(RUN_SLICE_ERR, k);
 	struct argv a = {0};
 	int fd;
 	if (argv_pushv(&a, (char *[]){"gem-serve", "--listen", NULL}) < 0 ||
@@ -1255,7 +1255,7 @@ static void start_remote_server(int k, char *urls, size_t cap)
 	    argv_pushv(&a, (char *[]){"--public", "--token-file", "/dev/stdin", NULL}) < 0 ||
 	    (tls_on && argv_pushv(&a, (char *[]){"--tls-cert", (char *)rrpath(RUN_TLS_CERT), "--tls-key",
 						(char *)rrpath(RUN_TLS_KEY), NULL}) < 0) ||
-	    argv_push(&a, "--shard") < 0 || argv_pushf(&a, "%d/%d", k, C.shards) < 0 ||
+	    argv_push(&a, "--slice") < 0 || argv_pushf(&a, "%d/%d", k, C.slices) < 0 ||
 	    argv_pushv(&a, C.serve.v) < 0 || argv_push(&a, rrun) < 0)
 		oom();
 	for (int i = 0; i < 2; i++)
@@ -1275,10 +1275,10 @@ static void start_remote_server(int k, char *urls, size_t cap)
 	url_on(urls, cap, servers[k]->line, h);
 }
 
-/* Server k here (of K, shard k's files in RUNDIR/shard-k-of-K/). */
+/* Server k here (of K, slice k's files in RUNDIR/slice-k-of-K/). */
 static void start_local_server(int k, char *urls, size_t cap)
 {
-	const char *errf = C.shards == 1 ? rpath(RUN_SERVE_ERR) : rpath(RUN_SHARD_ERR, k);
+	const char *errf = C.slices == 1 ? rpath(RUN_SERVE_ERR) : rpath(RUN_SLICE_ERR, k);
 	struct argv a = {0};
 	int e = open(errf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (e < 0) {
@@ -1404,7 +1404,7 @@ static void stop_servers(int failed, int *bad_status, const char **bad_err)
 	}
 }
 
-/* The server's summary of the run (shard 0's, for a sharded run) as gem-run's. */
+/* The server's summary of the run (slice 0's, for a sliced run) as gem-run's. */
 static void server_summary(void)
 {
 	char *text = NULL, *last = NULL;
@@ -1445,12 +1445,12 @@ static int served_run(void)
 	if (C.resume)
 		resume_checks();
 	served_prepare();
-	for (int k = 0; k < C.shards; k++) {
+	for (int k = 0; k < C.slices; k++) {
 		if (C.shosts.n) {
 			start_remote_server(k, urls, sizeof urls);
 		} else {
 			char sdir[PATH_MAX + 64], url[PATH_MAX + 64];
-			snprintf(sdir, sizeof sdir, "%s", C.shards == 1 ? C.rundir : rpath(RUN_SHARD_DIR, k, C.shards));
+			snprintf(sdir, sizeof sdir, "%s", C.slices == 1 ? C.rundir : rpath(RUN_SLICE_DIR, k, C.slices));
 			run_dir_file(sdir, RUN_SERVER_URL, url, sizeof url);
 			unlink(url);
 			start_local_server(k, urls, sizeof urls);
@@ -1463,7 +1463,7 @@ static int served_run(void)
 		start_worker(i, urls);
 	failed = watch_workers(urls);
 	stop_servers(failed, &bad_status, &bad_err);
-	copy_shards_back();
+	copy_slices_back();
 	fputs(progress_show_end(&C.show), stderr);
 	if (!C.quiet)
 		server_summary();
@@ -1729,12 +1729,12 @@ static void settle(void)
 	}
 	if (progress_show_init(&C.show, getenv("GEM_PROGRESS"), isatty(2), C.quiet, err) < 0)
 		die_usage("%s", err);
-	if (C.shard_hosts) {
-		read_hosts("--shard-hosts", C.shard_hosts, 0, &C.shosts);
+	if (C.slice_hosts) {
+		read_hosts("--slice-hosts", C.slice_hosts, 0, &C.shosts);
 		if (C.sgp)
-			die_usage("--shard-hosts: not with --rule sgp (there is no server)");
-		if (C.shards < 2)
-			die_usage("--shard-hosts: needs --shards 2 or more (one server runs here)");
+			die_usage("--slice-hosts: not with --rule sgp (there is no server)");
+		if (C.slices < 2)
+			die_usage("--slice-hosts: needs --slices 2 or more (one server runs here)");
 	}
 	if (C.hosts) {
 		read_hosts("--hosts", C.hosts, 1, &C.slots);
@@ -1747,12 +1747,12 @@ static void settle(void)
 		C.listen = "127.0.0.1:0";
 	if (C.sgp && C.resume)
 		die_usage("--resume: not with --rule sgp (an SGP run starts from params.gem)");
-	if (C.sgp && C.shards != 1)
-		die_usage("--shards: not with --rule sgp (there is no server)");
+	if (C.sgp && C.slices != 1)
+		die_usage("--slices: not with --rule sgp (there is no server)");
 	public_ = strncmp(C.listen, "127.", 4) && strncmp(C.listen, "localhost:", 10) &&
 		  strncmp(C.listen, "[::1]:", 6);
 	/* over the network the token travels in HTTPS by default */
-	tls_on = C.tls >= 0 ? C.tls : C.hosts || C.shard_hosts;
+	tls_on = C.tls >= 0 ? C.tls : C.hosts || C.slice_hosts;
 }
 
 /* gem-run's own directory first in PATH: it starts the programs installed beside it. */

@@ -22,7 +22,7 @@
 #include "role/serve.h"
 #include "run/run.h"
 #include "run/runlog.h"
-#include "run/shard.h"
+#include "run/slice.h"
 
 static const char usage_line[] = "usage: gem-serve [options] RUNDIR\n"
 				 "   or: gem-serve --check [options] [RUNDIR]";
@@ -78,16 +78,16 @@ static void usage(FILE *f)
 	      "                              spent their budget (and --steps does not change\n"
 	      "                              it); serve nothing\n"
 	      "  -q, --quiet                 no informational messages on stderr\n"
-	      "      --shard I/K             serve shard I of K of theta (0 <= I < K <= 64):\n"
+	      "      --slice I/K             serve slice I of K of theta (0 <= I < K <= 64):\n"
 	      "                              its version, rule state, checkpoint and log, in\n"
-	      "                              RUNDIR/shard-I-of-K/ (URL in its server.url there)\n"
+	      "                              RUNDIR/slice-I-of-K/ (URL in its server.url there)\n"
 	      "  -h, --help                  show this help\n"
 	      "  -V, --version               show the version\n",
 	      f);
 }
 
 enum { O_PUBLIC = 256, O_TOKEN, O_CKPT, O_MAXUPD, O_KEEP, O_CODEC, O_WTO, O_ITO, O_STALE, O_DROP,
-       O_NOTOKEN, O_MAXW, O_CERT, O_KEY, O_SHARD, O_CHECK, O_MAXMEM };
+       O_NOTOKEN, O_MAXW, O_CERT, O_KEY, O_SLICE, O_CHECK, O_MAXMEM };
 
 static const struct option longopts[] = {
 	{"listen", required_argument, 0, 'l'},         {"public", no_argument, 0, O_PUBLIC},
@@ -98,7 +98,7 @@ static const struct option longopts[] = {
 	{"drop-rate", required_argument, 0, O_DROP},   {"no-token", no_argument, 0, O_NOTOKEN},
 	{"max-workers", required_argument, 0, O_MAXW}, {"tls-cert", required_argument, 0, O_CERT},
 	{"tls-key", required_argument, 0, O_KEY},      {"help", no_argument, 0, 'h'},
-	{"quiet", no_argument, 0, 'q'},               {"shard", required_argument, 0, O_SHARD},
+	{"quiet", no_argument, 0, 'q'},               {"slice", required_argument, 0, O_SLICE},
 	{"check", no_argument, 0, O_CHECK},            {"version", no_argument, 0, 'V'},
 	{"steps", required_argument, 0, 't'},          {"max-memory", required_argument, 0, O_MAXMEM},
 	{0, 0, 0, 0},
@@ -270,9 +270,9 @@ static int parse_options(int argc, char **argv, struct serve_opts *o, struct cli
 				bad_usage("--max-memory: not a size in bytes (512M, 2G): ", optarg);
 			break;
 		case 'q': log_quiet(); quiet = 1; break;
-		case O_SHARD:
-			if (shard_parse(optarg, &o->slice_i, &o->slice_k))
-				bad_usage("--shard: want I/K with 0 <= I < K <= 64: ", optarg);
+		case O_SLICE:
+			if (slice_parse(optarg, &o->slice_i, &o->slice_k))
+				bad_usage("--slice: want I/K with 0 <= I < K <= 64: ", optarg);
 			break;
 		case O_CHECK: c->check = 1; break;
 		case 'h': usage(stdout); return 0;

@@ -50,7 +50,7 @@ static void usage(FILE *f)
 	      "      --stragglers K:F    workers 0..K-1 are F times slower\n"
 	      "      --latency SEC       one-way time of every message; default 0\n"
 	      "      --server-time SEC   server time per commit; default 0\n"
-	      "      --server-cost A,B   the server as a queue: each shard's CPU takes\n"
+	      "      --server-cost A,B   the server as a queue: each slice's CPU takes\n"
 	      "                          A*n + B more seconds per commit of n parameters;\n"
 	      "                          auto: A and B fitted for the codec on gem's test\n"
 	      "                          machine; default 0,0 (off)\n"
@@ -59,8 +59,8 @@ static void usage(FILE *f)
 	      "      --die W@T           worker W dies at time T (repeatable)\n"
 	      "      --join T            a new worker joins at time T (repeatable)\n"
 	      "  -j, --threads T         compute gradients on T threads, same result; default 1\n"
-	      "      --shards K          serve theta with K cores in this process, one shard\n"
-	      "                          each, as K gem-serve --shard I/K would (the same\n"
+	      "      --slices K          serve theta with K cores in this process, one slice\n"
+	      "                          each, as K gem-serve --slice I/K would (the same\n"
 	      "                          theta); default 1\n"
 	      "      --codec C           the workers commit in codec C, as gem-work --codec C\n"
 	      "                          does (the same encoder, error feedback and replies:\n"
@@ -85,7 +85,7 @@ static void bad_usage(const char *msg, const char *arg)
 }
 
 enum { O_STEPTIME = 256, O_JITTER, O_SPREAD, O_TIMING, O_STRAG, O_LAT, O_SRV, O_DIE, O_JOIN, O_REPLAY,
-       O_SHARDS, O_CODEC, O_COST, O_BW };
+       O_SLICES, O_CODEC, O_COST, O_BW };
 
 static const struct option longopts[] = {
 	{"workers", required_argument, 0, 'n'},      {"steps", required_argument, 0, 't'},
@@ -94,7 +94,7 @@ static const struct option longopts[] = {
 	{"stragglers", required_argument, 0, O_STRAG}, {"latency", required_argument, 0, O_LAT},
 	{"server-time", required_argument, 0, O_SRV}, {"die", required_argument, 0, O_DIE},
 	{"join", required_argument, 0, O_JOIN},      {"threads", required_argument, 0, 'j'},
-	{"replay", required_argument, 0, O_REPLAY},  {"shards", required_argument, 0, O_SHARDS},
+	{"replay", required_argument, 0, O_REPLAY},  {"slices", required_argument, 0, O_SLICES},
 	{"codec", required_argument, 0, O_CODEC},   {"quiet", no_argument, 0, 'q'},
 	{"server-cost", required_argument, 0, O_COST}, {"bandwidth", required_argument, 0, O_BW},
 	{"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
@@ -322,10 +322,10 @@ static void sim_option(int c, struct sim_opts *o, struct sim_death *deaths, doub
 			bad_usage("--threads: not an integer in [1, 256]: ", optarg);
 		o->threads = (int)v;
 		break;
-	case O_SHARDS:
+	case O_SLICES:
 		if (num_long(optarg, 1, 64, &v))
-			bad_usage("--shards: not an integer in [1, 64]: ", optarg);
-		o->shards = (int)v;
+			bad_usage("--slices: not an integer in [1, 64]: ", optarg);
+		o->slices = (int)v;
 		break;
 	case O_CODEC:
 		if (blob_codec_check(optarg, err) < 0)
@@ -339,7 +339,7 @@ static void sim_option(int c, struct sim_opts *o, struct sim_death *deaths, doub
 static int sim_opts_given(const struct sim_opts *o)
 {
 	return o->nworkers != 1 || o->steps || o->ndeaths || o->njoins || o->threads != 1 ||
-	       o->shards > 1 || o->jitter > 0 || o->speed_spread > 0 || o->stragglers ||
+	       o->slices > 1 || o->jitter > 0 || o->speed_spread > 0 || o->stragglers ||
 	       o->latency > 0 || o->server_time > 0 || o->cost_a != 0 || o->cost_b > 0 ||
 	       o->bandwidth > 0 || o->step.kind != SIM_CONST || o->step.a != 1 ||
 	       o->codec;

@@ -44,12 +44,12 @@ static void usage(FILE *f)
 	      "  -L, --local RUNDIR        train in this process with sequential momentum SGD\n"
 	      "  -S, --server URL|RUNDIR   join the parameter server at URL (see gem-serve), or\n"
 	      "                            the one of RUNDIR, once RUNDIR/server.url appears; a\n"
-	      "                            sharded run: URL1,URL2,... (gem-serve --shard I/K,\n"
-	      "                            in shard order), or RUNDIR once every shard has its\n"
+	      "                            sliced run: URL1,URL2,... (gem-serve --slice I/K,\n"
+	      "                            in slice order), or RUNDIR once every slice has its\n"
 	      "                            URL\n"
 	      "  -e, --epochs E            train E epochs (default: the run's budget)\n"
 	      "  -t, --steps S             train S steps (minibatches)\n"
-	      "      --shard I/N           see only part I of N of the training set (0 <= I <\n"
+	      "      --part I/N            see only part I of N of the training set (0 <= I <\n"
 	      "                            N)\n"
 	      "      --worker-id ID        rejoin under an earlier worker id (--server)\n"
 	      "      --token-file FILE     send the bearer token in FILE (--server)\n"
@@ -118,14 +118,14 @@ static void bad_usage(const char *msg, const char *arg)
 	exit(EXIT_USAGE);
 }
 
-enum { O_SHARD = 256, O_WID, O_TOKEN, O_RETRY, O_ROUND, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN,
+enum { O_PART = 256, O_WID, O_TOKEN, O_RETRY, O_ROUND, O_CKPT, O_SLOW, O_DIE, O_RULE, O_RUN,
        O_LISTEN, O_PUBLIC, O_PEERS, O_PEERS_FILE, O_NODE, O_TOPO, O_PPI, O_OVERLAP, O_TAU,
        O_NOTOKEN, O_CACERT, O_CODEC, O_CHECK, O_CERT, O_KEY };
 
 static const struct option longopts[] = {
 	{"local", required_argument, 0, 'L'},       {"server", required_argument, 0, 'S'},
 	{"epochs", required_argument, 0, 'e'},      {"steps", required_argument, 0, 't'},
-	{"shard", required_argument, 0, O_SHARD},   {"worker-id", required_argument, 0, O_WID},
+	{"part", required_argument, 0, O_PART},     {"worker-id", required_argument, 0, O_WID},
 	{"token-file", required_argument, 0, O_TOKEN}, {"retry-for", required_argument, 0, O_RETRY},
 	{"round-timeout", required_argument, 0, O_ROUND},
 	{"checkpoint-every", required_argument, 0, O_CKPT}, {"slowdown", required_argument, 0, O_SLOW},
@@ -149,7 +149,7 @@ static void on_signal(int sig)
 	stop_signal = sig;
 }
 
-static int parse_shard(const char *s, int *i, int *n)
+static int parse_part(const char *s, int *i, int *n)
 {
 	char tail;
 	return sscanf(s, "%d/%d%c", i, n, &tail) == 2 && *n >= 1 && *i >= 0 && *i < *n ? 0 : -1;
@@ -383,7 +383,7 @@ static int train_server(const char *url, const struct work_opts *o)
 	in = work_info(w);
 	if (!o->quiet)
 		log_info("worker %d of %s: rule %s, %llu samples per epoch%s", in->worker, url, in->rule,
-			 (unsigned long long)in->epoch, in->shard_n > 1 ? " (a shard)" : "");
+			 (unsigned long long)in->epoch, in->part_n > 1 ? " (a part)" : "");
 	pr.worker = in->worker;
 	pr.epoch = in->epoch;
 	signal(SIGINT, on_signal);
@@ -420,11 +420,11 @@ static void sgp_show(const struct sgp_status *st, void *ctx)
 	if (st->iter == 0) {
 		if (!sh->quiet)
 			log_info("node %d of %d at %s: %s, %s graph, %d peer%s per iteration, %llu "
-				 "iterations, shard %d/%d (%zu samples)",
+				 "iterations, part %d/%d (%zu samples)",
 				 st->node, st->nodes, sh->url, st->rule,
 				 pushsum_topology_name(sh->o->topology), st->peers_per_iter,
 				 st->peers_per_iter == 1 ? "" : "s", (unsigned long long)st->iters,
-				 st->shard_i, st->shard_n, st->shard_samples);
+				 st->part_i, st->part_n, st->part_samples);
 		progress_start(&sh->m, 0, 0, 0, clock_mono());
 		return;
 	}
@@ -561,10 +561,10 @@ static int parse_options(int argc, char **argv, struct work_opts *o, struct sgp_
 			if (num_u64(optarg, &o->t.steps) || o->t.steps == 0)
 				bad_usage("--steps: not a positive integer: ", optarg);
 			break;
-		case O_SHARD:
-			if (parse_shard(optarg, &o->t.shard_i, &o->t.shard_n))
-				bad_usage("--shard: want I/N with 0 <= I < N: ", optarg);
-			o->t.shard_set = 1;
+		case O_PART:
+			if (parse_part(optarg, &o->t.part_i, &o->t.part_n))
+				bad_usage("--part: want I/N with 0 <= I < N: ", optarg);
+			o->t.part_set = 1;
 			break;
 		case O_WID:
 			if (num_long(optarg, 0, 1 << 20, &v))
@@ -663,7 +663,7 @@ int main(int argc, char **argv)
 {
 	/* the first round waits for every worker's start too (loading the data, on a loaded
 	 * machine): torch.distributed's default timeout, 30 min */
-	struct work_opts o = {.t = {.shard_n = 1, .retry_for = 60, .slowdown = 1},
+	struct work_opts o = {.t = {.part_n = 1, .retry_for = 60, .slowdown = 1},
 			      .checkpoint_every = 60, .round_timeout = 1800, .worker_id = -1};
 	struct sgp_opts so = {.node = -1, .topology = PUSHSUM_EXP, .peers_per_iter = 1};
 	struct cli c = {.host = "127.0.0.1", .threads = 1};

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Write a run's θ as raw little-endian float32 bytes on stdout, so that two runs compare with cmp.
 
-gem-theta.py RUNDIR: RUNDIR/params.gem, or for a sharded run (RUNDIR/shard-I-of-K/) every
-shard's slice in order, end to end. gem-theta.py FILE: the first blob of that .gem file (an
+gem-theta.py RUNDIR: RUNDIR/params.gem, or for a sliced run (RUNDIR/slice-I-of-K/) every
+server's slice in order, end to end. gem-theta.py FILE: the first blob of that .gem file (an
 SGP node's node-I.gem).
 """
 import glob, json, os, re, sys, zlib
@@ -28,7 +28,7 @@ run = sys.argv[1]
 if os.path.isfile(run):
     sys.stdout.buffer.write(blob(run))
     sys.exit(0)
-shards = sorted(glob.glob(os.path.join(run, "shard-*-of-*")),
-                key=lambda d: int(re.search(r"shard-(\d+)-of", d).group(1)))
-paths = [os.path.join(d, "params.gem") for d in shards] or [os.path.join(run, "params.gem")]
+slices = sorted(glob.glob(os.path.join(run, "slice-*-of-*")),
+                key=lambda d: int(re.search(r"slice-(\d+)-of", d).group(1)))
+paths = [os.path.join(d, "params.gem") for d in slices] or [os.path.join(run, "params.gem")]
 sys.stdout.buffer.write(b"".join(blob(p) for p in paths))

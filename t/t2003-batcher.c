@@ -1,4 +1,4 @@
-/* t2003: batches: shards are disjoint and cover the data, orders are reproducible per
+/* t2003: batches: parts are disjoint and cover the data, orders are reproducible per
  * (seed, stream, epoch), seek recovers a position, the last batch of an epoch is partial. */
 #include "nn/batcher.h"
 #include "nn/data.h"
@@ -60,21 +60,21 @@ int main(void)
 		labels[i] = (uint16_t)(i % 10);
 	}
 
-	/* 4 shards, from 4 batchers with different streams: disjoint, covering, near-equal. */
+	/* 4 parts, from 4 batchers with different streams: disjoint, covering, near-equal. */
 	for (int s = 0; s < 4; s++) {
-		ok(batcher_init(&b, &d, B, 7, (uint64_t)s, s, 4, 0.f, 1.f, err) == 0, "shard %d: %s", s,
+		ok(batcher_init(&b, &d, B, 7, (uint64_t)s, s, 4, 0.f, 1.f, err) == 0, "part %d: %s", s,
 		   err);
 		n1 = epoch_order(&b, o1, &sizes_ok);
 		ok_sizes &= sizes_ok;
-		ok(n1 == N * (s + 1) / 4 - N * s / 4, "shard %d holds %d samples", s, n1);
+		ok(n1 == N * (s + 1) / 4 - N * s / 4, "part %d holds %d samples", s, n1);
 		for (int i = 0; i < n1; i++)
 			if (seen[o1[i]]++)
 				disjoint = 0;
 		total += n1;
 		batcher_free(&b);
 	}
-	ok(disjoint, "shards are disjoint");
-	ok(total == N, "shards cover the dataset (%d samples)", total);
+	ok(disjoint, "parts are disjoint");
+	ok(total == N, "parts cover the dataset (%d samples)", total);
 	ok(ok_sizes, "full batches, labels match, only the last batch partial");
 
 	/* Same seed and stream: same order; another epoch or stream: another order. */
@@ -99,7 +99,7 @@ int main(void)
 		for (int i = 0; i < N; i++)
 			if (cnt[i])
 				perm = 0;
-		ok(perm, "epoch 1 visits the same shard");
+		ok(perm, "epoch 1 visits the same part");
 	}
 	batcher_free(&c);
 	batcher_init(&c, &d, B, 11, 4, 1, 3, 0.f, 1.f, err);
@@ -136,14 +136,14 @@ int main(void)
 		for (int i = 0; i < k; i++)
 			o3[n2++] = sample_of(x + i * DIM);
 		batcher_free(&c);
-		same = !c.order && !c.shard && c.count == 334 && batcher_resume(&c, err) == 0;
+		same = !c.order && !c.part && c.count == 334 && batcher_resume(&c, err) == 0;
 	}
 	ok(same && batcher_resume(&c, err) == 0, "resume after free, and once more: %s", err);
 	ok(n2 == n1 && !memcmp(o3, o2, sizeof(int) * (size_t)n2),
 	   "freed and resumed after every batch: epoch 1's order");
 	batcher_free(&c);
 
-	/* A worker's dataset cut to its shard after a batch of epoch 0: the same samples with the
+	/* A worker's dataset cut to its part after a batch of epoch 0: the same samples with the
 	 * same labels, in the same orders (the rest of epoch 0, epoch 1 after a free and resume). */
 	{
 		struct dataset own = d;
@@ -156,8 +156,8 @@ int main(void)
 		batcher_next(&c, x, y);
 		for (int i = 0; i < B; i++)
 			first[i] = sample_of(x + i * DIM);
-		ok(batcher_keep_shard(&c, &own, err) == 0 && own.n == 334 && c.count == 334,
-		   "kept: the dataset holds the shard's 334 samples: %s", err);
+		ok(batcher_keep_part(&c, &own, err) == 0 && own.n == 334 && c.count == 334,
+		   "kept: the dataset holds the part's 334 samples: %s", err);
 		n2 = epoch_order(&c, o3 + B, &sizes_ok) + B;
 		memcpy(o3, first, sizeof first);
 		ok(sizes_ok && n2 == n1 && !memcmp(o3, o1, sizeof(int) * (size_t)n1),
@@ -171,13 +171,13 @@ int main(void)
 		dataset_free(&own);
 		own = d;
 		batcher_init(&c, &own, B, 11, 3, 0, 1, 0.f, 1.f, err);
-		ok(batcher_keep_shard(&c, &own, err) == 0 && own.images == images && own.n == N,
-		   "a shard of the whole set keeps the dataset as it is");
+		ok(batcher_keep_part(&c, &own, err) == 0 && own.images == images && own.n == N,
+		   "a part of the whole set keeps the dataset as it is");
 		batcher_free(&c);
 	}
 
 	/* Partial last batch: 334 samples = 10×32 + 14. */
-	ok(b.count == 334, "shard 1 of 3 has 334 samples");
+	ok(b.count == 334, "part 1 of 3 has 334 samples");
 	batcher_seek(&b, 2, 320);
 	ok(batcher_next(&b, x, y) == 14 && b.pos == 334, "last batch of 14");
 	ok(batcher_next(&b, x, y) == B && b.epoch == 3, "then a full batch of epoch 3");
@@ -191,9 +191,9 @@ int main(void)
 	batcher_free(&b);
 
 	ok(batcher_init(&b, &d, 0, 1, 0, 0, 1, 0.f, 1.f, err) == GEM_EUSAGE, "batch 0: %s", err);
-	ok(batcher_init(&b, &d, 8, 1, 0, 4, 4, 0.f, 1.f, err) == GEM_EUSAGE, "shard 4 of 4: %s", err);
+	ok(batcher_init(&b, &d, 8, 1, 0, 4, 4, 0.f, 1.f, err) == GEM_EUSAGE, "part 4 of 4: %s", err);
 	ok(batcher_init(&b, &d, 8, 1, 0, 0, N + 1, 0.f, 1.f, err) == GEM_EUSAGE,
-	   "more shards than samples: %s", err);
+	   "more parts than samples: %s", err);
 	ok(batcher_init(&b, &d, 8, 1, 0, 0, 1, 0.f, 0.f, err) == GEM_EUSAGE, "std 0: %s", err);
 	return done_testing();
 }

@@ -54,7 +54,7 @@ int main(void)
 		is_near(s, 0, 0.05, "normalised batches have mean ~0");
 		is_near(sqrt(s2 / (double)cnt - s * s), 1, 0.05, "and std ~1");
 	}
-	ok(b.count == 30000, "half the data in shard 0 of 2");
+	ok(b.count == 30000, "half the data in part 0 of 2");
 	batcher_free(&b);
 	dataset_free(&tr);
 	dataset_free(&te);

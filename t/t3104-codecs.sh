@@ -4,14 +4,14 @@
 # SGP nodes to a sane loss, θ comes back whole in fp16 at a join; a commit written by another
 # program from gem-protocol(7) alone is taken, hostile or unknown ones get a 4xx JSON error;
 # easgd refuses topk; gem-sim models each codec bit for bit: one simulated worker, on one
-# server or two shards, ends with the θ of gem-serve and gem-work --codec.
+# server or two slices, ends with the θ of gem-serve and gem-work --codec.
 . "$(dirname "$0")/test-lib.sh"
 
 init() { gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 "$@"; }
 msg() { python3 "$GEM_SRC/t/gem-msg.py" --count 1108 --value 0.001 "$@"; }
 # blob FILE: the params file without its header line (which holds the wall-clock elapsed)
 blob() { tail -n +2 "$1"; }
-# theta RUN: θ as raw float32 (a sharded run's slices end to end)
+# theta RUN: θ as raw float32 (a sliced run's slices end to end)
 theta() { python3 "$GEM_SRC/t/gem-theta.py" "$1"; }
 
 test_expect_success 'setup' '
@@ -95,20 +95,20 @@ test_expect_success 'easgd refuses topk (its commit is the worker'"'"'s whole x)
 # one worker: its commits are serialised, so a simulated run is the served one
 for spec in "int8 0" "topk:0.1 0" "int4 2"; do
 	set -- $spec
-	where="gem-serve" && [ $2 = 0 ] || where="gem-serve --shard 0/2 and 1/2 (gem-sim --shards 2)"
+	where="gem-serve" && [ $2 = 0 ] || where="gem-serve --slice 0/2 and 1/2 (gem-sim --slices 2)"
 	test_expect_success "gem-sim -n 1 --codec $1: the θ of $where and gem-work --codec $1" "
 		init --rule gem served-$1-$2 && init --rule gem sim-$1-$2 &&
 		if [ $2 = 0 ]; then
 			start_server served-$1-$2 && gem-work -q --server \$URL --steps 12 --codec $1 &&
 			wait_exit \$SERVER_PID
 		else
-			{ gem-serve --listen 127.0.0.1:0 --shard 0/2 served-$1-$2 >/dev/null 2>&1 & p0=\$!; } &&
-			{ gem-serve --listen 127.0.0.1:0 --shard 1/2 served-$1-$2 >/dev/null 2>&1 & p1=\$!; } &&
+			{ gem-serve --listen 127.0.0.1:0 --slice 0/2 served-$1-$2 >/dev/null 2>&1 & p0=\$!; } &&
+			{ gem-serve --listen 127.0.0.1:0 --slice 1/2 served-$1-$2 >/dev/null 2>&1 & p1=\$!; } &&
 			test_bg \$p0 && test_bg \$p1 &&
 			gem-work -q --server served-$1-$2 --steps 12 --codec $1 --retry-for 20 &&
 			wait_exit \$p0 && wait_exit \$p1
 		fi &&
-		gem-sim -q -n 1 --steps 12 --shards \$(( $2 > 0 ? $2 : 1 )) --codec $1 sim-$1-$2 >/dev/null &&
+		gem-sim -q -n 1 --steps 12 --slices \$(( $2 > 0 ? $2 : 1 )) --codec $1 sim-$1-$2 >/dev/null &&
 		theta served-$1-$2 >a.bin && theta sim-$1-$2 >b.bin && cmp a.bin b.bin &&
 		init --rule gem raw-$1-$2 && gem-sim -q -n 1 --steps 12 raw-$1-$2 >/dev/null &&
 		theta raw-$1-$2 >c.bin && ! cmp -s a.bin c.bin

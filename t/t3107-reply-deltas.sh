@@ -23,7 +23,7 @@ test_expect_success '1,000 commits of an int4 worker: its copy is the server'"'"
 	init run && start_server run &&
 	GEM_LOG=debug gem-work --server "$URL" --steps 1000 --codec int4 2>work.err &&
 	wait_exit $SERVER_PID && cat work.err &&
-	grep -q "shard 0: 1000 replies as deltas; the copy'"'"'s CRC-32 \([0-9a-f]*\), the server'"'"'s last \1$" work.err &&
+	grep -q "slice 0: 1000 replies as deltas; the copy'"'"'s CRC-32 \([0-9a-f]*\), the server'"'"'s last \1$" work.err &&
 	! grep -q "not the server" work.err &&
 	test $(grep -c "\"event\":\"join\"" run/log.jsonl) = 1 &&
 	gem-eval run >eval.tsv && cat eval.tsv &&
@@ -71,6 +71,6 @@ test_expect_success 'a server given --codec fp16 sends an int4 worker θ whole' 
 	init fixed && start_server fixed --codec fp16 &&
 	GEM_LOG=debug gem-work --server "$URL" --steps 20 --codec int4 2>work.err &&
 	wait_exit $SERVER_PID &&
-	grep -q "shard 0: 0 replies as deltas" work.err
+	grep -q "slice 0: 0 replies as deltas" work.err
 '
 test_done

@@ -25,7 +25,7 @@ commit() {
 # the debug line of a worker that leaves: "REPLIES CRC CRC" when its copy's CRC-32 is the
 # server's last
 copy_line() {
-	sed -n "s/.*shard 0: \([0-9]*\) replies as deltas; the copy's CRC-32 \([0-9a-f]*\), the server's last \2$/\1 \2/p" "$1"
+	sed -n "s/.*slice 0: \([0-9]*\) replies as deltas; the copy's CRC-32 \([0-9a-f]*\), the server's last \2$/\1 \2/p" "$1"
 }
 
 test_expect_success 'setup' '

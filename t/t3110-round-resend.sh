@@ -110,7 +110,7 @@ test_expect_success 'within --retry-for a timed-out commit is sent again; the co
 		msg --worker 1 --seq $seq --base $((seq - 1)) >u$seq || return 1
 	done &&
 	pair slow --round-timeout 3 --retry-for 60 &&
-	grep -q "shard 0: 4 replies as deltas; the copy'"'"'s CRC-32 \([0-9a-f]*\), the server'"'"'s last \1$" slow.err &&
+	grep -q "slice 0: 4 replies as deltas; the copy'"'"'s CRC-32 \([0-9a-f]*\), the server'"'"'s last \1$" slow.err &&
 	test "$(events slow resent)" = 1 &&
 	test "$(events slow duplicate)" = 0
 '

@@ -13,7 +13,7 @@ test_expect_success 'setup' '
 # mean_acc FILE: the mean row's test accuracy in gem-eval --nodes output
 mean_acc() { awk -F"\t" '$1 == "mean" { print $5 }' "$1"; }
 
-test_expect_success 'gem-run -n 3 --rule sgp: three nodes learn, on disjoint shards' '
+test_expect_success 'gem-run -n 3 --rule sgp: three nodes learn, on disjoint parts' '
 	gem-run -q -n 3 --rule sgp --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 sgp >out &&
 	cat out &&
 	test "$(grep -c "^[0-9]" out)" = 3 &&
@@ -32,7 +32,7 @@ for i in range(3):
     ev = [l for l in lines if \"event\" in l]
     ups = [l for l in lines if \"event\" not in l]
     assert ev[0][\"event\"] == \"start\" and ev[0][\"rule\"] == \"sgp\", ev
-    assert ev[1][\"event\"] == \"sgp\" and ev[1][\"nodes\"] == 3 and ev[1][\"shard\"] == [i, 3], ev
+    assert ev[1][\"event\"] == \"sgp\" and ev[1][\"nodes\"] == 3 and ev[1][\"part\"] == [i, 3], ev
     assert [u[\"version\"] for u in ups] == list(range(1, 22)), len(ups)
     assert all(u[\"worker\"] == i and u[\"w\"] == 1 and u[\"msgs\"] == 1 for u in ups), ups[0]
     assert all(\"dist\" in u and u[\"dist\"] >= 0 for u in ups)

@@ -92,20 +92,20 @@ assert by[fast].count(128) > len(by[fast]) / 2, by" &&
 	same real-dyn new-dyn
 '
 
-test_expect_success 'a run whose data is sharded: each worker holds its shard alone, replayed by the whole set' '
-	gem-init -q --rule gem --workers 3 --lr 0.02 --batch 32 --seed 3 real-shard &&
+test_expect_success 'a run whose data is split: each worker holds its part alone, replayed by the whole set' '
+	gem-init -q --rule gem --workers 3 --lr 0.02 --batch 32 --seed 3 real-part &&
 	python3 -c "
 import json, sys
 p = sys.argv[1] + \"/run.json\"
-j = json.load(open(p)); j[\"shard\"] = True; json.dump(j, open(p, \"w\"), indent=2)" real-shard &&
-	start_server real-shard &&
+j = json.load(open(p)); j[\"part_data\"] = True; json.dump(j, open(p, \"w\"), indent=2)" real-part &&
+	start_server real-part &&
 	for i in 1 2 3; do
-		gem-work -q --server "$URL" --steps 6 2>>real-shard/work.err & eval p$i=\$!
+		gem-work -q --server "$URL" --steps 6 2>>real-part/work.err & eval p$i=\$!
 	done &&
 	wait_exit $p1 120 && wait_exit $p2 120 && wait_exit $p3 120 && wait_exit $SERVER_PID 30 &&
-	grep -q "\"shard\": true" real-shard/run.json &&
-	gem-sim -q --replay real-shard/log.jsonl new-shard >/dev/null &&
-	same real-shard new-shard && ! cmp -s real-shard.blob real-gem.blob
+	grep -q "\"part_data\": true" real-part/run.json &&
+	gem-sim -q --replay real-part/log.jsonl new-part >/dev/null &&
+	same real-part new-part && ! cmp -s real-part.blob real-gem.blob
 '
 
 test_expect_success 'the log without the codecs: the replay goes another way, and says so' '

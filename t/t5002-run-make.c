@@ -90,7 +90,7 @@ static void test_spec_json(void)
 		   !strcmp(back.data_dir, "/nonexistent") && back.mean == s.mean && back.std == s.std &&
 		   !memcmp(&back.train, &s.train, sizeof s.train) && back.nparams == 1108 &&
 		   !strcmp(back.rule.name, "gem") && back.rule.nworkers == 2 &&
-		   json_equal(back.model, s.model) && !back.shard_data,
+		   json_equal(back.model, s.model) && !back.part_data,
 	   "every field as written");
 	j2 = run_spec_to_json(&back);
 	ok(j2 && json_equal(j, j2), "written again: the same run.json");
@@ -122,12 +122,12 @@ static void test_make(const char *dir)
 	ok(run_make(dir, &s, 0, err) == GEM_EUSAGE && strstr(err, "a run exists there already"),
 	   "an existing run is refused: %s", err);
 	touch(dir, RUN_LOG);
-	snprintf(sub, sizeof sub, "%s/shard-0-of-2", dir);
+	snprintf(sub, sizeof sub, "%s/slice-0-of-2", dir);
 	mkdir(sub, 0777);
 	touch(sub, RUN_PARAMS);
 	s.train.seed = 8;
 	ok(run_make(dir, &s, RUN_MAKE_FORCE, err) == 0 && !exists(dir, RUN_LOG) && access(sub, F_OK) < 0,
-	   "replaced with --force: the old run's log and shards are gone (%s)", err);
+	   "replaced with --force: the old run's log and slices are gone (%s)", err);
 	ok(theta0_is(dir, 8), "θ₀ of the new seed");
 
 	ok(run_open(dir, &r, err) == 0 && run_lock(&r, err) == 0, "the run taken by a trainer");

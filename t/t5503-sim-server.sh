@@ -29,17 +29,17 @@ test_expect_success 'a zero cost and no bandwidth limit: the run without them, b
 '
 
 test_expect_success 'the model on: the same options give the same log and parameters twice' '
-	sim m1 8 --server-cost 1e-6,0.02 --bandwidth 1e5 --shards 2 &&
-	sim m2 8 --server-cost 1e-6,0.02 --bandwidth 1e5 --shards 2 &&
+	sim m1 8 --server-cost 1e-6,0.02 --bandwidth 1e5 --slices 2 &&
+	sim m2 8 --server-cost 1e-6,0.02 --bandwidth 1e5 --slices 2 &&
 	blob m1/params.gem >m1.blob && blob m2/params.gem >m2.blob && cmp m1.blob m2.blob &&
 	for k in 0 1; do
-		nowall m1/shard-$k-of-2/log.jsonl >m1.log && nowall m2/shard-$k-of-2/log.jsonl >m2.log &&
+		nowall m1/slice-$k-of-2/log.jsonl >m1.log && nowall m2/slice-$k-of-2/log.jsonl >m2.log &&
 		cmp m1.log m2.log || return 1
 	done &&
 	cut -f1-10,12- m1.tsv >m1.cut && cut -f1-10,12- m2.tsv >m2.cut && cmp m1.cut m2.cut &&
-	grep -q "\"bandwidth\":100000" m1/shard-0-of-2/log.jsonl &&
+	grep -q "\"bandwidth\":100000" m1/slice-0-of-2/log.jsonl &&
 	# and it changes the timing: the same run without the model differs
-	sim m0 8 --shards 2 && ! cmp -s m1.tsv m0.tsv
+	sim m0 8 --slices 2 && ! cmp -s m1.tsv m0.tsv
 '
 
 test_expect_success 'server utilisation rises with the number of workers' '

@@ -1,7 +1,7 @@
 #!/bin/bash
 # t5600: gem-export writes a run's θ as safetensors that Python's standard library (struct + json)
 # reads back tensor by tensor equal to θ, with the model spec, normalisation and version in its
-# metadata; the same for a sharded run (its slices merged), --params, -o and --format npz (read
+# metadata; the same for a sliced run (its slices merged), --params, -o and --format npz (read
 # with zipfile); no binary to a terminal; bad usage, an SGP run without --params and a missing θ
 # are refused with the documented exit statuses.
 . "$(dirname "$0")/test-lib.sh"
@@ -87,12 +87,12 @@ test_expect_success '--format npz: a zip of NAME.npy, each θ slice with its sha
 	PY
 '
 
-test_expect_success 'a sharded run: the slices of its shards, merged' '
-	gem-init -q --model tiny.json --data data --rule gem --workers 2 --batch 16 sharded &&
-	gem-sim -q -n 2 --steps 6 --shards 2 sharded >/dev/null &&
-	test -d sharded/shard-1-of-2 &&
-	gem-export -q sharded >s.safetensors &&
-	check_st s.safetensors sharded >out &&
+test_expect_success 'a sliced run: the slices of its servers, merged' '
+	gem-init -q --model tiny.json --data data --rule gem --workers 2 --batch 16 sliced &&
+	gem-sim -q -n 2 --steps 6 --slices 2 sliced >/dev/null &&
+	test -d sliced/slice-1-of-2 &&
+	gem-export -q sliced >s.safetensors &&
+	check_st s.safetensors sliced >out &&
 	! cmp -s s.safetensors m.safetensors
 '
 

@@ -1,6 +1,6 @@
 /* t5601: the file gem-export writes, read back with safetensors_load (what gem-init --init-from
  * is to call) into θ for the run's layout, is the run's θ bit for bit, for a run trained
- * locally and for a sharded run; the same file for a model of other shapes is refused with
+ * locally and for a sliced run; the same file for a model of other shapes is refused with
  * each mismatch named. The programs run from $GEM_BIN on a data set of gem-arrays.py. */
 #include "base/err.h"
 #include "nn/model.h"
@@ -82,11 +82,11 @@ int main(void)
 	      "gem-work -q --local run --steps 10 && gem-export -q run >run.safetensors") == 0,
 	   "a run trained 10 steps, exported");
 	same_theta("run", "run.safetensors", "read back: the run's θ");
-	ok(sh("gem-init -q --model spec.json --data run-data --batch 2 --workers 2 sharded && "
-	      "gem-sim -q -n 2 --steps 4 --shards 2 sharded >/dev/null && "
-	      "gem-export -q sharded >sharded.safetensors") == 0,
-	   "a sharded run (gem-sim --shards 2), exported");
-	same_theta("sharded", "sharded.safetensors", "read back: the shards' θ merged");
+	ok(sh("gem-init -q --model spec.json --data run-data --batch 2 --workers 2 sliced && "
+	      "gem-sim -q -n 2 --steps 4 --slices 2 sliced >/dev/null && "
+	      "gem-export -q sliced >sliced.safetensors") == 0,
+	   "a sliced run (gem-sim --slices 2), exported");
+	same_theta("sliced", "sliced.safetensors", "read back: the slices' θ merged");
 
 	json_integer_set(json_object_get(json_array_get(json_object_get(other, "layers"), 0), "out"), 9);
 	snprintf(path, sizeof path, "%s/run.safetensors", dir);

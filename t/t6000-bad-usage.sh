@@ -99,10 +99,10 @@ test_expect_code 2 'gem-init --fragments and --mix with a rule that does not use
 	gem-init -q --model tiny.json --data d --rule async-diloco --mix 1 frun 2>err;
 	test $? = 2 && grep -q "mix" err && test ! -e frun/run.json && exit $rc
 '
-test_expect_code 2 'gem-serve --shard refuses a run with fragments (they need one server)' '
+test_expect_code 2 'gem-serve --slice refuses a run with fragments (they need one server)' '
 	gem-init -q --model tiny.json --data d --rule diloco -n 2 --window 10 --fragments 2 frun ||
 		exit 9
-	gem-serve --listen 127.0.0.1:0 --shard 0/2 frun 2>err; rc=$?; cat err;
+	gem-serve --listen 127.0.0.1:0 --slice 0/2 frun 2>err; rc=$?; cat err;
 	grep -q "fragments need one server" err && exit $rc
 '
 test_expect_code 2 'gem-init --overlap with --dynamic-local-updates is refused' '

@@ -27,24 +27,24 @@ test_expect_success 'a model named without .json, the spec file here: the file i
 	grep -q "^gem-run: --model tiny: .*did you mean --model tiny.json" err && test ! -e r11
 '
 
-test_expect_success '--shard-hosts: an unreadable file, one shard, SGP: exit 2, nothing made' '
+test_expect_success '--slice-hosts: an unreadable file, one slice, SGP: exit 2, nothing made' '
 	echo node9 >sh &&
-	{ gem-run -n 1 --shards 2 --shard-hosts no-such-file --model tiny.json --data data rs1 2>err; test $? = 2; } &&
-	grep -q "^gem-run: --shard-hosts: cannot read no-such-file" err &&
-	{ gem-run -n 1 --shard-hosts sh --model tiny.json --data data rs2 2>err; test $? = 2; } &&
-	grep -q "^gem-run: --shard-hosts: needs --shards 2 or more" err &&
+	{ gem-run -n 1 --slices 2 --slice-hosts no-such-file --model tiny.json --data data rs1 2>err; test $? = 2; } &&
+	grep -q "^gem-run: --slice-hosts: cannot read no-such-file" err &&
+	{ gem-run -n 1 --slice-hosts sh --model tiny.json --data data rs2 2>err; test $? = 2; } &&
+	grep -q "^gem-run: --slice-hosts: needs --slices 2 or more" err &&
 	printf "# none\n\n" >empty &&
-	{ gem-run -n 1 --shards 2 --shard-hosts empty --model tiny.json --data data rs3 2>err; test $? = 2; } &&
-	grep -q "^gem-run: --shard-hosts: no hosts in empty" err &&
-	{ gem-run -n 2 --rule sgp --shard-hosts sh --model tiny.json --data data rs4 2>err; test $? = 2; } &&
-	grep -q "^gem-run: --shard-hosts: not with --rule sgp" err &&
+	{ gem-run -n 1 --slices 2 --slice-hosts empty --model tiny.json --data data rs3 2>err; test $? = 2; } &&
+	grep -q "^gem-run: --slice-hosts: no hosts in empty" err &&
+	{ gem-run -n 2 --rule sgp --slice-hosts sh --model tiny.json --data data rs4 2>err; test $? = 2; } &&
+	grep -q "^gem-run: --slice-hosts: not with --rule sgp" err &&
 	test ! -e rs1 && test ! -e rs2 && test ! -e rs3 && test ! -e rs4
 '
 
-test_expect_success '--shards out of range, however long: gem-run'"'"'s error alone' '
+test_expect_success '--slices out of range, however long: gem-run'"'"'s error alone' '
 	for k in 99999999999999999999999 0 65 064 2x ""; do
-		{ gem-run -n 1 --shards "$k" --model tiny.json --data data rk 2>err; test $? = 2; } &&
-		cat err && grep -q "^gem-run: --shards: not an integer in \[1, 64\]: $k\$" err &&
+		{ gem-run -n 1 --slices "$k" --model tiny.json --data data rk 2>err; test $? = 2; } &&
+		cat err && grep -q "^gem-run: --slices: not an integer in \[1, 64\]: $k\$" err &&
 		test "$(grep -vc "^usage:\|^   or:" err)" = 1 || return 1
 	done &&
 	test ! -e rk
@@ -116,15 +116,15 @@ test_expect_success 'workers killed by a signal: no TSV, and no message of bash'
 	test ! -s out
 '
 
-test_expect_success 'sharded, workers failed: each shard'"'"'s version, and a resume line with --shards' '
-	{ gem-run -n 2 --steps 50 --shards 2 --model tiny.json --data data --work-opt=--die-after=2 \
+test_expect_success 'sliced, workers failed: each slice'"'"'s version, and a resume line with --slices' '
+	{ gem-run -n 2 --steps 50 --slices 2 --model tiny.json --data data --work-opt=--die-after=2 \
 		--serve-opt=--worker-timeout=1 r7 >out 2>err; test $? = 1; } &&
 	cat err &&
-	v0=$(sed -n "1s/.*\"version\":\([0-9]*\).*/\1/p" r7/shard-0-of-2/params.gem) &&
-	v1=$(sed -n "1s/.*\"version\":\([0-9]*\).*/\1/p" r7/shard-1-of-2/params.gem) &&
+	v0=$(sed -n "1s/.*\"version\":\([0-9]*\).*/\1/p" r7/slice-0-of-2/params.gem) &&
+	v1=$(sed -n "1s/.*\"version\":\([0-9]*\).*/\1/p" r7/slice-1-of-2/params.gem) &&
 	test "$v0" -gt 0 &&
-	grep -q "^gem-run: 2 of 2 workers failed; the shards checkpointed at versions $v0, $v1\$" err &&
-	grep -q "^gem-run: gem-run --resume -n 2 --steps 50 --shards 2 r7 continues the run" err &&
+	grep -q "^gem-run: 2 of 2 workers failed; the slices checkpointed at versions $v0, $v1\$" err &&
+	grep -q "^gem-run: gem-run --resume -n 2 --steps 50 --slices 2 r7 continues the run" err &&
 	test ! -s out
 '
 

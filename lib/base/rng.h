@@ -13,7 +13,7 @@ struct rng {
  * combined with the run's seed (run.json "train.seed"); where a stream is a base, the offset
  * added to it is named. */
 #define RNG_MODEL_INIT  UINT64_C(0x6d6f64656c)   /* "model": θ₀ (model_init_params) */
-#define RNG_SHARD       UINT64_C(0x5348415244)   /* "SHARD": the split of the data into shards */
+#define RNG_PART        UINT64_C(0x5348415244)   /* "SHARD", its older name: the data's parts */
 #define RNG_EVAL_SUBSET UINT64_C(0x6576616c)     /* "eval": gem-eval's --samples subset, and
 							 * with seed 1 a text's evaluation windows */
 #define RNG_DROPOUT     UINT64_C(0x6472706f7574) /* + data position: dropout of one step (trainer) */

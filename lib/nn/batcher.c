@@ -16,7 +16,7 @@ static uint64_t splitmix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-/* order = shard shuffled by an rng seeded from (seed, stream, epoch) alone, so any epoch's
+/* order = part shuffled by an rng seeded from (seed, stream, epoch) alone, so any epoch's
  * order can be recomputed without replaying the ones before it. */
 /* Whether d's samples are a text's windows: its bytes', or an external model's text's. */
 static int windowed(const struct dataset *d)
@@ -34,59 +34,59 @@ static void shuffle_epoch(struct batcher *b)
 			b->order[k] = (uint32_t)b->lo + rng_below(&r, span);
 		return;
 	}
-	memcpy(b->order, b->shard, b->count * sizeof *b->order);
+	memcpy(b->order, b->part, b->count * sizeof *b->order);
 	rng_shuffle(&r, b->order, b->count);
 }
 
 /* batcher_init of a windowed text: the worker's slice of its bytes. */
-static int batcher_init_text(struct batcher *b, const struct dataset *d, int shard_i, int shard_n, char *err)
+static int batcher_init_text(struct batcher *b, const struct dataset *d, int part_i, int part_n, char *err)
 {
-	b->lo = d->len * (size_t)shard_i / (size_t)shard_n;
-	b->hi = d->len * (size_t)(shard_i + 1) / (size_t)shard_n;
+	b->lo = d->len * (size_t)part_i / (size_t)part_n;
+	b->hi = d->len * (size_t)(part_i + 1) / (size_t)part_n;
 	if (d->seq < 1)
 		return gem_errf(err, GEM_EUSAGE, "batcher: the text is not cut into windows");
 	if (b->hi - b->lo < (size_t)d->seq + 1)
-		return gem_errf(err, GEM_EUSAGE, "batcher: shard %d of %d of the text has %zu bytes, too few for a "
-				"window of %d and the byte after", shard_i, shard_n, b->hi - b->lo, d->seq);
+		return gem_errf(err, GEM_EUSAGE, "batcher: part %d of %d of the text has %zu bytes, too few for a "
+				"window of %d and the byte after", part_i, part_n, b->hi - b->lo, d->seq);
 	b->count = (b->hi - b->lo - 1) / (size_t)d->seq;
 	return 0;
 }
 
-/* b->shard, of images: its part of the one permutation of all samples, fixed by seed alone so
+/* b->part, of images: its part of the one permutation of all samples, fixed by seed alone so
  * that it can be made again; or, once d holds that part alone, d's samples in order. -1: out of
  * memory. */
-static int shard_fill(struct batcher *b)
+static int part_fill(struct batcher *b)
 {
 	const struct dataset *d = b->d;
 	uint32_t *perm;
 	struct rng r;
 	if (b->kept) {
 		for (size_t k = 0; k < b->count; k++)
-			b->shard[k] = (uint32_t)k;
+			b->part[k] = (uint32_t)k;
 		return 0;
 	}
 	if (!(perm = malloc((size_t)d->n * sizeof *perm)))
 		return -1;
 	for (int i = 0; i < d->n; i++)
 		perm[i] = (uint32_t)i;
-	/* One permutation for all workers (seed only), cut into shard_n contiguous parts. */
-	rng_seed(&r, b->seed, RNG_SHARD);
+	/* One permutation for all workers (seed only), cut into part_n contiguous parts. */
+	rng_seed(&r, b->seed, RNG_PART);
 	rng_shuffle(&r, perm, (size_t)d->n);
-	memcpy(b->shard, perm + (size_t)d->n * (size_t)b->shard_i / (size_t)b->shard_n,
+	memcpy(b->part, perm + (size_t)d->n * (size_t)b->part_i / (size_t)b->part_n,
 	       b->count * sizeof *perm);
 	free(perm);
 	return 0;
 }
 
-/* The index arrays of b, whose count is set: its shard (shard_fill) and room for an epoch's
+/* The index arrays of b, whose count is set: its part (part_fill) and room for an epoch's
  * order. -1: out of memory (nothing allocated). */
 static int batcher_alloc(struct batcher *b)
 {
 	if (windowed(b->d))
 		return (b->order = malloc(b->count * sizeof *b->order)) ? 0 : -1;
-	b->shard = malloc(b->count * sizeof *b->shard);
+	b->part = malloc(b->count * sizeof *b->part);
 	b->order = malloc(b->count * sizeof *b->order);
-	if (!b->shard || !b->order || shard_fill(b) < 0) {
+	if (!b->part || !b->order || part_fill(b) < 0) {
 		batcher_free(b);
 		return -1;
 	}
@@ -94,28 +94,28 @@ static int batcher_alloc(struct batcher *b)
 }
 
 int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t seed,
-		 uint64_t stream, int shard_i, int shard_n, float mean, float std, char *err)
+		 uint64_t stream, int part_i, int part_n, float mean, float std, char *err)
 {
 	int rc;
 	memset(b, 0, sizeof *b);
 	if (batch < 1)
 		return gem_errf(err, GEM_EUSAGE, "batcher: batch size %d", batch);
-	if (shard_n < 1 || shard_i < 0 || shard_i >= shard_n)
-		return gem_errf(err, GEM_EUSAGE, "batcher: shard %d of %d", shard_i, shard_n);
-	*b = (struct batcher){.d = d, .batch = batch, .seed = seed, .stream = stream, .shard_i = shard_i,
-			      .shard_n = shard_n};
+	if (part_n < 1 || part_i < 0 || part_i >= part_n)
+		return gem_errf(err, GEM_EUSAGE, "batcher: part %d of %d", part_i, part_n);
+	*b = (struct batcher){.d = d, .batch = batch, .seed = seed, .stream = stream, .part_i = part_i,
+			      .part_n = part_n};
 	if (windowed(d)) {
-		if ((rc = batcher_init_text(b, d, shard_i, shard_n, err)) < 0)
+		if ((rc = batcher_init_text(b, d, part_i, part_n, err)) < 0)
 			return rc;
 	} else {
-		if (shard_n > d->n)
-			return gem_errf(err, GEM_EUSAGE, "batcher: %d shards of %d samples", shard_n,
+		if (part_n > d->n)
+			return gem_errf(err, GEM_EUSAGE, "batcher: %d parts of %d samples", part_n,
 					d->n);
 		if (!(std > 0) || !isfinite(mean) || !isfinite(std))
 			return gem_errf(err, GEM_EUSAGE, "batcher: bad normalisation mean %g std %g",
 					(double)mean, (double)std);
-		b->count = (size_t)d->n * (size_t)(shard_i + 1) / (size_t)shard_n -
-			   (size_t)d->n * (size_t)shard_i / (size_t)shard_n;
+		b->count = (size_t)d->n * (size_t)(part_i + 1) / (size_t)part_n -
+			   (size_t)d->n * (size_t)part_i / (size_t)part_n;
 		make_lut(b->lut, mean, std);
 		b->scale = 1 / std;
 		b->shift = -mean / std;
@@ -133,7 +133,7 @@ int batcher_resume(struct batcher *b, char *err)
 	return 0;
 }
 
-int batcher_keep_shard(struct batcher *b, struct dataset *d, char *err)
+int batcher_keep_part(struct batcher *b, struct dataset *d, char *err)
 {
 	size_t row = (size_t)d->dim * (d->images ? 1 : sizeof(float));
 	uint8_t *from = d->images ? d->images : (uint8_t *)d->xf, *x;
@@ -148,12 +148,12 @@ int batcher_keep_shard(struct batcher *b, struct dataset *d, char *err)
 	if (!x || !y) {
 		free(x);
 		free(y);
-		return gem_errf(err, GEM_ENOMEM, "batcher: out of memory for the shard's %zu samples",
+		return gem_errf(err, GEM_ENOMEM, "batcher: out of memory for the part's %zu samples",
 				b->count);
 	}
 	for (size_t k = 0; k < b->count; k++) {
-		memcpy(x + k * row, from + (size_t)b->shard[k] * row, row);
-		y[k] = d->labels[b->shard[k]];
+		memcpy(x + k * row, from + (size_t)b->part[k] * row, row);
+		y[k] = d->labels[b->part[k]];
 	}
 	free(from);
 	free(d->labels);
@@ -166,7 +166,7 @@ int batcher_keep_shard(struct batcher *b, struct dataset *d, char *err)
 	b->kept = 1;
 	/* the shuffle moves positions whatever they hold: the epoch's order of the new indices is
 	 * the old one's, sample for sample */
-	shard_fill(b);
+	part_fill(b);
 	shuffle_epoch(b);
 	return 0;
 }
@@ -220,7 +220,7 @@ void batcher_seek(struct batcher *b, long epoch, size_t pos)
 
 void batcher_free(struct batcher *b)
 {
-	free(b->shard);
+	free(b->part);
 	free(b->order);
-	b->shard = b->order = NULL;
+	b->part = b->order = NULL;
 }

@@ -24,7 +24,7 @@ struct layout {
 
 /* Slice i of k (0 <= i < k) of n elements: [*off, *off + *len) with off = ⌊n·i/k⌋, so that
  * the k slices tile the n elements and differ by one element at most (n < 2^29, blob.h: the
- * products fit). A server's shard of θ and a DiLoCo fragment are such slices. */
+ * products fit). A server's slice of θ and a DiLoCo fragment are such slices. */
 static inline void layout_slice(size_t n, int i, int k, size_t *off, size_t *len)
 {
 	*off = n * (size_t)i / (size_t)k;

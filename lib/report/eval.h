@@ -106,12 +106,12 @@ int eval_remote_run(struct eval_remote *r, struct run *run, char *err);
 int eval_remote_params(struct eval_remote *r, float *theta, size_t n, struct run_progress *p,
 		       char *err);
 
-/* The run the servers of urls train (one URL, or a sharded run's K, gem-serve --shard I/K,
- * shard 0's first, comma-separated): eval_remote_run of the first. */
+/* The run the servers of urls train (one URL, or a sliced run's K, gem-serve --slice I/K,
+ * slice 0's first, comma-separated): eval_remote_run of the first. */
 int eval_remote_open_run(const char *urls, double retry_for, const char *cacert, struct run *run,
 			 char *err);
 /* θ[0..n) from the servers of urls, each the slice of its place in the list (GET /v1/health's
- * "theta_shard"; a shard given alone is refused, GEM_EUSAGE), with the merged progress
+ * "theta_slice"; a slice given alone is refused, GEM_EUSAGE), with the merged progress
  * (run_progress_merge). Each request retries for retry_for. */
 int eval_remote_theta(const char *urls, double retry_for, const char *cacert, float *theta, size_t n,
 		      struct run_progress *p, char *err);
@@ -143,10 +143,10 @@ struct eval_follow {
  * URL (a restarted server) is followed. A rundir trained without a server (gem-work --local:
  * eval_run_active, no server.url) has its checkpoints followed: each new version of
  * RUNDIR/params.gem goes to fn, and once the training has exited, the last one if new; then
- * 0 is returned. A sharded rundir (run_shards) has each shard's server followed so, into its
- * slice of θ: fn gets the whole θ once every shard has been seen and whenever the slowest
- * shard's version moves, with the merged progress of run_params_load_merged; so is a url that
- * lists the K shards' servers. A server that does not hold the slice of θ expected (a shard
+ * 0 is returned. A sliced rundir (run_slices) has each slice's server followed so, into its
+ * slice of θ: fn gets the whole θ once every slice has been seen and whenever the slowest
+ * slice's version moves, with the merged progress of run_params_load_merged; so is a url that
+ * lists the K slices' servers. A server that does not hold the slice of θ expected (a slice
  * followed alone, a list out of order) is an error (GEM_EUSAGE). */
 int eval_follow_run(const struct eval_follow *f, char *err);
 #endif

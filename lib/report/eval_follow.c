@@ -1,5 +1,5 @@
 /* eval_follow: gem-eval --follow (report/eval.h): a run watched while it trains, θ handed on at
- * each new version, from its server (long polls of its health), from the shards of a sharded
+ * each new version, from its server (long polls of its health), from the slices of a sliced
  * run, or from the checkpoints of a local training, until the run ends. */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "report/eval_impl.h"
-#include "run/shard.h"
+#include "run/slice.h"
 #include "run/srvset.h"
 #include "wire/proto.h"
 
@@ -89,7 +89,7 @@ struct follower {
 	int k;
 	double poll_at;       /* when the next poll is due (clock_mono; 0: now): its health request
 			       * waits on the server until then (a long poll) */
-	const int *run_stopping; /* a shard's: another shard of the run said it was stopping */
+	const int *run_stopping; /* a slice server's: another server of the run said it was stopping */
 	int no_long_poll;     /* the server answered a long poll at once */
 };
 
@@ -307,24 +307,24 @@ static int follow_step(struct follower *w, double *wait, char *err)
 	return 0;
 }
 
-/* ---- following a sharded run ---- */
+/* ---- following a sliced run ---- */
 
-/* The shards' followers report to this: each shard's last progress (its slice of θ is in
+/* The servers' followers report to this: each server's last progress (its slice of θ is in
  * place), and whether one moved since the caller last looked. */
-struct shard_news {
-	struct run_progress p[SHARD_MAX];
-	int have[SHARD_MAX];
+struct slice_news {
+	struct run_progress p[SLICE_MAX];
+	int have[SLICE_MAX];
 	int changed;
 };
 
-struct shard_ctx {
-	struct shard_news *news;
+struct slice_ctx {
+	struct slice_news *news;
 	int i;
 };
 
-static int shard_got(void *ctx, const struct run_progress *p, char *err)
+static int slice_got(void *ctx, const struct run_progress *p, char *err)
 {
-	struct shard_ctx *c = ctx;
+	struct slice_ctx *c = ctx;
 	(void)err;
 	c->news->p[c->i] = *p;
 	c->news->have[c->i] = 1;
@@ -332,9 +332,9 @@ static int shard_got(void *ctx, const struct run_progress *p, char *err)
 	return 0;
 }
 
-/* When a shard moved and every one of the k has been seen: f->fn with their merged progress,
- * if the slowest shard's version moved since *last (*have_last: fn was called before). */
-static int shards_report(const struct eval_follow *f, struct shard_news *news, int k,
+/* When a slice moved and every one of the k has been seen: f->fn with their merged progress,
+ * if the slowest slice's version moved since *last (*have_last: fn was called before). */
+static int slices_report(const struct eval_follow *f, struct slice_news *news, int k,
 			 int *have_last, uint64_t *last, char *err)
 {
 	struct run_progress m;
@@ -354,27 +354,27 @@ static int shards_report(const struct eval_follow *f, struct shard_news *news, i
 	return 0;
 }
 
-/* Follow the K shard servers of a sharded run (gem-serve --shard I/K), each into its slice of θ:
- * with urls, server I at urls[I]; else each as a run of its own in RUNDIR/shard-I-of-K/. f->fn
- * gets the whole θ once every shard has been seen, and again whenever the slowest shard's
- * version moves, with the merged progress (run_progress_merge). Ends when every shard has
+/* Follow the K slice servers of a sliced run (gem-serve --slice I/K), each into its slice of θ:
+ * with urls, server I at urls[I]; else each as a run of its own in RUNDIR/slice-I-of-K/. f->fn
+ * gets the whole θ once every slice has been seen, and again whenever the slowest slice's
+ * version moves, with the merged progress (run_progress_merge). Ends when every slice has
  * ended, with the final checkpoints of a RUNDIR. */
-static int follow_shards(const struct eval_follow *f, struct srvset *set, int urls, char *err)
+static int follow_slices(const struct eval_follow *f, struct srvset *set, int urls, char *err)
 {
 	int k = set->n;
-	struct shards {
-		struct follower w[SHARD_MAX];
-		struct eval_follow fk[SHARD_MAX];
-		struct shard_ctx cx[SHARD_MAX];
-		char dirs[SHARD_MAX][PATH_MAX];
-		struct shard_news news;
-		int done[SHARD_MAX];
-		int stopping; /* a shard said the run was stopping */
+	struct slices {
+		struct follower w[SLICE_MAX];
+		struct eval_follow fk[SLICE_MAX];
+		struct slice_ctx cx[SLICE_MAX];
+		char dirs[SLICE_MAX][PATH_MAX];
+		struct slice_news news;
+		int done[SLICE_MAX];
+		int stopping; /* a slice said the run was stopping */
 	} *sh = calloc(1, sizeof *sh);
 	struct follower *w;
 	struct eval_follow *fk;
-	struct shard_ctx *cx;
-	struct shard_news *newsp;
+	struct slice_ctx *cx;
+	struct slice_news *newsp;
 	char (*dirs)[PATH_MAX], name[64];
 	int *done, ndone = 0, have_last = 0, rc = 0;
 	uint64_t last = 0;
@@ -384,8 +384,8 @@ static int follow_shards(const struct eval_follow *f, struct srvset *set, int ur
 	w = sh->w, fk = sh->fk, cx = sh->cx, dirs = sh->dirs, done = sh->done, newsp = &sh->news;
 	srvset_layout(set, f->n);
 	for (int i = 0; i < k; i++) {
-		struct shard s = set->slice[i];
-		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+		struct slice s = set->slice[i];
+		snprintf(name, sizeof name, RUN_SLICE_DIR, i, k);
 		if (!urls && run_dir_file(f->rundir, name, dirs[i], sizeof dirs[i]) < 0) {
 			free(sh);
 			return gem_errf(err, GEM_EUSAGE, "%s: path too long", f->rundir);
@@ -395,8 +395,8 @@ static int follow_shards(const struct eval_follow *f, struct srvset *set, int ur
 		fk[i].rundir = urls ? NULL : dirs[i];
 		fk[i].theta = f->theta + s.off;
 		fk[i].n = s.len;
-		fk[i].fn = shard_got;
-		cx[i] = (struct shard_ctx){newsp, i};
+		fk[i].fn = slice_got;
+		cx[i] = (struct slice_ctx){newsp, i};
 		fk[i].ctx = &cx[i];
 		w[i].f = &fk[i];
 		w[i].away_since = -1;
@@ -420,7 +420,7 @@ static int follow_shards(const struct eval_follow *f, struct srvset *set, int ur
 			else if (rc == 2)
 				rc = follow_local(&w[i], err) < 0 ? -1 : 2;
 			if (rc < 0) {
-				gem_errprefix(err, "shard %d/%d: ", i, k);
+				gem_errprefix(err, "slice %d/%d: ", i, k);
 				rc = rc == GEM_EUSAGE ? rc : GEM_EFAIL;
 				goto out;
 			}
@@ -432,9 +432,9 @@ static int follow_shards(const struct eval_follow *f, struct srvset *set, int ur
 				wait = wi;
 			}
 		}
-		if ((rc = shards_report(f, newsp, k, &have_last, &last, err)) < 0)
+		if ((rc = slices_report(f, newsp, k, &have_last, &last, err)) < 0)
 			goto out;
-		/* the first shard still followed waits on its server, the others poll at once */
+		/* the first slice still followed waits on its server, the others poll at once */
 		for (int i = 0; i < k && ndone < k; i++)
 			if (!done[i]) {
 				follow_pause(&w[i], wait);
@@ -457,16 +457,16 @@ int eval_follow_run(const struct eval_follow *f, char *err)
 
 	if (!set)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
-	/* the servers: a RUNDIR's K shards, a list of K URLs, or one server */
-	if (f->rundir && !f->url && (rc = run_shards(f->rundir, err)) != 0) {
+	/* the servers: a RUNDIR's K slices, a list of K URLs, or one server */
+	if (f->rundir && !f->url && (rc = run_slices(f->rundir, err)) != 0) {
 		set->n = rc;
-		rc = rc < 0 ? rc : follow_shards(f, set, 0, err);
+		rc = rc < 0 ? rc : follow_slices(f, set, 0, err);
 		free(set);
 		return rc;
 	}
 	if (f->url && strchr(f->url, ',')) {
 		if ((rc = srvset_parse(set, f->url, err)) == 0)
-			rc = follow_shards(f, set, 1, err);
+			rc = follow_slices(f, set, 1, err);
 		free(set);
 		return rc;
 	}

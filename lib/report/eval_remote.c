@@ -1,12 +1,12 @@
 /* eval_remote: a server seen from outside, as gem-eval sees it (report/eval.h): its run, its
- * θ (of every server of a sharded run, each its slice), its health. */
+ * θ (of every server of a sliced run, each its slice), its health. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
 #include "report/eval_impl.h"
-#include "run/shard.h"
+#include "run/slice.h"
 #include "run/srvset.h"
 #include "wire/msg.h"
 #include "wire/proto.h"
@@ -105,7 +105,7 @@ int eval_remote_params(struct eval_remote *r, float *theta, size_t n, struct run
 static int health_parse(struct eval_remote *r, struct proto_health *h, char *err)
 {
 	json_t *j = json_loadb(r->resp.body, r->resp.len, 0, NULL);
-	int rc = proto_health_from_json(j, SHARD_MAX, h, err);
+	int rc = proto_health_from_json(j, SLICE_MAX, h, err);
 	json_decref(j);
 	if (rc < 0)
 		gem_errprefix(err, "%s/v1/health: ", httpc_base_url(r->http));

@@ -14,7 +14,7 @@ enum export_format { EXPORT_SAFETENSORS, EXPORT_NPZ };
 struct export_file {
 	struct iovec *iov;
 	int niov;
-	float *theta; /* the run's θ (a sharded run's slices merged) */
+	float *theta; /* the run's θ (a sliced run's slices merged) */
 	void *mem;    /* headers */
 	struct iovec one[2]; /* iov of a safetensors file: header, θ */
 };

@@ -347,14 +347,14 @@ static int spec_is_text(const json_t *spec)
  * "gem, 4 workers", "local", "sgp, node 2"; -1 when dir has no run.json or no rule is known. */
 static int run_label(const char *dir, struct plot_log *lg, char *out, size_t cap)
 {
-	char err[GEM_ERRMAX], shard[32] = "";
+	char err[GEM_ERRMAX], slice[32] = "";
 	struct run_peek pk;
 	const char *name;
 	/* read leniently: a label needs the rule and the model alone */
 	if (run_peek(dir, &pk, err) < 0)
 		return -1;
-	if (pk.shard_k) /* a shard's log */
-		snprintf(shard, sizeof shard, ", shard %d/%d", pk.shard_i, pk.shard_k);
+	if (pk.slice_k) /* a slice's log */
+		snprintf(slice, sizeof slice, ", slice %d/%d", pk.slice_i, pk.slice_k);
 	lg->text = spec_is_text(pk.model);
 	name = lg->rule[0] ? lg->rule : pk.rule;
 	if (name && !strcmp(name, "local"))
@@ -363,7 +363,7 @@ static int run_label(const char *dir, struct plot_log *lg, char *out, size_t cap
 		snprintf(out, cap, "%s, node %lld", name, (long long)lg->node);
 	else if (name)
 		snprintf(out, cap, "%s, %zu worker%s%s", name, lg->nworkers,
-			 lg->nworkers == 1 ? "" : "s", shard);
+			 lg->nworkers == 1 ? "" : "s", slice);
 	else
 		log_debug("%s: its run.json names no rule, labelling the run by its log", dir);
 	run_peek_free(&pk);
@@ -390,10 +390,10 @@ int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err)
 			k++;
 		}
 	}
-	if (k == 0 && fs_is_dir(arg) && !file_exists(p) && (ns = run_shards(arg, err)) > 0) {
-		/* no log.jsonl: a sharded run's, one per shard (shard-I-of-K/log.jsonl) */
+	if (k == 0 && fs_is_dir(arg) && !file_exists(p) && (ns = run_slices(arg, err)) > 0) {
+		/* no log.jsonl: a sliced run's, one per slice (slice-I-of-K/log.jsonl) */
 		for (int i = 0; i < ns; i++) {
-			snprintf(name, sizeof name, RUN_SHARD_DIR "/" RUN_LOG, i, ns);
+			snprintf(name, sizeof name, RUN_SLICE_DIR "/" RUN_LOG, i, ns);
 			if (run_dir_file(arg, name, p, sizeof p) < 0 || !file_exists(p))
 				continue;
 			if (grow(&v, &cap, k + 1, sizeof *v) < 0 || !(v[k] = strdup(p)))

@@ -20,7 +20,7 @@ struct sample_opts {
 	uint64_t seed;
 };
 
-/* Generate o->bytes bytes into out from θ of run r (params.gem, or a sharded run's slices).
+/* Generate o->bytes bytes into out from θ of run r (params.gem, or a sliced run's slices).
  * GEM_EUSAGE: a bad option, a model that is not a byte-level sequence model (an embedding
  * first, a loss at every position, no output beyond its vocabulary), a prompt byte beyond its
  * vocabulary; GEM_EFAIL: θ cannot be read. */

@@ -1,6 +1,6 @@
 /* feedback: a worker's commits in its codec, the same in gem-work and gem-sim (role/vworker): which
  * codec a rule's commits can take, the error feedback of a lossy one (blob_encode_feedback's
- * residual, one per worker, cut as θ is cut across shards) and when it starts over. gem-sim
+ * residual, one per worker, cut as θ is cut across slices) and when it starts over. gem-sim
  * models a worker bit for bit only because both go through here. */
 #ifndef GEM_FEEDBACK_H
 #define GEM_FEEDBACK_H

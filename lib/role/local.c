@@ -85,12 +85,12 @@ static int open_training(struct local *l, const char *rundir, char *err)
 	if ((rc = run_lock(run, err)) < 0 || (rc = trainer_open(&l->t, run, err)) < 0 ||
 	    (rc = run_params_load(run, NULL, model_params(l->t.m), model_nparams(l->t.m), &l->p, err)) < 0 ||
 	    (rc = run_data_load(run, NULL, "train", &l->ds, err)) < 0 ||
-	    (rc = feed_open(&l->f, run, &l->ds, TRAINER_LOCAL, l->o.t.shard_i, l->o.t.shard_n, err)) < 0)
+	    (rc = feed_open(&l->f, run, &l->ds, TRAINER_LOCAL, l->o.t.part_i, l->o.t.part_n, err)) < 0)
 		return rc;
 	l->feed_open = 1;
 	if ((rc = open_optim(l, rundir, err)) < 0 || (rc = run_log_open(run, l->p.version, &l->log, err)) < 0)
 		return rc;
-	/* Each epoch consumes exactly the shard once, so samples seen give the position. */
+	/* Each epoch consumes exactly the part once, so samples seen give the position. */
 	feed_seek(&l->f, l->p.samples);
 	return 0;
 }

@@ -14,7 +14,7 @@
 #include "role/trainer.h"
 
 struct local_opts {
-	struct train_opts t;     /* the budget, the data shard and the slowdown (no server, token,
+	struct train_opts t;     /* the budget, the data part and the slowdown (no server, token,
 				  * certificate or codec: nothing is sent) */
 	double checkpoint_every; /* seconds between checkpoints; 0: only at the end */
 };
@@ -23,7 +23,7 @@ struct local_opts {
 struct local_info {
 	int epochs;       /* the run's budget, in epochs */
 	uint64_t steps;   /* or, when not 0, in steps */
-	uint64_t epoch;   /* samples in one epoch (of the shard) */
+	uint64_t epoch;   /* samples in one epoch (of the part) */
 	uint64_t version; /* θ's, from params.gem */
 	uint64_t samples; /* consumed by θ's updates */
 	int spent;        /* the budget is spent already: local_run trains nothing */

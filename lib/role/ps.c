@@ -35,7 +35,7 @@ struct ps_worker {
 	uint64_t joined_samples; /* samples at its last join: its rate is of this session */
 	uint64_t target; /* its samples when the session ends, as it said (ps_plan); 0: the budget */
 	double idle; /* seconds the worker says it waited for the server (dma) */
-	int shard_i, shard_n;
+	int part_i, part_n;
 	/* dynamic local updates: the inner steps it was told to take, when it was sent θ last
 	 * (virtual seconds in gem-sim), and its inner steps per second over its last commit (0:
 	 * not measured in this session) */
@@ -222,14 +222,14 @@ static void workers_restore(struct ps *s, const json_t *workers)
 
 /* ---- progress ---- */
 
-/* The run shards its data (run.json "shard"): each worker sees its part of the training set. */
-static int shards_data(const struct ps *s)
+/* The run splits its data (run.json "part_data"): each worker sees its part of the training set. */
+static int data_in_parts(const struct ps *s)
 {
-	return s->run.spec.shard_data;
+	return s->run.spec.part_data;
 }
 
 /* One worker's budget of samples: the run's epochs or steps of the training set (when the run
- * shards data, of every worker's shard together: its epochs make one pass of them all), if the
+ * splits its data, of every worker's part together: its epochs make one pass of them all), if the
  * data is here to count. */
 static void budget_of(struct ps *s)
 {
@@ -242,23 +242,23 @@ static void budget_of(struct ps *s)
 		return;
 	}
 	s->nsamples = n;
-	s->budget = shards_data(s) && s->run.spec.train.steps ? run_budget(&s->run, n / nw) * nw
+	s->budget = data_in_parts(s) && s->run.spec.train.steps ? run_budget(&s->run, n / nw) * nw
 							   : run_budget(&s->run, n);
 }
 
 /* Worker w has spent the run's budget: it has the samples (when the server knows the budget and
- * the data is not sharded), else it left done from a session that trained to the budget (not to
+ * the data is not split), else it left done from a session that trained to the budget (not to
  * a worker's --steps or --epochs, ps_plan). */
 static int spent(const struct ps *s, const struct ps_worker *w)
 {
-	return s->budget && !shards_data(s) ? w->samples >= s->budget : w->done && !w->target;
+	return s->budget && !data_in_parts(s) ? w->samples >= s->budget : w->done && !w->target;
 }
 
 /* One worker's part of the run's budget of samples; 0: unknown. */
 static uint64_t each_budget(const struct ps *s)
 {
 	uint64_t nw = s->run.spec.rule.nworkers > 0 ? (uint64_t)s->run.spec.rule.nworkers : 1;
-	return shards_data(s) ? s->budget / nw : s->budget;
+	return data_in_parts(s) ? s->budget / nw : s->budget;
 }
 
 /* The budget went up from old samples a worker: one that left done having spent the old one has
@@ -280,8 +280,8 @@ static void budget_raised(struct ps *s, uint64_t old)
 static uint64_t ps_total(const struct ps *s)
 {
 	int n = s->run.spec.rule.nworkers > s->nknown ? s->run.spec.rule.nworkers : s->nknown;
-	uint64_t each = shards_data(s) ? s->budget / (uint64_t)n : s->budget;
-	uint64_t t = shards_data(s) ? s->budget : s->budget * (uint64_t)n;
+	uint64_t each = data_in_parts(s) ? s->budget / (uint64_t)n : s->budget;
+	uint64_t t = data_in_parts(s) ? s->budget : s->budget * (uint64_t)n;
 	if (s->total)
 		return s->total;
 	for (int i = 0; i < s->nslots && t; i++)
@@ -301,7 +301,7 @@ void ps_plan(struct ps *s, int worker, uint64_t steps, uint64_t epochs)
 {
 	struct ps_worker *w = worker_get(s, worker);
 	int n = s->run.spec.rule.nworkers > s->nknown ? s->run.spec.rule.nworkers : s->nknown;
-	uint64_t epoch = s->nsamples / (shards_data(s) ? (uint64_t)n : 1);
+	uint64_t epoch = s->nsamples / (data_in_parts(s) ? (uint64_t)n : 1);
 	if (!w)
 		return;
 	w->target = steps    ? w->samples + steps * (uint64_t)s->run.spec.train.batch
@@ -324,27 +324,27 @@ static int ps_load(struct ps *s, char *err)
 	struct model *m = NULL;
 	json_t *workers = NULL;
 	int rc;
-	/* a fragment of a shard's slice is not the workers' fragment of θ */
+	/* a fragment of a server's slice is not the workers' fragment of θ */
 	if (s->run.spec.rule.fragments > 1 && s->o.slice_k > 0)
 		return gem_errf(err, GEM_EUSAGE, "rule.fragments: %d fragments need one server, not "
-				"shards (gem-serve --shard)", s->run.spec.rule.fragments);
+				"slices (gem-serve --slice)", s->run.spec.rule.fragments);
 	if ((rc = model_from_json(s->run.spec.model, &m, err)) < 0)
 		return rc;
 	s->layout = *model_layout(m);
 	s->n = model_nparams(m);
 	model_free(m);
-	if ((rc = run_shards(s->run.dir, err)) < 0)
+	if ((rc = run_slices(s->run.dir, err)) < 0)
 		return rc;
 	if (rc > 0 && rc != s->o.slice_k)
-		return gem_errf(err, GEM_EUSAGE, "%s is served by %d shards (gem-serve --shard I/%d)",
+		return gem_errf(err, GEM_EUSAGE, "%s is served by %d slices (gem-serve --slice I/%d)",
 				s->run.dir, rc, rc);
 	if (s->o.slice_k > 0) {
-		/* a shard: its slice of θ, of the layout and of every rule state, its own files */
+		/* a slice server: its slice of θ, of the layout and of every rule state, its own files */
 		struct layout full = s->layout;
-		if ((rc = run_set_shard(&s->run, s->o.slice_i, s->o.slice_k, s->n, err)) < 0)
+		if ((rc = run_set_slice(&s->run, s->o.slice_i, s->o.slice_k, s->n, err)) < 0)
 			return rc;
-		shard_layout(&full, &s->run.shard, &s->layout);
-		s->n = s->run.shard.len;
+		slice_layout(&full, &s->run.slice, &s->layout);
+		s->n = s->run.slice.len;
 	}
 	if ((rc = run_lock(&s->run, err)) < 0)
 		return rc;
@@ -460,10 +460,10 @@ void ps_log_start(struct ps *s, const char *url)
 			      s->o.keep_running);
 	if (o && s->o.reply_codec)
 		json_object_set_new(o, "reply_codec", json_string(s->o.reply_codec));
-	if (o && s->run.shard.k > 0)
-		json_object_set_new(o, "shard", json_pack("{s:i, s:i, s:I, s:I}", "i", s->run.shard.i, "k",
-							  s->run.shard.k, "offset", (json_int_t)s->run.shard.off,
-							  "count", (json_int_t)s->run.shard.len));
+	if (o && s->run.slice.k > 0)
+		json_object_set_new(o, "slice", json_pack("{s:i, s:i, s:I, s:I}", "i", s->run.slice.i, "k",
+							  s->run.slice.k, "offset", (json_int_t)s->run.slice.off,
+							  "count", (json_int_t)s->run.slice.len));
 	run_log_start_x(s->log, &s->run, s->run.spec.rule.name, url, s->prog.version, &s->layout,
 			o);
 	json_decref(o);
@@ -606,13 +606,13 @@ static int worker_release(struct ps *s, struct ps_worker *w, const char *event, 
 	return closed;
 }
 
-/* The data shard of worker id when the run shards data (run.json "shard"). */
-static void worker_shard(const struct ps *s, struct ps_worker *w)
+/* The data part of worker id when the run splits its data (run.json "part_data"). */
+static void worker_part(const struct ps *s, struct ps_worker *w)
 {
-	if (shards_data(s)) {
+	if (data_in_parts(s)) {
 		int n = s->run.spec.rule.nworkers > 0 ? s->run.spec.rule.nworkers : 1;
-		w->shard_i = w->id % n;
-		w->shard_n = n;
+		w->part_i = w->id % n;
+		w->part_n = n;
 	}
 }
 
@@ -719,7 +719,7 @@ int ps_join(struct ps *s, int id, const char *codec, float *theta_out, struct ps
 	w->window = rule_config_of(s->rule)->window;
 	w->reply_at = ps_now_seconds(s);
 	w->rate = 0;
-	worker_shard(s, w);
+	worker_part(s, w);
 	progress_set_total(&s->meter, ps_total(s));
 	/* a codec name holds no character JSON escapes (blob_codec_known) */
 	snprintf(extra, sizeof extra, "\"rejoin\":%s%s%s%.*s%s", w->commits ? "true" : "false",
@@ -729,7 +729,7 @@ int ps_join(struct ps *s, int id, const char *codec, float *theta_out, struct ps
 	w->anew = 0;
 	*j = (struct ps_joined){.worker = id, .rejoin = w->commits > 0, .version = s->prog.version,
 				.seq = w->last_seq, .commits = w->commits, .samples = w->samples,
-				.shard_i = w->shard_i, .shard_n = w->shard_n,
+				.part_i = w->part_i, .part_n = w->part_n,
 				.window = rule_config_of(s->rule)->dynamic_local_updates ? w->window : 0};
 	if (theta_out)
 		ps_copy_theta(s, theta_out);
@@ -945,7 +945,7 @@ json_t *ps_join_reply_head(const struct ps_joined *j)
 {
 	struct proto_join_reply h = {.worker = j->worker, .version = j->version, .seq = j->seq,
 				     .commits = j->commits, .samples = j->samples,
-				     .shard_i = j->shard_i, .shard_n = j->shard_n,
+				     .part_i = j->part_i, .part_n = j->part_n,
 				     .window = j->window};
 	return proto_join_reply_to_json(&h);
 }
@@ -996,7 +996,7 @@ json_t *ps_health_json(const struct ps *s)
 
 void ps_slice(const struct ps *s, struct proto_slice *out)
 {
-	const struct shard *sh = &s->run.shard;
+	const struct slice *sh = &s->run.slice;
 	*out = (struct proto_slice){.i = sh->i, .k = sh->k, .off = sh->off, .len = sh->len};
 }
 

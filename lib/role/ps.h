@@ -25,7 +25,7 @@ struct ps_opts {
 	int keep_running;      /* don't stop when every worker has finished and left */
 	double worker_timeout; /* a worker silent this long is gone; 0: never */
 	double idle_timeout;   /* no commit this long: stop, failed; 0: never */
-	int slice_i, slice_k;  /* serve slice i of k of θ (gem-serve --shard I/K, run/shard.h);
+	int slice_i, slice_k;  /* serve slice i of k of θ (gem-serve --slice I/K, run/slice.h);
 				* k = 0: all of θ */
 	const char *reply_codec; /* gem-serve --codec (NULL: none): in the start event, for a replay */
 };
@@ -61,7 +61,7 @@ struct ps_joined {
 	int rejoin;       /* the worker had committed before */
 	uint64_t version; /* of θ, copied to the caller's buffer */
 	uint64_t seq, commits, samples; /* what the server saw of it so far */
-	int shard_i, shard_n; /* its data shard when the run shards data (shard_n 0: no) */
+	int part_i, part_n;   /* its data part when the run splits its data (part_n 0: no) */
 	int window;           /* dynamic local updates: the inner steps it is to take (H until its
 			       * speed is known; 0: none said) */
 };
@@ -168,8 +168,8 @@ void ps_sent(struct ps *s, uint64_t bytes);
 json_t *ps_commit_reply_head(const struct ps_reply *r, int applied);
 /* The header of the reply to a join: what the server saw of the worker so far (as above). */
 json_t *ps_join_reply_head(const struct ps_joined *j);
-/* Add to a reply's header head, from a shard's server, the slice of θ its vector is
- * ("theta_shard", ps_theta_shard): 0, or -1 when out of memory (head NULL too). */
+/* Add to a reply's header head, from a slice's server, the slice of θ its vector is
+ * ("theta_slice", ps_theta_slice): 0, or -1 when out of memory (head NULL too). */
 int ps_reply_sliced(const struct ps *s, json_t *head);
 /* How a worker left: to come back, having spent its budget, or having diverged (its loss was not
  * finite: it will not come back, and the run fails once every worker has left). */
@@ -216,7 +216,7 @@ void ps_set_total(struct ps *s, uint64_t total);
  * "progress" is ps_now's. */
 json_t *ps_health_json(const struct ps *s);
 json_t *ps_stats_json(const struct ps *s);
-/* The slice of θ a shard serves, as every reply of a sharded server names it (k = 0: the server
+/* The slice of θ a server serves, as every reply of a slice server names it (k = 0: the server
  * holds the whole of θ). */
 void ps_slice(const struct ps *s, struct proto_slice *out);
 #endif

@@ -297,7 +297,7 @@ static int reply_vector(struct server *s, struct httpd_req *req, struct slot *w,
 	const void *enc;
 	memset(&blob, 0, sizeof blob);
 	*len = 0;
-	/* a shard's vector says which slice of θ it is, so that a worker given the servers in
+	/* a slice server's vector says which slice of θ it is, so that a worker given the servers in
 	 * another order (or through proxies that swap them) cannot take it for another one */
 	if (ps_reply_sliced(s->ps, head) < 0) {
 		reply_done(b);

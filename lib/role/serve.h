@@ -33,7 +33,7 @@ struct serve_opts {
 	 * gem-serve's status line (serve_now tells where the run stands). */
 	void (*tick)(struct server *s, void *ctx);
 	void *tick_ctx;
-	int slice_i, slice_k;    /* serve slice i of k of θ (gem-serve --shard I/K, run/shard.h);
+	int slice_i, slice_k;    /* serve slice i of k of θ (gem-serve --slice I/K, run/slice.h);
 				  * k = 0: all of θ */
 	uint64_t max_memory;     /* refuse a join that would make serve_memory's total exceed
 				  * this many bytes (503); 0: no limit */

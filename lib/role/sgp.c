@@ -102,12 +102,12 @@ static int find_self(const struct sgp_node *s, char **peers, int nn, int *id, ch
 }
 
 /* Exactly the iterations every node runs: its --steps, the run's budget of steps, or the epochs
- * of the largest shard, so that nodes whose shard is one sample smaller run as many (their last
+ * of the largest part, so that nodes whose part is one sample smaller run as many (their last
  * batch starts their next epoch). */
-static uint64_t count_iters(const struct sgp_node *s, int shard_n)
+static uint64_t count_iters(const struct sgp_node *s, int part_n)
 {
-	uint64_t shard = ((uint64_t)s->ds.n + (uint64_t)shard_n - 1) / (uint64_t)shard_n;
-	uint64_t batch = (uint64_t)s->run.spec.train.batch, per_epoch = (shard + batch - 1) / batch;
+	uint64_t part = ((uint64_t)s->ds.n + (uint64_t)part_n - 1) / (uint64_t)part_n;
+	uint64_t batch = (uint64_t)s->run.spec.train.batch, per_epoch = (part + batch - 1) / batch;
 	if (s->o.t.steps)
 		return s->o.t.steps;
 	if (s->run.spec.train.steps && !s->o.t.epochs)
@@ -175,20 +175,20 @@ static int prepare(struct sgp_node *s, struct loop *l, struct sgp_status *st, ch
 	s->tau = s->o.tau > 0 ? s->o.tau : 2 * (exp_k > 0 ? exp_k : 1);
 	s->hash = pushsum_topology_hash(s->o.topology, s->o.peers_per_iter, (const char *const *)peers, nn);
 	st->node = id, st->nodes = nn, st->peers_per_iter = s->mper, st->tau = s->tau;
-	st->shard_i = s->o.t.shard_set ? s->o.t.shard_i : id;
-	st->shard_n = s->o.t.shard_set ? s->o.t.shard_n : nn;
-	st->iters = s->iters = count_iters(s, st->shard_n);
+	st->part_i = s->o.t.part_set ? s->o.t.part_i : id;
+	st->part_n = s->o.t.part_set ? s->o.t.part_n : nn;
+	st->iters = s->iters = count_iters(s, st->part_n);
 	if ((rc = connect_peers(s, err)) < 0 ||
-	    (rc = feed_open(&l->feed, &s->run, &s->ds, id, st->shard_i, st->shard_n, err)) < 0 ||
-	    (rc = batcher_keep_shard(&l->feed.b, &s->ds, err)) < 0) /* a node reads its shard alone */
+	    (rc = feed_open(&l->feed, &s->run, &s->ds, id, st->part_i, st->part_n, err)) < 0 ||
+	    (rc = batcher_keep_part(&l->feed.b, &s->ds, err)) < 0)  /* a node reads its part alone */
 		return rc;
 	/* the local optimiser: the run's (momentum SGD with Nesterov, as SGP's paper, or AdamW),
-	 * its cosine ending at the run's budget of the node's shard */
+	 * its cosine ending at the run's budget of the node's part */
 	run_optim_config(&s->run, feed_steps(&l->feed, run_budget(&s->run, feed_epoch(&l->feed))), &oc);
 	oc.nesterov = oc.momentum > 0;
 	if ((rc = optim_init(&l->opt, &oc, model_layout(s->tr.m), err)) < 0)
 		return rc;
-	st->shard_samples = (size_t)feed_epoch(&l->feed);
+	st->part_samples = (size_t)feed_epoch(&l->feed);
 	pthread_mutex_lock(&s->mu);
 	s->ready = 1;
 	pthread_mutex_unlock(&s->mu);
@@ -208,7 +208,7 @@ static int log_open(struct sgp_node *s, struct loop *l, const struct sgp_status 
 	ev = json_pack("{s:s, s:i, s:i, s:s, s:i, s:I, s:b, s:i, s:[i,i]}", "event", "sgp", "node",
 		       s->id, "nodes", s->nn, "topology", pushsum_topology_name(s->o.topology),
 		       "peers_per_iter", s->mper, "iters", (json_int_t)s->iters, "overlap",
-		       s->o.overlap, "tau", s->tau, "shard", st->shard_i, st->shard_n);
+		       s->o.overlap, "tau", s->tau, "part", st->part_i, st->part_n);
 	pl = json_array();
 	if (!ev || !pl) {
 		json_decref(ev);

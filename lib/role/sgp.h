@@ -23,7 +23,7 @@ struct sgp_opts {
 	int peers_per_iter;     /* m >= 1 */
 	int overlap;            /* non-blocking sends, mass added as it arrives */
 	int tau;                /* overlap: wait after τ iterations with no message; 0: default */
-	struct train_opts t;    /* steps: iterations; default shard: node/n; codec: of the pushes;
+	struct train_opts t;    /* steps: iterations; default part: node/n; codec: of the pushes;
 				 * cacert: the peers' CA, with tls_cert */
 	const char *tls_cert;   /* PEM files of this node's certificate (chain) and its key: listen */
 	const char *tls_key;    /* on HTTPS, and every peer must too; both NULL: plain HTTP */
@@ -34,8 +34,8 @@ struct sgp_opts {
 struct sgp_status {
 	int node, nodes;         /* this node's index, of how many (-1, 0 before the peer list) */
 	int peers_per_iter, tau; /* m as used, Overlap-SGP's τ */
-	int shard_i, shard_n;
-	size_t shard_samples;
+	int part_i, part_n;
+	size_t part_samples;
 	const char *rule;        /* "sgp" or "overlap-sgp" */
 	uint64_t iter, iters;    /* iterations done, of how many */
 	uint64_t samples;

@@ -87,7 +87,7 @@ static void hello_check(const struct sgp_node *s, const struct proto_hello *h, c
 	else if (h->iters != mine.iters)
 		snprintf(why, len,
 			 "node %d runs %lld iterations, this node %d runs %llu (give every node the "
-			 "same --epochs, --steps and --shard)",
+			 "same --epochs, --steps and --part)",
 			 h->node, h->iters, s->id, (unsigned long long)s->iters);
 	else if (h->overlap != mine.overlap)
 		snprintf(why, len, "node %d %s --overlap and this node %d %s", h->node,

@@ -17,7 +17,7 @@
 #include "role/trainer.h"
 #include "role/vworker.h"
 #include "run/runlog.h"
-#include "run/shard.h"
+#include "run/slice.h"
 #include "role/sim_impl.h"
 
 /* ---- the simulation ---- */
@@ -187,7 +187,7 @@ static int worker_reply(struct sim *s, struct simw *w, double tr)
 	return set_ready(s, w);
 }
 
-/* ---- the cores: one, or one per shard of θ, asked the same things in the same order ---- */
+/* ---- the cores: one, or one per slice of θ, asked the same things in the same order ---- */
 
 static void cores_vtime(struct sim *s, double t)
 {
@@ -195,12 +195,12 @@ static void cores_vtime(struct sim *s, double t)
 		ps_set_vtime(s->core[k], t);
 }
 
-/* The header of each shard's reply whose header is base (taken over): with the slice of θ it
+/* The header of each slice's reply whose header is base (taken over): with the slice of θ it
  * carries when θ is cut, as gem-serve adds it. heads[k] are new references, all NULL when out of
  * memory (the reply is then not measured). */
 static void reply_heads(struct sim *s, json_t *base, json_t **heads)
 {
-	/* base is shard 0's, the last: the others are copies of it */
+	/* base is slice 0's, the last: the others are copies of it */
 	for (int k = s->ncores - 1; k >= 0; k--) {
 		heads[k] = k && base ? json_deep_copy(base) : base;
 		if (ps_reply_sliced(s->core[k], heads[k]) < 0) {
@@ -217,8 +217,8 @@ static void reply_heads(struct sim *s, json_t *base, json_t **heads)
 		}
 }
 
-/* Worker w has taken a reply measured under heads (released): each shard's slice of it goes
- * out of that shard's server. */
+/* Worker w has taken a reply measured under heads (released): each server's slice of it goes
+ * out of that slice's server. */
 static void cores_sent(struct sim *s, const struct simw *w, json_t **heads)
 {
 	for (int k = 0; k < s->ncores; k++) {
@@ -227,7 +227,7 @@ static void cores_sent(struct sim *s, const struct simw *w, json_t **heads)
 	}
 }
 
-/* The reply of the commits held for the round that just closed, into s->reply; shard 0's r. */
+/* The reply of the commits held for the round that just closed, into s->reply; slice 0's r. */
 static void cores_reply_held(struct sim *s, struct ps_reply *r)
 {
 	for (int k = 0; k < s->ncores; k++) {
@@ -260,7 +260,7 @@ static int cores_leave(struct sim *s, int id, int how, float loss, struct ps_rep
 	return 0;
 }
 
-/* Commit c to every core, each its slice of the update; shard 0's answer in *r. The shards see
+/* Commit c to every core, each its slice of the update; slice 0's answer in *r. The slices see
  * the same commits in the same order, so they decide alike: else the run stops. */
 static int cores_commit(struct sim *s, const struct ps_commit *c, const uint64_t *bytes,
 			struct ps_reply *r, char *err)
@@ -276,7 +276,7 @@ static int cores_commit(struct sim *s, const struct ps_commit *c, const uint64_t
 		if (k == 0)
 			st = stk;
 		else if (stk != st)
-			return gem_errf(err, GEM_EFAIL, "shard %d answered %s, shard 0 %s", k,
+			return gem_errf(err, GEM_EFAIL, "slice %d answered %s, slice 0 %s", k,
 					ps_status_code(stk), ps_status_code(st));
 	}
 	return st;
@@ -291,7 +291,7 @@ static int release_round(struct sim *s, double t, char *err)
 	cores_reply_held(s, &r);
 	for (int i = 0; i < s->nw; i++) {
 		struct simw *w = &s->w[i];
-		json_t *heads[SHARD_MAX];
+		json_t *heads[SLICE_MAX];
 		int rc;
 		if (!w->pending)
 			continue;
@@ -314,7 +314,7 @@ static int release_round(struct sim *s, double t, char *err)
 static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 {
 	struct ps_joined j;
-	json_t *heads[SHARD_MAX];
+	json_t *heads[SLICE_MAX];
 	int rc;
 	cores_vtime(s, t);
 	if ((rc = cores_join(s, w->v.id, &j, err)) < 0) {
@@ -375,7 +375,7 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 {
 	struct ps_commit c = {.worker = w->v.id, .idle = -1};
 	struct ps_reply r;
-	json_t *heads[SHARD_MAX];
+	json_t *heads[SLICE_MAX];
 	int st, rc;
 
 	if (w->v.diverged) {
@@ -431,7 +431,7 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
  * arrival); a commit occupies its links and CPUs (server_take). */
 static int step_event(struct sim *s, const struct event *e, char *err)
 {
-	static const uint64_t unsent[SHARD_MAX];
+	static const uint64_t unsent[SLICE_MAX];
 	struct simw *w = &s->w[e->worker];
 	double t, tout, wait, *waits;
 	int rc;
@@ -569,13 +569,13 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 	/* the simulation ends when its events do: a late joiner finds the server still there */
 	struct ps_opts po = {.max_staleness = -1, .keep_running = 1};
 	int rc;
-	s->ncores = s->o->shards > 1 ? s->o->shards : 1;
+	s->ncores = s->o->slices > 1 ? s->o->slices : 1;
 	for (int k = 0; k < s->ncores; k++) {
 		po.slice_i = k;
 		po.slice_k = s->ncores > 1 ? s->ncores : 0;
 		if ((rc = ps_open(rundir, &po, &s->core[k], err)) < 0)
 			return rc;
-		s->cut[k] = ps_run(s->core[k])->shard;
+		s->cut[k] = ps_run(s->core[k])->slice;
 		s->cut[k].len = ps_nparams(s->core[k]);
 		s->n += ps_nparams(s->core[k]);
 	}

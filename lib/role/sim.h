@@ -42,7 +42,7 @@ struct sim_opts {
 	double straggler_factor;  /* ... take F times as long per step */
 	double latency;           /* seconds a message takes, each way */
 	double server_time;       /* seconds the server spends on one commit */
-	/* The server as a queue (off while cost_a, cost_b and bandwidth are 0): each shard's host
+	/* The server as a queue (off while cost_a, cost_b and bandwidth are 0): each slice's host
 	 * takes a commit's slice of n_k parameters through its link (FIFO, bytes/bandwidth seconds,
 	 * the bytes of the message as the virtual worker encodes it: header and blob), then its CPU
 	 * (FIFO, server_time + cost_a·n_k + cost_b seconds); its reply goes out through the link
@@ -54,8 +54,8 @@ struct sim_opts {
 	const double *joins;      /* a new worker (ids N, N+1, ... in time order) joins at each time */
 	int njoins;
 	int threads;              /* gradient threads (>= 1), each with its own model instance */
-	int shards;               /* K > 1: θ served by K cores in this process, one per shard (as
-				   * gem-serve --shard I/K), each with its own files; 0, 1: one */
+	int slices;               /* K > 1: θ served by K cores in this process, one per slice (as
+				   * gem-serve --slice I/K), each with its own files; 0, 1: one */
 	const char *codec;        /* the workers' commits' codec (gem-work --codec; NULL: raw), with
 				   * gem-work's error feedback and replies in blob_codec_for_theta */
 	/* Called about 20 times a second of wall time and once at the end (may be NULL), with
@@ -86,9 +86,9 @@ struct sim_summary {
 	double zero_mean;          /* gem: mean over updates of the fraction of π clamped to 0 */
 	uint64_t tau_p50, tau_p99; /* staleness of the applied updates: median, 99th percentile */
 	uint64_t commits;          /* commits the server took */
-	double busy, link_busy;    /* the busiest shard's CPU, link (in or out) seconds */
+	double busy, link_busy;    /* the busiest slice's CPU, link (in or out) seconds */
 	double wait_mean, wait_p99; /* seconds a commit waited for the server's link and CPU */
-	uint64_t bytes_in, bytes_out; /* on the wire, over the shards: the commits, and the replies
+	uint64_t bytes_in, bytes_out; /* on the wire, over the slices: the commits, and the replies
 				       * to them and to the joins (the messages gem-work and gem-serve
 				       * would send, headers included) */
 };

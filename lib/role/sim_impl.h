@@ -1,6 +1,6 @@
 /* sim_impl: what the parts of gem-sim's simulator share (role/sim.h is its contract): sim.c
  * runs the simulation, sim_opts.c reads its options, sim_queue.c keeps the event queue and the
- * server model (each shard's host a queue), sim_stats.c the statistics it ends with. */
+ * server model (each slice's host a queue), sim_stats.c the statistics it ends with. */
 #ifndef GEM_SIM_IMPL_H
 #define GEM_SIM_IMPL_H
 #include <pthread.h>
@@ -12,7 +12,7 @@
 #include "role/sim.h"
 #include "role/trainer.h"
 #include "role/vworker.h"
-#include "run/shard.h"
+#include "run/slice.h"
 
 #define LOSS_TAIL 100
 
@@ -58,9 +58,9 @@ struct helper_arg {
 
 struct sim {
 	const struct sim_opts *o;
-	struct ps *ps;             /* shard 0's core: the version, the log's sim events, progress */
-	struct ps *core[SHARD_MAX]; /* --shards K: a core per shard of θ, each on its slice */
-	struct shard cut[SHARD_MAX];
+	struct ps *ps;             /* slice 0's core: the version, the log's sim events, progress */
+	struct ps *core[SLICE_MAX]; /* --slices K: a core per slice of θ */
+	struct slice cut[SLICE_MAX];
 	int ncores;
 	const struct run *run;
 	size_t n;
@@ -94,10 +94,10 @@ struct sim {
 	double scale_sum, zero_sum, tau_sum;
 	uint64_t scale_n;
 
-	/* the server model: when each shard host's link in, link out and CPU are next free, and
+	/* the server model: when each slice host's link in, link out and CPU are next free, and
 	 * for how long each has been busy; the staleness of each update, each commit's wait */
-	double link_in[SHARD_MAX], link_out[SHARD_MAX], cpu[SHARD_MAX];
-	double busy_in[SHARD_MAX], busy_out[SHARD_MAX], busy_cpu[SHARD_MAX];
+	double link_in[SLICE_MAX], link_out[SLICE_MAX], cpu[SLICE_MAX];
+	double busy_in[SLICE_MAX], busy_out[SLICE_MAX], busy_cpu[SLICE_MAX];
 	uint64_t *taus;
 	size_t ntau, tau_cap;
 	double *waits, wait_sum;

@@ -23,8 +23,8 @@ void sim_opts_default(struct sim_opts *o)
 
 int sim_opts_check(const struct sim_opts *o, char *err)
 {
-	if (o->shards < 0 || o->shards > SHARD_MAX)
-		return gem_errf(err, GEM_EUSAGE, "shards: between 1 and %d", SHARD_MAX);
+	if (o->slices < 0 || o->slices > SLICE_MAX)
+		return gem_errf(err, GEM_EUSAGE, "slices: between 1 and %d", SLICE_MAX);
 	if (o->codec && blob_codec_check(o->codec, err) < 0)
 		return gem_errprefix(err, "codec: "), GEM_EUSAGE;
 	if (o->nworkers < 0 || o->nworkers + o->njoins < 1 ||

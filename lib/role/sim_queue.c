@@ -1,5 +1,5 @@
 /* sim_queue: gem-sim's queues: the event queue (a binary heap), and the server model, each
- * shard's host a link in, a CPU and a link out, each FIFO (role/sim_impl.h). */
+ * slice's host a link in, a CPU and a link out, each FIFO (role/sim_impl.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +51,7 @@ struct event heap_pop(struct heap *h)
 	return top;
 }
 
-/* ---- the server model: each shard's host a link in, a CPU and a link out, each FIFO ---- */
+/* ---- the server model: each slice's host a link in, a CPU and a link out, each FIFO ---- */
 
 /* Seconds a message of bytes takes through a link. */
 static double link_time(const struct sim *s, uint64_t bytes)
@@ -60,8 +60,8 @@ static double link_time(const struct sim *s, uint64_t bytes)
 }
 
 /* A commit whose slices are bytes[k] (as encoded) arrives at the servers at t: when the last
- * shard is done with it (*start: when the last one started on it; *wait: the longest it waited
- * in a shard's queues). */
+ * slice is done with it (*start: when the last one started on it; *wait: the longest it waited
+ * in a slice's queues). */
 double server_take(struct sim *s, double t, const uint64_t *bytes, double *start,
 		   double *wait)
 {
@@ -88,7 +88,7 @@ double server_take(struct sim *s, double t, const uint64_t *bytes, double *start
 	return done;
 }
 
-/* A join or a leave at t: the servers take it when every shard is free (it costs them no time). */
+/* A join or a leave at t: the servers take it when every slice is free (it costs them no time). */
 double server_next(struct sim *s, double t)
 {
 	if (t < s->server_free)

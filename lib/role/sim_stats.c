@@ -94,7 +94,7 @@ static size_t rank(size_t n, double q)
 	return (size_t)(q * (double)(n - 1));
 }
 
-/* The summary's figures of the server model: staleness quantiles, waits, the busiest shard. */
+/* The summary's figures of the server model: staleness quantiles, waits, the busiest slice. */
 static void summarise_queue(struct sim *s)
 {
 	struct sim_summary *m = &s->sum;

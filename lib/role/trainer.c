@@ -8,14 +8,14 @@
 #include "base/num.h"
 #include "base/rng.h"
 
-int feed_open(struct feed *f, const struct run *run, const struct dataset *ds, int who, int shard_i,
-	      int shard_n, char *err)
+int feed_open(struct feed *f, const struct run *run, const struct dataset *ds, int who, int part_i,
+	      int part_n, char *err)
 {
 	memset(f, 0, sizeof *f);
 	f->seed = run->spec.train.seed;
 	f->who = who;
 	return batcher_init(&f->b, ds, run->spec.train.batch, run->spec.train.seed,
-			    RNG_BATCH_ORDER(who), shard_i, shard_n, (float)run->spec.mean,
+			    RNG_BATCH_ORDER(who), part_i, part_n, (float)run->spec.mean,
 			    (float)run->spec.std, err);
 }
 
@@ -84,7 +84,7 @@ int trainer_step(struct trainer *t, struct feed *f, float *loss, int *n, char *e
 	 * replayed one and gem-sim draw what the original drew */
 	if (model_exec_info(t->m)) {
 		/* the child draws its dropout from the same four numbers (gem-exec(7)) */
-		struct exec_batch b = {.worker = f->who, .part_i = f->b.shard_i, .part_n = f->b.shard_n,
+		struct exec_batch b = {.worker = f->who, .part_i = f->b.part_i, .part_n = f->b.part_n,
 				       .position = f->samples, .seed = f->seed};
 		int rc;
 		b.n = *n = batcher_next_index(&f->b, t->idx);

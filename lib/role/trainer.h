@@ -18,7 +18,7 @@
 struct train_opts {
 	int epochs;             /* 0: the run's budget */
 	uint64_t steps;         /* > 0: exactly this many steps (iterations) */
-	int shard_i, shard_n, shard_set; /* the part of the training set; unset: the default's */
+	int part_i, part_n, part_set;    /* the part of the training set; unset: the default's */
 	const char *token_file; /* the bearer token sent (and, by an SGP node, required) */
 	const char *cacert;     /* PEM file of the CA that signed the https:// certificates of the
 				 * server or the peers; NULL: the system's CAs */
@@ -32,7 +32,7 @@ struct train_opts {
 /* Who trains: local training, or worker / SGP node `id`. */
 #define TRAINER_LOCAL (-1)
 
-/* One trainer's data: its shard of the training set in its own per-epoch order, and the number
+/* One trainer's data: its part of the training set in its own per-epoch order, and the number
  * of samples it has consumed (its position, which fixes the next batch and its dropout). */
 struct feed {
 	struct batcher b;
@@ -50,13 +50,13 @@ struct trainer {
 	uint64_t *idx;   /* an external model's: the batch's sample indices */
 };
 
-/* The feed of `who` over shard shard_i of shard_n of ds (run's seed, batch and normalisation),
+/* The feed of `who` over part part_i of part_n of ds (run's seed, batch and normalisation),
  * at position 0. */
-int feed_open(struct feed *f, const struct run *run, const struct dataset *ds, int who, int shard_i,
-	      int shard_n, char *err);
-/* Continue at position `samples` (every epoch visits the shard once). */
+int feed_open(struct feed *f, const struct run *run, const struct dataset *ds, int who, int part_i,
+	      int part_n, char *err);
+/* Continue at position `samples` (every epoch visits the part once). */
 void feed_seek(struct feed *f, uint64_t samples);
-/* Samples in one epoch of the feed (its shard). */
+/* Samples in one epoch of the feed (its part). */
 uint64_t feed_epoch(const struct feed *f);
 /* The steps (batches, an epoch's last one short) that consume `samples` from position 0: a
  * trainer's place in its optimiser's schedule, and with the run's epochs its budget. */

@@ -46,7 +46,7 @@ void vworker_close(struct vworker *w)
 	free(w->x);
 	free(w->sent);
 	free(w->reply_codec);
-	for (int k = 0; k < SHARD_MAX; k++)
+	for (int k = 0; k < SLICE_MAX; k++)
 		delta_close(&w->dl[k]);
 	feedback_close(&w->fb);
 	rule_half_free(&w->l);
@@ -56,7 +56,7 @@ void vworker_close(struct vworker *w)
 }
 
 int vworker_codec(struct vworker *w, const struct run *run, const char *codec,
-		  const char *reply_codec, const struct shard *cut, int ncut, char *err)
+		  const char *reply_codec, const struct slice *cut, int ncut, char *err)
 {
 	int rc;
 	feedback_close(&w->fb);
@@ -68,10 +68,10 @@ int vworker_codec(struct vworker *w, const struct run *run, const char *codec,
 	    (blob_codec_lossy(w->fb.codec) && !w->sent && !(w->sent = malloc(sizeof(float) * w->n))))
 		return gem_errf(err, GEM_ENOMEM, "out of memory for worker %d", w->id);
 	w->ncut = ncut > 0 ? ncut : 1;
-	for (int k = 0; k < SHARD_MAX; k++)
+	for (int k = 0; k < SLICE_MAX; k++)
 		delta_close(&w->dl[k]);
 	for (int k = 0; k < w->ncut; k++) {
-		w->cut[k] = ncut > 0 ? cut[k] : shard_of(w->n, 0, 0);
+		w->cut[k] = ncut > 0 ? cut[k] : slice_of(w->n, 0, 0);
 		/* gem-serve --codec sends θ whole in its codec */
 		if ((rc = delta_open(&w->dl[k], reply_codec ? NULL : w->fb.codec, w->cut[k].len,
 				     err)) < 0)
@@ -96,7 +96,7 @@ static uint64_t msg_bytes(struct vwire *x, json_t *head, const char *name, const
 /* v as the receiver decodes it, each slice cut[k] its own message in codec, a blob called name
  * under heads[k] (NULL: not measured) whose bytes go to bytes[k]: v itself when the codec is
  * lossless, else decoded into out; NULL if v cannot be encoded (err says why). */
-static const float *wire_pass(const struct shard *cut, int ncut, struct vwire *x,
+static const float *wire_pass(const struct slice *cut, int ncut, struct vwire *x,
 			      const char *codec, struct feedback *fb, const float *v, float *out,
 			      const char *name, json_t *const *heads, uint64_t *bytes, char *err)
 {
@@ -157,9 +157,9 @@ int vworker_joined(struct vworker *w, const struct run *run, const struct datase
 	if (w->has_feed)
 		feed_close(&w->f);
 	w->has_feed = 0;
-	/* as gem-work: its own shuffled copy of the data, or the shard the server gives it */
-	if ((rc = feed_open(&w->f, run, ds, w->id, j->shard_n > 0 ? j->shard_i : 0,
-			    j->shard_n > 0 ? j->shard_n : 1, err)) < 0)
+	/* as gem-work: its own shuffled copy of the data, or the part the server gives it */
+	if ((rc = feed_open(&w->f, run, ds, w->id, j->part_n > 0 ? j->part_i : 0,
+			    j->part_n > 0 ? j->part_n : 1, err)) < 0)
 		return rc;
 	w->has_feed = 1;
 	feed_seek(&w->f, j->samples);
@@ -184,8 +184,8 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 {
 	float *p = model_params(t->m), loss;
 	const float *u;
-	json_t *heads[SHARD_MAX] = {0};
-	struct shard frag, *cut = w->cut;
+	json_t *heads[SLICE_MAX] = {0};
+	struct slice frag, *cut = w->cut;
 	double lsum = 0;
 	int k, nb, rc, ncut = w->ncut;
 
@@ -213,9 +213,9 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 	u = rule_half_commit(&w->l, p);
 	memcpy(w->x, p, sizeof(float) * w->n);
 	u = u == p ? w->x : u - w->l.off;
-	/* a fragment is one message of its slice (unsharded); else a message per server's slice */
+	/* a fragment is one message of its slice (on one server); else a message per server's slice */
 	if (w->l.nfrag > 1) {
-		frag = (struct shard){.off = w->l.off, .len = w->l.len};
+		frag = (struct slice){.off = w->l.off, .len = w->l.len};
 		cut = &frag;
 		ncut = 1;
 	}
@@ -242,7 +242,7 @@ int vworker_compute(struct vworker *w, struct trainer *t, struct vwire *wire, in
 int vworker_reply(struct vworker *w, struct vwire *wire, const float *v, int elastic, int whole,
 		  uint64_t version, json_t *const *heads, char *err)
 {
-	struct shard frag = {.off = w->l.off, .len = w->l.len};
+	struct slice frag = {.off = w->l.off, .len = w->l.len};
 	const float *got = elastic ? wire_pass(w->cut, w->ncut, wire, w->reply_codec, NULL, v,
 					       wire->v, "elastic", heads, w->reply_bytes, err)
 			 : w->l.nfrag > 1 ? wire_pass(&frag, 1, wire, w->reply_codec, NULL, v, wire->v,

@@ -13,7 +13,7 @@
 #include "role/ps.h"
 #include "role/trainer.h"
 #include "rules/worker_half.h"
-#include "run/shard.h"
+#include "run/slice.h"
 #include "wire/blob.h"
 #include "wire/delta.h"
 #include "wire/msg.h"
@@ -43,14 +43,14 @@ struct vworker {
 	struct feedback fb;    /* its commits' codec and error feedback */
 	char *reply_codec;     /* the codec of what the server sends it (its own copy) */
 	float *sent;           /* a lossy codec: its commit decoded */
-	struct shard cut[SHARD_MAX]; /* the slices of θ its servers hold: a message per slice */
-	struct delta dl[SHARD_MAX];  /* the copy of each slice it and its server hold (int8, int4,
+	struct slice cut[SLICE_MAX]; /* the slices of θ its servers hold: a message per slice */
+	struct delta dl[SLICE_MAX];  /* the copy of each slice it and its server hold (int8, int4,
 				      * topk, and no reply codec of the server's) */
 	int ncut;
 	uint64_t seq;                /* its commits' number, as gem-work counts them */
 	/* the bytes on the wire of each slice's message: of the commit computed last, and of the
 	 * reply taken last (0: not measured), header included, as gem-work and gem-serve build them */
-	uint64_t commit_bytes[SHARD_MAX], reply_bytes[SHARD_MAX];
+	uint64_t commit_bytes[SLICE_MAX], reply_bytes[SLICE_MAX];
 };
 
 /* n floats of scratch. */
@@ -66,7 +66,7 @@ void vworker_close(struct vworker *w);
  * delta_wanted(codec)), one message per slice of cut[0..ncut) (ncut 0: θ whole); w keeps copies
  * of the names. GEM_EUSAGE: a codec the rule cannot take (role/feedback). */
 int vworker_codec(struct vworker *w, const struct run *run, const char *codec,
-		  const char *reply_codec, const struct shard *cut, int ncut, char *err);
+		  const char *reply_codec, const struct slice *cut, int ncut, char *err);
 /* The server took it (j) and sent θ whole: its feed starts where the server saw it stop, x = θ
  * as received. Its feed's count and batch stay readable; its index arrays are released until
  * it computes. heads (NULL: not measured): each slice's reply header, as its server builds it,

@@ -22,7 +22,7 @@
 #include "rules/worker_half.h"
 #include "rules/rule.h"
 #include "run/run.h"
-#include "run/shard.h"
+#include "run/slice.h"
 #include "run/srvset.h"
 #include "wire/blob.h"
 #include "wire/delta.h"
@@ -41,7 +41,7 @@ void work_slowdown(double step_seconds, double factor)
 	nanosleep(&ts, NULL);
 }
 
-/* One server of the run: the only one, or the k-th of K (gem-serve --shard k/K), which holds
+/* One server of the run: the only one, or the k-th of K (gem-serve --slice k/K), which holds
  * θ's slice k, the elements [off, off + len) of θ, and has its own version counter, commit
  * numbers and worker record. Its two clients and replies: [0] the main thread's, [1] the
  * background commit's. */
@@ -101,7 +101,7 @@ struct worker {
 	uint64_t version;    /* server 0's */
 	uint64_t done_samples, done_commits; /* the server's count of this worker's work at join */
 	uint64_t target;     /* samples at which the budget is spent */
-	int shard_i, shard_n; /* the data: trains on shard I of N of the training set */
+	int part_i, part_n;   /* the data: trains on part I of N of the training set */
 };
 
 /* Every failure of a worker is the job's, but for want of memory. */
@@ -222,7 +222,7 @@ static int join(struct worker *w, char *err)
 	for (int k = 0; k < w->nsrv; k++) {
 		if ((rc = join_server(&w->srv[k], w->id, x, &r, err)) < 0) {
 			if (w->nsrv > 1)
-				gem_errprefix(err, "shard %d: ", k);
+				gem_errprefix(err, "slice %d: ", k);
 			return rc;
 		}
 		if (k)
@@ -230,9 +230,9 @@ static int join(struct worker *w, char *err)
 		w->id = r.worker;
 		w->done_samples = r.samples;
 		w->done_commits = r.commits;
-		if (!w->o.t.shard_set && r.shard_n > 0) {
-			w->shard_i = r.shard_i;
-			w->shard_n = r.shard_n;
+		if (!w->o.t.part_set && r.part_n > 0) {
+			w->part_i = r.part_i;
+			w->part_n = r.part_n;
 		}
 	}
 	return 0;
@@ -266,7 +266,7 @@ static void leave(struct worker *w, int done, int diverged, float loss)
 	for (int k = 0; k < w->nsrv; k++) {
 		struct wserver *srv = &w->srv[k];
 		if (srv->dl.copy)
-			log_debug("shard %d: %llu replies as deltas; the copy's CRC-32 %08x, the "
+			log_debug("slice %d: %llu replies as deltas; the copy's CRC-32 %08x, the "
 				  "server's last %08x", k, (unsigned long long)srv->deltas,
 				  delta_crc(&srv->dl), srv->crc);
 		if (httpc_post_retry(srv->http[0], "/v1/leave", "application/json", body, strlen(body),
@@ -280,7 +280,7 @@ static void leave(struct worker *w, int done, int diverged, float loss)
  * each server's slice, or the one server's fragment, into its buf. */
 static int commit_build(struct worker *w, const float *v, float loss, uint64_t samples, char *err)
 {
-	int frag = w->l.nfrag > 1; /* one server (gem-serve refuses fragments when sharded) */
+	int frag = w->l.nfrag > 1; /* one server (gem-serve refuses fragments when sliced) */
 	/* error feedback keeps its memory at the fragment's place in θ */
 	const float *at = frag ? v - w->l.off : v;
 	for (int k = 0; k < w->nsrv; k++) {
@@ -328,7 +328,7 @@ static void *post_main(void *arg)
  * (client 1, the background commit's thread, posts them one after the other). */
 static void post_all(struct worker *w, int c)
 {
-	int started[SHARD_MAX] = {0};
+	int started[SLICE_MAX] = {0};
 	sigset_t all, old;
 	if (c == 0 && w->nsrv > 1) {
 		/* signals are for the caller's thread, which polls the flag they set */
@@ -370,7 +370,7 @@ static int commit_status(struct wserver *srv, int c, int rejoin, char *err)
 	const struct httpc_resp *resp = &srv->resp[c];
 	int rc = srv->rc[c];
 	if (rc < 0)
-		snprintf(err, GEM_ERRMAX, "%s%s", w->nsrv > 1 ? "shard: " : "", srv->err[c]);
+		snprintf(err, GEM_ERRMAX, "%s%s", w->nsrv > 1 ? "slice: " : "", srv->err[c]);
 	if (rc == HTTPC_EHTTP && resp->status == 410)
 		return 2;
 	if (rc == HTTPC_EHTTP && resp->status == 409 && rejoin)
@@ -405,7 +405,7 @@ static int fold_replies(struct worker *w, int c, int rejoin, char *err)
 	float *v = direct ? x : w->v;
 	int frag = w->l.nfrag > 1;
 	size_t off = frag ? w->l.off : 0;
-	char kind[SHARD_MAX]; /* 0: θ came, 1: easgd's d came, 2: joined again */
+	char kind[SLICE_MAX]; /* 0: θ came, 1: easgd's d came, 2: joined again */
 	int rc, any = 0, over = 0;
 	for (int k = 0; k < w->nsrv; k++) {
 		struct wserver *srv = &w->srv[k];
@@ -543,7 +543,7 @@ static int open_http(struct worker *w, const char *urls, char *err)
 {
 	char *token = NULL;
 	int rc = 0;
-	if (!(w->srv = calloc(SHARD_MAX, sizeof *w->srv)))
+	if (!(w->srv = calloc(SLICE_MAX, sizeof *w->srv)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	if ((rc = srvset_parse(&w->set, urls, err)) < 0)
 		return rc;
@@ -638,12 +638,12 @@ static int open_join(struct worker *w, char *err)
 	int rc;
 	if ((rc = join(w, err)) < 0)
 		return rc;
-	/* each worker its own shuffled copy of the data (the paper's setup), or a disjoint shard of it */
-	if ((rc = feed_open(&w->f, &w->run, &w->ds, w->id, w->shard_i, w->shard_n, err)) < 0)
+	/* each worker its own shuffled copy of the data (the paper's setup), or a disjoint part of it */
+	if ((rc = feed_open(&w->f, &w->run, &w->ds, w->id, w->part_i, w->part_n, err)) < 0)
 		return rc;
 	w->feed_open = 1;
-	/* a worker reads no other samples than its shard's: it holds no others */
-	if ((rc = batcher_keep_shard(&w->f.b, &w->ds, err)) < 0)
+	/* a worker reads no other samples than its part's: it holds no others */
+	if ((rc = batcher_keep_part(&w->f.b, &w->ds, err)) < 0)
 		return rc;
 	feed_seek(&w->f, w->done_samples);
 	start_local(w);
@@ -651,7 +651,7 @@ static int open_join(struct worker *w, char *err)
 		    : w->o.t.epochs ? w->done_samples + (uint64_t)w->o.t.epochs * feed_epoch(&w->f)
 				  : run_budget(&w->run, feed_epoch(&w->f));
 	w->info = (struct work_info){.worker = w->id, .rule = w->run.spec.rule.name,
-				     .epoch = feed_epoch(&w->f), .shard_n = w->shard_n,
+				     .epoch = feed_epoch(&w->f), .part_n = w->part_n,
 				     .background = w->l.d->background};
 	return 0;
 }
@@ -666,8 +666,8 @@ int work_open(const char *url, const struct work_opts *o, struct worker **out, c
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	w->o = *o;
 	w->id = o->worker_id;
-	w->shard_i = o->t.shard_i;
-	w->shard_n = o->t.shard_n;
+	w->part_i = o->t.part_i;
+	w->part_n = o->t.part_n;
 	w->run.lock_fd = -1;
 	w->post.w = w;
 	if (blob_codec_check(codec, err) < 0) {

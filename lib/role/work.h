@@ -33,8 +33,8 @@ struct work_opts {
 struct work_info {
 	int worker;         /* its id */
 	const char *rule;   /* the run's rule */
-	uint64_t epoch;     /* samples in one epoch of its data (its shard) */
-	int shard_n;        /* shards of the training set (1: the whole set) */
+	uint64_t epoch;     /* samples in one epoch of its data (its part) */
+	int part_n;         /* parts of the training set (1: the whole set) */
 	int background;     /* the rule commits in the background (dma): idle times mean something */
 };
 

@@ -68,8 +68,8 @@ static const char *const run_leaves[] = {
 
 static int remove_run_files(const char *dir, char *err);
 
-/* A shard's directory (RUN_SHARD_DIR) goes with its files. */
-static int remove_shard_dir(const char *path, char *err)
+/* A slice's directory (RUN_SLICE_DIR) goes with its files. */
+static int remove_slice_dir(const char *path, char *err)
 {
 	char lock[PATH_MAX + 16];
 	int rc = remove_run_files(path, err);
@@ -88,9 +88,9 @@ static int remove_run_files(const char *dir, char *err)
 	if (!d)
 		return gem_errf(err, GEM_EFAIL, "%s: %s", dir, strerror(errno));
 	while ((e = readdir(d))) {
-		if (!fnmatch("shard-*-of-*", e->d_name, FNM_PERIOD)) {
+		if (!fnmatch("slice-*-of-*", e->d_name, FNM_PERIOD)) {
 			dir_file(dir, e->d_name, path, sizeof path);
-			if (remove_shard_dir(path, err) < 0) {
+			if (remove_slice_dir(path, err) < 0) {
 				closedir(d);
 				return GEM_EFAIL;
 			}
@@ -880,9 +880,9 @@ int run_server_url_read(const char *dir, char *url, size_t cap, char *err)
 	return 0;
 }
 
-/* ---- sharded runs ---- */
+/* ---- sliced runs ---- */
 
-int run_set_shard(struct run *r, int i, int k, size_t n, char *err)
+int run_set_slice(struct run *r, int i, int k, size_t n, char *err)
 {
 	char name[64], path[PATH_MAX + 16];
 	struct run_progress p;
@@ -890,30 +890,30 @@ int run_set_shard(struct run *r, int i, int k, size_t n, char *err)
 	float *theta;
 	int rc;
 
-	snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+	snprintf(name, sizeof name, RUN_SLICE_DIR, i, k);
 	if (dir_file(r->dir, name, r->fdir, sizeof r->fdir) < 0)
 		return gem_errf(err, GEM_EUSAGE, "%s: path too long", r->dir);
 	if (mkdir(r->fdir, 0777) < 0 && errno != EEXIST)
 		return gem_errf(err, GEM_EFAIL, "%s: %s", r->fdir, strerror(errno));
-	r->shard = shard_of(n, i, k);
+	r->slice = slice_of(n, i, k);
 	run_file(r, RUN_PARAMS, path, sizeof path);
 	if (stat(path, &st) == 0)
 		return 0;
-	/* the shard's first session: its slice of the run's θ */
+	/* the slice's first session: its slice of the run's θ */
 	if (!(theta = malloc(sizeof *theta * n)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	dir_file(r->dir, RUN_PARAMS, path, sizeof path);
 	if ((rc = run_params_load(r, path, theta, n, &p, err)) == 0)
-		rc = run_params_save(r, theta + r->shard.off, r->shard.len, &p, err);
+		rc = run_params_save(r, theta + r->slice.off, r->slice.len, &p, err);
 	free(theta);
 	return rc;
 }
 
-int run_shard_dir_parse(const char *name, int *i, int *k)
+int run_slice_dir_parse(const char *name, int *i, int *k)
 {
 	char tail;
-	return sscanf(name, "shard-%d-of-%d%c", i, k, &tail) == 2 && *i >= 0 && *k >= 1 &&
-			       *k <= SHARD_MAX && *i < *k
+	return sscanf(name, "slice-%d-of-%d%c", i, k, &tail) == 2 && *i >= 0 && *k >= 1 &&
+			       *k <= SLICE_MAX && *i < *k
 		       ? 0
 		       : -1;
 }
@@ -929,7 +929,7 @@ int run_peek(const char *dir, struct run_peek *p, char *err)
 		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
 	base = base ? base + 1 : dir;
 	if (!(stat(path, &st) == 0 && S_ISREG(st.st_mode)) &&
-	    run_shard_dir_parse(base, &p->shard_i, &p->shard_k) == 0 &&
+	    run_slice_dir_parse(base, &p->slice_i, &p->slice_k) == 0 &&
 	    snprintf(path, sizeof path, "%.*s%s", (int)(base - dir), dir, RUN_JSON) >= (int)sizeof path)
 		return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
 	if (!(p->json = json_load_file(path, 0, &je)))
@@ -945,7 +945,7 @@ void run_peek_free(struct run_peek *p)
 	memset(p, 0, sizeof *p);
 }
 
-int run_shards(const char *dir, char *err)
+int run_slices(const char *dir, char *err)
 {
 	struct dirent *e;
 	DIR *d = opendir(dir);
@@ -953,11 +953,11 @@ int run_shards(const char *dir, char *err)
 	if (!d)
 		return gem_errf(err, GEM_EUSAGE, "%s: %s", dir, strerror(errno));
 	while ((e = readdir(d))) {
-		if (run_shard_dir_parse(e->d_name, &i, &kk) < 0 || i != 0)
+		if (run_slice_dir_parse(e->d_name, &i, &kk) < 0 || i != 0)
 			continue;
 		if (k && kk != k) {
 			closedir(d);
-			return gem_errf(err, GEM_EUSAGE, "%s: shards of %d and of %d servers", dir, k, kk);
+			return gem_errf(err, GEM_EUSAGE, "%s: slices of %d and of %d servers", dir, k, kk);
 		}
 		k = kk;
 	}
@@ -969,13 +969,13 @@ int run_params_load_merged(const struct run *r, float *theta, size_t n, struct r
 			   char *err)
 {
 	char name[64], sub[PATH_MAX + 16], path[PATH_MAX + 80];
-	int k = run_shards(r->dir, err), rc;
+	int k = run_slices(r->dir, err), rc;
 	if (k <= 0)
 		return k < 0 ? k : run_params_load(r, NULL, theta, n, p, err);
 	for (int i = 0; i < k; i++) {
-		struct shard s = shard_of(n, i, k);
+		struct slice s = slice_of(n, i, k);
 		struct run_progress q;
-		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+		snprintf(name, sizeof name, RUN_SLICE_DIR, i, k);
 		dir_file(r->dir, name, sub, sizeof sub);
 		dir_file(sub, RUN_PARAMS, path, sizeof path);
 		if ((rc = run_params_load(r, path, theta + s.off, s.len, &q, err)) < 0)
@@ -999,11 +999,11 @@ int run_server_urls_read(const char *dir, char *urls, size_t cap, char *err)
 {
 	char name[64], sub[PATH_MAX + 16];
 	size_t used = 0;
-	int k = run_shards(dir, err), rc;
+	int k = run_slices(dir, err), rc;
 	if (k <= 0)
 		return k < 0 ? k : run_server_url_read(dir, urls, cap, err);
 	for (int i = 0; i < k; i++) {
-		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+		snprintf(name, sizeof name, RUN_SLICE_DIR, i, k);
 		dir_file(dir, name, sub, sizeof sub);
 		if (used + 2 >= cap)
 			return gem_errf(err, GEM_EUSAGE, "%s: URLs too long", dir);

@@ -12,7 +12,7 @@
 #include "nn/optim.h"
 #include "rules/rule.h"
 #include "run/runjson.h"
-#include "run/shard.h"
+#include "run/slice.h"
 
 /* Worker ids are in [0, RUN_MAX_WORKERS) and gem-init --workers at most this: room for gem-sim's
  * ten thousand virtual workers and their late joiners. */
@@ -38,17 +38,17 @@
 #define RUN_NODE_URL    "node-%d.url"     /* gem-run's SGP node I's URL, during the handshake */
 #define RUN_NODE_MSG    "node-%d.log"     /* gem-run's SGP node I's messages */
 #define RUN_SERVE_ERR   "serve.err"       /* gem-run's server's messages */
-#define RUN_SHARD_ERR   "serve-%d.err"    /* gem-run's shard I's server's messages */
-#define RUN_SHARD_URL   "serve-%d.url"    /* gem-run --shard-hosts: shard I's server's URL */
+#define RUN_SLICE_ERR   "serve-%d.err"    /* gem-run's slice I's server's messages */
+#define RUN_SLICE_URL   "serve-%d.url"    /* gem-run --slice-hosts: slice I's server's URL */
 #define RUN_WORKER_LOG  "worker-%d.log"   /* gem-run's worker I's messages */
 #define RUN_TOKEN       "token"           /* gem-run's bearer token for a run on the network */
 #define RUN_TLS_CERT    "tls-cert.pem"    /* gem-run's certificate for the run (--tls) */
 #define RUN_TLS_KEY     "tls-key.pem"     /* ... and its key */
 #define RUN_OPENSSL_ERR "openssl.err"     /* what openssl said making them */
 #define RUN_HOST_MARKER ".gem-run-marker-%d" /* gem-run PID's test of a host that shares RUNDIR */
-/* A sharded run (gem-serve --shard I/K): shard I's server keeps its own params.gem (its slice of
+/* A sliced run (gem-serve --slice I/K): slice I's server keeps its own params.gem (its slice of
  * θ), rule-state.gem, log.jsonl, server.url and .lock in this subdirectory of RUNDIR. */
-#define RUN_SHARD_DIR   "shard-%d-of-%d"
+#define RUN_SLICE_DIR   "slice-%d-of-%d"
 
 struct run {
 	char dir[PATH_MAX];
@@ -57,8 +57,8 @@ struct run {
 	char data_dir[PATH_MAX]; /* where the data is on this host: spec.data_dir, else the
 				  * dataset found again by spec.data_name (run_open) */
 	int lock_fd;
-	char fdir[PATH_MAX];     /* where the server's files are: RUNDIR, or its shard's directory */
-	struct shard shard;      /* k = 0: not sharded */
+	char fdir[PATH_MAX];     /* where the server's files are: RUNDIR, or its slice's directory */
+	struct slice slice;      /* k = 0: not sliced */
 };
 
 /* The optimiser of r's local steps: its run.json "train" as given (narrowed to floats), the
@@ -79,7 +79,7 @@ struct run_progress {
 	uint64_t samples; /* training samples consumed by those updates */
 	double elapsed;   /* training seconds, accumulated over every session */
 };
-/* Merge shard progress q into m (first: m is q): a sharded run is as far as its slowest shard
+/* Merge slice progress q into m (first: m is q): a sliced run is as far as its slowest slice
  * (the least version and samples) and has trained as long as its longest (elapsed). */
 void run_progress_merge(struct run_progress *m, const struct run_progress *q, int first);
 
@@ -109,35 +109,35 @@ struct data_source;
 /* The run's data as dataset_open reads it (of dir instead when dir is non-NULL, as
  * run_data_load says); borrows r. */
 void run_data_source(const struct run *r, const char *dir, struct data_source *src);
-/* Make r the run of shard i of k of θ's n elements: its files are in RUNDIR/shard-I-of-K/
- * (made if missing), and a shard that has no params.gem yet starts from its slice of
+/* Make r the run of slice i of k of θ's n elements: its files are in RUNDIR/slice-I-of-K/
+ * (made if missing), and a slice that has no params.gem yet starts from its slice of
  * RUNDIR/params.gem. */
-int run_set_shard(struct run *r, int i, int k, size_t n, char *err);
-/* K of the sharded run in dir (its shard-0-of-K directory), 0 if it is not sharded, < 0 if it
- * holds shards of two different K. */
-int run_shards(const char *dir, char *err);
-/* 0 and shard i of k when name is a shard's directory's (RUN_SHARD_DIR), else -1. */
-int run_shard_dir_parse(const char *name, int *i, int *k);
+int run_set_slice(struct run *r, int i, int k, size_t n, char *err);
+/* K of the sliced run in dir (its slice-0-of-K directory), 0 if it is not sliced, < 0 if it
+ * holds slices of two different K. */
+int run_slices(const char *dir, char *err);
+/* 0 and slice i of k when name is a slice's directory's (RUN_SLICE_DIR), else -1. */
+int run_slice_dir_parse(const char *name, int *i, int *k);
 /* What a reader of a run's log wants of its run.json (gem-plot-data's label: the rule and the
  * model), read leniently: any JSON object, of a run.json that may be partial. */
 struct run_peek {
 	json_t *json;         /* run.json, owned (run_peek_free) */
 	const char *rule;     /* its rule's name (run_spec_rule_name), NULL when it has none */
 	const json_t *model;  /* its model spec, NULL when it has none */
-	int shard_i, shard_k; /* dir is shard i of k's directory, its run.json the run's one up;
+	int slice_i, slice_k; /* dir is slice i of k's directory, its run.json the run's one up;
 			       * k = 0: dir is the run's */
 };
-/* The run.json of the run in dir, or of the run whose shard's directory dir is; -1 when there
+/* The run.json of the run in dir, or of the run whose slice's directory dir is; -1 when there
  * is none or it is no JSON (err says which). */
 int run_peek(const char *dir, struct run_peek *p, char *err);
 void run_peek_free(struct run_peek *p);
-/* θ of the run: params.gem, or for a sharded run every shard's slice end to end (its progress
- * then is the slowest shard's version and samples and the longest elapsed time). */
+/* θ of the run: params.gem, or for a sliced run every server's slice end to end (its progress
+ * then is the slowest slice's version and samples and the longest elapsed time). */
 int run_params_load_merged(const struct run *r, float *theta, size_t n, struct run_progress *p,
 			   char *err);
-/* The server URLs of dir, comma-separated: server.url, or every shard's in shard order. */
+/* The server URLs of dir, comma-separated: server.url, or every slice's in slice order. */
 int run_server_urls_read(const char *dir, char *urls, size_t cap, char *err);
-/* Path of a file in the run: RUNDIR/name (a shard's own files: in its directory); run_dir_file:
+/* Path of a file in the run: RUNDIR/name (a slice's own files: in its directory); run_dir_file:
  * dir/name, for a run not opened. One slash between them, whatever dir ends with; -1 when it
  * does not fit in cap. */
 int run_file(const struct run *r, const char *name, char *out, size_t cap);
@@ -151,7 +151,7 @@ int run_lock_node(struct run *r, int i, char *err);
 
 /* The progress recorded in a params message's header (missing fields are 0). */
 void run_progress_of(const json_t *header, struct run_progress *p);
-/* The progress of θ in dir's params.gem (a run's, or a shard's directory), θ not decoded. */
+/* The progress of θ in dir's params.gem (a run's, or a slice's directory), θ not decoded. */
 int run_params_progress(const char *dir, struct run_progress *p, char *err);
 /* Remove the files SGP nodes and gem-run's handshake leave in dir (RUN_NODE_*, the peer
  * list), or with urls_only the nodes' URLs alone (the handshake's, once the nodes ended). */

@@ -78,7 +78,7 @@ json_t *run_spec_to_json(const struct run_spec *s)
 		      s->std, "train", "lr", t->lr, "momentum", t->momentum, "nesterov", t->nesterov,
 		      "weight_decay", t->weight_decay, "batch", t->batch, "epochs", t->epochs, "seed",
 		      (json_int_t)t->seed, "rule", rule, "nparams", (json_int_t)s->nparams);
-	if (j && s->shard_data && json_object_set_new(j, "shard", json_true()) < 0) {
+	if (j && s->part_data && json_object_set_new(j, "part_data", json_true()) < 0) {
 		json_decref(j);
 		return NULL;
 	}
@@ -258,8 +258,8 @@ int run_spec_from_json(const json_t *j, struct run_spec *s, char *err)
 	if (jget_int(j, "nparams", 0, LLONG_MAX, &n) < 0)
 		return gem_errf(err, GEM_EUSAGE, "nparams: not an integer >= 0");
 	s->nparams = (size_t)n;
-	s->shard_data = json_is_true(json_object_get(j, "shard")) ||
-			json_is_true(json_object_get(train, "shard"));
+	s->part_data = json_is_true(json_object_get(j, "part_data")) ||
+			json_is_true(json_object_get(train, "part_data"));
 	return 0;
 }
 

@@ -53,7 +53,7 @@ struct run_spec {
 	double *norm_mean, *norm_std;
 	double norm_scale;     /* what a stored value is multiplied by first: 1/255 (bytes) or 1 */
 	struct run_train_spec train;
-	int shard_data;        /* the workers split the training set between them ("shard") */
+	int part_data;         /* the workers split the training set between them ("part_data") */
 	struct rule_config rule;
 	size_t nparams;        /* θ's floats, of the model: run_make sets it */
 };

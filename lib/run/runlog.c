@@ -563,7 +563,7 @@ static int log_end(const char *dir, struct run_end *e, char *err)
 	return 0;
 }
 
-/* The options that scale a step of the rule of the run in dir (a shard's directory: the run's,
+/* The options that scale a step of the rule of the run in dir (a slice's directory: the run's,
  * one up), for the message of a divergence (rule_step_options); "a lower --lr" when its
  * run.json cannot be read. */
 static const char *step_options(const char *dir)
@@ -583,18 +583,18 @@ int run_end_read(const char *dir, struct run_end *e, char *err)
 {
 	char name[64], sub[PATH_MAX + 16], loss[16];
 	struct run_end q;
-	int k = run_shards(dir, err), rc = 0;
+	int k = run_slices(dir, err), rc = 0;
 	if (k < 0)
 		return k;
 	if (k == 0)
 		rc = log_end(dir, e, err);
 	for (int i = 0; i < k && rc == 0; i++) {
-		snprintf(name, sizeof name, RUN_SHARD_DIR, i, k);
+		snprintf(name, sizeof name, RUN_SLICE_DIR, i, k);
 		if (run_dir_file(dir, name, sub, sizeof sub) < 0)
 			return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
 		if ((rc = log_end(sub, &q, err)) < 0)
 			break;
-		/* diverged if one shard says so; complete if every shard does; at the least version */
+		/* diverged if one slice says so; complete if every slice does; at the least version */
 		if (i == 0 || (q.how == RUN_DIVERGED && e->how != RUN_DIVERGED))
 			*e = q;
 		else if (q.how == RUN_GOING && e->how == RUN_COMPLETE)

@@ -137,7 +137,7 @@ struct run_end {
 };
 /* Write the "end" event (e->how not RUN_GOING); vtime < 0: none. */
 void run_log_end(FILE *f, double vtime, const struct run_end *e);
-/* How the run whose files are in dir ended (a sharded run's RUNDIR: every shard's log; complete
+/* How the run whose files are in dir ended (a sliced run's RUNDIR: every slice's log; complete
  * when each is, diverged when one is): its log's last two lines, an "end" and the "stop" after
  * it. A run that diverged is refused (GEM_EUSAGE, err says why: resuming it would diverge
  * again); *e is filled either way. */

@@ -33,13 +33,13 @@ int proto_slice_add(json_t *head, const struct proto_slice *s)
 		return -1;
 	if (s->k <= 0)
 		return 0;
-	return put(head, "theta_shard", json_pack("[i,i,I,I]", s->i, s->k, (json_int_t)s->off,
+	return put(head, "theta_slice", json_pack("[i,i,I,I]", s->i, s->k, (json_int_t)s->off,
 						  (json_int_t)s->len));
 }
 
 int proto_slice_from_json(const json_t *head, int max_k, struct proto_slice *s, char *err)
 {
-	json_t *t = json_object_get(head, "theta_shard");
+	json_t *t = json_object_get(head, "theta_slice");
 	long long v[4];
 	memset(s, 0, sizeof *s);
 	if (!t)
@@ -47,11 +47,11 @@ int proto_slice_from_json(const json_t *head, int max_k, struct proto_slice *s, 
 	for (size_t i = 0; i < 4; i++) {
 		json_t *e = json_array_get(t, i);
 		if (json_array_size(t) != 4 || !json_is_integer(e) || json_integer_value(e) < 0)
-			return gem_errf(err, GEM_EFAIL, "theta_shard: not [I, K, OFFSET, LENGTH]");
+			return gem_errf(err, GEM_EFAIL, "theta_slice: not [I, K, OFFSET, LENGTH]");
 		v[i] = json_integer_value(e);
 	}
 	if (v[1] < 1 || v[1] > max_k || v[0] >= v[1])
-		return gem_errf(err, GEM_EFAIL, "theta_shard: shard %lld of %lld is none of %d at most",
+		return gem_errf(err, GEM_EFAIL, "theta_slice: slice %lld of %lld is none of %d at most",
 				v[0], v[1], max_k);
 	*s = (struct proto_slice){.i = (int)v[0], .k = (int)v[1], .off = (uint64_t)v[2],
 				  .len = (uint64_t)v[3]};
@@ -127,8 +127,8 @@ json_t *proto_join_reply_to_json(const struct proto_join_reply *r)
 			      (json_int_t)r->version, "seq", (json_int_t)r->seq, "commits",
 			      (json_int_t)r->commits, "samples", (json_int_t)r->samples);
 	int rc = o ? 0 : -1;
-	if (rc == 0 && r->shard_n > 0)
-		rc = put(o, "shard", json_pack("[i,i]", r->shard_i, r->shard_n));
+	if (rc == 0 && r->part_n > 0)
+		rc = put(o, "part", json_pack("[i,i]", r->part_i, r->part_n));
 	if (rc == 0 && r->window > 0)
 		rc = put(o, "window", json_integer(r->window));
 	return done(o, rc);
@@ -145,7 +145,7 @@ static void count_of(const json_t *o, const char *key, uint64_t *out)
 int proto_join_reply_from_json(const json_t *head, int max_workers, struct proto_join_reply *r,
 			       char *err)
 {
-	json_t *sh = json_object_get(head, "shard");
+	json_t *sh = json_object_get(head, "part");
 	long long id;
 	memset(r, 0, sizeof *r);
 	if (jget_int(head, "worker", 0, max_workers - 1, &id) != JGET_OK)
@@ -156,14 +156,14 @@ int proto_join_reply_from_json(const json_t *head, int max_workers, struct proto
 	count_of(head, "seq", &r->seq);
 	count_of(head, "commits", &r->commits);
 	count_of(head, "samples", &r->samples);
-	/* a data shard I of N, 0 <= I < N */
+	/* a data part I of N, 0 <= I < N */
 	if (json_array_size(sh) == 2 && json_is_integer(json_array_get(sh, 0)) &&
 	    json_is_integer(json_array_get(sh, 1)) && json_integer_value(json_array_get(sh, 1)) > 0 &&
 	    json_integer_value(json_array_get(sh, 1)) <= 1 << 20 &&
 	    json_integer_value(json_array_get(sh, 0)) >= 0 &&
 	    json_integer_value(json_array_get(sh, 0)) < json_integer_value(json_array_get(sh, 1))) {
-		r->shard_i = (int)json_integer_value(json_array_get(sh, 0));
-		r->shard_n = (int)json_integer_value(json_array_get(sh, 1));
+		r->part_i = (int)json_integer_value(json_array_get(sh, 0));
+		r->part_n = (int)json_integer_value(json_array_get(sh, 1));
 	}
 	r->window = (int)jget_int_or(head, "window", 1, 1 << 30, 0);
 	return 0;
@@ -298,7 +298,7 @@ json_t *proto_health_to_json(const struct proto_health *h)
 {
 	json_t *o = json_pack("{s:I, s:i, s:b}", "version", (json_int_t)h->version, "workers",
 			      h->workers, "stopping", h->stopping);
-	/* a shard says which: a worker checks it got the servers in order */
+	/* a slice says which: a worker checks it got the servers in order */
 	return done(o, proto_slice_add(o, &h->slice));
 }
 

@@ -13,8 +13,8 @@
 
 /* ---- the parameter server (gem-serve, and gem-sim's virtual one) ---- */
 
-/* The slice of θ a server of a sharded run holds, as every reply of it that carries a vector
- * names it: "theta_shard":[I,K,OFF,LEN]; k = 0: the whole of θ (the member is left out). */
+/* The slice of θ a server of a sliced run holds, as every reply of it that carries a vector
+ * names it: "theta_slice":[I,K,OFF,LEN]; k = 0: the whole of θ (the member is left out). */
 struct proto_slice {
 	int i, k;
 	uint64_t off, len;
@@ -49,7 +49,7 @@ struct proto_vec {
 	uint64_t version;       /* θ's version */
 	int has_version;        /* from JSON: version was there */
 	int window;             /* the inner steps to take next (dynamic local updates; 0: none) */
-	struct proto_slice slice; /* a shard's: which slice of θ the vector is */
+	struct proto_slice slice; /* a slice's: which slice of θ the vector is */
 	int has_crc;            /* copy_crc32 was there (added by proto_crc_add after the blob) */
 	uint32_t copy_crc32;
 };
@@ -58,7 +58,7 @@ struct proto_vec {
 struct proto_join_reply {
 	int worker;             /* the id to use */
 	uint64_t version, seq, commits, samples; /* what the server saw of the worker so far */
-	int shard_i, shard_n;   /* its data shard (shard_n 0: the run assigns none) */
+	int part_i, part_n;     /* its data part (part_n 0: the run assigns none) */
 	int window;             /* dynamic local updates (0: none said) */
 };
 json_t *proto_join_reply_to_json(const struct proto_join_reply *r);
@@ -94,7 +94,7 @@ struct proto_commit_reply {
 json_t *proto_commit_reply_to_json(const struct proto_commit_reply *r);
 
 /* What a worker takes from the header of a reply of θ (to a join or a commit): version, window,
- * slice and copy_crc32 into v; 0, or GEM_EFAIL for a theta_shard that is no slice. */
+ * slice and copy_crc32 into v; 0, or GEM_EFAIL for a theta_slice that is no slice. */
 int proto_vec_from_json(const json_t *head, struct proto_vec *v, char *err);
 
 /* POST /v1/leave's body. */

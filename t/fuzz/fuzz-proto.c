@@ -14,7 +14,7 @@
 
 #define FUZZ_WORKERS 4096
 #define FUZZ_EPOCHS 220
-#define FUZZ_SHARDS 64
+#define FUZZ_SLICES 64
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -80,15 +80,15 @@ static void replies(const json_t *j)
 	struct proto_health h;
 	struct proto_stats s;
 	if (proto_join_reply_from_json(j, FUZZ_WORKERS, &r, err) == 0)
-		check(r.worker >= 0 && r.worker < FUZZ_WORKERS && r.shard_n >= 0 &&
-		      (r.shard_n == 0 || (r.shard_i >= 0 && r.shard_i < r.shard_n)) && r.window >= 0);
+		check(r.worker >= 0 && r.worker < FUZZ_WORKERS && r.part_n >= 0 &&
+		      (r.part_n == 0 || (r.part_i >= 0 && r.part_i < r.part_n)) && r.window >= 0);
 	if (proto_vec_from_json(j, &v, err) == 0)
 		check(v.slice.k >= 0 && (v.slice.k == 0 || v.slice.i < v.slice.k) && v.window >= 0);
-	if (proto_health_from_json(j, FUZZ_SHARDS, &h, err) == 0) {
+	if (proto_health_from_json(j, FUZZ_SLICES, &h, err) == 0) {
 		json_t *o = proto_health_to_json(&h);
 		struct proto_health b;
-		check(h.slice.k <= FUZZ_SHARDS && (h.slice.k == 0 || h.slice.i < h.slice.k));
-		check(o && proto_health_from_json(o, FUZZ_SHARDS, &b, err) == 0);
+		check(h.slice.k <= FUZZ_SLICES && (h.slice.k == 0 || h.slice.i < h.slice.k));
+		check(o && proto_health_from_json(o, FUZZ_SLICES, &b, err) == 0);
 		check(b.version == h.version && b.stopping == h.stopping && b.slice.i == h.slice.i &&
 		      b.slice.k == h.slice.k && b.slice.off == h.slice.off && b.slice.len == h.slice.len);
 		json_decref(o);

@@ -4,15 +4,15 @@
 #        time per commit and its share of all the CPU the run used (server + workers), and the
 #        server's user and system seconds apart (system: the kernel's share, loopback TCP included).
 #   scale: 100 mlp workers, BENCH_SCALE_STEPS (default 3) steps each, against one server and
-#        against two shards (gem-serve --shard I/2): wall time, workers that failed, requests
-#        the servers refused (log "refused" events), the servers' peak RSS (the larger shard's).
+#        against two slices (gem-serve --slice I/2): wall time, workers that failed, requests
+#        the servers refused (log "refused" events), the servers' peak RSS (the larger slice's).
 # CPU times and peak RSS from /usr/bin/time (GNU time). Prints TSV.
 . "$(dirname "$0")/common.sh"
 
 # cpu FILE: user + system seconds of a /usr/bin/time -f '%U %S %M' output
 cpu() { awk '{ s += $1 + $2 } END { printf "%.3f", s }' "$@"; }
 
-# run NAME MODEL WORKERS STEPS [SHARDS]: serve a fresh run (with SHARDS shards), train it, leave
+# run NAME MODEL WORKERS STEPS [SLICES]: serve a fresh run (with SLICES slices), train it, leave
 # the figures in $tmp/NAME.*
 run() {
 	name=$1 model=$2 n=$3 steps=$4 k=${5:-1} d=$tmp/$1 spids=
@@ -20,7 +20,7 @@ run() {
 		return 1
 	s=0
 	while [ $s -lt "$k" ]; do
-		if [ "$k" = 1 ]; then opt= sdir=$d; else opt="--shard $s/$k" sdir=$d/shard-$s-of-$k; fi
+		if [ "$k" = 1 ]; then opt= sdir=$d; else opt="--slice $s/$k" sdir=$d/slice-$s-of-$k; fi
 		/usr/bin/time -f '%U %S %M' -o "$tmp/$name.serve$s" "$bin/gem-serve" --listen 127.0.0.1:0 \
 			--max-workers "$n" $opt "$d" >/dev/null 2>"$tmp/$name.serve$s.err" &
 		spids="$spids $!"
@@ -44,8 +44,8 @@ run() {
 	echo "$failed" >"$tmp/$name.failed"
 	echo "$t0 $t1" | awk '{ printf "%.2f", $2 - $1 }' >"$tmp/$name.wall"
 	# central updates and refusals, from the log
-	cat "$d"/log.jsonl "$d"/shard-*/log.jsonl 2>/dev/null | grep -vc '"event"' >"$tmp/$name.commits"
-	cat "$d"/log.jsonl "$d"/shard-*/log.jsonl 2>/dev/null | grep -c '"event":"refused"' \
+	cat "$d"/log.jsonl "$d"/slice-*/log.jsonl 2>/dev/null | grep -vc '"event"' >"$tmp/$name.commits"
+	cat "$d"/log.jsonl "$d"/slice-*/log.jsonl 2>/dev/null | grep -c '"event":"refused"' \
 		>"$tmp/$name.refused"
 	return 0
 }
@@ -62,7 +62,7 @@ awk -v c="$(cat "$tmp/cnn.commits")" -v wall="$(cat "$tmp/cnn.wall")" -v s="$s" 
 
 echo
 steps=${BENCH_SCALE_STEPS:-3}
-echo "# scale workers	steps	shards	wall_s	failed_workers	refused	server_peak_rss_mb"
+echo "# scale workers	steps	slices	wall_s	failed_workers	refused	server_peak_rss_mb"
 for k in 1 2; do
 	run scale$k mlp 100 "$steps" $k || exit 1
 	awk -v wall="$(cat "$tmp/scale$k.wall")" -v f="$(cat "$tmp/scale$k.failed")" -v k=$k \

@@ -1,10 +1,10 @@
 /* bench-serve: commits/s a gem-serve sustains for cnn-sized updates with 1, 4 and 16
- * concurrent clients on loopback (raw codec, as workers use there), and two shards
- * (--shard I/2) at 4 and 16 clients (each client commits its slices one after the other),
+ * concurrent clients on loopback (raw codec, as workers use there), and two slices
+ * (--slice I/2) at 4 and 16 clients (each client commits its slices one after the other),
  * the server's CPU time per
  * commit (the server runs in a child process: getrusage of it alone, user + system), and its
  * wall time per commit split into decode, rule and encode (from /v1/stats). Prints TSV.
- * BENCH_SERVE_ROW=RULE/SHARDS/CLIENTS runs that row alone (for a profiler). */
+ * BENCH_SERVE_ROW=RULE/SLICES/CLIENTS runs that row alone (for a profiler). */
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,12 +27,12 @@
 #include "run/run.h"
 #include "run/spec.h"
 #include "role/serve.h"
-#include "run/shard.h"
+#include "run/slice.h"
 
 #define SECONDS 2.0
 
-static char urls[SHARD_MAX][160]; /* the servers: one, or the K shards */
-static int nshards;
+static char urls[SLICE_MAX][160]; /* the servers: one, or the K slices */
+static int nslices;
 static size_t nparams;
 
 struct client {
@@ -40,16 +40,16 @@ struct client {
 	int failed;
 };
 
-/* One client's connection to shard k: its slice, worker id and version. */
-struct cshard {
+/* One client's connection to server k: its slice, worker id and version. */
+struct cslice {
 	struct httpc *h;
-	struct shard s;
+	struct slice s;
 	int id;
 	uint64_t version, seq;
 };
 
-/* Commit upd's slice to shard k and take the reply's version: 0, or -1 (err). */
-static int commit_one(struct cshard *cs, const float *upd, struct blob_codec *codec,
+/* Commit upd's slice to server k and take the reply's version: 0, or -1 (err). */
+static int commit_one(struct cslice *cs, const float *upd, struct blob_codec *codec,
 		      struct msg_buf *buf, struct httpc_resp *r, char *err)
 {
 	struct msg_blob blob = {.name = "update"};
@@ -74,7 +74,7 @@ static void *client_main(void *arg)
 {
 	struct client *c = arg;
 	char err[GEM_ERRMAX];
-	struct cshard cs[SHARD_MAX] = {{0}};
+	struct cslice cs[SLICE_MAX] = {{0}};
 	struct httpc_resp r = {0};
 	struct blob_codec codec;
 	struct msg_buf buf = {0};
@@ -85,8 +85,8 @@ static void *client_main(void *arg)
 	blob_codec_init(&codec);
 	for (size_t i = 0; i < nparams; i++)
 		upd[i] = -1e-6f * (float)((i % 7) + 1);
-	for (int k = 0; k < nshards; k++) {
-		cs[k].s = shard_of(nparams, k, nshards > 1 ? nshards : 0);
+	for (int k = 0; k < nslices; k++) {
+		cs[k].s = slice_of(nparams, k, nslices > 1 ? nslices : 0);
 		if (httpc_new(urls[k], NULL, 30000, &cs[k].h, err) < 0 ||
 		    httpc_post(cs[k].h, "/v1/join", "application/json", "{\"codec\":\"raw\"}", 15, &r,
 			       err) < 0 ||
@@ -101,7 +101,7 @@ static void *client_main(void *arg)
 	}
 	t0 = clock_mono();
 	while (clock_mono() - t0 < SECONDS && !c->failed) {
-		for (int k = 0; k < nshards; k++)
+		for (int k = 0; k < nslices; k++)
 			if (commit_one(&cs[k], upd, &codec, &buf, &r, err) < 0) {
 				fprintf(stderr, "bench-serve: commit: %s\n", err);
 				c->failed = 1;
@@ -109,7 +109,7 @@ static void *client_main(void *arg)
 			}
 		c->commits += !c->failed;
 	}
-	for (int k = 0; k < nshards; k++) {
+	for (int k = 0; k < nslices; k++) {
 		char body[64];
 		int n = snprintf(body, sizeof body, "{\"worker\":%d,\"done\":false}", cs[k].id);
 		httpc_post(cs[k].h, "/v1/leave", "application/json", body, (size_t)n, &r, err);
@@ -147,7 +147,7 @@ static int make_run(char *dir, const char *rule, char *err)
 	return rc;
 }
 
-/* The server of one row (shard k of K; K = 0: the only one) in a child process: its URL goes
+/* The server of one row (slice k of K; K = 0: the only one) in a child process: its URL goes
  * up the pipe, it serves until POST /v1/stop, and exits; the parent reads its CPU time from
  * wait4. */
 static pid_t serve_child(const char *dir, int k, int nk, char *url_out, size_t cap, char *err)
@@ -184,14 +184,14 @@ static pid_t serve_child(const char *dir, int k, int nk, char *url_out, size_t c
 	return pid;
 }
 
-/* The /v1/stats "commit_us" field f of shard 0's stats, and stop every server: their CPU
+/* The /v1/stats "commit_us" field f of slice 0's stats, and stop every server: their CPU
  * seconds in all. */
 static double stop_servers(const pid_t *pids, json_t **stats, char *err)
 {
 	struct httpc_resp r = {0};
 	double cpu = 0;
 	*stats = NULL;
-	for (int k = 0; k < nshards; k++) {
+	for (int k = 0; k < nslices; k++) {
 		struct httpc *h;
 		struct rusage ru;
 		int status;
@@ -209,20 +209,20 @@ static double stop_servers(const pid_t *pids, json_t **stats, char *err)
 	return cpu;
 }
 
-/* One row: rule, n clients, against nk servers (shards when nk > 1) of its own. */
+/* One row: rule, n clients, against nk servers (slices when nk > 1) of its own. */
 static int bench_row(const char *rule, int n, int nk, char *err)
 {
 	char dir[] = "/tmp/gem-bench-serve.XXXXXX", cmd[128];
 	struct client cl[16] = {{0}};
 	pthread_t th[16];
-	pid_t pids[SHARD_MAX];
+	pid_t pids[SLICE_MAX];
 	long total = 0;
 	json_t *stats, *t;
 	double cpu;
 
 	if (make_run(dir, rule, err) < 0)
 		return -1;
-	nshards = nk;
+	nslices = nk;
 	for (int k = 0; k < nk; k++)
 		if ((pids[k] = serve_child(dir, k, nk > 1 ? nk : 0, urls[k], sizeof urls[k], err)) < 0)
 			return -1;
@@ -260,7 +260,7 @@ static int row_wanted(const char *rule, int nk, int n)
 int main(void)
 {
 	static const char *rules[] = {"gem", "downpour"};
-	/* clients and servers: one server at 1, 4, 16 clients; two shards at 4 and 16 */
+	/* clients and servers: one server at 1, 4, 16 clients; two slices at 4 and 16 */
 	static const int rows[][2] = {{1, 1}, {4, 1}, {16, 1}, {4, 2}, {16, 2}};
 	char err[GEM_ERRMAX];
 
@@ -272,8 +272,8 @@ int main(void)
 		return 1;
 	}
 	/* server_cpu_us: the server processes' user + system CPU per commit (of all of θ), join
-	 * to stop; decode, rule, encode: shard 0's wall time per commit of its slice */
-	printf("# rule\tshards\tclients\tcommits_per_s\tserver_cpu_us\tdecode_us\trule_us\tencode_us\n");
+	 * to stop; decode, rule, encode: slice 0's wall time per commit of its slice */
+	printf("# rule\tslices\tclients\tcommits_per_s\tserver_cpu_us\tdecode_us\trule_us\tencode_us\n");
 	for (size_t ri = 0; ri < sizeof rules / sizeof *rules; ri++)
 		for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
 			if (row_wanted(rules[ri], rows[i][1], rows[i][0]) &&

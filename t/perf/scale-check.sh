@@ -1,7 +1,7 @@
 #!/bin/sh
 # scale-check: gem-sim against real runs (doc/scale.md, "Checked against real runs"). For each N
 # of NS (default "16 100") and K of KS (default "1"): N real gem-work processes against gem-serve
-# (K > 1: K gem-serve --shard I/K), rule gem on mlp, STEPS local steps each (default 200); then
+# (K > 1: K gem-serve --slice I/K), rule gem on mlp, STEPS local steps each (default 200); then
 # gem-sim of the same run.
 #
 # The real workers join over tens of seconds (each inflates the dataset on the shared cores) and
@@ -28,7 +28,7 @@ opts="--model mlp --rule gem --lr 0.05 --batch 64 --seed 1"
 
 # stats LOG FIELD: from a log's joins, leaves and applied commits, timed by FIELD (time or
 # vtime): the join spread, the steady intervals' log sd, then commits/s, τ mean and τ p99 over
-# the whole run and over the steady state (shard 0's log: each shard takes every commit)
+# the whole run and over the steady state (slice 0's log: each slice takes every commit)
 stats() {
 	awk -v f="\"$2\":" '
 	function val(k,  i) { i = index($0, k); return i ? substr($0, i + length(k)) + 0 : "" }
@@ -65,7 +65,7 @@ real() { # N K DIR
 	"$bin/gem-init" -q --workers "$n" $opts "$d" || return 1
 	s=0
 	while [ $s -lt "$k" ]; do
-		if [ "$k" = 1 ]; then o= sd=$d; else o="--shard $s/$k" sd=$d/shard-$s-of-$k; fi
+		if [ "$k" = 1 ]; then o= sd=$d; else o="--slice $s/$k" sd=$d/slice-$s-of-$k; fi
 		"$bin/gem-serve" --listen 127.0.0.1:0 --max-workers "$n" $o "$d" >/dev/null 2>"$d.serve$s" &
 		spids="$spids $!"
 		i=0
@@ -88,16 +88,16 @@ for k in ${KS:-1}; do
 	d=$out/real-n$n-k$k
 	[ -n "$REUSE" ] && [ -s "$d/params.gem" ] || real "$n" "$k" "$d" || exit 1
 	log=$d/log.jsonl
-	[ "$k" = 1 ] || log=$d/shard-0-of-$k/log.jsonl
+	[ "$k" = 1 ] || log=$d/slice-0-of-$k/log.jsonl
 	r=$(stats "$log" time)
 	cps=$(echo "$r" | cut -f6)
 	mu=$(awk -v n="$n" -v c="$cps" -v s="$sigma" 'BEGIN { printf "%.6f", log(n / c) - s * s / 2 }')
 	simd=$out/sim-n$n-k$k
 	rm -rf "$simd"
-	"$bin/gem-sim" -q -n "$n" --steps "$steps" --shards "$k" --step-time "lognormal:$mu,$sigma" \
+	"$bin/gem-sim" -q -n "$n" --steps "$steps" --slices "$k" --step-time "lognormal:$mu,$sigma" \
 		--speed-spread 0.04 --server-cost auto $opts "$simd" >"$simd.tsv" || exit 1
 	slog=$simd/log.jsonl
-	[ "$k" = 1 ] || slog=$simd/shard-0-of-$k/log.jsonl
+	[ "$k" = 1 ] || slog=$simd/slice-0-of-$k/log.jsonl
 	u=$(awk -F'\t' 'NR == 2 { print $14 }' "$simd.tsv")
 	printf '%d\t%d\t%d\t%s\t%s\t%s\n' "$n" "$k" "$steps" "$r" "$(stats "$slog" vtime | cut -f6-8)" "$u"
 done; done

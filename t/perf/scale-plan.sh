@@ -30,7 +30,7 @@ for m in ${MODELS:-cnn:163790 gpt:875520 10M:10000000}; do
 		d=$out/$name-n$n-k$k
 		rm -rf "$d"
 		/usr/bin/time -f '%e %M' -o "$d.time" "$bin/gem-sim" -q -n "$n" --steps "$steps" \
-			--shards "$k" --step-time "lognormal:$mu,0.55" --speed-spread 0.04 \
+			--slices "$k" --step-time "lognormal:$mu,0.55" --speed-spread 0.04 \
 			--server-cost "$sa,$b" --bandwidth "$sbw" --model "$src/t/perf/mlp8.json" \
 			--rule gem --lr 0.05 --batch 64 --seed 1 "$d" >"$d.tsv" 2>"$d.err" ||
 			{ cat "$d.err" >&2; exit 1; }

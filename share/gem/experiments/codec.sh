@@ -14,7 +14,7 @@
 #      and momentum at gem-init's defaults) and any served rule: a gem-serve and WORKERS
 #      gem-work --codec C, or with SIM=1 gem-sim -n WORKERS --codec C (its bytes are the served
 #      run's: the same encoders; deterministic, one core). sgp: gem-run -n WORKERS --rule sgp
-#      --codec C, WORKERS nodes on disjoint shards, one epoch in all: the nodes' average, the
+#      --codec C, WORKERS nodes on disjoint parts, one epoch in all: the nodes' average, the
 #      bytes of every node's pushes (no commits: "-"; gem-sim does not simulate sgp);
 #   3. (PARTS=link, or table2) gem-sim's prediction of training on a slow link: gem, 4 workers
 #      of one epoch, seed SEEDS' first, codecs LINK_CODECS (default "raw int8 int4 topk:0.1"),
@@ -317,7 +317,7 @@ msd='function ms(s, q, n, f,   m, v) { m = s / n; if (n < 2) return sprintf(f, m
 	echo "decode of the reply, wall time. Table 2: gem and diloco (H = $WINDOW): the row's workers,"
 	echo "the same samples in all (one epoch each with 4), lr 0.05, momentum 0.9, batch 64, served"
 	echo "(gem-serve and gem-work) or simulated (gem-sim: the same encoders, so the same bytes);"
-	echo "sgp: gem-run's nodes on disjoint shards, one epoch in all, their average. MB on the wire:"
+	echo "sgp: gem-run's nodes on disjoint parts, one epoch in all, their average. MB on the wire:"
 	echo "every commit and its reply (gem-work's summaries; gem-sim's count adds the joins' θ), or"
 	echo "every push of sgp, 10^6 bytes, the"
 	echo "mean over the seeds, and of them the commits. Table 3 (gem-sim's prediction, not a"

@@ -13,8 +13,8 @@
 # by commas, where pN is --fragments=N and aX --mix=X (diloco:50:p5,a0.5); default: sync,
 # diloco at H = 10 and 50, async-diloco at H = 10 with the outer lr of diloco and with 0.7/N,
 # each without and with delayed Nesterov over N arrivals, gem with a window of H = 10 and
-# 50; "sgp:1" is Stochastic Gradient Push: gem-run's N nodes on disjoint shards, no server, each
-# node N epochs of its shard, so that the samples in all are those of N workers of one epoch;
+# 50; "sgp:1" is Stochastic Gradient Push: gem-run's N nodes on disjoint parts, no server, each
+# node N epochs of its part, so that the samples in all are those of N workers of one epoch;
 # its OPTS go to gem-run, e.g. --work-opt=--overlap; its row is gem-eval's average of the
 # nodes' parameters, its bytes every node's pushes, each counted once, headers included, and
 # its seconds the slowest node's at its last iteration), STEPS (local steps per worker, or
@@ -75,7 +75,7 @@ bytes() {
 train() {
 	local run=$1 seed=$2 rule=$3 epochs=1
 	shift 3
-	# an SGP node's epoch is one of its shard: 1/N of a worker's
+	# an SGP node's epoch is one of its part: 1/N of a worker's
 	[ "$rule" = sgp ] && epochs=$N
 	set -- --rule "$rule" "$@" --lr 0.05 --momentum 0.9 --batch 64 --epochs "$epochs" --seed "$seed" \
 		${STEPS:+--steps "$STEPS"}

@@ -1,7 +1,7 @@
 #!/bin/bash
 # scale-hosts.sh: gem past one host, for real. Eight hosts made of network namespaces with
-# tbf-limited links (nshosts.sh): gem-run on h0, θ's two shards on h0 and h1 (--shards 2
-# --shard-hosts), N workers (default 200) spread evenly over h2..h7, plain HTTP (--no-tls);
+# tbf-limited links (nshosts.sh): gem-run on h0, θ's two slices on h0 and h1 (--slices 2
+# --slice-hosts), N workers (default 200) spread evenly over h2..h7, plain HTTP (--no-tls);
 # rules gem and sync, each link at each rate. The hosts are namespaces of one machine: they
 # share its cores, so the wall times say what N processes cost here, not what 8 machines do.
 #
@@ -11,10 +11,10 @@
 #   rule rate workers steps seconds failed commits tau_mean tau_p50 tau_p99 tau_max
 #   rss0_mb rss1_mb join_first join_last test_acc status
 # seconds: gem-run's wall time; failed: workers gem-run reported failed; commits, tau_*: the
-# updates in shard 0's log and their staleness (every shard applies every commit; sync logs
+# updates in slice 0's log and their staleness (every slice applies every commit; sync logs
 # one update per round);
-# rssI_mb: the peak resident memory of shard I's gem-serve (VmHWM, read every half second);
-# join_first, join_last: seconds from shard 0's start to its first worker's join and to the
+# rssI_mb: the peak resident memory of slice I's gem-serve (VmHWM, read every half second);
+# join_first, join_last: seconds from slice 0's start to its first worker's join and to the
 # last worker's first join;
 # test_acc: gem-eval's at the end. The runs stay in OUTDIR/runs/NAME/, gem-run's output in
 # OUTDIR/runs/NAME.tsv and .err. Restartable: a run whose row exists is skipped.
@@ -43,11 +43,11 @@ ns_shim "$shim" || exit 1
 trap 'ns_teardown; rm -rf "$shim"' EXIT
 trap 'exit 130' INT TERM
 
-# the workers' hosts, N slots spread over h2..h7; the shards' hosts
+# the workers' hosts, N slots spread over h2..h7; the slices' hosts
 for i in 2 3 4 5 6 7; do
 	echo "h$i $(((nw + 7 - i) / 6))"
 done >"$shim/hosts"
-printf 'h0\nh1\n' >"$shim/shard-hosts"
+printf 'h0\nh1\n' >"$shim/slice-hosts"
 
 # peak_rss HOST...: every half second, the largest VmHWM (kB) of gem-serve on each HOST, one
 # "host kB" line per host each time it grows
@@ -101,7 +101,7 @@ one() {
 	rpid=$!
 	t0=$(date +%s.%N)
 	ip netns exec "$NS_P-h0" env PATH="$shim:$PATH" GEM_HOST=h0 gem-run -q -n "$nw" \
-		--hosts "$shim/hosts" --shards 2 --shard-hosts "$shim/shard-hosts" --no-tls \
+		--hosts "$shim/hosts" --slices 2 --slice-hosts "$shim/slice-hosts" --no-tls \
 		--rule "$rule" --steps "$steps" --listen 0.0.0.0:0 --model "${MODEL:-mlp}" \
 		--data "${DATA:-fashion-mnist}" --lr "${LR:-0.05}" --batch "${BATCH:-64}" \
 		--seed "${SEED:-1}" "$run" >"$run.tsv" 2>"$run.err"
@@ -116,8 +116,8 @@ one() {
 	status=ok
 	[ "$rc" = 0 ] || { status=failed; tail -3 "$run.err" >&2; }
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rule" "$rate" "$nw" "$steps" \
-		"$tt" "$failed" "$(taus "$run/shard-0-of-2/log.jsonl")" "$r0" "$r1" \
-		"$(joins "$run/shard-0-of-2/log.jsonl")" "${acc:--}" "$status" >"$out/rows/$name.tsv"
+		"$tt" "$failed" "$(taus "$run/slice-0-of-2/log.jsonl")" "$r0" "$r1" \
+		"$(joins "$run/slice-0-of-2/log.jsonl")" "${acc:--}" "$status" >"$out/rows/$name.tsv"
 	cat "$out/rows/$name.tsv" >&2
 }
 

@@ -16,7 +16,7 @@
 # gem-eval shares the machine with the workers (one evaluation of 10000 test samples every
 # INTERVAL seconds, default 2, when the version changed), which slows every rule alike.
 # The rules sgp and overlap-sgp run N SGP nodes instead (gem-work --rule sgp, node 0 slowed the
-# same way; node I trains N epochs of its shard I/N: the samples of a worker's one epoch), and
+# same way; node I trains N epochs of its part I/N: the samples of a worker's one epoch), and
 # their accuracy is that of the nodes' average (gem-eval --nodes), sampled every INTERVAL
 # seconds, each sample stamped when its evaluation ends: their seconds_to_TARGET count from
 # when every node had started (loaded the data and listened), as a server's from its first
@@ -97,7 +97,7 @@ one_sgp() {
 	[ -z "${STEPS:-}" ] || len="--steps $STEPS"
 	while [ $i -lt "$n" ]; do
 		s=1; [ $i = 0 ] && s=$slow
-		# node i trains on shard i/N: N epochs of it are a worker's one epoch of samples
+		# node i trains on part i/N: N epochs of it are a worker's one epoch of samples
 		gem-work -q --rule sgp --run "$run" --listen 127.0.0.1:0 --node $i --peers-file "$run/peers" \
 			$ov --slowdown "$s" $len \
 			>"$run/node-$i.url" 2>>"$run.err" &

@@ -1,17 +1,17 @@
-#include "run/shard.h"
+#include "run/slice.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-struct shard shard_of(size_t n, int i, int k)
+struct slice slice_of(size_t n, int i, int k)
 {
-	struct shard s = {.i = i, .k = k, .off = 0, .len = n};
+	struct slice s = {.i = i, .k = k, .off = 0, .len = n};
 	if (k > 0)
 		layout_slice(n, i, k, &s.off, &s.len);
 	return s;
 }
 
-int shard_parse(const char *text, int *i, int *k)
+int slice_parse(const char *text, int *i, int *k)
 {
 	char *end;
 	long a, b;
@@ -21,14 +21,14 @@ int shard_parse(const char *text, int *i, int *k)
 	if (*end != '/' || end[1] < '0' || end[1] > '9')
 		return -1;
 	b = strtol(end + 1, &end, 10);
-	if (*end || b < 1 || b > SHARD_MAX || a < 0 || a >= b)
+	if (*end || b < 1 || b > SLICE_MAX || a < 0 || a >= b)
 		return -1;
 	*i = (int)a;
 	*k = (int)b;
 	return 0;
 }
 
-void shard_layout(const struct layout *full, const struct shard *s, struct layout *out)
+void slice_layout(const struct layout *full, const struct slice *s, struct layout *out)
 {
 	size_t lo = s->off, hi = s->off + s->len;
 	memset(out, 0, sizeof *out);

@@ -1,32 +1,32 @@
 #!/bin/bash
-# t6290: a worker cannot be given the wrong slice of θ. Every reply of a sharded server names
+# t6290: a worker cannot be given the wrong slice of θ. Every reply of a slice's server names
 # its slice, and the worker checks it on every reply: two proxies that answer GET /v1/health as
-# their own shard but pass everything else to the other one (tiny.json has an even number of
-# parameters, so both slices have one length) stop the worker before either shard moves. One
-# shard's URL alone is refused with the number of URLs to give.
+# their own slice but pass everything else to the other one (tiny.json has an even number of
+# parameters, so both slices have one length) stop the worker before either slice moves. One
+# slice's URL alone is refused with the number of URLs to give.
 . "$(dirname "$0")/test-lib.sh"
 
-test_expect_success 'setup: a run served by 2 shards' '
+test_expect_success 'setup: a run served by 2 slices' '
 	make_tiny_data data &&
 	gem-init -q --model tiny.json --data data --lr 0.05 --batch 16 --seed 4 --workers 1 run &&
 	for i in 0 1; do
-		{ gem-serve --listen 127.0.0.1:0 --shard $i/2 --keep-running run >s$i.out 2>s$i.err & } &&
+		{ gem-serve --listen 127.0.0.1:0 --slice $i/2 --keep-running run >s$i.out 2>s$i.err & } &&
 		test_bg $! || return 1
 	done &&
-	wait_for_file run/shard-0-of-2/server.url && wait_for_file run/shard-1-of-2/server.url &&
-	u0=$(cat run/shard-0-of-2/server.url) && u1=$(cat run/shard-1-of-2/server.url) &&
-	curl -sf "$u0/v1/health" | grep -q "\"theta_shard\": *\[0, *2, *0, *554\]" &&
-	curl -sf "$u1/v1/health" | grep -q "\"theta_shard\": *\[1, *2, *554, *554\]" &&
-	curl -sf "$u1/v1/params" | head -1 | grep -q "\"theta_shard\":\[1,2,554,554\]"
+	wait_for_file run/slice-0-of-2/server.url && wait_for_file run/slice-1-of-2/server.url &&
+	u0=$(cat run/slice-0-of-2/server.url) && u1=$(cat run/slice-1-of-2/server.url) &&
+	curl -sf "$u0/v1/health" | grep -q "\"theta_slice\": *\[0, *2, *0, *554\]" &&
+	curl -sf "$u1/v1/health" | grep -q "\"theta_slice\": *\[1, *2, *554, *554\]" &&
+	curl -sf "$u1/v1/params" | head -1 | grep -q "\"theta_slice\":\[1,2,554,554\]"
 '
 
-test_expect_success 'one shard'"'"'s URL alone: refused, saying to give both' '
+test_expect_success 'one slice'"'"'s URL alone: refused, saying to give both' '
 	{ gem-work -q --server "$u0" --steps 2 --retry-for 5 2>err; test $? = 1; } &&
 	cat err &&
-	grep -q "serves shard 0/2 of a sharded run: give all 2 URLs" err
+	grep -q "serves slice 0/2 of a sliced run: give all 2 URLs" err
 '
 
-test_expect_success 'proxies that swap the shards after the health check: the worker stops' '
+test_expect_success 'proxies that swap the slices after the health check: the worker stops' '
 	cat >swap.py <<-\PY &&
 	import http.server, sys, urllib.request, urllib.error
 	own, other = sys.argv[1], sys.argv[2]
@@ -66,13 +66,13 @@ test_expect_success 'proxies that swap the shards after the health check: the wo
 	p0=http://127.0.0.1:$(cat p0.out) p1=http://127.0.0.1:$(cat p1.out) &&
 	{ gem-work -q --server "$p0,$p1" --steps 4 --retry-for 5 2>err; test $? = 1; } &&
 	cat err &&
-	grep -q "serves shard 1/2 of θ (offset 554, length 554), not 0/2 (offset 0, length 554)" err &&
+	grep -q "serves slice 1/2 of θ (offset 554, length 554), not 0/2 (offset 0, length 554)" err &&
 	for u in "$u0" "$u1"; do
 		curl -sf "$u/v1/health" | grep -q "\"version\": *0," || return 1
 	done
 '
 
-test_expect_success 'given in order, the same worker trains both shards' '
+test_expect_success 'given in order, the same worker trains both slices' '
 	gem-work -q --server "$u0,$u1" --steps 4 --retry-for 5 &&
 	for u in "$u0" "$u1"; do
 		curl -sf "$u/v1/health" | grep -q "\"version\": *4," || return 1
