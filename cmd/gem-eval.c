@@ -244,9 +244,10 @@ static void logs_open(struct evaluator *e, const char *rundir)
 		return;
 	e->nlogs = 0;
 	for (int i = 0; ok && i < (k ? k : 1); i++) {
-		if (k)
-			snprintf(name, sizeof name, RUN_SLICE_DIR "/" RUN_LOG, i, k);
-		else
+		if (k) {
+			run_slice_dir(rundir, i, k, name, sizeof name - sizeof "/" RUN_LOG);
+			strcat(name, "/" RUN_LOG);
+		} else
 			snprintf(name, sizeof name, RUN_LOG);
 		if (run_dir_file(rundir, name, path, sizeof path) < 0) {
 			snprintf(err, sizeof err, "%s: path too long", rundir);

@@ -80,13 +80,14 @@ static void usage(FILE *f)
 	      "                      --serve-opt=--max-updates=100\n"
 	      "      --slices K      serve θ with K gem-serve processes, one slice each\n"
 	      "                      (--slice I/K, on this host); the workers commit to all of\n"
-	      "                      them. Default 1\n"
+	      "                      them. Default 1. --shards K is its older spelling\n"
 	      "      --slice-hosts FILE\n"
 	      "                      start slice I over ssh on the I-th host of FILE (one\n"
 	      "                      per line, taken in turn), listening on every address\n"
 	      "                      behind the run's token; a host that does not share\n"
 	      "                      RUNDIR gets a copy of the run and gives its slice\n"
-	      "                      directory back at the end. Needs --slices 2 or more\n"
+	      "                      directory back at the end. Needs --slices 2 or more.\n"
+	      "                      --shard-hosts FILE is its older spelling\n"
 	      "      --codec C       every gem-work's --codec (raw, zlib, zlib+shuffle, fp16,\n"
 	      "                      int8, int4, topk:F); default raw\n"
 	      "      --ssh CMD       the ssh command for --hosts and --slice-hosts, its words\n"
@@ -121,6 +122,8 @@ static const struct option own_opts[] = {
 	{"codec", required_argument, 0, O_CODEC},   {"ssh", required_argument, 0, O_SSH},
 	{"rule", required_argument, 0, 'r'},        {"quiet", no_argument, 0, 'q'},
 	{"help", no_argument, 0, 'h'},              {"version", no_argument, 0, 'V'},
+	{"shards", required_argument, 0, O_SLICES}, /* older spelling of --slices, until a later release */
+	{"shard-hosts", required_argument, 0, O_SLICE_HOSTS}, /* older spelling of --slice-hosts */
 	{0},
 };
 
@@ -479,6 +482,17 @@ static const char *rpath(const char *fmt, ...)
 		fprintf(stderr, "gem-run: %s: path too long\n", C.rundir);
 		exit(EXIT_USAGE);
 	}
+	return out;
+}
+
+/* Slice k's directory in RUNDIR, its name (run_slice_dir: a run of 0.1.0 has its own); in a
+ * static ring of buffers. */
+static const char *slice_dir(int k)
+{
+	static char ring[4][64];
+	static int next;
+	char *out = ring[next++ % 4];
+	run_slice_dir(C.rundir, k, C.slices, out, sizeof ring[0]);
 	return out;
 }
 
@@ -922,7 +936,7 @@ static void checkpointed(const char *what)
 		fprintf(stderr, "gem-run: %s; the slices checkpointed at versions ", what);
 		for (int k = 0; k < C.slices; k++)
 			fprintf(stderr, "%s%s", k ? ", " : "",
-				version_text(rpath(RUN_SLICE_DIR, k, C.slices), v, sizeof v));
+				version_text(rpath("%s", slice_dir(k)), v, sizeof v));
 		fputc('\n', stderr);
 	}
 	fprintf(stderr, "gem-run: gem-run --resume -n %d", C.workers);
@@ -997,7 +1011,7 @@ static void copy_slices_back(void)
 			apart |= !strcmp(copy_slice_hosts.v[j], h);
 		if (!apart)
 			continue;
-		if (argv_pushf(&names, RUN_SLICE_DIR, k, C.slices) < 0)
+		if (argv_push(&names, slice_dir(k)) < 0)
 			oom();
 		if (copy(h, 0, &names, 0) < 0)
 			fprintf(stderr, "gem-run: cannot copy slice %d back from %s\n", k, h);
@@ -1140,8 +1154,10 @@ static void copy_slices_out(void)
 			struct stat st;
 			if (strcmp(C.shosts.v[k % C.shosts.n], h))
 				continue;
-			snprintf(name, sizeof name, RUN_SLICE_DIR, k, C.slices);
+			snprintf(name, sizeof name, RUN_SLICE_DIR_OLD, k, C.slices); /* older spelling */
 			/* a new run's slice must not resume what an earlier run left on that host */
+			push(&stale, rrpath(name));
+			snprintf(name, sizeof name, "%s", slice_dir(k));
 			push(&stale, rrpath(name));
 			if (stat(rpath("%s", name), &st) == 0 && S_ISDIR(st.st_mode))
 				push(&files, name);
@@ -1450,7 +1466,7 @@ static int served_run(void)
 			start_remote_server(k, urls, sizeof urls);
 		} else {
 			char sdir[PATH_MAX + 64], url[PATH_MAX + 64];
-			snprintf(sdir, sizeof sdir, "%s", C.slices == 1 ? C.rundir : rpath(RUN_SLICE_DIR, k, C.slices));
+			snprintf(sdir, sizeof sdir, "%s", C.slices == 1 ? C.rundir : rpath("%s", slice_dir(k)));
 			run_dir_file(sdir, RUN_SERVER_URL, url, sizeof url);
 			unlink(url);
 			start_local_server(k, urls, sizeof urls);

@@ -80,7 +80,8 @@ static void usage(FILE *f)
 	      "  -q, --quiet                 no informational messages on stderr\n"
 	      "      --slice I/K             serve slice I of K of theta (0 <= I < K <= 64):\n"
 	      "                              its version, rule state, checkpoint and log, in\n"
-	      "                              RUNDIR/slice-I-of-K/ (URL in its server.url there)\n"
+	      "                              RUNDIR/slice-I-of-K/ (URL in its server.url\n"
+	      "                              there); --shard I/K is its older spelling\n"
 	      "  -h, --help                  show this help\n"
 	      "  -V, --version               show the version\n",
 	      f);
@@ -101,6 +102,7 @@ static const struct option longopts[] = {
 	{"quiet", no_argument, 0, 'q'},               {"slice", required_argument, 0, O_SLICE},
 	{"check", no_argument, 0, O_CHECK},            {"version", no_argument, 0, 'V'},
 	{"steps", required_argument, 0, 't'},          {"max-memory", required_argument, 0, O_MAXMEM},
+	{"shard", required_argument, 0, O_SLICE}, /* --slice's older spelling, until a later release */
 	{0, 0, 0, 0},
 };
 

@@ -61,7 +61,7 @@ static void usage(FILE *f)
 	      "  -j, --threads T         compute gradients on T threads, same result; default 1\n"
 	      "      --slices K          serve theta with K cores in this process, one slice\n"
 	      "                          each, as K gem-serve --slice I/K would (the same\n"
-	      "                          theta); default 1\n"
+	      "                          theta); default 1. --shards K is its older spelling\n"
 	      "      --codec C           the workers commit in codec C, as gem-work --codec C\n"
 	      "                          does (the same encoder, error feedback and replies:\n"
 	      "                          the same theta); default raw\n"
@@ -98,6 +98,7 @@ static const struct option longopts[] = {
 	{"codec", required_argument, 0, O_CODEC},   {"quiet", no_argument, 0, 'q'},
 	{"server-cost", required_argument, 0, O_COST}, {"bandwidth", required_argument, 0, O_BW},
 	{"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
+	{"shards", required_argument, 0, O_SLICES}, /* --slices' older spelling, until a later release */
 	{0, 0, 0, 0},
 };
 static const char shortopts[] = "n:t:j:qhV";

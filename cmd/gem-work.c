@@ -50,7 +50,7 @@ static void usage(FILE *f)
 	      "  -e, --epochs E            train E epochs (default: the run's budget)\n"
 	      "  -t, --steps S             train S steps (minibatches)\n"
 	      "      --part I/N            see only part I of N of the training set (0 <= I <\n"
-	      "                            N)\n"
+	      "                            N); --shard I/N is its older spelling\n"
 	      "      --worker-id ID        rejoin under an earlier worker id (--server)\n"
 	      "      --token-file FILE     send the bearer token in FILE (--server)\n"
 	      "      --cacert FILE         trust only the CA certificate(s) in this PEM file\n"
@@ -138,6 +138,7 @@ static const struct option longopts[] = {
 	{"tau", required_argument, 0, O_TAU},       {"no-token", no_argument, 0, O_NOTOKEN},
 	{"cacert", required_argument, 0, O_CACERT}, {"codec", required_argument, 0, O_CODEC},
 	{"check", no_argument, 0, O_CHECK},         {"quiet", no_argument, 0, 'q'},
+	{"shard", required_argument, 0, O_PART},    /* --part's older spelling, until a later release */
 	{"tls-cert", required_argument, 0, O_CERT}, {"tls-key", required_argument, 0, O_KEY},
 	{"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},           {0, 0, 0, 0},

@@ -385,7 +385,8 @@ static int follow_slices(const struct eval_follow *f, struct srvset *set, int ur
 	srvset_layout(set, f->n);
 	for (int i = 0; i < k; i++) {
 		struct slice s = set->slice[i];
-		snprintf(name, sizeof name, RUN_SLICE_DIR, i, k);
+		if (!urls)
+			run_slice_dir(f->rundir, i, k, name, sizeof name);
 		if (!urls && run_dir_file(f->rundir, name, dirs[i], sizeof dirs[i]) < 0) {
 			free(sh);
 			return gem_errf(err, GEM_EUSAGE, "%s: path too long", f->rundir);

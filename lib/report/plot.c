@@ -393,7 +393,8 @@ int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err)
 	if (k == 0 && fs_is_dir(arg) && !file_exists(p) && (ns = run_slices(arg, err)) > 0) {
 		/* no log.jsonl: a sliced run's, one per slice (slice-I-of-K/log.jsonl) */
 		for (int i = 0; i < ns; i++) {
-			snprintf(name, sizeof name, RUN_SLICE_DIR "/" RUN_LOG, i, ns);
+			run_slice_dir(arg, i, ns, name, sizeof name - sizeof "/" RUN_LOG);
+			strcat(name, "/" RUN_LOG);
 			if (run_dir_file(arg, name, p, sizeof p) < 0 || !file_exists(p))
 				continue;
 			if (grow(&v, &cap, k + 1, sizeof *v) < 0 || !(v[k] = strdup(p)))

@@ -88,7 +88,8 @@ static int remove_run_files(const char *dir, char *err)
 	if (!d)
 		return gem_errf(err, GEM_EFAIL, "%s: %s", dir, strerror(errno));
 	while ((e = readdir(d))) {
-		if (!fnmatch("slice-*-of-*", e->d_name, FNM_PERIOD)) {
+		if (!fnmatch("slice-*-of-*", e->d_name, FNM_PERIOD) ||
+		    !fnmatch("shard-*-of-*", e->d_name, FNM_PERIOD)) { /* older spelling */
 			dir_file(dir, e->d_name, path, sizeof path);
 			if (remove_slice_dir(path, err) < 0) {
 				closedir(d);
@@ -890,7 +891,7 @@ int run_set_slice(struct run *r, int i, int k, size_t n, char *err)
 	float *theta;
 	int rc;
 
-	snprintf(name, sizeof name, RUN_SLICE_DIR, i, k);
+	run_slice_dir(r->dir, i, k, name, sizeof name);
 	if (dir_file(r->dir, name, r->fdir, sizeof r->fdir) < 0)
 		return gem_errf(err, GEM_EUSAGE, "%s: path too long", r->dir);
 	if (mkdir(r->fdir, 0777) < 0 && errno != EEXIST)
@@ -912,10 +913,22 @@ int run_set_slice(struct run *r, int i, int k, size_t n, char *err)
 int run_slice_dir_parse(const char *name, int *i, int *k)
 {
 	char tail;
-	return sscanf(name, "slice-%d-of-%d%c", i, k, &tail) == 2 && *i >= 0 && *k >= 1 &&
-			       *k <= SLICE_MAX && *i < *k
-		       ? 0
-		       : -1;
+	int n = sscanf(name, RUN_SLICE_DIR "%c", i, k, &tail);
+	if (n < 2)
+		n = sscanf(name, RUN_SLICE_DIR_OLD "%c", i, k, &tail);
+	return n == 2 && *i >= 0 && *k >= 1 && *k <= SLICE_MAX && *i < *k ? 0 : -1;
+}
+
+void run_slice_dir(const char *dir, int i, int k, char *name, size_t size)
+{
+	char old[64], path[PATH_MAX + 80];
+	struct stat st;
+	snprintf(name, size, RUN_SLICE_DIR, i, k);
+	if (dir_file(dir, name, path, sizeof path) == 0 && stat(path, &st) == 0)
+		return;
+	snprintf(old, sizeof old, RUN_SLICE_DIR_OLD, i, k);
+	if (dir_file(dir, old, path, sizeof path) == 0 && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		snprintf(name, size, "%s", old);
 }
 
 int run_peek(const char *dir, struct run_peek *p, char *err)
@@ -975,7 +988,7 @@ int run_params_load_merged(const struct run *r, float *theta, size_t n, struct r
 	for (int i = 0; i < k; i++) {
 		struct slice s = slice_of(n, i, k);
 		struct run_progress q;
-		snprintf(name, sizeof name, RUN_SLICE_DIR, i, k);
+		run_slice_dir(r->dir, i, k, name, sizeof name);
 		dir_file(r->dir, name, sub, sizeof sub);
 		dir_file(sub, RUN_PARAMS, path, sizeof path);
 		if ((rc = run_params_load(r, path, theta + s.off, s.len, &q, err)) < 0)
@@ -1003,7 +1016,7 @@ int run_server_urls_read(const char *dir, char *urls, size_t cap, char *err)
 	if (k <= 0)
 		return k < 0 ? k : run_server_url_read(dir, urls, cap, err);
 	for (int i = 0; i < k; i++) {
-		snprintf(name, sizeof name, RUN_SLICE_DIR, i, k);
+		run_slice_dir(dir, i, k, name, sizeof name);
 		dir_file(dir, name, sub, sizeof sub);
 		if (used + 2 >= cap)
 			return gem_errf(err, GEM_EUSAGE, "%s: URLs too long", dir);

@@ -49,6 +49,7 @@
 /* A sliced run (gem-serve --slice I/K): slice I's server keeps its own params.gem (its slice of
  * θ), rule-state.gem, log.jsonl, server.url and .lock in this subdirectory of RUNDIR. */
 #define RUN_SLICE_DIR   "slice-%d-of-%d"
+#define RUN_SLICE_DIR_OLD "shard-%d-of-%d" /* its older spelling, in runs of 0.1.0: still read */
 
 struct run {
 	char dir[PATH_MAX];
@@ -116,7 +117,8 @@ int run_set_slice(struct run *r, int i, int k, size_t n, char *err);
 /* K of the sliced run in dir (its slice-0-of-K directory), 0 if it is not sliced, < 0 if it
  * holds slices of two different K. */
 int run_slices(const char *dir, char *err);
-/* 0 and slice i of k when name is a slice's directory's (RUN_SLICE_DIR), else -1. */
+/* 0 and slice i of k when name is a slice's directory's (RUN_SLICE_DIR, or RUN_SLICE_DIR_OLD),
+ * else -1. */
 int run_slice_dir_parse(const char *name, int *i, int *k);
 /* What a reader of a run's log wants of its run.json (gem-plot-data's label: the rule and the
  * model), read leniently: any JSON object, of a run.json that may be partial. */
@@ -131,6 +133,9 @@ struct run_peek {
  * is none or it is no JSON (err says which). */
 int run_peek(const char *dir, struct run_peek *p, char *err);
 void run_peek_free(struct run_peek *p);
+/* The name in dir of slice i of k's directory, into name (size bytes): RUN_SLICE_DIR, or
+ * RUN_SLICE_DIR_OLD when that one alone is there (a run of 0.1.0). */
+void run_slice_dir(const char *dir, int i, int k, char *name, size_t size);
 /* θ of the run: params.gem, or for a sliced run every server's slice end to end (its progress
  * then is the slowest slice's version and samples and the longest elapsed time). */
 int run_params_load_merged(const struct run *r, float *theta, size_t n, struct run_progress *p,

@@ -258,8 +258,10 @@ int run_spec_from_json(const json_t *j, struct run_spec *s, char *err)
 	if (jget_int(j, "nparams", 0, LLONG_MAX, &n) < 0)
 		return gem_errf(err, GEM_EUSAGE, "nparams: not an integer >= 0");
 	s->nparams = (size_t)n;
+	/* a run of 0.1.0 says "shard" (the older spelling), at the top or in "train" */
 	s->part_data = json_is_true(json_object_get(j, "part_data")) ||
-			json_is_true(json_object_get(train, "part_data"));
+		       json_is_true(json_object_get(j, "shard")) ||    /* older spelling */
+		       json_is_true(json_object_get(train, "shard")); /* older spelling */
 	return 0;
 }
 

@@ -589,7 +589,7 @@ int run_end_read(const char *dir, struct run_end *e, char *err)
 	if (k == 0)
 		rc = log_end(dir, e, err);
 	for (int i = 0; i < k && rc == 0; i++) {
-		snprintf(name, sizeof name, RUN_SLICE_DIR, i, k);
+		run_slice_dir(dir, i, k, name, sizeof name);
 		if (run_dir_file(dir, name, sub, sizeof sub) < 0)
 			return gem_errf(err, GEM_EUSAGE, "%s: path too long", dir);
 		if ((rc = log_end(sub, &q, err)) < 0)

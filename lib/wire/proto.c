@@ -42,6 +42,8 @@ int proto_slice_from_json(const json_t *head, int max_k, struct proto_slice *s, 
 	json_t *t = json_object_get(head, "theta_slice");
 	long long v[4];
 	memset(s, 0, sizeof *s);
+	if (!t) /* a server of 0.1.0 names it so */
+		t = json_object_get(head, "theta_shard"); /* older spelling */
 	if (!t)
 		return 0;
 	for (size_t i = 0; i < 4; i++) {
@@ -147,6 +149,8 @@ int proto_join_reply_from_json(const json_t *head, int max_workers, struct proto
 {
 	json_t *sh = json_object_get(head, "part");
 	long long id;
+	if (!sh) /* a server of 0.1.0 names it so */
+		sh = json_object_get(head, "shard"); /* older spelling */
 	memset(r, 0, sizeof *r);
 	if (jget_int(head, "worker", 0, max_workers - 1, &id) != JGET_OK)
 		return gem_errf(err, GEM_EFAIL, "the reply to the join has no worker id in [0, %d)",
