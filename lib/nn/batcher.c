@@ -116,7 +116,7 @@ int batcher_init(struct batcher *b, const struct dataset *d, int batch, uint64_t
 					(double)mean, (double)std);
 		b->count = (size_t)d->n * (size_t)(part_i + 1) / (size_t)part_n -
 			   (size_t)d->n * (size_t)part_i / (size_t)part_n;
-		make_lut(b->lut, mean, std);
+		data_make_lut(b->lut, mean, std);
 		b->scale = 1 / std;
 		b->shift = -mean / std;
 	}
@@ -205,8 +205,8 @@ int batcher_next(struct batcher *b, float *x, uint16_t *y)
 		b->pos += k;
 		return (int)k;
 	}
-	nm = norm_of(b->d, b->lut, &b->scale, &b->shift);
-	fill(b->d, &nm, b->order, b->pos, k, x, y);
+	nm = data_norm_of(b->d, b->lut, &b->scale, &b->shift);
+	data_fill(b->d, &nm, b->order, b->pos, k, x, y);
 	b->pos += k;
 	return (int)k;
 }

@@ -766,14 +766,14 @@ int dataset_set_norm(struct dataset *d, int groups, const double *mean, const do
 	return 0;
 }
 
-void make_lut(float lut[256], float mean, float std)
+void data_make_lut(float lut[256], float mean, float std)
 {
 	for (int k = 0; k < 256; k++)
 		lut[k] = (float)((k / 255.0 - mean) / std);
 }
 
 /* d's norm: its groups', else lut (bytes) or scale and shift of all values. */
-struct norm norm_of(const struct dataset *d, const float *lut, const float *scale,
+struct norm data_norm_of(const struct dataset *d, const float *lut, const float *scale,
 			   const float *shift)
 {
 	if (d->gscale)
@@ -817,7 +817,7 @@ static void fill_one(const struct dataset *d, const struct norm *nm, size_t s, f
 	}
 }
 
-void fill(const struct dataset *d, const struct norm *nm, const uint32_t *idx,
+void data_fill(const struct dataset *d, const struct norm *nm, const uint32_t *idx,
 		 size_t start, size_t n, float *restrict x, uint16_t *restrict y)
 {
 	size_t dim = (size_t)d->dim;
@@ -840,7 +840,7 @@ void dataset_fill(const struct dataset *d, const uint32_t *idx, size_t start, si
 	float lut[256], scale = 1 / std, shift = -mean / std;
 	struct norm nm;
 	if (d->images && !d->gscale)
-		make_lut(lut, mean, std);
-	nm = norm_of(d, lut, &scale, &shift);
-	fill(d, &nm, idx, start, n, x, y);
+		data_make_lut(lut, mean, std);
+	nm = data_norm_of(d, lut, &scale, &shift);
+	data_fill(d, &nm, idx, start, n, x, y);
 }

@@ -16,12 +16,12 @@ struct norm {
 };
 
 /* A byte's table of (byte/255 − mean)/std. */
-void make_lut(float lut[256], float mean, float std);
+void data_make_lut(float lut[256], float mean, float std);
 /* d's norm: its groups', else lut (bytes) or scale and shift of all values. */
-struct norm norm_of(const struct dataset *d, const float *lut, const float *scale,
+struct norm data_norm_of(const struct dataset *d, const float *lut, const float *scale,
 		    const float *shift);
 /* Samples idx[start+k] (or start+k when idx is NULL), k in [0, n), normalised by nm, into x
  * and their labels into y (unless NULL); a text's windows unnormalised. */
-void fill(const struct dataset *d, const struct norm *nm, const uint32_t *idx, size_t start,
+void data_fill(const struct dataset *d, const struct norm *nm, const uint32_t *idx, size_t start,
 	  size_t n, float *restrict x, uint16_t *restrict y);
 #endif

@@ -192,7 +192,7 @@ static int follow_poll(struct follower *w, char *err)
 	t0 = clock_mono();
 	pace = w->poll_at - t0;
 	pace = pace < HEALTH_LONG_POLL ? pace : HEALTH_LONG_POLL;
-	rc = health(&w->r, pace, &h, w->away_why);
+	rc = eval_remote_health(&w->r, pace, &h, w->away_why);
 	/* a server that answers a long poll at once does not know it: pause here from now on */
 	if (rc == 0 && pace > 0.1 && !h.stopping && clock_mono() - t0 < pace / 2)
 		w->no_long_poll = 1;
@@ -207,7 +207,7 @@ static int follow_poll(struct follower *w, char *err)
 			return 1;
 		rc = httpc_get(w->r.http, "/v1/params?codec=raw", &w->r.resp, w->away_why);
 		if (rc == 0) {
-			if ((rc = decode_params(&w->r, w->f->theta, w->f->n, &p, err)) < 0)
+			if ((rc = eval_remote_decode(&w->r, w->f->theta, w->f->n, &p, err)) < 0)
 				return rc;
 			if (w->have_last && p.version == w->last)
 				return 1;

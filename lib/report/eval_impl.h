@@ -11,8 +11,8 @@
 
 /* eval_remote.c: θ from the params message in r->resp, with the progress its header records;
  * GET /v1/health once as a follower (wait > 0: a long poll of wait seconds). */
-int decode_params(struct eval_remote *r, float *theta, size_t n, struct run_progress *p,
+int eval_remote_decode(struct eval_remote *r, float *theta, size_t n, struct run_progress *p,
 		  char *err);
-int health(struct eval_remote *r, double wait, struct proto_health *h, char *err);
+int eval_remote_health(struct eval_remote *r, double wait, struct proto_health *h, char *err);
 
 #endif

@@ -79,7 +79,7 @@ int eval_remote_run(struct eval_remote *r, struct run *run, char *err)
 }
 
 /* θ from a params message in r->resp, with the progress its header records. */
-int decode_params(struct eval_remote *r, float *theta, size_t n, struct run_progress *p,
+int eval_remote_decode(struct eval_remote *r, float *theta, size_t n, struct run_progress *p,
 		  char *err)
 {
 	json_t *h = NULL;
@@ -97,7 +97,7 @@ int eval_remote_params(struct eval_remote *r, float *theta, size_t n, struct run
 		       char *err)
 {
 	int rc = httpc_get_retry(r->http, "/v1/params?codec=raw", r->retry_for, &r->resp, err);
-	return rc < 0 ? rc : decode_params(r, theta, n, p, err);
+	return rc < 0 ? rc : eval_remote_decode(r, theta, n, p, err);
 }
 
 
@@ -114,7 +114,7 @@ static int health_parse(struct eval_remote *r, struct proto_health *h, char *err
 
 /* GET /v1/health once as a follower; wait > 0: a long poll, answered when the server starts
  * stopping or after wait seconds (gem-protocol(7)), so that the stop is seen while connected. */
-int health(struct eval_remote *r, double wait, struct proto_health *h, char *err)
+int eval_remote_health(struct eval_remote *r, double wait, struct proto_health *h, char *err)
 {
 	char path[64];
 	int rc;

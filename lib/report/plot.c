@@ -21,8 +21,8 @@
 /* Past this many, malformed lines of one log are counted, not each reported. */
 #define PLOT_MAXREPORT 20
 
-const char *const view_names[] = {"loss", "pi", "staleness", "throughput", "workers"};
-const char *const stat_names[] = {"median", "mean", "zero", "scale"};
+const char *const plot_view_names[] = {"loss", "pi", "staleness", "throughput", "workers"};
+const char *const plot_stat_names[] = {"median", "mean", "zero", "scale"};
 static const char *term_names[] = {"png", "svg", "dumb"};
 
 void plot_opts_init(struct plot_opts *o)
@@ -46,16 +46,16 @@ static int name_index(const char *s, const char *const *names, int n)
 
 int plot_view_parse(const char *s, enum plot_view *out, char *err)
 {
-	int i = name_index(s, view_names, 5);
+	int i = name_index(s, plot_view_names, 5);
 	if (i < 0)
-		return gem_err_unknown(err, GEM_EUSAGE, "view", s, view_names, 5);
+		return gem_err_unknown(err, GEM_EUSAGE, "view", s, plot_view_names, 5);
 	*out = (enum plot_view)i;
 	return 0;
 }
 
 int plot_stat_parse(const char *s, enum plot_stat *out)
 {
-	int i = name_index(s, stat_names, 4);
+	int i = name_index(s, plot_stat_names, 4);
 	if (i >= 0)
 		*out = (enum plot_stat)i;
 	return i < 0 ? -1 : 0;
@@ -162,7 +162,7 @@ static int other_event(struct reader *r, const char *ev, const json_t *o, int64_
 		return -1;
 	if (!strcmp(ev, "held") && worker >= 0) { /* a held event without its worker: ignored */
 		long long n = 0;
-		if (grow(&lg->held, &lg->hcap, lg->nheld + 1, sizeof *lg->held) < 0)
+		if (grow_array(&lg->held, &lg->hcap, lg->nheld + 1, sizeof *lg->held, 64) < 0)
 			return -1;
 		jget_integral(o, "n", 0, LLONG_MAX, &n);
 		/* an event's time is wall-clock in a served run: the round's update gives its t */
@@ -209,7 +209,7 @@ static int fit_tensor_names(struct reader *r, size_t n)
 /* The π statistic of an update line into row (ntensors floats), or -1 with a message. */
 static int read_pi(struct reader *r, json_t *pi, float *row, size_t n)
 {
-	const char *sn = stat_names[r->stat];
+	const char *sn = plot_stat_names[r->stat];
 	json_t *a = json_object_get(pi, sn);
 	char key[32];
 	snprintf(key, sizeof key, "pi.%s", sn);
@@ -250,7 +250,7 @@ static int add_worker(struct plot_log *lg, int64_t w)
 		else
 			hi = mid;
 	}
-	if (grow(&lg->workers, &lg->wcap, lg->nworkers + 1, sizeof *lg->workers) < 0)
+	if (grow_array(&lg->workers, &lg->wcap, lg->nworkers + 1, sizeof *lg->workers, 64) < 0)
 		return -1;
 	memmove(lg->workers + lo + 1, lg->workers + lo, (lg->nworkers - lo) * sizeof *lg->workers);
 	lg->workers[lo] = w;
@@ -269,7 +269,7 @@ static int line_pi(struct reader *r, json_t *pi)
 		bad_line(r, "\"%s\" is %s", "pi", "not an object");
 		return 1;
 	}
-	a = json_object_get(pi, stat_names[r->stat]);
+	a = json_object_get(pi, plot_stat_names[r->stat]);
 	na = json_is_array(a) ? json_array_size(a) : 0;
 	if (!lg->tensors && na > 0 && set_tensor_names(lg, NULL, na) < 0)
 		return -1;
@@ -277,8 +277,8 @@ static int line_pi(struct reader *r, json_t *pi)
 	 * short: the row decides, names beyond those given read "tensorN". */
 	if (lg->npi == 0 && na > lg->ntensors && fit_tensor_names(r, na) < 0)
 		return -1;
-	if (grow(&lg->pi, &lg->picap, (lg->npi + 1) * (lg->ntensors ? lg->ntensors : 1),
-		 sizeof *lg->pi) < 0)
+	if (grow_array(&lg->pi, &lg->picap, (lg->npi + 1) * (lg->ntensors ? lg->ntensors : 1),
+		       sizeof *lg->pi, 64) < 0)
 		return -1;
 	return read_pi(r, pi, lg->pi + lg->npi * lg->ntensors, lg->ntensors) < 0 ? 1 : 0;
 }
@@ -286,7 +286,8 @@ static int line_pi(struct reader *r, json_t *pi)
 /* Keep update u (and the π row just read, if any). */
 static int keep_update(struct plot_log *lg, const struct plot_update *u, int with_pi)
 {
-	if (grow(&lg->u, &lg->ucap, lg->n + 1, sizeof *lg->u) < 0 || add_worker(lg, u->worker) < 0)
+	if (grow_array(&lg->u, &lg->ucap, lg->n + 1, sizeof *lg->u, 64) < 0 ||
+	    add_worker(lg, u->worker) < 0)
 		return -1;
 	lg->u[lg->n++] = *u;
 	for (; lg->held_open < lg->nheld; lg->held_open++)
@@ -385,7 +386,7 @@ int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err)
 			snprintf(name, sizeof name, RUN_NODE_LOG, i);
 			if (run_dir_file(arg, name, p, sizeof p) < 0 || !file_exists(p))
 				break;
-			if (grow(&v, &cap, k + 1, sizeof *v) < 0 || !(v[k] = strdup(p)))
+			if (grow_array(&v, &cap, k + 1, sizeof *v, 64) < 0 || !(v[k] = strdup(p)))
 				goto nomem;
 			k++;
 		}
@@ -397,13 +398,13 @@ int plot_log_paths(const char *arg, char ***paths, size_t *n, char *err)
 			strcat(name, "/" RUN_LOG);
 			if (run_dir_file(arg, name, p, sizeof p) < 0 || !file_exists(p))
 				continue;
-			if (grow(&v, &cap, k + 1, sizeof *v) < 0 || !(v[k] = strdup(p)))
+			if (grow_array(&v, &cap, k + 1, sizeof *v, 64) < 0 || !(v[k] = strdup(p)))
 				goto nomem;
 			k++;
 		}
 	}
 	if (k == 0) {
-		if (grow(&v, &cap, 1, sizeof *v) < 0 || !(v[0] = strdup(arg)))
+		if (grow_array(&v, &cap, 1, sizeof *v, 64) < 0 || !(v[0] = strdup(arg)))
 			goto nomem;
 		k = 1;
 	}
@@ -539,19 +540,19 @@ int plot_write(FILE *f, const struct plot_opts *o, const struct plot_log *logs, 
 			return gem_errf(err, GEM_EFAIL, "no pi to show: the logs are not of rule gem");
 	}
 	if (o->gnuplot) {
-		script_head(&w, (int)nlogs);
+		plot_script_head(&w, (int)nlogs);
 		fputs("$data << EOD\n", f);
 	}
 	switch (o->view) {
-	case PLOT_LOSS: rc = view_loss(&w, err); break;
-	case PLOT_PI: rc = view_pi(&w, err); break;
-	case PLOT_STALENESS: rc = view_staleness(&w, err); break;
-	case PLOT_THROUGHPUT: rc = view_throughput(&w, err); break;
-	case PLOT_WORKERS: rc = view_workers(&w, err); break;
+	case PLOT_LOSS: rc = plot_view_loss(&w, err); break;
+	case PLOT_PI: rc = plot_view_pi(&w, err); break;
+	case PLOT_STALENESS: rc = plot_view_staleness(&w, err); break;
+	case PLOT_THROUGHPUT: rc = plot_view_throughput(&w, err); break;
+	case PLOT_WORKERS: rc = plot_view_workers(&w, err); break;
 	}
 	if (rc == 0 && o->gnuplot) {
 		fputs("EOD\n", f);
-		rc = script_plot(&w, err);
+		rc = plot_script_plot(&w, err);
 	}
 	free(w.b);
 	if (rc == 0 && (fflush(f) != 0 || ferror(f)))

@@ -9,12 +9,6 @@
 #include "base/grow.h"
 #include "report/plot.h"
 
-/* Grow *p (of *cap elements of size sz) to hold at least need elements. */
-static inline int grow(void *p, size_t *cap, size_t need, size_t sz)
-{
-	return grow_array(p, cap, need, sz, 64);
-}
-
 /* A data block written: which run, which worker (loss --by worker), how many rows. */
 struct block {
 	size_t run;
@@ -35,20 +29,20 @@ struct writer {
 };
 
 /* plot.c's names of the views and of the pi statistics, in their enums' order */
-extern const char *const view_names[];
-extern const char *const stat_names[];
+extern const char *const plot_view_names[];
+extern const char *const plot_stat_names[];
 
 /* plot_table.c: each view's table (plot_write picks one) */
-int view_loss(struct writer *w, char *err);
-int view_pi(struct writer *w, char *err);
-int view_staleness(struct writer *w, char *err);
-int view_throughput(struct writer *w, char *err);
-int view_workers(struct writer *w, char *err);
+int plot_view_loss(struct writer *w, char *err);
+int plot_view_pi(struct writer *w, char *err);
+int plot_view_staleness(struct writer *w, char *err);
+int plot_view_throughput(struct writer *w, char *err);
+int plot_view_workers(struct writer *w, char *err);
 /* The loss view's x-axis: --x, else the worker's step (--by worker) or the version. */
-enum plot_x loss_x(const struct plot_opts *o);
+enum plot_x plot_loss_x(const struct plot_opts *o);
 
 /* plot_script.c: the script's head (before the data), and its plot commands (after) */
-void script_head(const struct writer *w, int nplots);
-int script_plot(struct writer *w, char *err);
+void plot_script_head(const struct writer *w, int nplots);
+int plot_script_plot(struct writer *w, char *err);
 
 #endif

@@ -50,12 +50,12 @@ static void block_title(const struct writer *w, const struct block *b, const cha
 	put_quoted(f, t);
 }
 
-void script_head(const struct writer *w, int nplots)
+void plot_script_head(const struct writer *w, int nplots)
 {
 	FILE *f = w->f;
 	int h = 640;
 	fprintf(f, "# gem-plot-data %s: a gnuplot script with its data inline; pipe it into gnuplot\n",
-		view_names[w->o->view]);
+		plot_view_names[w->o->view]);
 	if (w->o->view == PLOT_PI && nplots > 1)
 		h = 360 * nplots;
 	switch (w->o->term) {
@@ -85,7 +85,7 @@ static const char *loss_xlabel(const struct writer *w)
 	size_t sgp = 0;
 	for (size_t r = 0; r < w->nlogs; r++)
 		sgp += w->logs[r].node >= 0;
-	switch (loss_x(w->o)) {
+	switch (plot_loss_x(w->o)) {
 	case PLOT_X_SAMPLES: return "training samples";
 	case PLOT_X_SECONDS: return "training seconds";
 	case PLOT_X_BYTES: return "bytes on the wire";
@@ -103,7 +103,7 @@ static void script_pi_lines(struct writer *w, size_t i)
 {
 	FILE *f = w->f;
 	const struct plot_log *lg = &w->logs[w->b[i].run];
-	fprintf(f, "set ylabel 'pi (%s)'\nplot ", stat_names[w->o->stat]);
+	fprintf(f, "set ylabel 'pi (%s)'\nplot ", plot_stat_names[w->o->stat]);
 	for (size_t k = 0; k < lg->ntensors; k++) {
 		fprintf(f, "%s$data index %zu matrix nonuniform using 1:($2 == %zu ? $3 : NaN) with lines "
 			   "title ", k ? ", \\\n     " : "", i, k);
@@ -127,7 +127,7 @@ static void script_pi(struct writer *w, size_t nonempty)
 			continue;
 		fprintf(f, "set title ");
 		char t[PATH_MAX + 128];
-		snprintf(t, sizeof t, "%s pi per tensor: %s", stat_names[o->stat], lg->label);
+		snprintf(t, sizeof t, "%s pi per tensor: %s", plot_stat_names[o->stat], lg->label);
 		put_quoted(f, t);
 		fputc('\n', f);
 		if (o->term == PLOT_DUMB) {
@@ -148,7 +148,7 @@ static void script_pi(struct writer *w, size_t nonempty)
 }
 
 /* The plot commands for the blocks written into $data. */
-int script_plot(struct writer *w, char *err)
+int plot_script_plot(struct writer *w, char *err)
 {
 	FILE *f = w->f;
 	const struct plot_opts *o = w->o;
@@ -160,7 +160,7 @@ int script_plot(struct writer *w, char *err)
 	for (size_t i = 0; i < w->nb; i++)
 		nonempty += w->b[i].rows > 0;
 	if (!nonempty)
-		return gem_errf(err, GEM_EFAIL, "nothing to plot in the %s view", view_names[o->view]);
+		return gem_errf(err, GEM_EFAIL, "nothing to plot in the %s view", plot_view_names[o->view]);
 	/* the key below the plot, where it covers no curve */
 	fprintf(f, "set key below\nset grid\n");
 	switch (o->view) {

@@ -48,7 +48,7 @@ static struct block *block_begin(struct writer *w, size_t run, int64_t worker,
 {
 	FILE *f = w->f;
 	struct block *b;
-	if (grow(&w->b, &w->bcap, w->nb + 1, sizeof *w->b) < 0)
+	if (grow_array(&w->b, &w->bcap, w->nb + 1, sizeof *w->b, 64) < 0)
 		return NULL;
 	b = &w->b[w->nb++];
 	b->run = run;
@@ -202,14 +202,14 @@ static int cmp_i64(const void *a, const void *b)
 
 /* The loss view's first two columns: the x-axis chosen, then the version (the worker's step
  * with --by worker), or the samples when the x-axis is the version. */
-enum plot_x loss_x(const struct plot_opts *o)
+enum plot_x plot_loss_x(const struct plot_opts *o)
 {
 	return o->x != PLOT_X_AUTO ? o->x : o->by_worker ? PLOT_X_STEP : PLOT_X_VERSION;
 }
 
 static enum plot_x loss_x2(const struct plot_opts *o)
 {
-	enum plot_x x = loss_x(o);
+	enum plot_x x = plot_loss_x(o);
 	if (o->by_worker)
 		return x == PLOT_X_STEP ? PLOT_X_VERSION : PLOT_X_STEP;
 	return x == PLOT_X_VERSION ? PLOT_X_SAMPLES : PLOT_X_VERSION;
@@ -235,7 +235,7 @@ static int loss_block(struct writer *w, size_t r, int64_t worker, const size_t *
 		      struct movavg *m)
 {
 	const struct plot_log *lg = &w->logs[r];
-	enum plot_x x = loss_x(w->o), x2 = loss_x2(w->o);
+	enum plot_x x = plot_loss_x(w->o), x2 = loss_x2(w->o);
 	char avg[32];
 	const char *cols[] = {x_names[x], x_names[x2], "loss", avg};
 	snprintf(avg, sizeof avg, "loss_avg%ld", m->win);
@@ -258,7 +258,7 @@ static int loss_block(struct writer *w, size_t r, int64_t worker, const size_t *
 
 /* loss: per central update (x, version or samples, loss, moving average) skipping null
  * losses; with --by worker, per worker-step in one block per worker. */
-int view_loss(struct writer *w, char *err)
+int plot_view_loss(struct writer *w, char *err)
 {
 	struct movavg m = {0};
 	size_t *order = NULL, *start = NULL, *wi = NULL;
@@ -330,7 +330,7 @@ static void pi_matrix(struct writer *w, const struct plot_log *lg, const double 
 /* pi: per tensor, the chosen statistic averaged over bins of consecutive updates: in TSV a
  * gnuplot `matrix nonuniform` under comment lines naming the tensors; in CSV and JSON one row
  * per column and tensor (version, tensor, value). */
-int view_pi(struct writer *w, char *err)
+int plot_view_pi(struct writer *w, char *err)
 {
 	static const char *const cols[] = {"version", "tensor", "value"};
 	int tsv = w->o->format == PLOT_TSV;
@@ -344,7 +344,7 @@ int view_pi(struct writer *w, char *err)
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
 		if (tsv) {
 			fprintf(w->f, "# %s pi per tensor over central updates, %zu updates in %zu columns\n",
-				stat_names[w->o->stat], U, ncols);
+				plot_stat_names[w->o->stat], U, ncols);
 			fprintf(w->f, "# matrix nonuniform: first row: columns, then the version at each "
 				      "column; then per tensor: its index, then its values\n");
 			for (size_t k = 0; k < nt; k++)
@@ -399,7 +399,7 @@ int view_pi(struct writer *w, char *err)
 
 
 /* staleness: histogram of τ over commits, every τ from 0 to the largest. */
-int view_staleness(struct writer *w, char *err)
+int plot_view_staleness(struct writer *w, char *err)
 {
 	for (size_t r = 0; r < w->nlogs; r++) {
 		const struct plot_log *lg = &w->logs[r];
@@ -428,7 +428,7 @@ int view_staleness(struct writer *w, char *err)
 
 /* throughput: over windows (kW, (k+1)W] of seconds since the first update, updates per second
  * and samples per second (the growth of "samples" since the previous update line). */
-int view_throughput(struct writer *w, char *err)
+int plot_view_throughput(struct writer *w, char *err)
 {
 	double W = w->o->window;
 	for (size_t r = 0; r < w->nlogs; r++) {
@@ -477,7 +477,7 @@ int view_throughput(struct writer *w, char *err)
  * previous update line; the first line counts whole when it is version 1), mean and max τ,
  * mean loss, and samples/s over the span from its first to its last commit (a straggler shows
  * here). */
-int view_workers(struct writer *w, char *err)
+int plot_view_workers(struct writer *w, char *err)
 {
 	struct acc {
 		uint64_t commits, samples, nloss, ntau;

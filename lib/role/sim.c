@@ -25,7 +25,7 @@
 static int push(struct sim *s, int kind, double t, int worker, int done)
 {
 	struct event e = {.t = t, .seq = s->seq++, .kind = kind, .worker = worker, .done = done};
-	return heap_push(&s->q, e);
+	return sim_heap_push(&s->q, e);
 }
 
 static double step_time(struct sim *s, struct simw *w)
@@ -62,7 +62,7 @@ static uint64_t shadow_next(struct simw *w)
 static struct simw *pick_ready(struct sim *s)
 {
 	while (s->ready.n > 0) {
-		struct event e = heap_pop(&s->ready);
+		struct event e = sim_heap_pop(&s->ready);
 		struct simw *w = &s->w[e.worker];
 		if (w->state == W_READY && w->ready_seq == e.seq)
 			return w;
@@ -127,7 +127,7 @@ static int set_ready(struct sim *s, struct simw *w)
 	w->state = W_READY;
 	if (s->nhelpers) {
 		w->ready_seq = s->ready_seq++;
-		rc = heap_push(&s->ready, (struct event){.t = w->send_at, .seq = w->ready_seq,
+		rc = sim_heap_push(&s->ready, (struct event){.t = w->send_at, .seq = w->ready_seq,
 							  .worker = (int)(w - s->w)});
 	}
 	pthread_cond_signal(&s->work_cv);
@@ -305,7 +305,7 @@ static int release_round(struct sim *s, double t, char *err)
 		cores_sent(s, w, heads);
 		if (rc < 0)
 			return GEM_EFAIL;
-		if (worker_reply(s, w, reply_at(s, w, t)) < 0)
+		if (worker_reply(s, w, sim_reply_at(s, w, t)) < 0)
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
 	}
 	return 0;
@@ -337,7 +337,7 @@ static int serve_join(struct sim *s, struct simw *w, double t, char *err)
 			      : w->target > j.samples ? w->target - j.samples : 0;
 		ps_set_total(s->ps, ps_progress(s->ps).samples + (uint64_t)s->nw * left);
 	}
-	return worker_reply(s, w, reply_at(s, w, t)) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory")
+	return worker_reply(s, w, sim_reply_at(s, w, t)) < 0 ? gem_errf(err, GEM_ENOMEM, "out of memory")
 							     : 0;
 }
 
@@ -355,7 +355,7 @@ static int serve_leave(struct sim *s, struct simw *w, int how, double t, char *e
 	w->joined = 0;
 	w->pending = 0;
 	s->ndone += how == PS_LEFT_DONE;
-	if (r.round_closed && summary_add(s, NAN, r.st) < 0)
+	if (r.round_closed && sim_summary_add(s, NAN, r.st) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	return r.round_closed ? release_round(s, t, err) : 0;
 }
@@ -412,7 +412,7 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 		w->pending = 1;
 		return 0;
 	}
-	if (st == PS_APPLIED && summary_add(s, w->v.loss, r.st) < 0)
+	if (st == PS_APPLIED && sim_summary_add(s, w->v.loss, r.st) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	reply_heads(s, ps_commit_reply_head(&r, st == PS_APPLIED), heads);
 	rc = vworker_reply(&w->v, &s->wire[0], s->reply, r.elastic, 0, r.version,
@@ -422,18 +422,18 @@ static int serve_commit(struct sim *s, struct simw *w, double t, double tout, ch
 		return GEM_EFAIL;
 	if (r.window > 0) /* as gem-work takes it from the reply */
 		w->v.l.window = r.window;
-	if (worker_reply(s, w, reply_at(s, w, tout)) < 0)
+	if (worker_reply(s, w, sim_reply_at(s, w, tout)) < 0)
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
 	return r.round_closed ? release_round(s, tout, err) : 0;
 }
 
 /* One event. Requests to the server start when it is free (FIFO: they are popped in order of
- * arrival); a commit occupies its links and CPUs (server_take). */
+ * arrival); a commit occupies its links and CPUs (sim_server_take). */
 static int step_event(struct sim *s, const struct event *e, char *err)
 {
 	static const uint64_t unsent[SLICE_MAX];
 	struct simw *w = &s->w[e->worker];
-	double t, tout, wait, *waits;
+	double t, tout, wait;
 	int rc;
 	switch (e->kind) {
 	case EV_DIE:
@@ -447,21 +447,20 @@ static int step_event(struct sim *s, const struct event *e, char *err)
 			       ? gem_errf(err, GEM_ENOMEM, "out of memory")
 			       : 0;
 	case EV_JOIN:
-		s->vnow = t = server_next(s, e->t);
+		s->vnow = t = sim_server_next(s, e->t);
 		return serve_join(s, w, t, err);
 	case EV_LEAVE:
-		s->vnow = t = server_next(s, e->t);
+		s->vnow = t = sim_server_next(s, e->t);
 		return serve_leave(s, w, e->done ? PS_LEFT_DONE : PS_LEFT_PAUSED, t, err);
 	case EV_COMMIT:
 		/* the links carry the commit as encoded; one the worker does not send, nothing */
 		if ((rc = ensure_computed(s, w, err)) < 0)
 			return rc;
-		tout = server_take(s, e->t, w->v.diverged || !w->v.update ? unsent : w->v.commit_bytes,
+		tout = sim_server_take(s, e->t, w->v.diverged || !w->v.update ? unsent : w->v.commit_bytes,
 				   &t, &wait);
 		s->vnow = t;
-		if (!(waits = grow(s->waits, &s->wait_cap, s->nwait + 1, sizeof *waits)))
+		if (grow_array(&s->waits, &s->wait_cap, s->nwait + 1, sizeof *s->waits, 1024) < 0)
 			return gem_errf(err, GEM_ENOMEM, "out of memory");
-		s->waits = waits;
 		s->waits[s->nwait++] = wait;
 		s->wait_sum += wait;
 		return serve_commit(s, w, t, tout, err);
@@ -598,7 +597,7 @@ static int sim_setup(struct sim *s, const char *rundir, char *err)
 		return rc;
 	for (int k = 0; k < s->ncores; k++)
 		ps_log_start(s->core[k], NULL);
-	log_sim(s);
+	sim_log_options(s);
 	return 0;
 }
 
@@ -654,7 +653,7 @@ int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *su
 	if ((rc = sim_setup(s, rundir, err)) < 0)
 		goto out;
 	while (s->q.n > 0 && !(o->stop && *o->stop)) {
-		struct event e = heap_pop(&s->q);
+		struct event e = sim_heap_pop(&s->q);
 		if ((rc = step_event(s, &e, err)) < 0)
 			goto out;
 		if (o->progress && clock_mono() - s->last_progress >= 0.05)
@@ -672,7 +671,7 @@ int sim_run(const char *rundir, const struct sim_opts *o, struct sim_summary *su
 		if ((rc = ps_checkpoint(s->core[k], err)) < 0)
 			goto out;
 	}
-	summarise(s);
+	sim_summarise(s);
 	if (sum)
 		*sum = s->sum;
 out:

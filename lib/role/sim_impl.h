@@ -9,6 +9,7 @@
 
 #include "nn/data.h"
 #include "role/ps.h"
+#include "base/grow.h"
 #include "role/sim.h"
 #include "role/trainer.h"
 #include "role/vworker.h"
@@ -104,22 +105,6 @@ struct sim {
 	size_t nwait, wait_cap;
 };
 
-/* a (capacity *cap elements of size elem) with room for need, its capacity doubled as it
- * grows; NULL (a untouched) when out of memory. */
-static inline void *grow(void *a, size_t *cap, size_t need, size_t elem)
-{
-	size_t c = *cap ? *cap : 1024;
-	void *b;
-	if (need <= *cap)
-		return a;
-	while (c < need)
-		c *= 2;
-	if (!(b = realloc(a, c * elem)))
-		return NULL;
-	*cap = c;
-	return b;
-}
-
 /* qsort's order of doubles. */
 static inline int cmp_double(const void *a, const void *b)
 {
@@ -130,16 +115,16 @@ static inline int cmp_double(const void *a, const void *b)
 /* sim_queue.c: the event queue's push and pop; the server model: when the servers take a
  * commit of slices bytes[k] arriving at t (its CPU's start in *start), a join or a leave, and
  * when worker w's reply, leaving at t, has arrived */
-int heap_push(struct heap *h, struct event e);
-struct event heap_pop(struct heap *h);
-double server_take(struct sim *s, double t, const uint64_t *bytes, double *start, double *wait);
-double server_next(struct sim *s, double t);
-double reply_at(struct sim *s, const struct simw *w, double t);
+int sim_heap_push(struct heap *h, struct event e);
+struct event sim_heap_pop(struct heap *h);
+double sim_server_take(struct sim *s, double t, const uint64_t *bytes, double *start, double *wait);
+double sim_server_next(struct sim *s, double t);
+double sim_reply_at(struct sim *s, const struct simw *w, double t);
 
 /* sim_stats.c: the options as the log's "sim" event; an update's loss and statistics counted;
  * the summary made at the end */
-void log_sim(struct sim *s);
-int summary_add(struct sim *s, float loss, const struct rule_stats *st);
-void summarise(struct sim *s);
+void sim_log_options(struct sim *s);
+int sim_summary_add(struct sim *s, float loss, const struct rule_stats *st);
+void sim_summarise(struct sim *s);
 
 #endif

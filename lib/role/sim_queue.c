@@ -17,7 +17,7 @@ static int ev_before(const struct event *x, const struct event *y)
 	return x->t < y->t || (x->t == y->t && x->seq < y->seq);
 }
 
-int heap_push(struct heap *h, struct event e)
+int sim_heap_push(struct heap *h, struct event e)
 {
 	size_t i;
 	if (h->n == h->cap) {
@@ -34,7 +34,7 @@ int heap_push(struct heap *h, struct event e)
 	return 0;
 }
 
-struct event heap_pop(struct heap *h)
+struct event sim_heap_pop(struct heap *h)
 {
 	struct event top = h->a[0], last = h->a[--h->n];
 	size_t i = 0, c;
@@ -62,7 +62,7 @@ static double link_time(const struct sim *s, uint64_t bytes)
 /* A commit whose slices are bytes[k] (as encoded) arrives at the servers at t: when the last
  * slice is done with it (*start: when the last one started on it; *wait: the longest it waited
  * in a slice's queues). */
-double server_take(struct sim *s, double t, const uint64_t *bytes, double *start,
+double sim_server_take(struct sim *s, double t, const uint64_t *bytes, double *start,
 		   double *wait)
 {
 	double done = t;
@@ -89,7 +89,7 @@ double server_take(struct sim *s, double t, const uint64_t *bytes, double *start
 }
 
 /* A join or a leave at t: the servers take it when every slice is free (it costs them no time). */
-double server_next(struct sim *s, double t)
+double sim_server_next(struct sim *s, double t)
 {
 	if (t < s->server_free)
 		t = s->server_free;
@@ -100,7 +100,7 @@ double server_next(struct sim *s, double t)
 
 /* Worker w's reply (θ, or its slices), encoded (vworker_reply, vworker_joined), leaves the
  * servers at t: when it reaches w. */
-double reply_at(struct sim *s, const struct simw *w, double t)
+double sim_reply_at(struct sim *s, const struct simw *w, double t)
 {
 	double r = t;
 	for (int k = 0; k < s->ncores; k++) {

@@ -15,7 +15,7 @@
 /* ---- the summary ---- */
 
 /* The options of the simulation, as an event line (threads left out: they change nothing). */
-void log_sim(struct sim *s)
+void sim_log_options(struct sim *s)
 {
 	const struct sim_opts *o = s->o;
 	static const char *kinds[] = {"const", "normal", "lognormal"};
@@ -43,14 +43,12 @@ void log_sim(struct sim *s)
 }
 
 /* The figures the summary keeps of an applied update. */
-int summary_add(struct sim *s, float loss, const struct rule_stats *st)
+int sim_summary_add(struct sim *s, float loss, const struct rule_stats *st)
 {
-	uint64_t *taus;
 	s->sum.updates++;
 	s->tau_sum += (double)st->staleness;
-	if (!(taus = grow(s->taus, &s->tau_cap, s->ntau + 1, sizeof *taus)))
+	if (grow_array(&s->taus, &s->tau_cap, s->ntau + 1, sizeof *s->taus, 1024) < 0)
 		return -1;
-	s->taus = taus;
 	s->taus[s->ntau++] = st->staleness;
 	if (st->staleness > s->sum.tau_max)
 		s->sum.tau_max = st->staleness;
@@ -61,10 +59,9 @@ int summary_add(struct sim *s, float loss, const struct rule_stats *st)
 			s->ring_n++;
 	}
 	if (st->ntensors > 0) {
-		float *a = grow(s->pi_meds, &s->pi_cap, s->npi + (size_t)st->ntensors, sizeof *a);
-		if (!a)
+		if (grow_array(&s->pi_meds, &s->pi_cap, s->npi + (size_t)st->ntensors,
+			       sizeof *s->pi_meds, 1024) < 0)
 			return -1;
-		s->pi_meds = a;
 		for (int i = 0; i < st->ntensors; i++)
 			s->pi_meds[s->npi++] = st->t[i].pi_median;
 		s->scale_sum += st->all.scale;
@@ -117,7 +114,7 @@ static void summarise_queue(struct sim *s)
 	}
 }
 
-void summarise(struct sim *s)
+void sim_summarise(struct sim *s)
 {
 	struct sim_summary *m = &s->sum;
 	struct run_progress p = ps_progress(s->ps);
