@@ -480,11 +480,21 @@ static void pad_pack(float *P, const float *x, int B, int b, const struct conv2d
 				continue;
 			}
 			const float *xr = xc + (size_t)ir * s->w;
-			for (int ph = 0; ph < g->nph; ph++, pr += g->wq)
-				for (int m = 0; m < g->wq; m++) {
-					int col = m * s->stride + ph - s->pad;
-					pr[m] = col >= 0 && col < s->w ? xr[col] : 0;
-				}
+			for (int ph = 0; ph < g->nph; ph++, pr += g->wq) {
+				/* m inside the image: 0 <= m·S + ph − pad < W; zeros either side */
+				int st = s->stride, a = s->pad - ph, lo = a <= 0 ? 0 : (a + st - 1) / st;
+				int hi = (s->w + s->pad - ph + st - 1) / st;
+				hi = hi < g->wq ? hi : g->wq;
+				lo = lo < hi ? lo : hi;
+				memset(pr, 0, sizeof *pr * lo);
+				const float *xs = xr + lo * st + ph - s->pad;
+				if (st == 1)
+					memcpy(pr + lo, xs, sizeof *pr * (hi - lo));
+				else
+					for (int m = lo; m < hi; m++)
+						pr[m] = xs[(m - lo) * st];
+				memset(pr + hi, 0, sizeof *pr * (g->wq - hi));
+			}
 		}
 	}
 }
@@ -508,9 +518,20 @@ static void pad_unpack(float *dx, const float *D, int B, int b, const struct con
 				continue;
 			}
 			const float *dr = dc + (size_t)r * g->row;
-			for (int iw = 0; iw < s->w; iw++) {
-				int pw = iw + s->pad, ph = pw % s->stride, m = pw / s->stride;
-				xr[iw] = ph < g->nph && m < g->wq ? dr[(size_t)ph * g->wq + m] : 0;
+			int st = s->stride;
+			if (g->nph < st || (g->wq - 1) * st + st - 1 - s->pad < s->w - 1)
+				memset(xr, 0, sizeof *xr * s->w); /* columns no output reads */
+			for (int ph = 0; ph < g->nph; ph++, dr += g->wq) {
+				/* as pad_pack: the m whose column m·S + ph − pad is inside the row */
+				int a = s->pad - ph, lo = a <= 0 ? 0 : (a + st - 1) / st;
+				int hi = (s->w + s->pad - ph + st - 1) / st;
+				hi = hi < g->wq ? hi : g->wq;
+				float *xs = xr + lo * st + ph - s->pad;
+				if (st == 1 && lo < hi)
+					memcpy(xs, dr + lo, sizeof *xs * (hi - lo));
+				else
+					for (int m = lo; m < hi; m++)
+						xs[(m - lo) * st] = dr[m];
 			}
 		}
 	}
@@ -525,6 +546,7 @@ static void pad_offsets(int *off, const struct conv2d_shape *s, const struct pge
 }
 
 #define CD_KK 9 /* taps at most: K <= 3 */
+#define CD_ACC 27 /* accumulators at most in a dW or dx tile (3 × 9, 8 × 1, 5 × 4) */
 
 /* Portable: the same sums in the same order as the SIMD kernels below. */
 static void pfwd_c(float *y, float *P, const float *x, const float *W, const float *b, int B,
@@ -703,35 +725,45 @@ CD_AVX2 CD_INLINE void pdW_tile(float *dW, int ckk, const float *dy, size_t n, c
 				const struct conv2d_shape *s, const struct pgeo *g, const int *off, int KK,
 				int NO, int no)
 {
-	__m256 a[8][CD_KK];
+	__m256 a[CD_ACC]; /* flat and no larger than used: GCC keeps it in registers */
 #pragma GCC unroll 8
 	for (int q = 0; q < NO; q++)
 #pragma GCC unroll 9
 		for (int t = 0; t < KK; t++)
-			a[q][t] = _mm256_setzero_ps();
-	size_t ohw = (size_t)s->oh * s->ow, prs = (size_t)g->rs * g->row;
-	for (int bb = 0; bb < B; bb++)
-		for (int i = 0; i < s->oh; i++)
-			for (int j = 0; j < s->ow; j += 8) {
-				const float *d = dy + bb * ohw + (size_t)i * s->ow + j;
-				const float *pr = p + (size_t)bb * g->chan + i * prs + j;
-				__m256i mask = row_mask(j, s->ow);
-				__m256 dv[8];
+			a[q * KK + t] = _mm256_setzero_ps();
+	/* one loop over (sample, row, block), its counters stepped by hand: with the three loops
+	 * nested GCC 12 kept the accumulators in memory around the inner one */
+	size_t prs = (size_t)g->rs * g->row, skip = g->chan - (size_t)s->oh * prs;
+	int nblk = (s->ow + 7) / 8, jb = 0, i = 0;
+	__m256i ones = _mm256_set1_epi32(-1), last = row_mask((nblk - 1) * 8, s->ow);
+	const float *d = dy, *pr = p;
+	for (long it = (long)B * s->oh * nblk; it > 0; it--) {
+		__m256i mask = jb == nblk - 1 ? last : ones;
+		__m256 dv[8];
 #pragma GCC unroll 8
-				for (int q = 0; q < NO; q++)
-					dv[q] = q < no ? _mm256_maskload_ps(d + q * n, mask) : _mm256_setzero_ps();
+		for (int q = 0; q < NO; q++)
+			dv[q] = q < no ? _mm256_maskload_ps(d + q * n + 8 * jb, mask) : _mm256_setzero_ps();
 #pragma GCC unroll 9
-				for (int t = 0; t < KK; t++) {
-					__m256 pv = _mm256_loadu_ps(pr + off[t]);
+		for (int t = 0; t < KK; t++) {
+			__m256 pv = _mm256_loadu_ps(pr + 8 * jb + off[t]);
 #pragma GCC unroll 8
-					for (int q = 0; q < NO; q++)
-						if (q < no)
-							a[q][t] = _mm256_fmadd_ps(dv[q], pv, a[q][t]);
-				}
-			}
-	for (int q = 0; q < no; q++)
+			for (int q = 0; q < NO; q++)
+				if (q < no)
+					a[q * KK + t] = _mm256_fmadd_ps(dv[q], pv, a[q * KK + t]);
+		}
+		if (++jb == nblk) {
+			jb = 0, d += s->ow, pr += prs;
+			if (++i == s->oh)
+				i = 0, pr += skip;
+		}
+	}
+	/* unrolled: an index the compiler cannot fold would keep a[] in memory */
+#pragma GCC unroll 8
+	for (int q = 0; q < NO; q++)
+#pragma GCC unroll 9
 		for (int t = 0; t < KK; t++)
-			dW[q * ckk + t] = hsum8(a[q][t]);
+			if (q < no)
+				dW[q * ckk + t] = hsum8(a[q * KK + t]);
 }
 
 CD_AVX2 CD_INLINE void pdW_all(float *dW, const float *dy, const float *P, int B, const struct conv2d_shape *s,
@@ -761,12 +793,12 @@ CD_AVX2 CD_INLINE void pdW_all(float *dW, const float *dy, const float *P, int B
 CD_AVX2 CD_INLINE void pdx_tile(float *D, size_t dcs, const float *dy, size_t n, const float *W, int ckk,
 				int oc, int k, const int *off, int KK, int G, int ng, __m256i mask)
 {
-	__m256 a[8][CD_KK];
+	__m256 a[CD_ACC]; /* flat and no larger than used: GCC keeps it in registers */
 #pragma GCC unroll 8
 	for (int g = 0; g < G; g++)
 #pragma GCC unroll 9
 		for (int t = 0; t < KK; t++)
-			a[g][t] = _mm256_setzero_ps();
+			a[g * KK + t] = _mm256_setzero_ps();
 	for (int o = 0; o < oc; o++, dy += n, W += ckk) {
 		__m256 d = _mm256_maskload_ps(dy, mask);
 #pragma GCC unroll 8
@@ -774,7 +806,7 @@ CD_AVX2 CD_INLINE void pdx_tile(float *D, size_t dcs, const float *dy, size_t n,
 			if (g < ng)
 #pragma GCC unroll 9
 				for (int t = 0; t < KK; t++)
-					a[g][t] = _mm256_fmadd_ps(d, _mm256_broadcast_ss(W + g * KK + t), a[g][t]);
+					a[g * KK + t] = _mm256_fmadd_ps(d, _mm256_broadcast_ss(W + g * KK + t), a[g * KK + t]);
 	}
 #pragma GCC unroll 3
 	for (int kj = 0; kj < k; kj++)
@@ -784,7 +816,7 @@ CD_AVX2 CD_INLINE void pdx_tile(float *D, size_t dcs, const float *dy, size_t n,
 #pragma GCC unroll 3
 				for (int ki = 0; ki < k; ki++) {
 					float *q = D + g * dcs + off[ki * k + kj];
-					_mm256_storeu_ps(q, _mm256_add_ps(_mm256_loadu_ps(q), a[g][ki * k + kj]));
+					_mm256_storeu_ps(q, _mm256_add_ps(_mm256_loadu_ps(q), a[g * KK + ki * k + kj]));
 				}
 }
 
@@ -851,7 +883,7 @@ CD_AVX2 CD_INLINE void pdx_all(float *dx, float *D, const float *dy, const float
 			pdx_all(dx, D, dy, W, B, s, lo, hi, 1, G1);                                             \
 	}
 CD_PAD_LEVEL(avx2, CD_AVX2, 2, 1, 2, 4, 1, 2, 6)
-CD_PAD_LEVEL(avx512, CD_AVX512, 4, 2, 4, 8, 3, 5, 8)
+CD_PAD_LEVEL(avx512, CD_AVX512, 4, 2, 4, 8, 2, 4, 8)
 #undef CD_PAD_LEVEL
 #endif
 
