@@ -259,7 +259,7 @@ static void test_conv_pad(int B, int c, int h, int w, int oc, int k, int stride,
 	size_t ncol = conv2d_col_size(&s, B);
 	float *x = malloc(nx * 4), *W = malloc(nw * 4), *b = malloc(oc * 4), *dy = malloc(ny * 4);
 	float *y = malloc(ny * 4), *dx = malloc(nx * 4), *dW = malloc(nw * 4), *db = malloc(oc * 4);
-	float *y1 = malloc(ny * 4), *dx1 = malloc(nx * 4), *dW1 = malloc(nw * 4);
+	float *y1 = malloc(ny * 4), *y2 = malloc(ny * 4), *dx1 = malloc(nx * 4), *dW1 = malloc(nw * 4);
 	float *col = malloc(ncol * 4), *dcol = malloc(ncol * 4);
 	double *ry = calloc(ny, 8), *my = calloc(ny, 8), *rw = calloc(nw, 8), *mw = calloc(nw, 8);
 	double *rx = calloc(nx, 8), *mx = calloc(nx, 8);
@@ -299,17 +299,23 @@ static void test_conv_pad(int B, int c, int h, int w, int oc, int k, int stride,
 		   "conv2d %dx%dx%d→%d k%d s%d p%d, batch %d, SIMD level %d: y, dW, dx within the rounding bound "
 		   "of the definition (worst %.2g, %.2g, %.2g of it)",
 		   c, h, w, oc, k, stride, pad, B, l, ey, ew, ex);
+		conv2d_forward(y1, dcol, x, W, b, B, &s, 0);
+		ok(!memcmp(y, y1, ny * 4), "conv2d %dx%dx%d→%d k%d s%d p%d, SIMD level %d: evaluation (one sample's room "
+		   "reused) gives the bits of training", c, h, w, oc, k, stride, pad, l);
 		if (l != have)
 			continue;
 		conv_direct_threads(3);
 		conv2d_forward(y1, col, x, W, b, B, &s, 1);
 		conv2d_backward(dx1, dW1, db, dcol, dy, col, x, W, B, &s);
+		conv2d_forward(y2, dcol, x, W, b, B, &s, 0); /* threads' rooms in evaluation */
 		conv_direct_threads(1);
-		ok(!memcmp(y, y1, ny * 4) && !memcmp(dW, dW1, nw * 4) && !memcmp(dx, dx1, nx * 4),
-		   "conv2d %dx%dx%d→%d k%d s%d p%d: 3 threads give the bits of 1", c, h, w, oc, k, stride, pad);
+		ok(!memcmp(y, y1, ny * 4) && !memcmp(y, y2, ny * 4) && !memcmp(dW, dW1, nw * 4) &&
+			   !memcmp(dx, dx1, nx * 4),
+		   "conv2d %dx%dx%d→%d k%d s%d p%d: 3 threads give the bits of 1 (evaluation too)", c, h, w, oc, k,
+		   stride, pad);
 	}
 	conv_direct_simd(was);
-	free(x), free(W), free(b), free(dy), free(y), free(dx), free(dW), free(db), free(y1), free(dx1), free(dW1);
+	free(x), free(W), free(b), free(dy), free(y), free(dx), free(dW), free(db), free(y1), free(y2), free(dx1), free(dW1);
 	free(col), free(dcol), free(ry), free(my), free(rw), free(mw), free(rx), free(mx);
 }
 

@@ -425,9 +425,12 @@ CD_AVX512 static void dx_avx512(float *dx, const float *dy, const float *W, int 
  *   P[c][b][i·RS + ki][kj mod S][j + kj div S],   RS = min(K, S)
  * so 8 outputs of a row read 8 consecutive floats for every tap, at any stride: the stride-1
  * kernels' contiguous loads without im2col's K·K copies. A row holds ceil(OW/8)·8 + (K−1)/S
- * floats, so the last 8-wide block of a row reads no further than its row. The forward packs
- * P into the layer's col buffer and backward's dW reads it from there; dx gathers into a
- * second P-shaped buffer (dcol) and unpacks it. The work is split by samples (forward, dx)
+ * floats, so the last 8-wide block of a row reads no further than its row. P is channel-major
+ * (P[c][b][row][phase][m]: dW, which sums over the batch per channel, streams through it). In
+ * training the forward packs the whole batch into the layer's col buffer and backward's dW
+ * reads it from there; in evaluation each thread packs one sample at a time into the room of
+ * its first sample (some 64 KB for the resnet: the cache, not memory). dx gathers into a
+ * P-shaped sample in dcol, in the same reused room, and unpacks it. The work is split by samples (forward, dx)
  * and output channels (dW), as above. */
 
 struct pgeo {
@@ -464,13 +467,13 @@ static int pad_in_row(const struct conv2d_shape *s, int r)
 	return (s->k >= s->stride ? r : r / s->k * s->stride + r % s->k) - s->pad;
 }
 
-/* P for sample b (every channel) from x (C,B,H,W). */
-static void pad_pack(float *P, const float *x, int B, int b, const struct conv2d_shape *s,
+/* Sample b's P from x (C,B,H,W): its channels at Pb, B·chan floats apart. */
+static void pad_pack(float *Pb, const float *x, int B, int b, const struct conv2d_shape *s,
 		     const struct pgeo *g)
 {
 	size_t plane = (size_t)s->h * s->w;
 	for (int c = 0; c < s->c; c++) {
-		float *pc = P + ((size_t)c * B + b) * g->chan;
+		float *pc = Pb + (size_t)c * B * g->chan;
 		const float *xc = x + ((size_t)c * B + b) * plane;
 		for (int r = 0; r < g->hr; r++) {
 			float *pr = pc + (size_t)r * g->row;
@@ -499,14 +502,14 @@ static void pad_pack(float *P, const float *x, int B, int b, const struct conv2d
 	}
 }
 
-/* dx (C,B,H,W) of sample b from its P-shaped gradient D: each input pixel sits at one place of
- * D (or none: a pixel no output reads has gradient 0). */
-static void pad_unpack(float *dx, const float *D, int B, int b, const struct conv2d_shape *s,
+/* dx (C,B,H,W) of sample b from its P-shaped gradient Db: each input pixel sits at one place of
+ * Db (or none: a pixel no output reads has gradient 0). */
+static void pad_unpack(float *dx, const float *Db, int B, int b, const struct conv2d_shape *s,
 		       const struct pgeo *g)
 {
 	size_t plane = (size_t)s->h * s->w;
 	for (int c = 0; c < s->c; c++) {
-		const float *dc = D + ((size_t)c * B + b) * g->chan;
+		const float *dc = Db + (size_t)c * B * g->chan;
 		float *xc = dx + ((size_t)c * B + b) * plane;
 		for (int ih = 0; ih < s->h; ih++) {
 			float *xr = xc + (size_t)ih * s->w;
@@ -550,18 +553,19 @@ static void pad_offsets(int *off, const struct conv2d_shape *s, const struct pge
 
 /* Portable: the same sums in the same order as the SIMD kernels below. */
 static void pfwd_c(float *y, float *P, const float *x, const float *W, const float *b, int B,
-		   const struct conv2d_shape *s, int lo, int hi)
+		   const struct conv2d_shape *s, int lo, int hi, int keep)
 {
 	struct pgeo g = pad_geo(s);
 	int off[CD_KK], kk = s->k * s->k, ckk = s->c * kk;
 	size_t ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw, pcs = (size_t)B * g.chan;
 	pad_offsets(off, s, &g);
 	for (int bb = lo; bb < hi; bb++) {
-		pad_pack(P, x, B, bb, s, &g);
+		float *Pb = P + (size_t)(keep ? bb : lo) * g.chan;
+		pad_pack(Pb, x, B, bb, s, &g);
 		for (int o = 0; o < s->oc; o++)
 			for (int i = 0; i < s->oh; i++)
 				for (int j = 0; j < s->ow; j++) {
-					const float *p = P + (size_t)bb * g.chan + (size_t)i * g.rs * g.row + j;
+					const float *p = Pb + (size_t)i * g.rs * g.row + j;
 					float acc = 0;
 					for (int c = 0; c < s->c; c++)
 						for (int t = 0; t < kk; t++)
@@ -600,13 +604,14 @@ static void pdx_c(float *dx, float *D, const float *dy, const float *W, int B, c
 	int off[CD_KK], k = s->k, kk = k * k, ckk = s->c * kk;
 	size_t ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw;
 	pad_offsets(off, s, &g);
+	float *Db = D + (size_t)lo * g.chan; /* one sample's room, reused */
 	for (int bb = lo; bb < hi; bb++) {
 		for (int c = 0; c < s->c; c++)
-			memset(D + ((size_t)c * B + bb) * g.chan, 0, sizeof *D * g.chan);
+			memset(Db + (size_t)c * B * g.chan, 0, sizeof *Db * g.chan);
 		for (int c = 0; c < s->c; c++)
 			for (int i = 0; i < s->oh; i++)
 				for (int j = 0; j < s->ow; j++) {
-					float *p = D + ((size_t)c * B + bb) * g.chan + (size_t)i * g.rs * g.row + j;
+					float *p = Db + (size_t)c * B * g.chan + (size_t)i * g.rs * g.row + j;
 					for (int kj = 0; kj < k; kj++)
 						for (int ki = 0; ki < k; ki++) {
 							int t = ki * k + kj;
@@ -617,7 +622,7 @@ static void pdx_c(float *dx, float *D, const float *dy, const float *W, int B, c
 							p[off[t]] += a;
 						}
 				}
-		pad_unpack(dx, D, B, bb, s, &g);
+		pad_unpack(dx, Db, B, bb, s, &g);
 	}
 }
 
@@ -680,7 +685,7 @@ CD_AVX2 CD_INLINE void pfwd_tile(float *y, size_t ys, int ow, const float *p, si
 /* Every tile of samples [lo, hi): R rows × G channels (AVX2 2 × 4, 8 accumulators of its 16
  * registers; AVX-512VL 4 × 4, 16 of 32: each loaded vector feeds 4 FMAs). */
 CD_AVX2 CD_INLINE void pfwd_all(float *y, float *P, const float *x, const float *W, const float *b, int B,
-				const struct conv2d_shape *s, int lo, int hi, int KK, int R, int G)
+				const struct conv2d_shape *s, int lo, int hi, int keep, int KK, int R, int G)
 {
 	struct pgeo g = pad_geo(s);
 	int off[CD_KK], ckk = s->c * KK;
@@ -688,14 +693,15 @@ CD_AVX2 CD_INLINE void pfwd_all(float *y, float *P, const float *x, const float 
 	size_t prs = (size_t)g.rs * g.row;
 	pad_offsets(off, s, &g);
 	for (int bb = lo; bb < hi; bb++) {
-		pad_pack(P, x, B, bb, s, &g);
+		float *Pb = P + (size_t)(keep ? bb : lo) * g.chan;
+		pad_pack(Pb, x, B, bb, s, &g);
 		for (int o = 0; o < s->oc; o += G) {
 			int ng = s->oc - o < G ? s->oc - o : G;
 			for (int i = 0; i < s->oh; i += R) {
 				int nr = s->oh - i < R ? s->oh - i : R;
 				for (int j = 0; j < s->ow; j += 8) {
 					float *yt = y + o * n + bb * ohw + (size_t)i * s->ow + j;
-					const float *pt = P + (size_t)bb * g.chan + i * prs + j;
+					const float *pt = Pb + i * prs + j;
 					const float *wt = W + (size_t)o * ckk;
 					int masked = j + 8 > s->ow;
 					__m256i mask = row_mask(j, s->ow);
@@ -828,14 +834,15 @@ CD_AVX2 CD_INLINE void pdx_all(float *dx, float *D, const float *dy, const float
 	size_t ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw, dcs = (size_t)B * g.chan;
 	size_t prs = (size_t)g.rs * g.row;
 	pad_offsets(off, s, &g);
+	float *Db = D + (size_t)lo * g.chan; /* one sample's room, reused */
 	for (int bb = lo; bb < hi; bb++) {
 		for (int c = 0; c < s->c; c++)
-			memset(D + ((size_t)c * B + bb) * g.chan, 0, sizeof *D * g.chan);
+			memset(Db + (size_t)c * B * g.chan, 0, sizeof *Db * g.chan);
 		for (int c = 0; c < s->c; c += G) {
 			int ng = s->c - c < G ? s->c - c : G;
 			for (int i = 0; i < s->oh; i++)
 				for (int j = 0; j < s->ow; j += 8) {
-					float *dt = D + ((size_t)c * B + bb) * g.chan + i * prs + j;
+					float *dt = Db + (size_t)c * B * g.chan + i * prs + j;
 					const float *d = dy + bb * ohw + (size_t)i * s->ow + j;
 					__m256i mask = row_mask(j, s->ow);
 					if (ng == G)
@@ -844,7 +851,7 @@ CD_AVX2 CD_INLINE void pdx_all(float *dx, float *D, const float *dy, const float
 						pdx_tile(dt, dcs, d, n, W + (size_t)c * KK, ckk, s->oc, k, off, KK, G, ng, mask);
 				}
 		}
-		pad_unpack(dx, D, B, bb, s, &g);
+		pad_unpack(dx, Db, B, bb, s, &g);
 	}
 }
 
@@ -853,14 +860,14 @@ CD_AVX2 CD_INLINE void pdx_all(float *dx, float *D, const float *dy, const float
  * input channel) for a 3×3 dx; AVX-512VL's 32 hold 4 × 4, 18 (two) and 27 (three). */
 #define CD_PAD_LEVEL(name, attr, R, NO9, NO4, NO1, G9, G4, G1)                                              \
 	attr static void pfwd_##name(float *y, float *P, const float *x, const float *W, const float *b, int B, \
-				     const struct conv2d_shape *s, int lo, int hi)                              \
+				     const struct conv2d_shape *s, int lo, int hi, int keep)                    \
 	{                                                                                                       \
 		if (s->k == 3)                                                                                  \
-			pfwd_all(y, P, x, W, b, B, s, lo, hi, 9, R, 4);                                         \
+			pfwd_all(y, P, x, W, b, B, s, lo, hi, keep, 9, R, 4);                                         \
 		else if (s->k == 2)                                                                             \
-			pfwd_all(y, P, x, W, b, B, s, lo, hi, 4, R, 4);                                         \
+			pfwd_all(y, P, x, W, b, B, s, lo, hi, keep, 4, R, 4);                                         \
 		else                                                                                            \
-			pfwd_all(y, P, x, W, b, B, s, lo, hi, 1, R, 4);                                         \
+			pfwd_all(y, P, x, W, b, B, s, lo, hi, keep, 1, R, 4);                                         \
 	}                                                                                                       \
 	attr static void pdW_##name(float *dW, const float *dy, const float *P, int B,                         \
 				    const struct conv2d_shape *s, int lo, int hi)                               \
@@ -894,6 +901,7 @@ struct part {
 	const float *x, *W, *b, *dy;
 	const struct conv2d_shape *s;
 	float *P; /* 3, 5: the packed batch written (forward) or its gradient (dx); 4: read */
+	int keep; /* 3: P keeps every sample (for dW); 0: one sample's room per part, reused */
 };
 
 /* run_part's padded kernels. */
@@ -903,12 +911,12 @@ static void run_pad_part(const struct part *p)
 	case 3:
 #ifdef CD_X86
 		if (p->level == 2)
-			pfwd_avx512(p->out, p->P, p->x, p->W, p->b, p->B, p->s, p->lo, p->hi);
+			pfwd_avx512(p->out, p->P, p->x, p->W, p->b, p->B, p->s, p->lo, p->hi, p->keep);
 		else if (p->level)
-			pfwd_avx2(p->out, p->P, p->x, p->W, p->b, p->B, p->s, p->lo, p->hi);
+			pfwd_avx2(p->out, p->P, p->x, p->W, p->b, p->B, p->s, p->lo, p->hi, p->keep);
 		else
 #endif
-			pfwd_c(p->out, p->P, p->x, p->W, p->b, p->B, p->s, p->lo, p->hi);
+			pfwd_c(p->out, p->P, p->x, p->W, p->b, p->B, p->s, p->lo, p->hi, p->keep);
 		break;
 	case 4:
 #ifdef CD_X86
@@ -1006,13 +1014,13 @@ static void run_split(struct part base, int n, int unit)
 void conv_direct_forward(float *y, const float *x, const float *W, const float *b, int B,
 			 const struct conv2d_shape *s)
 {
-	struct part p = {0, conv_direct_simd(-1), 0, B, B, y, x, W, b, NULL, s, NULL};
+	struct part p = {0, conv_direct_simd(-1), 0, B, B, y, x, W, b, NULL, s, NULL, 0};
 	run_split(p, B, 1);
 }
 
 void conv_direct_dW(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
 {
-	struct part p = {1, conv_direct_simd(-1), 0, s->oc, B, dW, x, NULL, NULL, dy, s, NULL};
+	struct part p = {1, conv_direct_simd(-1), 0, s->oc, B, dW, x, NULL, NULL, dy, s, NULL, 0};
 	run_split(p, s->oc, p.level == 2 ? 4 : 2);
 }
 
@@ -1023,26 +1031,26 @@ int conv_direct_dx_fits(const struct conv2d_shape *s)
 
 void conv_direct_dx(float *dx, const float *dy, const float *W, int B, const struct conv2d_shape *s)
 {
-	struct part p = {2, conv_direct_simd(-1), 0, B, B, dx, NULL, W, NULL, dy, s, NULL};
+	struct part p = {2, conv_direct_simd(-1), 0, B, B, dx, NULL, W, NULL, dy, s, NULL, 0};
 	run_split(p, B, 1);
 }
 
 void conv_direct_pad_forward(float *y, float *P, const float *x, const float *W, const float *b, int B,
-			     const struct conv2d_shape *s)
+			     const struct conv2d_shape *s, int keep)
 {
-	struct part p = {3, conv_direct_simd(-1), 0, B, B, y, x, W, b, NULL, s, P};
+	struct part p = {3, conv_direct_simd(-1), 0, B, B, y, x, W, b, NULL, s, P, keep};
 	run_split(p, B, 1);
 }
 
 void conv_direct_pad_dW(float *dW, const float *dy, const float *P, int B, const struct conv2d_shape *s)
 {
 	/* output channels in units of the widest dW tile (a thread's part is whole tiles) */
-	struct part p = {4, conv_direct_simd(-1), 0, s->oc, B, dW, NULL, NULL, NULL, dy, s, (float *)P};
+	struct part p = {4, conv_direct_simd(-1), 0, s->oc, B, dW, NULL, NULL, NULL, dy, s, (float *)P, 0};
 	run_split(p, s->oc, s->k == 1 ? 8 : 4);
 }
 
 void conv_direct_pad_dx(float *dx, float *D, const float *dy, const float *W, int B, const struct conv2d_shape *s)
 {
-	struct part p = {5, conv_direct_simd(-1), 0, B, B, dx, NULL, W, NULL, dy, s, D};
+	struct part p = {5, conv_direct_simd(-1), 0, B, B, dx, NULL, W, NULL, dy, s, D, 0};
 	run_split(p, B, 1);
 }

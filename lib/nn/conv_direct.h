@@ -43,9 +43,10 @@ void conv_direct_dx(float *dx, const float *dy, const float *W, int B, const str
 int conv_direct_pad_fits(const struct conv2d_shape *s);
 // Floats of P (or of dx's D) for B samples
 size_t conv_direct_pad_size(const struct conv2d_shape *s, int B);
-// y = W ⊛ x + b, packing x into P (conv_direct_pad_size floats) as it goes
+// y = W ⊛ x + b, packing x into P (conv_direct_pad_size floats) as it goes; keep: P holds the
+// whole batch afterwards (for dW), 0: one sample per thread, reused (stays in the cache)
 void conv_direct_pad_forward(float *y, float *P, const float *x, const float *W, const float *b, int B,
-			     const struct conv2d_shape *s);
+			     const struct conv2d_shape *s, int keep);
 // dW = Σ over the batch of dy ⊗ x, x read from P as conv_direct_pad_forward packed it
 void conv_direct_pad_dW(float *dW, const float *dy, const float *P, int B, const struct conv2d_shape *s);
 // dx (C,B,H,W) from dy, through the scratch D (conv_direct_pad_size floats)

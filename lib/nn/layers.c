@@ -301,7 +301,7 @@ void conv2d_forward(float *y, float *col, const float *x, const float *W, const 
 		return;
 	}
 	if (conv_direct_pad_fits(s)) { /* col: the packed batch, which backward's dW reads */
-		conv_direct_pad_forward(y, col, x, W, b, B, s);
+		conv_direct_pad_forward(y, col, x, W, b, B, s, keep);
 		return;
 	}
 	for (int o = 0; o < s->oc; o++)
