@@ -30,8 +30,10 @@ void dense_forward(float *y, const float *x, const float *W, const float *b, int
 void dense_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
 		    int B, int in, int out, float *scratch);
 
-// x (C,B,H,W) → col (C·K·K, B·OH·OW); W (OC,C·K·K) · col + b → y (OC,B,OH,OW). keep: col
-// holds the whole im2col afterwards (backward reads it); 0: col is scratch (eval)
+// x (C,B,H,W) → col (C·K·K, B·OH·OW); W (OC,C·K·K) · col + b → y (OC,B,OH,OW), or through
+// nn/conv_direct.h's kernels for the shapes they take (col: their packed batch). keep: col
+// holds the whole im2col (or packed batch) afterwards (backward reads it); 0: col is scratch
+// (eval)
 void conv2d_forward(float *y, float *col, const float *x, const float *W, const float *b, int B,
 		    const struct conv2d_shape *s, int keep);
 // dy (OC,B,OH,OW) → dW (OC,C,K,K) = dy·colᵀ, db (OC), dx (C,B,H,W) = col2im(Wᵀ·dy) through the
