@@ -237,6 +237,88 @@ static void test_conv_direct_paths(int B, int c, int h, int w, int oc, int k)
 	free(x), free(W), free(b), free(dy);
 }
 
+/* The padded and strided direct kernels (nn/conv_direct.h's conv_direct_pad_*), through
+ * conv2d_forward/backward at every SIMD level, against the definition summed in double: each
+ * result within n·ε·Σ|terms| of it (n the terms summed: the bound on any order of float
+ * additions), and 3 threads give the bits of 1. */
+static double conv_worst(const float *got, const double *want, const double *mag, size_t n, double terms)
+{
+	double worst = 0; /* the error in units of the bound */
+	for (size_t i = 0; i < n; i++)
+		worst = fmax(worst, fabs(got[i] - want[i]) / (terms * FLT_EPSILON * mag[i] + 1e-30));
+	return worst;
+}
+
+static void test_conv_pad(int B, int c, int h, int w, int oc, int k, int stride, int pad)
+{
+	struct conv2d_shape s;
+	conv2d_shape_init(&s, c, h, w, oc, k, stride, pad);
+	ok(conv_direct_pad_fits(&s), "conv2d %dx%dx%d→%d k%d s%d p%d: the padded direct kernels take it", c, h,
+	   w, oc, k, stride, pad);
+	size_t nx = (size_t)c * B * h * w, nw = (size_t)oc * c * k * k, ny = (size_t)oc * B * s.oh * s.ow;
+	size_t ncol = conv2d_col_size(&s, B);
+	float *x = malloc(nx * 4), *W = malloc(nw * 4), *b = malloc(oc * 4), *dy = malloc(ny * 4);
+	float *y = malloc(ny * 4), *dx = malloc(nx * 4), *dW = malloc(nw * 4), *db = malloc(oc * 4);
+	float *y1 = malloc(ny * 4), *y2 = malloc(ny * 4), *dx1 = malloc(nx * 4), *dW1 = malloc(nw * 4);
+	float *col = malloc(ncol * 4), *dcol = malloc(ncol * 4);
+	double *ry = calloc(ny, 8), *my = calloc(ny, 8), *rw = calloc(nw, 8), *mw = calloc(nw, 8);
+	double *rx = calloc(nx, 8), *mx = calloc(nx, 8);
+	fill(x, nx, -1, 1), fill(W, nw, -1, 1), fill(b, oc, -1, 1), fill(dy, ny, -1, 1);
+	for (int o = 0; o < oc; o++)
+		for (int bb = 0; bb < B; bb++)
+			for (int i = 0; i < s.oh; i++)
+				for (int j = 0; j < s.ow; j++) {
+					size_t yi = (((size_t)o * B + bb) * s.oh + i) * s.ow + j;
+					ry[yi] = b[o], my[yi] = fabs(b[o]);
+					for (int ch = 0; ch < c; ch++)
+						for (int ki = 0; ki < k; ki++)
+							for (int kj = 0; kj < k; kj++) {
+								int ih = i * stride - pad + ki, iw = j * stride - pad + kj;
+								if (ih < 0 || ih >= h || iw < 0 || iw >= w)
+									continue;
+								size_t wi = (((size_t)o * c + ch) * k + ki) * k + kj;
+								size_t xi = (((size_t)ch * B + bb) * h + ih) * w + iw;
+								double t = (double)W[wi] * x[xi], u = (double)dy[yi] * x[xi];
+								double v = (double)dy[yi] * W[wi];
+								ry[yi] += t, my[yi] += fabs(t);
+								rw[wi] += u, mw[wi] += fabs(u);
+								rx[xi] += v, mx[xi] += fabs(v);
+							}
+				}
+	int was = conv_direct_simd(2), have = conv_direct_simd(-1);
+	for (int l = 0; l <= 2; l++) {
+		conv_direct_simd(l);
+		if (l > have)
+			diag("SIMD level %d is missing here: it ran level %d", l, have);
+		conv2d_forward(y, col, x, W, b, B, &s, 1);
+		conv2d_backward(dx, dW, db, dcol, dy, col, x, W, B, &s);
+		double ey = conv_worst(y, ry, my, ny, c * k * k + 1);
+		double ew = conv_worst(dW, rw, mw, nw, (double)B * s.oh * s.ow);
+		double ex = conv_worst(dx, rx, mx, nx, oc * k * k);
+		ok(ey < 1 && ew < 1 && ex < 1,
+		   "conv2d %dx%dx%d→%d k%d s%d p%d, batch %d, SIMD level %d: y, dW, dx within the rounding bound "
+		   "of the definition (worst %.2g, %.2g, %.2g of it)",
+		   c, h, w, oc, k, stride, pad, B, l, ey, ew, ex);
+		conv2d_forward(y1, dcol, x, W, b, B, &s, 0);
+		ok(!memcmp(y, y1, ny * 4), "conv2d %dx%dx%d→%d k%d s%d p%d, SIMD level %d: evaluation (one sample's room "
+		   "reused) gives the bits of training", c, h, w, oc, k, stride, pad, l);
+		if (l != have)
+			continue;
+		conv_direct_threads(3);
+		conv2d_forward(y1, col, x, W, b, B, &s, 1);
+		conv2d_backward(dx1, dW1, db, dcol, dy, col, x, W, B, &s);
+		conv2d_forward(y2, dcol, x, W, b, B, &s, 0); /* threads' rooms in evaluation */
+		conv_direct_threads(1);
+		ok(!memcmp(y, y1, ny * 4) && !memcmp(y, y2, ny * 4) && !memcmp(dW, dW1, nw * 4) &&
+			   !memcmp(dx, dx1, nx * 4),
+		   "conv2d %dx%dx%d→%d k%d s%d p%d: 3 threads give the bits of 1 (evaluation too)", c, h, w, oc, k,
+		   stride, pad);
+	}
+	conv_direct_simd(was);
+	free(x), free(W), free(b), free(dy), free(y), free(dx), free(dW), free(db), free(y1), free(y2), free(dx1), free(dW1);
+	free(col), free(dcol), free(ry), free(my), free(rw), free(mw), free(rx), free(mx);
+}
+
 /* ---- maxpool2d ---- */
 struct pool_ctx {
 	size_t planes;
@@ -589,6 +671,26 @@ int main(void)
 	test_conv_direct_paths(64, 1, 28, 28, 10, 5);
 	test_conv_direct_paths(3, 2, 10, 14, 3, 7);
 	test_conv_direct_paths(2, 7, 9, 19, 4, 4); /* OW = 16: dx through stored rows */
+	/* the resnet's convolutions (share/gem/models/resnet.json, and at 32×32×3), then odd shapes:
+	 * rows of 7, odd channel counts, a 2×2 kernel, stride 2 without padding, one sample */
+	test_conv_pad(3, 1, 28, 28, 16, 3, 1, 1);
+	test_conv_pad(3, 16, 28, 28, 16, 3, 1, 1);
+	test_conv_pad(3, 16, 28, 28, 32, 3, 2, 1);
+	test_conv_pad(3, 16, 28, 28, 32, 1, 2, 0);
+	test_conv_pad(3, 32, 14, 14, 32, 3, 1, 1);
+	test_conv_pad(3, 32, 14, 14, 64, 3, 2, 1);
+	test_conv_pad(3, 32, 14, 14, 64, 1, 2, 0);
+	test_conv_pad(3, 64, 7, 7, 64, 3, 1, 1);
+	test_conv_pad(2, 3, 32, 32, 16, 3, 1, 1);
+	test_conv_pad(2, 16, 32, 32, 32, 3, 2, 1);
+	test_conv_pad(2, 32, 16, 16, 64, 1, 2, 0);
+	test_conv_pad(3, 5, 7, 7, 7, 3, 2, 1);
+	test_conv_pad(2, 3, 9, 11, 5, 3, 1, 1);
+	test_conv_pad(3, 7, 7, 7, 3, 1, 2, 0);
+	test_conv_pad(2, 5, 7, 7, 9, 1, 1, 0);
+	test_conv_pad(2, 3, 8, 13, 6, 2, 1, 1);
+	test_conv_pad(2, 3, 9, 9, 5, 3, 2, 0);
+	test_conv_pad(1, 2, 5, 6, 3, 3, 2, 2);
 	test_pool(3, 6, 18, 2); /* four-at-a-time path and a tail */
 	test_pool(2, 5, 11, 2); /* odd height and width */
 	test_pool(2, 7, 9, 3);

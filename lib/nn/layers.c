@@ -111,9 +111,20 @@ int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k
 	return 0;
 }
 
-size_t conv2d_col_size(const struct conv2d_shape *s, int B)
+static size_t im2col_size(const struct conv2d_shape *s, int B)
 {
 	return (size_t)s->c * s->k * s->k * B * s->oh * s->ow;
+}
+
+/* col holds the im2col, or for the padded direct kernels their packed batch P (and dcol dx's
+ * P-shaped gradient): at most the im2col's size except for a 1×1 stride-2 kernel, whose P
+ * rounds the output rows up to 8 floats. */
+size_t conv2d_col_size(const struct conv2d_shape *s, int B)
+{
+	size_t n = im2col_size(s, B);
+	if (conv_direct_pad_fits(s) && conv_direct_pad_size(s, B) > n)
+		n = conv_direct_pad_size(s, B);
+	return n;
 }
 
 /* Batches of up to DENSE_SMALL_BATCH samples take a row-stored path: libblis 0.9.0's
@@ -274,7 +285,7 @@ static void col2im(float *dx, const float *col, size_t ld, int xb, int nb, const
  * chunk·OH·OW floats) stays in the L2 cache while BLIS packs it, about 256 KB. */
 static int conv_chunk(const struct conv2d_shape *s, int B)
 {
-	size_t per = conv2d_col_size(s, 1), room = (size_t)64 << 10;
+	size_t per = im2col_size(s, 1), room = (size_t)64 << 10;
 	int nb = per >= room ? 1 : (int)(room / per);
 	return nb < B ? nb : B;
 }
@@ -287,6 +298,10 @@ void conv2d_forward(float *y, float *col, const float *x, const float *W, const 
 	int ckk = s->c * s->k * s->k, nb = conv_chunk(s, B);
 	if (conv_direct_fits(s)) {
 		conv_direct_forward(y, x, W, b, B, s);
+		return;
+	}
+	if (conv_direct_pad_fits(s)) { /* col: the packed batch, which backward's dW reads */
+		conv_direct_pad_forward(y, col, x, W, b, B, s, keep);
 		return;
 	}
 	for (int o = 0; o < s->oc; o++)
@@ -309,6 +324,12 @@ void conv2d_backward(float *dx, float *dW, float *db, float *dcol, const float *
 	int ckk = s->c * s->k * s->k, nb = conv_chunk(s, B);
 	for (int o = 0; o < s->oc; o++)
 		db[o] = sum_floats(dy + (size_t)o * n, n);
+	if (conv_direct_pad_fits(s)) {
+		conv_direct_pad_dW(dW, dy, col, B, s);
+		if (dx && dcol)
+			conv_direct_pad_dx(dx, dcol, dy, W, B, s);
+		return;
+	}
 	int direct = conv_direct_fits(s);
 	if (direct)
 		conv_direct_dW(dW, dy, x, B, s); /* col is not filled: forward took the direct path */

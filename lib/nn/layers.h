@@ -8,17 +8,12 @@
 #include <stdint.h>
 
 #include "base/rng.h"
-
-/* The geometry of one conv2d layer; conv2d_shape_init fills oh, ow. */
-struct conv2d_shape {
-	int c, h, w;             /* input channels and plane */
-	int oc, k, stride, pad;  /* output channels, square kernel, stride, zero padding */
-	int oh, ow;              /* output plane: (h + 2·pad − k) / stride + 1 */
-};
+#include "nn/conv_direct.h" /* struct conv2d_shape */
 
 /* Fill s and its output plane; returns 0, or -1 if the kernel does not fit the padded input. */
 int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k, int stride, int pad);
-/* Floats in the im2col matrix for B samples: C·K·K rows × B·OH·OW columns. */
+/* Floats of a conv's col (and dcol) for B samples: the im2col matrix, C·K·K rows × B·OH·OW
+ * columns, or the padded direct kernels' packed batch if that is larger. */
 size_t conv2d_col_size(const struct conv2d_shape *s, int B);
 
 // Run the kernels on t threads (BLIS's, nn/conv_direct.h's and nn/matmul.h's); the default is 1
@@ -35,14 +30,16 @@ void dense_forward(float *y, const float *x, const float *W, const float *b, int
 void dense_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
 		    int B, int in, int out, float *scratch);
 
-// x (C,B,H,W) → col (C·K·K, B·OH·OW); W (OC,C·K·K) · col + b → y (OC,B,OH,OW). keep: col
-// holds the whole im2col afterwards (backward reads it); 0: col is scratch (eval)
+// x (C,B,H,W) → col (C·K·K, B·OH·OW); W (OC,C·K·K) · col + b → y (OC,B,OH,OW), or through
+// nn/conv_direct.h's kernels for the shapes they take (col: their packed batch). keep: col
+// holds the whole im2col (or packed batch) afterwards (backward reads it); 0: col is scratch
+// (eval)
 void conv2d_forward(float *y, float *col, const float *x, const float *W, const float *b, int B,
 		    const struct conv2d_shape *s, int keep);
 // dy (OC,B,OH,OW) → dW (OC,C,K,K) = dy·colᵀ, db (OC), dx (C,B,H,W) = col2im(Wᵀ·dy) through the
 // scratch dcol (conv2d_col_size floats); dx and dcol may be NULL (no input gradient). x is the
-// forward's input: shapes nn/conv_direct.h takes compute dW from x, not col, and forward
-// leaves col unwritten for them.
+// forward's input: stride-1 unpadded shapes nn/conv_direct.h takes compute dW from x, not col,
+// and forward leaves col unwritten for them; its padded kernels read col as forward packed it.
 void conv2d_backward(float *dx, float *dW, float *db, float *dcol, const float *dy, const float *col,
 		     const float *x, const float *W, int B, const struct conv2d_shape *s);
 
