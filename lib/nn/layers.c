@@ -25,8 +25,9 @@ struct gemm_job {
 	int rows, blocks; /* blocks of rows (else of columns), and how many */
 };
 
-#define GEMM_BLOCK_FLOPS (1 << 21) /* multiply-adds per block, at least */
+#define GEMM_BLOCK_FLOPS (1 << 23) /* multiply-adds per block, at least: a call costs microseconds */
 #define GEMM_MAX_BLOCKS 16
+#define GEMM_BLOCK_MIN 256
 
 static void gemm_blocks(void *arg, size_t lo, size_t hi)
 {
@@ -57,10 +58,15 @@ static void gemm(dim_t m, dim_t n, dim_t k, const float *a, inc_t rsa, inc_t csa
 	struct gemm_job j = {m, n, k, a, b, rsa, csa, rsb, csb, rsc, csc, beta, c, m > n, 1};
 	double work = (double)m * n * k;
 	dim_t d = j.rows ? m : n, al = j.rows ? 24 : 32;
+	(void)al;
 	if (work >= 2.0 * GEMM_BLOCK_FLOPS) {
-		double nb = work / GEMM_BLOCK_FLOPS, units = (double)((d + al - 1) / al);
+		/* each block packs the other operand again: blocks of GEMM_BLOCK_MIN rows or columns
+		 * or more keep that under a few per cent of its multiply-adds */
+		double nb = work / GEMM_BLOCK_FLOPS, most = (double)(d / GEMM_BLOCK_MIN);
 		nb = nb > GEMM_MAX_BLOCKS ? GEMM_MAX_BLOCKS : nb;
-		j.blocks = (int)(nb < units ? nb : units);
+		j.blocks = (int)(nb < most ? nb : most);
+		if (j.blocks < 1)
+			j.blocks = 1;
 	}
 	if (j.blocks <= 1) {
 		gemm_blocks(&j, 0, 1);

@@ -20,7 +20,7 @@ int pool_worker(void);
 /* Iterations a waiting thread polls for work (or for its parts' end) before it sleeps on a
  * condition variable; 0 sleeps at once. The default, POOL_SPIN_DEFAULT, is doc/results/resnet-
  * speed.md's measurement. */
-#define POOL_SPIN_DEFAULT 20000
+#define POOL_SPIN_DEFAULT 1000
 void pool_set_spin(long spins);
 
 /* Call fn(arg, i, n) for i in [0, n), n <= POOL_MAX_THREADS, part i on thread i (0 is the
