@@ -147,13 +147,27 @@ void position_forward(float *y, const float *x, const float *P, int B, int T, in
 			y[b * n + i] = x[b * n + i] + P[i];
 }
 
+struct pos_job {
+	float *dP;
+	const float *dy;
+	int B;
+	size_t n;
+};
+
+/* elements [lo, hi) of dP: the samples' gradients added in order */
+static void pos_part(void *arg, size_t lo, size_t hi)
+{
+	const struct pos_job *j = arg;
+	memcpy(j->dP + lo, j->dy + lo, sizeof *j->dP * (hi - lo));
+	for (int b = 1; b < j->B; b++)
+		for (size_t i = lo; i < hi; i++)
+			j->dP[i] += j->dy[b * j->n + i];
+}
+
 void position_backward(float *dP, const float *dy, int B, int T, int D)
 {
-	size_t n = (size_t)T * D;
-	memcpy(dP, dy, sizeof *dP * n);
-	for (int b = 1; b < B; b++)
-		for (size_t i = 0; i < n; i++)
-			dP[i] += dy[b * n + i];
+	struct pos_job j = {dP, dy, B, (size_t)T * D};
+	pool_for(j.n, VW, 16384 / VW / (B > 0 ? B : 1) + 1, pos_part, &j);
 }
 
 SEQ_INLINE void layernorm_forward_body(float *y, float *stats, const float *x, const float *g, const float *b,
@@ -461,10 +475,13 @@ void dense_rows_backward(float *dx, float *dW, float *db, const float *dy, const
 		matmul(dx, in, dY, Wm, N, in, out, MATMUL_ZERO, NULL, MATMUL_FULL, scratch);
 }
 
+/* Parts of a pass over the (sample, head) pairs: each has a T×T dP of its own. */
+#define ATT_PARTS 16
+
 size_t attention_size(int B, int T, int C, int H)
 {
 	size_t n = (size_t)B * T;
-	return n * 3 * C * 2 + n * C * 2 + (size_t)B * H * T * T + (size_t)T * T;
+	return n * 3 * C * 2 + n * C * 2 + (size_t)B * H * T * T + (size_t)T * T * ATT_PARTS;
 }
 
 void attention_bind(struct attention *a, float *mem, int B, int T, int C, int H)
@@ -545,47 +562,82 @@ SEQ_INLINE void softmax_causal_back_body(float *dS, const float *P, int T, float
 }
 SEQ_LEVELS(softmax_causal_back, (float *dS, const float *P, int T, float scale), (dS, P, T, scale));
 
+/* The (sample, head) pairs of a pass split among up to ATT_PARTS of the pool's threads, each
+ * pair on one thread and writing only its own rows of P, att and dqkv: the floats of one
+ * thread. A part on a worker has its own matmul scratch on the worker's stack and its own
+ * T×T dP (attention_size keeps ATT_PARTS of them). */
+struct att_job {
+	struct attention *a;
+	float *scratch;
+	int B, back, level;
+};
+
+static void att_pairs(const struct att_job *j, int lo, int hi, float *scratch, float *dS)
+{
+	struct attention *a = j->a;
+	int T = a->T, C = a->C, H = a->H, hd = C / H;
+	float scale = 1.0f / sqrtf((float)hd);
+	for (int bh = lo; bh < hi; bh++) {
+		int b = bh / H, h = bh % H;
+		size_t row = (size_t)b * T * 3 * C + h * hd;
+		const float *q = a->qkv + row;
+		float *P = a->P + ((size_t)b * H + h) * T * T;
+		if (!j->back) {
+			struct mat Q = {q, 3 * C, 1}, Kt = {q + C, 1, 3 * C}, V = {q + 2 * C, 3 * C, 1}, Pm = {P, T, 1};
+			matmul(P, T, Q, Kt, T, T, hd, MATMUL_ZERO, NULL, MATMUL_C_LOWER, scratch);
+			softmax_causal_at[j->level](P, T, scale);
+			matmul(a->att + (size_t)b * T * C + h * hd, C, Pm, V, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_LOWER,
+			       scratch);
+			continue;
+		}
+		float *dq = a->dqkv + row;
+		struct mat dO = {a->datt + (size_t)b * T * C + h * hd, C, 1};
+		struct mat Vt = {q + 2 * C, 1, 3 * C}, Pt = {P, 1, T}, dSm = {dS, T, 1}, dSt = {dS, 1, T};
+		struct mat Km = {q + C, 3 * C, 1}, Qm = {q, 3 * C, 1};
+		matmul(dS, T, dO, Vt, T, T, hd, MATMUL_ZERO, NULL, MATMUL_C_LOWER, scratch);
+		matmul(dq + 2 * C, 3 * C, Pt, dO, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_UPPER, scratch);
+		softmax_causal_back_at[j->level](dS, P, T, scale);
+		matmul(dq, 3 * C, dSm, Km, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_LOWER, scratch);
+		matmul(dq + C, 3 * C, dSt, Qm, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_UPPER, scratch);
+	}
+}
+
+static void att_part(void *arg, int i, int n)
+{
+	const struct att_job *j = arg;
+	int pairs = j->B * j->a->H, lo = pairs * i / n, hi = pairs * (i + 1) / n;
+	float *dS = j->a->dP + (size_t)i * j->a->T * j->a->T;
+	if (i > 0 && pool_worker() == i) {
+		float mine[matmul_scratch_size()];
+		att_pairs(j, lo, hi, mine, dS);
+	} else {
+		att_pairs(j, lo, hi, j->scratch, dS); /* the caller's, or one part after another */
+	}
+}
+
+static void att_run(struct attention *a, int B, int back, float *scratch)
+{
+	struct att_job j = {a, scratch, B, back, matmul_simd(-1)};
+	int n = pool_threads() < ATT_PARTS ? pool_threads() : ATT_PARTS;
+	if (n > B * a->H)
+		n = B * a->H;
+	pool_run(att_part, &j, n < 1 ? 1 : n);
+}
+
 void attention_forward(struct attention *a, float *y, const float *x, const float *Wqkv, const float *bqkv,
 		       const float *Wo, const float *bo, int B, float *scratch)
 {
-	int T = a->T, C = a->C, H = a->H, hd = C / H;
-	float scale = 1.0f / sqrtf((float)hd);
-	void (*softmax)(float *, int, float) = softmax_causal_at[matmul_simd(-1)];
+	int T = a->T, C = a->C;
 	dense_rows_forward(a->qkv, x, Wqkv, bqkv, B * T, C, 3 * C, scratch);
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < H; h++) {
-			const float *q = a->qkv + (size_t)b * T * 3 * C + h * hd;
-			struct mat Q = {q, 3 * C, 1}, Kt = {q + C, 1, 3 * C}, V = {q + 2 * C, 3 * C, 1};
-			float *P = a->P + ((size_t)b * H + h) * T * T;
-			struct mat Pm = {P, T, 1};
-			matmul(P, T, Q, Kt, T, T, hd, MATMUL_ZERO, NULL, MATMUL_C_LOWER, scratch);
-			softmax(P, T, scale);
-			matmul(a->att + (size_t)b * T * C + h * hd, C, Pm, V, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_LOWER,
-			       scratch);
-		}
+	att_run(a, B, 0, scratch);
 	dense_rows_forward(y, a->att, Wo, bo, B * T, C, C, scratch);
 }
 
 void attention_backward(struct attention *a, float *dx, float *dWqkv, float *dbqkv, float *dWo, float *dbo,
 			const float *dy, const float *x, const float *Wqkv, const float *Wo, int B, float *scratch)
 {
-	int T = a->T, C = a->C, H = a->H, hd = C / H;
-	float scale = 1.0f / sqrtf((float)hd);
-	void (*softmax_back)(float *, const float *, int, float) = softmax_causal_back_at[matmul_simd(-1)];
+	int T = a->T, C = a->C;
 	dense_rows_backward(a->datt, dWo, dbo, dy, a->att, Wo, B * T, C, C, scratch);
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < H; h++) {
-			size_t row = (size_t)b * T * 3 * C + h * hd;
-			const float *q = a->qkv + row, *P = a->P + ((size_t)b * H + h) * T * T;
-			float *dq = a->dqkv + row;
-			struct mat dO = {a->datt + (size_t)b * T * C + h * hd, C, 1};
-			struct mat Vt = {q + 2 * C, 1, 3 * C}, Pt = {P, 1, T}, dSm = {a->dP, T, 1}, dSt = {a->dP, 1, T};
-			struct mat Km = {q + C, 3 * C, 1}, Qm = {q, 3 * C, 1};
-			matmul(a->dP, T, dO, Vt, T, T, hd, MATMUL_ZERO, NULL, MATMUL_C_LOWER, scratch);
-			matmul(dq + 2 * C, 3 * C, Pt, dO, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_UPPER, scratch);
-			softmax_back(a->dP, P, T, scale);
-			matmul(dq, 3 * C, dSm, Km, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_LOWER, scratch);
-			matmul(dq + C, 3 * C, dSt, Qm, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_UPPER, scratch);
-		}
+	att_run(a, B, 1, scratch);
 	dense_rows_backward(dx, dWqkv, dbqkv, a->dqkv, x, Wqkv, B * T, C, 3 * C, scratch);
 }
