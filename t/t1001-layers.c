@@ -12,6 +12,7 @@
 #include <float.h>
 #include <string.h>
 
+#include "nn/pool.h"
 #include "nn/conv_direct.h"
 #include "nn/layer_ops.h"
 #include "nn/layers.h"
@@ -198,10 +199,12 @@ static void test_conv_direct_paths(int B, int c, int h, int w, int oc, int k)
 	/* threads split the work, not the sums: bit for bit the same */
 	float *yt = malloc(ny * 4), *dWt = malloc(nw * 4), *dxt = malloc(nx * 4);
 	conv_direct_threads(3);
+	pool_set_threads(3);
 	conv_direct_forward(yt, x, W, b, B, &s);
 	conv_direct_dW(dWt, dy, x, B, &s);
 	conv_direct_dx(dxt, dy, W, B, &s);
 	conv_direct_threads(1);
+	pool_set_threads(1);
 	conv_direct_forward(y[0], x, W, b, B, &s);
 	conv_direct_dW(dW[0], dy, x, B, &s);
 	conv_direct_dx(dx[0], dy, W, B, &s);
@@ -327,7 +330,7 @@ struct pool_ctx {
 	uint8_t *arg;
 };
 
-static void pool_run(void *c)
+static void maxpool_run(void *c)
 {
 	struct pool_ctx *d = c;
 	maxpool2d_forward(d->y, d->arg, d->x, d->planes, d->h, d->w, d->k);
@@ -341,7 +344,7 @@ static void test_pool(size_t planes, int h, int w, int k)
 	d.x = x, d.y = y, d.arg = malloc(ny);
 	fill_distinct(x, nx);
 	fill(R, ny, -1, 1);
-	pool_run(&d);
+	maxpool_run(&d);
 	int good = 1;
 	for (size_t p = 0; p < planes; p++)
 		for (int i = 0; i < h / k; i++)
@@ -356,7 +359,7 @@ static void test_pool(size_t planes, int h, int w, int k)
 	for (size_t i = 0; i < nx; i++)
 		dx[i] = NAN; /* backward must write every element */
 	maxpool2d_backward(dx, R, d.arg, planes, h, w, k);
-	struct probe p = {pool_run, &d, y, R, ny};
+	struct probe p = {maxpool_run, &d, y, R, ny};
 	double ex = probe_check(&p, x, dx, nx, 1);
 	ok(ex < BOUND, "maxpool2d %dx%d k%d: dx matches finite differences (max rel err %.2g)", h, w, k, ex);
 	/* ties: a constant window sends its gradient to its first element only */
@@ -482,7 +485,7 @@ static void test_groupnorm(int B, int c, int hw, int G)
 	size_t n = (size_t)B * c * hw;
 	float *x = malloc(n * 4), *g = malloc(c * 4), *b = malloc(c * 4), *y = malloc(n * 4), *st = malloc(8 * B * G);
 	float *R = malloc(n * 4), *dx = malloc(n * 4), *dg = malloc(c * 4), *db = malloc(c * 4);
-	float *g2 = malloc(n * 4), *dg2 = malloc(c * 4), *db2 = malloc(c * 4);
+	float *g2 = malloc(n * 4), *dg2 = malloc(c * 4), *db2 = malloc(c * 4), *sm = malloc(8 * (size_t)B * c);
 	double *xd = malloc(n * 8), *yd = malloc(n * 8), *gd = malloc(c * 8), *bd = malloc(c * 8), worst = 0;
 	fill(x, n, -2, 2), fill(g, c, 0.5f, 1.5f), fill(b, c, -1, 1), fill(R, n, -1, 1);
 	for (size_t i = 0; i < n; i++)
@@ -495,7 +498,7 @@ static void test_groupnorm(int B, int c, int hw, int G)
 		worst = fmax(worst, fabs(y[i] - yd[i]));
 	ok(worst < 1e-5, "groupnorm (%d,%d,%d) G %d: each group is (x − μ)/√(σ² + ε)·g + b over its channels (max diff %.2g)",
 	   c, B, hw, G, worst);
-	groupnorm_backward(dx, dg, db, R, x, st, g, B, c, hw, G);
+	groupnorm_backward(dx, dg, db, R, NULL, x, st, g, sm, B, c, hw, G);
 	double ex = gn_check(yd, xd, n, dx, xd, gd, bd, R, B, c, hw, G);
 	double eg = gn_check(yd, gd, c, dg, xd, gd, bd, R, B, c, hw, G);
 	double eb = gn_check(yd, bd, c, db, xd, gd, bd, R, B, c, hw, G);
@@ -503,11 +506,27 @@ static void test_groupnorm(int B, int c, int hw, int G)
 	   "groupnorm (%d,%d,%d) G %d: dx, dg, db match finite differences (max rel err %.2g, %.2g, %.2g)", c, B, hw, G,
 	   ex, eg, eb);
 	memcpy(g2, R, n * 4);
-	groupnorm_backward(g2, dg2, db2, g2, x, st, g, B, c, hw, G);
+	groupnorm_backward(g2, dg2, db2, g2, NULL, x, st, g, sm, B, c, hw, G);
 	int same = !memcmp(g2, dx, n * 4) && !memcmp(dg2, dg, c * 4) && !memcmp(db2, db, c * 4);
-	groupnorm_backward(NULL, dg2, db2, R, x, st, g, B, c, hw, G);
+	groupnorm_backward(NULL, dg2, db2, R, NULL, x, st, g, sm, B, c, hw, G);
 	ok(same && !memcmp(dg2, dg, c * 4) && !memcmp(db2, db, c * 4),
 	   "groupnorm: in place (dx = dy), and without dx, the same floats");
+	/* fused with a residual add and a ReLU: the bits of the three passes one after another */
+	float *y2 = malloc(n * 4), *ry = malloc(n * 4), *d3 = malloc(n * 4), *dg3 = malloc(c * 4), *db3 = malloc(c * 4);
+	groupnorm_forward(y, st, x, g, b, B, c, hw, G);
+	add_forward(y, R, y, n);
+	relu_forward(ry, y, n);
+	groupnorm_forward_fused(y2, st, x, g, b, R, 1, B, c, hw, G);
+	int fwd = !memcmp(y2, ry, n * 4);
+	fill(R, n, -1, 1);
+	memcpy(g2, R, n * 4);
+	relu_backward(g2, g2, ry, n);
+	groupnorm_backward(dx, dg, db, g2, NULL, x, st, g, sm, B, c, hw, G);
+	groupnorm_backward(d3, dg3, db3, R, ry, x, st, g, sm, B, c, hw, G);
+	ok(fwd && !memcmp(d3, dx, n * 4) && !memcmp(dg3, dg, c * 4) && !memcmp(db3, db, c * 4) &&
+		   !memcmp(R, g2, n * 4),
+	   "groupnorm fused with the add and the ReLU: the floats of the separate passes, forward and back");
+	free(y2), free(ry), free(d3), free(dg3), free(db3), free(sm);
 	free(x), free(g), free(b), free(y), free(st), free(R), free(dx), free(dg), free(db);
 	free(g2), free(dg2), free(db2), free(xd), free(yd), free(gd), free(bd);
 }

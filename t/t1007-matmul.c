@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "nn/pool.h"
 #include "nn/layer_ops.h"
 #include "nn/matmul.h"
 #include "tap.h"
@@ -70,9 +71,11 @@ static void same_floats(int M, int N, int K, int ta, int tb, enum matmul_init in
 		ok_all &= one(M, N, K, ta, tb, init, tri, c[l]) < 1e-6;
 	}
 	matmul_threads(2);
+	pool_set_threads(2);
 	r = keep;
 	one(M, N, K, ta, tb, init, tri, c2);
 	matmul_threads(1);
+	pool_set_threads(1);
 	matmul_simd(have);
 	for (int l = 1; l < 3; l++)
 		for (int i = 0; i < M; i++)

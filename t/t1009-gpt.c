@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "nn/pool.h"
 #include "nn/matmul.h"
 #include "nn/model.h"
 #include "model-test.h"
@@ -135,8 +136,10 @@ static void test_shipped(void)
 	float l1 = model_train_step(m, x, y, 2, &r);
 	memcpy(g1, model_grads(m), sizeof(float) * model_nparams(m));
 	matmul_threads(2);
+	pool_set_threads(2);
 	float l2 = model_train_step(m, x, y, 2, &r);
 	matmul_threads(1);
+	pool_set_threads(1);
 	ok(l1 == l2 && !memcmp(g1, model_grads(m), sizeof(float) * model_nparams(m)) && fabs(l1 - log(256)) < 0.1,
 	   "gpt: one step on 2 threads gives the gradient of 1, bit for bit (loss %.4f, ln 256 = %.4f)", l1, log(256));
 	free(x), free(y), free(g1);

@@ -1,6 +1,7 @@
 #include "nn/conv_direct.h"
 
 #include "base/cpulevel.h"
+#include "nn/pool.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -990,25 +991,25 @@ void conv_direct_threads(int t)
 /* Split [0, n) in units of `unit` among the threads; this thread runs the first part. A part
  * writes only its own outputs, in the order one thread would: the result does not depend on
  * the number of threads. */
+static void run_split_part(void *arg, int i, int T)
+{
+	struct part *parts = arg;
+	(void)T;
+	run_part(&parts[i]);
+}
+
 static void run_split(struct part base, int n, int unit)
 {
 	int units = (n + unit - 1) / unit, T = nthreads < units ? nthreads : units;
 	struct part parts[CD_MAX_THREADS];
-	pthread_t th[CD_MAX_THREADS];
-	int started[CD_MAX_THREADS] = {0};
+	if (T > pool_threads())
+		T = pool_threads();
 	for (int i = 0; i < T; i++) {
 		parts[i] = base;
 		parts[i].lo = units * i / T * unit;
 		parts[i].hi = units * (i + 1) / T * unit < n ? units * (i + 1) / T * unit : n;
 	}
-	for (int i = 1; i < T; i++)
-		started[i] = pthread_create(&th[i], NULL, run_part, &parts[i]) == 0;
-	run_part(&parts[0]);
-	for (int i = 1; i < T; i++)
-		if (started[i])
-			pthread_join(th[i], NULL);
-		else
-			run_part(&parts[i]);
+	pool_run(run_split_part, parts, T);
 }
 
 void conv_direct_forward(float *y, const float *x, const float *W, const float *b, int B,

@@ -318,23 +318,43 @@ static int groupnorm_parse(struct layer *l, struct layout *lo, int classes, char
 	return 0;
 }
 
+/* aux: the stats (B,G,2), then backward's plane sums (B,C,2) */
 static int groupnorm_reserve(struct layer *l, int B, struct layer_need *need)
 {
 	(void)need;
-	return (l->aux = malloc(sizeof(float) * 2 * (size_t)B * l->v[0].i)) ? 0 : -1;
+	return (l->aux = malloc(sizeof(float) * 2 * (size_t)B * (l->v[0].i + l->in.c))) ? 0 : -1;
+}
+
+static float *groupnorm_sums(const struct layer *l, const struct layer_pass *p)
+{
+	return (float *)l->aux + 2 * (size_t)p->B * l->v[0].i;
+}
+
+/* A groupnorm's forward fused with what follows it: y = relu?(norm(x) + add?) into y */
+static void groupnorm_fused_fwd(struct layer *l, float *y, const float *x, const float *add, int relu,
+				struct layer_pass *p)
+{
+	groupnorm_forward_fused(y, l->aux, x, p->W, p->b, add, relu, p->B, l->in.c, l->in.h * l->in.w, l->v[0].i);
+}
+
+/* ... and its backward: dy the gradient of the fused output, masked in place by the ReLU's
+ * output ry (NULL: none); dx into dx (may be dy; NULL: none) */
+static void groupnorm_fused_bwd(struct layer *l, float *dy, float *dx, const float *ry, struct layer_pass *p)
+{
+	groupnorm_backward(dx, p->dW, p->db, dy, ry, l->x, l->aux, p->W, groupnorm_sums(l, p), p->B, l->in.c,
+			   l->in.h * l->in.w, l->v[0].i);
 }
 
 static const float *groupnorm_fwd(struct layer *l, const float *x, struct layer_pass *p)
 {
-	groupnorm_forward(l->y, l->aux, x, p->W, p->b, p->B, l->in.c, l->in.h * l->in.w, l->v[0].i);
+	groupnorm_fused_fwd(l, l->y, x, NULL, 0, p);
 	return l->y;
 }
 
 static float *groupnorm_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
 {
 	(void)dx;
-	groupnorm_backward(l->need_dx ? dy : NULL, p->dW, p->db, dy, l->x, l->aux, p->W, p->B, l->in.c,
-			   l->in.h * l->in.w, l->v[0].i);
+	groupnorm_fused_bwd(l, dy, l->need_dx ? dy : NULL, NULL, p);
 	return dy;
 }
 
@@ -732,19 +752,12 @@ static int residual_parse(struct layer *l, struct layout *lo, int classes, char 
 	return 0;
 }
 
-/* y = x + h (y may be x) */
-static void add_into(float *y, const float *x, const float *h, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		y[i] = x[i] + h[i];
-}
-
 static const float *residual_fwd(struct layer *l, const float *x, struct layer_pass *p)
 {
 	int nf = l->nkids - l->nshort;
 	const float *h = layer_chain_forward(l->kids, nf, x, p);
 	const float *s = l->nshort ? layer_chain_forward(l->kids + nf, l->nshort, x, p) : x;
-	add_into(l->y, s, h, out_size(l, p));
+	add_forward(l->y, s, h, out_size(l, p));
 	return l->y;
 }
 
@@ -757,14 +770,56 @@ static float *residual_bwd(struct layer *l, float *dy, float *dx, struct layer_p
 	if (!l->nshort) {
 		if (!l->need_dx)
 			return NULL;
-		add_into(dy, dy, gi, out_size(l, p));
+		add_forward(dy, dy, gi, out_size(l, p));
 		return dy;
 	}
 	/* without an input gradient, f's buffers are free for s's passes */
 	float *gs = layer_chain_backward(l->kids + nf, l->nshort, dy, l->need_dx ? dx : other, p);
 	if (!l->need_dx)
 		return NULL;
-	add_into(gs, gs, gi, (size_t)p->B * shape_size(l->in));
+	add_forward(gs, gs, gi, (size_t)p->B * shape_size(l->in));
+	return gs;
+}
+
+static void pass_params(const struct layer *l, struct layer_pass *p);
+
+/* A residual block whose block ends in a groupnorm, followed by a ReLU r: the norm, the add
+ * and the ReLU in one pass into r's output (the block's own output is not written). The
+ * shortcut runs before the norm, not after: the norm draws nothing from p->r, so the draws
+ * are those of residual_fwd. */
+static const float *residual_relu_fwd(struct layer *l, struct layer *r, const float *x, struct layer_pass *p)
+{
+	int nf = l->nkids - l->nshort;
+	struct layer *n = &l->kids[nf - 1];
+	const float *h = layer_chain_forward(l->kids, nf - 1, x, p);
+	const float *s = l->nshort ? layer_chain_forward(l->kids + nf, l->nshort, x, p) : x;
+	pass_params(n, p);
+	n->x = h;
+	groupnorm_fused_fwd(n, r->y, h, s, 1, p);
+	return r->y;
+}
+
+/* Its backward: the norm masks dy by r's output in place (the gradient of the sum, which
+ * the shortcut or the identity takes) and writes its input gradient into the next depth's
+ * buffer, where residual_bwd's copy of dy would be. */
+static float *residual_relu_bwd(struct layer *l, struct layer *r, float *dy, float *dx, struct layer_pass *p)
+{
+	float *g = p->gbuf[2 * l->depth + 2], *other = p->gbuf[2 * l->depth + 3];
+	int nf = l->nkids - l->nshort;
+	struct layer *n = &l->kids[nf - 1];
+	pass_params(n, p);
+	groupnorm_fused_bwd(n, dy, n->need_dx ? g : NULL, r->y, p);
+	float *gi = n->need_dx ? layer_chain_backward(l->kids, nf - 1, g, other, p) : g;
+	if (!l->nshort) {
+		if (!l->need_dx)
+			return NULL;
+		add_forward(dy, dy, gi, out_size(l, p));
+		return dy;
+	}
+	float *gs = layer_chain_backward(l->kids + nf, l->nshort, dy, l->need_dx ? dx : other, p);
+	if (!l->need_dx)
+		return NULL;
+	add_forward(gs, gs, gi, (size_t)p->B * shape_size(l->in));
 	return gs;
 }
 
@@ -791,12 +846,38 @@ static void pass_params(const struct layer *l, struct layer_pass *p)
 	}
 }
 
+/* The ReLU l[i + 1] when layer l[i] runs it in its own pass (a groupnorm, or a residual block
+ * whose block ends in one), else NULL. The ReLU's forward and backward are then skipped: its
+ * output is written and its mask applied by l[i]. */
+static struct layer *fused_relu(struct layer *l, int i, int n)
+{
+	if (i + 1 >= n || l[i + 1].ops != &relu_ops)
+		return NULL;
+	if (l[i].ops == &groupnorm_ops)
+		return &l[i + 1];
+	if (l[i].ops == &residual_ops && l[i].nkids > l[i].nshort &&
+	    l[i].kids[l[i].nkids - l[i].nshort - 1].ops == &groupnorm_ops)
+		return &l[i + 1];
+	return NULL;
+}
+
 const float *layer_chain_forward(struct layer *l, int n, const float *x, struct layer_pass *p)
 {
 	for (int i = 0; i < n; i++) {
+		struct layer *r = fused_relu(l, i, n);
 		pass_params(&l[i], p);
 		l[i].x = x;
-		x = l[i].ops->forward(&l[i], x, p);
+		if (!r) {
+			x = l[i].ops->forward(&l[i], x, p);
+			continue;
+		}
+		r->x = l[i].y; /* not written: the ReLU reads nothing from it */
+		if (l[i].ops == &groupnorm_ops)
+			groupnorm_fused_fwd(&l[i], r->y, x, NULL, 1, p);
+		else
+			residual_relu_fwd(&l[i], r, x, p);
+		x = r->y;
+		i++;
 	}
 	return x;
 }
@@ -804,8 +885,25 @@ const float *layer_chain_forward(struct layer *l, int n, const float *x, struct 
 float *layer_chain_backward(struct layer *l, int n, float *g, float *other, struct layer_pass *p)
 {
 	for (int i = n - 1; i >= 0; i--) {
+		struct layer *r = i > 0 ? fused_relu(l, i - 1, n) : NULL;
 		if (!l[i].need_dx && !l[i].params)
 			break; /* nothing below needs a gradient */
+		if (r) { /* the ReLU at i: its mask goes with l[i − 1]'s backward */
+			i--;
+			pass_params(&l[i], p);
+			float *gx;
+			if (l[i].ops == &groupnorm_ops) {
+				groupnorm_fused_bwd(&l[i], g, l[i].need_dx ? g : NULL, r->y, p);
+				gx = g;
+			} else {
+				gx = residual_relu_bwd(&l[i], r, g, l[i].need_dx ? other : NULL, p);
+			}
+			if (gx == other) {
+				other = g;
+				g = gx;
+			}
+			continue;
+		}
 		pass_params(&l[i], p);
 		float *gx = l[i].ops->backward(&l[i], g, l[i].need_dx ? other : NULL, p);
 		if (gx == other) {

@@ -2,6 +2,7 @@
 
 #include "nn/conv_direct.h"
 #include "nn/matmul.h"
+#include "nn/pool.h"
 
 #include <blis.h>
 #include <math.h>
@@ -11,13 +12,67 @@
 #endif
 
 /* C (m,n) = A (m,k) · B (k,n) + beta·C, each with its own row and column strides. BLIS takes
- * non-const pointers but reads A and B only. */
+ * non-const pointers but reads A and B only. BLIS runs on one thread (layers_set_threads): its
+ * own threads' barriers spin, and a second team beside the pool's fought it for the cores
+ * (doc/results/resnet-speed.md). Instead the product is cut into blocks of C's rows or
+ * columns, as many as its size says (never the thread count: a block's floats are the same
+ * whoever computes it), and the pool's threads take the blocks in order. */
+struct gemm_job {
+	dim_t m, n, k;
+	const float *a, *b;
+	inc_t rsa, csa, rsb, csb, rsc, csc;
+	float beta, *c;
+	int rows, blocks; /* blocks of rows (else of columns), and how many */
+};
+
+#define GEMM_BLOCK_FLOPS (1 << 23) /* multiply-adds per block, at least: a call costs microseconds */
+#define GEMM_MAX_BLOCKS 16
+#define GEMM_BLOCK_MIN 256
+
+static void gemm_blocks(void *arg, size_t lo, size_t hi)
+{
+	const struct gemm_job *j = arg;
+	float one = 1.0f, beta = j->beta;
+	dim_t d = j->rows ? j->m : j->n, al = j->rows ? 24 : 32; /* whole micro-tiles of BLIS's kernels */
+	dim_t units = (d + al - 1) / al;
+	for (size_t i = lo; i < hi; i++) {
+		dim_t u0 = units * (dim_t)i / j->blocks * al, u1 = units * (dim_t)(i + 1) / j->blocks * al;
+		if (u1 > d)
+			u1 = d;
+		if (u0 >= u1)
+			continue;
+		if (j->rows)
+			bli_sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, u1 - u0, j->n, j->k, &one,
+				  (float *)j->a + u0 * j->rsa, j->rsa, j->csa, (float *)j->b, j->rsb, j->csb, &beta,
+				  j->c + u0 * j->rsc, j->rsc, j->csc);
+		else
+			bli_sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, j->m, u1 - u0, j->k, &one, (float *)j->a, j->rsa,
+				  j->csa, (float *)j->b + u0 * j->csb, j->rsb, j->csb, &beta, j->c + u0 * j->csc, j->rsc,
+				  j->csc);
+	}
+}
+
 static void gemm(dim_t m, dim_t n, dim_t k, const float *a, inc_t rsa, inc_t csa, const float *b,
 		 inc_t rsb, inc_t csb, float beta, float *c, inc_t rsc, inc_t csc)
 {
-	float one = 1.0f;
-	bli_sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, (float *)a, rsa, csa,
-		  (float *)b, rsb, csb, &beta, c, rsc, csc);
+	struct gemm_job j = {m, n, k, a, b, rsa, csa, rsb, csb, rsc, csc, beta, c, m > n, 1};
+	double work = (double)m * n * k;
+	dim_t d = j.rows ? m : n, al = j.rows ? 24 : 32;
+	(void)al;
+	if (work >= 2.0 * GEMM_BLOCK_FLOPS) {
+		/* each block packs the other operand again: blocks of GEMM_BLOCK_MIN rows or columns
+		 * or more keep that under a few per cent of its multiply-adds */
+		double nb = work / GEMM_BLOCK_FLOPS, most = (double)(d / GEMM_BLOCK_MIN);
+		nb = nb > GEMM_MAX_BLOCKS ? GEMM_MAX_BLOCKS : nb;
+		j.blocks = (int)(nb < most ? nb : most);
+		if (j.blocks < 1)
+			j.blocks = 1;
+	}
+	if (j.blocks <= 1) {
+		gemm_blocks(&j, 0, 1);
+		return;
+	}
+	pool_for((size_t)j.blocks, 1, 1, gemm_blocks, &j);
 }
 
 /* Short loops written in blocks of 8 with fixed trip counts: GCC -O2 (cheap vectorizer cost
@@ -95,9 +150,10 @@ static void scale_floats(float *restrict d, const float *restrict s, float v, si
 
 void layers_set_threads(int t)
 {
-	bli_thread_set_num_threads(t);
+	bli_thread_set_num_threads(1); /* the pool's threads split its products (gemm) */
 	conv_direct_threads(t);
 	matmul_threads(t);
+	pool_set_threads(t);
 }
 
 int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k, int stride, int pad)
@@ -447,7 +503,7 @@ static void maxpool2_backward(float *restrict dx, const float *restrict dy, cons
 		}
 }
 
-void maxpool2d_forward(float *y, uint8_t *arg, const float *x, size_t planes, int h, int w, int k)
+static void maxpool2d_fwd_serial(float *y, uint8_t *arg, const float *x, size_t planes, int h, int w, int k)
 {
 	int oh = h / k, ow = w / k;
 	if (k == 2) {
@@ -473,7 +529,7 @@ void maxpool2d_forward(float *y, uint8_t *arg, const float *x, size_t planes, in
 	}
 }
 
-void maxpool2d_backward(float *dx, const float *dy, const uint8_t *arg, size_t planes, int h, int w, int k)
+static void maxpool2d_bwd_serial(float *dx, const float *dy, const uint8_t *arg, size_t planes, int h, int w, int k)
 {
 	int oh = h / k, ow = w / k;
 	size_t plane = (size_t)h * w;
@@ -489,7 +545,7 @@ void maxpool2d_backward(float *dx, const float *dy, const uint8_t *arg, size_t p
 				dx[p * plane + (size_t)(i * k + *arg / k) * w + j * k + *arg % k] = *dy;
 }
 
-void avgpool2d_forward(float *y, const float *x, size_t planes, int h, int w, int k)
+static void avgpool2d_fwd_serial(float *y, const float *x, size_t planes, int h, int w, int k)
 {
 	int oh = h / k, ow = w / k;
 	float inv = 1.0f / (float)(k * k);
@@ -507,7 +563,7 @@ void avgpool2d_forward(float *y, const float *x, size_t planes, int h, int w, in
 		}
 }
 
-void avgpool2d_backward(float *dx, const float *dy, size_t planes, int h, int w, int k)
+static void avgpool2d_bwd_serial(float *dx, const float *dy, size_t planes, int h, int w, int k)
 {
 	int oh = h / k, ow = w / k;
 	float inv = 1.0f / (float)(k * k);
@@ -525,18 +581,26 @@ void avgpool2d_backward(float *dx, const float *dy, size_t planes, int h, int w,
 	}
 }
 
-void globalavgpool_forward(float *y, const float *x, int B, int c, int hw)
+static void relu_floats(float *restrict y, const float *restrict x, size_t n)
 {
-	for (int ch = 0; ch < c; ch++)
-		for (int b = 0; b < B; b++)
-			y[(size_t)b * c + ch] = sum_floats(x + ((size_t)ch * B + b) * hw, (size_t)hw) / (float)hw;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			y[i + j] = x[i + j] > 0 ? x[i + j] : 0.0f;
+	for (; i < n; i++)
+		y[i] = x[i] > 0 ? x[i] : 0.0f;
 }
 
-void globalavgpool_backward(float *dx, const float *dy, int B, int c, int hw)
+static void relu_backward_inplace(float *restrict g, const float *restrict y, size_t n)
 {
-	for (int ch = 0; ch < c; ch++)
-		for (int b = 0; b < B; b++)
-			fill_floats(dx + ((size_t)ch * B + b) * hw, dy[(size_t)b * c + ch] / (float)hw, (size_t)hw);
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++) {
+			float a = g[i + j], b = y[i + j];
+			g[i + j] = b > 0 ? a : 0.0f;
+		}
+	for (; i < n; i++)
+		g[i] = y[i] > 0 ? g[i] : 0.0f;
 }
 
 /* Σ (x − μ)² over n values, with 8 partial sums as sum_floats */
@@ -554,23 +618,66 @@ static float sum_sq_dev(const float *restrict x, float mu, size_t n)
 	return s;
 }
 
-/* y = (x − μ)·r·g + b over n values */
-static void norm_affine(float *restrict y, const float *restrict x, float mu, float r, float g, float b, size_t n)
+/* y = (x − μ)·r·g + b over n values; then + add[i] (add not NULL) and max(·, 0) (relu): the
+ * residual add and the ReLU that follow a norm, in its pass */
+static void norm_affine(float *restrict y, const float *restrict x, const float *restrict add, int relu, float mu,
+			float r, float g, float b, size_t n)
 {
 	float a = r * g;
-	for (size_t i = 0; i < n; i++)
-		y[i] = (x[i] - mu) * a + b;
+	size_t i = 0;
+	/* blocks of 8 for GCC -O2's vectorizer (see copy_floats), then the tail */
+	if (add && relu) {
+		for (; i + 8 <= n; i += 8)
+			for (int k = 0; k < 8; k++) {
+				float v = add[i + k] + ((x[i + k] - mu) * a + b);
+				y[i + k] = v > 0 ? v : 0.0f;
+			}
+		for (; i < n; i++) {
+			float v = add[i] + ((x[i] - mu) * a + b);
+			y[i] = v > 0 ? v : 0.0f;
+		}
+	} else if (add) {
+		for (; i + 8 <= n; i += 8)
+			for (int k = 0; k < 8; k++)
+				y[i + k] = add[i + k] + ((x[i + k] - mu) * a + b);
+		for (; i < n; i++)
+			y[i] = add[i] + ((x[i] - mu) * a + b);
+	} else if (relu) {
+		for (; i + 8 <= n; i += 8)
+			for (int k = 0; k < 8; k++) {
+				float v = (x[i + k] - mu) * a + b;
+				y[i + k] = v > 0 ? v : 0.0f;
+			}
+		for (; i < n; i++) {
+			float v = (x[i] - mu) * a + b;
+			y[i] = v > 0 ? v : 0.0f;
+		}
+	} else {
+		for (; i + 8 <= n; i += 8)
+			for (int k = 0; k < 8; k++)
+				y[i + k] = (x[i + k] - mu) * a + b;
+		for (; i < n; i++)
+			y[i] = (x[i] - mu) * a + b;
+	}
 }
 
-void groupnorm_forward(float *y, float *stats, const float *x, const float *g, const float *b, int B, int c,
-		       int hw, int G)
+struct gn_job {
+	float *y, *stats, *dg, *db, *dx, *dy, *sums;
+	const float *x, *g, *b, *add, *ry;
+	int relu, B, c, hw, G;
+};
+
+/* The samples [lo, hi) of a forward: each (sample, group)'s μ and r from its values (a few
+ * planes, in L1 after the first pass), then y in one pass, the add and the ReLU on the way. */
+static void gn_forward_part(void *arg, size_t lo, size_t hi)
 {
-	int cg = c / G;
-	size_t plane = (size_t)hw, n = (size_t)cg * plane;
-	for (int s = 0; s < B; s++)
+	const struct gn_job *j = arg;
+	int cg = j->c / j->G, B = j->B, G = j->G;
+	size_t plane = (size_t)j->hw, n = (size_t)cg * plane, step = (size_t)B * plane;
+	for (size_t s = lo; s < hi; s++)
 		for (int q = 0; q < G; q++) {
-			size_t off = ((size_t)q * cg * B + s) * plane, step = (size_t)B * plane;
-			const float *xc = x + off; /* channel q·cg of sample s; the next, step further */
+			size_t off = ((size_t)q * cg * B + s) * plane;
+			const float *xc = j->x + off; /* channel q·cg of sample s; the next, step further */
 			float sum = 0, dev = 0;
 			for (int k = 0; k < cg; k++)
 				sum += sum_floats(xc + k * step, plane);
@@ -578,21 +685,47 @@ void groupnorm_forward(float *y, float *stats, const float *x, const float *g, c
 			for (int k = 0; k < cg; k++)
 				dev += sum_sq_dev(xc + k * step, mu, plane);
 			float r = 1.0f / sqrtf(dev / (float)n + GROUPNORM_EPS);
-			stats[2 * ((size_t)s * G + q)] = mu;
-			stats[2 * ((size_t)s * G + q) + 1] = r;
+			j->stats[2 * (s * G + q)] = mu;
+			j->stats[2 * (s * G + q) + 1] = r;
 			for (int k = 0; k < cg; k++) {
 				int ch = q * cg + k;
-				norm_affine(y + off + k * step, xc + k * step, mu, r, g[ch], b[ch], plane);
+				size_t o = off + k * step;
+				norm_affine(j->y + o, xc + k * step, j->add ? j->add + o : NULL, j->relu, mu, r, j->g[ch],
+					    j->b[ch], plane);
 			}
 		}
 }
 
-/* Σ dy and Σ dy·x̂, x̂ = (x − μ)·r, over n values, with 8 partial sums each */
-static void gn_sums(const float *restrict dy, const float *restrict x, float mu, float r, size_t n, float *sdy,
-		    float *sdyx)
+/* Units per part for units of `floats` floats: a part of a pass should be some 8K floats or
+ * more (waking the pool costs microseconds). */
+static size_t per_part(size_t floats)
+{
+	return floats >= 8192 ? 1 : 8192 / (floats ? floats : 1);
+}
+
+void groupnorm_forward_fused(float *y, float *stats, const float *x, const float *g, const float *b,
+			     const float *add, int relu, int B, int c, int hw, int G)
+{
+	struct gn_job j = {.y = y, .stats = stats, .x = x, .g = g, .b = b, .add = add, .relu = relu, .B = B, .c = c,
+			   .hw = hw, .G = G};
+	pool_for((size_t)B, 1, per_part((size_t)c * hw), gn_forward_part, &j);
+}
+
+void groupnorm_forward(float *y, float *stats, const float *x, const float *g, const float *b, int B, int c,
+		       int hw, int G)
+{
+	groupnorm_forward_fused(y, stats, x, g, b, NULL, 0, B, c, hw, G);
+}
+
+/* Σ dy and Σ dy·x̂, x̂ = (x − μ)·r, over n values, with 8 partial sums each; ry: dy is first
+ * masked where ry <= 0 (the ReLU after the norm), in place, while it is in L1 */
+static void gn_sums(float *restrict dy, const float *restrict ry, const float *restrict x, float mu, float r,
+		    size_t n, float *sdy, float *sdyx)
 {
 	float a[8] = {0}, c[8] = {0}, s = 0, t = 0;
 	size_t i = 0;
+	if (ry)
+		relu_backward_inplace(dy, ry, n);
 	for (; i + 8 <= n; i += 8)
 		for (int j = 0; j < 8; j++) {
 			a[j] += dy[i + j];
@@ -611,75 +744,251 @@ static void gn_sums(const float *restrict dy, const float *restrict x, float mu,
 static void gn_dx(float *dx, const float *dy, const float *restrict x, float mu, float r, float g, float m1,
 		  float m2, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		dx[i] = r * ((dy[i] * g - m1) - (x[i] - mu) * r * m2);
+	size_t i = 0;
+	if (dx == dy) { /* in place: one restrict pointer, so that the blocks vectorize */
+		float *restrict d = dx;
+		for (; i + 8 <= n; i += 8)
+			for (int k = 0; k < 8; k++)
+				d[i + k] = r * ((d[i + k] * g - m1) - (x[i + k] - mu) * r * m2);
+		for (; i < n; i++)
+			d[i] = r * ((d[i] * g - m1) - (x[i] - mu) * r * m2);
+		return;
+	}
+	float *restrict d = dx;
+	const float *restrict e = dy;
+	for (; i + 8 <= n; i += 8)
+		for (int k = 0; k < 8; k++)
+			d[i + k] = r * ((e[i + k] * g - m1) - (x[i + k] - mu) * r * m2);
+	for (; i < n; i++)
+		d[i] = r * ((e[i] * g - m1) - (x[i] - mu) * r * m2);
+}
+
+/* The samples [lo, hi) of a backward: per group, the masking and the plane sums, then dx over
+ * the same values (still in L1). The plane sums go to sums (B,C,2), which dg and db add up
+ * afterwards, split by channel, each over the samples in order. */
+static void gn_backward_part(void *arg, size_t lo, size_t hi)
+{
+	const struct gn_job *j = arg;
+	int cg = j->c / j->G, B = j->B, G = j->G, c = j->c;
+	size_t plane = (size_t)j->hw, n = (size_t)cg * plane, step = (size_t)B * plane;
+	for (size_t s = lo; s < hi; s++)
+		for (int q = 0; q < G; q++) {
+			size_t off = ((size_t)q * cg * B + s) * plane;
+			float mu = j->stats[2 * (s * G + q)], r = j->stats[2 * (s * G + q) + 1];
+			float s1 = 0, s2 = 0;
+			for (int k = 0; k < cg; k++) {
+				int ch = q * cg + k;
+				float *sm = j->sums + 2 * (s * c + ch);
+				size_t o = off + k * step;
+				gn_sums(j->dy + o, j->ry ? j->ry + o : NULL, j->x + o, mu, r, plane, &sm[0], &sm[1]);
+				s1 += j->g[ch] * sm[0];
+				s2 += j->g[ch] * sm[1];
+			}
+			if (!j->dx)
+				continue;
+			float m1 = s1 / (float)n, m2 = s2 / (float)n;
+			for (int k = 0; k < cg; k++)
+				gn_dx(j->dx + off + k * step, j->dy + off + k * step, j->x + off + k * step, mu, r,
+				      j->g[q * cg + k], m1, m2, plane);
+		}
+}
+
+/* channels [lo, hi) of dg and db: the samples' plane sums, in the samples' order */
+static void gn_param_part(void *arg, size_t lo, size_t hi)
+{
+	const struct gn_job *j = arg;
+	for (size_t ch = lo; ch < hi; ch++) {
+		float g = 0, b = 0;
+		for (int s = 0; s < j->B; s++) {
+			b += j->sums[2 * ((size_t)s * j->c + ch)];
+			g += j->sums[2 * ((size_t)s * j->c + ch) + 1];
+		}
+		j->db[ch] = b;
+		j->dg[ch] = g;
+	}
 }
 
 /* With x̂ = (x − μ)·r and dx̂ = dy·g[c], over the n values of a group: dx = r·(dx̂ − mean(dx̂) −
  * x̂·mean(dx̂·x̂)); Σ dx̂ = Σ_c g[c]·Σ dy and Σ dx̂·x̂ = Σ_c g[c]·Σ dy·x̂, the plane sums that
  * dg and db take too. */
-void groupnorm_backward(float *dx, float *dg, float *db, const float *dy, const float *x, const float *stats,
-			const float *g, int B, int c, int hw, int G)
+void groupnorm_backward(float *dx, float *dg, float *db, float *dy, const float *ry, const float *x,
+			const float *stats, const float *g, float *sums, int B, int c, int hw, int G)
 {
-	int cg = c / G;
-	size_t plane = (size_t)hw, n = (size_t)cg * plane, step = (size_t)B * plane;
-	memset(dg, 0, sizeof *dg * c);
-	memset(db, 0, sizeof *db * c);
-	for (int s = 0; s < B; s++)
-		for (int q = 0; q < G; q++) {
-			size_t off = ((size_t)q * cg * B + s) * plane;
-			float mu = stats[2 * ((size_t)s * G + q)], r = stats[2 * ((size_t)s * G + q) + 1];
-			float s1 = 0, s2 = 0;
-			for (int k = 0; k < cg; k++) {
-				int ch = q * cg + k;
-				float sdy, sdyx;
-				gn_sums(dy + off + k * step, x + off + k * step, mu, r, plane, &sdy, &sdyx);
-				db[ch] += sdy;
-				dg[ch] += sdyx;
-				s1 += g[ch] * sdy;
-				s2 += g[ch] * sdyx;
-			}
-			if (!dx)
-				continue;
-			float m1 = s1 / (float)n, m2 = s2 / (float)n;
-			for (int k = 0; k < cg; k++)
-				gn_dx(dx + off + k * step, dy + off + k * step, x + off + k * step, mu, r, g[q * cg + k], m1,
-				      m2, plane);
-		}
+	struct gn_job j = {.dx = dx, .dg = dg, .db = db, .dy = dy, .ry = ry, .x = x, .stats = (float *)stats, .g = g,
+			   .sums = sums, .B = B, .c = c, .hw = hw, .G = G};
+	pool_for((size_t)B, 1, per_part((size_t)c * hw), gn_backward_part, &j);
+	pool_for((size_t)c, 1, per_part((size_t)B * 2), gn_param_part, &j);
 }
 
-static void relu_floats(float *restrict y, const float *restrict x, size_t n)
+struct ew_job {
+	float *y;
+	const float *a, *b;
+};
+
+/* element-wise passes: parts of whole 64-byte lines, 16K floats or more */
+#define EW_UNIT 16
+#define EW_MIN (16384 / EW_UNIT)
+
+static void relu_part(void *arg, size_t lo, size_t hi)
 {
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		for (int j = 0; j < 8; j++)
-			y[i + j] = x[i + j] > 0 ? x[i + j] : 0.0f;
-	for (; i < n; i++)
-		y[i] = x[i] > 0 ? x[i] : 0.0f;
+	const struct ew_job *j = arg;
+	relu_floats(j->y + lo, j->a + lo, hi - lo);
 }
 
 void relu_forward(float *y, const float *x, size_t n)
 {
-	relu_floats(y, x, n);
+	struct ew_job j = {y, x, NULL};
+	pool_for(n, EW_UNIT, EW_MIN, relu_part, &j);
 }
 
-static void relu_backward_inplace(float *restrict g, const float *restrict y, size_t n)
+static void relu_back_part(void *arg, size_t lo, size_t hi)
 {
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		for (int j = 0; j < 8; j++) {
-			float a = g[i + j], b = y[i + j];
-			g[i + j] = b > 0 ? a : 0.0f;
-		}
-	for (; i < n; i++)
-		g[i] = y[i] > 0 ? g[i] : 0.0f;
+	const struct ew_job *j = arg;
+	if (j->y != j->a)
+		memcpy(j->y + lo, j->a + lo, sizeof *j->y * (hi - lo));
+	relu_backward_inplace(j->y + lo, j->b + lo, hi - lo);
 }
 
 void relu_backward(float *dx, const float *dy, const float *y, size_t n)
 {
-	if (dx != dy)
-		memcpy(dx, dy, sizeof *dx * n);
-	relu_backward_inplace(dx, y, n);
+	struct ew_job j = {dx, dy, y};
+	pool_for(n, EW_UNIT, EW_MIN, relu_back_part, &j);
+}
+
+static void add_part(void *arg, size_t lo, size_t hi)
+{
+	const struct ew_job *j = arg;
+	float *y = j->y + lo;
+	const float *a = j->a + lo, *b = j->b + lo;
+	/* in place (y is a or b: backward's sums) through add_floats' restrict pointers; a + b is
+	 * b + a, bit for bit */
+	if (y == a || y == b) {
+		add_floats(y, y == a ? b : a, hi - lo);
+		return;
+	}
+	float *restrict d = y;
+	const float *restrict p = a, *restrict q = b;
+	size_t i = 0, n = hi - lo;
+	for (; i + 8 <= n; i += 8)
+		for (int k = 0; k < 8; k++)
+			d[i + k] = p[i + k] + q[i + k];
+	for (; i < n; i++)
+		d[i] = p[i] + q[i];
+}
+
+void add_forward(float *y, const float *a, const float *b, size_t n)
+{
+	struct ew_job j = {y, a, b};
+	pool_for(n, EW_UNIT, EW_MIN, add_part, &j);
+}
+
+/* The pools split by planes: a plane's outputs are its own. */
+struct plane_job {
+	float *y;
+	uint8_t *arg;
+	const float *x;
+	const uint8_t *carg;
+	int h, w, k, B, c, hw, which;
+};
+
+static void plane_part(void *a, size_t lo, size_t hi)
+{
+	const struct plane_job *j = a;
+	size_t in = (size_t)j->h * j->w, out = (size_t)(j->h / j->k) * (j->w / j->k), n = hi - lo;
+	switch (j->which) {
+	case 0:
+		maxpool2d_fwd_serial(j->y + lo * out, j->arg + lo * out, j->x + lo * in, n, j->h, j->w, j->k);
+		break;
+	case 1:
+		maxpool2d_bwd_serial(j->y + lo * in, j->x + lo * out, j->carg + lo * out, n, j->h, j->w, j->k);
+		break;
+	case 2:
+		avgpool2d_fwd_serial(j->y + lo * out, j->x + lo * in, n, j->h, j->w, j->k);
+		break;
+	case 3:
+		avgpool2d_bwd_serial(j->y + lo * in, j->x + lo * out, n, j->h, j->w, j->k);
+		break;
+	}
+}
+
+static void planes_run(struct plane_job *j, size_t planes)
+{
+	pool_for(planes, 1, per_part((size_t)j->h * j->w), plane_part, j);
+}
+
+void maxpool2d_forward(float *y, uint8_t *arg, const float *x, size_t planes, int h, int w, int k)
+{
+	struct plane_job j = {.y = y, .arg = arg, .x = x, .h = h, .w = w, .k = k, .which = 0};
+	planes_run(&j, planes);
+}
+
+void maxpool2d_backward(float *dx, const float *dy, const uint8_t *arg, size_t planes, int h, int w, int k)
+{
+	struct plane_job j = {.y = dx, .carg = arg, .x = dy, .h = h, .w = w, .k = k, .which = 1};
+	planes_run(&j, planes);
+}
+
+void avgpool2d_forward(float *y, const float *x, size_t planes, int h, int w, int k)
+{
+	struct plane_job j = {.y = y, .x = x, .h = h, .w = w, .k = k, .which = 2};
+	planes_run(&j, planes);
+}
+
+void avgpool2d_backward(float *dx, const float *dy, size_t planes, int h, int w, int k)
+{
+	struct plane_job j = {.y = dx, .x = dy, .h = h, .w = w, .k = k, .which = 3};
+	planes_run(&j, planes);
+}
+
+/* channels [lo, hi) of the global pool, flatten (which 4..7) */
+static void chan_part(void *a, size_t lo, size_t hi)
+{
+	const struct plane_job *j = a;
+	int B = j->B, c = j->c, hw = j->hw;
+	for (size_t ch = lo; ch < hi; ch++)
+		for (int b = 0; b < B; b++) {
+			size_t p = (ch * B + b) * hw, q = (size_t)b * c + ch;
+			switch (j->which) {
+			case 4:
+				j->y[q] = sum_floats(j->x + p, (size_t)hw) / (float)hw;
+				break;
+			case 5:
+				fill_floats(j->y + p, j->x[q] / (float)hw, (size_t)hw);
+				break;
+			case 6:
+				memcpy(j->y + q * hw, j->x + p, sizeof *j->y * hw);
+				break;
+			case 7:
+				memcpy(j->y + p, j->x + q * hw, sizeof *j->y * hw);
+				break;
+			}
+		}
+}
+
+static void chans_run(float *y, const float *x, int B, int c, int hw, int which)
+{
+	struct plane_job j = {.y = y, .x = x, .B = B, .c = c, .hw = hw, .which = which};
+	pool_for((size_t)c, 1, per_part((size_t)B * hw), chan_part, &j);
+}
+
+void globalavgpool_forward(float *y, const float *x, int B, int c, int hw)
+{
+	chans_run(y, x, B, c, hw, 4);
+}
+
+void globalavgpool_backward(float *dx, const float *dy, int B, int c, int hw)
+{
+	chans_run(dx, dy, B, c, hw, 5);
+}
+
+void flatten_forward(float *y, const float *x, int B, int c, int hw)
+{
+	chans_run(y, x, B, c, hw, 6);
+}
+
+void flatten_backward(float *dx, const float *dy, int B, int c, int hw)
+{
+	chans_run(dx, dy, B, c, hw, 7);
 }
 
 void dropout_forward(float *y, float *mask, const float *x, size_t n, float p, struct rng *r)
@@ -720,26 +1029,21 @@ void dropout2d_backward(float *dx, const float *dy, const float *mask, size_t pl
 	}
 }
 
-void flatten_forward(float *y, const float *x, int B, int c, int hw)
-{
-	for (int ch = 0; ch < c; ch++)
-		for (int b = 0; b < B; b++)
-			memcpy(y + ((size_t)b * c + ch) * hw, x + ((size_t)ch * B + b) * hw, sizeof *y * hw);
-}
+struct lsm_job {
+	float *out;
+	const float *in;
+	const uint16_t *label;
+	int K;
+	float scale;
+};
 
-void flatten_backward(float *dx, const float *dy, int B, int c, int hw)
+static void lsm_fwd_part(void *a, size_t lo, size_t hi)
 {
-	for (int ch = 0; ch < c; ch++)
-		for (int b = 0; b < B; b++)
-			memcpy(dx + ((size_t)ch * B + b) * hw, dy + ((size_t)b * c + ch) * hw, sizeof *dx * hw);
-}
-
-double logsoftmax_nll_forward(float *logp, const float *x, const uint16_t *label, int B, int K)
-{
-	double loss = 0;
-	for (int b = 0; b < B; b++) {
-		const float *xb = x + (size_t)b * K;
-		float *lb = logp + (size_t)b * K;
+	const struct lsm_job *j = a;
+	int K = j->K;
+	for (size_t b = lo; b < hi; b++) {
+		const float *xb = j->in + b * K;
+		float *lb = j->out + b * K;
 		float mx = xb[0];
 		double sum = 0;
 		for (int k = 1; k < K; k++)
@@ -750,17 +1054,34 @@ double logsoftmax_nll_forward(float *logp, const float *x, const uint16_t *label
 		float lse = mx + (float)log(sum);
 		for (int k = 0; k < K; k++)
 			lb[k] = xb[k] - lse;
-		if (label)
-			loss -= lb[label[b]];
 	}
+}
+
+/* rows split among the threads; the loss summed afterwards, in the rows' order */
+double logsoftmax_nll_forward(float *logp, const float *x, const uint16_t *label, int B, int K)
+{
+	struct lsm_job j = {logp, x, label, K, 0};
+	double loss = 0;
+	pool_for((size_t)B, 1, per_part((size_t)K * 8), lsm_fwd_part, &j);
+	if (label)
+		for (int b = 0; b < B; b++)
+			loss -= logp[(size_t)b * K + label[b]];
 	return loss;
+}
+
+static void lsm_bwd_part(void *a, size_t lo, size_t hi)
+{
+	const struct lsm_job *j = a;
+	size_t K = (size_t)j->K;
+	for (size_t b = lo; b < hi; b++) {
+		for (size_t k = 0; k < K; k++)
+			j->out[b * K + k] = expf(j->in[b * K + k]) * j->scale;
+		j->out[b * K + j->label[b]] -= j->scale;
+	}
 }
 
 void logsoftmax_nll_backward(float *dx, const float *logp, const uint16_t *label, int B, int K, float scale)
 {
-	for (int b = 0; b < B; b++) {
-		for (int k = 0; k < K; k++)
-			dx[(size_t)b * K + k] = expf(logp[(size_t)b * K + k]) * scale;
-		dx[(size_t)b * K + label[b]] -= scale;
-	}
+	struct lsm_job j = {dx, logp, label, K, scale};
+	pool_for((size_t)B, 1, per_part((size_t)K * 4), lsm_bwd_part, &j);
 }

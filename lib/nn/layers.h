@@ -65,10 +65,19 @@ void globalavgpool_backward(float *dx, const float *dy, int B, int c, int hw);
 // (B,G,2) keeps each (sample, group)'s μ and 1/√(σ² + ε)
 void groupnorm_forward(float *y, float *stats, const float *x, const float *g, const float *b, int B, int c,
 		       int hw, int G);
+// the same, then y = add + y (add not NULL: a residual block's sum) and y = max(y, 0) (relu),
+// in the same pass: the bits of groupnorm_forward, the add and relu_forward one after another
+void groupnorm_forward_fused(float *y, float *stats, const float *x, const float *g, const float *b,
+			     const float *add, int relu, int B, int c, int hw, int G);
 // dy (C,B,HW) → dg, db (C) summed over the samples in order, dx (C,B,HW) (skipped if NULL; may
-// be dy)
-void groupnorm_backward(float *dx, float *dg, float *db, const float *dy, const float *x, const float *stats,
-			const float *g, int B, int c, int hw, int G);
+// be dy). ry not NULL: the output went through a ReLU whose output is ry, and dy is its
+// output's gradient: dy is masked (0 where ry <= 0) in place first. sums: B·C·2 floats of
+// scratch
+void groupnorm_backward(float *dx, float *dg, float *db, float *dy, const float *ry, const float *x,
+			const float *stats, const float *g, float *sums, int B, int c, int hw, int G);
+
+// y = a + b, n elements (y may be a or b)
+void add_forward(float *y, const float *a, const float *b, size_t n);
 
 // y = max(x, 0), n elements
 void relu_forward(float *y, const float *x, size_t n);

@@ -1,9 +1,9 @@
 #include "nn/matmul.h"
 
 #include "base/cpulevel.h"
+#include "nn/pool.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -320,14 +320,21 @@ static void run_job(struct job *j)
 	}
 }
 
-/* A helper thread's part, with its own panel on its stack. */
-static void *run_part(void *arg)
+/* Part i of a product: on a worker of the pool with its own panel on the worker's stack (it
+ * has room for it); on the caller (part 0, or every part when the pool runs them one after
+ * another) in the caller's scratch. */
+static void run_part(void *arg, int i, int n)
 {
+	struct job *j = (struct job *)arg + i;
+	(void)n;
+	if (pool_worker() != i) {
+		j->panel = ((struct job *)arg)->panel;
+		run_job(j);
+		return;
+	}
 	_Alignas(64) float panel[KC * NC];
-	struct job *j = arg;
 	j->panel = panel;
 	run_job(j);
-	return NULL;
 }
 
 /* C₀ into the rows of C no term reaches (K = 0, or k_range empty). */
@@ -357,10 +364,9 @@ void matmul(float *c, long ldc, struct mat a, struct mat b, int M, int N, int K,
 	int units = (M + mr - 1) / mr, T = nthreads < units ? nthreads : units;
 	if ((double)M * N * K < MM_THREAD_MIN)
 		T = 1; /* starting a thread would cost more than it saves */
+	if (T > pool_threads())
+		T = pool_threads();
 	struct job parts[MM_MAX_THREADS];
-	pthread_t th[MM_MAX_THREADS];
-	int started[MM_MAX_THREADS] = {0};
-	pthread_attr_t attr;
 	/* a part is whole row blocks, so the tiles are those of one thread */
 	for (int i = 0; i < T; i++) {
 		parts[i] = base;
@@ -368,19 +374,5 @@ void matmul(float *c, long ldc, struct mat a, struct mat b, int M, int N, int K,
 		parts[i].hi = units * (i + 1) / T * mr < M ? units * (i + 1) / T * mr : M;
 	}
 	parts[0].panel = (float *)(((size_t)scratch + 63) & ~(size_t)63);
-	if (T > 1 && pthread_attr_init(&attr) == 0) {
-		pthread_attr_setstacksize(&attr, sizeof(float) * KC * NC + ((size_t)1 << 20));
-		for (int i = 1; i < T; i++)
-			started[i] = pthread_create(&th[i], &attr, run_part, &parts[i]) == 0;
-		pthread_attr_destroy(&attr);
-	}
-	run_job(&parts[0]);
-	for (int i = 1; i < T; i++) {
-		if (started[i]) {
-			pthread_join(th[i], NULL);
-			continue;
-		}
-		parts[i].panel = parts[0].panel; /* no thread: this one, after its own part */
-		run_job(&parts[i]);
-	}
+	pool_run(run_part, parts, T);
 }

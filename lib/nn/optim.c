@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "nn/pool.h"
 
 int sgd_init(struct sgd *s, size_t n, float lr, float momentum, float wd, int nesterov, char *err)
 {
@@ -22,26 +23,49 @@ int sgd_init(struct sgd *s, size_t n, float lr, float momentum, float wd, int ne
 	return 0;
 }
 
-void sgd_step(struct sgd *s, float *theta, const float *grad)
+/* The updates are element by element: split among the pool's threads in parts of 16K
+ * values or more, each element computed as on one thread. */
+#define STEP_UNIT 16
+#define STEP_MIN (16384 / STEP_UNIT)
+
+struct step_job {
+	const struct sgd *s;
+	const struct adamw *a;
+	float *theta, *m, *v;
+	const float *grad;
+	float step, bc2s, keep;
+	int decay;
+};
+
+static void sgd_part(void *arg, size_t lo, size_t hi)
 {
-	float lr = s->lr, mu = s->momentum, wd = s->wd;
-	if (!s->v) {
-		for (size_t i = 0; i < s->n; i++)
+	const struct step_job *j = arg;
+	const struct sgd *s = j->s;
+	float lr = s->lr, mu = s->momentum, wd = s->wd, *theta = j->theta, *vv = s->v;
+	const float *grad = j->grad;
+	if (!vv) {
+		for (size_t i = lo; i < hi; i++)
 			theta[i] -= lr * (grad[i] + wd * theta[i]);
 		return;
 	}
 	if (s->nesterov)
-		for (size_t i = 0; i < s->n; i++) {
+		for (size_t i = lo; i < hi; i++) {
 			float g = grad[i] + wd * theta[i];
-			float v = s->v[i] = mu * s->v[i] + g;
+			float v = vv[i] = mu * vv[i] + g;
 			theta[i] -= lr * (g + mu * v);
 		}
 	else
-		for (size_t i = 0; i < s->n; i++) {
+		for (size_t i = lo; i < hi; i++) {
 			float g = grad[i] + wd * theta[i];
-			float v = s->v[i] = mu * s->v[i] + g;
+			float v = vv[i] = mu * vv[i] + g;
 			theta[i] -= lr * v;
 		}
+}
+
+void sgd_step(struct sgd *s, float *theta, const float *grad)
+{
+	struct step_job j = {.s = s, .theta = theta, .grad = grad};
+	pool_for(s->n, STEP_UNIT, STEP_MIN, sgd_part, &j);
 }
 
 void sgd_reset(struct sgd *s)
@@ -81,23 +105,33 @@ int adamw_init(struct adamw *a, const struct layout *lo, float beta1, float beta
 	return 0;
 }
 
+static void adamw_part(void *arg, size_t lo, size_t hi)
+{
+	const struct step_job *j = arg;
+	float b1 = j->a->beta1, b2 = j->a->beta2, step = j->step, bc2s = j->bc2s, eps = j->a->eps;
+	float *th = j->theta, *m = j->m, *v = j->v;
+	const float *g = j->grad;
+	if (j->decay)
+		for (size_t i = lo; i < hi; i++)
+			th[i] *= j->keep;
+	for (size_t i = lo; i < hi; i++) {
+		m[i] = b1 * m[i] + (1 - b1) * g[i];
+		v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+		th[i] -= step * m[i] / (sqrtf(v[i]) / bc2s + eps);
+	}
+}
+
 void adamw_step(struct adamw *a, float *theta, const float *grad, float lr)
 {
 	a->t++;
 	double bc1 = 1 - pow(a->beta1, (double)a->t), bc2 = 1 - pow(a->beta2, (double)a->t);
-	float step = (float)(lr / bc1), bc2s = (float)sqrt(bc2), b1 = a->beta1, b2 = a->beta2;
+	float step = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
 	float keep = (float)(1.0 - (double)lr * a->wd);
 	for (int k = 0; k < a->nt; k++) {
-		float *th = theta + a->off[k], *m = a->m + a->off[k], *v = a->v + a->off[k];
-		const float *g = grad + a->off[k];
-		if (a->decay[k] && a->wd > 0)
-			for (size_t i = 0; i < a->len[k]; i++)
-				th[i] *= keep;
-		for (size_t i = 0; i < a->len[k]; i++) {
-			m[i] = b1 * m[i] + (1 - b1) * g[i];
-			v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-			th[i] -= step * m[i] / (sqrtf(v[i]) / bc2s + a->eps);
-		}
+		struct step_job j = {.a = a, .theta = theta + a->off[k], .m = a->m + a->off[k], .v = a->v + a->off[k],
+				     .grad = grad + a->off[k], .step = step, .bc2s = bc2s, .keep = keep,
+				     .decay = a->decay[k] && a->wd > 0};
+		pool_for(a->len[k], STEP_UNIT, STEP_MIN, adamw_part, &j);
 	}
 }
 

@@ -1,6 +1,7 @@
 #include "nn/seq.h"
 
 #include "nn/matmul.h"
+#include "nn/pool.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -146,13 +147,27 @@ void position_forward(float *y, const float *x, const float *P, int B, int T, in
 			y[b * n + i] = x[b * n + i] + P[i];
 }
 
+struct pos_job {
+	float *dP;
+	const float *dy;
+	int B;
+	size_t n;
+};
+
+/* elements [lo, hi) of dP: the samples' gradients added in order */
+static void pos_part(void *arg, size_t lo, size_t hi)
+{
+	const struct pos_job *j = arg;
+	memcpy(j->dP + lo, j->dy + lo, sizeof *j->dP * (hi - lo));
+	for (int b = 1; b < j->B; b++)
+		for (size_t i = lo; i < hi; i++)
+			j->dP[i] += j->dy[b * j->n + i];
+}
+
 void position_backward(float *dP, const float *dy, int B, int T, int D)
 {
-	size_t n = (size_t)T * D;
-	memcpy(dP, dy, sizeof *dP * n);
-	for (int b = 1; b < B; b++)
-		for (size_t i = 0; i < n; i++)
-			dP[i] += dy[b * n + i];
+	struct pos_job j = {dP, dy, B, (size_t)T * D};
+	pool_for(j.n, VW, 16384 / VW / (B > 0 ? B : 1) + 1, pos_part, &j);
 }
 
 SEQ_INLINE void layernorm_forward_body(float *y, float *stats, const float *x, const float *g, const float *b,
@@ -183,38 +198,79 @@ SEQ_INLINE void layernorm_forward_body(float *y, float *stats, const float *x, c
 SEQ_LEVELS(layernorm_forward, (float *y, float *stats, const float *x, const float *g, const float *b, int N, int D),
 	   (y, stats, x, g, b, N, D));
 
-void layernorm_forward(float *y, float *stats, const float *x, const float *g, const float *b, int N, int D)
+/* What a pass split among the pool's threads works on (rows, columns or elements). */
+struct seq_job {
+	float *y, *stats, *dg, *db, *dy;
+	const float *x, *g, *b, *cstats;
+	int N, D, level;
+};
+
+/* Rows per part: a part should be some 8K floats or more (waking the pool costs microseconds). */
+static size_t rows_per_part(int D)
 {
-	layernorm_forward_at[matmul_simd(-1)](y, stats, x, g, b, N, D);
+	return D >= 8192 ? 1 : (size_t)(8192 / (D > 0 ? D : 1));
 }
 
-/* With x̂ = (x − μ)·r and dx̂ = dy·g: dx = r·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)). */
-SEQ_INLINE void layernorm_backward_body(float *dx, float *dg, float *db, float *dy, const float *x,
-					const float *stats, const float *g, int N, int D)
+static void ln_fwd_part(void *a, size_t lo, size_t hi)
 {
-	memset(dg, 0, sizeof *dg * D);
-	memset(db, 0, sizeof *db * D);
+	const struct seq_job *j = a;
+	size_t D = (size_t)j->D;
+	layernorm_forward_at[j->level](j->y + lo * D, j->stats + 2 * lo, j->x + lo * D, j->g, j->b, (int)(hi - lo), j->D);
+}
+
+void layernorm_forward(float *y, float *stats, const float *x, const float *g, const float *b, int N, int D)
+{
+	struct seq_job j = {.y = y, .stats = stats, .x = x, .g = g, .b = b, .D = D, .level = matmul_simd(-1)};
+	pool_for((size_t)N, 1, rows_per_part(D), ln_fwd_part, &j);
+}
+
+/* dg, db over the columns [c0, c1) (c0 a multiple of VW): each column's sum over the rows in
+ * order, the same operations as one pass over whole rows. */
+SEQ_INLINE void layernorm_params_body(float *dg, float *db, const float *dy, const float *x, const float *stats,
+				      int N, int D, int c0, int c1)
+{
+	memset(dg + c0, 0, sizeof *dg * (size_t)(c1 - c0));
+	memset(db + c0, 0, sizeof *db * (size_t)(c1 - c0));
 	for (int i = 0; i < N; i++) {
-		const float *xr = x + (size_t)i * D;
-		float *gr = dy + (size_t)i * D, mu = stats[2 * i], r = stats[2 * i + 1], s1 = 0, s2 = 0;
+		const float *xr = x + (size_t)i * D, *gr = dy + (size_t)i * D;
+		float mu = stats[2 * i], r = stats[2 * i + 1];
+		vf vmu = vsplat(mu), vr = vsplat(r);
+		int d = c0;
+		for (; d + VW <= c1; d += VW) {
+			vf xh = (vload(xr + d) - vmu) * vr, gy = vload(gr + d);
+			vstore(dg + d, vload(dg + d) + gy * xh);
+			vstore(db + d, vload(db + d) + gy);
+		}
+		for (int e = d; e < c1; e++) {
+			float xh = (xr[e] - mu) * r;
+			dg[e] += gr[e] * xh;
+			db[e] += gr[e];
+		}
+	}
+}
+SEQ_LEVELS(layernorm_params, (float *dg, float *db, const float *dy, const float *x, const float *stats, int N,
+			      int D, int c0, int c1),
+	   (dg, db, dy, x, stats, N, D, c0, c1));
+
+/* With x̂ = (x − μ)·r and dx̂ = dy·g: dx = r·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)), row by row. */
+SEQ_INLINE void layernorm_dx_body(float *dx, const float *dy, const float *x, const float *stats, const float *g,
+				  int N, int D)
+{
+	for (int i = 0; i < N; i++) {
+		const float *xr = x + (size_t)i * D, *gr = dy + (size_t)i * D;
+		float mu = stats[2 * i], r = stats[2 * i + 1], s1 = 0, s2 = 0;
 		vf a1 = vsplat(0), a2 = vsplat(0), vmu = vsplat(mu), vr = vsplat(r);
 		int d = 0;
 		for (; d + VW <= D; d += VW) {
-			vf xh = (vload(xr + d) - vmu) * vr, gy = vload(gr + d), dxh = gy * vload(g + d);
-			vstore(dg + d, vload(dg + d) + gy * xh);
-			vstore(db + d, vload(db + d) + gy);
+			vf xh = (vload(xr + d) - vmu) * vr, dxh = vload(gr + d) * vload(g + d);
 			a1 += dxh;
 			a2 += dxh * xh;
 		}
 		for (int e = d; e < D; e++) {
 			float xh = (xr[e] - mu) * r, dxh = gr[e] * g[e];
-			dg[e] += gr[e] * xh;
-			db[e] += gr[e];
 			s1 += dxh;
 			s2 += dxh * xh;
 		}
-		if (!dx)
-			continue;
 		float m1 = (vhsum(&a1) + s1) / (float)D, m2 = (vhsum(&a2) + s2) / (float)D;
 		vf v1 = vsplat(m1), v2 = vsplat(m2);
 		float *dr = dx + (size_t)i * D;
@@ -228,14 +284,35 @@ SEQ_INLINE void layernorm_backward_body(float *dx, float *dg, float *db, float *
 		}
 	}
 }
-SEQ_LEVELS(layernorm_backward, (float *dx, float *dg, float *db, float *dy, const float *x, const float *stats,
-				const float *g, int N, int D),
-	   (dx, dg, db, dy, x, stats, g, N, D));
+SEQ_LEVELS(layernorm_dx, (float *dx, const float *dy, const float *x, const float *stats, const float *g, int N,
+			  int D),
+	   (dx, dy, x, stats, g, N, D));
 
+static void ln_params_part(void *a, size_t lo, size_t hi)
+{
+	const struct seq_job *j = a;
+	layernorm_params_at[j->level](j->dg, j->db, j->dy, j->x, j->cstats, j->N, j->D, (int)lo,
+				      (int)hi);
+}
+
+static void ln_dx_part(void *a, size_t lo, size_t hi)
+{
+	const struct seq_job *j = a;
+	size_t D = (size_t)j->D;
+	layernorm_dx_at[j->level](j->y + lo * D, j->dy + lo * D, j->x + lo * D, j->cstats + 2 * lo, j->g, (int)(hi - lo),
+				  j->D);
+}
+
+/* dg and db split by columns, each summed over the rows in order; then dx split by rows (dx
+ * may be dy: the columns' pass reads dy first). */
 void layernorm_backward(float *dx, float *dg, float *db, float *dy, const float *x, const float *stats,
 			const float *g, int N, int D)
 {
-	layernorm_backward_at[matmul_simd(-1)](dx, dg, db, dy, x, stats, g, N, D);
+	struct seq_job j = {.y = dx, .dg = dg, .db = db, .dy = dy, .x = x, .g = g, .cstats = stats, .N = N, .D = D,
+			    .level = matmul_simd(-1)};
+	pool_for((size_t)D, VW, rows_per_part(VW * N), ln_params_part, &j);
+	if (dx)
+		pool_for((size_t)N, 1, rows_per_part(D), ln_dx_part, &j);
 }
 
 #define GELU_K 0.7978845608f /* √(2/π) */
@@ -255,6 +332,31 @@ SEQ_INLINE vf vsigmoid(const vf *px)
 	return vsplat(1.0f) / (vsplat(1.0f) + vexp(&z));
 }
 
+/* Element-wise passes split among the pool's threads in whole vectors, 16K floats a part or
+ * more: each element is computed as on one thread. */
+struct ew_job {
+	void (*f2)(float *, const float *, size_t);
+	void (*f3)(float *, const float *, const float *, size_t);
+	float *y;
+	const float *a, *b;
+};
+
+static void ew_part(void *arg, size_t lo, size_t hi)
+{
+	const struct ew_job *j = arg;
+	if (j->f2)
+		j->f2(j->y + lo, j->a + lo, hi - lo);
+	else
+		j->f3(j->y + lo, j->a + lo, j->b + lo, hi - lo);
+}
+
+static void ew_run(void (*f2)(float *, const float *, size_t), void (*f3)(float *, const float *, const float *, size_t),
+		   float *y, const float *a, const float *b, size_t n)
+{
+	struct ew_job j = {f2, f3, y, a, b};
+	pool_for(n, VW, 16384 / VW, ew_part, &j);
+}
+
 /* y = f(x) over n values, sixteen at a time, the tail through lane 0 */
 #define SEQ_MAP(name, f)                                                                                \
 	SEQ_INLINE void name##_body(float *y, const float *x, size_t n)                                    \
@@ -272,7 +374,7 @@ SEQ_INLINE vf vsigmoid(const vf *px)
 	SEQ_LEVELS(name, (float *y, const float *x, size_t n), (y, x, n));                               \
 	void name(float *y, const float *x, size_t n)                                                   \
 	{                                                                                               \
-		name##_at[matmul_simd(-1)](y, x, n);                                                    \
+		ew_run(name##_at[matmul_simd(-1)], NULL, y, x, NULL, n);                                \
 	}
 
 /* gelu(x) = x·σ(2z) */
@@ -307,7 +409,7 @@ SEQ_LEVELS(gelu_backward, (float *dx, const float *dy, const float *x, size_t n)
 
 void gelu_backward(float *dx, const float *dy, const float *x, size_t n)
 {
-	gelu_backward_at[matmul_simd(-1)](dx, dy, x, n);
+	ew_run(NULL, gelu_backward_at[matmul_simd(-1)], dx, dy, x, n);
 }
 
 /* tanh x = 2σ(2x) − 1 */
@@ -320,16 +422,26 @@ SEQ_INLINE vf vtanh(const vf *px)
 SEQ_MAP(sigmoid_forward, vsigmoid)
 SEQ_MAP(tanh_forward, vtanh)
 
-void sigmoid_backward(float *dx, const float *dy, const float *y, size_t n)
+static void sigmoid_backward_part(float *dx, const float *dy, const float *y, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		dx[i] = dy[i] * (y[i] * (1.0f - y[i]));
 }
 
-void tanh_backward(float *dx, const float *dy, const float *y, size_t n)
+void sigmoid_backward(float *dx, const float *dy, const float *y, size_t n)
+{
+	ew_run(NULL, sigmoid_backward_part, dx, dy, y, n);
+}
+
+static void tanh_backward_part(float *dx, const float *dy, const float *y, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+}
+
+void tanh_backward(float *dx, const float *dy, const float *y, size_t n)
+{
+	ew_run(NULL, tanh_backward_part, dx, dy, y, n);
 }
 
 void dense_rows_forward(float *y, const float *x, const float *W, const float *b, int N, int in, int out,
@@ -339,25 +451,37 @@ void dense_rows_forward(float *y, const float *x, const float *W, const float *b
 	matmul(y, out, X, Wt, N, out, in, MATMUL_BIAS, b, MATMUL_FULL, scratch);
 }
 
+/* db's columns [lo, hi): the rows of dy (x) added in order */
+static void bias_grad_part(void *a, size_t lo, size_t hi)
+{
+	const struct seq_job *j = a;
+	size_t D = (size_t)j->D;
+	memcpy(j->db + lo, j->x + lo, sizeof *j->db * (hi - lo));
+	for (int i = 1; i < j->N; i++) {
+		const float *r = j->x + i * D;
+		for (size_t o = lo; o < hi; o++)
+			j->db[o] += r[o];
+	}
+}
+
 void dense_rows_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
 			 int N, int in, int out, float *scratch)
 {
 	struct mat dYt = {dy, 1, out}, X = {x, in, 1}, dY = {dy, out, 1}, Wm = {W, in, 1};
 	matmul(dW, in, dYt, X, out, in, N, MATMUL_ZERO, NULL, MATMUL_FULL, scratch);
-	memcpy(db, dy, sizeof *db * out);
-	for (int i = 1; i < N; i++) {
-		const float *r = dy + (size_t)i * out;
-		for (int o = 0; o < out; o++)
-			db[o] += r[o];
-	}
+	struct seq_job j = {.db = db, .x = dy, .N = N, .D = out};
+	pool_for((size_t)out, VW, rows_per_part(VW * N), bias_grad_part, &j);
 	if (dx)
 		matmul(dx, in, dY, Wm, N, in, out, MATMUL_ZERO, NULL, MATMUL_FULL, scratch);
 }
 
+/* Parts of a pass over the (sample, head) pairs: each has a T×T dP of its own. */
+#define ATT_PARTS 16
+
 size_t attention_size(int B, int T, int C, int H)
 {
 	size_t n = (size_t)B * T;
-	return n * 3 * C * 2 + n * C * 2 + (size_t)B * H * T * T + (size_t)T * T;
+	return n * 3 * C * 2 + n * C * 2 + (size_t)B * H * T * T + (size_t)T * T * ATT_PARTS;
 }
 
 void attention_bind(struct attention *a, float *mem, int B, int T, int C, int H)
@@ -438,47 +562,82 @@ SEQ_INLINE void softmax_causal_back_body(float *dS, const float *P, int T, float
 }
 SEQ_LEVELS(softmax_causal_back, (float *dS, const float *P, int T, float scale), (dS, P, T, scale));
 
+/* The (sample, head) pairs of a pass split among up to ATT_PARTS of the pool's threads, each
+ * pair on one thread and writing only its own rows of P, att and dqkv: the floats of one
+ * thread. A part on a worker has its own matmul scratch on the worker's stack and its own
+ * T×T dP (attention_size keeps ATT_PARTS of them). */
+struct att_job {
+	struct attention *a;
+	float *scratch;
+	int B, back, level;
+};
+
+static void att_pairs(const struct att_job *j, int lo, int hi, float *scratch, float *dS)
+{
+	struct attention *a = j->a;
+	int T = a->T, C = a->C, H = a->H, hd = C / H;
+	float scale = 1.0f / sqrtf((float)hd);
+	for (int bh = lo; bh < hi; bh++) {
+		int b = bh / H, h = bh % H;
+		size_t row = (size_t)b * T * 3 * C + h * hd;
+		const float *q = a->qkv + row;
+		float *P = a->P + ((size_t)b * H + h) * T * T;
+		if (!j->back) {
+			struct mat Q = {q, 3 * C, 1}, Kt = {q + C, 1, 3 * C}, V = {q + 2 * C, 3 * C, 1}, Pm = {P, T, 1};
+			matmul(P, T, Q, Kt, T, T, hd, MATMUL_ZERO, NULL, MATMUL_C_LOWER, scratch);
+			softmax_causal_at[j->level](P, T, scale);
+			matmul(a->att + (size_t)b * T * C + h * hd, C, Pm, V, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_LOWER,
+			       scratch);
+			continue;
+		}
+		float *dq = a->dqkv + row;
+		struct mat dO = {a->datt + (size_t)b * T * C + h * hd, C, 1};
+		struct mat Vt = {q + 2 * C, 1, 3 * C}, Pt = {P, 1, T}, dSm = {dS, T, 1}, dSt = {dS, 1, T};
+		struct mat Km = {q + C, 3 * C, 1}, Qm = {q, 3 * C, 1};
+		matmul(dS, T, dO, Vt, T, T, hd, MATMUL_ZERO, NULL, MATMUL_C_LOWER, scratch);
+		matmul(dq + 2 * C, 3 * C, Pt, dO, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_UPPER, scratch);
+		softmax_causal_back_at[j->level](dS, P, T, scale);
+		matmul(dq, 3 * C, dSm, Km, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_LOWER, scratch);
+		matmul(dq + C, 3 * C, dSt, Qm, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_UPPER, scratch);
+	}
+}
+
+static void att_part(void *arg, int i, int n)
+{
+	const struct att_job *j = arg;
+	int pairs = j->B * j->a->H, lo = pairs * i / n, hi = pairs * (i + 1) / n;
+	float *dS = j->a->dP + (size_t)i * j->a->T * j->a->T;
+	if (i > 0 && pool_worker() == i) {
+		float mine[matmul_scratch_size()];
+		att_pairs(j, lo, hi, mine, dS);
+	} else {
+		att_pairs(j, lo, hi, j->scratch, dS); /* the caller's, or one part after another */
+	}
+}
+
+static void att_run(struct attention *a, int B, int back, float *scratch)
+{
+	struct att_job j = {a, scratch, B, back, matmul_simd(-1)};
+	int n = pool_threads() < ATT_PARTS ? pool_threads() : ATT_PARTS;
+	if (n > B * a->H)
+		n = B * a->H;
+	pool_run(att_part, &j, n < 1 ? 1 : n);
+}
+
 void attention_forward(struct attention *a, float *y, const float *x, const float *Wqkv, const float *bqkv,
 		       const float *Wo, const float *bo, int B, float *scratch)
 {
-	int T = a->T, C = a->C, H = a->H, hd = C / H;
-	float scale = 1.0f / sqrtf((float)hd);
-	void (*softmax)(float *, int, float) = softmax_causal_at[matmul_simd(-1)];
+	int T = a->T, C = a->C;
 	dense_rows_forward(a->qkv, x, Wqkv, bqkv, B * T, C, 3 * C, scratch);
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < H; h++) {
-			const float *q = a->qkv + (size_t)b * T * 3 * C + h * hd;
-			struct mat Q = {q, 3 * C, 1}, Kt = {q + C, 1, 3 * C}, V = {q + 2 * C, 3 * C, 1};
-			float *P = a->P + ((size_t)b * H + h) * T * T;
-			struct mat Pm = {P, T, 1};
-			matmul(P, T, Q, Kt, T, T, hd, MATMUL_ZERO, NULL, MATMUL_C_LOWER, scratch);
-			softmax(P, T, scale);
-			matmul(a->att + (size_t)b * T * C + h * hd, C, Pm, V, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_LOWER,
-			       scratch);
-		}
+	att_run(a, B, 0, scratch);
 	dense_rows_forward(y, a->att, Wo, bo, B * T, C, C, scratch);
 }
 
 void attention_backward(struct attention *a, float *dx, float *dWqkv, float *dbqkv, float *dWo, float *dbo,
 			const float *dy, const float *x, const float *Wqkv, const float *Wo, int B, float *scratch)
 {
-	int T = a->T, C = a->C, H = a->H, hd = C / H;
-	float scale = 1.0f / sqrtf((float)hd);
-	void (*softmax_back)(float *, const float *, int, float) = softmax_causal_back_at[matmul_simd(-1)];
+	int T = a->T, C = a->C;
 	dense_rows_backward(a->datt, dWo, dbo, dy, a->att, Wo, B * T, C, C, scratch);
-	for (int b = 0; b < B; b++)
-		for (int h = 0; h < H; h++) {
-			size_t row = (size_t)b * T * 3 * C + h * hd;
-			const float *q = a->qkv + row, *P = a->P + ((size_t)b * H + h) * T * T;
-			float *dq = a->dqkv + row;
-			struct mat dO = {a->datt + (size_t)b * T * C + h * hd, C, 1};
-			struct mat Vt = {q + 2 * C, 1, 3 * C}, Pt = {P, 1, T}, dSm = {a->dP, T, 1}, dSt = {a->dP, 1, T};
-			struct mat Km = {q + C, 3 * C, 1}, Qm = {q, 3 * C, 1};
-			matmul(a->dP, T, dO, Vt, T, T, hd, MATMUL_ZERO, NULL, MATMUL_C_LOWER, scratch);
-			matmul(dq + 2 * C, 3 * C, Pt, dO, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_UPPER, scratch);
-			softmax_back(a->dP, P, T, scale);
-			matmul(dq, 3 * C, dSm, Km, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_LOWER, scratch);
-			matmul(dq + C, 3 * C, dSt, Qm, T, hd, T, MATMUL_ZERO, NULL, MATMUL_A_UPPER, scratch);
-		}
+	att_run(a, B, 1, scratch);
 	dense_rows_backward(dx, dWqkv, dbqkv, a->dqkv, x, Wqkv, B * T, C, 3 * C, scratch);
 }

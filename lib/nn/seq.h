@@ -61,7 +61,7 @@ struct attention {
 	float *att;  /* (B,T,C), kept for backward */
 	float *datt; /* backward: (B,T,C) */
 	float *dqkv; /* backward: (B,T,3C) */
-	float *dP;   /* backward: (T,T) */
+	float *dP;   /* backward: (T,T) for each of up to 16 threads */
 };
 
 // Floats of a's buffers for B samples, laid out end to end by attention_bind

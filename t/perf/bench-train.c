@@ -33,6 +33,7 @@
 #include "nn/layers.h"
 #include "nn/matmul.h"
 #include "nn/model.h"
+#include "nn/pool.h"
 #include "base/rng.h"
 
 /* CPU time of this thread: other jobs on a shared machine slow the wall clock, not this. With
@@ -409,6 +410,10 @@ int main(int argc, char **argv)
 	rng_seed(&r, 42, 0);
 	if (argc >= 3) {
 		if (argc > 3) {
+			/* BENCH_POOL_SPIN: the pool's polls before it sleeps (doc/results/resnet-speed.md
+			 * measured the default with it) */
+			if (getenv("BENCH_POOL_SPIN"))
+				pool_set_spin(atol(getenv("BENCH_POOL_SPIN")));
 			layers_set_threads(threads);
 			clock_id = CLOCK_MONOTONIC;
 		}
