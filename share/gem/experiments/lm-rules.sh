@@ -37,7 +37,9 @@
 # (kjv), WORKERS ("4 8"), CONDS (all six), RULES (all seven), SEEDS ("1"), CELLS (in place of
 # the grid: "RULE:N:COND" separated by spaces), STEPS_TOTAL (800), H (20), FRAGMENTS (2),
 # OVERLAP (5), STEP_TIME, TARGETS ("3.5 3.4"), TARGETS_8 ("3.9 3.8"), WINDOW, PARTS ("runs table
-# figures"), FIGDIR (default OUTDIR/figures), GEM_BIN (where the gem programs are). Restartable:
+# figures"), FIGDIR (default OUTDIR/figures), PRIOR (a file of runs.tsv rows measured before,
+# whose runs are not in OUTDIR: the table takes those of the cells and seeds OUTDIR has no row
+# of), GEM_BIN (where the gem programs are). Restartable:
 # a cell whose row exists is skipped. Two instances on the same OUTDIR share the cells (each
 # claims a cell by making OUTDIR/lock/NAME); run them under nice -n 19 on a shared machine: the
 # figures do not depend on it.
@@ -54,7 +56,7 @@ RULES=${RULES:-sync gem gem-w diloco adiloco adiloco-dyn sdiloco}
 STEPS_TOTAL=${STEPS_TOTAL:-800} H=${H:-20} FRAGMENTS=${FRAGMENTS:-2} OVERLAP=${OVERLAP:-5}
 STEP_TIME=${STEP_TIME:-0.035} TARGETS=${TARGETS:-3.5 3.4} TARGETS_8=${TARGETS_8:-3.9 3.8}
 WINDOW=${WINDOW:-3200}
-PARTS=${PARTS:-runs table figures} FIGDIR=${FIGDIR:-$out/figures} CELLS=${CELLS:-}
+PARTS=${PARTS:-runs table figures} FIGDIR=${FIGDIR:-$out/figures} CELLS=${CELLS:-} PRIOR=${PRIOR:-}
 mkdir -p "$out/runs" "$out/rows" "$out/lock" || exit 1
 
 # rule_opts RULE N: the gem-init options of RULE with N workers
@@ -176,16 +178,25 @@ case " $PARTS " in *" table "*)
 			[ -s "$r" ] || continue
 			printf '%s%s\n' "$(cat "$r")" "$(to_targets "$out/runs/$(basename "$r")/log.jsonl" "$(cut -f2 "$r")")"
 		done
+		# PRIOR's rows of runs.tsv (measured before, without their runs here) for the cells and
+		# seeds that have no row of their own
+		if [ -n "$PRIOR" ]; then
+			awk -F'\t' -v dir="$out/rows" '!/^#/ && NF >= 14 {
+				f = dir "/" $1 "-n" $2 "-" $3 "-s" $4; sub(/\+/, "-", f)
+				if ((getline x < f) <= 0) print; close(f) }' "$PRIOR"
+		fi
 	} >"$out/runs.tsv"
 	# table.md: per cell (rule, workers, condition), over its seeds: the mean (± sd with more
-	# than one) of the held-out bits per byte, the times to the targets (seeds that reached
-	# them; "-": none did), MB on the wire and CPU seconds (means)
+	# than one) of the held-out bits per byte and of the times to the targets (seeds that
+	# reached them; "-": none did), MB on the wire and CPU seconds (means)
 	{
 		printf '| workers | condition | rule | seeds | held-out bits per byte | targets | virtual s to the first | to the second | virtual s at the end | MB on the wire | CPU s |\n'
 		echo "|---|---|---|---|---|---|---|---|---|---|---|"
-		tail -n +2 "$out/runs.tsv" | sort -t"$(printf '\t')" -k2,2n -k3,3 -s | awk -F'\t' -v rules="$RULES" -v conds="$CONDS" '
-			function ms(s, q, n) { return n > 1 ? sprintf("%.3f ± %.3f", s / n, sqrt((q - s * s / n) / (n - 1))) : n ? sprintf("%.3f", s) : "-" }
-			function mt(s, n, m) { return n ? sprintf("%.1f%s", s / n, n < m ? " (" n " of " m ")" : "") : "-" }
+		tail -n +2 "$out/runs.tsv" | sort -t"$(printf '\t')" -k2,2n -k3,3 -k4,4n -s | awk -F'\t' -v rules="$RULES" -v conds="$CONDS" '
+			function ms(s, q, n) { return n > 1 ? sprintf("%.3f ± %.3f", s / n, sqrt(max0(q - s * s / n) / (n - 1))) : n ? sprintf("%.3f", s) : "-" }
+			function mt(s, q, n, m) { return n ? sprintf("%.1f%s%s", s / n, n > 1 ? sprintf(" ± %.1f", sqrt(max0(q - s * s / n) / (n - 1))) : "",
+				n < m ? " (" n " of " m ")" : "") : "-" }
+			function max0(x) { return x > 0 ? x : 0 }
 			BEGIN { nr = split(rules, ro, " "); for (i = 1; i <= nr; i++) rank[ro[i]] = i
 				nc = split(conds, co, " "); for (i = 1; i <= nc; i++) crank[co[i]] = i }
 			{ k = $2 "|" sprintf("%02d", crank[$3]) "|" sprintf("%02d", rank[$1]) "|" $3 "|" $1; if (!(k in runs)) key[++nk] = k; runs[k]++
@@ -193,11 +204,12 @@ case " $PARTS " in *" table "*)
 			  if ($5 == "ok") { ok[k]++; b[k] += $6; b2[k] += $6 * $6 } else st[k] = $5
 			  mb[k] += $8 / 1e6; cpu[k] += $11; vt[k] += $9
 			  tg[k] = $12; sub(" ", " / ", tg[k])
-			  if ($13 != "-") { t1[k] += $13; n1[k]++ } if ($14 != "-") { t2[k] += $14; n2[k]++ } }
+			  if ($13 != "-") { t1[k] += $13; q1[k] += $13 * $13; n1[k]++ }
+			  if ($14 != "-") { t2[k] += $14; q2[k] += $14 * $14; n2[k]++ } }
 			END { for (i = 1; i <= nk; i++) { k = key[i]; split(k, f, "|")
 				printf "%s\t| %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.0f |\n", k, f[1], f[4], f[5], seeds[k],
 					ok[k] ? ms(b[k], b2[k], ok[k]) (ok[k] < runs[k] ? " (" st[k] ")" : "") : st[k], tg[k],
-					mt(t1[k], n1[k], runs[k]), mt(t2[k], n2[k], runs[k]), vt[k] / runs[k], mb[k] / runs[k],
+					mt(t1[k], q1[k], n1[k], runs[k]), mt(t2[k], q2[k], n2[k], runs[k]), vt[k] / runs[k], mb[k] / runs[k],
 					cpu[k] / runs[k] } }' | sort -t'|' -k1,1n -k2,2 -k3,3 | cut -f2-
 	} >"$out/table.md"
 	cat "$out/table.md" ;;
