@@ -2,7 +2,7 @@
  * (pool_set_threads) and woken at every call, so that a step's hundreds of kernel calls and the
  * passes between them pay a wake-up each, not a thread's start and join. A part writes only its
  * own outputs and reduces in an order fixed by the data, not by the number of threads: results
- * are the same bit for bit at any thread count (the callers' contract; t/t1012 checks it). */
+ * are the same bit for bit at any thread count (the callers' contract; t/t1010 checks it). */
 #ifndef GEM_POOL_H
 #define GEM_POOL_H
 #include <stddef.h>
