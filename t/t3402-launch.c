@@ -22,19 +22,25 @@
 
 static struct launch_set S;
 
-/* Run argv in the set and wait for it: its status; its first line in line. */
-static int run(char *const argv[], char *line, size_t cap)
+/* Run argv in the set, its standard input in, and wait for it: its status; its first line in
+ * line. */
+static int run_in(char *const argv[], int in, char *line, size_t cap)
 {
 	char err[GEM_ERRMAX];
 	struct launch_child *c;
 	double until = clock_mono() + 20;
-	if (launch_here(&S, argv, (struct launch_io){.in = LAUNCH_NULL, .err = LAUNCH_NULL}, "", &c, err) < 0)
+	if (launch_here(&S, argv, (struct launch_io){.in = in, .err = LAUNCH_NULL}, "", &c, err) < 0)
 		return -1000;
 	while ((launch_running(c) || c->out >= 0) && clock_mono() < until)
 		if (launch_pump(&S, until, err) != 0)
 			return -1001;
 	snprintf(line, cap, "%s", c->line);
 	return c->status;
+}
+
+static int run(char *const argv[], char *line, size_t cap)
+{
+	return run_in(argv, LAUNCH_NULL, line, cap);
 }
 
 /* s quoted, given to sh -c "printf %s WORD": s again. */
@@ -57,13 +63,23 @@ static void test_quote_and_remote(void)
 	const char *words[] = {"plain", "with space", "it's", "$HOME `id` \\ \" ; | & * ?", "", "-n",
 			       "a=b,c:d/e"};
 	char line[1024], *cmd;
+	int in[2];
 	for (size_t i = 0; i < sizeof words / sizeof *words; i++)
 		ok(quoted_back(words[i]), "quoted for sh and back: [%s]", words[i]);
 	cmd = launch_remote_cmd(0, (char *[]){"printf", "%s|%s\\n", "a b", "c'd", NULL});
 	ok(cmd && strstr(cmd, "exec sh -c '") == cmd && strstr(cmd, "' gem-remote printf "),
 	   "the remote command: the watchdog, then the program");
-	ok(run((char *[]){"sh", "-c", cmd, NULL}, line, sizeof line) == 0 && !strcmp(line, "a b|c'd"),
+	/* its input open while it runs, as ssh's is: at its end the watchdog stops the program,
+	 * which /dev/null would do before it printed whenever the watchdog ran first */
+	if (pipe2(in, O_CLOEXEC) < 0)
+		in[0] = in[1] = -1;
+	ok(in[0] >= 0 && run_in((char *[]){"sh", "-c", cmd, NULL}, in[0], line, sizeof line) == 0 &&
+		   !strcmp(line, "a b|c'd"),
 	   "the program runs under the watchdog with its words: [%s]", line);
+	if (in[0] >= 0) {
+		close(in[0]);
+		close(in[1]);
+	}
 	free(cmd);
 }
 
