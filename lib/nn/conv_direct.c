@@ -55,8 +55,8 @@ int conv_direct_fits(const struct conv2d_shape *s)
 
 /* ---- portable ---- */
 
-/* Each kernel below does a part of the work: forward the samples [lo, hi), dW the output
- * channels [lo, hi) (lo a multiple of the tile's channels). */
+/* Each kernel below does a part of the work: forward the samples [lo, hi), dW its units
+ * [lo, hi) (conv_direct_dW). */
 static void forward_c(float *y, const float *x, const float *W, const float *b, int B,
 		      const struct conv2d_shape *s, int lo, int hi)
 {
@@ -87,26 +87,27 @@ static float lanes_sum(const float *l)
 	return (a[0] + a[2]) + (a[1] + a[3]);
 }
 
+/* dW's units [lo, hi) (see conv_direct_dW): (output channel, input channel, kernel row). */
 static void dW_c(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s, int lo,
 		 int hi)
 {
 	size_t plane = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow, n = (size_t)B * ohw;
 	int k = s->k;
-	for (int o = lo; o < hi; o++)
-		for (int ch = 0; ch < s->c; ch++)
-			for (int ki = 0; ki < k; ki++)
-				for (int kj = 0; kj < k; kj++) {
-					float l[8] = {0};
-					for (int bb = 0; bb < B; bb++)
-						for (int i = 0; i < s->oh; i++) {
-							const float *d = dy + (size_t)o * n + bb * ohw + (size_t)i * s->ow;
-							const float *xr = x + ((size_t)ch * B + bb) * plane +
-									  (size_t)(i + ki) * s->w + kj;
-							for (int j = 0; j < s->ow; j++)
-								l[j % 8] += d[j] * xr[j];
-						}
-					dW[(((size_t)o * s->c + ch) * k + ki) * k + kj] = lanes_sum(l);
+	for (int u = lo; u < hi; u++) {
+		int o = u / (s->c * k), ch = u / k % s->c, ki = u % k;
+		for (int kj = 0; kj < k; kj++) {
+			float l[8] = {0};
+			for (int bb = 0; bb < B; bb++)
+				for (int i = 0; i < s->oh; i++) {
+					const float *d = dy + (size_t)o * n + bb * ohw + (size_t)i * s->ow;
+					const float *xr = x + ((size_t)ch * B + bb) * plane +
+							  (size_t)(i + ki) * s->w + kj;
+					for (int j = 0; j < s->ow; j++)
+						l[j % 8] += d[j] * xr[j];
 				}
+			dW[(((size_t)o * s->c + ch) * k + ki) * k + kj] = lanes_sum(l);
+		}
+	}
 }
 
 /* dx row r of channel c, sample b, from T[kj][l] = Σ_o Σ_ki W[o][c][ki][kj]·dy[o][b][r−ki][l]:
@@ -270,26 +271,27 @@ CD_AVX2 CD_INLINE void dW_tile(float *dW, size_t dws, const float *dy, size_t n,
 			dW[q * dws + t] = hsum8(a[q][t]);
 }
 
-/* dW_tile over every tile, at most NO output channels at a time (a constant: 2 fits the 16
- * AVX2 registers, 4 the 32 of AVX-512VL). */
+/* dW_tile over dW's units [lo, hi) (see conv_direct_dW): (a tile of at most NO output
+ * channels, input channel, kernel row); NO a constant: 2 fits the 16 AVX2 registers, 4 the 32
+ * of AVX-512VL. */
 CD_AVX2 CD_INLINE void dW_all(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s,
 			      int NO, int lo, int hi)
 {
 	size_t plane = (size_t)s->h * s->w, n = (size_t)B * s->oh * s->ow;
 	int k = s->k, ckk = s->c * k * k;
-	for (int o = lo; o < hi; o += NO)
-		for (int ch = 0; ch < s->c; ch++)
-			for (int ki = 0; ki < k; ki++)
-				for (int kj = 0; kj < k; kj += CD_KJ) {
-					float *dw = dW + (size_t)o * ckk + ((size_t)ch * k + ki) * k + kj;
-					const float *d = dy + (size_t)o * n;
-					const float *xp = x + (size_t)ch * B * plane + (size_t)ki * s->w + kj;
-					int nk = k - kj < CD_KJ ? k - kj : CD_KJ, no = hi - o < NO ? hi - o : NO;
-					if (no == NO && nk == CD_KJ)
-						dW_tile(dw, (size_t)ckk, d, n, xp, B, s, NO, CD_KJ);
-					else
-						dW_tile(dw, (size_t)ckk, d, n, xp, B, s, no, nk);
-				}
+	for (int u = lo; u < hi; u++) {
+		int o = u / (s->c * k) * NO, ch = u / k % s->c, ki = u % k;
+		for (int kj = 0; kj < k; kj += CD_KJ) {
+			float *dw = dW + (size_t)o * ckk + ((size_t)ch * k + ki) * k + kj;
+			const float *d = dy + (size_t)o * n;
+			const float *xp = x + (size_t)ch * B * plane + (size_t)ki * s->w + kj;
+			int nk = k - kj < CD_KJ ? k - kj : CD_KJ, no = s->oc - o < NO ? s->oc - o : NO;
+			if (no == NO && nk == CD_KJ)
+				dW_tile(dw, (size_t)ckk, d, n, xp, B, s, NO, CD_KJ);
+			else
+				dW_tile(dw, (size_t)ckk, d, n, xp, B, s, no, nk);
+		}
+	}
 }
 
 CD_AVX2 static void dW_avx2(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s,
@@ -1019,10 +1021,16 @@ void conv_direct_forward(float *y, const float *x, const float *W, const float *
 	run_split(p, B, 1);
 }
 
+/* dW's units: (a tile of NO output channels, an input channel, a kernel row), each weight in
+ * one unit and summed over the batch in the same order whichever thread takes it. Splitting
+ * the input channels and rows as well as the output channels gives the cnn's conv0 (10 output
+ * channels, 1 input, 5 rows) 15 units where its 3 tiles split 2 against 1 over two threads. */
 void conv_direct_dW(float *dW, const float *dy, const float *x, int B, const struct conv2d_shape *s)
 {
-	struct part p = {1, conv_direct_simd(-1), 0, s->oc, B, dW, x, NULL, NULL, dy, s, NULL, 0};
-	run_split(p, s->oc, p.level == 2 ? 4 : 2);
+	struct part p = {1, conv_direct_simd(-1), 0, 0, B, dW, x, NULL, NULL, dy, s, NULL, 0};
+	int NO = p.level == 2 ? 4 : p.level ? 2 : 1;
+	p.hi = (s->oc + NO - 1) / NO * s->c * s->k;
+	run_split(p, p.hi, 1);
 }
 
 int conv_direct_dx_fits(const struct conv2d_shape *s)
