@@ -52,10 +52,11 @@ FUZZ_C   = $(wildcard t/fuzz/fuzz-*.c)
 FUZZERS  = $(FUZZ_C:t/fuzz/%.c=$(O)/fuzz/%)
 FUZZ_SECONDS ?= 60
 ifeq ($(TSAN),1)
-# the tests with threads: the servers, their clients, SGP nodes (t3*), hostile input (t6*);
-# a race fails the test. Not t3400 (gem-run's signals: it times SIGTERM against the first
-# commit, which a ThreadSanitizer build is too slow to make)
-T_RUN    = $(filter $(O)/t/t3%,$(T_PROGS)) $(filter-out t/t3400%,$(filter t/t3% t/t6%,$(T_SH)))
+# the tests with threads: the kernels' pool (t1010), the servers, their clients, SGP nodes
+# (t3*), hostile input (t6*); a race fails the test. Not t3400 (gem-run's signals: it times
+# SIGTERM against the first commit, which a ThreadSanitizer build is too slow to make)
+T_RUN    = $(filter $(O)/t/t1010% $(O)/t/t3%,$(T_PROGS)) \
+	   $(filter-out t/t3400%,$(filter t/t3% t/t6%,$(T_SH)))
 TEST_ENV = TSAN_OPTIONS="halt_on_error=1 exitcode=66 $(TSAN_OPTIONS)"
 else
 T_RUN    = $(T_PROGS) $(T_SH)
