@@ -761,24 +761,33 @@ static const float *residual_fwd(struct layer *l, const float *x, struct layer_p
 	return l->y;
 }
 
-static float *residual_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
+/* A residual block's input gradient from dy (the gradient of its sum) and gi (the block's
+ * input gradient): the shortcut's passes, then the two added; NULL when the block needs none. */
+static float *residual_join(struct layer *l, float *dy, float *gi, float *dx, float *other,
+			    struct layer_pass *p)
 {
-	float *g = p->gbuf[2 * l->depth + 2], *other = p->gbuf[2 * l->depth + 3];
-	int nf = l->nkids - l->nshort;
-	memcpy(g, dy, sizeof *g * out_size(l, p));
-	float *gi = layer_chain_backward(l->kids, nf, g, other, p);
 	if (!l->nshort) {
 		if (!l->need_dx)
 			return NULL;
 		add_forward(dy, dy, gi, out_size(l, p));
 		return dy;
 	}
-	/* without an input gradient, f's buffers are free for s's passes */
-	float *gs = layer_chain_backward(l->kids + nf, l->nshort, dy, l->need_dx ? dx : other, p);
+	/* without an input gradient, the block's buffers are free for the shortcut's passes */
+	float *gs = layer_chain_backward(l->kids + l->nkids - l->nshort, l->nshort, dy,
+					 l->need_dx ? dx : other, p);
 	if (!l->need_dx)
 		return NULL;
 	add_forward(gs, gs, gi, (size_t)p->B * shape_size(l->in));
 	return gs;
+}
+
+static float *residual_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
+{
+	float *g = p->gbuf[2 * l->depth + 2], *other = p->gbuf[2 * l->depth + 3];
+	int nf = l->nkids - l->nshort;
+	memcpy(g, dy, sizeof *g * out_size(l, p));
+	float *gi = layer_chain_backward(l->kids, nf, g, other, p);
+	return residual_join(l, dy, gi, dx, other, p);
 }
 
 static void pass_params(const struct layer *l, struct layer_pass *p);
@@ -810,17 +819,7 @@ static float *residual_relu_bwd(struct layer *l, struct layer *r, float *dy, flo
 	pass_params(n, p);
 	groupnorm_fused_bwd(n, dy, n->need_dx ? g : NULL, r->y, p);
 	float *gi = n->need_dx ? layer_chain_backward(l->kids, nf - 1, g, other, p) : g;
-	if (!l->nshort) {
-		if (!l->need_dx)
-			return NULL;
-		add_forward(dy, dy, gi, out_size(l, p));
-		return dy;
-	}
-	float *gs = layer_chain_backward(l->kids + nf, l->nshort, dy, l->need_dx ? dx : other, p);
-	if (!l->need_dx)
-		return NULL;
-	add_forward(gs, gs, gi, (size_t)p->B * shape_size(l->in));
-	return gs;
+	return residual_join(l, dy, gi, dx, other, p);
 }
 
 static const struct layer_ops residual_ops = {
