@@ -1,6 +1,7 @@
 /* gradcheck-test.h: what the layer tests share to hold a backward against central finite
  * differences of its forward: for y = f(x) the scalar L = Σ y ⊙ R (R random, summed in
- * double), ε = EPS, and the relative error with a floor of 1e-2 that must stay under BOUND. */
+ * double), ε = EPS, and the relative error with a floor (1e-2 unless the probe sets another)
+ * that must stay under BOUND. */
 #ifndef GEM_GRADCHECK_TEST_H
 #define GEM_GRADCHECK_TEST_H
 #include <math.h>
@@ -9,10 +10,15 @@
 #define EPS 1e-2f
 #define BOUND 5e-3
 
-static inline double relerr(double num, double ana)
+static inline double relerr_floor(double num, double ana, double floor)
 {
 	double d = fabs(num) + fabs(ana);
-	return fabs(num - ana) / (d > 1e-2 ? d : 1e-2);
+	return fabs(num - ana) / (d > floor ? d : floor);
+}
+
+static inline double relerr(double num, double ana)
+{
+	return relerr_floor(num, ana, 1e-2);
 }
 
 /* A layer under test: run(ctx) computes y (ny floats) from the current inputs. */
@@ -21,6 +27,7 @@ struct probe {
 	void *ctx;
 	const float *y, *R;
 	size_t ny;
+	double floor; /* of the relative error's denominator; 0: 1e-2 */
 };
 
 /* L at the current inputs: Σ y ⊙ R, in double. */
@@ -46,7 +53,7 @@ static inline double probe_check(struct probe *p, float *v, const float *grad, s
 		v[i] = keep - EPS;
 		double lm = probe_loss(p);
 		v[i] = keep;
-		worst = fmax(worst, relerr((lp - lm) / (2.0 * EPS), grad[i]));
+		worst = fmax(worst, relerr_floor((lp - lm) / (2.0 * EPS), grad[i], p->floor > 0 ? p->floor : 1e-2));
 	}
 	return worst;
 }

@@ -39,93 +39,6 @@ static void fill_distinct(float *p, size_t n)
 	free(idx);
 }
 
-/* ---- dense ---- */
-struct dense_ctx {
-	int B, in, out;
-	float *x, *W, *b, *y, *scratch;
-};
-
-static void dense_run(void *c)
-{
-	struct dense_ctx *d = c;
-	dense_forward(d->y, d->x, d->W, d->b, d->B, d->in, d->out, d->scratch);
-}
-
-/* One path (scratch NULL: x·Wᵀ as it is stored; else the row-stored products); y, dx, dW, db
- * out for the caller to compare with the other path. */
-static void test_dense_path(const char *path, float *scratch, float *y, float *dx, float *dW, float *db)
-{
-	struct dense_ctx d = {3, 7, 5, 0, 0, 0, 0, scratch};
-	size_t nx = 21, nw = 35, ny = 15;
-	float x[21], W[35], b[5], R[15], y0;
-	d.x = x, d.W = W, d.b = b, d.y = y;
-	fill(x, nx, -1, 1), fill(W, nw, -1, 1), fill(b, 5, -1, 1), fill(R, ny, -1, 1);
-	dense_run(&d);
-	y0 = b[1];
-	for (int k = 0; k < 7; k++)
-		y0 += x[7 + k] * W[7 + k];
-	is_near(y[5 + 1], y0, 1e-5, "dense (%s): y[1][1] = x[1]·W[1] + b[1]", path);
-	dense_backward(dx, dW, db, R, x, W, d.B, d.in, d.out, scratch);
-	struct probe p = {dense_run, &d, y, R, ny};
-	double ex = probe_check(&p, x, dx, nx, 1), ew = probe_check(&p, W, dW, nw, 1);
-	double eb = probe_check(&p, b, db, 5, 1);
-	ok(ex < BOUND, "dense (%s): dx matches finite differences (max rel err %.2g)", path, ex);
-	ok(ew < BOUND, "dense (%s): dW matches finite differences (max rel err %.2g)", path, ew);
-	ok(eb < BOUND, "dense (%s): db matches finite differences (max rel err %.2g)", path, eb);
-	float dW2[35], db2[5];
-	dense_backward(NULL, dW2, db2, R, x, W, d.B, d.in, d.out, scratch);
-	ok(!memcmp(dW, dW2, sizeof dW2) && !memcmp(db, db2, sizeof db2), "dense (%s): dx = NULL skips only dx",
-	   path);
-	dense_run(&d); /* y as computed, not as the last probe left it */
-}
-
-static void test_dense(void)
-{
-	float y[2][15], dx[2][21], dW[2][35], db[2][5], worst = 0;
-	float *scratch = layer_falloc(dense_scratch_size(3, 7, 5), sizeof(float));
-	struct rng keep = r;
-	test_dense_path("as stored", NULL, y[0], dx[0], dW[0], db[0]);
-	r = keep; /* both paths see the same values */
-	test_dense_path("row-stored", scratch, y[1], dx[1], dW[1], db[1]);
-	for (int i = 0; i < 15; i++)
-		worst = fmaxf(worst, fabsf(y[0][i] - y[1][i]));
-	for (int i = 0; i < 35; i++)
-		worst = fmaxf(worst, fabsf(dW[0][i] - dW[1][i]));
-	ok(worst < 1e-5f && !memcmp(db[0], db[1], sizeof db[0]) && !memcmp(dx[0], dx[1], sizeof dx[0]),
-	   "dense: the two paths agree within rounding (max |diff| %.2g), db and dx bit for bit", (double)worst);
-	free(scratch);
-}
-
-/* Shapes whose transposes have 4×4 tiles and edges (B, IN, OUT not multiples of 4): the
- * row-stored path gives the stored path's y and dW within rounding, db and dx bit for bit. */
-static void test_dense_tiles(int B, int in, int out)
-{
-	size_t nx = (size_t)B * in, nw = (size_t)out * in, ny = (size_t)B * out;
-	float *x = layer_falloc(nx, 4), *W = layer_falloc(nw, 4), *b = layer_falloc((size_t)out, 4);
-	float *y[2], *dy = layer_falloc(ny, 4), *dx[2], *dW[2], *db[2];
-	float *scratch = layer_falloc(dense_scratch_size(B, in, out), sizeof(float));
-	double worst = 0;
-	struct rng keep = r; /* the later tests draw what they drew before this one */
-	fill(x, nx, -1, 1), fill(W, nw, -1, 1), fill(b, (size_t)out, -1, 1), fill(dy, ny, -1, 1);
-	r = keep;
-	for (int k = 0; k < 2; k++) {
-		y[k] = layer_falloc(ny, 4), dx[k] = layer_falloc(nx, 4), dW[k] = layer_falloc(nw, 4);
-		db[k] = layer_falloc((size_t)out, 4);
-		dense_forward(y[k], x, W, b, B, in, out, k ? scratch : NULL);
-		dense_backward(dx[k], dW[k], db[k], dy, x, W, B, in, out, k ? scratch : NULL);
-	}
-	for (size_t i = 0; i < ny; i++) /* sums of `in` products of magnitude < 1 */
-		worst = fmax(worst, fabs((double)y[0][i] - y[1][i]) / in);
-	for (size_t i = 0; i < nw; i++)
-		worst = fmax(worst, fabs((double)dW[0][i] - dW[1][i]) / B);
-	ok(worst < 1e-6 && !memcmp(db[0], db[1], sizeof(float) * out) && !memcmp(dx[0], dx[1], sizeof(float) * nx),
-	   "dense %d→%d at batch %d: row-stored path = stored path within rounding (worst %.2g per term)", in,
-	   out, B, worst);
-	for (int k = 0; k < 2; k++)
-		free(y[k]), free(dx[k]), free(dW[k]), free(db[k]);
-	free(x), free(W), free(b), free(dy), free(scratch);
-}
-
 /* ---- conv2d ---- */
 struct conv_ctx {
 	int B;
@@ -165,7 +78,11 @@ static void test_conv(int B, int c, int h, int w, int oc, int k, int stride, int
 			}
 	is_near(y[(((size_t)o * B + bb) * d.s.oh + i) * d.s.ow + j], want, 1e-4, "conv2d: an output by definition");
 	conv2d_backward(dx, dW, db, dcol, R, col, x, W, B, &d.s);
-	struct probe p = {conv_run, &d, y, R, ny};
+	/* An output sums c·k² products and a weight reaches B·OH·OW outputs: the float forward's
+	 * rounding, over 2ε, is some 1e-4 absolute (as conv_run is linear in x and in W, that is all
+	 * the difference has), which against gradients near 0 the default floor would call errors
+	 * of 1e-2. Errors of a wrong index or a missing term stay of order 1. */
+	struct probe p = {conv_run, &d, y, R, ny, 0.1};
 	double ex = probe_check(&p, x, dx, nx, 1), ew = probe_check(&p, W, dW, nw, 1);
 	double eb = probe_check(&p, b, db, oc, 1);
 	ok(ex < BOUND, "conv2d: dx matches finite differences (max rel err %.2g)", ex);
@@ -359,7 +276,7 @@ static void test_pool(size_t planes, int h, int w, int k)
 	for (size_t i = 0; i < nx; i++)
 		dx[i] = NAN; /* backward must write every element */
 	maxpool2d_backward(dx, R, d.arg, planes, h, w, k);
-	struct probe p = {maxpool_run, &d, y, R, ny};
+	struct probe p = {maxpool_run, &d, y, R, ny, 0};
 	double ex = probe_check(&p, x, dx, nx, 1);
 	ok(ex < BOUND, "maxpool2d %dx%d k%d: dx matches finite differences (max rel err %.2g)", h, w, k, ex);
 	/* ties: a constant window sends its gradient to its first element only */
@@ -424,7 +341,7 @@ static void test_avgpool(int B, int c, int h, int w, int k)
 		avgpool2d_backward(dx, R, planes, h, w, k);
 	else
 		globalavgpool_backward(dx, R, B, c, h * w);
-	struct probe p = {avg_run, &d, d.y, R, ny};
+	struct probe p = {avg_run, &d, d.y, R, ny, 0};
 	memcpy(dx2, dx, nx * 4);
 	double ex = probe_check(&p, d.x, dx, nx, 1);
 	ok(ex < BOUND && !memcmp(dx, dx2, nx * 4), "%s: dx matches finite differences (max rel err %.2g)", what, ex);
@@ -566,7 +483,7 @@ static void test_elementwise(int kind, const char *name)
 		dropout_backward(dx, R, mask, 300);
 	else
 		dropout2d_backward(dx, R, mask, 12, 25);
-	struct probe p = {ew_run, &d, y, R, 300};
+	struct probe p = {ew_run, &d, y, R, 300, 0};
 	double ex = probe_check(&p, x, dx, 300, 1);
 	ok(ex < BOUND, "%s: dx matches finite differences (max rel err %.2g)", name, ex);
 	memcpy(g, R, sizeof g);
@@ -671,9 +588,6 @@ int main(void)
 {
 	bli_thread_set_num_threads(1);
 	rng_seed(&r, 1001, 0);
-	test_dense();
-	test_dense_tiles(13, 37, 9);
-	test_dense_tiles(64, 784, 256);
 	test_conv(2, 3, 7, 6, 4, 3, 1, 0);
 	test_conv(3, 2, 9, 8, 3, 3, 2, 1);
 	test_conv(2, 1, 8, 11, 2, 5, 1, 2);

@@ -3,6 +3,8 @@
  * a floor of 1e-2); forwards against plain double-precision formulas; attention against a
  * T = 3 example worked by hand and a causality check (changing position t+1 changes nothing at
  * positions <= t, bit for bit); and every kernel level giving the same floats. */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,7 +66,7 @@ static void test_embedding(void)
 	   "embedding + position: y[b][t] = W[id] + P[t]");
 	position_backward(dP, R, e.B, e.T, e.D);
 	embedding_backward(dW, R, ids, e.N, e.V, e.D);
-	struct probe p = {emb_run, &e, e.y, R, ny};
+	struct probe p = {emb_run, &e, e.y, R, ny, 0};
 	double ew = check(&p, e.W, dW, 42, 1), ep = check(&p, e.P, dP, 30, 1);
 	ok(ew < BOUND, "embedding: dW matches finite differences (max rel err %.2g)", ew);
 	ok(ep < BOUND, "position: dP matches finite differences (max rel err %.2g)", ep);
@@ -110,7 +112,7 @@ static void test_layernorm(int N, int D)
 	ok(worst < 1e-5, "layernorm (%d,%d): row 1 is (x − μ)/√(σ² + ε)·g + b (max diff %.2g)", N, D, worst);
 	memcpy(dy, R, sizeof(float) * n);
 	layernorm_backward(dx, dg, db, dy, l.x, l.stats, l.g, N, D);
-	struct probe p = {ln_run, &l, l.y, R, n};
+	struct probe p = {ln_run, &l, l.y, R, n, 0};
 	double ex = check(&p, l.x, dx, n, 1), eg = check(&p, l.g, dg, D, 1), eb = check(&p, l.b, db, D, 1);
 	ok(ex < BOUND && eg < BOUND && eb < BOUND,
 	   "layernorm (%d,%d): dx, dg, db match finite differences (max rel err %.2g, %.2g, %.2g)", N, D, ex, eg, eb);
@@ -150,7 +152,7 @@ static void test_gelu(void)
 	}
 	ok(worst < 1e-6, "gelu: 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))) within %.2g relative (-30..30)", worst);
 	gelu_backward(dx, R, g.x, N);
-	struct probe p = {gelu_run, &g, g.y, R, N};
+	struct probe p = {gelu_run, &g, g.y, R, N, 0};
 	double e = check(&p, g.x, dx, N, 1);
 	ok(e < BOUND, "gelu: dx matches finite differences (max rel err %.2g)", e);
 	free(g.x), free(g.y), free(R), free(dx);
@@ -186,7 +188,7 @@ static void test_activation(int is_tanh)
 	}
 	ok(worst < 2e-7, "%s: within %.2g of libm's in double (-100..100)", name, worst);
 	(is_tanh ? tanh_backward : sigmoid_backward)(dx, R, a.y, N);
-	struct probe p = {act_run, &a, a.y, R, N};
+	struct probe p = {act_run, &a, a.y, R, N, 0};
 	double e = check(&p, a.x, dx, N, 1);
 	ok(e < BOUND, "%s: dx matches finite differences (max rel err %.2g)", name, e);
 	memcpy(g, R, sizeof(float) * N);
@@ -228,12 +230,51 @@ static void test_dense_rows(int N, int in, int out)
 		y0 += (double)d.x[(size_t)(N - 1) * in + k] * d.W[(size_t)(out - 1) * in + k];
 	is_near(d.y[(size_t)N * out - 1], y0, 1e-5 * in, "dense rows %d→%d: the last output is x·W + b", in, out);
 	dense_rows_backward(dx, dW, db, R, d.x, d.W, N, in, out, scratch);
-	struct probe p = {dr_run, &d, d.y, R, (size_t)N * out};
+	struct probe p = {dr_run, &d, d.y, R, (size_t)N * out, 0};
 	double ex = check(&p, d.x, dx, (size_t)N * in, 3), ew = check(&p, d.W, dW, (size_t)out * in, 3);
 	double eb = check(&p, d.b, db, out, 1);
 	ok(ex < BOUND && ew < BOUND && eb < BOUND,
 	   "dense rows %d→%d, %d rows: dx, dW, db match finite differences (%.2g, %.2g, %.2g)", in, out, N, ex, ew, eb);
 	free(d.x), free(d.W), free(d.b), free(d.y), free(R), free(dx), free(dW), free(db);
+}
+
+/* The mlp's first layer at batch 64 (the flat dense layers take this path too): y, dW and dx
+ * against sums in double, within K·ε·Σ|terms| each, and dx = NULL changes nothing else. */
+static double worst_of(const float *got, const float *a, long ars, long acs, const float *b, long brs, long bcs,
+		       const float *init, int M, int N, int K)
+{
+	double worst = 0;
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++) {
+			double sum = init ? init[j] : 0, mag = fabs(sum);
+			for (int k = 0; k < K; k++) {
+				double t = (double)a[i * ars + k * acs] * b[k * brs + j * bcs];
+				sum += t, mag += fabs(t);
+			}
+			double e = fabs(got[(size_t)i * N + j] - sum) / (K * FLT_EPSILON * mag + 1e-30);
+			worst = e > worst ? e : worst;
+		}
+	return worst;
+}
+
+static void test_dense_flat(int N, int in, int out)
+{
+	float *x = falloc((size_t)N * in), *W = falloc((size_t)out * in), *b = falloc(out);
+	float *y = falloc((size_t)N * out), *dy = falloc((size_t)N * out), *dx = falloc((size_t)N * in);
+	float *dW = falloc((size_t)out * in), *db = falloc(out), *dW2 = falloc((size_t)out * in), *db2 = falloc(out);
+	fill(x, (size_t)N * in, -1, 1), fill(W, (size_t)out * in, -1, 1), fill(b, out, -1, 1);
+	fill(dy, (size_t)N * out, -1, 1);
+	dense_rows_forward(y, x, W, b, N, in, out, scratch);
+	dense_rows_backward(dx, dW, db, dy, x, W, N, in, out, scratch);
+	double ey = worst_of(y, x, in, 1, W, 1, in, b, N, out, in);
+	double ew = worst_of(dW, dy, 1, out, x, in, 1, NULL, out, in, N);
+	double ex = worst_of(dx, dy, out, 1, W, in, 1, NULL, N, in, out);
+	ok(ey <= 1 && ew <= 1 && ex <= 1, "dense rows %d→%d, %d rows: y, dW, dx within K·ε·Σ|terms| of sums in double "
+	   "(%.2g, %.2g, %.2g of it)", in, out, N, ey, ew, ex);
+	dense_rows_backward(NULL, dW2, db2, dy, x, W, N, in, out, scratch);
+	ok(!memcmp(dW, dW2, sizeof *dW * out * in) && !memcmp(db, db2, sizeof *db * out),
+	   "dense rows %d→%d: dx = NULL skips only dx", in, out);
+	free(x), free(W), free(b), free(y), free(dy), free(dx), free(dW), free(db), free(dW2), free(db2);
 }
 
 /* ---- attention ---- */
@@ -304,7 +345,7 @@ static void test_attention(int B, int T, int C, int H)
 	fill(R, n, -1, 1);
 	att_run(&t);
 	attention_backward(&t.a, dx, dWq, dbq, dWo, dbo, R, t.x, t.Wq, t.Wo, B, scratch);
-	struct probe p = {att_run, &t, t.y, R, n};
+	struct probe p = {att_run, &t, t.y, R, n, 0};
 	double ex = check(&p, t.x, dx, n, 1), ewq = check(&p, t.Wq, dWq, (size_t)3 * C * C, 1);
 	double ebq = check(&p, t.bq, dbq, (size_t)3 * C, 1), ewo = check(&p, t.Wo, dWo, (size_t)C * C, 1);
 	double ebo = check(&p, t.bo, dbo, C, 1);
@@ -377,6 +418,8 @@ int main(void)
 	test_activation(0);
 	test_dense_rows(7, 5, 9);
 	test_dense_rows(40, 33, 17);
+	test_dense_flat(64, 784, 256);
+	test_dense_flat(13, 37, 9);
 	test_attention_by_hand();
 	test_attention(2, 5, 4, 1);
 	test_attention(2, 7, 12, 3);

@@ -990,28 +990,29 @@ void conv_direct_threads(int t)
 	nthreads = t < 1 ? 1 : t > CD_MAX_THREADS ? CD_MAX_THREADS : t;
 }
 
-/* Split [0, n) in units of `unit` among the threads; this thread runs the first part. A part
- * writes only its own outputs, in the order one thread would: the result does not depend on
- * the number of threads. */
-static void run_split_part(void *arg, int i, int T)
+/* [0, n) in chunks of whole units of `unit`, taken by the pool's threads. A chunk writes only
+ * its own outputs, in the order one thread would: the result does not depend on the number of
+ * threads or on which thread takes a chunk. */
+struct split {
+	struct part base;
+	int n, unit, units, chunks;
+};
+
+static void run_chunk(void *arg, int c, int part_no)
 {
-	struct part *parts = arg;
-	(void)T;
-	run_part(&parts[i]);
+	const struct split *sp = arg;
+	struct part p = sp->base;
+	(void)part_no;
+	p.lo = sp->units * c / sp->chunks * sp->unit;
+	p.hi = sp->units * (c + 1) / sp->chunks * sp->unit < sp->n ? sp->units * (c + 1) / sp->chunks * sp->unit : sp->n;
+	run_part(&p);
 }
 
 static void run_split(struct part base, int n, int unit)
 {
-	int units = (n + unit - 1) / unit, T = nthreads < units ? nthreads : units;
-	struct part parts[CD_MAX_THREADS];
-	if (T > pool_threads())
-		T = pool_threads();
-	for (int i = 0; i < T; i++) {
-		parts[i] = base;
-		parts[i].lo = units * i / T * unit;
-		parts[i].hi = units * (i + 1) / T * unit < n ? units * (i + 1) / T * unit : n;
-	}
-	pool_run(run_split_part, parts, T);
+	int units = (n + unit - 1) / unit;
+	struct split sp = {base, n, unit, units, nthreads > 1 ? pool_chunk_count(units) : 1};
+	pool_chunks(sp.chunks, 0, run_chunk, &sp);
 }
 
 void conv_direct_forward(float *y, const float *x, const float *W, const float *b, int B,

@@ -108,9 +108,8 @@ static void norm_init(const struct layer *l, const struct layout *lo, float *the
 }
 
 /* dense: rows x (N,IN) → y (N,OUT) = x·Wᵀ + b, W (OUT,IN), b (OUT), N = B (flat) or B·T (a
- * sequence); dy (N,OUT) → dW = dyᵀ·x, db = Σ_N dy, dx (N,IN) = dy·W. A flat input runs on
- * BLIS (layers.c, aux the products' scratch), a sequence on nn/matmul.h (seq.c). Field init:
- * 0, PyTorch's default initialisation; > 0, W ~ N(0, init²) and b = 0. */
+ * sequence); dy (N,OUT) → dW = dyᵀ·x, db = Σ_N dy, dx (N,IN) = dy·W, on nn/matmul.h (seq.c).
+ * Field init: 0, PyTorch's default initialisation; > 0, W ~ N(0, init²) and b = 0. */
 static int dense_parse(struct layer *l, struct layout *lo, int classes, char *err)
 {
 	int ws[2] = {l->v[0].i, l->in.c};
@@ -129,31 +128,22 @@ static void dense_init(const struct layer *l, const struct layout *lo, float *th
 	}
 }
 
-/* aux: the scratch of layers.c's row-stored products (a flat input) */
 static int dense_reserve(struct layer *l, int B, struct layer_need *need)
 {
-	if (l->in.seq) {
-		need->scratch = need->scratch > matmul_scratch_size() ? need->scratch : matmul_scratch_size();
-		return 0;
-	}
-	return (l->aux = layer_falloc(dense_scratch_size(B, l->in.c, l->out.c), sizeof(float))) ? 0 : -1;
+	(void)l, (void)B;
+	need->scratch = need->scratch > matmul_scratch_size() ? need->scratch : matmul_scratch_size();
+	return 0;
 }
 
 static const float *dense_fwd(struct layer *l, const float *x, struct layer_pass *p)
 {
-	if (l->in.seq)
-		dense_rows_forward(l->y, x, p->W, p->b, p->B * l->in.h, l->in.c, l->out.c, p->scratch);
-	else
-		dense_forward(l->y, x, p->W, p->b, p->B, l->in.c, l->out.c, l->aux);
+	dense_rows_forward(l->y, x, p->W, p->b, p->B * l->in.h, l->in.c, l->out.c, p->scratch);
 	return l->y;
 }
 
 static float *dense_bwd(struct layer *l, float *dy, float *dx, struct layer_pass *p)
 {
-	if (l->in.seq)
-		dense_rows_backward(dx, p->dW, p->db, dy, l->x, p->W, p->B * l->in.h, l->in.c, l->out.c, p->scratch);
-	else
-		dense_backward(dx, p->dW, p->db, dy, l->x, p->W, p->B, l->in.c, l->out.c, l->aux);
+	dense_rows_backward(dx, p->dW, p->db, dy, l->x, p->W, p->B * l->in.h, l->in.c, l->out.c, p->scratch);
 	return dx;
 }
 

@@ -183,79 +183,6 @@ size_t conv2d_col_size(const struct conv2d_shape *s, int B)
 	return n;
 }
 
-/* Batches of up to DENSE_SMALL_BATCH samples take a row-stored path: libblis 0.9.0's
- * small-matrix kernels run the mlp's 784→256 products at batch 64 some 10–20% faster when A, B
- * and C are all row-stored than with x·Wᵀ (W read by columns: dot-product kernels) or dyᵀ·x
- * (dyᵀ read by columns) — measured in bench-train's sgemm rows and doc/design.md's "The
- * training step's speed". Forward then computes yᵀ = W·xᵀ from a transposed copy of x, backward
- * dW = dyᵀ·x from a transposed copy of dy; the scratch holds both copies. */
-#define DENSE_SMALL_BATCH 128
-
-size_t dense_scratch_size(int B, int in, int out)
-{
-	size_t b = (size_t)(B < DENSE_SMALL_BATCH ? B : DENSE_SMALL_BATCH);
-	return b * ((size_t)in + (size_t)out);
-}
-
-/* t (cols,rows) = sᵀ for s (rows,cols): 4×4 tiles through SSE registers (x86-64 always has
- * SSE), the edges and other machines one float at a time */
-static void transpose(float *restrict t, const float *restrict s, int rows, int cols)
-{
-	int r4 = 0, c4 = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-	r4 = rows / 4 * 4, c4 = cols / 4 * 4;
-	for (int c = 0; c < c4; c += 4) /* t's rows written whole, s's 4 columns read down */
-		for (int r = 0; r < r4; r += 4) {
-			const float *p = s + (size_t)r * cols + c;
-			__m128 a = _mm_loadu_ps(p), b = _mm_loadu_ps(p + cols);
-			__m128 e = _mm_loadu_ps(p + 2 * (size_t)cols), f = _mm_loadu_ps(p + 3 * (size_t)cols);
-			_MM_TRANSPOSE4_PS(a, b, e, f);
-			float *q = t + (size_t)c * rows + r;
-			_mm_storeu_ps(q, a);
-			_mm_storeu_ps(q + rows, b);
-			_mm_storeu_ps(q + 2 * (size_t)rows, e);
-			_mm_storeu_ps(q + 3 * (size_t)rows, f);
-		}
-#endif
-	for (int r = 0; r < rows; r++)
-		for (int c = r < r4 ? c4 : 0; c < cols; c++)
-			t[(size_t)c * rows + r] = s[(size_t)r * cols + c];
-}
-
-void dense_forward(float *y, const float *x, const float *W, const float *b, int B, int in, int out,
-		   float *scratch)
-{
-	if (scratch && B <= DENSE_SMALL_BATCH) {
-		float *xt = scratch, *yt = scratch + (size_t)B * in;
-		transpose(xt, x, B, in);
-		gemm(out, B, in, W, in, 1, xt, B, 1, 0.0f, yt, B, 1); /* yᵀ (OUT,B) = W·xᵀ */
-		transpose(y, yt, out, B);
-		for (int i = 0; i < B; i++)
-			add_floats(y + (size_t)i * out, b, (size_t)out); /* the product plus b, as below */
-		return;
-	}
-	for (int i = 0; i < B; i++)
-		memcpy(y + (size_t)i * out, b, sizeof *y * out); /* then y += x·Wᵀ */
-	gemm(B, out, in, x, in, 1, W, 1, in, 1.0f, y, out, 1);
-}
-
-void dense_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
-		    int B, int in, int out, float *scratch)
-{
-	if (scratch && B <= DENSE_SMALL_BATCH) {
-		float *dyt = scratch + (size_t)B * in;
-		transpose(dyt, dy, B, out);
-		gemm(out, in, B, dyt, B, 1, x, in, 1, 0.0f, dW, in, 1);
-	} else {
-		gemm(out, in, B, dy, 1, out, x, in, 1, 0.0f, dW, in, 1);
-	}
-	memcpy(db, dy, sizeof *db * out);
-	for (int i = 1; i < B; i++)
-		add_floats(db, dy + (size_t)i * out, (size_t)out);
-	if (dx)
-		gemm(B, in, out, dy, out, 1, W, in, 1, 0.0f, dx, in, 1);
-}
-
 /* The valid output columns [*lo, *hi) of one kernel column kj: 0 <= ow·S − P + kj < W. */
 static void conv_cols(const struct conv2d_shape *s, int kj, int *lo, int *hi)
 {
@@ -372,14 +299,35 @@ void conv2d_forward(float *y, float *col, const float *x, const float *W, const 
 	}
 }
 
+/* Units per part for units of `floats` floats: a part of a pass should be some 8K floats or
+ * more (waking the pool costs microseconds). */
+static size_t per_part(size_t floats)
+{
+	return floats >= 8192 ? 1 : 8192 / (floats ? floats : 1);
+}
+
+/* db[o] = Σ of dy's plane o (n floats), for the planes [lo, hi) */
+struct sums_job {
+	float *db;
+	const float *dy;
+	size_t n;
+};
+
+static void sums_part(void *a, size_t lo, size_t hi)
+{
+	const struct sums_job *j = a;
+	for (size_t o = lo; o < hi; o++)
+		j->db[o] = sum_floats(j->dy + o * j->n, j->n);
+}
+
 void conv2d_backward(float *dx, float *dW, float *db, float *dcol, const float *dy, const float *col,
 		     const float *x, const float *W, int B, const struct conv2d_shape *s)
 {
 	size_t n = (size_t)B * s->oh * s->ow, ohw = (size_t)s->oh * s->ow;
 	size_t plane = (size_t)s->h * s->w;
 	int ckk = s->c * s->k * s->k, nb = conv_chunk(s, B);
-	for (int o = 0; o < s->oc; o++)
-		db[o] = sum_floats(dy + (size_t)o * n, n);
+	struct sums_job sj = {db, dy, n};
+	pool_for((size_t)s->oc, 1, per_part(n), sums_part, &sj);
 	if (conv_direct_pad_fits(s)) {
 		conv_direct_pad_dW(dW, dy, col, B, s);
 		if (dx && dcol)
@@ -696,13 +644,6 @@ static void gn_forward_part(void *arg, size_t lo, size_t hi)
 		}
 }
 
-/* Units per part for units of `floats` floats: a part of a pass should be some 8K floats or
- * more (waking the pool costs microseconds). */
-static size_t per_part(size_t floats)
-{
-	return floats >= 8192 ? 1 : 8192 / (floats ? floats : 1);
-}
-
 void groupnorm_forward_fused(float *y, float *stats, const float *x, const float *g, const float *b,
 			     const float *add, int relu, int B, int c, int hw, int G)
 {
@@ -886,10 +827,23 @@ void add_forward(float *y, const float *a, const float *b, size_t n)
 struct plane_job {
 	float *y;
 	uint8_t *arg;
-	const float *x;
+	const float *x, *mask;
 	const uint8_t *carg;
 	int h, w, k, B, c, hw, which;
 };
+
+/* planes [lo, hi) of y = x·mask[plane] (dropout2d; y may be x) */
+static void scale_planes(const struct plane_job *j, size_t lo, size_t hi)
+{
+	size_t plane = (size_t)j->h * j->w;
+	for (size_t q = lo; q < hi; q++) {
+		if (j->y == j->x)
+			for (size_t i = 0; i < plane; i++)
+				j->y[q * plane + i] *= j->mask[q];
+		else
+			scale_floats(j->y + q * plane, j->x + q * plane, j->mask[q], plane);
+	}
+}
 
 static void plane_part(void *a, size_t lo, size_t hi)
 {
@@ -907,6 +861,9 @@ static void plane_part(void *a, size_t lo, size_t hi)
 		break;
 	case 3:
 		avgpool2d_bwd_serial(j->y + lo * in, j->x + lo * out, n, j->h, j->w, j->k);
+		break;
+	case 8:
+		scale_planes(j, lo, hi);
 		break;
 	}
 }
@@ -1012,21 +969,16 @@ void dropout2d_forward(float *y, float *mask, const float *x, size_t planes, siz
 		       struct rng *r)
 {
 	float keep = 1.0f / (1.0f - p);
-	for (size_t q = 0; q < planes; q++) {
+	for (size_t q = 0; q < planes; q++) /* the draws in order, then the planes on the pool */
 		mask[q] = rng_float(r) < p ? 0.0f : keep;
-		scale_floats(y + q * plane, x + q * plane, mask[q], plane);
-	}
+	struct plane_job j = {.y = y, .x = x, .mask = mask, .h = 1, .w = (int)plane, .k = 1, .which = 8};
+	planes_run(&j, planes);
 }
 
 void dropout2d_backward(float *dx, const float *dy, const float *mask, size_t planes, size_t plane)
 {
-	for (size_t q = 0; q < planes; q++) {
-		if (dx == dy)
-			for (size_t i = 0; i < plane; i++)
-				dx[q * plane + i] *= mask[q];
-		else
-			scale_floats(dx + q * plane, dy + q * plane, mask[q], plane);
-	}
+	struct plane_job j = {.y = dx, .x = dy, .mask = mask, .h = 1, .w = (int)plane, .k = 1, .which = 8};
+	planes_run(&j, planes);
 }
 
 struct lsm_job {

@@ -19,17 +19,6 @@ size_t conv2d_col_size(const struct conv2d_shape *s, int B);
 // Run the kernels on t threads (BLIS's, nn/conv_direct.h's and nn/matmul.h's); the default is 1
 void layers_set_threads(int t);
 
-// Floats of the dense passes' scratch for batches up to B (its products run faster with it)
-size_t dense_scratch_size(int B, int in, int out);
-// x (B,IN) · W (OUT,IN)ᵀ + b → y (B,OUT). scratch: NULL, or dense_scratch_size(≥ B) floats
-// padded as layer_falloc pads (the result is the same up to the products' summation order)
-void dense_forward(float *y, const float *x, const float *W, const float *b, int B, int in, int out,
-		   float *scratch);
-// dy (B,OUT) → dW (OUT,IN) = dyᵀ·x, db (OUT) = Σ_b dy, dx (B,IN) = dy·W (skipped if dx NULL);
-// scratch as for dense_forward
-void dense_backward(float *dx, float *dW, float *db, const float *dy, const float *x, const float *W,
-		    int B, int in, int out, float *scratch);
-
 // x (C,B,H,W) → col (C·K·K, B·OH·OW); W (OC,C·K·K) · col + b → y (OC,B,OH,OW), or through
 // nn/conv_direct.h's kernels for the shapes they take (col: their packed batch). keep: col
 // holds the whole im2col (or packed batch) afterwards (backward reads it); 0: col is scratch

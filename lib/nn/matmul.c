@@ -21,7 +21,7 @@
 #define NR_MAX 32
 #define MM_MAX_THREADS 64
 /* Products of fewer multiply-adds run on one thread (attention's per-head products). */
-#define MM_THREAD_MIN (1 << 22)
+#define MM_THREAD_MIN (1 << 19)
 
 static int forced = -1; /* tests: a level forced; -1 asks the CPU at every call */
 static int nthreads = 1;
@@ -245,7 +245,7 @@ struct job {
 	long ldc;
 	struct mat a, b;
 	const float *bias;
-	int M, N, K, init, tri, level, lo, hi;
+	int M, N, K, init, tri, level, lo, hi, jlo, jhi; /* C's rows [lo, hi), columns [jlo, jhi) */
 	float *panel;
 };
 
@@ -293,8 +293,8 @@ static void run_job(struct job *j)
 {
 	struct kern kn = kernel_of(j->level);
 	_Alignas(64) float sliver[MR_MAX * KC];
-	for (int jc = 0; jc < j->N; jc += NC) {
-		int nc = j->N - jc < NC ? j->N - jc : NC;
+	for (int jc = j->jlo; jc < j->jhi; jc += NC) {
+		int nc = j->jhi - jc < NC ? j->jhi - jc : NC;
 		for (int pc = 0; pc < j->K; pc += KC) {
 			int kc = j->K - pc < KC ? j->K - pc : KC;
 			pack_b(j->panel, j->b, pc, kc, jc, nc, kn.nr);
@@ -320,21 +320,35 @@ static void run_job(struct job *j)
 	}
 }
 
-/* Part i of a product: on a worker of the pool with its own panel on the worker's stack (it
- * has room for it); on the caller (part 0, or every part when the pool runs them one after
- * another) in the caller's scratch. */
-static void run_part(void *arg, int i, int n)
+/* A product's chunks: whole row blocks of C, or whole columns in units of NR_MAX (the widest
+ * tile), whichever of M and N is larger. Each chunk packs its own panels of B (rows) or slivers
+ * of A (columns), so a chunk is MM_CHUNK_ROWS rows or MM_CHUNK_COLS columns at least. */
+#define MM_CHUNK_ROWS 48
+#define MM_CHUNK_COLS 64
+struct chunked {
+	struct job base;
+	int rows, unit, units, chunks;
+};
+
+/* Chunk c: on a worker of the pool with its own panel on the worker's stack (it has room for
+ * it); on the caller (part 0, or every chunk when the pool runs them one after another) in the
+ * caller's scratch. */
+static void run_chunk(void *arg, int c, int part)
 {
-	struct job *j = (struct job *)arg + i;
-	(void)n;
-	if (pool_worker() != i) {
-		j->panel = ((struct job *)arg)->panel;
-		run_job(j);
+	const struct chunked *ch = arg;
+	struct job j = ch->base;
+	int lo = ch->units * c / ch->chunks * ch->unit, hi = ch->units * (c + 1) / ch->chunks * ch->unit;
+	if (ch->rows)
+		j.lo = lo, j.hi = hi < j.M ? hi : j.M;
+	else
+		j.jlo = lo, j.jhi = hi < j.N ? hi : j.N;
+	if (part == 0 || pool_worker() != part) {
+		run_job(&j);
 		return;
 	}
 	_Alignas(64) float panel[KC * NC];
-	j->panel = panel;
-	run_job(j);
+	j.panel = panel;
+	run_job(&j);
 }
 
 /* C₀ into the rows of C no term reaches (K = 0, or k_range empty). */
@@ -360,19 +374,16 @@ void matmul(float *c, long ldc, struct mat a, struct mat b, int M, int N, int K,
 	}
 	if (tri == MATMUL_A_UPPER && M > K)
 		init_c(c + (long)K * ldc, ldc, M - K, N, init, bias); /* rows no term reaches */
-	struct job base = {c, ldc, a, b, bias, M, N, K, init, tri, level, 0, M, NULL};
-	int units = (M + mr - 1) / mr, T = nthreads < units ? nthreads : units;
-	if ((double)M * N * K < MM_THREAD_MIN)
-		T = 1; /* starting a thread would cost more than it saves */
-	if (T > pool_threads())
-		T = pool_threads();
-	struct job parts[MM_MAX_THREADS];
-	/* a part is whole row blocks, so the tiles are those of one thread */
-	for (int i = 0; i < T; i++) {
-		parts[i] = base;
-		parts[i].lo = units * i / T * mr;
-		parts[i].hi = units * (i + 1) / T * mr < M ? units * (i + 1) / T * mr : M;
+	struct chunked ch = {{c, ldc, a, b, bias, M, N, K, init, tri, level, 0, M, 0, N, NULL}, M >= N, 0, 0, 1};
+	ch.base.panel = (float *)(((size_t)scratch + 63) & ~(size_t)63);
+	ch.unit = ch.rows ? mr : NR_MAX;
+	ch.units = ch.rows ? (M + mr - 1) / mr : (N + NR_MAX - 1) / NR_MAX;
+	/* a chunk's rows are whole row blocks, its columns whole tiles: the tiles of one thread */
+	if (nthreads > 1 && (double)M * N * K >= MM_THREAD_MIN)
+		ch.chunks = pool_chunk_count(ch.rows ? M / MM_CHUNK_ROWS : N / MM_CHUNK_COLS);
+	if (ch.chunks <= 1) {
+		run_job(&ch.base);
+		return;
 	}
-	parts[0].panel = (float *)(((size_t)scratch + 63) & ~(size_t)63);
-	pool_run(run_part, parts, T);
+	pool_chunks(ch.chunks, 0, run_chunk, &ch);
 }

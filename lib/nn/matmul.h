@@ -1,11 +1,12 @@
 /* matmul: C = A·B + C₀ on float32 with gem's own packed kernels, for the products of the
- * sequence layers (dense over a sequence, attention). x86-64 with AVX-512F runs 12×32 tiles,
+ * dense layers (flat or over a sequence) and attention. x86-64 with AVX-512F runs 12×32 tiles,
  * with AVX2 and FMA 6×16 tiles (asked at run time); elsewhere portable C. Every level computes
  * each output as one chain of fused multiply-adds from C₀ over k in increasing order, so every
  * level, tile, block size and thread count gives the same floats: a run replays bit for bit on
  * another machine. (libblis 0.9.0 falls back to its slow generic kernels on CPUs it does not
- * know, and its sums depend on which kernels it picked; the flat dense and conv2d layers keep
- * it, so that their results stay as they were.) */
+ * know, and its sums depend on which kernels it picked; the conv2d layers' im2col products
+ * keep it.) A product is cut into chunks of C's rows or columns that the pool's threads take
+ * as they come free (nn/pool.h). */
 #ifndef GEM_MATMUL_H
 #define GEM_MATMUL_H
 #include <stddef.h>

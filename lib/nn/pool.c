@@ -139,16 +139,64 @@ void pool_run(void (*fn)(void *arg, int i, int n), void *arg, int n)
 	atomic_store(&busy, 0);
 }
 
+/* The chunks of a pool_chunks call: part q owns [n·q/parts, n·(q+1)/parts) and takes them
+ * from next[q] on; every part goes through the others' counters when its own runs out. A
+ * counter to a cache line: parts take chunks without fighting for one. */
+struct chunks {
+	void (*fn)(void *, int, int);
+	void *arg;
+	int n, parts;
+	struct {
+		atomic_int next;
+		char pad[64 - sizeof(atomic_int)];
+	} q[POOL_MAX_THREADS];
+};
+
+static void run_chunks(void *p, int i, int parts)
+{
+	struct chunks *c = p;
+	for (int d = 0; d < parts; d++) {
+		int q = (i + d) % parts, end = (int)((long)c->n * (q + 1) / parts), k;
+		while ((k = atomic_fetch_add_explicit(&c->q[q].next, 1, memory_order_relaxed)) < end)
+			c->fn(c->arg, k, i);
+	}
+}
+
+void pool_chunks(int n, int parts_max, void (*fn)(void *arg, int chunk, int part), void *arg)
+{
+	int parts = n < nthreads ? n : nthreads;
+	if (parts_max > 0 && parts > parts_max)
+		parts = parts_max;
+	if (parts <= 1 || in_part) {
+		for (int k = 0; k < n; k++)
+			fn(arg, k, 0);
+		return;
+	}
+	struct chunks c;
+	c.fn = fn, c.arg = arg, c.n = n, c.parts = parts;
+	for (int q = 0; q < parts; q++)
+		atomic_init(&c.q[q].next, (int)((long)n * q / parts));
+	pool_run(run_chunks, &c, parts);
+}
+
+int pool_chunk_count(long most)
+{
+	long n = in_part ? 1 : (long)nthreads * POOL_CHUNKS; /* a part's call runs on its thread */
+	return (int)(most < n ? (most < 1 ? 1 : most) : n);
+}
+
 struct range {
 	void (*fn)(void *, size_t, size_t);
 	void *arg;
 	size_t n, unit, units;
+	int chunks;
 };
 
-static void run_range(void *p, int i, int parts)
+static void run_range(void *p, int c, int part)
 {
 	struct range *r = p;
-	size_t lo = r->units * i / parts * r->unit, hi = r->units * (i + 1) / parts * r->unit;
+	size_t lo = r->units * c / r->chunks * r->unit, hi = r->units * (c + 1) / r->chunks * r->unit;
+	(void)part;
 	r->fn(r->arg, lo, hi < r->n ? hi : r->n);
 }
 
@@ -156,14 +204,12 @@ void pool_for(size_t n, size_t unit, size_t min_units, void (*fn)(void *arg, siz
 {
 	if (!unit)
 		unit = 1;
-	size_t units = (n + unit - 1) / unit, parts = units / (min_units ? min_units : 1);
-	if (parts > (size_t)nthreads)
-		parts = (size_t)nthreads;
-	if (parts <= 1 || in_part) {
+	size_t units = (n + unit - 1) / unit, most = units / (min_units ? min_units : 1);
+	if (most <= 1 || nthreads == 1 || in_part) {
 		if (n)
 			fn(arg, 0, n);
 		return;
 	}
-	struct range r = {fn, arg, n, unit, units};
-	pool_run(run_range, &r, (int)parts);
+	struct range r = {fn, arg, n, unit, units, pool_chunk_count((long)(most < 1L << 30 ? most : 1L << 30))};
+	pool_chunks(r.chunks, 0, run_range, &r);
 }

@@ -28,8 +28,20 @@ void pool_set_spin(long spins);
  * part, or one while another thread runs the pool: the parts run one after the other here. */
 void pool_run(void (*fn)(void *arg, int i, int n), void *arg, int n);
 
-/* Split [0, n) into parts of whole units of `unit` (the last part takes the rest), no part
+/* Call fn(arg, c, part) for every chunk c in [0, n) on the pool's threads, part the number of
+ * the thread's part (0 on the caller, below parts_max if it is not 0; for scratch of its own). Each part starts on its own
+ * share of the chunks, in order, and a part that runs out takes the next chunks of the others:
+ * a core the machine slows (another job, the interrupts) does fewer, and a thread mostly reads
+ * the samples it wrote in the layer before. Which thread runs a chunk must not change what it
+ * computes. */
+void pool_chunks(int n, int parts_max, void (*fn)(void *arg, int chunk, int part), void *arg);
+/* Chunks a call should have to balance the threads (POOL_CHUNKS a thread), at most `most`; 1
+ * on one thread or inside a part. */
+#define POOL_CHUNKS 4
+int pool_chunk_count(long most);
+
+/* Split [0, n) into chunks of whole units of `unit` (the last chunk takes the rest), no chunk
  * smaller than min_units units (a wake-up costs about a microsecond, more on a busy machine),
- * and call fn(arg, lo, hi) for each, on the pool's threads. */
+ * and call fn(arg, lo, hi) for each, on the pool's threads as pool_chunks does. */
 void pool_for(size_t n, size_t unit, size_t min_units, void (*fn)(void *arg, size_t lo, size_t hi), void *arg);
 #endif

@@ -569,7 +569,7 @@ SEQ_LEVELS(softmax_causal_back, (float *dS, const float *P, int T, float scale),
 struct att_job {
 	struct attention *a;
 	float *scratch;
-	int B, back, level;
+	int B, back, level, chunks;
 };
 
 static void att_pairs(const struct att_job *j, int lo, int hi, float *scratch, float *dS)
@@ -602,26 +602,24 @@ static void att_pairs(const struct att_job *j, int lo, int hi, float *scratch, f
 	}
 }
 
-static void att_part(void *arg, int i, int n)
+/* Chunk c of the (sample, head) pairs, with part's dP room */
+static void att_chunk(void *arg, int c, int part)
 {
 	const struct att_job *j = arg;
-	int pairs = j->B * j->a->H, lo = pairs * i / n, hi = pairs * (i + 1) / n;
-	float *dS = j->a->dP + (size_t)i * j->a->T * j->a->T;
-	if (i > 0 && pool_worker() == i) {
+	int pairs = j->B * j->a->H, lo = (int)((long)pairs * c / j->chunks), hi = (int)((long)pairs * (c + 1) / j->chunks);
+	float *dS = j->a->dP + (size_t)part * j->a->T * j->a->T;
+	if (part > 0 && pool_worker() == part) {
 		float mine[matmul_scratch_size()];
 		att_pairs(j, lo, hi, mine, dS);
 	} else {
-		att_pairs(j, lo, hi, j->scratch, dS); /* the caller's, or one part after another */
+		att_pairs(j, lo, hi, j->scratch, dS); /* the caller's, or one chunk after another */
 	}
 }
 
 static void att_run(struct attention *a, int B, int back, float *scratch)
 {
-	struct att_job j = {a, scratch, B, back, matmul_simd(-1)};
-	int n = pool_threads() < ATT_PARTS ? pool_threads() : ATT_PARTS;
-	if (n > B * a->H)
-		n = B * a->H;
-	pool_run(att_part, &j, n < 1 ? 1 : n);
+	struct att_job j = {a, scratch, B, back, matmul_simd(-1), pool_chunk_count((long)B * a->H)};
+	pool_chunks(j.chunks, ATT_PARTS, att_chunk, &j);
 }
 
 void attention_forward(struct attention *a, float *y, const float *x, const float *Wqkv, const float *bqkv,

@@ -1,7 +1,7 @@
 /* bench-train: how fast the training kernels run on one thread. Prints TSV on stdout:
- * sgemm GFLOP/s for the shapes the mlp layers use and the cnn's would under im2col, the
- * direct conv kernels' GFLOP/s on the cnn's two conv layers, nn/matmul's on the gpt's
- * products, then training samples/s at batch 64 and evaluation samples/s at batch 1000 for
+ * BLIS's sgemm GFLOP/s for the shapes the mlp layers use and the cnn's would under im2col, the
+ * direct conv kernels' GFLOP/s on the cnn's two conv layers, nn/matmul's on the dense layers'
+ * and the gpt's products (the layers run on it), then training samples/s at batch 64 and evaluation samples/s at batch 1000 for
  * share/gem/models/{mlp,cnn,resnet}.json, and training and evaluation tokens/s at batch 32 (windows
  * of 128 bytes) for gpt.json (found via $GEM_SRC, else the current directory). Rates are per
  * second of the thread's CPU time (one BLIS thread), after a first step (its page faults) that
@@ -429,9 +429,6 @@ int main(int argc, char **argv)
 	double gs = secs / 4;
 	bench_gemm("mlp dense0 fwd", 64, 256, 784, 0, 1, gs, &r);
 	bench_gemm("mlp dense0 dW", 256, 784, 64, 1, 0, gs, &r);
-	/* the same two as nn/layers.c's dense layer runs them at batches up to 128: all row-stored */
-	bench_gemm("mlp dense0 fwd, yᵀ = W·xᵀ", 256, 64, 784, 0, 0, gs, &r);
-	bench_gemm("mlp dense0 dW, from dyᵀ", 256, 784, 64, 0, 0, gs, &r);
 	bench_gemm("cnn conv0 fwd", 10, 36864, 25, 0, 0, gs, &r);
 	bench_gemm("cnn conv0 dW", 10, 25, 36864, 0, 1, gs, &r);
 	bench_gemm("cnn conv3 fwd", 20, 4096, 250, 0, 0, gs, &r);
@@ -441,6 +438,10 @@ int main(int argc, char **argv)
 	bench_gemm("square", 512, 512, 512, 0, 0, gs, &r);
 	bench_direct("cnn conv0 1x28x28→10 k5", 64, 1, 28, 10, 5, gs, &r);
 	bench_direct("cnn conv3 10x12x12→20 k5", 64, 10, 12, 20, 5, gs, &r);
+	/* the dense layers' products as nn/layer_ops.c runs them */
+	bench_matmul("mlp dense0 fwd", 64, 256, 784, 0, 1, MATMUL_FULL, gs, &r);
+	bench_matmul("mlp dense0 dW", 256, 784, 64, 1, 0, MATMUL_FULL, gs, &r);
+	bench_matmul("cnn dense8 fwd", 64, 300, 320, 0, 1, MATMUL_FULL, gs, &r);
 	bench_matmul("gpt qkv fwd", 4096, 384, 128, 0, 1, MATMUL_FULL, gs, &r);
 	bench_matmul("gpt mlp fwd", 4096, 512, 128, 0, 1, MATMUL_FULL, gs, &r);
 	bench_matmul("gpt mlp dx", 4096, 128, 512, 0, 0, MATMUL_FULL, gs, &r);
