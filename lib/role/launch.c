@@ -305,9 +305,11 @@ static int start_remote(struct launch_set *s, struct launch_child *c, char *err)
 	c->in = in[1];
 	if (c->token && s->token) {
 		size_t len = strlen(s->token);
-		/* a line in an empty pipe: it does not block */
-		if (write(c->in, s->token, len) != (ssize_t)len || write(c->in, "\n", 1) != 1)
-			return gem_errf(err, GEM_EFAIL, "cannot hand the token to %s", c->host);
+		/* a line in an empty pipe: it does not block. EPIPE: the ssh has already ended (a
+		 * connection dropped at once); its end says what happened, and a dropped one is
+		 * tried again (the caller ignores SIGPIPE, as gem-run does) */
+		if ((write(c->in, s->token, len) != (ssize_t)len || write(c->in, "\n", 1) != 1) && errno != EPIPE)
+			return gem_errf(err, GEM_EFAIL, "cannot hand the token to %s: %s", c->host, strerror(errno));
 	}
 	return 0;
 }
