@@ -286,6 +286,20 @@ static void test_pool(size_t planes, int h, int w, int k)
 	maxpool2d_backward(cdx, cg, carg, 1, 4, 4, 2);
 	ok(cdx[0] == 1 && cdx[1] == 0 && cdx[4] == 0 && cdx[5] == 0 && cdx[2] == 2 && cdx[10] == 4,
 	   "maxpool2d: a tie goes to the first element");
+	/* fused with the ReLU after it (x has both signs): the floats of the two passes */
+	float *ry = malloc(ny * 4), *fy = malloc(ny * 4), *g = malloc(ny * 4), *fg = malloc(ny * 4);
+	float *fdx = malloc(nx * 4);
+	uint8_t *farg = malloc(ny);
+	maxpool_run(&d); /* y and arg at x again, not at the probe's last step */
+	relu_forward(ry, y, ny);
+	maxpool2d_relu_forward(fy, farg, x, planes, h, w, k);
+	memcpy(g, R, ny * 4), memcpy(fg, R, ny * 4);
+	relu_backward(g, g, ry, ny);
+	maxpool2d_backward(dx, g, d.arg, planes, h, w, k);
+	maxpool2d_relu_backward(fdx, fg, fy, farg, planes, h, w, k);
+	ok(!memcmp(ry, fy, ny * 4) && !memcmp(d.arg, farg, ny) && !memcmp(dx, fdx, nx * 4),
+	   "maxpool2d %dx%d k%d fused with the ReLU: the floats of the separate passes, forward and back", h, w, k);
+	free(ry), free(fy), free(g), free(fg), free(fdx), free(farg);
 	free(x), free(y), free(R), free(dx), free(d.arg);
 }
 

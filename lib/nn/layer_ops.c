@@ -835,14 +835,14 @@ static void pass_params(const struct layer *l, struct layer_pass *p)
 	}
 }
 
-/* The ReLU l[i + 1] when layer l[i] runs it in its own pass (a groupnorm, or a residual block
- * whose block ends in one), else NULL. The ReLU's forward and backward are then skipped: its
- * output is written and its mask applied by l[i]. */
+/* The ReLU l[i + 1] when layer l[i] runs it in its own pass (a groupnorm, a max pool, or a
+ * residual block whose block ends in a groupnorm), else NULL. The ReLU's forward and backward
+ * are then skipped: its output is written and its mask applied by l[i]. */
 static struct layer *fused_relu(struct layer *l, int i, int n)
 {
 	if (i + 1 >= n || l[i + 1].ops != &relu_ops)
 		return NULL;
-	if (l[i].ops == &groupnorm_ops)
+	if (l[i].ops == &groupnorm_ops || l[i].ops == &maxpool2d_ops)
 		return &l[i + 1];
 	if (l[i].ops == &residual_ops && l[i].nkids > l[i].nshort &&
 	    l[i].kids[l[i].nkids - l[i].nshort - 1].ops == &groupnorm_ops)
@@ -863,6 +863,9 @@ const float *layer_chain_forward(struct layer *l, int n, const float *x, struct 
 		r->x = l[i].y; /* not written: the ReLU reads nothing from it */
 		if (l[i].ops == &groupnorm_ops)
 			groupnorm_fused_fwd(&l[i], r->y, x, NULL, 1, p);
+		else if (l[i].ops == &maxpool2d_ops)
+			maxpool2d_relu_forward(r->y, l[i].aux, x, (size_t)l[i].in.c * p->B, l[i].in.h, l[i].in.w,
+					       l[i].v[0].i);
 		else
 			residual_relu_fwd(&l[i], r, x, p);
 		x = r->y;
@@ -884,6 +887,12 @@ float *layer_chain_backward(struct layer *l, int n, float *g, float *other, stru
 			if (l[i].ops == &groupnorm_ops) {
 				groupnorm_fused_bwd(&l[i], g, l[i].need_dx ? g : NULL, r->y, p);
 				gx = g;
+			} else if (l[i].ops == &maxpool2d_ops) {
+				if (!l[i].need_dx)
+					break;
+				gx = other;
+				maxpool2d_relu_backward(gx, g, r->y, l[i].aux, (size_t)l[i].in.c * p->B, l[i].in.h,
+							l[i].in.w, l[i].v[0].i);
 			} else {
 				gx = residual_relu_bwd(&l[i], r, g, l[i].need_dx ? other : NULL, p);
 			}

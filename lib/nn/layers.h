@@ -37,6 +37,12 @@ void conv2d_backward(float *dx, float *dW, float *db, float *dcol, const float *
 void maxpool2d_forward(float *y, uint8_t *arg, const float *x, size_t planes, int h, int w, int k);
 // dy (P,H/k,W/k) → dx (P,H,W): dy goes to each window's argmax, 0 elsewhere
 void maxpool2d_backward(float *dx, const float *dy, const uint8_t *arg, size_t planes, int h, int w, int k);
+// The two with the ReLU that follows the pool in the same pass: y = max(maxpool(x), 0); dy
+// (the ReLU's) masked in place where ry (its output) <= 0, then the pool's backward. The floats
+// are those of the two layers one after the other.
+void maxpool2d_relu_forward(float *y, uint8_t *arg, const float *x, size_t planes, int h, int w, int k);
+void maxpool2d_relu_backward(float *dx, float *dy, const float *ry, const uint8_t *arg, size_t planes, int h, int w,
+			     int k);
 
 // x (P,H,W) planes → y (P,H/k,W/k), the mean of each k×k window with stride k (floor)
 void avgpool2d_forward(float *y, const float *x, size_t planes, int h, int w, int k);
