@@ -6,11 +6,47 @@
 #include "nn/optim.h"
 #include "tap.h"
 
+/* 37 elements (blocks of 8 and a tail), two steps of each kind: the floats of the plain loop,
+ * element by element */
+static void test_blocks(void)
+{
+	enum { N = 37 };
+	const char *name[3] = {"plain", "momentum", "nesterov"};
+	for (int kind = 0; kind < 3; kind++) {
+		char err[GEM_ERRMAX];
+		struct sgd s;
+		float th[N], want[N], v[N] = {0}, g[N];
+		float lr = 0.1f, mu = kind ? 0.9f : 0, wd = 1e-3f;
+		for (int i = 0; i < N; i++)
+			th[i] = want[i] = 0.25f * (float)(i % 7) - 0.5f;
+		if (!ok(sgd_init(&s, N, lr, mu, wd, kind == 2, err) == 0, "sgd (%s) of %d elements", name[kind], N))
+			continue;
+		for (int step = 0; step < 2; step++) {
+			for (int i = 0; i < N; i++)
+				g[i] = 0.125f * (float)((i * 5 + step) % 11) - 0.6f;
+			sgd_step(&s, th, g);
+			for (int i = 0; i < N; i++) {
+				float gi = g[i] + wd * want[i];
+				if (kind == 0) {
+					want[i] -= lr * gi;
+					continue;
+				}
+				v[i] = mu * v[i] + gi;
+				want[i] -= lr * (kind == 2 ? gi + mu * v[i] : v[i]);
+			}
+		}
+		ok(!memcmp(th, want, sizeof th), "sgd (%s), %d elements: the floats of the plain loop", name[kind], N);
+		sgd_free(&s);
+	}
+}
+
 int main(void)
 {
 	struct sgd s;
 	char err[GEM_ERRMAX];
 	float th[2], g1[2] = {0.5f, -1.0f}, g2[2] = {0.25f, 2.0f};
+
+	test_blocks();
 
 	ok(sgd_init(&s, 2, 0.1f, 0, 0, 0, err) == 0, "plain sgd");
 	th[0] = 1, th[1] = 2;

@@ -37,29 +37,69 @@ struct step_job {
 	int decay;
 };
 
+/* An SGD step over n elements, in blocks of 8 with the pointers restrict: GCC vectorises the
+ * blocks (the plain loop, whose arrays might overlap, it left scalar: a third of an mlp's step
+ * on two threads). Each element's floats are the plain loop's. */
+static void sgd_plain(float *restrict th, const float *restrict grad, size_t n, float lr, float wd)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int k = 0; k < 8; k++)
+			th[i + k] -= lr * (grad[i + k] + wd * th[i + k]);
+	for (; i < n; i++)
+		th[i] -= lr * (grad[i] + wd * th[i]);
+}
+
+static void sgd_momentum(float *restrict th, float *restrict vv, const float *restrict grad, size_t n, float lr,
+			 float mu, float wd)
+{
+	size_t i = 0;
+	float g[8];
+	for (; i + 8 <= n; i += 8) {
+		for (int k = 0; k < 8; k++)
+			g[k] = grad[i + k] + wd * th[i + k];
+		for (int k = 0; k < 8; k++)
+			vv[i + k] = mu * vv[i + k] + g[k];
+		for (int k = 0; k < 8; k++)
+			th[i + k] -= lr * vv[i + k];
+	}
+	for (; i < n; i++) {
+		float gi = grad[i] + wd * th[i];
+		vv[i] = mu * vv[i] + gi;
+		th[i] -= lr * vv[i];
+	}
+}
+
+static void sgd_nesterov(float *restrict th, float *restrict vv, const float *restrict grad, size_t n, float lr,
+			 float mu, float wd)
+{
+	size_t i = 0;
+	float g[8];
+	for (; i + 8 <= n; i += 8) {
+		for (int k = 0; k < 8; k++)
+			g[k] = grad[i + k] + wd * th[i + k];
+		for (int k = 0; k < 8; k++)
+			vv[i + k] = mu * vv[i + k] + g[k];
+		for (int k = 0; k < 8; k++)
+			th[i + k] -= lr * (g[k] + mu * vv[i + k]);
+	}
+	for (; i < n; i++) {
+		float gi = grad[i] + wd * th[i];
+		vv[i] = mu * vv[i] + gi;
+		th[i] -= lr * (gi + mu * vv[i]);
+	}
+}
+
 static void sgd_part(void *arg, size_t lo, size_t hi)
 {
 	const struct step_job *j = arg;
 	const struct sgd *s = j->s;
-	float lr = s->lr, mu = s->momentum, wd = s->wd, *theta = j->theta, *vv = s->v;
-	const float *grad = j->grad;
-	if (!vv) {
-		for (size_t i = lo; i < hi; i++)
-			theta[i] -= lr * (grad[i] + wd * theta[i]);
-		return;
-	}
-	if (s->nesterov)
-		for (size_t i = lo; i < hi; i++) {
-			float g = grad[i] + wd * theta[i];
-			float v = vv[i] = mu * vv[i] + g;
-			theta[i] -= lr * (g + mu * v);
-		}
+	if (!s->v)
+		sgd_plain(j->theta + lo, j->grad + lo, hi - lo, s->lr, s->wd);
+	else if (s->nesterov)
+		sgd_nesterov(j->theta + lo, s->v + lo, j->grad + lo, hi - lo, s->lr, s->momentum, s->wd);
 	else
-		for (size_t i = lo; i < hi; i++) {
-			float g = grad[i] + wd * theta[i];
-			float v = vv[i] = mu * vv[i] + g;
-			theta[i] -= lr * v;
-		}
+		sgd_momentum(j->theta + lo, s->v + lo, j->grad + lo, hi - lo, s->lr, s->momentum, s->wd);
 }
 
 void sgd_step(struct sgd *s, float *theta, const float *grad)
