@@ -74,7 +74,7 @@ static void usage(FILE *f)
 	      "                            default 1\n"
 	      "      --die-after N         die abruptly (SIGKILL) after N commits (fault\n"
 	      "                            injection)\n"
-	      "  -j, --threads T           compute on T threads (BLIS and the conv kernels;\n"
+	      "  -j, --threads T           compute on T threads (every kernel and pass; the\n"
 	      "                            same result); default 1\n"
 	      "\n"
 	      "SGP nodes (--rule sgp):\n"

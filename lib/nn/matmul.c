@@ -321,9 +321,12 @@ static void run_job(struct job *j)
 }
 
 /* A product's chunks: whole row blocks of C, or whole columns in units of NR_MAX (the widest
- * tile), whichever of M and N is larger. Each chunk packs its own panels of B (rows) or slivers
- * of A (columns), so a chunk is MM_CHUNK_ROWS rows or MM_CHUNK_COLS columns at least. */
-#define MM_CHUNK_ROWS 48
+ * tile), whichever of M and N is larger; one a thread, and more (for the threads to balance)
+ * while a chunk keeps MM_CHUNK_ROWS rows or MM_CHUNK_COLS columns. Each chunk packs its own
+ * panels of B (rows) or slivers of A (columns): a weight gradient's B is K = B·T rows deep
+ * (2 MB for the gpt's), and a chunk of 192 rows or more does some 50 multiply-adds per float
+ * it packs. */
+#define MM_CHUNK_ROWS 192
 #define MM_CHUNK_COLS 64
 struct chunked {
 	struct job base;
@@ -379,8 +382,11 @@ void matmul(float *c, long ldc, struct mat a, struct mat b, int M, int N, int K,
 	ch.unit = ch.rows ? mr : NR_MAX;
 	ch.units = ch.rows ? (M + mr - 1) / mr : (N + NR_MAX - 1) / NR_MAX;
 	/* a chunk's rows are whole row blocks, its columns whole tiles: the tiles of one thread */
-	if (nthreads > 1 && (double)M * N * K >= MM_THREAD_MIN)
-		ch.chunks = pool_chunk_count(ch.rows ? M / MM_CHUNK_ROWS : N / MM_CHUNK_COLS);
+	if (nthreads > 1 && (double)M * N * K >= MM_THREAD_MIN) {
+		int more = ch.rows ? M / MM_CHUNK_ROWS : N / MM_CHUNK_COLS;
+		int each = ch.units < nthreads ? ch.units : nthreads;
+		ch.chunks = pool_chunk_count(more > each ? more : each);
+	}
 	if (ch.chunks <= 1) {
 		run_job(&ch.base);
 		return;
