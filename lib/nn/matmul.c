@@ -20,7 +20,8 @@
 #define MR_MAX 12
 #define NR_MAX 32
 #define MM_MAX_THREADS 64
-/* Products of fewer multiply-adds run on one thread (attention's per-head products). */
+/* Products of fewer multiply-adds run on one thread: a chunk costs a wake-up and a packing of
+ * its own. (Attention's per-head products run inside its parts, on their thread, at any size.) */
 #define MM_THREAD_MIN (1 << 19)
 
 static int forced = -1; /* tests: a level forced; -1 asks the CPU at every call */

@@ -29,11 +29,11 @@ void pool_set_spin(long spins);
 void pool_run(void (*fn)(void *arg, int i, int n), void *arg, int n);
 
 /* Call fn(arg, c, part) for every chunk c in [0, n) on the pool's threads, part the number of
- * the thread's part (0 on the caller, below parts_max if it is not 0; for scratch of its own). Each part starts on its own
- * share of the chunks, in order, and a part that runs out takes the next chunks of the others:
- * a core the machine slows (another job, the interrupts) does fewer, and a thread mostly reads
- * the samples it wrote in the layer before. Which thread runs a chunk must not change what it
- * computes. */
+ * the thread's part (0 on the caller, below parts_max if it is not 0; for scratch of its
+ * own). Each part starts on its own share of the chunks, in order, and a part that runs out
+ * takes the next chunks of the others: a core the machine slows (another job, the interrupts)
+ * does fewer, and a thread mostly reads the samples it wrote in the layer before. Which thread
+ * runs a chunk must not change what it computes. */
 void pool_chunks(int n, int parts_max, void (*fn)(void *arg, int chunk, int part), void *arg);
 /* Chunks a call should have to balance the threads (POOL_CHUNKS a thread), at most `most`; 1
  * on one thread or inside a part. */

@@ -1,9 +1,9 @@
 /* bench-train: how fast the training kernels run on one thread. Prints TSV on stdout:
  * BLIS's sgemm GFLOP/s for the shapes the mlp layers use and the cnn's would under im2col, the
  * direct conv kernels' GFLOP/s on the cnn's two conv layers, nn/matmul's on the dense layers'
- * and the gpt's products (the layers run on it), then training samples/s at batch 64 and evaluation samples/s at batch 1000 for
- * share/gem/models/{mlp,cnn,resnet}.json, and training and evaluation tokens/s at batch 32 (windows
- * of 128 bytes) for gpt.json (found via $GEM_SRC, else the current directory). Rates are per
+ * and the gpt's products (the layers run on it), then training samples/s at batch 64 and
+ * evaluation samples/s at batch 1000 for share/gem/models/{mlp,cnn,resnet}.json, and training
+ * and evaluation tokens/s at batch 32 (windows of 128 bytes) for gpt.json (found via $GEM_SRC, else the current directory). Rates are per
  * second of the thread's CPU time (one BLIS thread), after a first step (its page faults) that
  * is not counted. Beside each model figure: the fraction of this core's FMA peak it reaches
  * (FLOPs per sample, or per token, counted from the spec: 2 per multiply-add of the dense,
