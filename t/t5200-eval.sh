@@ -86,7 +86,7 @@ test_expect_success '--follow RUNDIR prints one line per version while a worker 
 	{ gem-eval --follow run --interval 0.05 >fol.tsv 2>fol.err & } &&
 	fpid=$! && test_bg $fpid &&
 	wait_until "test -s fol.tsv" &&
-	gem-work -q --server "$URL" --steps 15 --slowdown 300 &&
+	gem-work -q --server "$URL" --steps 15 --slowdown 1000 &&
 	wait_until "tail -1 fol.tsv | grep -q \"^[0-9.]*	45	\"" &&
 	stop_server &&
 	wait $fpid &&
