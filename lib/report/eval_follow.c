@@ -231,8 +231,11 @@ static int follow_away(struct follower *w, char *err)
 	char url[sizeof w->url];
 	if (!w->f->rundir)
 		return 0;
+	/* gem-serve removes server.url when it exits, not when it is killed: gone after it named
+	 * a server, the run has stopped, even if it stopped before its first answer (a short
+	 * run) */
 	if (run_server_url_read(w->f->rundir, url, sizeof url, NULL) < 0)
-		return w->connected ? 1 : 0; /* gem-serve removes server.url when it exits */
+		return w->r.http ? 1 : 0;
 	if (w->r.http && strcmp(url, w->url) == 0)
 		return 0;
 	return follower_connect(w, url, err) < 0 ? GEM_EFAIL : 2;
