@@ -995,7 +995,7 @@ void conv_direct_threads(int t)
  * threads or on which thread takes a chunk. */
 struct split {
 	struct part base;
-	int n, unit, units, chunks;
+	int n, unit, chunks;
 };
 
 static void run_chunk(void *arg, int c, int part_no)
@@ -1003,15 +1003,16 @@ static void run_chunk(void *arg, int c, int part_no)
 	const struct split *sp = arg;
 	struct part p = sp->base;
 	(void)part_no;
-	p.lo = sp->units * c / sp->chunks * sp->unit;
-	p.hi = sp->units * (c + 1) / sp->chunks * sp->unit < sp->n ? sp->units * (c + 1) / sp->chunks * sp->unit : sp->n;
+	long lo, hi;
+	pool_chunk_bounds(sp->n, sp->unit, sp->chunks, c, &lo, &hi);
+	p.lo = (int)lo, p.hi = (int)hi;
 	run_part(&p);
 }
 
 static void run_split(struct part base, int n, int unit)
 {
 	int units = (n + unit - 1) / unit;
-	struct split sp = {base, n, unit, units, nthreads > 1 ? pool_chunk_count(units) : 1};
+	struct split sp = {base, n, unit, nthreads > 1 ? pool_chunk_count(units) : 1};
 	pool_chunks(sp.chunks, 0, run_chunk, &sp);
 }
 

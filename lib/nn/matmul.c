@@ -341,11 +341,12 @@ static void run_chunk(void *arg, int c, int part)
 {
 	const struct chunked *ch = arg;
 	struct job j = ch->base;
-	int lo = ch->units * c / ch->chunks * ch->unit, hi = ch->units * (c + 1) / ch->chunks * ch->unit;
+	long lo, hi;
+	pool_chunk_bounds(ch->rows ? j.M : j.N, ch->unit, ch->chunks, c, &lo, &hi);
 	if (ch->rows)
-		j.lo = lo, j.hi = hi < j.M ? hi : j.M;
+		j.lo = (int)lo, j.hi = (int)hi;
 	else
-		j.jlo = lo, j.jhi = hi < j.N ? hi : j.N;
+		j.jlo = (int)lo, j.jhi = (int)hi;
 	if (part == 0 || pool_worker() != part) {
 		run_job(&j);
 		return;

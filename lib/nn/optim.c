@@ -50,8 +50,10 @@ static void sgd_plain(float *restrict th, const float *restrict grad, size_t n, 
 		th[i] -= lr * (grad[i] + wd * th[i]);
 }
 
-static void sgd_momentum(float *restrict th, float *restrict vv, const float *restrict grad, size_t n, float lr,
-			 float mu, float wd)
+/* With momentum; nesterov is a constant where it is inlined, so each call site has one loop */
+static inline __attribute__((always_inline)) void sgd_momentum(float *restrict th, float *restrict vv,
+							      const float *restrict grad, size_t n, float lr,
+							      float mu, float wd, int nesterov)
 {
 	size_t i = 0;
 	float g[8];
@@ -61,32 +63,12 @@ static void sgd_momentum(float *restrict th, float *restrict vv, const float *re
 		for (int k = 0; k < 8; k++)
 			vv[i + k] = mu * vv[i + k] + g[k];
 		for (int k = 0; k < 8; k++)
-			th[i + k] -= lr * vv[i + k];
+			th[i + k] -= lr * (nesterov ? g[k] + mu * vv[i + k] : vv[i + k]);
 	}
 	for (; i < n; i++) {
 		float gi = grad[i] + wd * th[i];
 		vv[i] = mu * vv[i] + gi;
-		th[i] -= lr * vv[i];
-	}
-}
-
-static void sgd_nesterov(float *restrict th, float *restrict vv, const float *restrict grad, size_t n, float lr,
-			 float mu, float wd)
-{
-	size_t i = 0;
-	float g[8];
-	for (; i + 8 <= n; i += 8) {
-		for (int k = 0; k < 8; k++)
-			g[k] = grad[i + k] + wd * th[i + k];
-		for (int k = 0; k < 8; k++)
-			vv[i + k] = mu * vv[i + k] + g[k];
-		for (int k = 0; k < 8; k++)
-			th[i + k] -= lr * (g[k] + mu * vv[i + k]);
-	}
-	for (; i < n; i++) {
-		float gi = grad[i] + wd * th[i];
-		vv[i] = mu * vv[i] + gi;
-		th[i] -= lr * (gi + mu * vv[i]);
+		th[i] -= lr * (nesterov ? gi + mu * vv[i] : vv[i]);
 	}
 }
 
@@ -97,9 +79,9 @@ static void sgd_part(void *arg, size_t lo, size_t hi)
 	if (!s->v)
 		sgd_plain(j->theta + lo, j->grad + lo, hi - lo, s->lr, s->wd);
 	else if (s->nesterov)
-		sgd_nesterov(j->theta + lo, s->v + lo, j->grad + lo, hi - lo, s->lr, s->momentum, s->wd);
+		sgd_momentum(j->theta + lo, s->v + lo, j->grad + lo, hi - lo, s->lr, s->momentum, s->wd, 1);
 	else
-		sgd_momentum(j->theta + lo, s->v + lo, j->grad + lo, hi - lo, s->lr, s->momentum, s->wd);
+		sgd_momentum(j->theta + lo, s->v + lo, j->grad + lo, hi - lo, s->lr, s->momentum, s->wd, 0);
 }
 
 void sgd_step(struct sgd *s, float *theta, const float *grad)

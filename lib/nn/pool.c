@@ -179,6 +179,13 @@ void pool_chunks(int n, int parts_max, void (*fn)(void *arg, int chunk, int part
 	pool_run(run_chunks, &c, parts);
 }
 
+void pool_chunk_bounds(long n, long unit, int chunks, int c, long *lo, long *hi)
+{
+	long units = (n + unit - 1) / unit, h = units * (c + 1) / chunks * unit;
+	*lo = units * c / chunks * unit;
+	*hi = h < n ? h : n;
+}
+
 int pool_chunk_count(long most)
 {
 	long n = in_part ? 1 : (long)nthreads * POOL_CHUNKS; /* a part's call runs on its thread */
@@ -188,16 +195,17 @@ int pool_chunk_count(long most)
 struct range {
 	void (*fn)(void *, size_t, size_t);
 	void *arg;
-	size_t n, unit, units;
+	size_t n, unit;
 	int chunks;
 };
 
 static void run_range(void *p, int c, int part)
 {
 	struct range *r = p;
-	size_t lo = r->units * c / r->chunks * r->unit, hi = r->units * (c + 1) / r->chunks * r->unit;
+	long lo, hi;
 	(void)part;
-	r->fn(r->arg, lo, hi < r->n ? hi : r->n);
+	pool_chunk_bounds((long)r->n, (long)r->unit, r->chunks, c, &lo, &hi);
+	r->fn(r->arg, (size_t)lo, (size_t)hi);
 }
 
 void pool_for(size_t n, size_t unit, size_t min_units, void (*fn)(void *arg, size_t lo, size_t hi), void *arg)
@@ -210,6 +218,6 @@ void pool_for(size_t n, size_t unit, size_t min_units, void (*fn)(void *arg, siz
 			fn(arg, 0, n);
 		return;
 	}
-	struct range r = {fn, arg, n, unit, units, pool_chunk_count((long)(most < 1L << 30 ? most : 1L << 30))};
+	struct range r = {fn, arg, n, unit, pool_chunk_count((long)(most < 1L << 30 ? most : 1L << 30))};
 	pool_chunks(r.chunks, 0, run_range, &r);
 }

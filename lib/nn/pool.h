@@ -35,6 +35,8 @@ void pool_run(void (*fn)(void *arg, int i, int n), void *arg, int n);
  * does fewer, and a thread mostly reads the samples it wrote in the layer before. Which thread
  * runs a chunk must not change what it computes. */
 void pool_chunks(int n, int parts_max, void (*fn)(void *arg, int chunk, int part), void *arg);
+/* Chunk c of `chunks` over [0, n) in whole units of `unit` (the last chunk ends at n): [*lo, *hi) */
+void pool_chunk_bounds(long n, long unit, int chunks, int c, long *lo, long *hi);
 /* Chunks a call should have to balance the threads (POOL_CHUNKS a thread), at most `most`; 1
  * on one thread or inside a part. */
 #define POOL_CHUNKS 4

@@ -639,13 +639,14 @@ static void att_pairs(const struct att_job *j, int lo, int hi, float *scratch, f
 static void att_chunk(void *arg, int c, int part)
 {
 	const struct att_job *j = arg;
-	int pairs = j->B * j->a->H, lo = (int)((long)pairs * c / j->chunks), hi = (int)((long)pairs * (c + 1) / j->chunks);
+	long lo, hi;
+	pool_chunk_bounds((long)j->B * j->a->H, 1, j->chunks, c, &lo, &hi);
 	float *dS = j->a->dP + (size_t)part * j->a->T * j->a->T;
 	if (part > 0 && pool_worker() == part) {
 		float mine[matmul_scratch_size()];
-		att_pairs(j, lo, hi, mine, dS);
+		att_pairs(j, (int)lo, (int)hi, mine, dS);
 	} else {
-		att_pairs(j, lo, hi, j->scratch, dS); /* the caller's, or one chunk after another */
+		att_pairs(j, (int)lo, (int)hi, j->scratch, dS); /* the caller's, or one chunk after another */
 	}
 }
 
