@@ -295,6 +295,20 @@ test_expect_success '--follow (a flag, the run after it or before) of a RUNDIR n
 	tail -1 later.tsv | awk "{ exit !(\$2 == 20) }"
 '
 
+# A run that trains and ends between two polls (here: while the follow is stopped) had its
+# server come and go unseen: the moved checkpoint is its stop, not a server yet to start.
+test_expect_success '--follow RUNDIR of a run trained and ended between two polls: its end' '
+	gem-init -q --model tiny.json --data data --lr 0.1 --batch 32 --seed 3 unseen &&
+	{ gem-eval --follow unseen --interval 0.1 --retry-for 2 >unseen.tsv 2>unseen.err & } &&
+	pid=$! && test_bg $pid &&
+	sleep 0.5 && kill -STOP $pid &&
+	gem-run -q --resume -n 1 --steps 20 unseen >/dev/null &&
+	kill -CONT $pid &&
+	wait_exit $pid && cat unseen.err unseen.tsv &&
+	test "$(grep -vc "^#" unseen.tsv)" = 1 &&
+	tail -1 unseen.tsv | awk "{ exit !(\$2 == 20) }"
+'
+
 test_expect_success '--help names every option, as the man page does' '
 	gem-eval --help >help &&
 	grep -q "^usage: gem-eval" help &&

@@ -91,7 +91,20 @@ struct follower {
 			       * waits on the server until then (a long poll) */
 	const int *run_stopping; /* a slice server's: another server of the run said it was stopping */
 	int no_long_poll;     /* the server answered a long poll at once */
+	int have_v0;          /* RUNDIR/params.gem could be read when the follow began: */
+	uint64_t v0;          /* its version then */
 };
+
+/* A RUNDIR's follower notes the version of its checkpoint, to tell a run trained while it was
+ * not looking. */
+static void follower_rundir_start(struct follower *w)
+{
+	struct run_progress p;
+	if (w->f->rundir && run_params_progress(w->f->rundir, &p, NULL) == 0) {
+		w->have_v0 = 1;
+		w->v0 = p.version;
+	}
+}
 
 static int follower_connect(struct follower *w, const char *url, char *err)
 {
@@ -233,9 +246,14 @@ static int follow_away(struct follower *w, char *err)
 		return 0;
 	/* gem-serve removes server.url when it exits, not when it is killed: gone after it named
 	 * a server, the run has stopped, even if it stopped before its first answer (a short
-	 * run) */
-	if (run_server_url_read(w->f->rundir, url, sizeof url, NULL) < 0)
-		return w->r.http ? 1 : 0;
+	 * run); never named, the run has stopped if it moved meanwhile (a shorter one) */
+	if (run_server_url_read(w->f->rundir, url, sizeof url, NULL) < 0) {
+		struct run_progress p;
+		if (w->r.http)
+			return 1;
+		return w->have_v0 && !eval_run_active(w->f->rundir) &&
+		       run_params_progress(w->f->rundir, &p, NULL) == 0 && p.version != w->v0;
+	}
 	if (w->r.http && strcmp(url, w->url) == 0)
 		return 0;
 	return follower_connect(w, url, err) < 0 ? GEM_EFAIL : 2;
@@ -408,6 +426,7 @@ static int follow_slices(const struct eval_follow *f, struct srvset *set, int ur
 		w[i].k = i;
 		w[i].run_stopping = &sh->stopping;
 		blob_codec_init(&w[i].r.codec);
+		follower_rundir_start(&w[i]);
 		if (urls && (rc = follower_connect(&w[i], set->url[i], err)) < 0) {
 			k = i + 1;
 			goto out;
@@ -481,6 +500,7 @@ int eval_follow_run(const struct eval_follow *f, char *err)
 	w.set = set;
 	w.away_since = -1;
 	blob_codec_init(&w.r.codec);
+	follower_rundir_start(&w);
 	if (f->url && (rc = follower_connect(&w, f->url, err)) < 0)
 		goto out;
 	while ((rc = follow_step(&w, &wait, err)) == 0)
