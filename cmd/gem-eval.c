@@ -22,6 +22,7 @@
 #include "role/trainer.h"
 #include "base/log.h"
 #include "nn/model.h"
+#include "nn/pool.h"
 #include "run/run.h"
 #include "run/runlog.h"
 
@@ -66,7 +67,7 @@ static void usage(FILE *f)
 	      "      --retry-for SEC     wait this long for an unreachable server, or with\n"
 	      "                          --follow for a RUNDIR to be made; default 10\n"
 	      "  -j, --threads T         compute on T threads (every kernel and pass; the same\n"
-	      "                          result); default 1\n"
+	      "                          result; 1 to 64); default 1\n"
 	      "  -N, --nodes LIST        an SGP run: evaluate each node's parameters (a node's\n"
 	      "                          URL, its node-I.gem, or RUNDIR for all its node-*.gem;\n"
 	      "                          comma-separated), then their mean, spread and average;\n"
@@ -820,8 +821,12 @@ int main(int argc, char **argv)
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
 			break;
 		case 'j':
-			if (num_long(optarg, 1, 256, &threads))
-				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
+			if (num_long(optarg, 1, POOL_MAX_THREADS, &threads)) {
+				char m[64];
+				snprintf(m, sizeof m, "--threads: not an integer in [1, %d]: ",
+					 POOL_MAX_THREADS);
+				bad_usage(m, optarg);
+			}
 			break;
 		case 'q': log_quiet(); break;
 		case 'h': usage(stdout); return 0;
@@ -829,10 +834,6 @@ int main(int argc, char **argv)
 		default: fprintf(stderr, "%s\n", usage_line); return EXIT_USAGE;
 		}
 	}
-	prog_threads_passive((int)threads, argv); /* before anything is printed or done */
-	if (threads > 1)
-		log_debug("%d threads, OMP_WAIT_POLICY=%s", (int)threads,
-			  getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
 	nodes_opt = check_usage(&e, nodes_opt, run_opt, cacert, follow, argc, argv);
 	prog_blas_init();
 	layers_set_threads((int)threads);

@@ -23,6 +23,7 @@
 #include "role/local.h"
 #include "role/progress.h"
 #include "nn/model.h"
+#include "nn/pool.h"
 #include "nn/optim.h"
 #include "base/rng.h"
 #include "run/run.h"
@@ -75,7 +76,7 @@ static void usage(FILE *f)
 	      "      --die-after N         die abruptly (SIGKILL) after N commits (fault\n"
 	      "                            injection)\n"
 	      "  -j, --threads T           compute on T threads (every kernel and pass; the\n"
-	      "                            same result); default 1\n"
+	      "                            same result; 1 to 64); default 1\n"
 	      "\n"
 	      "SGP nodes (--rule sgp):\n"
 	      "      --rule sgp            be one node of an SGP run\n"
@@ -606,8 +607,12 @@ static int parse_options(int argc, char **argv, struct work_opts *o, struct sgp_
 			c->rule = optarg;
 			break;
 		case 'j':
-			if (num_long(optarg, 1, 256, &v))
-				bad_usage("--threads: not an integer in [1, 256]: ", optarg);
+			if (num_long(optarg, 1, POOL_MAX_THREADS, &v)) {
+				char m[64];
+				snprintf(m, sizeof m, "--threads: not an integer in [1, %d]: ",
+					 POOL_MAX_THREADS);
+				bad_usage(m, optarg);
+			}
 			c->threads = (int)v;
 			break;
 		case O_CHECK: c->check = 1; break;
@@ -677,10 +682,6 @@ int main(int argc, char **argv)
 	}
 	if ((rc = parse_options(argc, argv, &o, &so, &c)) >= 0)
 		return rc;
-	prog_threads_passive(c.threads, argv); /* before anything is printed or done */
-	if (c.threads > 1)
-		log_debug("%d threads, OMP_WAIT_POLICY=%s", c.threads,
-			  getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset)");
 	if (c.later && optind < argc) {
 		*(c.local ? &c.local : &c.server) = argv[optind++];
 		c.later = NULL;

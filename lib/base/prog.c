@@ -93,17 +93,6 @@ const char *prog_blas_kernels(void)
 	return bli_arch_string(bli_arch_query_id());
 }
 
-int prog_threads_passive(int threads, char **argv)
-{
-	if (threads <= 1 || getenv("OMP_WAIT_POLICY"))
-		return 0;
-	if (setenv("OMP_WAIT_POLICY", "passive", 1) < 0)
-		return -1;
-	execv("/proc/self/exe", argv);
-	unsetenv("OMP_WAIT_POLICY");
-	return -1;
-}
-
 void prog_print_version(const char *prog)
 {
 	printf("%s %s\n", prog, GEM_VERSION);

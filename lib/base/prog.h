@@ -30,14 +30,6 @@ int prog_share_path(const char *rel, char *out, size_t cap);
 void prog_blas_init(void);
 /* The name of the kernels BLIS runs ("skx", "zen3", "generic", ...). */
 const char *prog_blas_kernels(void);
-/* For threads > 1, before the program has done anything: BLIS's OpenMP runtime (libgomp) reads
- * OMP_WAIT_POLICY when it is loaded, before main, and by default its idle threads spin, which
- * on a core another job holds starves the thread they wait for (doc/design.md). Unless the
- * environment sets it, set OMP_WAIT_POLICY=passive and execute the program again with the same
- * arguments (argv, NULL-terminated, as main got them, getopt's reordering included); returns
- * only when it did not (threads 1, the variable set, or the exec failed: -1). */
-int prog_threads_passive(int threads, char **argv);
-
 /* Print "PROG VERSION" on stdout, as --version does. */
 void prog_print_version(const char *prog);
 #endif

@@ -15,8 +15,7 @@
  * Usage: bench-train [CPU seconds per model figure, default 2 [model [threads]]]: with a model
  * name (mlp, cnn, resnet, gpt) or a spec file's path (with a '/'), only that model's figures, for a profiler (the last-run file is then
  * left alone); with threads T given, the kernels run on T threads (nn/layers.h) and the rates
- * are per second of wall-clock time, which other jobs on a shared machine slow down, and libgomp's
- * idle threads sleep as gem-work's do (OMP_WAIT_POLICY=passive unless the environment sets it). */
+ * are per second of wall-clock time, which other jobs on a shared machine slow down. */
 #include <blis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -402,10 +401,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: bench-train [seconds [model [threads 1..64]]]\n");
 		return 2;
 	}
-	/* as gem-work and gem-eval run their threads (OMP_WAIT_POLICY=passive unless set), so that
-	 * the figures are the programs' */
-	if (argc > 3)
-		prog_threads_passive(threads, argv);
 	prog_blas_init();
 	rng_seed(&r, 42, 0);
 	if (argc >= 3) {
