@@ -13,8 +13,9 @@
 #define MM_AVX512 __attribute__((target("avx2,fma,avx512f")))
 #endif
 
-/* Blocking: a panel of B of KC rows × NC columns (512 KB) stays in the L2 cache while slivers
- * of A (MR rows × KC, in L1) sweep it; each tile of C is MR × NR. */
+/* Blocking: a panel of B of KC rows × NC columns (512 KB; packed, or B's own rows when B is
+ * stored by rows) stays in the L2 cache while slivers of A (MR rows × KC, in L1) sweep it; each
+ * tile of C is MR × NR. */
 #define KC 256
 #define NC 512
 #define MR_MAX 12
@@ -53,25 +54,27 @@ size_t matmul_scratch_size(void)
 	return (size_t)KC * NC + 64;
 }
 
-/* A tile kernel: c (MR,NR), rows ldc apart, = C₀ + Σ_k A(i,k)·b[k·NR + j], one fused
+/* A tile kernel: c (MR,NR), rows ldc apart, = C₀ + Σ_k A(i,k)·b[k·ldb + j], one fused
  * multiply-add per k in increasing order; C₀ is c itself (start NULL) or the row start[0..NR)
- * in every row. A(i,k) is a[k·MR + i] (a packed sliver) when lda is 0, else a[i·lda + k] (MR
- * rows of a row-major A, read in place). */
-typedef void (*kernel_fn)(int kc, const float *a, long lda, const float *b, float *c, long ldc,
-			  const float *start);
+ * in every row. A(i,k) is a[k·MR + i] (a packed sliver) when lda is 0, a[i·lda + k] (MR rows
+ * of a row-major A, read in place) when lda > 0, and a[i + k·(−lda)] (MR rows of an A stored
+ * by columns, a weight gradient's transposed activations, read in place) when lda < 0. */
+typedef void (*kernel_fn)(int kc, const float *a, long lda, const float *b, long ldb, float *c,
+			  long ldc, const float *start);
 
-static void kernel_c(int kc, const float *a, long lda, const float *b, float *c, long ldc, const float *start)
+static void kernel_c(int kc, const float *a, long lda, const float *b, long ldb, float *c, long ldc,
+		     const float *start)
 {
 	enum { MR = 4, NR = 8 };
 	float acc[MR][NR];
-	long ars = lda ? lda : 1, acs = lda ? 1 : MR;
+	long ars = lda > 0 ? lda : 1, acs = lda > 0 ? 1 : lda < 0 ? -lda : MR;
 	for (int i = 0; i < MR; i++)
 		for (int j = 0; j < NR; j++)
 			acc[i][j] = start ? start[j] : c[i * ldc + j];
 	for (int k = 0; k < kc; k++)
 		for (int i = 0; i < MR; i++)
 			for (int j = 0; j < NR; j++)
-				acc[i][j] = fmaf(a[i * ars + k * acs], b[k * NR + j], acc[i][j]);
+				acc[i][j] = fmaf(a[i * ars + k * acs], b[k * ldb + j], acc[i][j]);
 	for (int i = 0; i < MR; i++)
 		for (int j = 0; j < NR; j++)
 			c[i * ldc + j] = acc[i][j];
@@ -82,8 +85,8 @@ static void kernel_c(int kc, const float *a, long lda, const float *b, float *c,
 
 /* The AVX2 tile, 6 × 16: 12 accumulators, two rows of B and a broadcast in 16 registers. A is
  * read at a[i·ars + k·acs]: constants in each caller below, so each gets its own loop. */
-MM_AVX2 MM_INLINE void tile_avx2(int kc, const float *a, long ars, long acs, const float *b, float *c,
-				 long ldc, const float *start)
+MM_AVX2 MM_INLINE void tile_avx2(int kc, const float *a, long ars, long acs, const float *b, long ldb,
+				 float *c, long ldc, const float *start)
 {
 	enum { MR = 6, NR = 16 };
 	__m256 c0[MR], c1[MR];
@@ -92,7 +95,7 @@ MM_AVX2 MM_INLINE void tile_avx2(int kc, const float *a, long ars, long acs, con
 		c0[i] = _mm256_loadu_ps(start ? start : c + i * ldc);
 		c1[i] = _mm256_loadu_ps(start ? start + 8 : c + i * ldc + 8);
 	}
-	for (int k = 0; k < kc; k++, a += acs, b += NR) {
+	for (int k = 0; k < kc; k++, a += acs, b += ldb) {
 		__m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
 		for (int i = 0; i < MR; i++) {
@@ -108,18 +111,20 @@ MM_AVX2 MM_INLINE void tile_avx2(int kc, const float *a, long ars, long acs, con
 	}
 }
 
-MM_AVX2 static void kernel_avx2(int kc, const float *a, long lda, const float *b, float *c, long ldc,
-				 const float *start)
+MM_AVX2 static void kernel_avx2(int kc, const float *a, long lda, const float *b, long ldb, float *c,
+				 long ldc, const float *start)
 {
-	if (lda)
-		tile_avx2(kc, a, lda, 1, b, c, ldc, start);
+	if (lda > 0)
+		tile_avx2(kc, a, lda, 1, b, ldb, c, ldc, start);
+	else if (lda < 0)
+		tile_avx2(kc, a, 1, -lda, b, ldb, c, ldc, start);
 	else
-		tile_avx2(kc, a, 1, 6, b, c, ldc, start);
+		tile_avx2(kc, a, 1, 6, b, ldb, c, ldc, start);
 }
 
 /* The AVX-512 tile, 12 × 32: 24 accumulators of the 32 registers. */
-MM_AVX512 MM_INLINE void tile_avx512(int kc, const float *a, long ars, long acs, const float *b, float *c,
-				     long ldc, const float *start)
+MM_AVX512 MM_INLINE void tile_avx512(int kc, const float *a, long ars, long acs, const float *b, long ldb,
+				     float *c, long ldc, const float *start)
 {
 	enum { MR = 12, NR = 32 };
 	__m512 c0[MR], c1[MR];
@@ -128,7 +133,7 @@ MM_AVX512 MM_INLINE void tile_avx512(int kc, const float *a, long ars, long acs,
 		c0[i] = _mm512_loadu_ps(start ? start : c + i * ldc);
 		c1[i] = _mm512_loadu_ps(start ? start + 16 : c + i * ldc + 16);
 	}
-	for (int k = 0; k < kc; k++, a += acs, b += NR) {
+	for (int k = 0; k < kc; k++, a += acs, b += ldb) {
 		__m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 12
 		for (int i = 0; i < MR; i++) {
@@ -144,13 +149,15 @@ MM_AVX512 MM_INLINE void tile_avx512(int kc, const float *a, long ars, long acs,
 	}
 }
 
-MM_AVX512 static void kernel_avx512(int kc, const float *a, long lda, const float *b, float *c, long ldc,
-				    const float *start)
+MM_AVX512 static void kernel_avx512(int kc, const float *a, long lda, const float *b, long ldb, float *c,
+				    long ldc, const float *start)
 {
-	if (lda)
-		tile_avx512(kc, a, lda, 1, b, c, ldc, start);
+	if (lda > 0)
+		tile_avx512(kc, a, lda, 1, b, ldb, c, ldc, start);
+	else if (lda < 0)
+		tile_avx512(kc, a, 1, -lda, b, ldb, c, ldc, start);
 	else
-		tile_avx512(kc, a, 1, 12, b, c, ldc, start);
+		tile_avx512(kc, a, 1, 12, b, ldb, c, ldc, start);
 }
 #endif
 
@@ -257,24 +264,31 @@ static void k_range(const struct job *j, int i0, int i1, int *kl, int *kh)
 	*kh = j->tri == MATMUL_A_LOWER && i1 < j->K ? i1 : j->K;
 }
 
-/* The tiles of row block [i0, i0+m) against the packed panel of columns [jc, jc+nc), terms
- * [kl, kh) of the panel's [pc, pc+kc); first: these are the row block's first terms, so the
- * tiles start from C₀ (the init's) rather than from C. */
+/* The tiles of row block [i0, i0+m) against the panel of columns [jc, jc+nc), terms [kl, kh)
+ * of the panel's [pc, pc+kc); first: these are the row block's first terms, so the tiles start
+ * from C₀ (the init's) rather than from C. The panel's whole tiles are B's rows read in place
+ * when B is stored by rows (b_rows), else packed, as its last tile always is when narrower. */
 static void row_block(const struct job *j, struct kern kn, const float *ap, long lda, int i0, int m, int jc,
-		      int nc, int pc, int kc, int kl, int kh, int first)
+		      int nc, int pc, int kc, int kl, int kh, int first, int b_rows)
 {
 	static const float zeros[NR_MAX];
 	float tile[MR_MAX * NR_MAX], edge[NR_MAX];
-	const float *bp = j->panel + (size_t)(kl - pc) * kn.nr;
+	const float *packed = j->panel + (size_t)(kl - pc) * kn.nr;
 	int from_c = !first || j->init == MATMUL_ACC;
-	for (int j0 = 0; j0 < nc; j0 += kn.nr, bp += (size_t)kc * kn.nr) {
+	for (int j0 = 0; j0 < nc; j0 += kn.nr, packed += (size_t)kc * kn.nr) {
 		int w = nc - j0 < kn.nr ? nc - j0 : kn.nr;
 		float *c = j->c + (long)i0 * j->ldc + jc + j0;
 		const float *start = from_c ? NULL : j->init == MATMUL_BIAS ? j->bias + jc + j0 : zeros;
+		const float *bp = packed;
+		long ldb = kn.nr;
 		if (j->tri == MATMUL_C_LOWER && jc + j0 > i0 + m - 1)
 			break; /* this tile and those right of it are above the diagonal */
+		if (b_rows && w == kn.nr) {
+			bp = j->b.p + (long)kl * j->b.rs + jc + j0;
+			ldb = j->b.rs;
+		}
 		if (m == kn.mr && w == kn.nr) {
-			kn.fn(kh - kl, ap, lda, bp, c, j->ldc, start);
+			kn.fn(kh - kl, ap, lda, bp, ldb, c, j->ldc, start);
 			continue;
 		}
 		if (start && j->init == MATMUL_BIAS) { /* an edge: the bias's columns, then zeros */
@@ -284,7 +298,7 @@ static void row_block(const struct job *j, struct kern kn, const float *ap, long
 		}
 		for (int i = 0; i < m && !start; i++) /* through a whole tile */
 			memcpy(tile + i * kn.nr, c + i * j->ldc, sizeof *tile * w);
-		kn.fn(kh - kl, ap, lda, bp, tile, kn.nr, start);
+		kn.fn(kh - kl, ap, lda, bp, ldb, tile, kn.nr, start);
 		for (int i = 0; i < m; i++)
 			memcpy(c + i * j->ldc, tile + i * kn.nr, sizeof *tile * w);
 	}
@@ -293,12 +307,18 @@ static void row_block(const struct job *j, struct kern kn, const float *ap, long
 static void run_job(struct job *j)
 {
 	struct kern kn = kernel_of(j->level);
+	int b_rows = j->b.cs == 1;
 	_Alignas(64) float sliver[MR_MAX * KC];
 	for (int jc = j->jlo; jc < j->jhi; jc += NC) {
 		int nc = j->jhi - jc < NC ? j->jhi - jc : NC;
 		for (int pc = 0; pc < j->K; pc += KC) {
 			int kc = j->K - pc < KC ? j->K - pc : KC;
-			pack_b(j->panel, j->b, pc, kc, jc, nc, kn.nr);
+			/* B stored by rows is read in place, but for a last tile narrower than NR (packed,
+			 * zeros to NR): a copy of a weight gradient's B (K = B·T rows) was a load per
+			 * float that missed the cache, and each chunk of rows made its own */
+			int whole = b_rows ? nc / kn.nr * kn.nr : 0;
+			if (whole < nc)
+				pack_b(j->panel + (size_t)whole * kc, j->b, pc, kc, jc + whole, nc - whole, kn.nr);
 			for (int i0 = j->lo; i0 < j->hi; i0 += kn.mr) {
 				int m = j->hi - i0 < kn.mr ? j->hi - i0 : kn.mr, kl, kh;
 				k_range(j, i0, i0 + m, &kl, &kh);
@@ -311,11 +331,16 @@ static void run_job(struct job *j)
 					continue;
 				if (j->a.cs == 1 && m == kn.mr) { /* rows of A read in place */
 					row_block(j, kn, j->a.p + i0 * j->a.rs + kl, j->a.rs, i0, m, jc, nc, pc, kc, kl, kh,
-						  first);
+						  first, b_rows);
+					continue;
+				}
+				if (j->a.rs == 1 && j->a.cs > 1 && m == kn.mr) { /* columns of A, in place */
+					row_block(j, kn, j->a.p + i0 + (long)kl * j->a.cs, -j->a.cs, i0, m, jc, nc, pc,
+						  kc, kl, kh, first, b_rows);
 					continue;
 				}
 				pack_a(sliver, j->a, i0, m, kl, kh - kl, kn.mr);
-				row_block(j, kn, sliver, 0, i0, m, jc, nc, pc, kc, kl, kh, first);
+				row_block(j, kn, sliver, 0, i0, m, jc, nc, pc, kc, kl, kh, first, b_rows);
 			}
 		}
 	}
