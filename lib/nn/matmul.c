@@ -58,7 +58,7 @@ size_t matmul_scratch_size(void)
  * multiply-add per k in increasing order; C₀ is c itself (start NULL) or the row start[0..NR)
  * in every row. A(i,k) is a[k·MR + i] (a packed sliver) when lda is 0, a[i·lda + k] (MR rows
  * of a row-major A, read in place) when lda > 0, and a[i + k·(−lda)] (MR rows of an A stored
- * by columns, a weight gradient's transposed activations, read in place) when lda < 0. */
+ * by columns, a weight gradient's dYᵀ, read in place) when lda < 0. */
 typedef void (*kernel_fn)(int kc, const float *a, long lda, const float *b, long ldb, float *c,
 			  long ldc, const float *start);
 
@@ -84,7 +84,8 @@ static void kernel_c(int kc, const float *a, long lda, const float *b, long ldb,
 #define MM_INLINE static inline __attribute__((always_inline))
 
 /* The AVX2 tile, 6 × 16: 12 accumulators, two rows of B and a broadcast in 16 registers. A is
- * read at a[i·ars + k·acs]: constants in each caller below, so each gets its own loop. */
+ * read at a[i·ars + k·acs], B at b[k·ldb + j]: each caller below makes ars or acs (or both) a
+ * constant, so each gets its own loop. */
 MM_AVX2 MM_INLINE void tile_avx2(int kc, const float *a, long ars, long acs, const float *b, long ldb,
 				 float *c, long ldc, const float *start)
 {
