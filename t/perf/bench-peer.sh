@@ -6,12 +6,17 @@
 # batch and step: forward and backward, no optimiser update), one after the other, and their
 # ratio (above 1: gem is faster). One thread: per second of CPU time on both sides; two: per
 # second of wall-clock time, which other jobs on a shared machine slow down.
+# Each pair runs BENCH_PEER_RUNS times (default 3), gem and PyTorch alternating, and a row
+# gives the medians, their ratio, and each side's lowest and highest figure: PyTorch's rate
+# can differ by a factor of two from one process to the next (doc/results/resnet-speed.md,
+# "Operands read in place"), so one run of each is not a comparison.
 # BENCH_PEER_SECS seconds per figure (default 2); BENCH_PEER_MODELS the models (default all);
 # BENCH_PEER_THREADS the thread counts (default 1 2); BENCH_PEER_LIMIT the seconds a run may
 # take (default 120).
 src=${GEM_SRC:-.}
 perf=$(dirname "$0")
 secs=${BENCH_PEER_SECS:-2}
+runs=${BENCH_PEER_RUNS:-3}
 limit=${BENCH_PEER_LIMIT:-120}
 models=${BENCH_PEER_MODELS:-mlp cnn resnet resnet-rgb32 gpt}
 train=${GEM_PERF:-$src/build/rel/perf}/bench-train
@@ -21,7 +26,8 @@ tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 sed 's/"input": \[1, 28, 28\]/"input": [3, 32, 32]/' "$src/share/gem/models/resnet.json" >"$tmp/resnet-rgb32.json"
 echo "# torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# what	shape	threads	gem	pytorch	unit	gem÷pytorch"
+echo "# $runs runs a pair, medians; the ranges are the lowest and highest of the runs"
+echo "# what	shape	threads	gem	pytorch	unit	gem÷pytorch	gem range	pytorch range"
 status=0
 # a run that took more than $limit seconds (two threads on a crowded machine can: every
 # fork-join waits for a core) is named, not counted as a failure; one that failed fails
@@ -40,14 +46,16 @@ for m in $models; do
 	for t in ${BENCH_PEER_THREADS:-1 2}; do
 		targ=$t
 		[ $t = 1 ] && targ= # one thread: bench-train's CPU-time figures
-		GEM_SRC=$src timeout $limit "$train" "$secs" "$spec" $targ >"$tmp/gem" 2>"$tmp/err"
-		ran "gem" $?
-		OMP_NUM_THREADS=$t timeout $limit /usr/bin/python3 "$perf/peer-torch.py" "$secs" "$spec" $t "$m" \
-			>"$tmp/torch" 2>"$tmp/err"
-		ran "PyTorch" $?
-		awk -F'\t' -v t=$t 'FNR == NR { v[$1 FS $2] = $3; next }
-			($1 FS $2) in v { printf "%s\t%s\t%d\t%s\t%s\t%s\t%.2f\n", $1, $2, t, $3, v[$1 FS $2], $4,
-				(v[$1 FS $2] > 0 ? $3 / v[$1 FS $2] : 0) }' "$tmp/torch" "$tmp/gem"
+		: >"$tmp/gem"
+		: >"$tmp/torch"
+		for r in $(seq $runs); do
+			GEM_SRC=$src timeout $limit "$train" "$secs" "$spec" $targ >>"$tmp/gem" 2>"$tmp/err"
+			ran "gem" $?
+			OMP_NUM_THREADS=$t timeout $limit /usr/bin/python3 "$perf/peer-torch.py" "$secs" "$spec" \
+				$t "$m" >>"$tmp/torch" 2>"$tmp/err"
+			ran "PyTorch" $?
+		done
+		awk -F'\t' -v t=$t -f "$perf/peer-rows.awk" "$tmp/torch" "$tmp/gem"
 	done
 done
 exit $status
