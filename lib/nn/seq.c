@@ -224,9 +224,7 @@ void layernorm_forward(float *y, float *stats, const float *x, const float *g, c
 	pool_for((size_t)N, 1, rows_per_part(D), ln_fwd_part, &j);
 }
 
-/* dg, db over the columns [c0, c1) (c0 a multiple of VW): each column's sum over the rows in
- * order, the same operations as one pass over whole rows. */
-/* Columns [c0, c1) of dg and db, summed over the rows in order. The sums build in registers
+/* Columns [c0, c1) of dg and db (c0 a multiple of VW), each summed over the rows in order. The sums build in registers
  * and are stored once: a chunk's columns share cache lines with its neighbours' (the gradient
  * blob is not aligned to them), and storing at every row made two threads pass those lines
  * back and forth 4,096 times a call (the gpt's layernorm parameters took 3.4 times the CPU
@@ -475,14 +473,15 @@ void dense_rows_forward(float *y, const float *x, const float *W, const float *b
 }
 
 /* db's columns [lo, hi): the rows of dy (x) added in order, in registers and stored once, as
- * layernorm_params_body does and for its reason */
+ * layernorm_params_body does and for its reason, BIAS_COLS columns at a time */
+#define BIAS_COLS 64
 static void bias_grad_part(void *a, size_t lo, size_t hi)
 {
 	const struct seq_job *j = a;
 	size_t D = (size_t)j->D;
-	for (size_t c = lo; c < hi; c += 64) {
-		size_t w = hi - c < 64 ? hi - c : 64;
-		float acc[64];
+	for (size_t c = lo; c < hi; c += BIAS_COLS) {
+		size_t w = hi - c < BIAS_COLS ? hi - c : BIAS_COLS;
+		float acc[BIAS_COLS];
 		memcpy(acc, j->x + c, sizeof *acc * w);
 		for (int i = 1; i < j->N; i++) {
 			const float *r = j->x + i * D + c;
@@ -503,7 +502,7 @@ void dense_rows_backward(float *dx, float *dW, float *db, const float *dy, const
 	struct mat dYt = {dy, 1, out}, X = {x, in, 1}, dY = {dy, out, 1}, Wm = {W, in, 1};
 	matmul(dW, in, dYt, X, out, in, N, MATMUL_ZERO, NULL, MATMUL_FULL, scratch);
 	struct seq_job j = {.db = db, .x = dy, .N = N, .D = out};
-	pool_for((size_t)out, 64, rows_per_part(64 * N), bias_grad_part, &j); /* as layernorm's */
+	pool_for((size_t)out, BIAS_COLS, rows_per_part(BIAS_COLS * N), bias_grad_part, &j);
 	if (dx)
 		matmul(dx, in, dY, Wm, N, in, out, MATMUL_ZERO, NULL, MATMUL_FULL, scratch);
 }

@@ -1,21 +1,23 @@
-/* bench-train: how fast the training kernels run on one thread. Prints TSV on stdout:
- * BLIS's sgemm GFLOP/s for the shapes the mlp layers use and the cnn's would under im2col, the
- * direct conv kernels' GFLOP/s on the cnn's two conv layers, nn/matmul's on the dense layers'
- * and the gpt's products (the layers run on it), then training samples/s at batch 64 and
- * evaluation samples/s at batch 1000 for share/gem/models/{mlp,cnn,resnet}.json, and training
- * and evaluation tokens/s at batch 32 (windows of 128 bytes) for gpt.json (found via $GEM_SRC, else the current directory). Rates are per
- * second of the thread's CPU time (one BLIS thread), after a first step (its page faults) that
- * is not counted. Beside each model figure: the fraction of this core's FMA peak it reaches
- * (FLOPs per sample, or per token, counted from the spec: 2 per multiply-add of the dense,
- * conv2d and attention layers (attention's products over all T positions, as if not causal),
- * forward, and for training dW and dx where a lower layer has parameters: 5.7 M per token for
- * gpt; the peak measured by an 8-wide FMA loop first; a 16-wide loop's is printed too, on CPUs
- * with AVX-512) and the ratio to the same figure in $GEM_BENCH_LAST (a TSV this program
- * rewrites; make bench keeps it in build/rel/bench-last.tsv).
+/* bench-train: how fast the training kernels run on one thread. Prints TSV on stdout: BLIS's
+ * sgemm GFLOP/s for the shapes the mlp layers use and the cnn's would under im2col, the direct
+ * conv kernels' GFLOP/s on the cnn's two conv layers, nn/matmul's on the dense layers' and the
+ * gpt's products (the layers run on it), then training samples/s at batch 64 and evaluation
+ * samples/s at batch 1000 for share/gem/models/{mlp,cnn,resnet}.json, and training and
+ * evaluation tokens/s at batch 32 (windows of 128 bytes) for gpt.json (found via $GEM_SRC, else
+ * the current directory). Rates are per second of the thread's CPU time (one BLIS thread),
+ * after a first step (its page faults) that is not counted. Beside each model figure: the
+ * fraction of this core's FMA peak it reaches (FLOPs per sample, or per token, counted from the
+ * spec: 2 per multiply-add of the dense, conv2d and attention layers (attention's products over
+ * all T positions, as if not causal), forward, and for training dW and dx where a lower layer
+ * has parameters: 5.7 M per token for gpt; the peak measured by an 8-wide FMA loop first; a
+ * 16-wide loop's is printed too, on CPUs with AVX-512) and the ratio to the same figure in
+ * $GEM_BENCH_LAST (a TSV this program rewrites; make bench keeps it in
+ * build/rel/bench-last.tsv).
  * Usage: bench-train [CPU seconds per model figure, default 2 [model [threads]]]: with a model
- * name (mlp, cnn, resnet, gpt) or a spec file's path (with a '/'), only that model's figures, for a profiler (the last-run file is then
- * left alone); with threads T given, the kernels run on T threads (nn/layers.h) and the rates
- * are per second of wall-clock time, which other jobs on a shared machine slow down. */
+ * name (mlp, cnn, resnet, gpt) or a spec file's path (with a '/'), only that model's figures,
+ * for a profiler (the last-run file is then left alone); with threads T given, the kernels run
+ * on T threads (nn/layers.h) and the rates are per second of wall-clock time, which other jobs
+ * on a shared machine slow down. */
 #include <blis.h>
 #include <stdio.h>
 #include <stdlib.h>
