@@ -25,37 +25,74 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Whole cache lines a step, in vectors of 32 bytes: the loads of a core's widest common unit,
- * so that the rates are the memory's, not the loop's. n: a multiple of 16 floats. */
+/* Whole cache lines a step, in vectors of 32 bytes: on x86 in AVX2 where the CPU has it (the
+ * loads of a core's widest common unit), so that the rates are the memory's, not the loop's.
+ * Chosen at run time, not by target_clones: its ifunc resolver runs before ThreadSanitizer's
+ * runtime and crashes a TSAN=1 build. n: a multiple of 16 floats. */
 typedef float v8sf __attribute__((vector_size(32)));
 typedef uint64_t v4du __attribute__((vector_size(32)));
-#if defined(__x86_64__) && defined(__GNUC__)
-#define WIDE __attribute__((target_clones("avx2", "default")))
-#else
-#define WIDE
-#endif
 
-WIDE static void triad(float *y, const float *a, const float *b, size_t n)
-{
-	for (size_t i = 0; i < n; i += 16) {
-		v8sf a0, a1, b0, b1, y0, y1;
-		memcpy(&a0, a + i, 32), memcpy(&a1, a + i + 8, 32);
-		memcpy(&b0, b + i, 32), memcpy(&b1, b + i + 8, 32);
-		y0 = a0 + 0.5f * b0, y1 = a1 + 0.5f * b1;
-		memcpy(y + i, &y0, 32), memcpy(y + i + 8, &y1, 32);
+#define TRIAD_BODY                                                                          \
+	for (size_t i = 0; i < n; i += 16) {                                                \
+		v8sf a0, a1, b0, b1, y0, y1;                                                \
+		memcpy(&a0, a + i, 32), memcpy(&a1, a + i + 8, 32);                          \
+		memcpy(&b0, b + i, 32), memcpy(&b1, b + i + 8, 32);                          \
+		y0 = a0 + 0.5f * b0, y1 = a1 + 0.5f * b1;                                    \
+		memcpy(y + i, &y0, 32), memcpy(y + i + 8, &y1, 32);                          \
 	}
-}
 
 /* The words XORed, a cache line a step */
-WIDE static uint64_t read_all(const uint64_t *p, size_t words)
-{
-	v4du x0 = {0, 0, 0, 0}, x1 = x0, l0, l1;
-	for (size_t i = 0; i + 8 <= words; i += 8) {
-		memcpy(&l0, p + i, 32), memcpy(&l1, p + i + 4, 32);
-		x0 ^= l0, x1 ^= l1;
-	}
-	x0 ^= x1;
+#define READ_BODY                                                                           \
+	v4du x0 = {0, 0, 0, 0}, x1 = x0, l0, l1;                                             \
+	for (size_t i = 0; i + 8 <= words; i += 8) {                                        \
+		memcpy(&l0, p + i, 32), memcpy(&l1, p + i + 4, 32);                          \
+		x0 ^= l0, x1 ^= l1;                                                          \
+	}                                                                                   \
+	x0 ^= x1;                                                                           \
 	return x0[0] ^ x0[1] ^ x0[2] ^ x0[3];
+
+static void triad_any(float *y, const float *a, const float *b, size_t n)
+{
+	TRIAD_BODY
+}
+
+static uint64_t read_any(const uint64_t *p, size_t words)
+{
+	READ_BODY
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) static void triad_avx2(float *y, const float *a, const float *b, size_t n)
+{
+	TRIAD_BODY
+}
+
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint64_t *p, size_t words)
+{
+	READ_BODY
+}
+
+static int avx2(void)
+{
+	return __builtin_cpu_supports("avx2");
+}
+#else
+#define triad_avx2 triad_any
+#define read_avx2 read_any
+static int avx2(void)
+{
+	return 0;
+}
+#endif
+
+static void triad(float *y, const float *a, const float *b, size_t n)
+{
+	(avx2() ? triad_avx2 : triad_any)(y, a, b, n);
+}
+
+static uint64_t read_all(const uint64_t *p, size_t words)
+{
+	return (avx2() ? read_avx2 : read_any)(p, words);
 }
 
 /* ---- stream ---- */
