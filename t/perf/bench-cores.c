@@ -4,8 +4,10 @@
  *   - stream: a triad y = a + s·b over each thread's own arrays (bytes: the three arrays of
  *     one thread), on 1 and on 2 threads at once, GB/s summed over the threads: whether the
  *     cores share a cache or the memory's bandwidth;
- *   - other core: one thread writes a buffer, then the other reads it, GB/s of the read; then
- *     the reader reads it once more (its own cache now): the same data without the transfer.
+ *   - the handoff: one thread writes a buffer, then the other reads it, GB/s of the read
+ *     ("other core wrote it"); then the reader reads it once more ("read again", from its own
+ *     cache now): the same data without the transfer. bench-threads.sh prints the first rate
+ *     at 1 MB beside each of its figures.
  * A layer whose part reads what another thread's part wrote in the layer before pays the
  * first rate, not the second. Wall-clock rates, best of BENCH_CORES_ROUNDS rounds (default 5):
  * other jobs only ever slow them. Usage: bench-cores [seconds per stream figure, default
@@ -206,7 +208,7 @@ int main(int argc, char **argv)
 	double secs = argc > 1 ? atof(argv[1]) : 0.3;
 	const char *r = getenv("BENCH_CORES_ROUNDS");
 	int rounds = r ? atoi(r) : 5;
-	if (secs <= 0 || secs > 60 || rounds < 1 || rounds > 100) {
+	if (!(secs > 0 && secs <= 60) || rounds < 1 || rounds > 100) { /* NaN too */
 		fprintf(stderr, "usage: bench-cores [seconds a stream figure, above 0, at most 60] (BENCH_CORES_ROUNDS: 1 to 100)\n");
 		return 2;
 	}
