@@ -22,7 +22,6 @@
 #include "role/trainer.h"
 #include "base/log.h"
 #include "nn/model.h"
-#include "nn/pool.h"
 #include "run/run.h"
 #include "run/runlog.h"
 
@@ -786,7 +785,8 @@ int main(int argc, char **argv)
 	const char *run_opt = NULL, *data = NULL, *nodes_opt = NULL;
 	const char *cacert = NULL;
 	double interval = 2, retry_for = 10;
-	long n, threads = 1;
+	long n;
+	int threads = 1;
 	int c, follow = 0;
 	struct evaluator e;
 
@@ -821,12 +821,8 @@ int main(int argc, char **argv)
 				bad_usage("--retry-for: not a number of seconds: ", optarg);
 			break;
 		case 'j':
-			if (num_long(optarg, 1, POOL_MAX_THREADS, &threads)) {
-				char m[64];
-				snprintf(m, sizeof m, "--threads: not an integer in [1, %d]: ",
-					 POOL_MAX_THREADS);
-				bad_usage(m, optarg);
-			}
+			if (layers_threads_arg(optarg, &threads))
+				bad_usage(LAYERS_THREADS_BAD, optarg);
 			break;
 		case 'q': log_quiet(); break;
 		case 'h': usage(stdout); return 0;
@@ -836,7 +832,7 @@ int main(int argc, char **argv)
 	}
 	nodes_opt = check_usage(&e, nodes_opt, run_opt, cacert, follow, argc, argv);
 	prog_blas_init();
-	layers_set_threads((int)threads);
+	layers_set_threads(threads);
 
 	if (nodes_opt)
 		return eval_nodes_main(&e, nodes_opt, run_opt, data, retry_for);

@@ -23,7 +23,6 @@
 #include "role/local.h"
 #include "role/progress.h"
 #include "nn/model.h"
-#include "nn/pool.h"
 #include "nn/optim.h"
 #include "base/rng.h"
 #include "run/run.h"
@@ -607,13 +606,8 @@ static int parse_options(int argc, char **argv, struct work_opts *o, struct sgp_
 			c->rule = optarg;
 			break;
 		case 'j':
-			if (num_long(optarg, 1, POOL_MAX_THREADS, &v)) {
-				char m[64];
-				snprintf(m, sizeof m, "--threads: not an integer in [1, %d]: ",
-					 POOL_MAX_THREADS);
-				bad_usage(m, optarg);
-			}
-			c->threads = (int)v;
+			if (layers_threads_arg(optarg, &c->threads))
+				bad_usage(LAYERS_THREADS_BAD, optarg);
 			break;
 		case O_CHECK: c->check = 1; break;
 		case 'q': o->quiet = 1; log_quiet(); break;

@@ -1,5 +1,6 @@
 #include "nn/layers.h"
 
+#include "base/num.h"
 #include "nn/conv_direct.h"
 #include "nn/matmul.h"
 #include "nn/pool.h"
@@ -154,6 +155,17 @@ void layers_set_threads(int t)
 	conv_direct_threads(t);
 	matmul_threads(t);
 	pool_set_threads(t);
+}
+
+_Static_assert(POOL_MAX_THREADS == 64, "LAYERS_THREADS_BAD names the pool's most threads");
+
+int layers_threads_arg(const char *s, int *t)
+{
+	long v;
+	if (num_long(s, 1, POOL_MAX_THREADS, &v))
+		return -1;
+	*t = (int)v;
+	return 0;
 }
 
 int conv2d_shape_init(struct conv2d_shape *s, int c, int h, int w, int oc, int k, int stride, int pad)

@@ -18,6 +18,10 @@ size_t conv2d_col_size(const struct conv2d_shape *s, int B);
 
 // Run the kernels on t threads (BLIS's, nn/conv_direct.h's and nn/matmul.h's); the default is 1
 void layers_set_threads(int t);
+// The programs' --threads T: an integer in [1, 64] (the pool's most, nn/pool.h) into *t;
+// -1 if s is not, and a program says LAYERS_THREADS_BAD and s
+#define LAYERS_THREADS_BAD "--threads: not an integer in [1, 64]: "
+int layers_threads_arg(const char *s, int *t);
 
 // x (C,B,H,W) → col (C·K·K, B·OH·OW); W (OC,C·K·K) · col + b → y (OC,B,OH,OW), or through
 // nn/conv_direct.h's kernels for the shapes they take (col: their packed batch). keep: col
