@@ -224,11 +224,11 @@ void layernorm_forward(float *y, float *stats, const float *x, const float *g, c
 	pool_for((size_t)N, 1, rows_per_part(D), ln_fwd_part, &j);
 }
 
-/* Columns [c0, c1) of dg and db (c0 a multiple of VW), each summed over the rows in order. The sums build in registers
- * and are stored once: a chunk's columns share cache lines with its neighbours' (the gradient
- * blob is not aligned to them), and storing at every row made two threads pass those lines
- * back and forth 4,096 times a call (the gpt's layernorm parameters took 3.4 times the CPU
- * time a step on two threads that they took on one). */
+/* Columns [c0, c1) of dg and db (c0 a multiple of VW), each summed over the rows in order. The
+ * sums build in registers and are stored once: a chunk's columns share cache lines with its
+ * neighbours' (the gradient blob is not aligned to them), and storing at every row made two
+ * threads pass those lines back and forth 4,096 times a call (the gpt's layernorm parameters
+ * took 3.4 times the CPU time a step on two threads that they took on one). */
 #define LN_BLOCK 4 /* vectors of columns a pass over the rows sums */
 SEQ_INLINE void layernorm_params_body(float *dg, float *db, const float *dy, const float *x, const float *stats,
 				      int N, int D, int c0, int c1)

@@ -10,8 +10,8 @@
  *     at 1 MB beside each of its figures.
  * A layer whose part reads what another thread's part wrote in the layer before pays the
  * first rate, not the second. Wall-clock rates, best of BENCH_CORES_ROUNDS rounds (default 5):
- * other jobs only ever slow them. Usage: bench-cores [seconds per stream figure, default
- * 0.3]. */
+ * other jobs only ever slow them. Usage: bench-cores [seconds per stream figure, default 0.3
+ * [handoff]]: with "handoff", only the handoff's rows (bench-threads.sh's). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -207,14 +207,16 @@ int main(int argc, char **argv)
 {
 	double secs = argc > 1 ? atof(argv[1]) : 0.3;
 	const char *r = getenv("BENCH_CORES_ROUNDS");
-	int rounds = r ? atoi(r) : 5;
-	if (!(secs > 0 && secs <= 60) || rounds < 1 || rounds > 100) { /* NaN too */
-		fprintf(stderr, "usage: bench-cores [seconds a stream figure, above 0, at most 60] (BENCH_CORES_ROUNDS: 1 to 100)\n");
+	int rounds = r ? atoi(r) : 5, handoff_only = argc > 2 && !strcmp(argv[2], "handoff");
+	if (!(secs > 0 && secs <= 60) || rounds < 1 || rounds > 100 || (argc > 2 && !handoff_only) ||
+	    argc > 3) { /* NaN too */
+		fprintf(stderr, "usage: bench-cores [seconds a stream figure, above 0, at most 60 [handoff]] "
+				"(BENCH_CORES_ROUNDS: 1 to 100)\n");
 		return 2;
 	}
 	static const size_t sizes[] = {256 << 10, 32 << 20};
 	printf("# what\tthreads\tbytes\tGBps\n");
-	for (int s = 0; s < 2; s++)
+	for (int s = 0; s < (handoff_only ? 0 : 2); s++)
 		for (int t = 1; t <= 2; t++) {
 			double g = -1;
 			for (int k = 0; k < rounds; k++)

@@ -19,7 +19,7 @@ cores=$(dirname "$new")/bench-cores
 secs=${BENCH_SECS:-1}
 handoff() {
 	if [ -x "$cores" ]; then
-		BENCH_CORES_ROUNDS=2 "$cores" 0.1 | awk -F'\t' '$1 == "other core wrote it" && $3 == 1048576 { print $4 }'
+		BENCH_CORES_ROUNDS=2 "$cores" 0.1 handoff | awk -F'\t' '$1 == "other core wrote it" && $3 == 1048576 { print $4 }'
 	else
 		echo -
 	fi
