@@ -7,6 +7,7 @@
  * A second table: a server's reply to a worker of int8, int4 or topk, as a delta from its copy
  * (delta_encode on θ = the cnn vector, from a scratch copy of θ as gem-serve makes, the copy
  * kept as the server keeps it), GB/s of θ. */
+#include "base/clock.h"
 #include "wire/blob.h"
 #include "base/err.h"
 #include "base/rng.h"
@@ -17,17 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* The thread's CPU time: on a machine shared with other jobs, what a call costs, not how long
  * it waited for a core. */
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Layers as (fan_in, out): weights N(0, 2/fan_in), biases U(±1/sqrt(fan_in)). */
 static size_t kaiming(float *v, const int (*shape)[2], int nl, struct rng *r)
 {
@@ -58,13 +51,13 @@ static double per_reply(struct blob_codec *c, const char *codec, const float *th
 	double t0, t = 0;
 	int reps = 0, rc = delta_open(&d, codec, n, err);
 	for (int first = 1; rc == 0 && first >= 0; first--) {
-		t0 = now();
+		t0 = clock_thread();
 		do {
 			memcpy(scratch, theta, n * sizeof *theta);
 			rc = delta_encode(&d, c, scratch, &out, &m, &name, err);
 			reply_crc ^= delta_crc(&d); /* gem-serve's header carries it */
 			reps += !first;
-		} while (rc == 0 && !first && (t = now() - t0) < 0.3);
+		} while (rc == 0 && !first && (t = clock_thread() - t0) < 0.3);
 	}
 	delta_close(&d);
 	return rc < 0 ? -1 : t / reps;
@@ -76,7 +69,7 @@ static double per_call(struct blob_codec *c, int side, const float *v, float *re
 {
 	struct blob_meta mm;
 	const void *out;
-	double t0 = now(), t;
+	double t0 = clock_thread(), t;
 	int reps = 0, rc;
 	do {
 		rc = side == 0   ? blob_encode(c, v, n, codec, BLOB_LEVEL_DEFAULT, &out, &mm, err)
@@ -85,7 +78,7 @@ static double per_call(struct blob_codec *c, int side, const float *v, float *re
 		if (rc < 0)
 			return -1;
 		reps++;
-	} while ((t = now() - t0) < 0.3);
+	} while ((t = clock_thread() - t0) < 0.3);
 	return t / reps;
 }
 

@@ -18,14 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "base/clock.h"
 
 /* Whole cache lines a step, in vectors of 32 bytes: on x86 in AVX2 where the CPU has it (the
  * loads of a core's widest common unit), so that the rates are the memory's, not the loop's.
@@ -116,12 +110,12 @@ static void *stream_run(void *arg)
 	for (size_t i = 0; i < s->n; i++)
 		a[i] = (float)i, b[i] = 1.0f, y[i] = 0.0f;
 	long reps = 0;
-	double t0 = now(), t;
+	double t0 = clock_mono(), t;
 	do {
 		triad(y, a, b, s->n);
 		a[reps % s->n] = y[(reps + 1) % s->n]; /* each pass depends on the one before */
 		reps++;
-	} while ((t = now() - t0) < s->secs);
+	} while ((t = clock_mono() - t0) < s->secs);
 	s->gbps = (double)reps * 3.0 * (double)s->n * 4.0 / t / 1e9;
 	s->sink = y[s->n / 2];
 	free(a), free(b), free(y);
@@ -160,11 +154,11 @@ static void *reader(void *arg)
 	for (int r = 0; r < h->reps; r++) {
 		while (atomic_load_explicit(&h->turn, memory_order_acquire) != 1)
 			;
-		double t0 = now();
+		double t0 = clock_mono();
 		h->sink ^= read_all(h->buf, h->words);
-		double t1 = now();
+		double t1 = clock_mono();
 		h->sink ^= read_all(h->buf, h->words);
-		h->first += t1 - t0, h->again += now() - t1;
+		h->first += t1 - t0, h->again += clock_mono() - t1;
 		atomic_store_explicit(&h->turn, 0, memory_order_release);
 	}
 	return NULL;

@@ -1,6 +1,7 @@
 /* bench-http: httpd + httpc on loopback. Small JSON GET latency, a 4 MiB POST echoed back,
  * and throughput of ~650 KB POST echoes (a cnn-sized parameter update) from 1, 4 and 16
  * client threads, each with its own keep-alive client. TSV on stdout under a '#' header. */
+#include "base/clock.h"
 #include "base/err.h"
 #include "wire/httpc.h"
 #include "wire/httpd.h"
@@ -9,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define GET_N 2000
 #define BIG_N 20
@@ -19,13 +19,6 @@
 
 static char url[64];
 static unsigned char *payload;
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int on_status(struct httpd_req *req, void *ctx)
 {
@@ -61,7 +54,7 @@ static void *client_run(void *arg)
 		cl->fail = 1;
 		return NULL;
 	}
-	while (now() < cl->until) {
+	while (clock_mono() < cl->until) {
 		if (httpc_post(c, "/v1/update", "application/octet-stream", payload, UPD_LEN, &r, err) ||
 		    r.len != UPD_LEN) {
 			fprintf(stderr, "bench-http: %s\n", err);
@@ -78,7 +71,7 @@ static void *client_run(void *arg)
 static double throughput(int nthreads, int *fail)
 {
 	struct client cl[16] = {{0}};
-	double t0 = now(), dt;
+	double t0 = clock_mono(), dt;
 	long total = 0;
 	for (int i = 0; i < nthreads; i++) {
 		cl[i].until = t0 + UPD_SECONDS;
@@ -89,7 +82,7 @@ static double throughput(int nthreads, int *fail)
 		total += cl[i].done;
 		*fail |= cl[i].fail;
 	}
-	dt = now() - t0;
+	dt = clock_mono() - t0;
 	return total / dt;
 }
 
@@ -118,17 +111,17 @@ int main(void)
 
 	for (int i = 0; i < 50; i++) /* warm up: connection, buffers */
 		fail |= httpc_get(c, "/v1/status", &r, err) != 0;
-	t0 = now();
+	t0 = clock_mono();
 	for (int i = 0; i < GET_N; i++)
 		fail |= httpc_get(c, "/v1/status", &r, err) != 0;
-	get_us = (now() - t0) / GET_N * 1e6;
+	get_us = (clock_mono() - t0) / GET_N * 1e6;
 
 	fail |= httpc_post(c, "/v1/update", "application/octet-stream", payload, BIG_LEN, &r, err) != 0;
-	t0 = now();
+	t0 = clock_mono();
 	for (int i = 0; i < BIG_N; i++)
 		fail |= httpc_post(c, "/v1/update", "application/octet-stream", payload, BIG_LEN, &r, err) ||
 			r.len != BIG_LEN;
-	big_ms = (now() - t0) / BIG_N * 1e3;
+	big_ms = (clock_mono() - t0) / BIG_N * 1e3;
 
 	printf("# what\tvalue\tunit\n");
 	printf("json_get_latency\t%.1f\tus\n", get_us);

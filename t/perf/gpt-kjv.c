@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/rng.h"
 #include "nn/batcher.h"
@@ -25,13 +25,6 @@
 
 #define B 32
 #define EVAL_BATCHES 20
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Held-out bits per byte: 20 batches of 32 windows of te at offsets fixed by the seed. */
 static double heldout_bpb(struct model *m, const struct dataset *te, const uint32_t *off, float *x, uint16_t *y)
@@ -94,7 +87,7 @@ int main(int argc, char **argv)
 	printf("# tokens\tsteps\theld-out bits/byte\ttrain loss (nats, smoothed over about 50 steps)\tseconds\n");
 	printf("0\t0\t%.4f\t-\t0\n", heldout_bpb(m, &te, off, x, y));
 	fflush(stdout);
-	double t0 = now(), recent = 0;
+	double t0 = clock_mono(), recent = 0;
 	size_t next = 0;
 	for (uint64_t s = 1; s <= steps; s++) {
 		int n = batcher_next(&bt, x, y);
@@ -108,11 +101,11 @@ int main(int argc, char **argv)
 		double tokens = (double)s * B * T;
 		if (s % 50 == 0)
 			fprintf(stderr, "gpt-kjv: step %llu of %llu, loss %.3f, %.0f tokens/s\n", (unsigned long long)s,
-				(unsigned long long)steps, recent, tokens / (now() - t0));
+				(unsigned long long)steps, recent, tokens / (clock_mono() - t0));
 		while (next < sizeof marks / sizeof *marks && (tokens >= marks[next] * 1e6 || s == steps) &&
 		       marks[next] <= mtokens + 1e-9) {
 			printf("%.0f\t%llu\t%.4f\t%.4f\t%.0f\n", tokens, (unsigned long long)s, heldout_bpb(m, &te, off, x, y),
-			       recent, now() - t0);
+			       recent, clock_mono() - t0);
 			fflush(stdout);
 			next++;
 		}
