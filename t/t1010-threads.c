@@ -2,8 +2,11 @@
  * fused ReLU and residual add, padded and strided convolutions), a cnn (direct convolutions,
  * max pooling, dropout, dense layers) and a gpt (layernorm, attention, gelu) on 1, 2 and 3
  * threads leave θ and the evaluation's loss the same, byte for byte (runs replay bit for bit
- * whatever --threads says). The sizes are the smallest whose passes the pool splits. */
+ * whatever --threads says), with and without micro-batches (model_set_micro: each thread then
+ * trains micro-batches whole), and micro-batches change θ only by the rounding of their sums.
+ * The sizes are the smallest whose passes the pool splits. */
 #include <blis.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,8 +18,9 @@
 
 #define STEPS 3
 
-/* θ after STEPS steps on threads t, and the evaluation's summed loss; NULL if it failed */
-static float *train(const char *text, int t, int B, double *eval)
+/* θ after STEPS steps on threads t with `micro` micro-batches, and the evaluation's summed loss;
+ * NULL if it failed */
+static float *train(const char *text, int t, int B, int micro, double *eval)
 {
 	char err[GEM_ERRMAX];
 	json_t *spec = json_loads(text, 0, NULL);
@@ -30,6 +34,11 @@ static float *train(const char *text, int t, int B, double *eval)
 		return NULL;
 	}
 	layers_set_threads(t);
+	if (model_set_micro(m, micro, err)) {
+		diag("%s", err);
+		model_free(m);
+		return NULL;
+	}
 	size_t in = model_input_size(m), L = (size_t)model_labels(m), n = model_nparams(m);
 	float *x = model_input_alloc(m, (size_t)B), *theta = malloc(sizeof *theta * n);
 	uint16_t *y = malloc(sizeof *y * B * L);
@@ -57,20 +66,56 @@ static float *train(const char *text, int t, int B, double *eval)
 	return theta;
 }
 
-static void same_at_any_count(const char *name, const char *text, int B, size_t n)
+static void same_at_any_count(const char *name, const char *text, int B, int micro, size_t n)
 {
 	double e1, e;
-	float *t1 = train(text, 1, B, &e1);
-	if (!ok(t1 != NULL, "%s builds and trains", name))
+	float *t1 = train(text, 1, B, micro, &e1);
+	if (!ok(t1 != NULL, "%s builds and trains (%d micro-batches)", name, micro))
 		return;
 	for (int t = 2; t <= 3; t++) {
-		float *tt = train(text, t, B, &e);
+		float *tt = train(text, t, B, micro, &e);
 		ok(tt && !memcmp(tt, t1, sizeof *t1 * n) && e == e1,
-		   "%s: %d SGD steps on %d threads give θ of 1 thread byte for byte (eval loss %.6f)", name, STEPS, t,
-		   e / B);
+		   "%s, %d micro-batches: %d SGD steps on %d threads give θ of 1 thread byte for byte (eval loss "
+		   "%.6f)", name, micro, STEPS, t, e / B);
 		free(tt);
 	}
 	free(t1);
+}
+
+/* Without dropout, micro-batches' θ is the whole batch's up to the rounding of the sums: the
+ * largest difference is within a few float steps of the largest |θ|, and not all are 0 (the
+ * sums are in another order). */
+static void micro_rounds_only(const char *name, const char *text, int B, int micro, size_t n)
+{
+	double e1, e;
+	float *t1 = train(text, 2, B, 1, &e1), *tm = train(text, 2, B, micro, &e);
+	double most = 0, diff = 0;
+	for (size_t i = 0; t1 && tm && i < n; i++) {
+		double d = fabs((double)tm[i] - t1[i]);
+		most = fmax(most, fabs((double)t1[i]));
+		diff = fmax(diff, d);
+	}
+	ok(t1 && tm && diff > 0 && diff < most * 1e-5 && fabs(e - e1) < fabs(e1) * 1e-5,
+	   "%s: %d micro-batches' θ is the whole batch's to %.2g of its largest |θ| (%.3g; eval loss %.6f "
+	   "against %.6f)", name, micro, most > 0 ? diff / most : 0.0, most, e / B, e1 / B);
+	free(t1);
+	free(tm);
+}
+
+static void micro_refused(void)
+{
+	char err[GEM_ERRMAX];
+	json_t *spec = json_loads("{\"input\":[4],\"classes\":2,\"layers\":[{\"type\":\"dense\",\"out\":2},"
+				  "{\"type\":\"logsoftmax\"}]}", 0, NULL);
+	struct model *m;
+	int rc = model_from_json(spec, &m, err);
+	json_decref(spec);
+	if (!ok(rc == 0, "a dense model builds"))
+		return;
+	ok(model_set_micro(m, 0, err) == GEM_EUSAGE && strstr(err, "not in [1, 64]"), "0 micro-batches refused: %s",
+	   err);
+	ok(model_set_micro(m, MODEL_MAX_MICRO + 1, err) == GEM_EUSAGE, "65 refused: %s", err);
+	model_free(m);
 }
 
 static size_t nparams(const char *text)
@@ -112,8 +157,13 @@ static const char *gpt =
 
 int main(void)
 {
-	same_at_any_count("resnet", resnet, 32, nparams(resnet));
-	same_at_any_count("cnn", cnn, 64, nparams(cnn));
-	same_at_any_count("gpt", gpt, 16, nparams(gpt));
+	for (int micro = 1; micro <= 3; micro++) {
+		same_at_any_count("resnet", resnet, 32, micro, nparams(resnet));
+		same_at_any_count("cnn", cnn, 64, micro, nparams(cnn));
+		same_at_any_count("gpt", gpt, 16, micro, nparams(gpt));
+	}
+	micro_rounds_only("resnet", resnet, 32, 2, nparams(resnet));
+	micro_rounds_only("gpt", gpt, 16, 3, nparams(gpt));
+	micro_refused();
 	return done_testing();
 }

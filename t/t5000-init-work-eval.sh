@@ -133,6 +133,30 @@ test_expect_success '--threads 2: the θ and the evaluation of one thread' '
 	gem-eval th | cmp - te.tsv
 '
 
+# Micro-batches are recorded in run.json (only when asked for) and, like the threads' split,
+# give θ whatever --threads is; a dropout model draws other masks than the whole batch does.
+test_expect_success '--microbatches 2: recorded, and the θ of one thread on two' '
+	! grep -q microbatches th/run.json &&
+	gem-init -q --model drop.json --data data/quarters --lr 0.1 --batch 32 --seed 9 --microbatches 2 mb1 &&
+	gem-init -q --model drop.json --data data/quarters --lr 0.1 --batch 32 --seed 9 --microbatches 2 mb2 &&
+	grep -q "^    \"microbatches\": 2,\{0,1\}$" mb1/run.json &&
+	gem-work -q --local mb1 --steps 100 &&
+	gem-work -q --local mb2 --steps 100 --threads 2 &&
+	tail -c +$(( $(head -1 mb1/params.gem | wc -c) + 1 )) mb1/params.gem >m1.blob &&
+	tail -c +$(( $(head -1 mb2/params.gem | wc -c) + 1 )) mb2/params.gem >m2.blob &&
+	cmp m1.blob m2.blob && ! cmp -s m1.blob w.blob
+'
+
+test_expect_success '--microbatches out of range, beyond the batch or in run.json: refused' '
+	{ gem-init -q --model drop.json --data data/quarters --batch 32 --microbatches 0 x 2>err; test $? = 2; } &&
+	grep -q "^gem-init: --microbatches: not an integer in \[1, 64\]: 0$" err &&
+	{ gem-init -q --model drop.json --data data/quarters --batch 32 --microbatches 33 x 2>err; test $? = 2; } &&
+	grep -q "^gem-init: --microbatches 33: more than the batch (32)$" err && test ! -e x &&
+	cp -r mb1 mbbad && sed "s/\"microbatches\": 2/\"microbatches\": 64/" mb1/run.json >mbbad/run.json &&
+	{ gem-work -q --local mbbad --steps 1 2>err; test $? = 2; } &&
+	grep -q "train.microbatches: not an integer in \[1, 64\] and at most the batch" err
+'
+
 test_expect_success '--threads beyond the pool'"'"'s 64 is refused, not cut' '
 	{ gem-work -q --local th --steps 1 --threads 65 2>err; test $? = 2; } &&
 	grep -q "^gem-work: --threads: not an integer in \[1, 64\]: 65$" err &&

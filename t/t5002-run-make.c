@@ -83,6 +83,7 @@ static void test_spec_json(void)
 	snprintf(s.created, sizeof s.created, "2026-01-02T03:04:05Z");
 	s.nparams = 1108;
 	s.train.nesterov = 1;
+	s.train.micro = 2;
 	j = run_spec_to_json(&s);
 	ok(j && run_spec_from_json(j, &back, err) == 0, "run.json of a spec reads back (%s)",
 	   j ? "" : err);

@@ -17,6 +17,9 @@ struct rng {
 #define RNG_EVAL_SUBSET UINT64_C(0x6576616c)     /* "eval": gem-eval's --samples subset, and
 							 * with seed 1 a text's evaluation windows */
 #define RNG_DROPOUT     UINT64_C(0x6472706f7574) /* + data position: dropout of one step (trainer) */
+#define RNG_MICROBATCH  UINT64_C(0x6d696372)     /* "micr" + k, of a seed drawn from the step's
+							 * dropout stream: micro-batch k's dropout
+							 * (model_train_step) */
 #define RNG_DROP_RATE   UINT64_C(0x64726f70)     /* "drop": gem-serve --drop-rate's draws */
 #define RNG_SIM_TIMING  UINT64_C(0x73696d74)     /* + worker id: gem-sim's step times */
 #define RNG_HOLDOUT     UINT64_C(0x686f6c64)     /* "hold": the samples --holdout takes as test */

@@ -1057,11 +1057,15 @@ static void lsm_fwd_part(void *a, size_t lo, size_t hi)
 double logsoftmax_nll_forward(float *logp, const float *x, const uint16_t *label, int B, int K)
 {
 	struct lsm_job j = {logp, x, label, K, 0};
-	double loss = 0;
 	pool_for((size_t)B, 1, per_part((size_t)K * 8), lsm_fwd_part, &j);
-	if (label)
-		for (int b = 0; b < B; b++)
-			loss -= logp[(size_t)b * K + label[b]];
+	return label ? nll_sum(logp, label, B, K, 0) : 0;
+}
+
+double nll_sum(const float *logp, const uint16_t *label, int B, int K, double start)
+{
+	double loss = start;
+	for (int b = 0; b < B; b++)
+		loss -= logp[(size_t)b * K + label[b]];
 	return loss;
 }
 

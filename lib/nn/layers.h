@@ -99,6 +99,9 @@ void flatten_backward(float *dx, const float *dy, int B, int c, int hw);
 
 // x (B,K) → logp (B,K) = x − log Σ exp x; returns Σ_b −logp[b, label_b] (labels < K; NULL: 0)
 double logsoftmax_nll_forward(float *logp, const float *x, const uint16_t *label, int B, int K);
+// start + Σ_b −logp[b, label_b] over B rows of K, in row order: logsoftmax_nll_forward's sum,
+// which a batch cut into parts continues part after part to the same double
+double nll_sum(const float *logp, const uint16_t *label, int B, int K, double start);
 // fused log-softmax + NLL backward: dx (B,K) = (exp(logp) − onehot(label)) · scale (scale 1/B
 // for a mean loss)
 void logsoftmax_nll_backward(float *dx, const float *logp, const uint16_t *label, int B, int K, float scale);

@@ -9,9 +9,23 @@
 #include "base/err.h"
 #include "base/jget.h"
 #include "nn/layer_ops.h"
+#include "nn/pool.h"
 
 /* The layers (struct layer, nn/layer_ops.h) know their type through l->ops: nothing here
  * depends on which types exist. */
+
+/* What one part of a batch (a micro-batch, or a part of an evaluation's batch) writes besides
+ * θ's gradient: a copy of the layer tree (its batch buffers), the input transposed, the
+ * gradient ping-pong and the scratch. A model whose passes run in parts on R threads has R − 1
+ * of these besides its own. */
+struct replica {
+	struct layer *l;
+	float *xin;
+	float *g[2 * (LAYER_MAX_DEPTH + 1)];
+	float *dcol, *scratch;
+	float *grad; /* its micro-batch's gradient, added to the model's in order */
+};
+
 struct model {
 	char name[64];
 	struct shape input;
@@ -26,6 +40,11 @@ struct model {
 	float *g[2 * (LAYER_MAX_DEPTH + 1)]; /* gradient ping-pong per depth, the largest activation */
 	float *dcol;   /* conv2d backward scratch */
 	float *scratch; /* the sequence layers' matmul scratch */
+	int micro;      /* micro-batches a training step's batch is cut into (1: none) */
+	int nrep;       /* replicas in rep (threads that run parts of a pass at once, less one) */
+	int rep_for;    /* the threads reserve_replicas last sized them for (0: not since reserve) */
+	struct replica *rep;
+	float *gown;    /* the model's own micro-batch gradient after the first round (micro > nrep + 1) */
 	/* an external model: its record, its θ and gradient's memory, its child (NULL until the
 	 * first request) */
 	struct exec_info *ext;
@@ -562,8 +581,43 @@ static void free_chain(struct layer *l, int n)
 	}
 }
 
+/* Free the blocks of l[0..n) (their layers). */
+static void free_kids(struct layer *l, int n)
+{
+	for (int i = 0; l && i < n; i++) {
+		free_kids(l[i].kids, l[i].nkids);
+		free(l[i].kids);
+	}
+}
+
+/* Free the replicas: their buffers and their copies of the layers. */
+static void free_replicas(struct model *m)
+{
+	for (int j = 0; j < m->nrep; j++) {
+		struct replica *r = &m->rep[j];
+		if (r->l) {
+			free_chain(r->l, m->nlayers);
+			free_kids(r->l, m->nlayers);
+			free(r->l);
+		}
+		free(r->xin);
+		for (int i = 0; i < 2 * (LAYER_MAX_DEPTH + 1); i++)
+			free(r->g[i]);
+		free(r->dcol);
+		free(r->scratch);
+		free(r->grad);
+	}
+	free(m->rep);
+	m->rep = NULL;
+	m->nrep = 0;
+	m->rep_for = 0;
+}
+
 static void free_buffers(struct model *m)
 {
+	free_replicas(m);
+	free(m->gown);
+	m->gown = NULL;
 	if (m->l)
 		free_chain(m->l, m->nlayers);
 	free(m->xin);
@@ -575,15 +629,6 @@ static void free_buffers(struct model *m)
 	free(m->scratch);
 	m->xin = m->dcol = m->scratch = NULL;
 	m->cap = 0;
-}
-
-/* Free the blocks of l[0..n) (their layers). */
-static void free_kids(struct layer *l, int n)
-{
-	for (int i = 0; l && i < n; i++) {
-		free_kids(l[i].kids, l[i].nkids);
-		free(l[i].kids);
-	}
 }
 
 void model_free(struct model *m)
@@ -737,11 +782,86 @@ static int reserve_chain(struct layer *l, int n, int B, size_t *gmax, struct lay
 	return fail ? -1 : 0;
 }
 
-int model_reserve(struct model *m, int batch, char *err)
+/* A copy of the layer tree l[0..n) without its batch buffers, for a replica; NULL when out of
+ * memory. */
+static struct layer *copy_chain(const struct layer *l, int n)
+{
+	struct layer *c = calloc((size_t)n, sizeof *c);
+	if (!c)
+		return NULL;
+	memcpy(c, l, (size_t)n * sizeof *c);
+	for (int i = 0; i < n; i++) {
+		c[i].y = NULL;
+		c[i].aux = NULL;
+		c[i].x = NULL;
+		c[i].kids = NULL;
+	}
+	for (int i = 0; i < n; i++)
+		if (l[i].nkids && !(c[i].kids = copy_chain(l[i].kids, l[i].nkids))) {
+			free_kids(c, n);
+			free(c);
+			return NULL;
+		}
+	return c;
+}
+
+/* r's buffers for a batch of B through the layers r->l: the input transposed, the layers' own,
+ * the gradient ping-pong and the scratch they ask for. 0, or -1 when out of memory (what was
+ * allocated stays in r for the caller to free). */
+static int reserve_replica(struct model *m, struct replica *r, int batch)
 {
 	size_t B = (size_t)batch, gmax = shape_size(m->input);
 	struct layer_need need = {0, 0};
 	int fail = 0;
+	if (m->input.image && m->input.c > 1)
+		fail |= !(r->xin = layer_falloc(B * shape_size(m->input), sizeof(float)));
+	fail |= reserve_chain(r->l, m->nlayers, batch, &gmax, &need) < 0;
+	for (int i = 0; i < 2 * (m->depth + 1); i++)
+		fail |= !(r->g[i] = layer_falloc(B * gmax, sizeof(float)));
+	if (need.dcol)
+		fail |= !(r->dcol = layer_falloc(need.dcol, sizeof(float)));
+	if (need.scratch)
+		fail |= !(r->scratch = layer_falloc(need.scratch, sizeof(float)));
+	return fail ? -1 : 0;
+}
+
+/* The threads that run a pass's parts at once: the micro-batches of a training step, or the
+ * parts of an evaluation's batch. */
+static int parts_wanted(const struct model *m)
+{
+	int threads = pool_threads();
+	return m->micro > 1 && m->micro < threads ? m->micro : threads;
+}
+
+/* Replicas for R − 1 more parts at once, each for 1/R of the reserved batch (a micro-batch is
+ * no larger), made when the first pass needs them, when the threads are known. Out of memory:
+ * none (not tried again before model_reserve), and the parts run one after another, to the
+ * same floats. */
+static void reserve_replicas(struct model *m)
+{
+	int R = parts_wanted(m), mb = (m->cap + R - 1) / R;
+	if (R == m->rep_for || pool_in_part()) /* a pass inside a pool's part (gem-sim's) runs alone */
+		return;
+	free_replicas(m);
+	m->rep_for = R;
+	if (R < 2 || !(m->rep = calloc((size_t)R - 1, sizeof *m->rep)))
+		return;
+	for (int j = 0; j < R - 1; j++) {
+		struct replica *r = &m->rep[j];
+		m->nrep = j + 1;
+		if (!(r->l = copy_chain(m->l, m->nlayers)) || reserve_replica(m, r, mb) < 0 ||
+		    !(r->grad = layer_falloc(m->layout.total, sizeof(float)))) {
+			free_replicas(m);
+			m->rep_for = R;
+			return;
+		}
+	}
+}
+
+int model_reserve(struct model *m, int batch, char *err)
+{
+	struct replica own = {.l = m->l};
+	int fail;
 	if (batch < 1)
 		return gem_errf(err, GEM_EUSAGE, "batch size %d: must be positive", batch);
 	if (batch <= m->cap)
@@ -755,20 +875,33 @@ int model_reserve(struct model *m, int batch, char *err)
 		return rc;
 	}
 	free_buffers(m);
-	if (m->input.image && m->input.c > 1)
-		fail |= !(m->xin = layer_falloc(B * shape_size(m->input), sizeof(float)));
-	fail |= reserve_chain(m->l, m->nlayers, batch, &gmax, &need) < 0;
-	for (int i = 0; i < 2 * (m->depth + 1); i++)
-		fail |= !(m->g[i] = layer_falloc(B * gmax, sizeof(float)));
-	if (need.dcol)
-		fail |= !(m->dcol = layer_falloc(need.dcol, sizeof(float)));
-	if (need.scratch)
-		fail |= !(m->scratch = layer_falloc(need.scratch, sizeof(float)));
+	fail = reserve_replica(m, &own, batch) < 0;
+	m->xin = own.xin;
+	memcpy(m->g, own.g, sizeof m->g);
+	m->dcol = own.dcol;
+	m->scratch = own.scratch;
+	/* the model's own micro-batches after the first; the replicas wait for the first step,
+	 * when the threads are known */
+	if (m->micro > 1)
+		fail |= !(m->gown = layer_falloc(m->layout.total, sizeof(float)));
 	if (fail) {
 		free_buffers(m);
 		return gem_errf(err, GEM_ENOMEM, "out of memory for a batch of %d", batch);
 	}
 	m->cap = batch;
+	return 0;
+}
+
+int model_set_micro(struct model *m, int micro, char *err)
+{
+	if (micro < 1 || micro > MODEL_MAX_MICRO)
+		return gem_errf(err, GEM_EUSAGE, "micro-batches: %d is not in [1, %d]", micro, MODEL_MAX_MICRO);
+	if (m->ext && micro > 1)
+		return gem_errf(err, GEM_EUSAGE, "micro-batches: an external model cuts its batches itself");
+	if (micro == (m->micro > 1 ? m->micro : 1))
+		return 0;
+	free_buffers(m); /* the next model_reserve sizes the replicas */
+	m->micro = micro;
 	return 0;
 }
 
@@ -778,37 +911,112 @@ int model_reserve(struct model *m, int batch, char *err)
  * Images travel as (C,B,H,W), flat activations as (B,IN), sequences as (B,T,C); the input
  * arrives as NCHW (a sequence model's: B × T token ids). */
 
-/* A pass over n samples with the model's parameters and buffers. */
-static struct layer_pass pass_of(struct model *m, int n)
+/* A pass over n samples with the model's parameters and r's buffers (r the model's own: its
+ * gradient is the model's). */
+static struct layer_pass pass_of(struct model *m, const struct replica *r, int n)
 {
-	struct layer_pass p = {.B = n, .theta = m->theta, .grad = m->grad, .lo = &m->layout,
-			       .dcol = m->dcol, .scratch = m->scratch};
-	memcpy(p.gbuf, m->g, sizeof p.gbuf);
+	struct layer_pass p = {.B = n, .theta = m->theta, .grad = r->grad, .lo = &m->layout,
+			       .dcol = r->dcol, .scratch = r->scratch};
+	memcpy(p.gbuf, r->g, sizeof p.gbuf);
 	return p;
 }
 
-/* Run the layers on n samples; returns the log-probabilities (n·labels, classes) and puts the
- * summed loss in *loss (0 if y is NULL). Train mode draws dropout masks from r; eval mode skips
- * them. */
-static const float *forward(struct model *m, const float *x, const uint16_t *y, int n, struct rng *r,
-			    double *loss)
+/* The model's own buffers as a replica's, its gradient in grad. */
+static struct replica own_of(struct model *m, float *grad)
 {
-	struct layer_pass p = pass_of(m, n);
+	struct replica r = {.l = m->l, .xin = m->xin, .dcol = m->dcol, .scratch = m->scratch, .grad = grad};
+	memcpy(r.g, m->g, sizeof r.g);
+	return r;
+}
+
+/* Run r's layers on n samples; returns the log-probabilities (n·labels, classes) and puts the
+ * summed loss in *loss (0 if y is NULL). Train mode draws dropout masks from rng; eval mode
+ * skips them. */
+static const float *forward(struct model *m, const struct replica *r, const float *x, const uint16_t *y, int n,
+			    struct rng *rng, double *loss)
+{
+	struct layer_pass p = pass_of(m, r, n);
 	const float *h = x;
-	p.r = r;
+	p.r = rng;
 	p.label = y;
-	if (m->xin) {
+	if (r->xin) {
 		/* NCHW → (C,B,H,W) */
 		size_t hw = (size_t)m->input.h * m->input.w;
 		for (int b = 0; b < n; b++)
 			for (int c = 0; c < m->input.c; c++)
-				memcpy(m->xin + ((size_t)c * n + b) * hw, x + ((size_t)b * m->input.c + c) * hw,
+				memcpy(r->xin + ((size_t)c * n + b) * hw, x + ((size_t)b * m->input.c + c) * hw,
 				       sizeof(float) * hw);
-		h = m->xin;
+		h = r->xin;
 	}
-	h = layer_chain_forward(m->l, m->nlayers, h, &p);
+	h = layer_chain_forward(r->l, m->nlayers, h, &p);
 	*loss = p.loss;
 	return h;
+}
+
+/* Forward and backward on n samples through r, the gradient of the loss summed over them and
+ * scaled by `scale` into r->grad; returns the summed loss. */
+static double train_on(struct model *m, const struct replica *r, const float *x, const uint16_t *y, int n,
+		       float scale, struct rng *rng)
+{
+	double loss = 0;
+	forward(m, r, x, y, n, rng, &loss);
+	/* from the loss down to the lowest layer with parameters */
+	struct layer_pass p = pass_of(m, r, n);
+	p.label = y;
+	p.scale = scale;
+	layer_chain_backward(r->l, m->nlayers, r->g[0], r->g[1], &p);
+	return loss;
+}
+
+/* One round of a step's micro-batches: micro-batch k0 + j on replica j (0: the model's own),
+ * one a thread. */
+struct micro_round {
+	struct model *m;
+	const float *x;
+	const uint16_t *y;
+	int n, k0;
+	float scale;
+	uint64_t seed;
+	double loss[MODEL_MAX_MICRO];
+};
+
+/* Part k of n samples cut into `parts`: [n·k/parts, n·(k+1)/parts) as *lo and *cnt. */
+static void cut(int n, int parts, int k, int *lo, int *cnt)
+{
+	*lo = (int)((long)n * k / parts);
+	*cnt = (int)((long)n * (k + 1) / parts) - *lo;
+}
+
+static void micro_part(void *arg, int j, int parts)
+{
+	struct micro_round *w = arg;
+	struct model *m = w->m;
+	int k = w->k0 + j, lo, cnt;
+	struct replica r = j ? m->rep[j - 1] : own_of(m, w->k0 ? m->gown : m->grad);
+	struct rng rng;
+	(void)parts;
+	cut(w->n, m->micro, k, &lo, &cnt);
+	rng_seed(&rng, w->seed, RNG_MICROBATCH + (uint64_t)k);
+	w->loss[k] = train_on(m, &r, w->x + (size_t)lo * shape_size(m->input), w->y + (size_t)lo * m->labels, cnt,
+			      w->scale, &rng);
+}
+
+/* The model's gradient plus those of the round's micro-batches, in their order (the first
+ * round's first is the model's gradient itself). */
+struct micro_sum {
+	struct model *m;
+	int first, parts;
+};
+
+static void micro_add(void *arg, size_t lo, size_t hi)
+{
+	struct micro_sum *s = arg;
+	struct model *m = s->m;
+	for (int j = s->first; j < s->parts; j++) {
+		const float *g = j ? m->rep[j - 1].grad : m->gown;
+		for (size_t i = lo; i < hi; i++)
+			m->grad[i] += g[i];
+	}
 }
 
 float model_train_step(struct model *m, const float *x, const uint16_t *y, int n, struct rng *r)
@@ -816,13 +1024,66 @@ float model_train_step(struct model *m, const float *x, const uint16_t *y, int n
 	double loss = 0;
 	if (n < 1 || n > m->cap || !r || m->ext)
 		return NAN;
-	forward(m, x, y, n, r, &loss);
-	/* from the loss down to the lowest layer with parameters */
-	struct layer_pass p = pass_of(m, n);
-	p.label = y;
-	p.scale = 1.0f / ((float)n * (float)m->labels);
-	layer_chain_backward(m->l, m->nlayers, m->g[0], m->g[1], &p);
+	float scale = 1.0f / ((float)n * (float)m->labels);
+	if (m->micro > 1 && n >= m->micro) {
+		reserve_replicas(m);
+		/* micro-batch k draws its dropout from its own stream, so that which thread runs it
+		 * and when does not change what it draws */
+		struct micro_round w = {.m = m, .x = x, .y = y, .n = n, .scale = scale};
+		w.seed = (uint64_t)rng_u32(r) << 32;
+		w.seed |= rng_u32(r);
+		for (w.k0 = 0; w.k0 < m->micro; w.k0 += m->nrep + 1) {
+			int parts = m->micro - w.k0 < m->nrep + 1 ? m->micro - w.k0 : m->nrep + 1;
+			struct micro_sum s = {m, w.k0 ? 0 : 1, parts};
+			pool_run(micro_part, &w, parts);
+			if (s.first < parts)
+				pool_for(m->layout.total, 16, 4096, micro_add, &s);
+		}
+		for (int k = 0; k < m->micro; k++)
+			loss += w.loss[k];
+	} else {
+		struct replica own = own_of(m, m->grad);
+		loss = train_on(m, &own, x, y, n, scale, r);
+	}
 	return (float)(loss / ((double)n * m->labels));
+}
+
+/* Count the right ones of rows (n·labels) of log-probabilities against y into *right, and write
+ * the predicted classes to pred (each if not NULL). */
+static void score(const struct model *m, const float *logp, const uint16_t *y, long rows, long *right,
+		  uint16_t *pred)
+{
+	for (long b = 0; b < rows; b++) {
+		const float *p = logp + (size_t)b * m->classes;
+		int best = 0;
+		for (int k = 1; k < m->classes; k++)
+			if (p[k] > p[best])
+				best = k;
+		if (pred)
+			pred[b] = (uint16_t)best;
+		if (y && best == y[b])
+			(*right)++;
+	}
+}
+
+/* An evaluation's batch in parts, part j on replica j (0: the model's own), one a thread: each
+ * sample's log-probabilities are the whole batch's, and the loss is summed after, in order. */
+struct eval_split {
+	struct model *m;
+	const float *x;
+	int n, parts;
+	const float *logp[POOL_MAX_THREADS];
+};
+
+static void eval_part(void *arg, int j, int parts)
+{
+	struct eval_split *w = arg;
+	struct model *m = w->m;
+	struct replica r = j ? m->rep[j - 1] : own_of(m, m->grad);
+	double none;
+	int lo, cnt;
+	cut(w->n, parts, j, &lo, &cnt);
+	w->logp[j] = forward(m, &r, w->x + (size_t)lo * shape_size(m->input), NULL, cnt, NULL, &none);
 }
 
 double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n, long *correct,
@@ -832,17 +1093,21 @@ double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n,
 	long right = 0;
 	if (n < 1 || n > m->cap || m->ext)
 		return NAN;
-	const float *logp = forward(m, x, y, n, NULL, &loss);
-	for (long b = 0; b < (long)n * m->labels; b++) {
-		const float *p = logp + (size_t)b * m->classes;
-		int best = 0;
-		for (int k = 1; k < m->classes; k++)
-			if (p[k] > p[best])
-				best = k;
-		if (pred)
-			pred[b] = (uint16_t)best;
-		if (y && best == y[b])
-			right++;
+	reserve_replicas(m);
+	if (m->nrep && n > m->nrep) {
+		struct eval_split w = {.m = m, .x = x, .n = n, .parts = m->nrep + 1};
+		pool_run(eval_part, &w, w.parts);
+		for (int j = 0, lo, cnt; j < w.parts; j++) {
+			cut(n, w.parts, j, &lo, &cnt);
+			size_t at = (size_t)lo * m->labels;
+			if (y)
+				loss = nll_sum(w.logp[j], y + at, cnt * m->labels, m->classes, loss);
+			score(m, w.logp[j], y ? y + at : NULL, (long)cnt * m->labels, &right, pred ? pred + at : NULL);
+		}
+	} else {
+		struct replica own = own_of(m, m->grad);
+		const float *logp = forward(m, &own, x, y, n, NULL, &loss);
+		score(m, logp, y, (long)n * m->labels, &right, pred);
 	}
 	if (correct && y)
 		*correct += right;
@@ -852,7 +1117,8 @@ double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n,
 const float *model_predict(struct model *m, const float *x, int n)
 {
 	double loss;
+	struct replica own = own_of(m, m->grad);
 	if (n < 1 || n > m->cap || m->ext)
 		return NULL;
-	return forward(m, x, NULL, n, NULL, &loss);
+	return forward(m, &own, x, NULL, n, NULL, &loss);
 }

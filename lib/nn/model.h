@@ -109,6 +109,18 @@ int model_fits(const struct model *m, const struct dataset *d, char *err);
 void model_init_params(struct model *m, uint64_t seed);
 /* The same for every model: an external one is asked for its θ₀ (its failure in err). */
 int model_init(struct model *m, uint64_t seed, char *err);
+/* Cut each training step's batch of n samples into `micro` micro-batches of consecutive
+ * samples, [n·k/micro, n·(k+1)/micro) for k in [0, micro), whose gradients are summed in that
+ * order: the step's gradient up to float rounding, and the same floats on any number of
+ * threads. Up to `micro` of the pool's threads (layers_set_threads, before model_reserve) each
+ * run a micro-batch whole, its kernels on that thread: a thread then reads mostly what it
+ * wrote itself, where the kernels' own split hands every layer's output to the other cores
+ * (doc/results/resnet-speed.md, "Micro-batches"). Micro-batch k draws its dropout from stream
+ * RNG_MICROBATCH + k of a seed drawn from model_train_step's r. A batch smaller than micro is
+ * not cut. 1, the default: none. GEM_EUSAGE outside [1, MODEL_MAX_MICRO] or for an external
+ * model. Frees the batch buffers (model_reserve again). */
+#define MODEL_MAX_MICRO 64
+int model_set_micro(struct model *m, int micro, char *err);
 /* Allocate activations for up to `batch` samples; a later call with a smaller batch is free. */
 int model_reserve(struct model *m, int batch, char *err);
 /* The batch size reserved so far (0 before model_reserve). */

@@ -103,6 +103,11 @@ int pool_worker(void)
 	return self;
 }
 
+int pool_in_part(void)
+{
+	return in_part;
+}
+
 void pool_set_spin(long spins)
 {
 	atomic_store(&spin, spins < 0 ? 0 : spins);

@@ -17,6 +17,8 @@ int pool_set_threads(int t);
 int pool_threads(void);
 /* The calling thread's number in the pool: 1.. for a worker, 0 for any other thread. */
 int pool_worker(void);
+/* 1 while the calling thread runs a part of a pool_run (a nested call runs on it alone). */
+int pool_in_part(void);
 /* Iterations a waiting thread polls for work (or for its parts' end) before it sleeps on a
  * condition variable; 0 sleeps at once. The default, POOL_SPIN_DEFAULT, is doc/results/resnet-
  * speed.md's measurement. */

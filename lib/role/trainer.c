@@ -48,6 +48,7 @@ int trainer_open(struct trainer *t, const struct run *run, char *err)
 	memset(t, 0, sizeof *t);
 	t->batch = run->spec.train.batch;
 	if ((rc = model_from_json(run->spec.model, &t->m, err)) < 0 ||
+	    (rc = model_set_micro(t->m, run->spec.train.micro > 1 ? run->spec.train.micro : 1, err)) < 0 ||
 	    (rc = model_reserve(t->m, t->batch, err)) < 0) {
 		trainer_close(t);
 		return rc;

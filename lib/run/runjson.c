@@ -9,6 +9,7 @@
 #include "base/jget.h"
 #include "base/num.h"
 #include "nn/data.h"
+#include "nn/model.h"
 #include "nn/samples.h"
 
 const struct run_train_num run_train_nums[RUN_TRAIN_NUMS] = {
@@ -37,6 +38,8 @@ static int optim_to_json(const struct run_train_spec *t, json_t *train)
 		rc |= json_object_set_new(train, "schedule", json_string(lr_shape_name(t->schedule)));
 	if (t->clip > 0)
 		rc |= json_object_set_new(train, "clip", json_real(t->clip));
+	if (t->micro > 1)
+		rc |= json_object_set_new(train, "microbatches", json_integer(t->micro));
 	if (t->steps)
 		rc |= json_object_set_new(train, "steps", json_integer((json_int_t)t->steps));
 	return rc;
@@ -114,7 +117,7 @@ static int get_str(const json_t *o, const char *sect, const char *key, char *out
 static int optim_from_json(const json_t *train, struct run_train_spec *t, char *err)
 {
 	const json_t *v;
-	long long warmup = 0, steps = 0;
+	long long warmup = 0, steps = 0, micro = 0;
 	double clip = 0;
 	int k;
 	if ((v = json_object_get(train, "optimizer"))) {
@@ -133,8 +136,12 @@ static int optim_from_json(const json_t *train, struct run_train_spec *t, char *
 		return gem_errf(err, GEM_EUSAGE, "train.clip: not a number in [0, %g]", RUN_MAX_CLIP);
 	if (jget_int(train, "steps", 1, (long long)RUN_MAX_STEPS, &steps) < 0)
 		return gem_errf(err, GEM_EUSAGE, "train.steps: not an integer in [1, 2^40]");
+	if (jget_int(train, "microbatches", 1, MODEL_MAX_MICRO, &micro) < 0 || micro > t->batch)
+		return gem_errf(err, GEM_EUSAGE, "train.microbatches: not an integer in [1, %d] and at most the "
+				"batch", MODEL_MAX_MICRO);
 	t->warmup = (uint64_t)warmup;
 	t->clip = clip;
+	t->micro = (int)micro;
 	t->steps = (uint64_t)steps;
 	if (t->optimizer == OPTIM_ADAMW && (t->momentum != 0 || t->nesterov))
 		return gem_errf(err, GEM_EUSAGE, "train.momentum: AdamW takes none (its betas are its momentum)");

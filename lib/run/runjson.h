@@ -32,6 +32,9 @@ struct run_train_spec {
 	uint64_t warmup;         /* steps */
 	enum lr_shape schedule;
 	double clip;             /* the gradient's global norm at most this; 0: none */
+	/* micro-batches a local step's batch is cut into (model_set_micro), at most the batch;
+	 * 0 or 1: none, not written */
+	int micro;
 	/* the run's budget in local steps per worker, which replaces its epochs; 0: the epochs.
 	 * Stored by the server that is given one (gem-serve --steps), written only when set */
 	uint64_t steps;

@@ -23,7 +23,7 @@
 enum {
 	O_LR = 256, O_MOM, O_NEST, O_WD, O_KAPPA, O_PIMAX, O_EPS, O_GEMREF, O_STATEPREC, O_WINDOW, O_ALPHA, O_LDC,
 	O_OPTIM, O_WARMUP, O_SCHED, O_CLIP, O_OUTER_LR, O_OUTER_MOM, O_DELAYED, O_DYNLU, O_FRAGMENTS, O_MIX, O_LABEL,
-	O_HOLDOUT, O_INIT_FROM, O_OVERLAP, O_EXEC_TIMEOUT,
+	O_HOLDOUT, O_INIT_FROM, O_OVERLAP, O_EXEC_TIMEOUT, O_MICRO,
 };
 
 
@@ -43,6 +43,7 @@ const struct option run_opts_long[RUN_OPTS_N + 1] = {
 	{.name = "warmup", .has_arg = required_argument, .val = O_WARMUP},
 	{.name = "schedule", .has_arg = required_argument, .val = O_SCHED},
 	{.name = "clip", .has_arg = required_argument, .val = O_CLIP},
+	{.name = "microbatches", .has_arg = required_argument, .val = O_MICRO},
 	{.name = "batch", .has_arg = required_argument, .val = 'b'},
 	{.name = "epochs", .has_arg = required_argument, .val = 'e'},
 	{.name = "seed", .has_arg = required_argument, .val = 's'},
@@ -166,6 +167,12 @@ static int optim_opt_take(struct run_train_spec *t, int c, const char *arg, char
 			return gem_errf(err, GEM_EUSAGE, "--warmup: not an integer in [0, 2^40]: %s", arg);
 		t->warmup = u;
 		return 0;
+	case O_MICRO:
+		if (num_u64(arg, &u) || u < 1 || u > MODEL_MAX_MICRO)
+			return gem_errf(err, GEM_EUSAGE, "--microbatches: not an integer in [1, %d]: %s",
+					MODEL_MAX_MICRO, arg);
+		t->micro = (int)u;
+		return 0;
 	}
 	if (num_double(arg, 0, RUN_MAX_CLIP, &t->clip))
 		return gem_errf(err, GEM_EUSAGE, "--clip: not a number in [0, %g]: %s", RUN_MAX_CLIP, arg);
@@ -191,7 +198,7 @@ int run_opts_take(struct run_opts *o, int c, const char *arg, char *err)
 		return 0;
 	}
 	switch (c) {
-	case O_OPTIM: case O_SCHED: case O_WARMUP: case O_CLIP:
+	case O_OPTIM: case O_SCHED: case O_WARMUP: case O_CLIP: case O_MICRO:
 		return optim_opt_take(&o->train, c, arg, err);
 	case 'm': o->model = arg; return 0;
 	case 'd': o->data = arg; o->data_set = 1; return 0;
@@ -558,6 +565,10 @@ static int optim_of_opts(struct run_opts *o, char *err)
 					t->nesterov ? "nesterov" : "momentum");
 		t->momentum = 0;
 	}
+	if (t->micro > t->batch)
+		return gem_errf(err, GEM_EUSAGE, "--microbatches %d: more than the batch (%d)", t->micro, t->batch);
+	if (t->micro > 1 && !strncmp(o->model, EXEC_PREFIX, strlen(EXEC_PREFIX)))
+		return gem_errf(err, GEM_EUSAGE, "--microbatches: an external model cuts its batches itself");
 	if (o->nsamples && t->schedule == LR_COSINE && steps <= t->warmup)
 		return gem_errf(err, GEM_EUSAGE, "--warmup %llu: the cosine needs a longer budget than "
 				"%llu steps (--epochs %d of %d samples in batches of %d)",

@@ -54,7 +54,7 @@ struct run_opts {
 /* The options' getopt_long table (the short letters: RUN_OPTS_SHORT), and how many. */
 extern const struct option run_opts_long[];
 #define RUN_OPTS_SHORT "m:d:r:b:e:s:n:f"
-#define RUN_OPTS_N 35
+#define RUN_OPTS_N 36
 
 void run_opts_init(struct run_opts *o);
 /* Option c (a val of run_opts_long) with its argument into o: 0, 1 when c is no option of a

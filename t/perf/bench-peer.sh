@@ -11,8 +11,10 @@
 # can differ by a factor of two from one process to the next (doc/results/resnet-speed.md,
 # "Operands read in place"), so one run of each is not a comparison.
 # BENCH_PEER_SECS seconds per figure (default 2); BENCH_PEER_MODELS the models (default all);
-# BENCH_PEER_THREADS the thread counts (default 1 2); BENCH_PEER_LIMIT the seconds a run may
-# take (default 120).
+# BENCH_PEER_THREADS the thread counts (default 1 2 2/micro2; T/microG: T threads, and gem's
+# training steps in G micro-batches, each trained whole by a thread, nn/model.h's
+# model_set_micro; PyTorch on T threads as before); BENCH_PEER_LIMIT the seconds a run may take
+# (default 120).
 src=${GEM_SRC:-.}
 perf=$(dirname "$0")
 secs=${BENCH_PEER_SECS:-2}
@@ -43,16 +45,18 @@ ran() {
 for m in $models; do
 	spec=$src/share/gem/models/$m.json
 	[ -f "$spec" ] || spec=$tmp/$m.json
-	for t in ${BENCH_PEER_THREADS:-1 2}; do
-		targ=$t
-		[ $t = 1 ] && targ= # one thread: bench-train's CPU-time figures
+	for t in ${BENCH_PEER_THREADS:-1 2 2/micro2}; do
+		n=${t%%/*}
+		targ="$n"
+		case $t in */micro*) targ="$n ${t##*/micro}" ;; esac
+		[ "$t" = 1 ] && targ= # one thread: bench-train's CPU-time figures
 		: >"$tmp/gem"
 		: >"$tmp/torch"
 		for r in $(seq $runs); do
 			GEM_SRC=$src timeout $limit "$train" "$secs" "$spec" $targ >>"$tmp/gem" 2>"$tmp/err"
 			ran "gem" $?
-			OMP_NUM_THREADS=$t timeout $limit /usr/bin/python3 "$perf/peer-torch.py" "$secs" "$spec" \
-				$t "$m" >>"$tmp/torch" 2>"$tmp/err"
+			OMP_NUM_THREADS=$n timeout $limit /usr/bin/python3 "$perf/peer-torch.py" "$secs" "$spec" \
+				$n "$m" >>"$tmp/torch" 2>"$tmp/err"
 			ran "PyTorch" $?
 		done
 		awk -F'\t' -v t=$t -f "$perf/peer-rows.awk" "$tmp/torch" "$tmp/gem"

@@ -8,7 +8,10 @@
 # else wall clock), the load average, the rate in GB/s at which one core read 1 MB the other
 # had just written (bench-cores beside bench-train; "-" without it: two threads scale only as
 # far as this lets them), then bench-train's train and eval rates. BENCH_SPINS: pool spins the
-# new build is also run with on 2 threads (default none). A run stopped after BENCH_LIMIT
+# new build is also run with on 2 threads (default none). BENCH_MICRO: micro-batches the new
+# build is also run with on 1 and 2 threads, build "new-microG" (default 2; "" none; each thread
+# then trains a micro-batch whole, doc/results/resnet-speed.md, "Micro-batches"; their
+# evaluation is the kernels' split as before). A run stopped after BENCH_LIMIT
 # seconds (default 60; e8a142e's resnet on 2 threads under load can take many minutes) shows no
 # figures.
 new=${BENCH_NEW:-${GEM_PERF:?set BENCH_NEW, or GEM_PERF to the directory of bench-train}/bench-train}
@@ -36,6 +39,13 @@ for r in $(seq ${BENCH_FIRST:-1} ${BENCH_RUNS:-3}); do
 				x=$(handoff)
 				out=$(timeout ${BENCH_LIMIT:-60} "$prog" "$secs" "$m" $targ 2>/dev/null | awk -F'\t' '{ printf "%s\t", $3 }')
 				printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$m" "$b" "$t" "$load" "$x" "$out"
+			done
+			[ $t = cpu ] && continue
+			for g in ${BENCH_MICRO-2}; do
+				load=$(cut -d' ' -f1 /proc/loadavg)
+				x=$(handoff)
+				out=$(timeout ${BENCH_LIMIT:-60} "$new" "$secs" "$m" $t $g 2>/dev/null | awk -F'\t' '{ printf "%s\t", $3 }')
+				printf '%s\t%s\tnew-micro%s\t%s\t%s\t%s\t%s\n' "$r" "$m" "$g" "$t" "$load" "$x" "$out"
 			done
 			[ $t = 2 ] || continue
 			for sp in $BENCH_SPINS; do

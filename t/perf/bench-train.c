@@ -13,11 +13,12 @@
  * 16-wide loop's is printed too, on CPUs with AVX-512) and the ratio to the same figure in
  * $GEM_BENCH_LAST (a TSV this program rewrites; make bench keeps it in
  * build/rel/bench-last.tsv).
- * Usage: bench-train [CPU seconds per model figure, default 2 [model [threads]]]: with a model
- * name (mlp, cnn, resnet, gpt) or a spec file's path (with a '/'), only that model's figures,
- * for a profiler (the last-run file is then left alone); with threads T given, the kernels run
- * on T threads (nn/layers.h) and the rates are per second of wall-clock time, which other jobs
- * on a shared machine slow down. */
+ * Usage: bench-train [CPU seconds per model figure, default 2 [model [threads [micro]]]]: with a
+ * model name (mlp, cnn, resnet, gpt) or a spec file's path (with a '/'), only that model's
+ * figures, for a profiler (the last-run file is then left alone); with threads T given, the
+ * kernels run on T threads (nn/layers.h) and the rates are per second of wall-clock time, which
+ * other jobs on a shared machine slow down; with micro G, training steps cut their batch into G
+ * micro-batches (model_set_micro: up to G threads each train one whole). */
 #include <blis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,7 +325,7 @@ static void bench_matmul(const char *what, int M, int N, int K, int ta, int tb, 
 	free(a), free(b), free(c), free(scratch);
 }
 
-static int bench_model(const char *name, double secs, double peak, struct rng *r)
+static int bench_model(const char *name, double secs, double peak, int micro, struct rng *r)
 {
 	char path[4096], err[GEM_ERRMAX], label[40];
 	const char *src = getenv("GEM_SRC");
@@ -345,7 +346,7 @@ static int bench_model(const char *name, double secs, double peak, struct rng *r
 	/* a sequence model: batches of 32 windows, rates in tokens (its labels per sample) */
 	int L = model_labels(m), B = L > 1 ? 32 : 64, E = L > 1 ? 32 : 1000, K = model_classes(m);
 	const char *unit = L > 1 ? "tokens" : "samples";
-	if (model_reserve(m, E > B ? E : B, err) < 0) {
+	if (model_set_micro(m, micro, err) < 0 || model_reserve(m, E > B ? E : B, err) < 0) {
 		fprintf(stderr, "bench-train: %s\n", err);
 		return -1;
 	}
@@ -398,9 +399,9 @@ int main(int argc, char **argv)
 	double secs = argc > 1 ? atof(argv[1]) : 2.0;
 	struct rng r;
 	int rc = 0;
-	int threads = argc > 3 ? atoi(argv[3]) : 1;
-	if (!(secs > 0) || argc > 4 || threads < 1 || threads > 64) {
-		fprintf(stderr, "usage: bench-train [seconds [model [threads 1..64]]]\n");
+	int threads = argc > 3 ? atoi(argv[3]) : 1, micro = argc > 4 ? atoi(argv[4]) : 1;
+	if (!(secs > 0) || argc > 5 || threads < 1 || threads > 64 || micro < 1 || micro > MODEL_MAX_MICRO) {
+		fprintf(stderr, "usage: bench-train [seconds [model [threads 1..64 [micro-batches 1..64]]]]\n");
 		return 2;
 	}
 	prog_blas_init();
@@ -414,7 +415,7 @@ int main(int argc, char **argv)
 			layers_set_threads(threads);
 			clock_id = CLOCK_MONOTONIC;
 		}
-		return bench_model(argv[2], secs, fma_peak(secs / 4), &r) < 0;
+		return bench_model(argv[2], secs, fma_peak(secs / 4), micro, &r) < 0;
 	}
 	double peak = fma_peak(secs / 4), peak16 = fma_peak16(secs / 4);
 	load_last();
@@ -446,10 +447,10 @@ int main(int argc, char **argv)
 	bench_matmul("gpt q·kᵀ, causal", 128, 128, 32, 0, 1, MATMUL_C_LOWER, gs, &r);
 	bench_matmul("gpt p·v, causal", 128, 32, 128, 0, 0, MATMUL_A_LOWER, gs, &r);
 	bench_matmul("square", 512, 512, 512, 0, 0, MATMUL_FULL, gs, &r);
-	rc |= bench_model("mlp", secs, peak, &r);
-	rc |= bench_model("cnn", secs, peak, &r);
-	rc |= bench_model("resnet", secs, peak, &r);
-	rc |= bench_model("gpt", secs, peak, &r);
+	rc |= bench_model("mlp", secs, peak, 1, &r);
+	rc |= bench_model("cnn", secs, peak, 1, &r);
+	rc |= bench_model("resnet", secs, peak, 1, &r);
+	rc |= bench_model("gpt", secs, peak, 1, &r);
 	if (!rc)
 		save_cur();
 	return rc ? 1 : 0;
