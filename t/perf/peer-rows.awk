@@ -31,7 +31,7 @@ END {
 		ghi = hi
 		p = median("torch", k)
 		split(k, w, FS)
-		printf "%s\t%s\t%d\t%.0f\t%.0f\t%s\t%.2f\t%.0f–%.0f\t%.0f–%.0f\n", w[1], w[2], t, g, p, unit[k],
+		printf "%s\t%s\t%s\t%.0f\t%.0f\t%s\t%.2f\t%.0f–%.0f\t%.0f–%.0f\n", w[1], w[2], t, g, p, unit[k],
 		       (p > 0 ? g / p : 0), glo, ghi, lo, hi
 	}
 }
