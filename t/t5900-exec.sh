@@ -31,11 +31,13 @@ test_expect_success 'the same seed gives the same θ₀, another seed another' '
 	test "$(theta run)" = "$(theta again)" && test "$(theta run)" != "$(theta other)"
 '
 
-test_expect_success 'gem-init refuses --data, --holdout and --label with an external model' '
+test_expect_success 'gem-init refuses --data, --holdout, --label and --microbatches with an external model' '
 	! gem-init -q --model "exec:$CHILD" --data fashion-mnist bad 2>err &&
 	grep -q "an external model brings its own data" err && test ! -e bad &&
 	! gem-init -q --model "exec:$CHILD" --holdout 0.1 bad 2>err &&
-	grep -q -- "--holdout" err
+	grep -q -- "--holdout" err &&
+	{ gem-init -q --model "exec:$CHILD" --microbatches 2 bad 2>err; test $? = 2; } &&
+	grep -q -- "--microbatches: an external model cuts its batches itself" err && test ! -e bad
 '
 
 test_expect_success 'gem-work --local trains it; gem-eval scores its test split' '

@@ -112,10 +112,10 @@ int model_init(struct model *m, uint64_t seed, char *err);
 /* Cut each training step's batch of n samples into `micro` micro-batches of consecutive
  * samples, [n·k/micro, n·(k+1)/micro) for k in [0, micro), whose gradients are summed in that
  * order: the step's gradient up to float rounding, and the same floats on any number of
- * threads. Up to `micro` of the pool's threads (layers_set_threads, before model_reserve) each
- * run a micro-batch whole, its kernels on that thread: a thread then reads mostly what it
- * wrote itself, where the kernels' own split hands every layer's output to the other cores
- * (doc/results/resnet-speed.md, "Micro-batches"). Micro-batch k draws its dropout from stream
+ * threads. Up to `micro` of the pool's threads (layers_set_threads) each run a micro-batch
+ * whole, its kernels on that thread, in buffers of its own made at the first step: a thread
+ * then reads mostly what it wrote itself, where the kernels' own split hands every layer's
+ * output to the other cores (doc/results/resnet-speed.md, "Micro-batches"). Micro-batch k draws its dropout from stream
  * RNG_MICROBATCH + k of a seed drawn from model_train_step's r. A batch smaller than micro is
  * not cut. 1, the default: none. GEM_EUSAGE outside [1, MODEL_MAX_MICRO] or for an external
  * model. Frees the batch buffers (model_reserve again). */
@@ -130,10 +130,11 @@ int model_reserved(const struct model *m);
  * labels); writes the gradient of the mean loss (over the n·labels of them) into model_grads
  * and returns the mean loss (NaN if n is out of range or r is NULL); r drives dropout. */
 float model_train_step(struct model *m, const float *x, const uint16_t *y, int n, struct rng *r);
-/* Forward in eval mode on 0 < n <= reserved samples; returns the sum of the losses over the
- * n × model_labels labels (0 if y is NULL; nats: a text's bits per byte are its mean / ln 2),
- * adds the number of correct predictions to *correct (if both are non-NULL), and writes the
- * n × model_labels predicted classes to pred (if non-NULL). */
+/* Forward in eval mode on 0 < n <= reserved samples, cut into a part a thread (as many as the
+ * micro-batches if fewer), each run whole, to the same floats; returns the sum of the losses
+ * over the n × model_labels labels (0 if y is NULL; nats: a text's bits per byte are its mean
+ * / ln 2), adds the number of correct predictions to *correct (if both are non-NULL), and
+ * writes the n × model_labels predicted classes to pred (if non-NULL). */
 double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n, long *correct,
 		      uint16_t *pred);
 /* Forward in eval mode on 0 < n <= reserved samples; returns the log-probabilities, n ×
