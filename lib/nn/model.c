@@ -14,16 +14,18 @@
 /* The layers (struct layer, nn/layer_ops.h) know their type through l->ops: nothing here
  * depends on which types exist. */
 
-/* What one part of a batch (a micro-batch, or a part of an evaluation's batch) writes besides
- * θ's gradient: a copy of the layer tree (its batch buffers), the input transposed, the
- * gradient ping-pong and the scratch. A model whose passes run in parts on R threads has R − 1
- * of these besides its own. */
+/* What one pass over a batch, or over a part of one (a micro-batch, a part of an evaluation's
+ * batch), writes besides θ's gradient: the layer tree (its batch buffers), the input
+ * transposed, the gradient ping-pong and the scratch. The model has its own; one whose passes
+ * run in parts on R threads has R − 1 more, with copies of its layer tree. */
 struct replica {
 	struct layer *l;
-	float *xin;
-	float *g[2 * (LAYER_MAX_DEPTH + 1)];
-	float *dcol, *scratch;
-	float *grad; /* its micro-batch's gradient, added to the model's in order */
+	float *xin;    /* input transposed from NCHW to (C,B,H,W) when C > 1 */
+	float *g[2 * (LAYER_MAX_DEPTH + 1)]; /* gradient ping-pong per depth, the largest activation */
+	float *dcol;   /* conv2d backward scratch */
+	float *scratch; /* the sequence layers' matmul scratch */
+	float *grad;   /* a replica's micro-batch gradient, added to the model's in order (the
+			* model's own: NULL, its gradient is the model's) */
 };
 
 struct model {
@@ -33,13 +35,9 @@ struct model {
 	int labels;    /* per sample: the loss layer's rows (T for a sequence, else 1) */
 	int vocab;     /* the token ids an embedding first layer takes (0: none) */
 	int depth;     /* the deepest nesting of residual blocks */
-	struct layer *l;
+	struct replica own; /* its layers and their batch buffers */
 	struct layout layout;
 	float *theta, *grad;
-	float *xin;    /* input transposed from NCHW to (C,B,H,W) when C > 1 */
-	float *g[2 * (LAYER_MAX_DEPTH + 1)]; /* gradient ping-pong per depth, the largest activation */
-	float *dcol;   /* conv2d backward scratch */
-	float *scratch; /* the sequence layers' matmul scratch */
 	int micro;      /* micro-batches a training step's batch is cut into (1: none) */
 	int nrep;       /* replicas in rep (threads that run parts of a pass at once, less one) */
 	int rep_for;    /* the threads reserve_replicas last sized them for (0: not since reserve) */
@@ -519,14 +517,14 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 		goto fail;
 	}
 	m->nlayers = (int)json_array_size(layers);
-	if (!(m->l = calloc((size_t)m->nlayers, sizeof *m->l))) {
+	if (!(m->own.l = calloc((size_t)m->nlayers, sizeof *m->own.l))) {
 		rc = gem_errf(err, GEM_ENOMEM, "out of memory");
 		goto fail;
 	}
-	if ((rc = parse_chain(m, m->l, layers, NULL, "layers", err)))
+	if ((rc = parse_chain(m, m->own.l, layers, NULL, "layers", err)))
 		goto fail;
-	m->labels = shape_rows(m->l[m->nlayers - 1].in);
-	m->vocab = m->l[0].ops->first ? m->l[0].v[0].i : 0;
+	m->labels = shape_rows(m->own.l[m->nlayers - 1].in);
+	m->vocab = m->own.l[0].ops->first ? m->own.l[0].v[0].i : 0;
 	if ((rc = params_fit(m->layout.total, err)))
 		goto fail;
 	m->theta = layer_falloc(m->layout.total, sizeof *m->theta);
@@ -590,22 +588,28 @@ static void free_kids(struct layer *l, int n)
 	}
 }
 
+/* Free r's batch buffers (its layers stay). */
+static void free_replica(const struct model *m, struct replica *r)
+{
+	if (r->l)
+		free_chain(r->l, m->nlayers);
+	free(r->xin);
+	for (int i = 0; i < 2 * (LAYER_MAX_DEPTH + 1); i++)
+		free(r->g[i]);
+	free(r->dcol);
+	free(r->scratch);
+	free(r->grad);
+	*r = (struct replica){.l = r->l};
+}
+
 /* Free the replicas: their buffers and their copies of the layers. */
 static void free_replicas(struct model *m)
 {
 	for (int j = 0; j < m->nrep; j++) {
 		struct replica *r = &m->rep[j];
-		if (r->l) {
-			free_chain(r->l, m->nlayers);
-			free_kids(r->l, m->nlayers);
-			free(r->l);
-		}
-		free(r->xin);
-		for (int i = 0; i < 2 * (LAYER_MAX_DEPTH + 1); i++)
-			free(r->g[i]);
-		free(r->dcol);
-		free(r->scratch);
-		free(r->grad);
+		free_replica(m, r);
+		free_kids(r->l, m->nlayers);
+		free(r->l);
 	}
 	free(m->rep);
 	m->rep = NULL;
@@ -618,16 +622,7 @@ static void free_buffers(struct model *m)
 	free_replicas(m);
 	free(m->gown);
 	m->gown = NULL;
-	if (m->l)
-		free_chain(m->l, m->nlayers);
-	free(m->xin);
-	for (int i = 0; i < 2 * (LAYER_MAX_DEPTH + 1); i++) {
-		free(m->g[i]);
-		m->g[i] = NULL;
-	}
-	free(m->dcol);
-	free(m->scratch);
-	m->xin = m->dcol = m->scratch = NULL;
+	free_replica(m, &m->own);
 	m->cap = 0;
 }
 
@@ -636,8 +631,8 @@ void model_free(struct model *m)
 	if (!m)
 		return;
 	free_buffers(m);
-	free_kids(m->l, m->nlayers);
-	free(m->l);
+	free_kids(m->own.l, m->nlayers);
+	free(m->own.l);
 	if (m->ext) {
 		exec_stop(m->child);
 		exec_shm_close(&m->shm);
@@ -762,7 +757,7 @@ void model_init_params(struct model *m, uint64_t seed)
 	if (m->ext)
 		return;
 	rng_seed(&r, seed, RNG_MODEL_INIT);
-	init_chain(m->l, m->nlayers, &m->layout, m->theta, &r);
+	init_chain(m->own.l, m->nlayers, &m->layout, m->theta, &r);
 }
 
 /* Buffers of l[0..n) and of their blocks for a batch of B; *gmax rises to the largest output.
@@ -849,7 +844,7 @@ static void reserve_replicas(struct model *m)
 	for (int j = 0; j < R - 1; j++) {
 		struct replica *r = &m->rep[j];
 		m->nrep = j + 1;
-		if (!(r->l = copy_chain(m->l, m->nlayers)) || reserve_replica(m, r, mb) < 0 ||
+		if (!(r->l = copy_chain(m->own.l, m->nlayers)) || reserve_replica(m, r, mb) < 0 ||
 		    !(r->grad = layer_falloc(m->layout.total, sizeof(float)))) {
 			free_replicas(m);
 			m->rep_for = R;
@@ -860,7 +855,6 @@ static void reserve_replicas(struct model *m)
 
 int model_reserve(struct model *m, int batch, char *err)
 {
-	struct replica own = {.l = m->l};
 	int fail;
 	if (batch < 1)
 		return gem_errf(err, GEM_EUSAGE, "batch size %d: must be positive", batch);
@@ -875,11 +869,7 @@ int model_reserve(struct model *m, int batch, char *err)
 		return rc;
 	}
 	free_buffers(m);
-	fail = reserve_replica(m, &own, batch) < 0;
-	m->xin = own.xin;
-	memcpy(m->g, own.g, sizeof m->g);
-	m->dcol = own.dcol;
-	m->scratch = own.scratch;
+	fail = reserve_replica(m, &m->own, batch) < 0;
 	/* the model's own micro-batches after the first; the replicas wait for the first step,
 	 * when the threads are known */
 	if (m->micro > 1)
@@ -911,22 +901,13 @@ int model_set_micro(struct model *m, int micro, char *err)
  * Images travel as (C,B,H,W), flat activations as (B,IN), sequences as (B,T,C); the input
  * arrives as NCHW (a sequence model's: B × T token ids). */
 
-/* A pass over n samples with the model's parameters and r's buffers (r the model's own: its
- * gradient is the model's). */
-static struct layer_pass pass_of(struct model *m, const struct replica *r, int n)
+/* A pass over n samples with the model's parameters and r's buffers, its gradient into grad. */
+static struct layer_pass pass_of(struct model *m, const struct replica *r, float *grad, int n)
 {
-	struct layer_pass p = {.B = n, .theta = m->theta, .grad = r->grad, .lo = &m->layout,
+	struct layer_pass p = {.B = n, .theta = m->theta, .grad = grad, .lo = &m->layout,
 			       .dcol = r->dcol, .scratch = r->scratch};
 	memcpy(p.gbuf, r->g, sizeof p.gbuf);
 	return p;
-}
-
-/* The model's own buffers as a replica's, its gradient in grad. */
-static struct replica own_of(struct model *m, float *grad)
-{
-	struct replica r = {.l = m->l, .xin = m->xin, .dcol = m->dcol, .scratch = m->scratch, .grad = grad};
-	memcpy(r.g, m->g, sizeof r.g);
-	return r;
 }
 
 /* Run r's layers on n samples; returns the log-probabilities (n·labels, classes) and puts the
@@ -935,7 +916,7 @@ static struct replica own_of(struct model *m, float *grad)
 static const float *forward(struct model *m, const struct replica *r, const float *x, const uint16_t *y, int n,
 			    struct rng *rng, double *loss)
 {
-	struct layer_pass p = pass_of(m, r, n);
+	struct layer_pass p = pass_of(m, r, NULL, n);
 	const float *h = x;
 	p.r = rng;
 	p.label = y;
@@ -954,14 +935,14 @@ static const float *forward(struct model *m, const struct replica *r, const floa
 }
 
 /* Forward and backward on n samples through r, the gradient of the loss summed over them and
- * scaled by `scale` into r->grad; returns the summed loss. */
-static double train_on(struct model *m, const struct replica *r, const float *x, const uint16_t *y, int n,
-		       float scale, struct rng *rng)
+ * scaled by `scale` into grad; returns the summed loss. */
+static double train_on(struct model *m, const struct replica *r, float *grad, const float *x, const uint16_t *y,
+		       int n, float scale, struct rng *rng)
 {
 	double loss = 0;
 	forward(m, r, x, y, n, rng, &loss);
 	/* from the loss down to the lowest layer with parameters */
-	struct layer_pass p = pass_of(m, r, n);
+	struct layer_pass p = pass_of(m, r, grad, n);
 	p.label = y;
 	p.scale = scale;
 	layer_chain_backward(r->l, m->nlayers, r->g[0], r->g[1], &p);
@@ -992,12 +973,12 @@ static void micro_part(void *arg, int j, int parts)
 	struct micro_round *w = arg;
 	struct model *m = w->m;
 	int k = w->k0 + j, lo, cnt;
-	struct replica r = j ? m->rep[j - 1] : own_of(m, w->k0 ? m->gown : m->grad);
+	const struct replica *r = j ? &m->rep[j - 1] : &m->own;
 	struct rng rng;
 	(void)parts;
 	cut(w->n, m->micro, k, &lo, &cnt);
 	rng_seed(&rng, w->seed, RNG_MICROBATCH + (uint64_t)k);
-	w->loss[k] = train_on(m, &r, w->x + (size_t)lo * shape_size(m->input), w->y + (size_t)lo * m->labels, cnt,
+	w->loss[k] = train_on(m, r, j ? r->grad : w->k0 ? m->gown : m->grad, w->x + (size_t)lo * shape_size(m->input), w->y + (size_t)lo * m->labels, cnt,
 			      w->scale, &rng);
 }
 
@@ -1042,8 +1023,7 @@ float model_train_step(struct model *m, const float *x, const uint16_t *y, int n
 		for (int k = 0; k < m->micro; k++)
 			loss += w.loss[k];
 	} else {
-		struct replica own = own_of(m, m->grad);
-		loss = train_on(m, &own, x, y, n, scale, r);
+		loss = train_on(m, &m->own, m->grad, x, y, n, scale, r);
 	}
 	return (float)(loss / ((double)n * m->labels));
 }
@@ -1071,7 +1051,7 @@ static void score(const struct model *m, const float *logp, const uint16_t *y, l
 struct eval_split {
 	struct model *m;
 	const float *x;
-	int n, parts;
+	int n;
 	const float *logp[POOL_MAX_THREADS];
 };
 
@@ -1079,11 +1059,10 @@ static void eval_part(void *arg, int j, int parts)
 {
 	struct eval_split *w = arg;
 	struct model *m = w->m;
-	struct replica r = j ? m->rep[j - 1] : own_of(m, m->grad);
 	double none;
 	int lo, cnt;
 	cut(w->n, parts, j, &lo, &cnt);
-	w->logp[j] = forward(m, &r, w->x + (size_t)lo * shape_size(m->input), NULL, cnt, NULL, &none);
+	w->logp[j] = forward(m, j ? &m->rep[j - 1] : &m->own, w->x + (size_t)lo * shape_size(m->input), NULL, cnt, NULL, &none);
 }
 
 double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n, long *correct,
@@ -1095,18 +1074,18 @@ double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n,
 		return NAN;
 	reserve_replicas(m);
 	if (m->nrep && n > m->nrep) {
-		struct eval_split w = {.m = m, .x = x, .n = n, .parts = m->nrep + 1};
-		pool_run(eval_part, &w, w.parts);
-		for (int j = 0, lo, cnt; j < w.parts; j++) {
-			cut(n, w.parts, j, &lo, &cnt);
+		struct eval_split w = {.m = m, .x = x, .n = n};
+		int parts = m->nrep + 1;
+		pool_run(eval_part, &w, parts);
+		for (int j = 0, lo, cnt; j < parts; j++) {
+			cut(n, parts, j, &lo, &cnt);
 			size_t at = (size_t)lo * m->labels;
 			if (y)
 				loss = nll_sum(w.logp[j], y + at, cnt * m->labels, m->classes, loss);
 			score(m, w.logp[j], y ? y + at : NULL, (long)cnt * m->labels, &right, pred ? pred + at : NULL);
 		}
 	} else {
-		struct replica own = own_of(m, m->grad);
-		const float *logp = forward(m, &own, x, y, n, NULL, &loss);
+		const float *logp = forward(m, &m->own, x, y, n, NULL, &loss);
 		score(m, logp, y, (long)n * m->labels, &right, pred);
 	}
 	if (correct && y)
@@ -1117,8 +1096,7 @@ double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n,
 const float *model_predict(struct model *m, const float *x, int n)
 {
 	double loss;
-	struct replica own = own_of(m, m->grad);
 	if (n < 1 || n > m->cap || m->ext)
 		return NULL;
-	return forward(m, &own, x, NULL, n, NULL, &loss);
+	return forward(m, &m->own, x, NULL, n, NULL, &loss);
 }
