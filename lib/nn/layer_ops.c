@@ -823,7 +823,8 @@ const struct layer_ops *const layer_all[] = {
 	&residual_ops, &groupnorm_ops, &avgpool2d_ops, &globalavgpool_ops, &tanh_ops, &sigmoid_ops, NULL,
 };
 
-/* Point p at layer l's parameters and their gradient (NULL where it has none). */
+/* Point p at layer l's parameters and their gradient (NULL where it has none, and in a
+ * forward pass, which has no gradient). */
 static void pass_params(const struct layer *l, struct layer_pass *p)
 {
 	const float **w[LAYER_MAX_TENSORS] = {&p->W, &p->b, &p->W2, &p->b2};
@@ -831,7 +832,7 @@ static void pass_params(const struct layer *l, struct layer_pass *p)
 	for (int k = 0; k < LAYER_MAX_TENSORS; k++) {
 		size_t off = l->t[k] >= 0 ? p->lo->t[l->t[k]].offset : 0;
 		*w[k] = l->t[k] >= 0 ? p->theta + off : NULL;
-		*g[k] = l->t[k] >= 0 ? p->grad + off : NULL;
+		*g[k] = l->t[k] >= 0 && p->grad ? p->grad + off : NULL;
 	}
 }
 
