@@ -1,6 +1,7 @@
 /* t3002: handlers that block (a sync barrier, a long poll) do not hold up other requests,
  * 100 of them at once included; the client's timeout fires; httpd_stop lets a request in
  * flight finish and reply. */
+#include "base/clock.h"
 #include "base/err.h"
 #include "wire/httpc.h"
 #include "wire/httpd.h"
@@ -8,7 +9,6 @@
 
 #include <pthread.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define NWAIT 100
@@ -17,13 +17,6 @@ static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
 static int gate_open, waiting, slow_in, slow_done;
 static char url[64];
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Blocks until /v1/release opens the gate. */
 static int on_wait(struct httpd_req *req, void *ctx)
@@ -92,13 +85,13 @@ static void *waiter_run(void *arg)
 /* Wait until n handlers are parked at the gate (or 10 s pass). */
 static int wait_parked(int n)
 {
-	double t0 = now();
+	double t0 = clock_mono();
 	int got;
 	for (;;) {
 		pthread_mutex_lock(&gate_lock);
 		got = waiting;
 		pthread_mutex_unlock(&gate_lock);
-		if (got >= n || now() - t0 > 10)
+		if (got >= n || clock_mono() - t0 > 10)
 			return got;
 		usleep(5000);
 	}
@@ -133,9 +126,9 @@ int main(void)
 	w[0].path = "/v1/wait";
 	pthread_create(&w[0].th, NULL, waiter_run, &w[0]);
 	ok(wait_parked(1) == 1, "a request is parked in a blocking handler");
-	t0 = now();
+	t0 = clock_mono();
 	rc = httpc_get(c, "/v1/ping", &r, err);
-	dt = now() - t0;
+	dt = clock_mono() - t0;
 	ok(rc == 0 && r.status == 200 && !strcmp(r.body, "pong\n"),
 	   "another request is served meanwhile (%.2f ms)", dt * 1e3);
 	for (int i = 1; i < NWAIT; i++) {
@@ -144,17 +137,17 @@ int main(void)
 	}
 	parked = wait_parked(NWAIT);
 	ok(parked == NWAIT, "%d requests parked at once", parked);
-	t0 = now();
+	t0 = clock_mono();
 	rc = httpc_get(c, "/v1/ping", &r, err);
-	dt = now() - t0;
+	dt = clock_mono() - t0;
 	ok(rc == 0 && r.status == 200 && dt < 1.0, "with %d parked, a ping takes %.2f ms", parked,
 	   dt * 1e3);
 
 	/* The client gives up on a handler that does not answer in time. */
 	httpc_new(url, NULL, 300, &impatient, err);
-	t0 = now();
+	t0 = clock_mono();
 	rc = httpc_get(impatient, "/v1/wait", &r, err);
-	dt = now() - t0;
+	dt = clock_mono() - t0;
 	ok(rc == HTTPC_ETRANSPORT && r.status == 0, "client timeout is a transport error: %s", err);
 	ok(dt >= 0.29 && dt < 2.0, "timeout fired after %.3f s (300 ms asked)", dt);
 	ok(strstr(err, "timed out") != NULL, "message says it timed out");
@@ -174,12 +167,12 @@ int main(void)
 
 	/* httpd_stop while a request is in its handler: the handler finishes and the reply goes out. */
 	pthread_create(&slow.th, NULL, waiter_run, &slow);
-	for (t0 = now(); !__atomic_load_n(&slow_in, __ATOMIC_SEQ_CST) && now() - t0 < 10;)
+	for (t0 = clock_mono(); !__atomic_load_n(&slow_in, __ATOMIC_SEQ_CST) && clock_mono() - t0 < 10;)
 		usleep(1000);
 	ok(__atomic_load_n(&slow_in, __ATOMIC_SEQ_CST), "the slow request is in its handler");
-	t0 = now();
+	t0 = clock_mono();
 	httpd_stop(d);
-	dt = now() - t0;
+	dt = clock_mono() - t0;
 	ok(__atomic_load_n(&slow_done, __ATOMIC_SEQ_CST),
 	   "httpd_stop waited for the in-flight handler (%.0f ms)", dt * 1e3);
 	pthread_join(slow.th, NULL);

@@ -1,6 +1,7 @@
 /* t3003: the retry helpers: connection refused is retried for retry_for seconds then fails
  * with "server URL unreachable for N s: Connection refused"; 503 is retried until it clears;
  * other HTTP errors are not retried. */
+#include "base/clock.h"
 #include "base/err.h"
 #include "wire/httpc.h"
 #include "wire/httpd.h"
@@ -10,17 +11,9 @@
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 static int busy_left, hits;
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* 503 while busy_left > 0, then echo the body length. */
 static int on_update(struct httpd_req *req, void *ctx)
@@ -68,9 +61,9 @@ int main(void)
 	httpc_new(url, NULL, 2000, &c, err);
 	rc = httpc_get(c, "/v1/params", &r, err);
 	ok(rc == HTTPC_ETRANSPORT && r.status == 0, "refused without retry: transport error (%s)", err);
-	t0 = now();
+	t0 = clock_mono();
 	rc = httpc_get_retry(c, "/v1/params", 1.0, &r, err);
-	dt = now() - t0;
+	dt = clock_mono() - t0;
 	snprintf(want, sizeof want, "server %s unreachable for 1 s: Connection refused", url);
 	ok(rc == HTTPC_ETRANSPORT && !strcmp(err, want), "gives up with: %s", err);
 	ok(dt >= 1.0 && dt < 2.5, "after %.2f s of retrying (retry_for 1 s)", dt);
@@ -86,18 +79,18 @@ int main(void)
 
 	busy_left = 3;
 	hits = 0;
-	t0 = now();
+	t0 = clock_mono();
 	rc = httpc_post_retry(c, "/v1/update", "application/octet-stream", "abcde", 5, 10.0, &r, err);
-	dt = now() - t0;
+	dt = clock_mono() - t0;
 	ok(rc == 0 && r.status == 200 && !strcmp(r.body, "5\n"), "503 three times, then 200 (%s)",
 	   rc ? err : "ok");
 	ok(hits == 4, "4 attempts (%d)", hits);
 	ok(dt >= 0.65 && dt < 2.0, "backoff 100+200+400 ms: %.2f s", dt);
 
 	busy_left = 1000;
-	t0 = now();
+	t0 = clock_mono();
 	rc = httpc_post_retry(c, "/v1/update", "text/plain", "x", 1, 0.5, &r, err);
-	dt = now() - t0;
+	dt = clock_mono() - t0;
 	snprintf(want, sizeof want, "server %s unavailable for 0.5 s: 503 busy: try again", url);
 	ok(rc == HTTPC_EHTTP && r.status == 503 && !strcmp(err, want), "503 for good: %s", err);
 	ok(dt >= 0.5 && dt < 1.5, "gave up after %.2f s", dt);
