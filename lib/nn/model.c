@@ -341,8 +341,10 @@ static struct model *ext_new(char *err)
 	}
 	if (!m)
 		gem_errf(err, GEM_ENOMEM, "out of memory");
-	else
+	else {
 		m->shm.fd = -1;
+		m->micro = 1;
+	}
 	return m;
 }
 
@@ -496,6 +498,7 @@ int model_from_json(const json_t *spec, struct model **out, char *err)
 		return rc;
 	if (!(m = calloc(1, sizeof *m)))
 		return gem_errf(err, GEM_ENOMEM, "out of memory");
+	m->micro = 1;
 	if ((v = json_object_get(spec, "name"))) {
 		if (!json_is_string(v)) {
 			rc = gem_errf(err, GEM_EUSAGE, "name: must be a string");
@@ -820,6 +823,12 @@ static int reserve_replica(struct model *m, struct replica *r, int batch)
 	return fail ? -1 : 0;
 }
 
+/* Part j's replica: the model's own for 0. */
+static const struct replica *part_replica(const struct model *m, int j)
+{
+	return j ? &m->rep[j - 1] : &m->own;
+}
+
 /* The threads that run a pass's parts at once: the micro-batches of a training step, or the
  * parts of an evaluation's batch. */
 static int parts_wanted(const struct model *m)
@@ -888,7 +897,7 @@ int model_set_micro(struct model *m, int micro, char *err)
 		return gem_errf(err, GEM_EUSAGE, "micro-batches: %d is not in [1, %d]", micro, MODEL_MAX_MICRO);
 	if (m->ext && micro > 1)
 		return gem_errf(err, GEM_EUSAGE, "micro-batches: an external model cuts its batches itself");
-	if (micro == (m->micro > 1 ? m->micro : 1))
+	if (micro == m->micro)
 		return 0;
 	free_buffers(m); /* the next model_reserve sizes the replicas */
 	m->micro = micro;
@@ -973,13 +982,16 @@ static void micro_part(void *arg, int j, int parts)
 	struct micro_round *w = arg;
 	struct model *m = w->m;
 	int k = w->k0 + j, lo, cnt;
-	const struct replica *r = j ? &m->rep[j - 1] : &m->own;
+	const struct replica *r = part_replica(m, j);
+	/* the first round's first micro-batch writes the model's gradient; the others write their
+	 * own, which micro_add adds to it */
+	float *grad = j ? r->grad : w->k0 ? m->gown : m->grad;
 	struct rng rng;
 	(void)parts;
 	cut(w->n, m->micro, k, &lo, &cnt);
 	rng_seed(&rng, w->seed, RNG_MICROBATCH + (uint64_t)k);
-	w->loss[k] = train_on(m, r, j ? r->grad : w->k0 ? m->gown : m->grad, w->x + (size_t)lo * shape_size(m->input), w->y + (size_t)lo * m->labels, cnt,
-			      w->scale, &rng);
+	w->loss[k] = train_on(m, r, grad, w->x + (size_t)lo * shape_size(m->input), w->y + (size_t)lo * m->labels,
+			      cnt, w->scale, &rng);
 }
 
 /* The model's gradient plus those of the round's micro-batches, in their order (the first
@@ -994,7 +1006,7 @@ static void micro_add(void *arg, size_t lo, size_t hi)
 	struct micro_sum *s = arg;
 	struct model *m = s->m;
 	for (int j = s->first; j < s->parts; j++) {
-		const float *g = j ? m->rep[j - 1].grad : m->gown;
+		const float *g = j ? part_replica(m, j)->grad : m->gown;
 		for (size_t i = lo; i < hi; i++)
 			m->grad[i] += g[i];
 	}
@@ -1062,7 +1074,8 @@ static void eval_part(void *arg, int j, int parts)
 	double none;
 	int lo, cnt;
 	cut(w->n, parts, j, &lo, &cnt);
-	w->logp[j] = forward(m, j ? &m->rep[j - 1] : &m->own, w->x + (size_t)lo * shape_size(m->input), NULL, cnt, NULL, &none);
+	w->logp[j] = forward(m, part_replica(m, j), w->x + (size_t)lo * shape_size(m->input), NULL, cnt, NULL,
+			     &none);
 }
 
 double model_evaluate(struct model *m, const float *x, const uint16_t *y, int n, long *correct,

@@ -551,6 +551,12 @@ static int data_of_opts(struct run_opts *o, const struct model *m, const char *m
 	return rc;
 }
 
+/* --model names an external model (gem-exec(7)). */
+static int is_exec(const char *model)
+{
+	return !strncmp(model, EXEC_PREFIX, strlen(EXEC_PREFIX));
+}
+
 /* The optimiser o asks for, checked: AdamW without a momentum (it sets the rule's to 0 too),
  * a cosine longer than its warm-up over the run's budget of steps (a worker of the whole
  * training set's: o->nsamples known). */
@@ -567,7 +573,7 @@ static int optim_of_opts(struct run_opts *o, char *err)
 	}
 	if (t->micro > t->batch)
 		return gem_errf(err, GEM_EUSAGE, "--microbatches %d: more than the batch (%d)", t->micro, t->batch);
-	if (t->micro > 1 && !strncmp(o->model, EXEC_PREFIX, strlen(EXEC_PREFIX)))
+	if (t->micro > 1 && is_exec(o->model))
 		return gem_errf(err, GEM_EUSAGE, "--microbatches: an external model cuts its batches itself");
 	if (o->nsamples && t->schedule == LR_COSINE && steps <= t->warmup)
 		return gem_errf(err, GEM_EUSAGE, "--warmup %llu: the cosine needs a longer budget than "
@@ -618,7 +624,7 @@ int run_make_new(const char *dir, struct run_opts *o, struct run_spec *spec, cha
 	 * the data gives the budget of its cosine */
 	if ((rc = optim_of_opts(o, err)) < 0 || (rc = rule_of_opts(o, &spec->rule, err)) < 0)
 		return rc;
-	if (!strncmp(o->model, EXEC_PREFIX, strlen(EXEC_PREFIX))) {
+	if (is_exec(o->model)) {
 		if ((rc = exec_of_opts(o, spec, &m, err)) == 0 && (rc = optim_of_opts(o, err)) == 0) {
 			spec->train = o->train;
 			rc = make_with(dir, spec, m, o->init_from, o->force ? RUN_MAKE_FORCE : 0, err);

@@ -10,8 +10,8 @@
 # far as this lets them), then bench-train's train and eval rates. BENCH_SPINS: pool spins the
 # new build is also run with on 2 threads (default none). BENCH_MICRO: micro-batches the new
 # build is also run with on 1 and 2 threads, build "new-microG" (default 2; "" none; each thread
-# then trains a micro-batch whole, doc/results/resnet-speed.md, "Micro-batches"; their
-# evaluation is the kernels' split as before). A run stopped after BENCH_LIMIT
+# then trains a micro-batch whole, doc/results/resnet-speed.md, "Micro-batches"; evaluation
+# is cut into a part a thread in every row). A run stopped after BENCH_LIMIT
 # seconds (default 60; e8a142e's resnet on 2 threads under load can take many minutes) shows no
 # figures.
 new=${BENCH_NEW:-${GEM_PERF:?set BENCH_NEW, or GEM_PERF to the directory of bench-train}/bench-train}
